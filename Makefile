@@ -1,0 +1,23 @@
+# make test   – set up what the tests need (Docker engine, test image, browser, npm
+#               clients) on a fresh Debian machine with Go, then run every test.
+# make bench  – the benchmarks, with their raw-Docker baselines measured in the same run.
+GO         ?= go
+TEST_IMAGE ?= code-sandbox-test:latest
+export SANDBOX_TEST_IMAGE := $(TEST_IMAGE)
+
+.PHONY: test testenv bench build vet
+
+test: testenv
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 45m ./...
+
+testenv:
+	scripts/docker-up.sh
+	containers/build-test-image.sh $(TEST_IMAGE)
+	scripts/test-deps.sh
+
+bench: testenv
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./...
+
+vet:
+	$(GO) vet ./...
