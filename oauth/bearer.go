@@ -1,0 +1,204 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Identity says who a request to the protected resource acts for.
+type Identity struct {
+	// Subject is the sign-in: the grant id for OAuth tokens, "api_key" for the key itself.
+	Subject string
+	// ClientID and ClientName name the application (empty for the API key).
+	ClientID   string
+	ClientName string
+	// Method is "oauth" or "api_key".
+	Method string
+}
+
+// Identity methods.
+const (
+	MethodOAuth  = "oauth"
+	MethodAPIKey = "api_key"
+)
+
+// Cache policy for access tokens: a positive check is remembered for tokenCacheTTL, so a
+// token revoked through another instance sharing the storage stays usable here for at
+// most that long; revocations through this instance take effect at once. Failed checks
+// are never cached, so a token becomes valid as soon as it is stored.
+const (
+	tokenCacheTTL   = 5 * time.Second
+	maxCachedTokens = 10000
+)
+
+var errInvalidToken = errors.New("the access token is invalid, expired or revoked")
+
+// Authenticate checks the bearer token of a request to the protected resource. On
+// success it returns the identity. On failure it writes the 401, with
+// WWW-Authenticate: Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource<ResourcePath>"
+// (plus error="invalid_token" when a token was given), and returns false; the caller
+// then writes nothing more. Tokens are accepted only for the resource they were issued
+// for, Origin(r)+ResourcePath.
+func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
+	token, ok := bearerToken(r)
+	if !ok {
+		s.unauthorized(w, r, "")
+		return Identity{}, false
+	}
+	if s.opts.APIKeyBearer {
+		given := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) == 1 {
+			return Identity{Subject: "api_key", Method: MethodAPIKey}, true
+		}
+	}
+	id, err := s.checkAccessToken(r.Context(), token, s.resourceURL(r))
+	switch {
+	case err == nil:
+		return id, true
+	case errors.Is(err, errInvalidToken):
+		s.unauthorized(w, r, err.Error())
+	default:
+		s.log.Error("checking an access token", zap.Error(err))
+		w.Header().Set("Retry-After", "5")
+		writeJSONError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token could not be checked; try again")
+	}
+	return Identity{}, false
+}
+
+// bearerToken extracts an RFC 6750 header token; the scheme is case-insensitive.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// unauthorized writes the RFC 6750 / RFC 9728 challenge that starts discovery.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, desc string) {
+	challenge := `Bearer resource_metadata="` + s.Origin(r) + pathPRM + s.opts.ResourcePath + `"`
+	code := "unauthorized"
+	if desc != "" {
+		code = "invalid_token"
+		challenge += `, error="invalid_token", error_description="` + desc + `"`
+	} else {
+		desc = "a bearer token is required"
+	}
+	h := w.Header()
+	h.Set("WWW-Authenticate", challenge)
+	// Browser-based clients must be able to read the challenge.
+	h.Add("Access-Control-Expose-Headers", "WWW-Authenticate")
+	writeJSONError(w, http.StatusUnauthorized, code, desc)
+}
+
+// checkAccessToken finds the token, checks its expiry and resource, and that its grant
+// still exists (revoking a grant deletes it).
+func (s *Server) checkAccessToken(ctx context.Context, token, resource string) (Identity, error) {
+	hash := hashSecret(token)
+	now := s.opts.Now()
+	if e, ok := s.tokens.get(hash, now); ok {
+		if e.resource != resource {
+			return Identity{}, errInvalidToken
+		}
+		return e.identity, nil
+	}
+	var rec tokenRecord
+	if err := s.store.load(ctx, kindAccess, hash, &rec); err != nil {
+		if errors.Is(err, errNotFound) {
+			return Identity{}, errInvalidToken
+		}
+		return Identity{}, err
+	}
+	if !now.Before(rec.ExpiresAt) || rec.Resource != resource {
+		return Identity{}, errInvalidToken
+	}
+	var grant grantRecord
+	if err := s.store.load(ctx, kindGrants, rec.GrantID, &grant); err != nil {
+		if errors.Is(err, errNotFound) {
+			return Identity{}, errInvalidToken
+		}
+		return Identity{}, err
+	}
+	if !now.Before(grant.ExpiresAt) || grant.ClientID != rec.ClientID {
+		return Identity{}, errInvalidToken
+	}
+	id := Identity{Subject: grant.ID, ClientID: grant.ClientID, ClientName: grant.ClientName, Method: MethodOAuth}
+	s.tokens.put(hash, cachedToken{
+		identity: id,
+		resource: rec.Resource,
+		grantID:  grant.ID,
+		expires:  minTime(rec.ExpiresAt, now.Add(tokenCacheTTL)),
+	})
+	return id, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// tokenCache remembers recent positive token checks, keyed by token hash.
+type tokenCache struct {
+	mu      sync.Mutex
+	max     int
+	entries map[string]cachedToken
+}
+
+type cachedToken struct {
+	identity Identity
+	resource string
+	grantID  string
+	expires  time.Time
+}
+
+func newTokenCache(maxEntries int) *tokenCache {
+	return &tokenCache{max: maxEntries, entries: make(map[string]cachedToken)}
+}
+
+func (c *tokenCache) get(hash string, now time.Time) (cachedToken, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[hash]
+	if ok && !now.Before(e.expires) {
+		delete(c.entries, hash)
+		ok = false
+	}
+	return e, ok
+}
+
+func (c *tokenCache) put(hash string, e cachedToken) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[hash]; !ok && len(c.entries) >= c.max {
+		// Entries live seconds; when full, start over rather than track order.
+		clear(c.entries)
+	}
+	c.entries[hash] = e
+}
+
+func (c *tokenCache) drop(hash string) {
+	c.mu.Lock()
+	delete(c.entries, hash)
+	c.mu.Unlock()
+}
+
+func (c *tokenCache) dropGrant(grantID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.entries {
+		if e.grantID == grantID {
+			delete(c.entries, k)
+		}
+	}
+}

@@ -1,0 +1,350 @@
+// Package oauth is the OAuth 2.1 authorization server and resource-server check of the MCP
+// sandbox. It publishes RFC 9728 protected resource metadata and RFC 8414 authorization
+// server metadata, registers clients (RFC 7591 dynamic registration and client ID metadata
+// documents), shows a sign-in page that asks for the API key, issues PKCE-bound codes and
+// rotating refresh tokens, revokes them (RFC 7009) and checks bearer tokens on the
+// protected resource. All state lives in a [certmagic.Storage], so several servers sharing
+// one storage agree, and a restart keeps every sign-in.
+//
+// The package knows nothing of Docker, MCP or Caddy modules. A host wires it like this:
+//
+//	srv, err := oauth.New(oauth.Options{APIKey: key, Storage: storage})
+//	if err != nil { ... }
+//	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+//		if srv.Handles(r) {
+//			srv.ServeHTTP(w, r)
+//			return
+//		}
+//		id, ok := srv.Authenticate(w, r) // writes the 401 itself
+//		if !ok {
+//			return
+//		}
+//		serveMCP(w, r, id)
+//	})
+package oauth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+)
+
+// Defaults applied by [New] to zero fields of [Options].
+const (
+	DefaultStoragePrefix   = "mcp_sandbox/oauth"
+	DefaultResourcePath    = "/mcp"
+	DefaultAccessTokenTTL  = time.Hour
+	DefaultRefreshTokenTTL = 30 * 24 * time.Hour
+	// DefaultCodeTTL is five minutes: long enough for a desktop app whose operating system
+	// first asks "open this link with ...?", short enough that a leaked code is soon
+	// worthless (codes are also PKCE-bound and single use).
+	DefaultCodeTTL = 5 * time.Minute
+)
+
+// Scope is the single scope this server grants: full use of the sandbox. Requests for
+// other scopes are not refused (clients send things like "openid" or "offline_access");
+// the granted scope is always this one and the token response says so.
+const Scope = "sandbox"
+
+// Endpoint paths. They sit at the root of the origin because some clients use them
+// regardless of what the metadata says.
+const (
+	pathPRM       = "/.well-known/oauth-protected-resource"
+	pathASM       = "/.well-known/oauth-authorization-server"
+	pathRegister  = "/register"
+	pathAuthorize = "/authorize"
+	pathToken     = "/token"
+	pathRevoke    = "/revoke"
+)
+
+// Options configures a [Server]. Zero values mean the documented defaults.
+type Options struct {
+	// APIKey is the secret a person types on the sign-in page. Required.
+	APIKey string
+	// Storage keeps clients, codes, grants and tokens. Required.
+	Storage certmagic.Storage
+	// StoragePrefix is where state lives in Storage (default "mcp_sandbox/oauth"). The
+	// server appends a fingerprint of the API key, so changing the key invalidates every
+	// client and token at once without deleting anything.
+	StoragePrefix string
+	// PublicURL is a fixed origin "https://host[:port]" (no path). Empty means the origin
+	// is derived from each request: "https" if r.TLS != nil else "http", "://", r.Host.
+	PublicURL string
+	// ResourcePath is the path of the protected MCP endpoint (default "/mcp").
+	ResourcePath string
+	// APIKeyBearer makes [Server.Authenticate] accept the API key itself as a bearer token.
+	APIKeyBearer bool
+	// AllowPrivateClientMetadataURLs lets client ID metadata document URLs resolve to
+	// loopback and private addresses, and use plain http on loopback hosts. Development
+	// only: on a public server it would let anyone make the server fetch internal URLs.
+	AllowPrivateClientMetadataURLs bool
+	// AccessTokenTTL is the lifetime of access tokens (default 1h).
+	AccessTokenTTL time.Duration
+	// RefreshTokenTTL is the lifetime of a refresh token; every refresh issues a new one,
+	// so a sign-in used at least this often never expires (default 30 days).
+	RefreshTokenTTL time.Duration
+	// CodeTTL is the lifetime of authorization codes (default 5 minutes).
+	CodeTTL time.Duration
+	// Logger receives operational logs; never secrets. Nil means no logging.
+	Logger *zap.Logger
+	// HTTPClient fetches client ID metadata documents. Nil means a hardened client: 5 s
+	// timeout, no redirects, no proxy, and a dialer that refuses private addresses. A
+	// client given here is used as is and must do its own address filtering (IP literals
+	// and "localhost" are refused before any fetch either way).
+	HTTPClient *http.Client
+	// Now returns the current time (default time.Now); tests move it.
+	Now func() time.Time
+	// ClientIP returns the address sign-in failures are counted against. Nil means the
+	// host of r.RemoteAddr; behind a trusted proxy pass the real client address.
+	ClientIP func(r *http.Request) string
+}
+
+// Server is the authorization server and bearer-token check. It is safe for concurrent
+// use. Create it with [New].
+type Server struct {
+	opts      Options
+	log       *zap.Logger
+	store     *store
+	keyHash   [32]byte // sha256 of the API key, for constant-time comparison
+	formKey   []byte   // HMAC key that binds the sign-in form to its request
+	publicURL string   // normalised Options.PublicURL, "" when derived per request
+
+	httpClient *http.Client
+	cimd       *metadataCache
+	cimdFetch  singleflight.Group
+
+	tokens *tokenCache
+
+	signinLimiter   *limiter
+	registerLimiter *limiter
+	// sleep waits before answering a wrong key; tests replace it to observe the delay.
+	sleep func(r *http.Request, d time.Duration)
+
+	clientCountMu sync.Mutex
+	clientCount   int // registered clients, -1 until counted once
+}
+
+// New validates opts and returns a Server. It does no network or storage I/O, so it is
+// safe to call while a configuration is only being validated.
+func New(opts Options) (*Server, error) {
+	if opts.APIKey == "" {
+		return nil, errors.New("oauth: an API key is required")
+	}
+	if opts.Storage == nil {
+		return nil, errors.New("oauth: a storage is required")
+	}
+	if opts.StoragePrefix == "" {
+		opts.StoragePrefix = DefaultStoragePrefix
+	}
+	opts.StoragePrefix = strings.Trim(path.Clean("/"+opts.StoragePrefix), "/")
+	if opts.StoragePrefix == "" {
+		return nil, errors.New("oauth: the storage prefix must not be the storage root")
+	}
+	if opts.ResourcePath == "" {
+		opts.ResourcePath = DefaultResourcePath
+	}
+	if !strings.HasPrefix(opts.ResourcePath, "/") || opts.ResourcePath == "/" ||
+		path.Clean(opts.ResourcePath) != opts.ResourcePath || strings.ContainsAny(opts.ResourcePath, "?#") {
+		return nil, fmt.Errorf("oauth: resource path %q must be a clean absolute path other than /", opts.ResourcePath)
+	}
+	publicURL, err := normalizePublicURL(opts.PublicURL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.AccessTokenTTL < 0 || opts.RefreshTokenTTL < 0 || opts.CodeTTL < 0 {
+		return nil, errors.New("oauth: lifetimes must not be negative")
+	}
+	if opts.AccessTokenTTL == 0 {
+		opts.AccessTokenTTL = DefaultAccessTokenTTL
+	}
+	if opts.RefreshTokenTTL == 0 {
+		opts.RefreshTokenTTL = DefaultRefreshTokenTTL
+	}
+	if opts.CodeTTL == 0 {
+		opts.CodeTTL = DefaultCodeTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ClientIP == nil {
+		opts.ClientIP = remoteHost
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	httpClient := opts.HTTPClient
+	if httpClient == nil {
+		httpClient = newMetadataClient(opts.AllowPrivateClientMetadataURLs)
+	}
+
+	s := &Server{
+		opts:            opts,
+		log:             log,
+		keyHash:         sha256.Sum256([]byte(opts.APIKey)),
+		formKey:         derive(opts.APIKey, "sign-in form"),
+		publicURL:       publicURL,
+		httpClient:      httpClient,
+		cimd:            newMetadataCache(maxCachedMetadataDocuments),
+		tokens:          newTokenCache(maxCachedTokens),
+		signinLimiter:   newLimiter(signinWindow, signinBlockAfter, maxLimiterEntries, opts.Now),
+		registerLimiter: newLimiter(registerWindow, registerMaxPerWindow, maxLimiterEntries, opts.Now),
+		sleep:           sleepContext,
+		clientCount:     -1,
+	}
+	s.store = &store{
+		storage: opts.Storage,
+		prefix:  opts.StoragePrefix + "/" + KeyFingerprint(opts.APIKey),
+		log:     log,
+	}
+	return s, nil
+}
+
+// KeyFingerprint is the storage sub-prefix for an API key: the first 16 hex digits of
+// sha256("mcp-sandbox oauth\x00"+key). It is not secret enough to help guess the key
+// (64 bits of a hash of it), and it makes every token die with a key change.
+func KeyFingerprint(apiKey string) string {
+	sum := sha256.Sum256([]byte("mcp-sandbox oauth\x00" + apiKey))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// derive makes a purpose-specific secret from the API key, so the key itself is never
+// used directly as an HMAC key and different uses cannot be confused.
+func derive(apiKey, purpose string) []byte {
+	m := hmac.New(sha256.New, []byte(apiKey))
+	m.Write([]byte("mcp-sandbox oauth\x00" + purpose))
+	return m.Sum(nil)
+}
+
+func normalizePublicURL(raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("oauth: parsing public URL: %w", err)
+	}
+	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", fmt.Errorf("oauth: public URL %q must be an origin like https://host[:port]", raw)
+	}
+	return u.Scheme + "://" + strings.ToLower(u.Host), nil
+}
+
+// Origin returns the origin this server speaks for on r: the issuer, and the prefix of
+// the resource URL. It is Options.PublicURL when set, else derived from the request.
+func (s *Server) Origin(r *http.Request) string {
+	if s.publicURL != "" {
+		return s.publicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + strings.ToLower(r.Host)
+}
+
+// resourceURL is the URL of the protected resource, which tokens are bound to.
+func (s *Server) resourceURL(r *http.Request) string {
+	return s.Origin(r) + s.opts.ResourcePath
+}
+
+// Handles reports whether r is for one of the server's own endpoints:
+//
+//	/.well-known/oauth-protected-resource          RFC 9728 metadata
+//	/.well-known/oauth-protected-resource<rp>      the same, path-suffixed (rp = ResourcePath)
+//	/.well-known/oauth-authorization-server        RFC 8414 metadata
+//	/.well-known/oauth-authorization-server<rp>    the same, for clients that derive the
+//	                                               metadata URL from the resource URL
+//	/register /authorize /token /revoke
+//
+// /.well-known/openid-configuration is deliberately not served: this is not an OpenID
+// provider (no ID tokens, no JWKS), and claiming to be one would mislead OIDC clients.
+func (s *Server) Handles(r *http.Request) bool {
+	switch r.URL.Path {
+	case pathPRM, pathPRM + s.opts.ResourcePath,
+		pathASM, pathASM + s.opts.ResourcePath,
+		pathRegister, pathAuthorize, pathToken, pathRevoke:
+		return true
+	}
+	return false
+}
+
+// ServeHTTP serves the endpoints listed at [Server.Handles]; any other path gets 404.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch p {
+	case pathPRM, pathPRM + s.opts.ResourcePath:
+		s.serveCORS(w, r, "GET", s.serveProtectedResourceMetadata)
+	case pathASM, pathASM + s.opts.ResourcePath:
+		s.serveCORS(w, r, "GET", s.serveAuthorizationServerMetadata)
+	case pathRegister:
+		s.serveCORS(w, r, "POST", s.serveRegister)
+	case pathToken:
+		s.serveCORS(w, r, "POST", s.serveToken)
+	case pathRevoke:
+		s.serveCORS(w, r, "POST", s.serveRevoke)
+	case pathAuthorize:
+		s.serveAuthorize(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// serveCORS lets browser-based clients (the MCP Inspector) call the endpoint: any origin,
+// no credentials (tokens travel in headers and bodies, never cookies), preflight answered.
+func (s *Server) serveCORS(w http.ResponseWriter, r *http.Request, method string, next http.HandlerFunc) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Expose-Headers", "WWW-Authenticate, Retry-After")
+	if r.Method == http.MethodOptions {
+		h.Set("Access-Control-Allow-Methods", method+", OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, MCP-Protocol-Version")
+		h.Set("Access-Control-Max-Age", "86400")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if r.Method != method && !(method == "GET" && r.Method == http.MethodHead) {
+		h.Set("Allow", method+", OPTIONS")
+		writeJSONError(w, http.StatusMethodNotAllowed, "invalid_request", "use "+method)
+		return
+	}
+	next(w, r)
+}
+
+// writeJSON writes v with the status; OAuth responses are never cached.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+		h.Set("Pragma", "no-cache")
+	}
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// oauthError is the error body of RFC 6749 section 5.2 and RFC 7591 section 3.2.2.
+type oauthError struct {
+	Error       string `json:"error"`
+	Description string `json:"error_description,omitempty"`
+}
+
+func writeJSONError(w http.ResponseWriter, status int, code, description string) {
+	writeJSON(w, status, oauthError{Error: code, Description: description})
+}

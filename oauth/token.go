@@ -1,0 +1,365 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// verifierPattern is an RFC 7636 code verifier: 43 to 128 unreserved characters.
+var verifierPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
+
+// tokenResponse is the RFC 6749 section 5.1 answer.
+type tokenResponse struct {
+	AccessToken  string `json:"access_token"`
+	TokenType    string `json:"token_type"`
+	ExpiresIn    int64  `json:"expires_in"`
+	RefreshToken string `json:"refresh_token"`
+	Scope        string `json:"scope"`
+}
+
+// tokenError is an RFC 6749 section 5.2 error.
+type tokenError struct {
+	status int
+	code   string
+	desc   string
+	basic  bool // the client used HTTP Basic: answer with a Basic challenge
+}
+
+func (e *tokenError) Error() string { return e.code + ": " + e.desc }
+
+func invalidRequest(desc string) *tokenError {
+	return &tokenError{status: http.StatusBadRequest, code: "invalid_request", desc: desc}
+}
+
+func invalidGrant(desc string) *tokenError {
+	return &tokenError{status: http.StatusBadRequest, code: "invalid_grant", desc: desc}
+}
+
+var errServer = &tokenError{status: http.StatusInternalServerError, code: "server_error", desc: "the request could not be completed; try again"}
+
+func writeTokenError(w http.ResponseWriter, e *tokenError) {
+	if e.status == http.StatusUnauthorized {
+		if e.basic {
+			w.Header().Set("WWW-Authenticate", `Basic realm="oauth", charset="UTF-8"`)
+		}
+	}
+	writeJSONError(w, e.status, e.code, e.desc)
+}
+
+// parsePostForm reads a bounded application/x-www-form-urlencoded body.
+func parsePostForm(w http.ResponseWriter, r *http.Request) (url.Values, *tokenError) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	if err := r.ParseForm(); err != nil {
+		return nil, invalidRequest("the body must be application/x-www-form-urlencoded and at most 64 KiB")
+	}
+	for k, v := range r.PostForm {
+		if len(v) > 1 {
+			return nil, invalidRequest("the " + k + " parameter is repeated")
+		}
+	}
+	return r.PostForm, nil
+}
+
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
+	form, terr := parsePostForm(w, r)
+	if terr != nil {
+		writeTokenError(w, terr)
+		return
+	}
+	client, terr := s.authenticateClient(r, form, true)
+	if terr != nil {
+		writeTokenError(w, terr)
+		return
+	}
+	var resp *tokenResponse
+	switch gt := form.Get("grant_type"); gt {
+	case "authorization_code":
+		resp, terr = s.redeemCode(r, form, client)
+	case "refresh_token":
+		resp, terr = s.refresh(r, form, client)
+	case "":
+		terr = invalidRequest("grant_type is required")
+	default:
+		terr = &tokenError{status: http.StatusBadRequest, code: "unsupported_grant_type", desc: "grant_type must be authorization_code or refresh_token"}
+	}
+	if terr != nil {
+		writeTokenError(w, terr)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// authenticateClient identifies the client by HTTP Basic or by client_id (and
+// client_secret) in the form. Public clients send only client_id; confidential ones must
+// prove their secret by either method. When required is false and the request carries
+// no client identification at all, it returns (nil, nil).
+func (s *Server) authenticateClient(r *http.Request, form url.Values, required bool) (*clientRecord, *tokenError) {
+	user, pass, basic := r.BasicAuth()
+	clientID, secret := form.Get("client_id"), form.Get("client_secret")
+	if basic {
+		// RFC 6749 section 2.3.1: both parts are form-encoded before Basic encoding.
+		u, err1 := url.QueryUnescape(user)
+		p, err2 := url.QueryUnescape(pass)
+		if err1 != nil || err2 != nil {
+			return nil, &tokenError{status: http.StatusUnauthorized, code: "invalid_client", desc: "malformed client credentials", basic: true}
+		}
+		if secret != "" || (clientID != "" && clientID != u) {
+			return nil, invalidRequest("use one client authentication method")
+		}
+		clientID, secret = u, p
+	}
+	fail := &tokenError{status: http.StatusUnauthorized, code: "invalid_client", desc: "client authentication failed", basic: basic}
+	if clientID == "" {
+		if !required && !basic {
+			return nil, nil
+		}
+		fail.desc = "client_id is required"
+		return nil, fail
+	}
+	client, err := s.lookupClient(r.Context(), clientID)
+	switch {
+	case errors.Is(err, errNotFound):
+		fail.desc = "unknown client"
+		return nil, fail
+	case errors.Is(err, errMetadataDocument):
+		fail.desc = err.Error()
+		return nil, fail
+	case err != nil:
+		s.log.Error("looking up an OAuth client", zap.Error(err))
+		return nil, errServer
+	}
+	if client.AuthMethod == "none" {
+		// A public client has no secret to check; one sent anyway proves nothing and is
+		// ignored rather than refused, for clients that send what they were given.
+		return client, nil
+	}
+	if !client.checkSecret(secret) {
+		return nil, fail
+	}
+	return client, nil
+}
+
+// redeemCode is the authorization_code grant. The code entry is locked for the whole
+// redemption so that two concurrent requests with one code cannot both get tokens.
+func (s *Server) redeemCode(r *http.Request, form url.Values, client *clientRecord) (*tokenResponse, *tokenError) {
+	ctx := r.Context()
+	code, verifier := form.Get("code"), form.Get("code_verifier")
+	if code == "" {
+		return nil, invalidRequest("code is required")
+	}
+	if verifier == "" {
+		return nil, invalidRequest("code_verifier is required (PKCE)")
+	}
+	if !verifierPattern.MatchString(verifier) {
+		return nil, invalidRequest("code_verifier must be 43 to 128 unreserved characters")
+	}
+	codeID := hashSecret(code)
+	unlock, err := s.store.lock(ctx, kindCodes, codeID)
+	if err != nil {
+		s.log.Error("locking an authorization code", zap.Error(err))
+		return nil, errServer
+	}
+	defer unlock()
+
+	var rec codeRecord
+	if err := s.store.load(ctx, kindCodes, codeID, &rec); err != nil {
+		if !errors.Is(err, errNotFound) {
+			s.log.Error("loading an authorization code", zap.Error(err))
+			return nil, errServer
+		}
+		return nil, invalidGrant("the authorization code is invalid or expired")
+	}
+	now := s.opts.Now()
+	if rec.UsedGrant != "" {
+		// RFC 6749 section 4.1.2: a code used twice may have been stolen; revoke what
+		// the first use issued.
+		s.log.Warn("authorization code reused; revoking its tokens", zap.String("client_id", rec.ClientID))
+		if err := s.revokeGrant(ctx, rec.UsedGrant); err != nil {
+			s.log.Error("revoking the grant of a reused code", zap.Error(err))
+		}
+		return nil, invalidGrant("the authorization code was already used; the tokens it issued are revoked")
+	}
+	if !now.Before(rec.ExpiresAt) {
+		return nil, invalidGrant("the authorization code is invalid or expired")
+	}
+	if rec.ClientID != client.ID {
+		return nil, invalidGrant("the authorization code was issued to another client")
+	}
+	redirectURI := form.Get("redirect_uri")
+	if (rec.RedirectURIGiven || redirectURI != "") && redirectURI != rec.RedirectURI {
+		return nil, invalidGrant("redirect_uri does not match the authorization request")
+	}
+	sum := sha256.Sum256([]byte(verifier))
+	if subtle.ConstantTimeCompare([]byte(base64.RawURLEncoding.EncodeToString(sum[:])), []byte(rec.Challenge)) != 1 {
+		return nil, invalidGrant("code_verifier does not match the code_challenge")
+	}
+	if res := form.Get("resource"); res != "" {
+		if canon, ok := s.checkResource(r, res); !ok || canon != rec.Resource {
+			return nil, &tokenError{status: http.StatusBadRequest, code: "invalid_target", desc: "resource must be " + rec.Resource}
+		}
+	}
+
+	grant := &grantRecord{
+		ID:         randomID(),
+		ClientID:   client.ID,
+		ClientName: rec.ClientName,
+		Resource:   rec.Resource,
+		Scope:      rec.Scope,
+		CreatedAt:  now.UTC(),
+	}
+	// The code is marked used before any token exists, so that a failure below can
+	// only lose this sign-in, never let the code be redeemed twice.
+	rec.UsedGrant = grant.ID
+	if err := s.store.save(ctx, kindCodes, codeID, rec); err != nil {
+		s.log.Error("marking an authorization code used", zap.Error(err))
+		return nil, errServer
+	}
+	resp, err := s.issueTokens(ctx, grant, now)
+	if err != nil {
+		s.log.Error("issuing tokens", zap.Error(err))
+		return nil, errServer
+	}
+	s.log.Info("issued tokens for a sign-in", zap.String("client_id", client.ID), zap.String("grant", grant.ID))
+	return resp, nil
+}
+
+// refresh is the refresh_token grant. Every use rotates the refresh token; presenting
+// one that was already rotated away means it leaked (or the client lost a response),
+// and the whole grant is revoked (OAuth 2.1 section 4.3.1).
+func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord) (*tokenResponse, *tokenError) {
+	ctx := r.Context()
+	token := form.Get("refresh_token")
+	if token == "" {
+		return nil, invalidRequest("refresh_token is required")
+	}
+	hash := hashSecret(token)
+	var rec tokenRecord
+	if err := s.store.load(ctx, kindRefresh, hash, &rec); err != nil {
+		if !errors.Is(err, errNotFound) {
+			s.log.Error("loading a refresh token", zap.Error(err))
+			return nil, errServer
+		}
+		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+	}
+	now := s.opts.Now()
+	if !now.Before(rec.ExpiresAt) {
+		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+	}
+	if rec.ClientID != client.ID {
+		return nil, invalidGrant("the refresh token was issued to another client")
+	}
+	if res := form.Get("resource"); res != "" {
+		if canon, ok := s.checkResource(r, res); !ok || canon != rec.Resource {
+			return nil, &tokenError{status: http.StatusBadRequest, code: "invalid_target", desc: "resource must be " + rec.Resource}
+		}
+	}
+
+	unlock, err := s.store.lock(ctx, kindGrants, rec.GrantID)
+	if err != nil {
+		s.log.Error("locking a grant", zap.Error(err))
+		return nil, errServer
+	}
+	defer unlock()
+	var grant grantRecord
+	if err := s.store.load(ctx, kindGrants, rec.GrantID, &grant); err != nil {
+		if !errors.Is(err, errNotFound) {
+			s.log.Error("loading a grant", zap.Error(err))
+			return nil, errServer
+		}
+		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+	}
+	if !now.Before(grant.ExpiresAt) {
+		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+	}
+	if subtle.ConstantTimeCompare([]byte(grant.RefreshHash), []byte(hash)) != 1 {
+		s.log.Warn("refresh token reused; revoking its sign-in", zap.String("client_id", client.ID), zap.String("grant", grant.ID))
+		if err := s.revokeGrantLocked(ctx, grant.ID); err != nil {
+			s.log.Error("revoking the grant of a reused refresh token", zap.Error(err))
+		}
+		return nil, invalidGrant("the refresh token was already used; this sign-in is revoked")
+	}
+	resp, err := s.issueTokens(ctx, &grant, now)
+	if err != nil {
+		s.log.Error("issuing tokens", zap.Error(err))
+		return nil, errServer
+	}
+	return resp, nil
+}
+
+// issueTokens makes a new access and refresh token for the grant and stores the grant;
+// the grant write comes last and is what makes the new refresh token the current one.
+func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.Time) (*tokenResponse, error) {
+	access, refresh := randomToken(), randomToken()
+	accessHash, refreshHash := hashSecret(access), hashSecret(refresh)
+	accessExp := now.Add(s.opts.AccessTokenTTL).UTC()
+	refreshExp := now.Add(s.opts.RefreshTokenTTL).UTC()
+
+	live := grant.AccessHashes[:0]
+	for _, t := range grant.AccessHashes {
+		if now.Before(t.ExpiresAt) {
+			live = append(live, t)
+		}
+	}
+	grant.AccessHashes = append(live, tokenRef{Hash: accessHash, ExpiresAt: accessExp})
+	grant.RefreshHash = refreshHash
+	grant.ExpiresAt = refreshExp
+
+	base := tokenRecord{GrantID: grant.ID, ClientID: grant.ClientID, Resource: grant.Resource, Scope: grant.Scope}
+	accessRec, refreshRec := base, base
+	accessRec.ExpiresAt, refreshRec.ExpiresAt = accessExp, refreshExp
+	if err := s.store.save(ctx, kindAccess, accessHash, accessRec); err != nil {
+		return nil, err
+	}
+	if err := s.store.save(ctx, kindRefresh, refreshHash, refreshRec); err != nil {
+		return nil, err
+	}
+	if err := s.store.save(ctx, kindGrants, grant.ID, grant); err != nil {
+		return nil, err
+	}
+	return &tokenResponse{
+		AccessToken:  access,
+		TokenType:    "Bearer",
+		ExpiresIn:    int64(s.opts.AccessTokenTTL / time.Second),
+		RefreshToken: refresh,
+		Scope:        grant.Scope,
+	}, nil
+}
+
+// revokeGrant deletes a grant and the access tokens it issued, under the grant's lock.
+func (s *Server) revokeGrant(ctx context.Context, grantID string) error {
+	unlock, err := s.store.lock(ctx, kindGrants, grantID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return s.revokeGrantLocked(ctx, grantID)
+}
+
+// revokeGrantLocked is revokeGrant for a caller that holds the grant's lock. Deleting the
+// grant is what counts: every token checks its grant. Its refresh tokens stay until they
+// expire, so a late replay is still recognised (as invalid) and pruned later.
+func (s *Server) revokeGrantLocked(ctx context.Context, grantID string) error {
+	var grant grantRecord
+	err := s.store.load(ctx, kindGrants, grantID, &grant)
+	if err != nil && !errors.Is(err, errNotFound) {
+		return err
+	}
+	if err := s.store.delete(ctx, kindGrants, grantID); err != nil {
+		return err
+	}
+	s.tokens.dropGrant(grantID)
+	var errs []error
+	for _, t := range grant.AccessHashes {
+		errs = append(errs, s.store.delete(ctx, kindAccess, t.Hash))
+	}
+	return errors.Join(errs...)
+}
