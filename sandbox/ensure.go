@@ -1,0 +1,322 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"go.uber.org/zap"
+)
+
+const (
+	// readyTrust is how long a successful Ensure is trusted without asking Docker again.
+	// Exec retries once through a full Ensure when the container turned out to be gone,
+	// so trusting it costs at most one failed exec create.
+	readyTrust = 30 * time.Second
+	// ensureTimeout bounds one full Ensure, which runs detached from its first caller so
+	// that a caller giving up does not fail the others sharing it.
+	ensureTimeout = 2 * time.Minute
+	// restartWait is how long Ensure waits for a container Docker is restarting.
+	restartWait = 30 * time.Second
+
+	labelManaged = "mcp-sandbox.managed"
+	labelVolume  = "mcp-sandbox.volume"
+)
+
+// keepAlive is the container's main process: it only has to stay up (commands come in
+// through exec) and to stop promptly on SIGTERM. Without docker-init it is PID 1, and
+// bash reaps the orphans it adopts whenever it wakes from wait.
+const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done`
+
+// Ensure makes sure the sandbox container exists and runs: it creates the volume and the
+// container when missing, starts a stopped container (never recreating it), applies
+// changed memory, CPU and process limits in place, and warns when the configured image
+// differs from the container's. It is cheap after a recent success, and concurrent
+// callers share one check.
+func (s *Sandbox) Ensure(ctx context.Context) error {
+	s.mu.Lock()
+	fresh := !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTrust
+	s.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	ch := s.ensureGroup.DoChan("ensure", func() (any, error) {
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ensureTimeout)
+		defer cancel()
+		if err := s.ensure(ectx); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.readyAt = time.Now()
+		s.mu.Unlock()
+		return nil, nil
+	})
+	select {
+	case r := <-ch:
+		return r.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// invalidate makes the next Ensure ask Docker again.
+func (s *Sandbox) invalidate() {
+	s.mu.Lock()
+	s.readyAt = time.Time{}
+	s.mu.Unlock()
+}
+
+func (s *Sandbox) ensure(ctx context.Context) error {
+	name := s.cfg.Container
+	info, err := s.cli.ContainerInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		err = s.create(ctx)
+		if !cerrdefs.IsConflict(err) {
+			return err
+		}
+		// Another process created it in the meantime: use theirs.
+		info, err = s.cli.ContainerInspect(ctx, name)
+	}
+	if err != nil {
+		return fmt.Errorf("inspecting sandbox container %s: %w", name, err)
+	}
+	s.checkImage(ctx, info)
+	if err := s.applyLimits(ctx, info); err != nil {
+		return err
+	}
+	return s.start(ctx, info)
+}
+
+// create makes the volume and the container and starts it.
+func (s *Sandbox) create(ctx context.Context) error {
+	c := s.cfg
+	if _, err := s.cli.ImageInspect(ctx, c.Image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: %s is not on this Docker host; build it first "+
+				"(docker build -t %s -f containers/Dockerfile.unified containers/)", ErrImageMissing, c.Image, c.Image)
+		}
+		return fmt.Errorf("inspecting sandbox image %s: %w", c.Image, err)
+	}
+	// Creating an existing local volume returns it unchanged, so /sandbox survives a
+	// removed container.
+	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{
+		Name:   c.Volume,
+		Labels: map[string]string{labelManaged: "true"},
+	}); err != nil {
+		return fmt.Errorf("creating sandbox volume %s: %w", c.Volume, err)
+	}
+	host, err := s.hostFacts(ctx)
+	if err != nil {
+		return err
+	}
+	res := s.resources(host)
+	pids := c.PidsLimit
+	res.PidsLimit = &pids
+	init := host.hasInit
+	resp, err := s.cli.ContainerCreate(ctx,
+		&container.Config{
+			Image:      c.Image,
+			Hostname:   "sandbox",
+			User:       "root",
+			WorkingDir: WorkDir,
+			// Our own main process, whatever the image would start: the image's
+			// entrypoint might exit or expect a terminal.
+			Entrypoint: []string{"bash", "-c", keepAlive},
+			Cmd:        []string{"mcp-sandbox"},
+			Labels:     map[string]string{labelManaged: "true", labelVolume: c.Volume},
+		},
+		&container.HostConfig{
+			Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: WorkDir}},
+			NetworkMode:   container.NetworkMode(c.NetworkMode),
+			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+			Init:          &init,
+			Resources:     res,
+		},
+		nil, nil, c.Container)
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("creating sandbox container %s: %w", c.Container, err)
+	}
+	s.log.Info("created sandbox container",
+		zap.String("id", resp.ID), zap.String("image", c.Image), zap.String("volume", c.Volume))
+	for _, w := range resp.Warnings {
+		s.log.Warn("docker warning while creating sandbox container", zap.String("warning", w))
+	}
+	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
+	}
+	return nil
+}
+
+// start brings an existing container to the running state.
+func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) error {
+	name := s.cfg.Container
+	st := info.State
+	if st == nil {
+		return fmt.Errorf("inspecting sandbox container %s: no state reported", name)
+	}
+	switch {
+	case st.Running && !st.Paused && !st.Restarting:
+		return nil
+	case st.Paused:
+		if err := s.cli.ContainerUnpause(ctx, name); err != nil {
+			return fmt.Errorf("unpausing sandbox container %s: %w", name, err)
+		}
+		s.log.Info("unpaused sandbox container")
+		return nil
+	case st.Restarting:
+		return s.waitRunning(ctx)
+	}
+	if err := s.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		return fmt.Errorf("starting sandbox container %s: %w", name, err)
+	}
+	s.log.Info("started stopped sandbox container", zap.String("id", info.ID))
+	return nil
+}
+
+// waitRunning waits while Docker restarts the container.
+func (s *Sandbox) waitRunning(ctx context.Context) error {
+	name := s.cfg.Container
+	deadline := time.Now().Add(restartWait)
+	for {
+		info, err := s.cli.ContainerInspect(ctx, name)
+		if err != nil {
+			return fmt.Errorf("waiting for sandbox container %s to restart: %w", name, err)
+		}
+		if info.State != nil && info.State.Running && !info.State.Restarting {
+			return nil
+		}
+		if info.State != nil && !info.State.Restarting {
+			return s.start(ctx, info)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for sandbox container %s to restart: still restarting after %v", name, restartWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// hostFacts are the engine properties the container's settings depend on.
+type hostFacts struct {
+	cpus    int  // CPUs Docker can give a container
+	hasInit bool // the engine has an init binary for HostConfig.Init
+}
+
+func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
+	info, err := s.cli.Info(ctx)
+	if err != nil {
+		return hostFacts{}, fmt.Errorf("asking Docker for host information: %w", err)
+	}
+	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != ""}, nil
+}
+
+// resources are the limits the container should have on this host. Docker refuses a CPU
+// limit above the host's CPU count, so the limit is clamped there.
+func (s *Sandbox) resources(host hostFacts) container.Resources {
+	nano := s.cfg.nanoCPUs()
+	if host.cpus > 0 && nano > int64(host.cpus)*1e9 {
+		nano = int64(host.cpus) * 1e9
+		s.mu.Lock()
+		warn := !s.warnedCPUs
+		s.warnedCPUs = true
+		s.mu.Unlock()
+		if warn {
+			s.log.Warn("sandbox CPU limit is above the host's CPU count; using all host CPUs",
+				zap.Float64("configured_cpus", s.cfg.CPUs), zap.Int("host_cpus", host.cpus))
+		}
+	}
+	// Swap equal to memory means no swap on top: the limit is what the sandbox gets,
+	// and on cgroup v1 both must always change together.
+	return container.Resources{Memory: s.cfg.Memory, MemorySwap: s.cfg.Memory, NanoCPUs: nano}
+}
+
+// applyLimits updates memory, CPU and process limits in place when they differ from the
+// configuration, so that a changed limit needs no new container.
+func (s *Sandbox) applyLimits(ctx context.Context, info container.InspectResponse) error {
+	if info.HostConfig == nil {
+		return nil
+	}
+	host, err := s.hostFacts(ctx)
+	if err != nil {
+		return err
+	}
+	want := s.resources(host)
+	have := info.HostConfig.Resources
+	havePids := int64(0)
+	if have.PidsLimit != nil {
+		havePids = *have.PidsLimit
+	}
+	restart := info.HostConfig.RestartPolicy.Name
+	keepsRestarting := restart == container.RestartPolicyUnlessStopped || restart == container.RestartPolicyAlways
+	if have.Memory == want.Memory && have.MemorySwap == want.MemorySwap &&
+		have.NanoCPUs == want.NanoCPUs && havePids == s.cfg.PidsLimit && keepsRestarting {
+		return nil
+	}
+	upd := container.UpdateConfig{Resources: want}
+	pids := s.cfg.PidsLimit
+	upd.PidsLimit = &pids
+	if !keepsRestarting {
+		upd.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}
+	}
+	resp, err := s.cli.ContainerUpdate(ctx, s.cfg.Container, upd)
+	if err != nil {
+		return fmt.Errorf("updating limits of sandbox container %s: %w", s.cfg.Container, err)
+	}
+	for _, w := range resp.Warnings {
+		s.log.Warn("docker warning while updating sandbox limits", zap.String("warning", w))
+	}
+	s.log.Info("updated sandbox container limits",
+		zap.Int64("memory", want.Memory), zap.Int64("nano_cpus", want.NanoCPUs), zap.Int64("pids_limit", pids))
+	return nil
+}
+
+// checkImage warns (once) when the container was made from another image than the
+// configured one. Recreating would be the only way to apply it, and that is left to the
+// operator because it ends every running process.
+func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse) {
+	s.mu.Lock()
+	warned := s.warnedImage
+	s.mu.Unlock()
+	if warned || info.Config == nil {
+		return
+	}
+	var problem string
+	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
+	switch {
+	case info.Config.Image != s.cfg.Image:
+		problem = "sandbox container was created from another image; the configured image is not applied to an existing container"
+	case cerrdefs.IsNotFound(err):
+		problem = "configured sandbox image is no longer on this Docker host; the existing container keeps running"
+	case err != nil:
+		s.log.Debug("could not inspect sandbox image", zap.Error(err))
+		return
+	case img.ID != info.Image:
+		problem = "sandbox image was rebuilt since the container was created; the new image is not applied to an existing container"
+	default:
+		return
+	}
+	s.mu.Lock()
+	s.warnedImage = true
+	s.mu.Unlock()
+	s.log.Warn(problem,
+		zap.String("container_image", info.Config.Image),
+		zap.String("configured_image", s.cfg.Image),
+		zap.String("to_recreate", fmt.Sprintf("docker rm -f %s (the volume %s keeps %s; the next command recreates the container)",
+			s.cfg.Container, s.cfg.Volume, WorkDir)))
+}
+
+// containerGone reports whether a Docker error means the container is missing or not
+// running, which a full Ensure can repair.
+func containerGone(err error) bool {
+	return cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)
+}

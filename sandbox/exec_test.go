@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestExecBasics(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+
+	t.Run("exit codes", func(t *testing.T) {
+		for cmd, want := range map[string]int{"true": 0, "false": 1, "exit 42": 42, "no-such-program-xyz": 127} {
+			if res := mustExec(t, sb, cmd, ExecOptions{}); res.ExitCode != want {
+				t.Errorf("%q: exit code %d, want %d", cmd, res.ExitCode, want)
+			}
+		}
+	})
+	t.Run("stdout and stderr apart", func(t *testing.T) {
+		res := mustExec(t, sb, "echo out; echo err >&2; echo out2", ExecOptions{})
+		if res.Stdout != "out\nout2\n" || res.Stderr != "err\n" {
+			t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+		if res.StdoutBytes != 9 || res.StderrBytes != 4 || res.StdoutTruncated || res.StderrTruncated {
+			t.Errorf("counts: %+v", res)
+		}
+	})
+	t.Run("root in workdir with empty stdin", func(t *testing.T) {
+		res := mustExec(t, sb, `id -u; pwd; cat; echo "[$0]"`, ExecOptions{})
+		if res.Stdout != "0\n/sandbox\n[bash]\n" {
+			t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("fresh shell each call", func(t *testing.T) {
+		mustExec(t, sb, "cd /tmp; export X=1", ExecOptions{})
+		res := mustExec(t, sb, `pwd; echo "X=$X"`, ExecOptions{})
+		if res.Stdout != "/sandbox\nX=\n" {
+			t.Errorf("state carried over: %q", res.Stdout)
+		}
+	})
+	t.Run("files and programs persist", func(t *testing.T) {
+		mustExec(t, sb, `echo data > /sandbox/keep.txt && printf '#!/bin/bash\necho installed\n' > /usr/local/bin/mytool && chmod +x /usr/local/bin/mytool`, ExecOptions{})
+		res := mustExec(t, sb, "cat keep.txt; mytool", ExecOptions{})
+		if res.Stdout != "data\ninstalled\n" {
+			t.Errorf("got %q, stderr %q", res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("live output", func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		var firstAt time.Time
+		start := time.Now()
+		res := mustExec(t, sb, "echo first; sleep 2; echo second >&2", ExecOptions{OnOutput: func(st Stream, p []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			if firstAt.IsZero() {
+				firstAt = time.Now()
+			}
+			got = append(got, st.String()+":"+string(p))
+		}})
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Join(got, "|") != "stdout:first\n|stderr:second\n" {
+			t.Errorf("chunks %q", got)
+		}
+		if d := firstAt.Sub(start); d > res.Duration-time.Second {
+			t.Errorf("first chunk arrived after %v of %v: not live", d, res.Duration)
+		}
+	})
+}
+
+func TestExecBoundedOutputUTF8(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.MaxOutput = 1024
+	sb := newTestSandbox(t, cli, cfg)
+	// 3-byte characters: 512 is not a multiple of 3, so both cuts fall inside one.
+	// Invalid bytes (\xff) appear at both ends.
+	res := mustExec(t, sb, `printf '\xff'; for i in $(seq 2000); do printf '€'; done; printf '\xfe'`, ExecOptions{})
+	if !utf8.ValidString(res.Stdout) {
+		t.Fatalf("stdout is not valid UTF-8")
+	}
+	if !res.StdoutTruncated || res.StdoutBytes != 6002 {
+		t.Fatalf("truncated %v bytes %d", res.StdoutTruncated, res.StdoutBytes)
+	}
+	head, tail, ok := strings.Cut(res.Stdout, "\n[... ")
+	if !ok {
+		t.Fatalf("no marker in %q", res.Stdout)
+	}
+	if !strings.HasPrefix(head, "\uFFFD€€") || strings.Trim(head[3:], "€") != "" {
+		t.Errorf("head %q", head)
+	}
+	marker, tail, _ := strings.Cut(tail, " ...]\n")
+	if !strings.HasSuffix(tail, "€€\uFFFD") || strings.Trim(strings.TrimSuffix(tail, "\uFFFD"), "€") != "" {
+		t.Errorf("tail %q", tail)
+	}
+	// head keeps 511 of 512 bytes (\xff + 170*3), tail 511 of 512 (170*3 + \xfe).
+	if marker != "4980 bytes omitted" {
+		t.Errorf("marker %q", marker)
+	}
+}
+
+func TestExecTimeoutKillsGroup(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+
+	t.Run("timeout", func(t *testing.T) {
+		start := time.Now()
+		res := mustExec(t, sb, "echo started; sleep 1000 & sleep 1001; echo never", ExecOptions{Timeout: 2 * time.Second})
+		if d := time.Since(start); d > 10*time.Second || d < 2*time.Second {
+			t.Errorf("returned after %v", d)
+		}
+		if !res.TimedOut || res.Cancelled || res.Stdout != "started\n" {
+			t.Errorf("result %+v", res)
+		}
+		assertNoProcess(t, sb, "sleep 100[01]")
+	})
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		res, err := sb.Exec(ctx, "sleep 1002", ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("returned after %v", d)
+		}
+		if !res.Cancelled || res.TimedOut {
+			t.Errorf("result %+v", res)
+		}
+		assertNoProcess(t, sb, "sleep 1002")
+	})
+	t.Run("detached survives", func(t *testing.T) {
+		// Debian's busybox-static has no nohup applet; give the test image one.
+		mustExec(t, sb, `command -v nohup >/dev/null || printf '#!/bin/bash\ntrap "" HUP\nexec "$@"\n' >/usr/local/bin/nohup; chmod +x /usr/local/bin/nohup`, ExecOptions{})
+		mustExec(t, sb, "setsid nohup sleep 1234 >/dev/null 2>&1 &", ExecOptions{})
+		res := mustExec(t, sb, "setsid nohup sleep 1235 >/dev/null 2>&1 & sleep 1003", ExecOptions{Timeout: time.Second})
+		if !res.TimedOut {
+			t.Errorf("result %+v", res)
+		}
+		ps := mustExec(t, sb, "ps -o args", ExecOptions{}).Stdout
+		for _, want := range []string{"sleep 1234", "sleep 1235"} {
+			if !strings.Contains(ps, want) {
+				t.Errorf("detached %q was killed; ps:\n%s", want, ps)
+			}
+		}
+		assertNoProcess(t, sb, "sleep 1003")
+	})
+}
+
+// assertNoProcess fails when a process matching the extended regexp runs in the sandbox.
+func assertNoProcess(t *testing.T, sb *Sandbox, pattern string) {
+	t.Helper()
+	res := mustExec(t, sb, "ps -o args | grep -E '^"+pattern+"$' || true", ExecOptions{})
+	if res.Stdout != "" {
+		t.Errorf("still running: %q", res.Stdout)
+	}
+}
+
+func TestExecConcurrent(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{}) // create the container first
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := mustExec(t, sb, "sleep 1; echo done", ExecOptions{})
+			if res.Stdout != "done\n" {
+				t.Errorf("got %q", res.Stdout)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("8 concurrent 1 s commands took %v", d)
+	}
+}

@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// testImage is the small busybox+bash image built by containers/build-test-image.sh.
+func testImage() string {
+	if img := os.Getenv("SANDBOX_TEST_IMAGE"); img != "" {
+		return img
+	}
+	return "code-sandbox-test:latest"
+}
+
+// dockerClient returns a client for the local engine and fails the test (never skips)
+// when the engine does not answer.
+func dockerClient(tb testing.TB) *client.Client {
+	tb.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		tb.Fatalf("creating Docker client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		tb.Fatalf("Docker engine does not answer (%v); run scripts/docker-up.sh and containers/build-test-image.sh", err)
+	}
+	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
+		tb.Fatalf("test image %s is missing (%v); run containers/build-test-image.sh", testImage(), err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// testConfig is a small sandbox with unique names and no network.
+func testConfig(tb testing.TB) Config {
+	sfx := strings.ToLower(strings.ReplaceAll(tb.Name(), "/", "-"))
+	if len(sfx) > 30 {
+		sfx = sfx[:30]
+	}
+	sfx += "-" + randomSuffix()
+	cfg := DefaultConfig()
+	cfg.Image = testImage()
+	cfg.Container = "mcp-sandbox-test-" + sfx
+	cfg.Volume = "mcp-sandbox-test-" + sfx
+	cfg.Memory = 512 << 20
+	cfg.CPUs = 1
+	cfg.PidsLimit = 512
+	cfg.NetworkMode = "none"
+	cfg.ExecTimeout = 2 * time.Minute
+	return cfg
+}
+
+// newTestSandbox makes a sandbox whose container and volume are removed after the test.
+func newTestSandbox(tb testing.TB, cli client.APIClient, cfg Config) *Sandbox {
+	tb.Helper()
+	var logger *zap.Logger
+	if t, ok := tb.(*testing.T); ok {
+		logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	}
+	sb, err := New(cli, cfg, logger)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() { removeSandbox(tb, cli, cfg) })
+	return sb
+}
+
+func removeSandbox(tb testing.TB, cli client.APIClient, cfg Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil && !strings.Contains(err.Error(), "No such container") {
+		tb.Errorf("removing test container: %v", err)
+	}
+	if err := cli.VolumeRemove(ctx, cfg.Volume, true); err != nil && !strings.Contains(err.Error(), "no such volume") {
+		tb.Errorf("removing test volume: %v", err)
+	}
+}
+
+// mustExec runs command and fails the test on an infrastructure error.
+func mustExec(tb testing.TB, sb *Sandbox, command string, opts ExecOptions) *ExecResult {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := sb.Exec(ctx, command, opts)
+	if err != nil {
+		tb.Fatalf("Exec(%q): %v", command, err)
+	}
+	return res
+}

@@ -1,0 +1,214 @@
+// Package sandbox keeps one long-lived Docker container ("the sandbox") and runs commands
+// in it: [Sandbox.Ensure] creates or repairs the container and its volume,
+// [Sandbox.Exec] runs `bash -c` with a timeout, cancellation, bounded output and a live
+// output callback, [Sandbox.Open] streams a file out, and [Sandbox.Cleanup] deletes idle
+// top-level entries of [WorkDir].
+//
+// The package talks only to the Docker Engine API; it knows nothing of HTTP or MCP.
+//
+//	cli, _ := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+//	sb, _ := sandbox.New(cli, sandbox.DefaultConfig(), logger)
+//	res, err := sb.Exec(ctx, "uname -a", sandbox.ExecOptions{})
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/client"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+)
+
+// WorkDir is where the persistent volume is mounted and where commands start.
+const WorkDir = "/sandbox"
+
+// Errors returned (wrapped) by the file functions and by Ensure; test them with errors.Is.
+var (
+	ErrNotFound      = errors.New("no such file or directory")
+	ErrIsDir         = errors.New("is a directory")
+	ErrNotRegular    = errors.New("not a regular file")
+	ErrRelativePath  = errors.New("path is not absolute")
+	ErrImageMissing  = errors.New("sandbox image not found")
+	errConfigInvalid = errors.New("invalid sandbox configuration")
+)
+
+// Limits under which Docker or the output buffer would not work sensibly.
+const (
+	minMemory    = 6 << 20 // Docker refuses containers with less than 6 MiB
+	minMaxOutput = 1024
+)
+
+// Config says which container to keep and how to run commands in it. Start from
+// [DefaultConfig] and override fields.
+type Config struct {
+	Image       string  // image the container is created from
+	Container   string  // container name
+	Volume      string  // named volume mounted at WorkDir
+	Memory      int64   // memory limit in bytes (swap is not added on top)
+	CPUs        float64 // CPU limit; clamped to the host's CPU count
+	PidsLimit   int64   // maximum number of processes in the container
+	NetworkMode string  // Docker network mode; "" means Docker's default bridge
+
+	ExecTimeout     time.Duration // default timeout of one command
+	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
+	FileTTL         time.Duration // idle time after which a top-level entry is deleted; 0 disables
+	CleanupInterval time.Duration // time between two cleanup passes
+}
+
+// DefaultConfig returns the settings used when the user sets nothing.
+func DefaultConfig() Config {
+	return Config{
+		Image:           "code-sandbox:latest",
+		Container:       "mcp-sandbox-persistent",
+		Volume:          "mcp-sandbox-data",
+		Memory:          3 << 30,
+		CPUs:            3,
+		PidsLimit:       4096,
+		ExecTimeout:     time.Hour,
+		MaxOutput:       200000,
+		FileTTL:         168 * time.Hour,
+		CleanupInterval: time.Hour,
+	}
+}
+
+// dockerName is the pattern Docker accepts for container and volume names.
+var dockerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// Validate reports every problem of the configuration at once. It does no I/O.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if c.Image == "" {
+		bad("image is empty")
+	} else if strings.ContainsAny(c.Image, " \t\r\n") {
+		bad("image %q contains whitespace", c.Image)
+	}
+	if !dockerName.MatchString(c.Container) {
+		bad("container name %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Container)
+	}
+	if !dockerName.MatchString(c.Volume) {
+		bad("volume name %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Volume)
+	}
+	if c.Memory < minMemory {
+		bad("memory %d bytes is below Docker's minimum of 6 MiB", c.Memory)
+	}
+	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0.01 {
+		bad("cpus %v must be at least 0.01", c.CPUs)
+	}
+	if c.PidsLimit <= 0 {
+		bad("pids limit %d must be positive", c.PidsLimit)
+	}
+	if c.ExecTimeout <= 0 {
+		bad("exec timeout %v must be positive", c.ExecTimeout)
+	}
+	if c.MaxOutput < minMaxOutput {
+		bad("max output %d must be at least %d bytes", c.MaxOutput, minMaxOutput)
+	}
+	if c.FileTTL < 0 {
+		bad("file TTL %v is negative (0 disables the cleanup)", c.FileTTL)
+	}
+	if c.CleanupInterval < 0 {
+		bad("cleanup interval %v is negative", c.CleanupInterval)
+	}
+	if c.FileTTL > 0 && c.CleanupInterval == 0 {
+		bad("cleanup interval must be positive when file TTL is set")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errConfigInvalid, errors.Join(errs...))
+}
+
+// nanoCPUs converts the CPU count into Docker's unit.
+func (c Config) nanoCPUs() int64 { return int64(math.Round(c.CPUs * 1e9)) }
+
+// memoryUnits maps Docker's size suffixes (binary multiples, case-insensitive) to bytes.
+var memoryUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+	"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+
+// ParseMemory parses a memory size the way Docker's --memory does: a number with an
+// optional suffix b, k, m, g or t (binary multiples), also written kb/KiB, mb/MiB and so
+// on; fractions such as "1.5g" are allowed. Zero, negative and unparsable sizes are errors.
+func ParseMemory(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	mult, ok := memoryUnits[unit]
+	if num == "" || !ok {
+		return 0, fmt.Errorf("parsing memory size %q: want a number with an optional unit such as 512m or 3g", s)
+	}
+	var n int64
+	if strings.Contains(num, ".") {
+		f, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing memory size %q: %w", s, err)
+		}
+		f *= float64(mult)
+		if f >= math.MaxInt64 {
+			return 0, fmt.Errorf("parsing memory size %q: too large", s)
+		}
+		n = int64(f)
+	} else {
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing memory size %q: %w", s, err)
+		}
+		if v > math.MaxInt64/mult {
+			return 0, fmt.Errorf("parsing memory size %q: too large", s)
+		}
+		n = v * mult
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("parsing memory size %q: must be positive", s)
+	}
+	return n, nil
+}
+
+// Sandbox is one persistent container. Its methods are safe for concurrent use.
+type Sandbox struct {
+	cli client.APIClient
+	cfg Config
+	log *zap.Logger
+
+	ensureGroup singleflight.Group
+
+	mu          sync.Mutex
+	readyAt     time.Time // last time Ensure saw the container running with our limits
+	warnedImage bool      // the image mismatch is logged once, not on every Ensure
+	warnedCPUs  bool
+}
+
+// New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
+// while configuration is only being checked. A nil logger discards logs.
+func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error) {
+	if cli == nil {
+		return nil, errors.New("creating sandbox: nil Docker client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &Sandbox{cli: cli, cfg: cfg, log: logger.With(zap.String("container", cfg.Container))}, nil
+}
+
+// Config returns the configuration the Sandbox was made with.
+func (s *Sandbox) Config() Config { return s.cfg }
