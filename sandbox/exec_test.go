@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +184,93 @@ func TestExecConcurrent(t *testing.T) {
 	wg.Wait()
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("8 concurrent 1 s commands took %v", d)
+	}
+}
+
+// peakHeap samples HeapInuse until stop is called and returns the peak above the start.
+func peakHeap() (stop func() uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak uint64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > base && ms.HeapInuse-base > peak {
+				peak = ms.HeapInuse - base
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); <-finished; return peak }
+}
+
+func TestExecHugeOutputBoundedMemory(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	const total = 500_000_000
+	var seen int64
+	stop := peakHeap()
+	res := mustExec(t, sb, fmt.Sprintf("echo start; yes | head -c %d; echo; echo end", total), ExecOptions{
+		OnOutput: func(_ Stream, p []byte) { seen += int64(len(p)) },
+	})
+	peak := stop()
+	t.Logf("500 MB in %v, heap peak +%d KiB", res.Duration, peak>>10)
+	if want := int64(total + len("start\n\nend\n")); res.StdoutBytes != want || seen != want {
+		t.Errorf("StdoutBytes %d, OnOutput saw %d, want %d", res.StdoutBytes, seen, want)
+	}
+	if !res.StdoutTruncated || !strings.HasPrefix(res.Stdout, "start\ny\ny\n") || !strings.HasSuffix(res.Stdout, "y\ny\n\nend\n") {
+		t.Errorf("head/tail wrong: %.40q ... %.40q", res.Stdout, res.Stdout[len(res.Stdout)-40:])
+	}
+	if !strings.Contains(res.Stdout, fmt.Sprintf("\n[... %d bytes omitted ...]\n", res.StdoutBytes-200000)) {
+		t.Errorf("marker missing or wrong")
+	}
+	if len(res.Stdout) > 200100 {
+		t.Errorf("kept %d bytes", len(res.Stdout))
+	}
+	if peak > 64<<20 {
+		t.Errorf("heap grew by %d MiB while streaming 500 MB", peak>>20)
+	}
+}
+
+func TestExecForkBombHitsPidsLimit(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.PidsLimit = 200
+	sb := newTestSandbox(t, cli, cfg)
+	mustExec(t, sb, "true", ExecOptions{})
+	start := time.Now()
+	res := mustExec(t, sb, ":(){ :|:& };:", ExecOptions{Timeout: time.Second})
+	t.Logf("fork bomb returned after %v: timed out %v, exit %d, stderr %d bytes", time.Since(start), res.TimedOut, res.ExitCode, res.StderrBytes)
+	if !strings.Contains(res.Stderr, "fork") {
+		t.Errorf("fork bomb did not hit the limit? stderr %.200q", res.Stderr)
+	}
+	// The bomb's first process exits at once; its group must still have been killed.
+	var out *ExecResult
+	for i := 0; i < 20; i++ {
+		out = mustExec(t, sb, "echo ok; ps -o pid | wc -l", ExecOptions{Timeout: 30 * time.Second})
+		if strings.HasPrefix(out.Stdout, "ok\n") {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	lines := strings.Fields(out.Stdout)
+	if len(lines) != 2 || lines[0] != "ok" {
+		t.Fatalf("sandbox unusable after fork bomb: %+v", out)
+	}
+	if n, _ := strconv.Atoi(lines[1]); n > 10 {
+		t.Errorf("%d processes left after the fork bomb", n)
 	}
 }

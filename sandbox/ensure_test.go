@@ -1,0 +1,217 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func inspect(t *testing.T, sb *Sandbox) container.InspectResponse {
+	t.Helper()
+	info, err := sb.cli.ContainerInspect(context.Background(), sb.cfg.Container)
+	if err != nil {
+		t.Fatalf("inspecting container: %v", err)
+	}
+	return info
+}
+
+func TestEnsureCreatesIsolatedContainer(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	sb := newTestSandbox(t, cli, cfg)
+	if err := sb.Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	info := inspect(t, sb)
+	hc := info.HostConfig
+	if !info.State.Running {
+		t.Errorf("not running: %+v", info.State)
+	}
+	if hc.Privileged || len(hc.Binds) != 0 || hc.NetworkMode != "none" {
+		t.Errorf("privileged %v binds %v network %q", hc.Privileged, hc.Binds, hc.NetworkMode)
+	}
+	if len(info.Mounts) != 1 || info.Mounts[0].Name != cfg.Volume || info.Mounts[0].Destination != WorkDir {
+		t.Errorf("mounts %+v", info.Mounts)
+	}
+	if hc.Memory != cfg.Memory || hc.MemorySwap != cfg.Memory || hc.NanoCPUs != 1e9 || hc.PidsLimit == nil || *hc.PidsLimit != cfg.PidsLimit {
+		t.Errorf("limits memory %d swap %d cpus %d pids %v", hc.Memory, hc.MemorySwap, hc.NanoCPUs, hc.PidsLimit)
+	}
+	if hc.RestartPolicy.Name != container.RestartPolicyUnlessStopped {
+		t.Errorf("restart policy %q", hc.RestartPolicy.Name)
+	}
+	if info.Config.Labels[labelManaged] != "true" || info.Config.WorkingDir != WorkDir {
+		t.Errorf("labels %v workdir %q", info.Config.Labels, info.Config.WorkingDir)
+	}
+	// No Docker socket reachable from inside.
+	res := mustExec(t, sb, "ls /var/run/docker.sock /run/docker.sock 2>&1; true", ExecOptions{})
+	if strings.Contains(res.Stdout, "docker.sock\n") && !strings.Contains(res.Stdout, "No such file") {
+		t.Errorf("docker socket visible: %q", res.Stdout)
+	}
+}
+
+func TestEnsureConcurrentCallersShareOneCreate(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- sb.Ensure(context.Background()) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	// A recent success is trusted: Ensure must now be answered without Docker.
+	start := time.Now()
+	for i := 0; i < 1000; i++ {
+		if err := sb.Ensure(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("1000 cached Ensure calls took %v", d)
+	}
+}
+
+func TestEnsureRepairsContainer(t *testing.T) {
+	cli := dockerClient(t)
+	ctx := context.Background()
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "echo precious > /sandbox/data.txt", ExecOptions{})
+	firstID := inspect(t, sb).ID
+	check := func(t *testing.T) {
+		t.Helper()
+		res := mustExec(t, sb, "cat /sandbox/data.txt", ExecOptions{})
+		if res.Stdout != "precious\n" || res.ExitCode != 0 {
+			t.Fatalf("data lost: %+v", res)
+		}
+	}
+
+	t.Run("killed", func(t *testing.T) {
+		if err := cli.ContainerKill(ctx, sb.cfg.Container, "KILL"); err != nil {
+			t.Fatal(err)
+		}
+		check(t)
+		if id := inspect(t, sb).ID; id != firstID {
+			t.Errorf("container recreated after kill: %s != %s", id, firstID)
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		timeout := 1
+		if err := cli.ContainerStop(ctx, sb.cfg.Container, container.StopOptions{Timeout: &timeout}); err != nil {
+			t.Fatal(err)
+		}
+		sb.invalidate()
+		if err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info := inspect(t, sb)
+		if info.ID != firstID || !info.State.Running {
+			t.Errorf("stopped container not restarted in place: id %s running %v", info.ID, info.State.Running)
+		}
+		check(t)
+	})
+	t.Run("removed", func(t *testing.T) {
+		if err := cli.ContainerRemove(ctx, sb.cfg.Container, container.RemoveOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		// The cached state still says "running": Exec must notice and recreate.
+		check(t)
+		if id := inspect(t, sb).ID; id == firstID {
+			t.Errorf("container was not recreated")
+		}
+	})
+}
+
+func TestEnsureAppliesLimitsLive(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	sb := newTestSandbox(t, cli, cfg)
+	if err := sb.Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := inspect(t, sb).ID
+	for _, mem := range []int64{1 << 30, 256 << 20} { // raise, then lower below the start
+		cfg.Memory = mem
+		cfg.CPUs = 0.5
+		cfg.PidsLimit = 300
+		sb2, err := New(cli, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb2.Ensure(context.Background()); err != nil {
+			t.Fatalf("memory %d: %v", mem, err)
+		}
+		info := inspect(t, sb2)
+		hc := info.HostConfig
+		if info.ID != id || hc.Memory != mem || hc.MemorySwap != mem || hc.NanoCPUs != 5e8 || *hc.PidsLimit != 300 {
+			t.Errorf("after update: id %s memory %d swap %d cpus %d pids %d", info.ID, hc.Memory, hc.MemorySwap, hc.NanoCPUs, *hc.PidsLimit)
+		}
+		res := mustExec(t, sb2, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max", ExecOptions{})
+		if strings.TrimSpace(res.Stdout) != strconv.FormatInt(mem, 10) {
+			t.Errorf("cgroup memory limit %q, want %d", res.Stdout, mem)
+		}
+	}
+}
+
+func TestEnsureImageChecks(t *testing.T) {
+	cli := dockerClient(t)
+	ctx := context.Background()
+
+	t.Run("missing image", func(t *testing.T) {
+		cfg := testConfig(t)
+		cfg.Image = "mcp-sandbox-no-such-image:" + randomSuffix()
+		sb := newTestSandbox(t, cli, cfg)
+		err := sb.Ensure(ctx)
+		if !errors.Is(err, ErrImageMissing) || !strings.Contains(err.Error(), "build") {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := sb.Exec(ctx, "true", ExecOptions{}); !errors.Is(err, ErrImageMissing) {
+			t.Fatalf("Exec: got %v", err)
+		}
+	})
+	t.Run("changed image warns", func(t *testing.T) {
+		cfg := testConfig(t)
+		sb := newTestSandbox(t, cli, cfg)
+		if err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id := inspect(t, sb).ID
+		core, logs := observer.New(zapcore.WarnLevel)
+		cfg.Image = "code-sandbox-other:latest"
+		sb2, err := New(cli, cfg, zap.New(core))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb2.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if inspect(t, sb2).ID != id {
+			t.Errorf("container was recreated for a changed image")
+		}
+		var buf bytes.Buffer
+		for _, e := range logs.All() {
+			buf.WriteString(e.Message)
+			for _, f := range e.Context {
+				buf.WriteString(" " + f.Key + "=" + f.String)
+			}
+		}
+		if !strings.Contains(buf.String(), "docker rm -f "+cfg.Container) {
+			t.Errorf("no recreate hint in warnings: %q", buf.String())
+		}
+	})
+}
