@@ -102,8 +102,9 @@ type Options struct {
 	Logger *zap.Logger
 	// HTTPClient fetches client ID metadata documents. Nil means a hardened client: 5 s
 	// timeout, no redirects, no proxy, and a dialer that refuses private addresses. A
-	// client given here is used as is and must do its own address filtering (IP literals
-	// and "localhost" are refused before any fetch either way).
+	// client given here still gets no redirects and at most 5 s, but its transport must
+	// do its own address filtering (IP literals and "localhost" are refused before any
+	// fetch either way).
 	HTTPClient *http.Client
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
@@ -186,9 +187,16 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	httpClient := opts.HTTPClient
-	if httpClient == nil {
-		httpClient = newMetadataClient(opts.AllowPrivateClientMetadataURLs)
+	httpClient := newMetadataClient(opts.AllowPrivateClientMetadataURLs)
+	if opts.HTTPClient != nil {
+		// A copy, so that the document must live at the client_id itself whatever the
+		// given client does with redirects, and the fetch stays bounded in time.
+		c := *opts.HTTPClient
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		if c.Timeout == 0 || c.Timeout > metadataFetchTimeout {
+			c.Timeout = metadataFetchTimeout
+		}
+		httpClient = &c
 	}
 
 	s := &Server{
