@@ -37,7 +37,7 @@ p{margin:0 0 16px;color:var(--muted)}
 .fact{display:flex;justify-content:space-between;gap:16px;padding:10px 14px;font-size:14px}
 .fact+.fact{border-top:1px solid var(--line)}
 .fact span:first-child{color:var(--muted);flex:none}
-.fact span:last-child{font-weight:500;text-align:right;word-break:break-all}
+.fact span:last-child{font-weight:500;text-align:right;overflow-wrap:anywhere}
 .error{background:var(--err-bg);color:var(--err);border-radius:8px;padding:10px 12px;margin:0 0 16px;font-size:14px;font-weight:500}
 label{display:block;font-weight:600;font-size:14px;margin:0 0 6px}
 input[type=password]{width:100%;padding:11px 12px;font-size:15px;border:1px solid var(--line);border-radius:8px;background:var(--field);color:var(--text);outline:none}
@@ -181,7 +181,7 @@ func redirectHost(redirectURI string) string {
 	switch {
 	case u.Scheme == "http" || u.Scheme == "https":
 		if addr, err := netip.ParseAddr(u.Hostname()); (err == nil && addr.IsLoopback()) || u.Hostname() == "localhost" {
-			return "an app on this computer (" + u.Host + ")"
+			return u.Host + " (this computer)"
 		}
 		return u.Host
 	case u.Host != "":
