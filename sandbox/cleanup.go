@@ -1,0 +1,115 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// maxCleanupReport bounds the list of deleted paths read back from one pass.
+const maxCleanupReport = 16 << 20
+
+// cleanupScript deletes every top-level entry of WorkDir in which nothing (the entry
+// itself included) was modified during the last $1 seconds, and prints the deleted paths
+// NUL-separated. An entry is kept whole when find cannot read all of it. It uses only
+// what both busybox and Debian's coreutils/findutils offer.
+const cleanupScript = `ttl=$1
+ref=/tmp/.mcp-sandbox-cleanup.$$
+touch -d "@$(( $(date +%s) - ttl ))" "$ref" || exit 1
+trap 'rm -f "$ref"' EXIT
+shopt -s dotglob nullglob
+for e in ` + WorkDir + `/*; do
+	recent=$(find "$e" -newer "$ref" -print -quit 2>/dev/null) || continue
+	[ -z "$recent" ] || continue
+	rm -rf -- "$e" && printf '%s\0' "$e"
+done
+exit 0`
+
+// Cleanup deletes, in one pass, the top-level entries of WorkDir that have been idle for
+// longer than Config.FileTTL: an entry goes only when neither it nor anything inside it
+// was modified within the TTL. It returns the deleted paths. With FileTTL 0 it does
+// nothing.
+func (s *Sandbox) Cleanup(ctx context.Context) ([]string, error) {
+	ttl := int64(s.cfg.FileTTL / time.Second)
+	if ttl <= 0 {
+		return nil, nil
+	}
+	var out bytes.Buffer
+	res, err := s.run(ctx, "bash -c "+shellQuote(cleanupScript)+" cleanup "+strconv.FormatInt(ttl, 10),
+		s.cfg.ExecTimeout, minMaxOutput, func(st Stream, p []byte) {
+			if st == Stdout && out.Len()+len(p) <= maxCleanupReport {
+				out.Write(p)
+			}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("cleaning up idle files: %w", err)
+	}
+	paths := splitNUL(out.Bytes())
+	switch {
+	case res.Cancelled:
+		return paths, fmt.Errorf("cleaning up idle files: %w", context.Cause(ctx))
+	case res.TimedOut:
+		return paths, fmt.Errorf("cleaning up idle files: timed out after %v", s.cfg.ExecTimeout)
+	case res.ExitCode != 0:
+		return paths, fmt.Errorf("cleaning up idle files: script exited with %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
+	}
+	return paths, nil
+}
+
+// RunCleanup runs [Sandbox.Cleanup] every Config.CleanupInterval until ctx is done,
+// calling onDeleted (if not nil) with the paths of each pass that deleted something. It
+// returns at once when FileTTL is 0. Errors and panics of a pass are logged, never fatal.
+func (s *Sandbox) RunCleanup(ctx context.Context, onDeleted func(paths []string)) {
+	if s.cfg.FileTTL <= 0 || s.cfg.CleanupInterval <= 0 {
+		return
+	}
+	tick := time.NewTicker(s.cfg.CleanupInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.cleanupPass(ctx, onDeleted)
+	}
+}
+
+func (s *Sandbox) cleanupPass(ctx context.Context, onDeleted func([]string)) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in sandbox cleanup", zap.Any("panic", r), zap.Stack("stack"))
+		}
+	}()
+	paths, err := s.Cleanup(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("sandbox cleanup failed", zap.Error(err))
+	}
+	if len(paths) == 0 {
+		return
+	}
+	s.log.Info("deleted idle sandbox files", zap.Strings("paths", paths), zap.Duration("ttl", s.cfg.FileTTL))
+	if onDeleted != nil {
+		onDeleted(paths)
+	}
+}
+
+func splitNUL(b []byte) []string {
+	var out []string
+	for _, p := range bytes.Split(b, []byte{0}) {
+		if len(p) > 0 {
+			out = append(out, string(p))
+		}
+	}
+	return out
+}
+
+// shellQuote quotes s for bash as one word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
