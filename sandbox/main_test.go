@@ -105,3 +105,13 @@ func mustExec(tb testing.TB, sb *Sandbox, command string, opts ExecOptions) *Exe
 	}
 	return res
 }
+
+// dummyClient is a Docker client for a socket that does not exist, for tests that must
+// not talk to Docker.
+func dummyClient(tb testing.TB) *client.Client {
+	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cli
+}
