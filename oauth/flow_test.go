@@ -206,6 +206,12 @@ func TestFlow(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("revoke unknown token: %d, want 200", resp.StatusCode)
 	}
+
+	var secrets []string
+	for _, tok := range []*oauth2.Token{t1, t2, t3, t4, t5} {
+		secrets = append(secrets, tok.AccessToken, tok.RefreshToken)
+	}
+	e.noSecretsLogged(secrets...)
 }
 
 // TestAPIKeyBearer: the key itself is a bearer token only when allowed.

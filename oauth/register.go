@@ -365,16 +365,16 @@ func (s *Server) reserveClientSlot(ctx context.Context) error {
 		}
 		s.clientCount = len(ids)
 	}
-	if s.clientCount >= MaxClients {
+	if s.clientCount >= s.maxClients {
 		n, err := s.pruneClients(ctx, s.opts.Now(), abandonedClientAge, nil)
 		if err != nil {
 			return err
 		}
 		s.clientCount = n
 	}
-	if s.clientCount >= MaxClients {
+	if s.clientCount >= s.maxClients {
 		return &registrationError{http.StatusServiceUnavailable, "temporarily_unavailable",
-			fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", MaxClients)}
+			fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", s.maxClients)}
 	}
 	s.clientCount++
 	return nil

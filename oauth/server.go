@@ -136,6 +136,7 @@ type Server struct {
 
 	clientCountMu sync.Mutex
 	clientCount   int // registered clients, -1 until counted once
+	maxClients    int // MaxClients; tests lower it
 }
 
 // New validates opts and returns a Server. It does no network or storage I/O, so it is
@@ -212,6 +213,7 @@ func New(opts Options) (*Server, error) {
 		registerLimiter: newLimiter(registerWindow, registerMaxPerWindow, maxLimiterEntries, opts.Now),
 		sleep:           sleepContext,
 		clientCount:     -1,
+		maxClients:      MaxClients,
 	}
 	s.store = &store{
 		storage: opts.Storage,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -58,11 +59,29 @@ type testEnv struct {
 	origin  string
 	client  *http.Client // does not follow redirects
 	sleeps  atomic.Int64 // delays requested after wrong keys, in milliseconds
+	logs    *lockedBuffer // every log line, at debug level
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func newTestEnv(t *testing.T, configure func(*Options)) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, storage: &certmagic.FileStorage{Path: t.TempDir()}, clock: newTestClock()}
+	e := &testEnv{t: t, storage: &certmagic.FileStorage{Path: t.TempDir()}, clock: newTestClock(), logs: &lockedBuffer{}}
 	e.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		srv := e.srv.Load()
 		if srv.Handles(r) {
@@ -86,7 +105,10 @@ func newTestEnv(t *testing.T, configure func(*Options)) *testEnv {
 		APIKey:  testKey,
 		Storage: e.storage,
 		Now:     e.clock.Now,
-		Logger:  zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+		Logger: zap.New(zapcore.NewTee(
+			zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(),
+			zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(e.logs), zap.DebugLevel),
+		)),
 	}
 	if configure != nil {
 		configure(&e.opts)
@@ -243,3 +265,17 @@ func (e *testEnv) keys() []string {
 }
 
 func (e *testEnv) ctx() context.Context { return e.t.Context() }
+
+// noSecretsLogged fails if any of the secrets appears in the logs.
+func (e *testEnv) noSecretsLogged(secrets ...string) {
+	e.t.Helper()
+	logs := e.logs.String()
+	if logs == "" {
+		e.t.Fatal("nothing was logged")
+	}
+	for _, s := range append(secrets, testKey) {
+		if s != "" && strings.Contains(logs, s) {
+			e.t.Errorf("a secret was logged: %.8s...", s)
+		}
+	}
+}
