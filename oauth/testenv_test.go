@@ -57,8 +57,8 @@ type testEnv struct {
 	opts    Options
 	srv     atomic.Pointer[Server]
 	origin  string
-	client  *http.Client // does not follow redirects
-	sleeps  atomic.Int64 // delays requested after wrong keys, in milliseconds
+	client  *http.Client  // does not follow redirects
+	sleeps  atomic.Int64  // delays requested after wrong keys, in milliseconds
 	logs    *lockedBuffer // every log line, at debug level
 }
 
