@@ -532,3 +532,27 @@ func TestWrongKeyRateLimit(t *testing.T) {
 		t.Fatalf("right key after the window: %d, want 303", resp.StatusCode)
 	}
 }
+
+func TestPageHelpers(t *testing.T) {
+	for uri, want := range map[string]string{
+		"https://claude.ai/api/mcp/auth_callback": "https://claude.ai",
+		"http://127.0.0.1:4567/cb":                "http://127.0.0.1:4567",
+		"http://[::1]:4567/cb":                    "http:",
+		"cursor://anysphere.cursor-retrieval/cb":  "cursor:",
+		"com.example.app:/cb":                     "com.example.app:",
+	} {
+		if got := cspSource(uri); got != want {
+			t.Errorf("cspSource(%s) = %q, want %q", uri, got, want)
+		}
+	}
+	for uri, want := range map[string]string{
+		"https://claude.ai/api/mcp/auth_callback": "claude.ai",
+		"http://127.0.0.1:4567/cb":                "127.0.0.1:4567 (this computer)",
+		"cursor://anysphere.cursor-retrieval/cb":  "cursor://anysphere.cursor-retrieval",
+		"com.example.app:/cb":                     "com.example.app: (an app on this computer)",
+	} {
+		if got := redirectHost(uri); got != want {
+			t.Errorf("redirectHost(%s) = %q, want %q", uri, got, want)
+		}
+	}
+}

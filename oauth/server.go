@@ -1,26 +1,3 @@
-// Package oauth is the OAuth 2.1 authorization server and resource-server check of the MCP
-// sandbox. It publishes RFC 9728 protected resource metadata and RFC 8414 authorization
-// server metadata, registers clients (RFC 7591 dynamic registration and client ID metadata
-// documents), shows a sign-in page that asks for the API key, issues PKCE-bound codes and
-// rotating refresh tokens, revokes them (RFC 7009) and checks bearer tokens on the
-// protected resource. All state lives in a [certmagic.Storage], so several servers sharing
-// one storage agree, and a restart keeps every sign-in.
-//
-// The package knows nothing of Docker, MCP or Caddy modules. A host wires it like this:
-//
-//	srv, err := oauth.New(oauth.Options{APIKey: key, Storage: storage})
-//	if err != nil { ... }
-//	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-//		if srv.Handles(r) {
-//			srv.ServeHTTP(w, r)
-//			return
-//		}
-//		id, ok := srv.Authenticate(w, r) // writes the 401 itself
-//		if !ok {
-//			return
-//		}
-//		serveMCP(w, r, id)
-//	})
 package oauth
 
 import (
