@@ -166,13 +166,27 @@ func TestMetadataDocumentClient(t *testing.T) {
 		if !strings.Contains(string(body), why) {
 			t.Errorf("%s: page does not say %q:\n%s", path, why, body)
 		}
-		// The token endpoint refuses it as a client too.
+		// No code can exist for it, so the token endpoint has nothing to give.
 		e.wantTokenError(url.Values{"grant_type": {"authorization_code"}, "client_id": {host.ts.URL + path},
-			"code": {"x"}, "code_verifier": {strings.Repeat("v", 43)}}, http.StatusUnauthorized, "invalid_client")
+			"code": {"x"}, "code_verifier": {strings.Repeat("v", 43)}}, http.StatusBadRequest, "invalid_grant")
 	}
 	if after := e.keys(); !slices.Equal(before, after) {
 		t.Fatalf("storage changed: %v -> %v", before, after)
 	}
+
+	// The token endpoint does not fetch documents: a refresh works while the client's
+	// site is down, and a code of one metadata client is useless to another.
+	fetches := host.fetches.Load()
+	status, _, oe = e.tokenCall(url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {good}})
+	if status != http.StatusOK || host.fetches.Load() != fetches {
+		t.Fatalf("refresh of a metadata document client: %d %v, %d fetches", status, oe, host.fetches.Load()-fetches)
+	}
+	c = e.newCode(good, httpsRedirect)
+	f := c.form()
+	f.Set("client_id", host.ts.URL+"/liar.json")
+	e.wantTokenError(f, http.StatusBadRequest, "invalid_grant")
+	f.Set("client_id", "http://example.com/good.json") // not https
+	e.wantTokenError(f, http.StatusUnauthorized, "invalid_client")
 }
 
 func TestMetadataCacheTTL(t *testing.T) {

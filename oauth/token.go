@@ -14,6 +14,9 @@ import (
 	"go.uber.org/zap"
 )
 
+// maxGrantAccessTokens bounds the access tokens a grant lists for deletion with it.
+const maxGrantAccessTokens = 50
+
 // verifierPattern is an RFC 7636 code verifier: 43 to 128 unreserved characters.
 var verifierPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
 
@@ -125,7 +128,17 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, required b
 		fail.desc = "client_id is required"
 		return nil, fail
 	}
-	client, err := s.lookupClient(r.Context(), clientID)
+	var client *clientRecord
+	var err error
+	if isMetadataDocumentURL(clientID) {
+		// A metadata document client is public, and its code or grant is already bound
+		// to its client_id and redirect URI, so the document is not needed here. Not
+		// fetching it keeps refreshes working while the client's site is unreachable.
+		err = s.checkMetadataURL(clientID)
+		client = &clientRecord{ID: clientID, AuthMethod: "none", metadataDocument: true}
+	} else {
+		client, err = s.lookupClient(r.Context(), clientID)
+	}
 	switch {
 	case errors.Is(err, errNotFound):
 		fail.desc = "unknown client"
@@ -308,6 +321,11 @@ func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.T
 		if now.Before(t.ExpiresAt) {
 			live = append(live, t)
 		}
+	}
+	// The list only speeds up cleanup (a token is dead once its grant is gone), so a
+	// client refreshing in a loop may push the oldest out rather than grow the grant.
+	if len(live) >= maxGrantAccessTokens {
+		live = live[len(live)-maxGrantAccessTokens+1:]
 	}
 	grant.AccessHashes = append(live, tokenRef{Hash: accessHash, ExpiresAt: accessExp})
 	grant.RefreshHash = refreshHash
