@@ -24,7 +24,9 @@
 // (5 s, 16 KiB, no redirects, public addresses only, checked at dial time), it must name
 // itself, list its redirect URIs and be a public client; it is cached in memory for its
 // Cache-Control max-age within 1 minute to 24 hours (10 minutes by default) and never
-// stored. Other clients register at /register: at most 16 KiB of metadata, 10 redirect
+// stored. The token endpoint does not fetch it again: such clients are public and their
+// codes and grants already bind the client_id, so refreshing keeps working while the
+// client's site is unreachable. Other clients register at /register: at most 16 KiB of metadata, 10 redirect
 // URIs of 1 KiB, a 200-character name, 30 registrations per address per 10 minutes and
 // [MaxClients] in all. Redirect URIs are https, http on loopback (any port at
 // authorization time, RFC 8252), or a native app's private-use scheme; never fragments,
