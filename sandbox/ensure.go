@@ -293,17 +293,17 @@ func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse
 	var problem string
 	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
 	switch {
-	case info.Config.Image != s.cfg.Image:
-		problem = "sandbox container was created from another image; the configured image is not applied to an existing container"
 	case cerrdefs.IsNotFound(err):
-		problem = "configured sandbox image is no longer on this Docker host; the existing container keeps running"
+		problem = "configured sandbox image is not on this Docker host; the existing container keeps running on its own image"
 	case err != nil:
 		s.log.Debug("could not inspect sandbox image", zap.Error(err))
 		return
-	case img.ID != info.Image:
+	case img.ID == info.Image: // same image, whatever name it was created under
+		return
+	case info.Config.Image == s.cfg.Image:
 		problem = "sandbox image was rebuilt since the container was created; the new image is not applied to an existing container"
 	default:
-		return
+		problem = "sandbox container was created from another image; the configured image is not applied to an existing container"
 	}
 	s.mu.Lock()
 	s.warnedImage = true

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -191,8 +192,14 @@ func TestEnsureImageChecks(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := inspect(t, sb).ID
+		// A really different image: the container's filesystem committed under a new tag.
+		other := "mcp-sandbox-test-other:" + randomSuffix()
+		if _, err := cli.ContainerCommit(ctx, cfg.Container, container.CommitOptions{Reference: other}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.ImageRemove(context.Background(), other, image.RemoveOptions{Force: true}) })
 		core, logs := observer.New(zapcore.WarnLevel)
-		cfg.Image = "code-sandbox-other:latest"
+		cfg.Image = other
 		sb2, err := New(cli, cfg, zap.New(core))
 		if err != nil {
 			t.Fatal(err)
@@ -210,7 +217,7 @@ func TestEnsureImageChecks(t *testing.T) {
 				buf.WriteString(" " + f.Key + "=" + f.String)
 			}
 		}
-		if !strings.Contains(buf.String(), "docker rm -f "+cfg.Container) {
+		if !strings.Contains(buf.String(), "another image") || !strings.Contains(buf.String(), "docker rm -f "+cfg.Container) {
 			t.Errorf("no recreate hint in warnings: %q", buf.String())
 		}
 	})

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -272,5 +273,21 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(lines[1]); n > 10 {
 		t.Errorf("%d processes left after the fork bomb", n)
+	}
+}
+
+func TestExecDockerUnreachable(t *testing.T) {
+	sb, err := New(dummyClient(t), testConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := sb.Exec(ctx, "true", ExecOptions{})
+	if err == nil || res != nil {
+		t.Fatalf("got %+v, %v; want an infrastructure error", res, err)
+	}
+	if _, err := sb.Stat(ctx, "/sandbox/x"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("Stat: got %v, want an infrastructure error", err)
 	}
 }
