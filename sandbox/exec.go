@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -51,8 +52,9 @@ type ExecResult struct {
 	// Config.MaxOutput, its middle is replaced by a line saying how many bytes were
 	// omitted.
 	Stdout, Stderr string
-	// ExitCode is the command's exit status; -1 when it was killed after a timeout or
-	// cancellation and its status is unknown.
+	// ExitCode is the command's exit status. After a timeout or cancellation it is
+	// what Docker reports once the group is killed (137 for SIGKILL), or -1 when
+	// that is unknown.
 	ExitCode int
 	// TimedOut and Cancelled say why the command was killed, if it was.
 	TimedOut, Cancelled bool
@@ -108,8 +110,12 @@ exit 0`
 // passed live to opts.OnOutput. On timeout or when ctx is done, the command's whole
 // process group is killed inside the container and the output so far is returned with
 // TimedOut or Cancelled set; neither is an error. Errors mean the sandbox itself failed
-// (Docker unreachable, image missing, ...). If the container turns out to be gone or
-// stopped, Exec repairs it with Ensure and tries once more.
+// (Docker unreachable, image missing, ...); when the output stream breaks, the partial
+// result comes back with the error. If the container turns out to be gone or stopped,
+// Exec repairs it with Ensure and tries once more.
+//
+// The command's processes see MCP_SANDBOX_EXEC=<exec id>:<process group id> in their
+// environment; that is how the group is found when it has to be killed.
 func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*ExecResult, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -119,6 +125,9 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 }
 
 func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
+	if strings.ContainsRune(command, 0) {
+		return nil, errors.New("running command: it contains a NUL byte, which no program can receive as an argument")
+	}
 	res := &ExecResult{ExitCode: -1}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
