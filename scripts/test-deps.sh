@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests drive besides Docker: Debian's chromium for the
-# sign-in page tests. Idempotent and quick when everything is there.
+# sign-in page tests, Node.js and the official TypeScript MCP SDK for client tests.
+# Idempotent and quick when everything is there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "test-deps: installing ${need[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+ts=testdata/ts-client
+if [ ! -d "$ts/node_modules/@modelcontextprotocol/sdk" ] || [ "$ts/package-lock.json" -nt "$ts/node_modules/.package-lock.json" ]; then
+	echo "test-deps: installing the TypeScript MCP SDK" >&2
+	(cd "$ts" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -1,0 +1,110 @@
+package mcpsandbox
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+)
+
+// rawExec is the baseline: one `bash -c true` through the Docker API, nothing else.
+func rawExec(ctx context.Context, b *testing.B, cli *client.Client, name string) {
+	id, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{
+		Cmd: []string{"bash", "-c", "true"}, AttachStdout: true, AttachStderr: true, WorkingDir: "/sandbox",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := cli.ContainerExecAttach(ctx, id.ID, container.ExecAttachOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Reader)
+	resp.Close()
+	if _, err := cli.ContainerExecInspect(ctx, id.ID); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkExecuteRoundTrip measures one execute("true") through Caddy, the bearer
+// check, MCP and the sandbox, next to the raw Docker API exec in the same run,
+// alternating the two so that both see the same machine load. It reports both means
+// and their ratio (the target is at most 1.15).
+func BenchmarkExecuteRoundTrip(b *testing.B) {
+	s := startSite(b, siteOptions{})
+	ctx := context.Background()
+	c := s.client(ctx)
+	call(ctx, b, c, "execute", map[string]any{"command": "true"}) // creates the container
+	rawExec(ctx, b, s.docker, s.container)
+
+	var raw, full time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		rawExec(ctx, b, s.docker, s.container)
+		t1 := time.Now()
+		res := call(ctx, b, c, "execute", map[string]any{"command": "true"})
+		t2 := time.Now()
+		if res.IsError {
+			b.Fatal(resultText(res))
+		}
+		raw += t1.Sub(t0)
+		full += t2.Sub(t1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/exec")
+	b.ReportMetric(float64(full.Nanoseconds())/float64(b.N), "caddy-ns/exec")
+	b.ReportMetric(float64(full)/float64(raw), "ratio")
+}
+
+// BenchmarkDownload measures a 64 MB download through a share_file link next to
+// reading the same file with Docker's copy API, alternating the two. It reports both
+// throughputs and their ratio (the target is at least 0.8).
+func BenchmarkDownload(b *testing.B) {
+	const size = 64 << 20
+	s := startSite(b, siteOptions{})
+	ctx := context.Background()
+	c := s.client(ctx)
+	call(ctx, b, c, "execute", map[string]any{"command": "head -c 67108864 /dev/urandom > /sandbox/bench.bin"})
+	link := structured(b, call(ctx, b, c, "share_file", map[string]any{"path": "/sandbox/bench.bin"}))["url"].(string)
+
+	var raw, full time.Duration
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		rc, _, err := s.docker.CopyFromContainer(ctx, s.container, "/sandbox/bench.bin")
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		if _, err := tr.Next(); err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, tr)
+		rc.Close()
+		t1 := time.Now()
+		resp, err := http.Get(link)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		t2 := time.Now()
+		if n != size || m != size {
+			b.Fatalf("read %d and %d bytes, want %d", n, m, size)
+		}
+		raw += t1.Sub(t0)
+		full += t2.Sub(t1)
+	}
+	b.StopTimer()
+	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(raw), "raw-MB/s")
+	b.ReportMetric(mbps(full), "link-MB/s")
+	b.ReportMetric(mbps(full)/mbps(raw), "ratio")
+}

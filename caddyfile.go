@@ -1,0 +1,212 @@
+package mcpsandbox
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("mcp_sandbox", parseCaddyfile)
+	// Early in the chain: the handler claims only its own paths and passes every other
+	// request on, so it combines with file_server, reverse_proxy and the rest.
+	httpcaddyfile.RegisterDirectiveOrder("mcp_sandbox", httpcaddyfile.Before, "handle")
+	httpcaddyfile.RegisterGlobalOption("mcp_sandbox", parseGlobalOption)
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return m, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	mcp_sandbox {
+//		api_key          <key>              # required, e.g. {env.SANDBOX_API_KEY}
+//		public_url       <https://host>     # default: scheme and host of the request
+//		image            <image>            # default: code-sandbox:latest
+//		container        <name>             # default: mcp-sandbox-persistent
+//		volume           <name>             # default: mcp-sandbox-data
+//		memory           <size>             # default: 3g
+//		cpus             <number>           # default: 3
+//		pids_limit       <number>           # default: 4096
+//		network          <docker network>   # default: Docker's bridge; none cuts the sandbox off
+//		exec_timeout     <duration>         # default: 1h
+//		max_output       <bytes>            # default: 200000
+//		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
+//		cleanup_interval <duration>         # default: 1h
+//		link_ttl         <duration>         # default: 24h
+//		api_key_bearer   on|off             # default: on
+//		keepalive        <duration>         # default: 5s
+//		allowed_origins  <origin...>
+//		allow_private_client_metadata       # development only
+//	}
+//
+// Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
+// signs download links: changing it signs everyone out and invalidates every link.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	for d.NextBlock(0) {
+		name := d.Val()
+		if seen[name] && name != "allowed_origins" {
+			return d.Errf("duplicate subdirective %s", name)
+		}
+		seen[name] = true
+		var err error
+		switch name {
+		case "api_key":
+			err = oneString(d, &h.APIKey)
+		case "public_url":
+			err = oneString(d, &h.PublicURL)
+		case "image":
+			err = oneString(d, &h.Image)
+		case "container":
+			err = oneString(d, &h.Container)
+		case "volume":
+			err = oneString(d, &h.Volume)
+		case "memory":
+			err = oneString(d, &h.Memory)
+		case "network":
+			err = oneString(d, &h.Network)
+		case "cpus":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				h.CPUs, err = strconv.ParseFloat(s, 64)
+				if err != nil || h.CPUs <= 0 {
+					return d.Errf("cpus: %q is not a positive number", s)
+				}
+			}
+		case "pids_limit":
+			var n int
+			if err = oneInt(d, &n); err == nil {
+				h.PidsLimit = int64(n)
+			}
+		case "max_output":
+			err = oneInt(d, &h.MaxOutput)
+		case "exec_timeout":
+			err = oneDuration(d, &h.ExecTimeout)
+		case "file_ttl":
+			var v caddy.Duration
+			if err = oneDuration(d, &v); err == nil {
+				h.FileTTL = &v
+			}
+		case "cleanup_interval":
+			err = oneDuration(d, &h.CleanupInterval)
+		case "link_ttl":
+			err = oneDuration(d, &h.LinkTTL)
+		case "keepalive":
+			err = oneDuration(d, &h.Keepalive)
+		case "api_key_bearer":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				switch s {
+				case "on":
+					h.APIKeyBearer = nil
+				case "off":
+					off := false
+					h.APIKeyBearer = &off
+				default:
+					return d.Errf("api_key_bearer: want on or off, got %q", s)
+				}
+			}
+		case "allowed_origins":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.AllowedOrigins = append(h.AllowedOrigins, args...)
+		case "allow_private_client_metadata":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.AllowPrivateClientMetadata = true
+		default:
+			return d.Errf("unrecognized subdirective %s", name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oneString(d *caddyfile.Dispenser, dst *string) error {
+	name := d.Val()
+	if !d.NextArg() {
+		return d.Errf("%s needs a value", name)
+	}
+	*dst = d.Val()
+	if d.NextArg() {
+		return d.Errf("%s takes one value, got more: %s", name, d.Val())
+	}
+	return nil
+}
+
+func oneInt(d *caddyfile.Dispenser, dst *int) error {
+	name := d.Val()
+	var s string
+	if err := oneString(d, &s); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return d.Errf("%s: %q is not a non-negative whole number", name, s)
+	}
+	*dst = n
+	return nil
+}
+
+func oneDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	name := d.Val()
+	var s string
+	if err := oneString(d, &s); err != nil {
+		return err
+	}
+	v, err := caddy.ParseDuration(s)
+	if err != nil || v < 0 {
+		return d.Errf("%s: %q is not a duration like 90s, 1h or 7d", name, s)
+	}
+	*dst = caddy.Duration(v)
+	return nil
+}
+
+// parseGlobalOption parses the global block:
+//
+//	{
+//		mcp_sandbox {
+//			docker_host <address>   # default: DOCKER_HOST, else the local socket
+//		}
+//	}
+func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
+	app := new(App)
+	d.Next()
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "docker_host":
+			if app.DockerHost != "" {
+				return nil, d.Err("duplicate subdirective docker_host")
+			}
+			if err := oneString(d, &app.DockerHost); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, d.Errf("unrecognized subdirective %s", d.Val())
+		}
+	}
+	return httpcaddyfile.App{Name: "mcp_sandbox", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// Interface guards
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

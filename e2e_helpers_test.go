@@ -1,0 +1,252 @@
+package mcpsandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// These tests run a real Caddy (in this process, loaded from a Caddyfile through the
+// caddyfile adapter), a real Docker engine and real MCP clients over loopback HTTP.
+
+func testImage() string {
+	if img := os.Getenv("SANDBOX_TEST_IMAGE"); img != "" {
+		return img
+	}
+	return "code-sandbox-test:latest"
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func dockerClient(t testing.TB) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		t.Fatalf("no Docker engine answers (%v): run scripts/docker-up.sh, or make test, which starts one", err)
+	}
+	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
+		t.Fatalf("test image %s is missing (%v): run containers/build-test-image.sh", testImage(), err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// site is one running Caddy with the plugin.
+type site struct {
+	t         testing.TB
+	url       string // http://127.0.0.1:port
+	key       string
+	container string
+	volume    string
+	storage   string
+	port      int
+	docker    *client.Client
+}
+
+// siteOptions adds lines to the mcp_sandbox block or the site block.
+type siteOptions struct {
+	directive []string // extra lines in mcp_sandbox { }
+	site      []string // extra lines in the site block
+}
+
+// startSite loads a Caddyfile with the plugin on a free loopback port. The container
+// and volume get unique names and are removed when the test ends.
+func startSite(t testing.TB, opts siteOptions) *site {
+	t.Helper()
+	s := &site{
+		t:         t,
+		key:       "test-key-" + randomHex(16),
+		container: "mcp-sandbox-test-" + randomHex(4),
+		storage:   t.TempDir(),
+		port:      freePort(t),
+		docker:    dockerClient(t),
+	}
+	s.volume = s.container + "-data"
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	t.Cleanup(func() {
+		_ = caddy.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.docker.ContainerRemove(ctx, s.container, container.RemoveOptions{Force: true})
+		_ = s.docker.VolumeRemove(ctx, s.volume, true)
+	})
+	s.load(opts)
+	return s
+}
+
+func (s *site) caddyfile(opts siteOptions) string {
+	return fmt.Sprintf(`{
+	admin off
+	persist_config off
+	auto_https off
+	storage file_system %s
+}
+
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	mcp_sandbox {
+		api_key %s
+		image %s
+		container %s
+		volume %s
+		network none
+		memory 1g
+		cpus 1
+		%s
+	}
+	%s
+	respond "the next handler" 200
+}
+`, s.storage, s.port, s.key, testImage(), s.container, s.volume,
+		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
+}
+
+// load (re)loads the site's config, as `caddy reload` does.
+func (s *site) load(opts siteOptions) {
+	s.t.Helper()
+	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(s.caddyfile(opts)), nil)
+	if err != nil {
+		s.t.Fatalf("adapting Caddyfile: %v %v", err, warn)
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		s.t.Fatalf("loading config: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(s.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("Caddy does not answer on %s: %v", s.url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// client returns an initialized mcp-go client that uses the API key as bearer token.
+func (s *site) client(ctx context.Context) *mcpclient.Client {
+	s.t.Helper()
+	return s.clientWith(ctx, s.url, mcp.LATEST_PROTOCOL_VERSION)
+}
+
+func (s *site) clientWith(ctx context.Context, base, version string) *mcpclient.Client {
+	s.t.Helper()
+	c, err := mcpclient.NewStreamableHttpClient(base+"/mcp",
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.key}))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = mcp.Implementation{Name: "e2e-test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		s.t.Fatalf("initialize: %v", err)
+	}
+	return c
+}
+
+// call runs a tool and returns its result.
+func call(ctx context.Context, t testing.TB, c *mcpclient.Client, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("calling %s(%v): %v", tool, args, err)
+	}
+	return res
+}
+
+// structured decodes a result's structuredContent.
+func structured(t testing.TB, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	m, ok := res.StructuredContent.(map[string]any)
+	if !ok {
+		t.Fatalf("no structured content in %+v", res)
+	}
+	return m
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// containerExec runs a command in the site's container straight through the Docker
+// API, to observe the container independently of the plugin.
+func (s *site) containerExec(cmd string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := s.docker.ContainerExecCreate(ctx, s.container, container.ExecOptions{
+		Cmd: []string{"bash", "-c", cmd}, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		s.t.Fatalf("docker exec %q: %v", cmd, err)
+	}
+	resp, err := s.docker.ContainerExecAttach(ctx, id.ID, container.ExecAttachOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Close()
+	var out strings.Builder
+	_, _ = stdcopy.StdCopy(&out, &out, resp.Reader)
+	return out.String()
+}
+
+func (s *site) containerID() string {
+	s.t.Helper()
+	info, err := s.docker.ContainerInspect(context.Background(), s.container)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return info.ID
+}

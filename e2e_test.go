@@ -1,0 +1,429 @@
+package mcpsandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+func TestExecuteThroughCaddy(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+
+	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+		if tool.Description == "" || tool.OutputSchema.Type == "" && tool.RawOutputSchema == nil {
+			t.Errorf("tool %s lacks a description or output schema", tool.Name)
+		}
+	}
+	if strings.Join(names, ",") != "execute,share_file" {
+		t.Fatalf("tools = %v, want execute and share_file", names)
+	}
+
+	res := call(ctx, t, c, "execute", map[string]any{"command": "echo out; echo err >&2; exit 3"})
+	st := structured(t, res)
+	if st["stdout"] != "out\n" || st["stderr"] != "err\n" || st["exit_code"] != float64(3) {
+		t.Fatalf("structured result = %v", st)
+	}
+	if txt := resultText(res); !strings.Contains(txt, "out") || !strings.Contains(txt, "err") || !strings.Contains(txt, "exit code 3") {
+		t.Fatalf("text result = %q", txt)
+	}
+	if res.IsError {
+		t.Fatal("a failing command is a result, not a tool error")
+	}
+
+	// The working directory is /sandbox and state does not carry between calls.
+	res = call(ctx, t, c, "execute", map[string]any{"command": "pwd; cd /tmp; export FOO=1"})
+	if got := structured(t, res)["stdout"]; got != "/sandbox\n" {
+		t.Fatalf("pwd = %q", got)
+	}
+	res = call(ctx, t, c, "execute", map[string]any{"command": "pwd; echo ${FOO:-unset}"})
+	if got := structured(t, res)["stdout"]; got != "/sandbox\nunset\n" {
+		t.Fatalf("state carried over: %q", got)
+	}
+}
+
+func TestExecuteBadArguments(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"execute", map[string]any{}, `needs "command"`},
+		{"execute", map[string]any{"command": "   "}, `needs "command"`},
+		{"execute", map[string]any{"command": "true", "timeout": -1}, `"timeout" must be`},
+		{"execute", map[string]any{"command": "true", "timeout": 1e9}, `"timeout" must be`},
+		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be`},
+		{"share_file", map[string]any{"path": "relative.txt"}, "absolute path"},
+		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
+		{"share_file", map[string]any{"path": "/sandbox"}, "is a directory"},
+	} {
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = tc.tool, tc.args
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			// Schema validation in the client or server is an acceptable clear answer too.
+			if !strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "command") {
+				t.Errorf("%s(%v): protocol error %v", tc.tool, tc.args, err)
+			}
+			continue
+		}
+		if !res.IsError || !strings.Contains(resultText(res), tc.want) {
+			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, res.IsError, resultText(res), tc.want)
+		}
+	}
+	// The sandbox still works after all that.
+	if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo fine"}))["stdout"]; got != "fine\n" {
+		t.Fatalf("after bad calls: %q", got)
+	}
+}
+
+func TestHTTPErrors(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	post := func(auth, origin, ctype, body string) *http.Response {
+		req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+
+	resp := post("", "", "application/json", initBody)
+	if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `resource_metadata="`+s.url+`/.well-known/oauth-protected-resource/mcp"`) {
+		t.Fatalf("no token: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	resp = post("wrong-"+s.key, "", "application/json", initBody)
+	if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "invalid_token") {
+		t.Fatalf("wrong token: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	if resp := post(s.key, "https://evil.example", "application/json", initBody); resp.StatusCode != 403 {
+		t.Fatalf("foreign origin: %d, want 403", resp.StatusCode)
+	}
+	if resp := post(s.key, "http://localhost:6274", "application/json", initBody); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:6274" {
+		t.Fatalf("loopback origin: %d %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	if resp := post(s.key, "", "application/json", "{not json"); resp.StatusCode != 200 && resp.StatusCode != 400 {
+		t.Fatalf("malformed JSON: %d", resp.StatusCode)
+	}
+	if resp := post(s.key, "", "text/plain", initBody); resp.StatusCode != 400 {
+		t.Fatalf("wrong content type: %d", resp.StatusCode)
+	}
+	if resp := post(s.key, "", "application/json", `{"x":"`+strings.Repeat("a", maxRequestBody)+`"}`); resp.StatusCode != 413 {
+		t.Fatalf("oversized body: %d", resp.StatusCode)
+	}
+	// Other paths reach the next handler.
+	r, err := http.Get(s.url + "/something/else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if string(b) != "the next handler" {
+		t.Fatalf("other path answered %q", b)
+	}
+}
+
+// TestProtocolRevisions initializes with each protocol revision in use and runs a tool.
+func TestProtocolRevisions(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	for _, v := range []string{mcp.ProtocolVersion20250618, mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
+		t.Run(v, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c := s.clientWith(ctx, s.url, v)
+			if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo " + v}))["stdout"]; got != v+"\n" {
+				t.Fatalf("got %q", got)
+			}
+		})
+	}
+}
+
+func TestShareFileDownload(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+
+	call(ctx, t, c, "execute", map[string]any{"command": `head -c 3000000 /dev/urandom > '/sandbox/my report "v2".bin' && sha256sum '/sandbox/my report "v2".bin'`})
+	sum := strings.Fields(s.containerExec(`sha256sum '/sandbox/my report "v2".bin'`))[0]
+	res := call(ctx, t, c, "share_file", map[string]any{"path": `/sandbox/my report "v2".bin`})
+	st := structured(t, res)
+	link, _ := st["url"].(string)
+	if !strings.HasPrefix(link, s.url+"/files/") || st["size"] != float64(3000000) {
+		t.Fatalf("share_file = %v", st)
+	}
+
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := sha256.Sum256(body)
+	if resp.StatusCode != 200 || hex.EncodeToString(got[:]) != sum || resp.ContentLength != 3000000 {
+		t.Fatalf("download: %d, %d bytes, sum match %v", resp.StatusCode, len(body), hex.EncodeToString(got[:]) == sum)
+	}
+	if cd := resp.Header.Get("Content-Disposition"); !strings.HasPrefix(cd, "attachment") || !strings.Contains(cd, `my report \"v2\".bin`) {
+		t.Fatalf("Content-Disposition = %q", cd)
+	}
+
+	// A range, a suffix range, HEAD.
+	req, _ := http.NewRequest("GET", link, nil)
+	req.Header.Set("Range", "bytes=1000-1999")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || !bytes.Equal(part, body[1000:2000]) || resp.Header.Get("Content-Range") != "bytes 1000-1999/3000000" {
+		t.Fatalf("range: %d %q, %d bytes, equal %v", resp.StatusCode, resp.Header.Get("Content-Range"), len(part), bytes.Equal(part, body[1000:2000]))
+	}
+	req.Header.Set("Range", "bytes=-10")
+	resp, _ = http.DefaultClient.Do(req)
+	part, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || !bytes.Equal(part, body[len(body)-10:]) {
+		t.Fatalf("suffix range: %d", resp.StatusCode)
+	}
+	req.Header.Set("Range", "bytes=5000000-")
+	resp, _ = http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != 416 || resp.Header.Get("Content-Range") != "bytes */3000000" {
+		t.Fatalf("unsatisfiable range: %d %q", resp.StatusCode, resp.Header.Get("Content-Range"))
+	}
+	resp, _ = http.Head(link)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength != 3000000 || resp.Header.Get("Accept-Ranges") != "bytes" {
+		t.Fatalf("HEAD: %d %d", resp.StatusCode, resp.ContentLength)
+	}
+
+	// Tampered and truncated links are refused; nothing else of the container is reachable.
+	tampered := strings.Replace(link, "my%20report", "other", 1)
+	expiry := link[len(s.url+"/files/"):strings.Index(link, ".")]
+	for name, bad := range map[string]string{
+		"tampered path":   tampered,
+		"truncated":       link[:len(link)-5],
+		"no signature":    s.url + "/files/" + expiry + "/sandbox/x",
+		"traversal":       strings.Replace(link, "/sandbox/", "/sandbox/../etc/", 1),
+		"forged far past": s.url + "/files/99999999999.AAAA/etc/passwd",
+	} {
+		resp, err := http.Get(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(b), "not valid") {
+			t.Errorf("%s link %s: %d", name, bad, resp.StatusCode)
+		}
+	}
+
+	// A file deleted since the link was made: 404 with a clear page.
+	call(ctx, t, c, "execute", map[string]any{"command": `rm '/sandbox/my report "v2".bin'`})
+	resp, _ = http.Get(link)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(b), "no longer a file") {
+		t.Fatalf("deleted file: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestExpiredLink(t *testing.T) {
+	s := startSite(t, siteOptions{directive: []string{"link_ttl 1s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	call(ctx, t, c, "execute", map[string]any{"command": "echo hi > /sandbox/x.txt"})
+	link := structured(t, call(ctx, t, c, "share_file", map[string]any{"path": "/sandbox/x.txt"}))["url"].(string)
+	time.Sleep(2200 * time.Millisecond)
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 410 || !strings.Contains(string(b), "expired") {
+		t.Fatalf("expired link: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestProgressNotifications: a command that prints over a few seconds reports its
+// output while it runs.
+func TestProgressNotifications(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	var mu sync.Mutex
+	var msgs []string
+	var times []time.Time
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method != "notifications/progress" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		msg, _ := n.Params.AdditionalFields["message"].(string)
+		msgs = append(msgs, msg)
+		times = append(times, time.Now())
+	})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "execute"
+	req.Params.Arguments = map[string]any{"command": "for i in 1 2 3 4 5; do echo tick-$i; sleep 1; done"}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "p-1"}
+	start := time.Now()
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	if !strings.Contains(structured(t, res)["stdout"].(string), "tick-5") {
+		t.Fatalf("result: %v", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	joined := strings.Join(msgs, "\n")
+	if len(msgs) < 3 || !strings.Contains(joined, "tick-1") || !strings.Contains(joined, "tick-3") {
+		t.Fatalf("got %d progress notifications: %q", len(msgs), msgs)
+	}
+	if times[0].Sub(start) > 3*time.Second || done.Sub(times[0]) < time.Second {
+		t.Fatalf("progress did not arrive while the command ran: first after %v, result %v later", times[0].Sub(start), done.Sub(times[0]))
+	}
+}
+
+// TestCancelKillsCommand: a client that gives up (closing the request) kills the
+// command in the container.
+func TestCancelKillsCommand(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	callCtx, callCancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "execute"
+		req.Params.Arguments = map[string]any{"command": "sleep 4321"}
+		_, err := c.CallTool(callCtx, req)
+		errc <- err
+	}()
+	waitFor(t, 20*time.Second, "sleep 4321 to start", func() bool {
+		return strings.Contains(s.containerExec("ps -o args"), "sleep 4321")
+	})
+	callCancel()
+	<-errc
+	waitFor(t, 15*time.Second, "sleep 4321 to be killed", func() bool {
+		return !strings.Contains(s.containerExec("ps -o args"), "sleep 4321")
+	})
+}
+
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestReloadKeepsContainer: a config reload keeps the same container and a detached
+// job keeps running; the sandbox works under the new config.
+func TestReloadKeepsContainer(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	call(ctx, t, c, "execute", map[string]any{"command": "setsid nohup sleep 2345 >/dev/null 2>&1 & echo started"})
+	id := s.containerID()
+
+	s.load(siteOptions{directive: []string{"link_ttl 2h", "max_output 100000"}})
+	c2 := s.client(ctx)
+	st := structured(t, call(ctx, t, c2, "execute", map[string]any{"command": "ps -o args | grep -c '^sleep 2345'"}))
+	if st["stdout"] != "1\n" {
+		t.Fatalf("detached job after reload: %v", st)
+	}
+	if got := s.containerID(); got != id {
+		t.Fatalf("container changed across reload: %s -> %s", id, got)
+	}
+	// A client of the old config keeps working: sessions are not tied to one config.
+	if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo again"}))["stdout"]; got != "again\n" {
+		t.Fatalf("old client after reload: %q", got)
+	}
+}
+
+// TestRawJSONRPC drives /mcp with plain HTTP, as a minimal client would, and checks
+// the content types of the answers.
+func TestRawJSONRPC(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	do := func(body string, hdr map[string]string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+s.key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := do(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	sid := resp.Header.Get("Mcp-Session-Id")
+	hdr := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"}
+	resp, body = do(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute","arguments":{"command":"echo raw"}}}`, hdr)
+	var msg struct {
+		Result struct {
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"result"`
+	}
+	payload := body
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		i := strings.LastIndex(body, "data: ")
+		payload = strings.TrimSpace(body[i+6:])
+	}
+	if err := json.Unmarshal([]byte(payload), &msg); err != nil || msg.Result.StructuredContent["stdout"] != "raw\n" {
+		t.Fatalf("tools/call: %d %q: %v", resp.StatusCode, body, err)
+	}
+}

@@ -1,0 +1,252 @@
+package mcpsandbox
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/mark3labs/mcp-go/server"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// Defaults of the settings that are not the sandbox's own.
+const (
+	defaultLinkTTL   = 24 * time.Hour
+	defaultKeepalive = 5 * time.Second
+	mcpPath          = "/mcp"
+	filesPrefix      = "/files/"
+)
+
+// Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
+// (`/mcp`), the OAuth 2.1 endpoints, and signed downloads (`/files/...`); every other
+// request goes to the next handler.
+type Handler struct {
+	// APIKey is the sign-in key and the secret links are signed with. Required;
+	// placeholders such as {env.SANDBOX_API_KEY} are resolved at provision time.
+	APIKey string `json:"api_key,omitempty"`
+	// PublicURL is the origin clients use (scheme and host, e.g.
+	// https://sandbox.example.com). Default: the scheme and host of each request.
+	PublicURL string `json:"public_url,omitempty"`
+
+	// Image is the Docker image of the sandbox. Default: code-sandbox:latest.
+	Image string `json:"image,omitempty"`
+	// Container is the name of the persistent container. Default: mcp-sandbox-persistent.
+	Container string `json:"container,omitempty"`
+	// Volume is the named volume mounted at /sandbox. Default: mcp-sandbox-data.
+	Volume string `json:"volume,omitempty"`
+	// Memory is the container's memory limit, e.g. 3g. Default: 3g.
+	Memory string `json:"memory,omitempty"`
+	// CPUs is the container's CPU limit. Default: 3.
+	CPUs float64 `json:"cpus,omitempty"`
+	// PidsLimit caps the number of processes in the container. Default: 4096.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// Network is the container's Docker network mode ("none" cuts it off).
+	// Default: Docker's default bridge.
+	Network string `json:"network,omitempty"`
+
+	// ExecTimeout is the default per-command timeout. Default: 1h.
+	ExecTimeout caddy.Duration `json:"exec_timeout,omitempty"`
+	// MaxOutput is how many bytes of each stream are kept, cut in the middle.
+	// Default: 200000.
+	MaxOutput int `json:"max_output,omitempty"`
+	// FileTTL is how long an idle top-level entry of /sandbox lives; 0 disables the
+	// cleanup. Default: 168h.
+	FileTTL *caddy.Duration `json:"file_ttl,omitempty"`
+	// CleanupInterval is how often the idle-file cleanup runs. Default: 1h.
+	CleanupInterval caddy.Duration `json:"cleanup_interval,omitempty"`
+	// LinkTTL is how long a share_file link stays valid. Default: 24h.
+	LinkTTL caddy.Duration `json:"link_ttl,omitempty"`
+
+	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
+	// headless clients and scripts). Default: true.
+	APIKeyBearer *bool `json:"api_key_bearer,omitempty"`
+	// Keepalive is the longest a tool-call response stream stays silent. Default: 5s.
+	Keepalive caddy.Duration `json:"keepalive,omitempty"`
+	// AllowedOrigins lists browser origins, besides the site's own and loopback ones,
+	// that may call /mcp.
+	AllowedOrigins []string `json:"allowed_origins,omitempty"`
+	// AllowPrivateClientMetadata lets OAuth client ID metadata documents live on
+	// loopback or private addresses. For development only.
+	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
+
+	logger    *zap.Logger
+	app       *App
+	poolKey   string
+	box       *sandbox.Sandbox
+	auth      *oauth.Server
+	mcp       *server.StreamableHTTPServer
+	links     *linkSigner
+	publicURL *url.URL
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.mcp_sandbox",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// sandboxConfig applies the defaults of the sandbox package to the settings left empty.
+func (h *Handler) sandboxConfig() (sandbox.Config, error) {
+	cfg := sandbox.DefaultConfig()
+	setIf(&cfg.Image, h.Image)
+	setIf(&cfg.Container, h.Container)
+	setIf(&cfg.Volume, h.Volume)
+	setIf(&cfg.NetworkMode, h.Network)
+	if h.Memory != "" {
+		m, err := sandbox.ParseMemory(h.Memory)
+		if err != nil {
+			return cfg, fmt.Errorf("memory: %w", err)
+		}
+		cfg.Memory = m
+	}
+	if h.CPUs != 0 {
+		cfg.CPUs = h.CPUs
+	}
+	if h.PidsLimit != 0 {
+		cfg.PidsLimit = h.PidsLimit
+	}
+	if h.ExecTimeout != 0 {
+		cfg.ExecTimeout = time.Duration(h.ExecTimeout)
+	}
+	if h.MaxOutput != 0 {
+		cfg.MaxOutput = h.MaxOutput
+	}
+	if h.FileTTL != nil {
+		cfg.FileTTL = time.Duration(*h.FileTTL)
+	}
+	if h.CleanupInterval != 0 {
+		cfg.CleanupInterval = time.Duration(h.CleanupInterval)
+	}
+	return cfg, cfg.Validate()
+}
+
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// Provision resolves the API key, applies defaults, and wires the sandbox, the OAuth
+// server and the MCP server together. It does no Docker I/O.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	repl := caddy.NewReplacer()
+	h.APIKey = strings.TrimSpace(repl.ReplaceAll(h.APIKey, ""))
+	if h.APIKey == "" {
+		return errors.New("api_key is empty: set it, e.g. `api_key {env.SANDBOX_API_KEY}` with that variable exported; an empty key would leave the sandbox open")
+	}
+	if len(h.APIKey) < 16 {
+		return errors.New("api_key is shorter than 16 characters: use a long random key, e.g. `openssl rand -hex 32`")
+	}
+	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
+	if h.PublicURL != "" {
+		u, err := parsePublicURL(h.PublicURL)
+		if err != nil {
+			return err
+		}
+		h.publicURL = u
+		h.PublicURL = u.String()
+	}
+	if h.LinkTTL == 0 {
+		h.LinkTTL = caddy.Duration(defaultLinkTTL)
+	}
+	if h.LinkTTL < 0 {
+		return errors.New("link_ttl must be positive")
+	}
+	if h.Keepalive == 0 {
+		h.Keepalive = caddy.Duration(defaultKeepalive)
+	}
+	if h.Keepalive < caddy.Duration(time.Second) {
+		return errors.New("keepalive must be at least 1s")
+	}
+	for _, o := range h.AllowedOrigins {
+		if _, err := parsePublicURL(o); err != nil {
+			return fmt.Errorf("allowed_origins: %w", err)
+		}
+	}
+	cfg, err := h.sandboxConfig()
+	if err != nil {
+		return err
+	}
+
+	appIface, err := ctx.App("mcp_sandbox")
+	if err != nil {
+		return fmt.Errorf("loading mcp_sandbox app: %w", err)
+	}
+	h.app = appIface.(*App)
+	entry, key, err := h.app.acquire(cfg)
+	if err != nil {
+		return err
+	}
+	h.poolKey, h.box = key, entry.sb
+
+	h.auth, err = oauth.New(oauth.Options{
+		APIKey:                         h.APIKey,
+		Storage:                        ctx.Storage(),
+		PublicURL:                      h.PublicURL,
+		ResourcePath:                   mcpPath,
+		APIKeyBearer:                   h.APIKeyBearer == nil || *h.APIKeyBearer,
+		AllowPrivateClientMetadataURLs: h.AllowPrivateClientMetadata,
+		Logger:                         h.logger.Named("oauth"),
+	})
+	if err != nil {
+		return fmt.Errorf("setting up OAuth: %w", err)
+	}
+	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	h.mcp = h.newMCPServer()
+	return registerMetrics(ctx.GetMetricsRegistry())
+}
+
+// parsePublicURL accepts an origin: http or https, a host, no path, query or fragment.
+func parsePublicURL(s string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSuffix(s, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("public URL %q: %w", s, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("public URL %q must be an origin like https://sandbox.example.com (scheme and host, no path)", s)
+	}
+	return u, nil
+}
+
+// Cleanup releases this config's hold on the sandbox.
+func (h *Handler) Cleanup() error {
+	if h.poolKey != "" {
+		_, err := sandboxes.Delete(h.poolKey)
+		return err
+	}
+	return nil
+}
+
+// ServeHTTP routes the plugin's own paths and passes every other request on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	switch p := r.URL.Path; {
+	case p == mcpPath:
+		h.serveMCP(w, r)
+		return nil
+	case strings.HasPrefix(p, filesPrefix):
+		h.serveFile(w, r)
+		return nil
+	case h.auth.Handles(r):
+		h.auth.ServeHTTP(w, r)
+		return nil
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,261 @@
+package mcpsandbox
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// linkSigner makes and checks download links of the form
+//
+//	/files/<expiry unix seconds>.<signature>/<path in the container, escaped>
+//
+// The signature is an HMAC-SHA256 over the expiry and the path with a key derived
+// from the API key, so rotating the key invalidates every link.
+type linkSigner struct {
+	key []byte
+	ttl time.Duration
+}
+
+func newLinkSigner(apiKey string, ttl time.Duration) *linkSigner {
+	m := hmac.New(sha256.New, []byte(apiKey))
+	m.Write([]byte("mcp-sandbox download links v1"))
+	return &linkSigner{key: m.Sum(nil), ttl: ttl}
+}
+
+func (l *linkSigner) mac(expiry int64, p string) string {
+	m := hmac.New(sha256.New, l.key)
+	fmt.Fprintf(m, "%d\n%s", expiry, p)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// sign returns the link path (to be put after the origin) and its expiry.
+func (l *linkSigner) sign(p string, now time.Time) (string, time.Time) {
+	exp := now.Add(l.ttl).Truncate(time.Second)
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range segs {
+		segs[i] = escapeSegment(s)
+	}
+	return fmt.Sprintf("%s%d.%s/%s", filesPrefix, exp.Unix(), l.mac(exp.Unix(), p), strings.Join(segs, "/")), exp
+}
+
+// escapeSegment escapes a path segment so that it survives every client's URL
+// handling: url.PathEscape leaves characters such as ':' that some clients rewrite.
+func escapeSegment(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+var (
+	errLinkInvalid = errors.New("link invalid")
+	errLinkExpired = errors.New("link expired")
+)
+
+// verify checks a request path below /files/ and returns the container path.
+func (l *linkSigner) verify(urlPath string, now time.Time) (string, time.Time, error) {
+	rest := strings.TrimPrefix(urlPath, filesPrefix)
+	token, p, ok := strings.Cut(rest, "/")
+	if !ok || p == "" {
+		return "", time.Time{}, errLinkInvalid
+	}
+	p = "/" + p
+	expStr, sig, ok := strings.Cut(token, ".")
+	exp, err := strconv.ParseInt(expStr, 10, 64)
+	if !ok || err != nil {
+		return "", time.Time{}, errLinkInvalid
+	}
+	if !hmac.Equal([]byte(sig), []byte(l.mac(exp, p))) {
+		return "", time.Time{}, errLinkInvalid
+	}
+	expiry := time.Unix(exp, 0)
+	if now.After(expiry) {
+		return p, expiry, errLinkExpired
+	}
+	return p, expiry, nil
+}
+
+// serveFile answers a download link: it checks the signature and expiry, then streams
+// the file out of the container in bounded memory, with Range and HEAD support.
+func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		hd.Set("Allow", "GET, HEAD")
+		linkPage(w, http.StatusMethodNotAllowed, "Method not allowed", "Download links answer GET and HEAD only.")
+		return
+	}
+	p, expiry, err := h.links.verify(r.URL.Path, time.Now())
+	switch {
+	case errors.Is(err, errLinkExpired):
+		metricDownloads.WithLabelValues("expired").Inc()
+		linkPage(w, http.StatusGone, "This link has expired",
+			fmt.Sprintf("The link expired at %s. Ask for a new one: the assistant can share the file again with share_file.", expiry.UTC().Format(time.RFC1123)))
+		return
+	case err != nil:
+		metricDownloads.WithLabelValues("invalid").Inc()
+		linkPage(w, http.StatusForbidden, "This link is not valid",
+			"The link was changed or cut short, or it was signed with a key this server no longer uses. Copy the whole link again, or ask for a new one.")
+		return
+	}
+
+	info, err := h.box.Stat(r.Context(), p)
+	if err != nil {
+		h.fileError(w, r, p, err)
+		return
+	}
+	etag := fmt.Sprintf(`"%x-%x"`, info.Size, info.ModTime.UnixNano())
+	hd.Set("ETag", etag)
+	hd.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
+	hd.Set("Accept-Ranges", "bytes")
+	hd.Set("Cache-Control", "private, max-age=0, must-revalidate")
+	// A shared HTML or SVG file must not run script on this origin.
+	hd.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	ctype := mime.TypeByExtension(path.Ext(info.Name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	hd.Set("Content-Type", ctype)
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": info.Name}))
+
+	start, length, status := int64(0), info.Size, http.StatusOK
+	if rg := r.Header.Get("Range"); rg != "" && ifRangeMatches(r, etag, info.ModTime) {
+		s, n, ok := parseRange(rg, info.Size)
+		switch {
+		case !ok:
+			hd.Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+			metricDownloads.WithLabelValues("bad_range").Inc()
+			http.Error(w, "requested range not satisfiable", http.StatusRequestedRangeNotSatisfiable)
+			return
+		case n >= 0:
+			start, length, status = s, n, http.StatusPartialContent
+			hd.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", s, s+n-1, info.Size))
+		}
+	}
+	hd.Set("Content-Length", strconv.FormatInt(length, 10))
+	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
+		return
+	}
+
+	f, err := h.box.Open(r.Context(), p, start)
+	if err != nil {
+		hd.Del("Content-Length")
+		hd.Del("Content-Range")
+		h.fileError(w, r, p, err)
+		return
+	}
+	defer f.Close()
+	w.WriteHeader(status)
+	n, err := io.CopyN(w, f, length)
+	metricDownloadBytes.Add(float64(n))
+	if err != nil {
+		metricDownloads.WithLabelValues("interrupted").Inc()
+		h.logger.Debug("download interrupted", zap.String("path", p), zap.Int64("sent", n), zap.Error(err))
+		return
+	}
+	metricDownloads.WithLabelValues("ok").Inc()
+}
+
+func (h *Handler) fileError(w http.ResponseWriter, r *http.Request, p string, err error) {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrIsDir), errors.Is(err, sandbox.ErrNotRegular):
+		metricDownloads.WithLabelValues("not_found").Inc()
+		linkPage(w, http.StatusNotFound, "The file is gone",
+			"The link is valid, but "+p+" is no longer a file in the sandbox (idle files are cleaned up). Ask for it to be made and shared again.")
+	default:
+		metricDownloads.WithLabelValues("error").Inc()
+		h.logger.Error("serving download", zap.String("path", p), zap.Error(err))
+		linkPage(w, http.StatusServiceUnavailable, "The sandbox is not reachable",
+			"The file could not be read from the sandbox right now. Try again in a minute.")
+	}
+}
+
+// ifRangeMatches reports whether a Range header applies (RFC 9110 If-Range).
+func ifRangeMatches(r *http.Request, etag string, mod time.Time) bool {
+	ir := r.Header.Get("If-Range")
+	if ir == "" {
+		return true
+	}
+	if strings.HasPrefix(ir, `"`) || strings.HasPrefix(ir, "W/") {
+		return ir == etag
+	}
+	t, err := http.ParseTime(ir)
+	return err == nil && !mod.Truncate(time.Second).After(t)
+}
+
+// parseRange parses a single byte range. It returns n = -1 (serve everything) for
+// several ranges or a range form it does not serve, and ok = false when the range is
+// not satisfiable.
+func parseRange(h string, size int64) (start, n int64, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(h), "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, -1, true
+	}
+	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, -1, true
+	}
+	if a == "" { // suffix: the last b bytes
+		k, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || k < 0 {
+			return 0, -1, true
+		}
+		if k == 0 || size == 0 {
+			return 0, 0, false
+		}
+		k = min(k, size)
+		return size - k, k, true
+	}
+	s, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || s < 0 {
+		return 0, -1, true
+	}
+	if s >= size {
+		return 0, 0, false
+	}
+	e := size - 1
+	if b != "" {
+		if e2, err := strconv.ParseInt(b, 10, 64); err == nil && e2 >= s {
+			e = min(e2, size-1)
+		} else {
+			return 0, -1, true
+		}
+	}
+	return s, e - s + 1, true
+}
+
+// linkPage writes a small HTML page that says what went wrong with a link.
+func linkPage(w http.ResponseWriter, status int, title, text string) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>%[1]s</title>
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:36rem;margin:4rem auto;padding:0 1rem;color:#1f2328}h1{font-size:1.4rem}p{color:#57606a}</style></head>
+<body><h1>%[1]s</h1><p>%[2]s</p></body></html>
+`, html.EscapeString(title), html.EscapeString(text))
+}

@@ -1,0 +1,150 @@
+package mcpsandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+)
+
+// maxRequestBody bounds one MCP message; a command line is far smaller.
+const maxRequestBody = 4 << 20
+
+// Version is reported to MCP clients in serverInfo.
+var Version = "0.1.0"
+
+const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link.`
+
+// newMCPServer builds the MCP server with the sandbox tools for this handler.
+func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
+	s := server.NewMCPServer("mcp-sandbox", Version,
+		server.WithToolCapabilities(false),
+		server.WithInstructions(serverInstructions),
+		server.WithRecovery(),
+	)
+	s.AddTool(h.executeTool(), h.execute)
+	s.AddTool(h.shareFileTool(), h.shareFile)
+	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
+}
+
+type callKey struct{}
+
+// callInfo is what tool handlers need to know of the HTTP request they serve.
+type callInfo struct {
+	identity oauth.Identity // who, for logs
+	origin   string         // where links point
+}
+
+func callFrom(ctx context.Context) callInfo {
+	c, _ := ctx.Value(callKey{}).(callInfo)
+	return c
+}
+
+// serveMCP checks the origin and the bearer token, then hands the request to mcp-go
+// through a writer that can stream and keep the response alive.
+func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if !h.allowOrigin(w, r) {
+		return
+	}
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	id, ok := h.auth.Authenticate(w, r)
+	if !ok {
+		return
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+		if err != nil {
+			status := http.StatusBadRequest
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			writeJSONRPCError(w, status, mcp.INVALID_REQUEST, "reading request body: "+err.Error())
+			return
+		}
+	}
+	sw := newStreamWriter(w, time.Duration(h.Keepalive))
+	if r.Method == http.MethodPost || r.Method == http.MethodGet {
+		sw.startKeepalive()
+	}
+	defer sw.finish()
+	h.mcp.Handle(sw, &server.HTTPRequest{
+		Method:  r.Method,
+		URL:     r.URL,
+		Header:  r.Header,
+		Body:    body,
+		Context: context.WithValue(r.Context(), callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
+	})
+}
+
+func writeJSONRPCError(w http.ResponseWriter, status, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      nil,
+		"error":   map[string]any{"code": code, "message": msg},
+	})
+}
+
+// allowOrigin guards against cross-site browser requests (and so DNS rebinding): a
+// request that carries an Origin header must come from the site itself, from a
+// loopback origin (local developer tools such as the MCP Inspector), or from a
+// configured allowed origin. Requests without Origin (every non-browser client) pass:
+// they still need a bearer token, which browsers never attach on their own. Allowed
+// browser origins get CORS headers.
+func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	if !h.originAllowed(origin, r) {
+		writeJSONRPCError(w, http.StatusForbidden, mcp.INVALID_REQUEST,
+			"origin "+origin+" may not call this MCP server; add it to allowed_origins if it is a client you trust")
+		return false
+	}
+	hd := w.Header()
+	hd.Set("Access-Control-Allow-Origin", origin)
+	hd.Add("Vary", "Origin")
+	hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+	hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID")
+	hd.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate")
+	hd.Set("Access-Control-Max-Age", "600")
+	return true
+}
+
+func (h *Handler) originAllowed(origin string, r *http.Request) bool {
+	if strings.EqualFold(origin, h.auth.Origin(r)) {
+		return true
+	}
+	for _, o := range h.AllowedOrigins {
+		if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

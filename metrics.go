@@ -1,0 +1,56 @@
+package mcpsandbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics live for the whole process, so counts survive config reloads; each config's
+// registry gets them registered once.
+var (
+	metricExecutions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "executions_total",
+		Help: "Commands run by the execute tool, by outcome (ok, nonzero, timeout, cancelled, error).",
+	}, []string{"outcome"})
+	metricDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "execution_duration_seconds",
+		Help:    "How long commands run.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+	})
+	metricRunning = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "executions_running",
+		Help: "Commands running now.",
+	})
+	metricShares = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "shared_files_total",
+		Help: "Download links made by share_file.",
+	})
+	metricDownloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "downloads_total",
+		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, error).",
+	}, []string{"result"})
+	metricDownloadBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "download_bytes_total",
+		Help: "Bytes sent through download links.",
+	})
+	metricCleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
+		Help: "Idle top-level entries of /sandbox deleted by the cleanup.",
+	})
+)
+
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
+		metricDownloads, metricDownloadBytes, metricCleanupDeleted} {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
+}

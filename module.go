@@ -1,0 +1,181 @@
+// Package mcpsandbox is a Caddy plugin that turns a server with Docker into a remote MCP
+// sandbox for AI clients: one persistent Docker container in which the model runs bash
+// commands as root, files handed back through signed, expiring links, and an OAuth 2.1
+// authorization server so that clients connect with nothing but the URL.
+//
+// It registers two modules: the app `mcp_sandbox`, which owns the Docker clients and the
+// sandboxes (shared across config reloads), and the HTTP handler
+// `http.handlers.mcp_sandbox`, which serves `/mcp`, the OAuth endpoints and `/files/...`
+// and passes every other request on.
+package mcpsandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/docker/docker/client"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+func init() {
+	caddy.RegisterModule(new(App))
+	caddy.RegisterModule(new(Handler))
+}
+
+// sandboxes holds one entry per (Docker host, container, settings) across config
+// reloads: a reload provisions the new config before the old one is cleaned up, so
+// the entry, its Docker client and its cleanup loop stay alive while any config uses
+// them. The container itself is never stopped or removed by Caddy.
+var sandboxes = caddy.NewUsagePool()
+
+// App is the `mcp_sandbox` app. It holds process-wide settings (the Docker host) and
+// hands out the sandboxes that handlers use. Its zero value is valid: a handler creates
+// it with defaults when no global `mcp_sandbox` block is configured.
+type App struct {
+	// DockerHost is the Docker engine address, e.g. unix:///var/run/docker.sock.
+	// Default: the DOCKER_HOST environment variable, else the local socket.
+	DockerHost string `json:"docker_host,omitempty"`
+
+	logger *zap.Logger
+
+	mu      sync.Mutex
+	entries map[string]*sandboxEntry // pool keys this config holds
+	byName  map[string]sandbox.Config
+}
+
+// CaddyModule returns the Caddy module information.
+func (*App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "mcp_sandbox",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision resolves placeholders. It does no Docker I/O, so `caddy validate` works on
+// a machine without Docker.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.DockerHost = caddy.NewReplacer().ReplaceAll(a.DockerHost, "")
+	a.entries = make(map[string]*sandboxEntry)
+	a.byName = make(map[string]sandbox.Config)
+	return nil
+}
+
+// Start starts the idle-file cleanup loop of every sandbox this config uses. A sandbox
+// shared with the previous config keeps the loop it already has.
+func (a *App) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.entries {
+		e.startCleanup()
+	}
+	return nil
+}
+
+// Stop does nothing: the cleanup loops belong to the pool entries and stop when the
+// last config that uses them is cleaned up; the container outlives Caddy by design.
+func (a *App) Stop() error { return nil }
+
+// acquire returns the sandbox for cfg, shared with any earlier config that uses the
+// same container with the same settings. Two handlers of one config that name the same
+// container with different settings are a configuration error. The caller must
+// release the returned key when it is cleaned up.
+func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if prev, ok := a.byName[cfg.Container]; ok && prev != cfg {
+		return nil, "", fmt.Errorf("container %q is configured twice with different settings (%+v vs %+v); give each site its own container or the same settings", cfg.Container, prev, cfg)
+	}
+	host := a.dockerHost()
+	key := fmt.Sprintf("%s\x00%+v", host, cfg)
+	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
+		cli, err := newDockerClient(host)
+		if err != nil {
+			return nil, err
+		}
+		sb, err := sandbox.New(cli, cfg, a.logger.Named("sandbox").With(zap.String("container", cfg.Container)))
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		return &sandboxEntry{sb: sb, cli: cli, logger: a.logger}, nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
+	}
+	e := val.(*sandboxEntry)
+	a.byName[cfg.Container] = cfg
+	a.entries[key] = e
+	return e, key, nil
+}
+
+func (a *App) dockerHost() string {
+	if a.DockerHost != "" {
+		return a.DockerHost
+	}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		return h
+	}
+	return client.DefaultDockerHost
+}
+
+// newDockerClient makes a client for host. It does no I/O: the API version is
+// negotiated on the first request.
+func newDockerClient(host string) (*client.Client, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("creating Docker client for %s: %w", host, err)
+	}
+	return cli, nil
+}
+
+// sandboxEntry is one pooled sandbox with its Docker client and cleanup loop.
+type sandboxEntry struct {
+	sb     *sandbox.Sandbox
+	cli    *client.Client
+	logger *zap.Logger
+
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *sandboxEntry) startCleanup() {
+	e.once.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.cancel = cancel
+		e.done = make(chan struct{})
+		go func() {
+			defer close(e.done)
+			e.sb.RunCleanup(ctx, func(paths []string) {
+				metricCleanupDeleted.Add(float64(len(paths)))
+				e.logger.Info("deleted idle sandbox files",
+					zap.String("container", e.sb.Config().Container),
+					zap.Strings("paths", paths))
+			})
+		}()
+	})
+}
+
+// Destruct stops the cleanup loop and closes the Docker client when the last config
+// lets go. It leaves the container running.
+func (e *sandboxEntry) Destruct() error {
+	e.once.Do(func() {}) // a loop can no longer start
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
+	return e.cli.Close()
+}
+
+// Interface guards
+var (
+	_ caddy.App         = (*App)(nil)
+	_ caddy.Provisioner = (*App)(nil)
+	_ caddy.Destructor  = (*sandboxEntry)(nil)
+)

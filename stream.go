@@ -1,0 +1,150 @@
+package mcpsandbox
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// streamWriter adapts Caddy's response writer to mcp-go's transport writer and keeps
+// long responses alive.
+//
+// Caddy's response writers do not implement http.Flusher, so mcp-go, left to itself,
+// would answer every call as one buffered JSON body and drop progress notifications;
+// Flush here goes through http.ResponseController, which reaches the connection
+// through Unwrap, also behind `encode`.
+//
+// A tool call's response sends no bytes until its first notification, so a proxy or
+// client with an idle timeout would cut a long command. When the response has been
+// silent for the keep-alive interval, the writer turns it into an event stream itself
+// and writes an SSE comment, and repeats that while the handler runs. If mcp-go then
+// answers with plain JSON, the body is sent as one SSE message event instead.
+type streamWriter struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	keepalive time.Duration
+
+	mu          sync.Mutex
+	wroteHeader bool
+	sse         bool // the wire carries an event stream
+	ourUpgrade  bool // this writer, not mcp-go, started the event stream
+	wrapBody    bool // mcp-go wrote a non-SSE body after our upgrade
+	pending     bytes.Buffer
+	lastWrite   time.Time
+	done        chan struct{}
+	stopped     chan struct{}
+}
+
+func newStreamWriter(w http.ResponseWriter, keepalive time.Duration) *streamWriter {
+	return &streamWriter{w: w, rc: http.NewResponseController(w), keepalive: keepalive, lastWrite: time.Now()}
+}
+
+func (s *streamWriter) Header() http.Header { return s.w.Header() }
+
+// CanStream reports true: every write can be flushed to the client at once.
+func (s *streamWriter) CanStream() bool { return true }
+
+func (s *streamWriter) WriteHeader(code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writeHeaderLocked(code)
+}
+
+func (s *streamWriter) writeHeaderLocked(code int) {
+	ct := s.w.Header().Get("Content-Type")
+	if s.wroteHeader {
+		if s.ourUpgrade && !strings.HasPrefix(ct, "text/event-stream") {
+			s.wrapBody = true
+		}
+		return
+	}
+	s.wroteHeader = true
+	s.sse = strings.HasPrefix(ct, "text/event-stream")
+	s.w.WriteHeader(code)
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.wroteHeader {
+		s.writeHeaderLocked(http.StatusOK)
+	}
+	if s.wrapBody {
+		return s.pending.Write(p)
+	}
+	s.lastWrite = time.Now()
+	return s.w.Write(p)
+}
+
+func (s *streamWriter) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.rc.Flush()
+}
+
+// startKeepalive writes keep-alive comments until finish is called.
+func (s *streamWriter) startKeepalive() {
+	s.done = make(chan struct{})
+	s.stopped = make(chan struct{})
+	go func() {
+		defer close(s.stopped)
+		t := time.NewTicker(s.keepalive / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+				if !s.ping() {
+					return
+				}
+			}
+		}
+	}()
+}
+
+// ping writes a comment if the stream has been silent for the keep-alive interval. It
+// returns false once no more pings can be useful (a plain JSON answer is under way).
+func (s *streamWriter) ping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.lastWrite) < s.keepalive {
+		return true
+	}
+	if !s.wroteHeader {
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		s.w.WriteHeader(http.StatusOK)
+		s.wroteHeader, s.sse, s.ourUpgrade = true, true, true
+	}
+	if !s.sse || s.wrapBody {
+		return false
+	}
+	s.lastWrite = time.Now()
+	if _, err := s.w.Write([]byte(": keep-alive\n\n")); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
+}
+
+// finish stops the keep-alive and sends a body held back after our upgrade as one SSE
+// message event (a JSON-RPC message is one line: the encoder escapes newlines).
+func (s *streamWriter) finish() {
+	if s.done != nil {
+		close(s.done)
+		<-s.stopped
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wrapBody && s.pending.Len() > 0 {
+		msg := bytes.TrimSpace(s.pending.Bytes())
+		_, _ = s.w.Write([]byte("event: message\ndata: "))
+		_, _ = s.w.Write(bytes.ReplaceAll(msg, []byte("\n"), []byte("\ndata: ")))
+		_, _ = s.w.Write([]byte("\n\n"))
+		_ = s.rc.Flush()
+	}
+}
