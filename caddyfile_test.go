@@ -27,7 +27,7 @@ func TestCaddyfileAdapt(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no ---------- separator", f)
 			}
-			if !caddytest.CompareAdapt(t, f, in+"\n", "caddyfile", want) {
+			if !caddytest.CompareAdapt(t, f, in+"\n", "caddyfile", strings.TrimRight(want, "\n")) {
 				t.Fail()
 			}
 		})

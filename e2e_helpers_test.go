@@ -224,22 +224,36 @@ func resultText(res *mcp.CallToolResult) string {
 // API, to observe the container independently of the plugin.
 func (s *site) containerExec(cmd string) string {
 	s.t.Helper()
+	out, err := s.exec(cmd)
+	if err != nil {
+		s.t.Fatalf("docker exec %q: %v", cmd, err)
+	}
+	return out
+}
+
+// tryExec is containerExec for polling: it returns "" while the container is not there.
+func (s *site) tryExec(cmd string) string {
+	out, _ := s.exec(cmd)
+	return out
+}
+
+func (s *site) exec(cmd string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id, err := s.docker.ContainerExecCreate(ctx, s.container, container.ExecOptions{
 		Cmd: []string{"bash", "-c", cmd}, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
-		s.t.Fatalf("docker exec %q: %v", cmd, err)
+		return "", err
 	}
 	resp, err := s.docker.ContainerExecAttach(ctx, id.ID, container.ExecAttachOptions{})
 	if err != nil {
-		s.t.Fatal(err)
+		return "", err
 	}
 	defer resp.Close()
 	var out strings.Builder
-	_, _ = stdcopy.StdCopy(&out, &out, resp.Reader)
-	return out.String()
+	_, err = stdcopy.StdCopy(&out, &out, resp.Reader)
+	return out.String(), err
 }
 
 func (s *site) containerID() string {

@@ -98,7 +98,7 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 		if err != nil {
 			return nil, err
 		}
-		sb, err := sandbox.New(cli, cfg, a.logger.Named("sandbox").With(zap.String("container", cfg.Container)))
+		sb, err := sandbox.New(cli, cfg, a.logger.Named("sandbox"))
 		if err != nil {
 			cli.Close()
 			return nil, err

@@ -27,6 +27,9 @@ cp /bin/bash-static "$root/bin/bash"
 for app in $(/bin/busybox --list-full); do
 	[ -e "$root/$app" ] || ln -s /bin/busybox "$root/$app"
 done
+# Debian's busybox-static has no nohup applet; the sandbox's users rely on it.
+printf '#!/bin/bash\ntrap "" HUP\nexec "$@"\n' >"$root/usr/bin/nohup"
+chmod 755 "$root/usr/bin/nohup"
 printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 printf 'PRETTY_NAME="mcp-sandbox test image (busybox + bash)"\n' >"$root/etc/os-release"
