@@ -1,11 +1,13 @@
 # make test   – set up what the tests need (Docker engine, test image, browser, npm
 #               clients) on a fresh Debian machine with Go, then run every test.
 # make bench  – the benchmarks, with their raw-Docker baselines measured in the same run.
+# make build  – bin/caddy: Caddy with the standard modules and this plugin.
+# make run    – build and start Caddy on http://localhost:8080 with examples/Caddyfile.local.
 GO         ?= go
 TEST_IMAGE ?= code-sandbox-test:latest
 export SANDBOX_TEST_IMAGE := $(TEST_IMAGE)
 
-.PHONY: test testenv bench build vet
+.PHONY: test testenv bench build run vet
 
 test: testenv
 	$(GO) vet ./...
@@ -21,3 +23,9 @@ bench: testenv
 
 vet:
 	$(GO) vet ./...
+
+build:
+	$(GO) build -o bin/caddy ./cmd/caddy
+
+run:
+	scripts/run-local.sh

@@ -371,7 +371,25 @@ func TestReloadKeepsContainer(t *testing.T) {
 	call(ctx, t, c, "execute", map[string]any{"command": "setsid nohup sleep 2345 >/dev/null 2>&1 & echo started"})
 	id := s.containerID()
 
+	// A standalone GET stream, as clients keep open for server notifications.
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", "listen-1")
+	req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20250618)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil || stream.StatusCode != 200 {
+		t.Fatalf("GET stream: %v %v", err, stream)
+	}
+	streamDone := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, stream.Body); close(streamDone) }()
+
 	s.load(siteOptions{directive: []string{"link_ttl 2h", "max_output 100000"}})
+	select {
+	case <-streamDone: // the old config's stream ends; the client reconnects to the new one
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old config's GET stream stayed open after the reload")
+	}
 	c2 := s.client(ctx)
 	st := structured(t, call(ctx, t, c2, "execute", map[string]any{"command": "ps -o args | grep -c '^sleep 2345'"}))
 	if st["stdout"] != "1\n" {

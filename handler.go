@@ -1,8 +1,10 @@
 package mcpsandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -198,10 +200,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		APIKeyBearer:                   h.APIKeyBearer == nil || *h.APIKeyBearer,
 		AllowPrivateClientMetadataURLs: h.AllowPrivateClientMetadata,
 		Logger:                         h.logger.Named("oauth"),
+		ClientIP:                       clientIP,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up OAuth: %w", err)
 	}
+	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
@@ -219,8 +223,27 @@ func parsePublicURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// Cleanup releases this config's hold on the sandbox.
+// clientIP is the client address as Caddy sees it (honouring trusted_proxies), so
+// that sign-in limits count people, not the proxy in front.
+func clientIP(r *http.Request) string {
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		return ip
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// Cleanup ends this config's MCP streams (clients reconnect to the new config) and
+// releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	if h.mcp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h.mcp.CloseSessions(ctx)
+		cancel()
+	}
 	if h.poolKey != "" {
 		_, err := sandboxes.Delete(h.poolKey)
 		return err

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/docker/docker/client"
@@ -46,7 +47,16 @@ type App struct {
 	mu      sync.Mutex
 	entries map[string]*sandboxEntry // pool keys this config holds
 	byName  map[string]sandbox.Config
+	pruners []pruner
+	stop    context.CancelFunc
+	stopped chan struct{}
 }
+
+// pruner deletes expired OAuth state.
+type pruner interface{ Prune(context.Context) error }
+
+// pruneInterval is how often expired OAuth codes, tokens and grants are deleted.
+const pruneInterval = time.Hour
 
 // CaddyModule returns the Caddy module information.
 func (*App) CaddyModule() caddy.ModuleInfo {
@@ -66,20 +76,60 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Start starts the idle-file cleanup loop of every sandbox this config uses. A sandbox
-// shared with the previous config keeps the loop it already has.
+// Start starts the idle-file cleanup loop of every sandbox this config uses (a sandbox
+// shared with the previous config keeps the loop it already has) and the loop that
+// prunes expired OAuth state.
 func (a *App) Start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.entries {
 		e.startCleanup()
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop, a.stopped = cancel, make(chan struct{})
+	go a.pruneLoop(ctx, a.pruners)
 	return nil
 }
 
-// Stop does nothing: the cleanup loops belong to the pool entries and stop when the
-// last config that uses them is cleaned up; the container outlives Caddy by design.
-func (a *App) Stop() error { return nil }
+func (a *App) pruneLoop(ctx context.Context, pruners []pruner) {
+	defer close(a.stopped)
+	defer func() {
+		if v := recover(); v != nil {
+			a.logger.Error("panic while pruning OAuth state", zap.Any("panic", v))
+		}
+	}()
+	t := time.NewTicker(pruneInterval)
+	defer t.Stop()
+	for {
+		for _, p := range pruners {
+			if err := p.Prune(ctx); err != nil && ctx.Err() == nil {
+				a.logger.Warn("pruning expired OAuth state", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop ends this config's prune loop. The sandboxes' cleanup loops belong to the
+// pool entries and stop when the last config that uses them is cleaned up; the
+// container outlives Caddy by design.
+func (a *App) Stop() error {
+	if a.stop != nil {
+		a.stop()
+		<-a.stopped
+	}
+	return nil
+}
+
+func (a *App) addPruner(p pruner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pruners = append(a.pruners, p)
+}
 
 // acquire returns the sandbox for cfg, shared with any earlier config that uses the
 // same container with the same settings. Two handlers of one config that name the same
