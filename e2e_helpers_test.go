@@ -81,6 +81,7 @@ type site struct {
 
 // siteOptions adds lines to the mcp_sandbox block or the site block.
 type siteOptions struct {
+	image     string   // default: the test image
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
 }
@@ -111,6 +112,10 @@ func startSite(t testing.TB, opts siteOptions) *site {
 }
 
 func (s *site) caddyfile(opts siteOptions) string {
+	image := opts.image
+	if image == "" {
+		image = testImage()
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -133,7 +138,7 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.port, s.key, testImage(), s.container, s.volume,
+`, s.storage, s.port, s.key, image, s.container, s.volume,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

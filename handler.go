@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
@@ -83,6 +84,8 @@ type Handler struct {
 	app       *App
 	poolKey   string
 	box       *sandbox.Sandbox
+	docker    *client.Client
+	host      string
 	auth      *oauth.Server
 	mcp       *server.StreamableHTTPServer
 	links     *linkSigner
@@ -190,7 +193,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.poolKey, h.box = key, entry.sb
+	h.poolKey, h.box, h.docker, h.host = key, entry.sb, entry.cli, h.app.dockerHost()
 
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,

@@ -146,7 +146,7 @@ func (h *Handler) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if err != nil {
 		metricExecutions.WithLabelValues("error").Inc()
 		h.logger.Error("execute failed", append(fields, zap.Error(err))...)
-		return mcp.NewToolResultError(execErrorText(err)), nil
+		return mcp.NewToolResultError(h.execErrorText(err)), nil
 	}
 	outcome := "ok"
 	switch {
@@ -197,9 +197,9 @@ func executeText(o executeOutput, timeout time.Duration) string {
 	return b.String()
 }
 
-func execErrorText(err error) string {
+func (h *Handler) execErrorText(err error) string {
 	if errors.Is(err, sandbox.ErrImageMissing) {
-		return "The sandbox is not available: " + err.Error()
+		return h.imageMissing(h.docker, h.host)
 	}
 	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."
 }
@@ -212,6 +212,9 @@ func (h *Handler) shareFile(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 	info, err := h.box.Stat(ctx, path)
 	if err != nil {
+		if errors.Is(err, sandbox.ErrImageMissing) {
+			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
+		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
 	link, expires := h.links.sign(path, time.Now())

@@ -1,0 +1,112 @@
+package mcpsandbox
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/client"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// unifiedDockerfile is the production image's recipe, built in the background when the
+// default image is missing so that a new install works without a manual build.
+//
+//go:embed containers/Dockerfile.unified
+var unifiedDockerfile []byte
+
+// autoBuildImages are the image names built from unifiedDockerfile when missing. A
+// custom image name is never built from our recipe: the error says how to provide it.
+var autoBuildImages = map[string]bool{"code-sandbox:latest": true}
+
+// retryFailedBuildAfter keeps a failing build from being retried on every tool call.
+const retryFailedBuildAfter = 10 * time.Minute
+
+// imageBuild is one background build, shared by every config of the process.
+type imageBuild struct {
+	image   string
+	started time.Time
+
+	mu    sync.Mutex
+	step  string
+	done  bool
+	ended time.Time
+	err   error
+}
+
+var (
+	buildsMu sync.Mutex
+	builds   = map[string]*imageBuild{} // by Docker host and image
+)
+
+// imageMissing answers a tool call or download that found the image missing: it starts
+// the background build when it may, and says what is happening and what to do.
+func (h *Handler) imageMissing(cli client.APIClient, host string) string {
+	image := h.box.Config().Image
+	manual := fmt.Sprintf("docker build -t %s -f containers/Dockerfile.unified containers/", image)
+	if !autoBuildImages[image] {
+		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)
+	}
+	b := startImageBuild(cli, host, image, h.logger)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.done:
+		msg := fmt.Sprintf("The sandbox image %s is being built (started %s ago); the first build takes several minutes. Try again in a minute.", image, time.Since(b.started).Round(time.Second))
+		if b.step != "" {
+			msg += " Current step: " + clip(b.step, 160)
+		}
+		return msg
+	case b.err != nil:
+		return fmt.Sprintf("Building the sandbox image %s failed: %v. The server's operator can build it by hand: %s (it is retried automatically after %s).", image, b.err, manual, retryFailedBuildAfter)
+	}
+	return fmt.Sprintf("The sandbox image %s has just been built. Try again.", image)
+}
+
+// startImageBuild returns the build of image, starting one unless one is running, has
+// succeeded, or failed recently.
+func startImageBuild(cli client.APIClient, host, image string, logger *zap.Logger) *imageBuild {
+	key := host + "\x00" + image
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
+	if b := builds[key]; b != nil {
+		b.mu.Lock()
+		stale := b.done && (b.err == nil || time.Since(b.ended) > retryFailedBuildAfter)
+		b.mu.Unlock()
+		if !stale {
+			return b
+		}
+	}
+	b := &imageBuild{image: image, started: time.Now()}
+	builds[key] = b
+	logger.Info("sandbox image is missing; building it in the background", zap.String("image", image))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		defer cancel()
+		err := sandbox.BuildImage(ctx, cli, image, unifiedDockerfile, func(line string) {
+			if strings.HasPrefix(line, "Step ") {
+				logger.Info("building sandbox image", zap.String("image", image), zap.String("step", line))
+				b.mu.Lock()
+				b.step = line
+				b.mu.Unlock()
+			} else {
+				logger.Debug("building sandbox image", zap.String("image", image), zap.String("output", line))
+			}
+		})
+		b.mu.Lock()
+		b.done, b.ended, b.err = true, time.Now(), err
+		b.mu.Unlock()
+		if err != nil {
+			logger.Error("building sandbox image failed; build it by hand with docker build -f containers/Dockerfile.unified",
+				zap.String("image", image), zap.Error(err))
+			return
+		}
+		logger.Info("sandbox image built", zap.String("image", image), zap.Duration("took", time.Since(b.started)))
+	}()
+	return b
+}
