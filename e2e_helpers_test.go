@@ -121,6 +121,9 @@ func (s *site) caddyfile(opts siteOptions) string {
 	persist_config off
 	auto_https off
 	storage file_system %s
+	log {
+		output file %s/caddy.log
+	}
 }
 
 http://127.0.0.1:%d {
@@ -138,7 +141,7 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.port, s.key, image, s.container, s.volume,
+`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

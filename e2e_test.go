@@ -445,3 +445,17 @@ func TestRawJSONRPC(t *testing.T) {
 		t.Fatalf("tools/call: %d %q: %v", resp.StatusCode, body, err)
 	}
 }
+
+func httpGetBody(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", u, resp.StatusCode, b)
+	}
+	return string(b)
+}
