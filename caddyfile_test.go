@@ -1,11 +1,13 @@
 package mcpsandbox
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
@@ -58,4 +60,52 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProvisionErrors checks configurations that parse but cannot work: they fail at
+// provision time (as `caddy validate` and `caddy run` do, without touching Docker) with
+// a message that says what to do.
+func TestProvisionErrors(t *testing.T) {
+	t.Setenv("MCP_SANDBOX_TEST_EMPTY", "")
+	const key = "a-long-enough-test-key-0123456789"
+	for _, tc := range []struct{ name, sites, want string }{
+		{"missing key", "a.localhost {\n\tmcp_sandbox\n}", "api_key is empty"},
+		{"empty env key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key {env.MCP_SANDBOX_TEST_EMPTY}\n\t}\n}", "api_key is empty"},
+		{"short key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key short\n\t}\n}", "shorter than 16 characters"},
+		{"bad memory", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory lots\n\t}\n}", "memory"},
+		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
+		{"same container, different settings",
+			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
+			`container "mcp-sandbox-persistent" is configured twice with different settings`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cf := "{\n\tadmin off\n\tstorage file_system " + t.TempDir() + "\n}\n" + tc.sites + "\n"
+			cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			err = caddy.Validate(mustConfig(t, cfg))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// The same container with the same settings on two sites is fine.
+	ok := "{\n\tadmin off\n\tstorage file_system " + t.TempDir() + "\n}\na.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t}\n}\n"
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(ok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(mustConfig(t, cfg)); err != nil {
+		t.Fatalf("two sites sharing a container: %v", err)
+	}
+}
+
+func mustConfig(t *testing.T, raw []byte) *caddy.Config {
+	t.Helper()
+	var cfg caddy.Config
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return &cfg
 }
