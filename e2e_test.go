@@ -283,7 +283,42 @@ func TestExpiredLink(t *testing.T) {
 // TestProgressNotifications: a command that prints over a few seconds reports its
 // output while it runs.
 func TestProgressNotifications(t *testing.T) {
-	s := startSite(t, siteOptions{})
+	t.Run("plain", func(t *testing.T) { testProgress(t, siteOptions{}) })
+	// Behind Caddy's encode the stream is compressed and must still flush each event.
+	t.Run("encode", func(t *testing.T) {
+		s := testProgress(t, siteOptions{site: []string{"encode gzip"}})
+		// The MCP responses really are compressed there.
+		tr := &http.Transport{DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		hc := &http.Client{Transport: tr}
+		post := func(body, sid string) *http.Response {
+			req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+s.key)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Accept-Encoding", "gzip")
+			if sid != "" {
+				req.Header.Set("Mcp-Session-Id", sid)
+				req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		init := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, "")
+		list := post(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, init.Header.Get("Mcp-Session-Id"))
+		if list.StatusCode != 200 || list.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("tools/list behind encode: %d, Content-Encoding %q", list.StatusCode, list.Header.Get("Content-Encoding"))
+		}
+	})
+}
+
+func testProgress(t *testing.T, opts siteOptions) *site {
+	s := startSite(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := s.client(ctx)
@@ -322,6 +357,7 @@ func TestProgressNotifications(t *testing.T) {
 	if times[0].Sub(start) > 3*time.Second || done.Sub(times[0]) < time.Second {
 		t.Fatalf("progress did not arrive while the command ran: first after %v, result %v later", times[0].Sub(start), done.Sub(times[0]))
 	}
+	return s
 }
 
 // TestCancelKillsCommand: a client that gives up (closing the request) kills the
