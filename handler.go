@@ -80,16 +80,15 @@ type Handler struct {
 	// loopback or private addresses. For development only.
 	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
 
-	logger    *zap.Logger
-	app       *App
-	poolKey   string
-	box       *sandbox.Sandbox
-	docker    *client.Client
-	host      string
-	auth      *oauth.Server
-	mcp       *server.StreamableHTTPServer
-	links     *linkSigner
-	publicURL *url.URL
+	logger  *zap.Logger
+	app     *App
+	poolKey string
+	box     *sandbox.Sandbox
+	docker  *client.Client
+	host    string
+	auth    *oauth.Server
+	mcp     *server.StreamableHTTPServer
+	links   *linkSigner
 }
 
 // CaddyModule returns the Caddy module information.
@@ -155,12 +154,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
 	if h.PublicURL != "" {
-		u, err := parsePublicURL(h.PublicURL)
-		if err != nil {
+		if _, err := parsePublicURL(h.PublicURL); err != nil {
 			return err
 		}
-		h.publicURL = u
-		h.PublicURL = u.String()
 	}
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
