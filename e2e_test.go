@@ -75,6 +75,10 @@ func TestExecuteBadArguments(t *testing.T) {
 		{"execute", map[string]any{"command": "true", "timeout": -1}, `"timeout" must be`},
 		{"execute", map[string]any{"command": "true", "timeout": 1e9}, `"timeout" must be`},
 		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be`},
+		{"execute", map[string]any{"command": "true", "timeout": true}, `"timeout" must be`},
+		{"execute", map[string]any{"command": 42}, `"command" must be a string`},
+		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `does not take the argument "cwdd"; it accepts: command,`},
+		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `does not take the argument "ttl"`},
 		{"share_file", map[string]any{"path": "relative.txt"}, "absolute path"},
 		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
 		{"share_file", map[string]any{"path": "/sandbox"}, "is a directory"},
@@ -93,9 +97,20 @@ func TestExecuteBadArguments(t *testing.T) {
 			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, res.IsError, resultText(res), tc.want)
 		}
 	}
-	// The sandbox still works after all that.
-	if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo fine"}))["stdout"]; got != "fine\n" {
+	// The sandbox still works after all that, and numbers sent as strings are accepted.
+	if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo fine", "timeout": "5"}))["stdout"]; got != "fine\n" {
 		t.Fatalf("after bad calls: %q", got)
+	}
+	// Every tool's input schema refuses unknown properties, so clients that validate
+	// see the rule before calling.
+	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.InputSchema.AdditionalProperties != false {
+			t.Errorf("%s: input schema additionalProperties = %v, want false", tool.Name, tool.InputSchema.AdditionalProperties)
+		}
 	}
 }
 

@@ -32,8 +32,8 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 		server.WithInstructions(serverInstructions),
 		server.WithRecovery(),
 	)
-	s.AddTool(h.executeTool(), h.execute)
-	s.AddTool(h.shareFileTool(), h.shareFile)
+	addTool(s, h.executeTool(), h.execute)
+	addTool(s, h.shareFileTool(), h.shareFile)
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 

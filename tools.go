@@ -113,26 +113,24 @@ func (h *Handler) shareFileTool() mcp.Tool {
 }
 
 // execute runs one command and reports its output live as progress notifications.
-func (h *Handler) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args := req.GetArguments()
-	command, _ := args["command"].(string)
+func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	command, bad := a.str("command")
+	if bad != nil {
+		return bad.result(), nil
+	}
 	if strings.TrimSpace(command) == "" {
 		return mcp.NewToolResultError(`execute needs "command": a non-empty bash command line, e.g. {"command": "ls -la"}`), nil
 	}
 	timeout := h.box.Config().ExecTimeout
-	if raw, ok := args["timeout"]; ok && raw != nil {
-		secs, ok := raw.(float64)
-		if !ok || math.IsNaN(secs) || secs <= 0 || secs > maxTimeout.Seconds() {
-			return mcp.NewToolResultError(fmt.Sprintf(`"timeout" must be a number of seconds between 1 and %d, got %v`, int(maxTimeout.Seconds()), raw)), nil
-		}
+	secs, ok, bad := a.num("timeout", "a number of seconds", 1, maxTimeout.Seconds())
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if ok {
 		timeout = time.Duration(secs * float64(time.Second))
 	}
 
-	var token mcp.ProgressToken
-	if req.Params.Meta != nil {
-		token = req.Params.Meta.ProgressToken
-	}
-	prog := startProgress(ctx, token, time.Duration(h.Keepalive))
+	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
 	metricRunning.Inc()
 	res, err := h.box.Exec(ctx, command, sandbox.ExecOptions{Timeout: timeout, OnOutput: prog.output})
 	metricRunning.Dec()
@@ -205,8 +203,11 @@ func (h *Handler) execErrorText(err error) string {
 }
 
 // shareFile makes a signed link for a file in the container.
-func (h *Handler) shareFile(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	path, _ := req.GetArguments()["path"].(string)
+func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	path, bad := a.str("path")
+	if bad != nil {
+		return bad.result(), nil
+	}
 	if !strings.HasPrefix(path, "/") {
 		return mcp.NewToolResultError(fmt.Sprintf(`share_file needs "path": an absolute path such as /sandbox/report.pdf, got %q`, path)), nil
 	}
