@@ -1,6 +1,7 @@
 package mcpsandbox
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -8,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -41,6 +43,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
 //		cleanup_interval <duration>         # default: 1h
 //		link_ttl         <duration>         # default: 24h
+//		max_upload       <size>             # default: 2GiB; per uploaded file, e.g. 500MB, 2GB
 //		api_key_bearer   on|off             # default: on
 //		keepalive        <duration>         # default: 5s
 //		allowed_origins  <origin...>
@@ -103,6 +106,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneDuration(d, &h.CleanupInterval)
 		case "link_ttl":
 			err = oneDuration(d, &h.LinkTTL)
+		case "max_upload":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				n, perr := humanize.ParseBytes(s)
+				if perr != nil || n == 0 || n > math.MaxInt64 {
+					return d.Errf("max_upload: %q is not a size like 500MB, 2GB or 2GiB", s)
+				}
+				h.MaxUpload = int64(n)
+			}
 		case "keepalive":
 			err = oneDuration(d, &h.Keepalive)
 		case "api_key_bearer":

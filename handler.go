@@ -67,6 +67,8 @@ type Handler struct {
 	CleanupInterval caddy.Duration `json:"cleanup_interval,omitempty"`
 	// LinkTTL is how long a share_file link stays valid. Default: 24h.
 	LinkTTL caddy.Duration `json:"link_ttl,omitempty"`
+	// MaxUpload is the largest file, in bytes, an upload link accepts. Default: 2 GiB.
+	MaxUpload int64 `json:"max_upload,omitempty"`
 
 	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
 	// headless clients and scripts). Default: true.
@@ -89,6 +91,8 @@ type Handler struct {
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
+
+	uploadLinks *uploadSigner
 }
 
 // CaddyModule returns the Caddy module information.
@@ -206,6 +210,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	if h.MaxUpload == 0 {
+		h.MaxUpload = defaultMaxUpload
+	}
+	if h.MaxUpload < 0 {
+		return errors.New("max_upload must be positive")
+	}
+	h.uploadLinks = newUploadSigner(h.APIKey)
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -258,6 +269,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	case strings.HasPrefix(p, filesPrefix):
 		h.serveFile(w, r)
+		return nil
+	case strings.HasPrefix(p, uploadsPrefix):
+		h.serveUpload(w, r)
 		return nil
 	case h.auth.Handles(r):
 		h.auth.ServeHTTP(w, r)

@@ -32,9 +32,15 @@ type linkSigner struct {
 }
 
 func newLinkSigner(apiKey string, ttl time.Duration) *linkSigner {
+	return &linkSigner{key: deriveKey(apiKey, "mcp-sandbox download links v1"), ttl: ttl}
+}
+
+// deriveKey derives a signing key for one purpose from the API key, so that a link
+// made for one purpose never verifies for another.
+func deriveKey(apiKey, label string) []byte {
 	m := hmac.New(sha256.New, []byte(apiKey))
-	m.Write([]byte("mcp-sandbox download links v1"))
-	return &linkSigner{key: m.Sum(nil), ttl: ttl}
+	m.Write([]byte(label))
+	return m.Sum(nil)
 }
 
 func (l *linkSigner) mac(expiry int64, p string) string {

@@ -34,6 +34,7 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
+	addTool(s, h.uploadLinkTool(), h.uploadLink)
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 

@@ -35,6 +35,18 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "download_bytes_total",
 		Help: "Bytes sent through download links.",
 	})
+	metricUploadLinks = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_links_total",
+		Help: "Upload links made by upload_link.",
+	})
+	metricUploads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "uploads_total",
+		Help: "Requests to upload links that send a file or fail the link check, by result (ok, renamed, too_large, aborted, bad_name, not_dir, expired, invalid, error).",
+	}, []string{"result"})
+	metricUploadBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_bytes_total",
+		Help: "Bytes of files saved through upload links.",
+	})
 	metricCleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
 		Help: "Idle top-level entries of /sandbox deleted by the cleanup.",
@@ -46,7 +58,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
-		metricDownloads, metricDownloadBytes, metricCleanupDeleted} {
+		metricDownloads, metricDownloadBytes, metricCleanupDeleted,
+		metricUploadLinks, metricUploads, metricUploadBytes} {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("registering metrics: %w", err)

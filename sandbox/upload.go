@@ -192,7 +192,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	if opts.Max > 0 && opts.Size > opts.Max {
 		return UploadResult{}, fmt.Errorf("%d bytes: %w of %d bytes", opts.Size, ErrTooLarge, opts.Max)
 	}
-	if err := s.prepareDir(ctx, dir); err != nil {
+	if err := s.MakeDir(ctx, dir); err != nil {
 		return UploadResult{}, err
 	}
 	tmp := path.Join(dir, tempPrefix+newExecID()+".part")
@@ -226,9 +226,13 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	return UploadResult{Path: final, Name: base, Renamed: base != name, Size: n}, nil
 }
 
-// prepareDir makes sure dir is a directory, creating it when missing. A stat through
-// the archive API answers the common case without starting a process.
-func (s *Sandbox) prepareDir(ctx context.Context, dir string) error {
+// MakeDir makes sure the absolute path dir is a directory, creating it and its parents
+// when missing ([ErrNotDir] when a file is in the way). A stat through the archive API
+// answers the common case without starting a process.
+func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
+	if !path.IsAbs(dir) {
+		return fmt.Errorf("%q: %w", dir, ErrRelativePath)
+	}
 	if err := s.Ensure(ctx); err != nil {
 		return err
 	}
