@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
 )
@@ -149,10 +150,15 @@ type UploadResult struct {
 	Size    int64  // bytes written
 }
 
-// commitScript gives the complete temporary file $1 the first free name among the
-// remaining arguments, never replacing anything: link(2) fails when the name exists,
-// which makes the check and the creation one step. It prints the name it took.
-const commitScript = `tmp=$1; shift
+// guardScript runs beside an upload. It waits for a verdict on its standard input;
+// on "commit" it gives the complete temporary file $1 the first free name among the
+// remaining arguments, never replacing anything (link(2) fails when the name exists,
+// which makes the check and the creation one step) and prints the name it took. On
+// anything else, including the end of input when the server went away mid-upload, it
+// removes the temporary file.
+const guardScript = `tmp=$1; shift
+IFS= read -r verdict
+if [ "$verdict" != commit ]; then rm -f -- "$tmp"; exit 4; fi
 for c in "$@"; do
 	[ -e "$c" ] || [ -L "$c" ] && continue
 	if ln -n -- "$tmp" "$c" 2>/dev/null; then rm -f -- "$tmp"; printf '%s' "$c"; exit 0; fi
@@ -196,6 +202,16 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		return UploadResult{}, err
 	}
 	tmp := path.Join(dir, tempPrefix+newExecID()+".part")
+	names := []string{tmp}
+	for _, c := range candidates(name) {
+		names = append(names, path.Join(dir, c))
+	}
+	// The guard starts while the bytes flow, so its cost hides behind the transfer.
+	guardc := make(chan guardResult, 1)
+	go func() {
+		g, err := s.startGuard(context.WithoutCancel(ctx), names)
+		guardc <- guardResult{g, err}
+	}()
 	src := &limitedReader{r: r, max: opts.Max}
 	var n int64
 	var err error
@@ -203,27 +219,96 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		n, err = s.copyIn(ctx, dir, path.Base(tmp), src, opts.Size)
 	} else {
 		n, err = s.catIn(ctx, tmp, src)
+		if err == nil {
+			err = s.checkSize(ctx, tmp, n)
+		}
 	}
-	if err == nil && opts.Size >= 0 && n != opts.Size {
-		err = fmt.Errorf("upload ended after %d of %d bytes: %w", n, opts.Size, io.ErrUnexpectedEOF)
+	if src.over {
+		err = fmt.Errorf("more than %d bytes: %w", opts.Max, ErrTooLarge)
 	}
-	if err == nil {
-		err = s.checkSize(ctx, tmp, n)
-	}
-	if err != nil {
+	gr := <-guardc
+	if gr.err != nil {
 		s.removeTemp(ctx, tmp)
-		if src.over {
-			return UploadResult{}, fmt.Errorf("more than %d bytes: %w", opts.Max, ErrTooLarge)
+		if err != nil {
+			return UploadResult{}, err
+		}
+		return UploadResult{}, gr.err
+	}
+	verdict := "commit"
+	if err != nil {
+		verdict = "abort"
+	}
+	final, code, gerr := gr.g.finish(ctx, verdict)
+	switch {
+	case err != nil:
+		if gerr != nil || code != 4 {
+			s.removeTemp(ctx, tmp)
 		}
 		return UploadResult{}, err
-	}
-	final, err := s.commit(ctx, dir, tmp, name)
-	if err != nil {
+	case gerr != nil || code != 0 || final == "":
 		s.removeTemp(ctx, tmp)
-		return UploadResult{}, err
+		return UploadResult{}, fmt.Errorf("naming the uploaded file: exit code %d: %v", code, gerr)
 	}
 	base := path.Base(final)
 	return UploadResult{Path: final, Name: base, Renamed: base != name, Size: n}, nil
+}
+
+type guardResult struct {
+	g   *guard
+	err error
+}
+
+// guard is a running guardScript.
+type guard struct {
+	s      *Sandbox
+	execID string
+	hj     types.HijackedResponse
+}
+
+// startGuard starts guardScript with args (the temporary file, then the candidates).
+func (s *Sandbox) startGuard(ctx context.Context, args []string) (*guard, error) {
+	ctx, cancel := context.WithTimeout(ctx, uploadStepTimeout)
+	defer cancel()
+	id, hj, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		Cmd: append([]string{"bash", "-c", guardScript, "upload"}, args...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the upload's guard: %w", err)
+	}
+	return &guard{s: s, execID: id, hj: hj}, nil
+}
+
+// finish sends the verdict and returns what the guard printed and its exit code.
+func (g *guard) finish(ctx context.Context, verdict string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
+	defer cancel()
+	defer g.hj.Close()
+	stop := context.AfterFunc(ctx, g.hj.Close)
+	defer stop()
+	if _, err := io.WriteString(g.hj.Conn, verdict+"\n"); err != nil {
+		return "", -1, fmt.Errorf("telling the guard: %w", err)
+	}
+	_ = g.hj.CloseWrite()
+	var stdout, stderr bytes.Buffer
+	keep := func(b *bytes.Buffer) func([]byte) {
+		return func(p []byte) {
+			if b.Len() < 64<<10 {
+				b.Write(p)
+			}
+		}
+	}
+	if err := demux(g.hj.Reader, keep(&stdout), keep(&stderr)); err != nil {
+		return "", -1, fmt.Errorf("reading the guard: %w", err)
+	}
+	code, ok := g.s.exitCode(ctx, g.execID, false)
+	if !ok {
+		return "", -1, errors.New("the guard reported no exit code")
+	}
+	if code != 0 && code != 4 {
+		return "", code, fmt.Errorf("guard: %s", strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), code, nil
 }
 
 // MakeDir makes sure the absolute path dir is a directory, creating it and its parents
@@ -262,43 +347,143 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 // copyIn streams r (exactly size bytes) into dir/name through Docker's archive API: a
 // one-file tar made on the fly, so nothing is buffered.
 func (s *Sandbox) copyIn(ctx context.Context, dir, name string, r io.Reader, size int64) (int64, error) {
-	pr, pw := io.Pipe()
-	var n int64
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{
-			Typeflag: tar.TypeReg, Name: name, Size: size, Mode: 0o644,
-			ModTime: time.Now(), Format: tar.FormatPAX,
-		})
-		if err == nil {
-			n, err = io.CopyN(tw, r, size)
-		}
-		if err == nil {
-			// The stream must end here: a longer one is not the file announced.
-			var one [1]byte
-			if _, e := io.ReadFull(r, one[:]); e == nil {
-				err = fmt.Errorf("the upload is longer than the %d bytes announced", size)
-			} else if e != io.EOF {
-				err = e
-			}
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		pw.CloseWithError(err)
-	}()
-	err := s.cli.CopyToContainer(ctx, s.cfg.Container, dir, pr, container.CopyToContainerOptions{})
-	pr.CloseWithError(errors.New("copy ended")) // unblocks the writer if Docker stopped reading
+	ts, err := newTarStream(name, r, size)
+	if err != nil {
+		return 0, err
+	}
+	err = s.cli.CopyToContainer(ctx, s.cfg.Container, dir, ts, container.CopyToContainerOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			s.invalidate()
 		}
-		return n, fmt.Errorf("copying into the sandbox: %w", err)
+		if ts.err != nil && ts.err != io.EOF {
+			err = ts.err // the upload's own failure says more than Docker's
+		}
+		return ts.n, fmt.Errorf("copying into the sandbox: %w", err)
 	}
-	return n, nil
+	if ts.err != io.EOF {
+		return ts.n, fmt.Errorf("copying into the sandbox: the archive was not read to its end: %w", io.ErrUnexpectedEOF)
+	}
+	return ts.n, nil
+}
+
+// tarStream is a one-file tar archive around a stream of known length, made as it is
+// read: header, the stream's bytes, padding and trailer. Docker's client reads it
+// directly (no pipe, no goroutine), and WriteTo moves the bytes in large chunks. A
+// stream shorter or longer than announced fails the archive.
+type tarStream struct {
+	head, tail []byte
+	body       io.Reader
+	size, n    int64 // bytes of body announced and read
+	err        error // sticky; io.EOF once the whole archive was read
+}
+
+func newTarStream(name string, body io.Reader, size int64) (*tarStream, error) {
+	var hb bytes.Buffer
+	tw := tar.NewWriter(&hb)
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: name, Size: size, Mode: 0o644,
+		ModTime: time.Now().Truncate(time.Second), Format: tar.FormatPAX,
+	}); err != nil {
+		return nil, fmt.Errorf("making the archive header: %w", err)
+	}
+	pad := (512 - size%512) % 512
+	return &tarStream{head: hb.Bytes(), tail: make([]byte, pad+1024), body: body, size: size}, nil
+}
+
+func (t *tarStream) Read(p []byte) (int, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	if len(t.head) > 0 {
+		k := copy(p, t.head)
+		t.head = t.head[k:]
+		return k, nil
+	}
+	if t.n < t.size {
+		k, err := t.body.Read(p[:min(int64(len(p)), t.size-t.n)])
+		t.n += int64(k)
+		if err == io.EOF && t.n < t.size {
+			err = fmt.Errorf("upload ended after %d of %d bytes: %w", t.n, t.size, io.ErrUnexpectedEOF)
+		} else if err == io.EOF {
+			err = nil
+		}
+		t.err = err
+		return k, nil
+	}
+	if t.body != nil {
+		// The stream must end here: a longer one is not the file announced.
+		var one [1]byte
+		if _, err := io.ReadFull(t.body, one[:]); err == nil {
+			t.err = fmt.Errorf("the upload is longer than the %d bytes announced", t.size)
+			return 0, t.err
+		} else if err != io.EOF {
+			t.err = err
+			return 0, err
+		}
+		t.body = nil
+	}
+	if len(t.tail) == 0 {
+		t.err = io.EOF
+		return 0, io.EOF
+	}
+	k := copy(p, t.tail)
+	t.tail = t.tail[k:]
+	return k, nil
+}
+
+// WriteTo copies the archive to w in chunks of up to 1 MiB, reading the next chunk
+// while the last one is written, so that the sender and Docker both keep moving.
+func (t *tarStream) WriteTo(w io.Writer) (int64, error) {
+	const chunkSize, chunks = 1 << 20, 3
+	free := make(chan []byte, chunks)
+	for range chunks {
+		free <- make([]byte, chunkSize)
+	}
+	type chunk struct {
+		b   []byte
+		err error
+	}
+	full := make(chan chunk, chunks)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stop:
+				return
+			}
+			k, err := t.Read(buf)
+			select {
+			case full <- chunk{buf[:k], err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var total int64
+	for c := range full {
+		if len(c.b) > 0 {
+			m, err := w.Write(c.b)
+			total += int64(m)
+			if err != nil {
+				return total, err
+			}
+		}
+		if c.err == io.EOF {
+			return total, nil
+		}
+		if c.err != nil {
+			return total, c.err
+		}
+		free <- c.b[:cap(c.b)]
+	}
+	return total, nil
 }
 
 // catIn streams r into the file tmp through the standard input of `cat`, for streams
@@ -354,24 +539,6 @@ func (s *Sandbox) checkSize(ctx context.Context, tmp string, n int64) error {
 		return fmt.Errorf("%s holds %d bytes, %d were sent: %w", tmp, st.Size, n, io.ErrUnexpectedEOF)
 	}
 	return nil
-}
-
-// commit renames tmp to the first free candidate name in dir.
-func (s *Sandbox) commit(ctx context.Context, dir, tmp, name string) (string, error) {
-	cmd := []string{tmp}
-	for _, c := range candidates(name) {
-		cmd = append(cmd, path.Join(dir, c))
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
-	defer cancel()
-	res, err := s.run(ctx, script(commitScript, cmd...), uploadStepTimeout, 64<<10, nil)
-	if err != nil {
-		return "", fmt.Errorf("naming the uploaded file: %w", err)
-	}
-	if res.ExitCode != 0 || res.Stdout == "" {
-		return "", fmt.Errorf("naming the uploaded file: exit code %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
-	}
-	return res.Stdout, nil
 }
 
 // removeTemp deletes a temporary file, even when the request that made it is gone.

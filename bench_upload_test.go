@@ -1,0 +1,98 @@
+package mcpsandbox
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// BenchmarkUpload measures a 300 MB upload through an upload link (PUT through Caddy
+// into the sandbox, temporary file and rename included) next to Docker's archive upload
+// API alone (CopyToContainer with the same file streamed as a tar), alternating the two
+// so both see the same machine load. It reports both throughputs and their ratio (the
+// target is at least 0.8).
+func BenchmarkUpload(b *testing.B) {
+	const size = 300 << 20
+	file := filepath.Join(b.TempDir(), "bench.bin")
+	writeRandomFile(b, file, size)
+	s := startSite(b, siteOptions{})
+	ctx := context.Background()
+	link := uploadLinkFor(ctx, b, s, map[string]any{"directory": "/sandbox/bench"})["url"].(string)
+
+	raw := func() {
+		f, err := os.Open(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		pr, pw := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(pw)
+			err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "raw.bin", Size: size, Mode: 0o644, ModTime: time.Now()})
+			if err == nil {
+				_, err = io.Copy(tw, f)
+			}
+			if err == nil {
+				err = tw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		if err := s.docker.CopyToContainer(ctx, s.container, "/sandbox/bench", pr, container.CopyToContainerOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	viaCaddy := func() {
+		f, err := os.Open(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		req, err := http.NewRequest(http.MethodPut, link+"up.bin", f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.ContentLength = size
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			b.Fatalf("PUT: %d %s", resp.StatusCode, msg)
+		}
+	}
+	raw() // warm up both paths
+	viaCaddy()
+	s.containerExec("rm -f /sandbox/bench/*")
+
+	var rawD, fullD time.Duration
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		raw()
+		t1 := time.Now()
+		viaCaddy()
+		t2 := time.Now()
+		rawD += t1.Sub(t0)
+		fullD += t2.Sub(t1)
+		b.StopTimer()
+		if got := s.containerExec("stat -c %s /sandbox/bench/raw.bin /sandbox/bench/up.bin && rm -f /sandbox/bench/*"); got != "314572800\n314572800\n" {
+			b.Fatalf("sizes in the sandbox: %q", got)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(rawD), "raw-MB/s")
+	b.ReportMetric(mbps(fullD), "link-MB/s")
+	b.ReportMetric(mbps(fullD)/mbps(rawD), "ratio")
+}
