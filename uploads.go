@@ -44,20 +44,24 @@ var uploadPageTmpl = template.Must(template.ParseFS(uploadPageFS, "uploadpage/up
 var uploadAssets = func() map[string]struct {
 	body        []byte
 	ctype, etag string
-} { m := map[string]struct {
-	body        []byte
-	ctype, etag string
-}{}; for name, ctype := range map[string]string{"upload.js": "text/javascript; charset=utf-8", "upload.css": "text/css; charset=utf-8"} {
-	b, err := uploadPageFS.ReadFile("uploadpage/" + name)
-	if err != nil {
-		panic(err)
-	}
-	sum := sha256.Sum256(b)
-	m[name] = struct {
+} {
+	m := map[string]struct {
 		body        []byte
 		ctype, etag string
-	}{b, ctype, `"` + hex.EncodeToString(sum[:8]) + `"`}
-}; return m }()
+	}{}
+	for name, ctype := range map[string]string{"upload.js": "text/javascript; charset=utf-8", "upload.css": "text/css; charset=utf-8"} {
+		b, err := uploadPageFS.ReadFile("uploadpage/" + name)
+		if err != nil {
+			panic(err)
+		}
+		sum := sha256.Sum256(b)
+		m[name] = struct {
+			body        []byte
+			ctype, etag string
+		}{b, ctype, `"` + hex.EncodeToString(sum[:8]) + `"`}
+	}
+	return m
+}()
 
 // uploadPageCSP allows only the page's own script, style and requests, and no framing.
 const uploadPageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
