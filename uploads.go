@@ -40,25 +40,22 @@ var uploadPageFS embed.FS
 
 var uploadPageTmpl = template.Must(template.ParseFS(uploadPageFS, "uploadpage/upload.html"))
 
-// uploadAssets are the page's static files with their content types and ETags.
-var uploadAssets = func() map[string]struct {
+// uploadAsset is one of the page's static files.
+type uploadAsset struct {
 	body        []byte
 	ctype, etag string
-} {
-	m := map[string]struct {
-		body        []byte
-		ctype, etag string
-	}{}
+}
+
+// uploadAssets are the page's script and style, served from memory.
+var uploadAssets = func() map[string]uploadAsset {
+	m := map[string]uploadAsset{}
 	for name, ctype := range map[string]string{"upload.js": "text/javascript; charset=utf-8", "upload.css": "text/css; charset=utf-8"} {
 		b, err := uploadPageFS.ReadFile("uploadpage/" + name)
 		if err != nil {
 			panic(err)
 		}
 		sum := sha256.Sum256(b)
-		m[name] = struct {
-			body        []byte
-			ctype, etag string
-		}{b, ctype, `"` + hex.EncodeToString(sum[:8]) + `"`}
+		m[name] = uploadAsset{b, ctype, `"` + hex.EncodeToString(sum[:8]) + `"`}
 	}
 	return m
 }()
