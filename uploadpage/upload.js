@@ -18,11 +18,13 @@
 	let busy = false;
 	let saved = 0, failed = 0;
 
+	// Binary units, as the server's messages use.
 	function human(n) {
-		const units = ['bytes', 'KB', 'MB', 'GB', 'TB'];
-		let i = 0;
-		while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
-		return (i === 0 ? n : n.toFixed(n < 10 ? 1 : 0)) + ' ' + units[i];
+		if (n < 1024) return n + ' B';
+		const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+		let i = -1;
+		do { n /= 1024; i++; } while (n >= 1024 && i < units.length - 1);
+		return n.toFixed(1) + ' ' + units[i];
 	}
 
 	function el(tag, cls, text) {
