@@ -33,8 +33,8 @@ func TestExecuteThroughCaddy(t *testing.T) {
 			t.Errorf("tool %s lacks a description or output schema", tool.Name)
 		}
 	}
-	if strings.Join(names, ",") != "execute,share_file" {
-		t.Fatalf("tools = %v, want execute and share_file", names)
+	if strings.Join(names, ",") != "execute,share_file,upload_link" {
+		t.Fatalf("tools = %v, want execute, share_file and upload_link", names)
 	}
 
 	res := call(ctx, t, c, "execute", map[string]any{"command": "echo out; echo err >&2; exit 3"})

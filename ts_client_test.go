@@ -44,7 +44,7 @@ func runTSClient(t *testing.T, s *site, mode string) tsResult {
 
 func checkTSResult(t *testing.T, res tsResult) {
 	t.Helper()
-	if strings.Join(res.Tools, ",") != "execute,share_file" {
+	if strings.Join(res.Tools, ",") != "execute,share_file,upload_link" {
 		t.Errorf("tools = %v", res.Tools)
 	}
 	if res.Execute["stdout"] != "step-1\nstep-2\nstep-3\n" || res.Execute["stderr"] != "bad\n" || res.Execute["exit_code"] != float64(4) {

@@ -323,3 +323,24 @@ func (r repeatReader) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestUploadGuardRemovesOnHangup: when the connection to the guard ends without a
+// verdict (the server stopped mid-upload), the guard removes the temporary file.
+func TestUploadGuardRemovesOnHangup(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	tmp := "/sandbox/" + tempPrefix + "hangup.part"
+	mustExec(t, sb, "echo partial > "+tmp, ExecOptions{})
+	g, err := sb.startGuard(context.Background(), []string{tmp, "/sandbox/final.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.hj.Close()
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if out = mustExec(t, sb, "ls -A /sandbox", ExecOptions{}).Stdout; out == "" {
+			return
+		}
+	}
+	t.Fatalf("left behind after the hang-up: %q", out)
+}
