@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ const uploadStepTimeout = 30 * time.Second
 
 // SanitizeName turns a name a person or a client sent into a single safe path
 // component: the part after the last '/' or '\', without control characters (NUL and
-// newlines included), trimmed of spaces, cut to [MaxNameBytes] bytes of valid UTF-8 at
+// newlines included) or bidirectional overrides, trimmed of spaces, cut to [MaxNameBytes] bytes of valid UTF-8 at
 // a character boundary (keeping the extension). It returns "" when nothing usable is
 // left ("", ".", ".." and the like), and changed reports whether the name differs from
 // what was sent.
@@ -49,7 +50,7 @@ func SanitizeName(name string) (clean string, changed bool) {
 		s = s[i+1:]
 	}
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\uFEFF' {
+		if unicode.IsControl(r) || isBidiOrInvisible(r) {
 			return -1
 		}
 		return r
@@ -62,6 +63,18 @@ func SanitizeName(name string) (clean string, changed bool) {
 		return "", name != ""
 	}
 	return s, s != name
+}
+
+// isBidiOrInvisible reports characters that change how a name is shown without being
+// part of it: bidirectional overrides (which can make "gnp.exe" read as "exe.png"),
+// line and paragraph separators, and the byte order mark.
+func isBidiOrInvisible(r rune) bool {
+	switch {
+	case r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069',
+		r == '\u200E', r == '\u200F', r == '\u061C', r == '\u2028', r == '\u2029', r == '\uFEFF':
+		return true
+	}
+	return false
 }
 
 // validName reports whether name is already what SanitizeName makes of it.
@@ -586,12 +599,13 @@ type DirEntry struct {
 	ModTime time.Time
 }
 
-// listScript prints, for the regular files of $1 (hidden ones left out, at most $2),
+// listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
 // one "size mtime" line each, then a NUL, then their names, each ended by a NUL.
 const listScript = `cd -- "$1" 2>/dev/null || exit 0
 shopt -s nullglob
 files=()
-for f in *; do
+for f in * .[!.]* ..?*; do
+	[[ $f == ` + tempPrefix + `* ]] && continue
 	[ -f "$f" ] && [ ! -L "$f" ] && files+=("$f")
 	[ ${#files[@]} -ge "$2" ] && break
 done
@@ -600,7 +614,8 @@ stat -c '%s %Y' -- "${files[@]}" || exit 1
 printf '\0'
 printf '%s\0' "${files[@]}"`
 
-// ListFiles lists up to max regular files of dir (not hidden ones, not symbolic links),
+// ListFiles lists up to max regular files of dir (not symbolic links, not unfinished
+// uploads),
 // for showing what a directory holds. A missing directory lists as empty.
 func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
 	if !path.IsAbs(dir) {
@@ -629,5 +644,6 @@ func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntr
 		mt, _ := strconv.ParseInt(b, 10, 64)
 		out = append(out, DirEntry{Name: nameList[i], Size: size, ModTime: time.Unix(mt, 0)})
 	}
+	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

@@ -32,7 +32,9 @@ func TestSanitizeName(t *testing.T) {
 		{"new\nline\r.txt", "newline.txt"},
 		{"tab\there", "tabhere"},
 		{"  spaced  ", "spaced"},
-		{"\u202Egnp.exe", "\u202Egnp.exe"}, // format characters other than controls are kept, shown escaped by the page
+		{"\u202Egnp.exe", "gnp.exe"},
+		{"a\u2066b\u200Fc", "abc"},
+		{"emoji \U0001F468\u200D\U0001F4BB.png", "emoji \U0001F468\u200D\U0001F4BB.png"},
 		{".", ""},
 		{"..", ""},
 		{"...", ""},
@@ -203,7 +205,7 @@ func TestUpload(t *testing.T) {
 	}
 
 	// A symbolic link where the name would go is never followed or replaced.
-	mustExec(t, sb, "ln -s /etc/passwd "+dir+"/link.txt && mkdir "+dir+"/sub.txt", ExecOptions{})
+	mustExec(t, sb, "ln -s /etc/passwd "+dir+"/link.txt && mkdir "+dir+"/sub.txt && echo -n h > "+dir+"/.hidden && echo > "+dir+"/"+tempPrefix+"x.part", ExecOptions{})
 	for _, name := range []string{"link.txt", "sub.txt"} {
 		res, err := upload(t, sb, dir, name, strings.NewReader("new"), UploadOptions{Size: 3})
 		if err != nil || !res.Renamed || res.Name == name {
@@ -225,7 +227,7 @@ func TestUpload(t *testing.T) {
 			t.Errorf("mtime of %s: %v", e.Name, e.ModTime)
 		}
 	}
-	if got := strings.Join(names, ","); got != "data (1).bin:3145745,data.bin:3145745,link (1).txt:3,sub (1).txt:3" {
+	if got := strings.Join(names, ","); got != ".hidden:1,data (1).bin:3145745,data.bin:3145745,link (1).txt:3,sub (1).txt:3" {
 		t.Errorf("ListFiles = %s", got)
 	}
 	if l, err := sb.ListFiles(context.Background(), "/sandbox/none", 10); err != nil || len(l) != 0 {
