@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -369,15 +370,17 @@ func (s *Sandbox) copyIn(ctx context.Context, dir, name string, r io.Reader, siz
 		if cerrdefs.IsNotFound(err) {
 			s.invalidate()
 		}
-		if ts.err != nil && ts.err != io.EOF {
-			err = ts.err // the upload's own failure says more than Docker's
+		n, rerr := ts.result()
+		if rerr != nil && rerr != io.EOF {
+			err = rerr // the upload's own failure says more than Docker's
 		}
-		return ts.n, fmt.Errorf("copying into the sandbox: %w", err)
+		return n, fmt.Errorf("copying into the sandbox: %w", err)
 	}
-	if ts.err != io.EOF {
-		return ts.n, fmt.Errorf("copying into the sandbox: the archive was not read to its end: %w", io.ErrUnexpectedEOF)
+	n, rerr := ts.result()
+	if rerr != io.EOF {
+		return n, fmt.Errorf("copying into the sandbox: the archive was not read to its end: %w", io.ErrUnexpectedEOF)
 	}
-	return ts.n, nil
+	return n, nil
 }
 
 // tarStream is a one-file tar archive around a stream of known length, made as it is
@@ -389,6 +392,28 @@ type tarStream struct {
 	body       io.Reader
 	size, n    int64 // bytes of body announced and read
 	err        error // sticky; io.EOF once the whole archive was read
+
+	// A copy of n and err for other goroutines: after a failed write, WriteTo returns
+	// while its reader may still be waiting on the body.
+	mu     sync.Mutex
+	pubN   int64
+	pubErr error
+}
+
+// result returns the bytes of body read so far and the stream's error (io.EOF when the
+// whole archive was read).
+func (t *tarStream) result() (int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pubN, t.pubErr
+}
+
+func (t *tarStream) Read(p []byte) (int, error) {
+	k, err := t.read(p)
+	t.mu.Lock()
+	t.pubN, t.pubErr = t.n, t.err
+	t.mu.Unlock()
+	return k, err
 }
 
 func newTarStream(name string, body io.Reader, size int64) (*tarStream, error) {
@@ -404,7 +429,8 @@ func newTarStream(name string, body io.Reader, size int64) (*tarStream, error) {
 	return &tarStream{head: hb.Bytes(), tail: make([]byte, pad+1024), body: body, size: size}, nil
 }
 
-func (t *tarStream) Read(p []byte) (int, error) {
+// read is Read, touching only fields its one reader owns.
+func (t *tarStream) read(p []byte) (int, error) {
 	if t.err != nil {
 		return 0, t.err
 	}
