@@ -366,6 +366,7 @@ func (s *Sandbox) copyIn(ctx context.Context, dir, name string, r io.Reader, siz
 		return 0, err
 	}
 	err = s.cli.CopyToContainer(ctx, s.cfg.Container, dir, ts, container.CopyToContainerOptions{})
+	ts.close()
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			s.invalidate()
@@ -385,23 +386,109 @@ func (s *Sandbox) copyIn(ctx context.Context, dir, name string, r io.Reader, siz
 
 // tarStream is a one-file tar archive around a stream of known length, made as it is
 // read: header, the stream's bytes, padding and trailer. Docker's client reads it
-// directly (no pipe, no goroutine), and WriteTo moves the bytes in large chunks. A
-// stream shorter or longer than announced fails the archive.
+// directly, with no pipe. A goroutine reads the stream ahead in chunks of up to 1 MiB, so
+// that receiving the next bytes overlaps with Docker taking the last ones (Docker's
+// client reads its request body in small pieces, one after the other). A stream
+// shorter or longer than announced fails the archive.
 type tarStream struct {
 	head, tail []byte
-	body       io.Reader
-	size, n    int64 // bytes of body announced and read
+	cur        []byte // what is left of the chunk being handed out
+	curBuf     []byte // the whole buffer of that chunk, to recycle
+	full       chan tarChunk
+	free       chan []byte
+	stop       chan struct{}
+	started    bool
+	n          int64 // bytes of the stream handed out
 	err        error // sticky; io.EOF once the whole archive was read
 
-	// A copy of n and err for other goroutines: after a failed write, WriteTo returns
-	// while its reader may still be waiting on the body.
+	// A copy of n and err for the goroutine that called CopyToContainer.
 	mu     sync.Mutex
 	pubN   int64
 	pubErr error
+
+	body io.Reader
+	size int64
 }
 
-// result returns the bytes of body read so far and the stream's error (io.EOF when the
-// whole archive was read).
+// tarChunk is a piece of the stream read ahead, or how the stream ended.
+type tarChunk struct {
+	buf []byte
+	n   int
+	err error // io.EOF after exactly size bytes
+}
+
+const (
+	tarChunkSize = 1 << 20
+	tarChunks    = 4
+)
+
+func newTarStream(name string, body io.Reader, size int64) (*tarStream, error) {
+	var hb bytes.Buffer
+	tw := tar.NewWriter(&hb)
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: name, Size: size, Mode: 0o644,
+		ModTime: time.Now().Truncate(time.Second), Format: tar.FormatPAX,
+	}); err != nil {
+		return nil, fmt.Errorf("making the archive header: %w", err)
+	}
+	pad := (512 - size%512) % 512
+	return &tarStream{
+		head: hb.Bytes(), tail: make([]byte, pad+1024), body: body, size: size,
+		full: make(chan tarChunk, tarChunks), free: make(chan []byte, tarChunks), stop: make(chan struct{}),
+	}, nil
+}
+
+// readAhead reads the stream into free buffers until it ends or fails.
+func (t *tarStream) readAhead() {
+	for range tarChunks {
+		t.free <- make([]byte, tarChunkSize)
+	}
+	var got int64
+	for {
+		var buf []byte
+		select {
+		case buf = <-t.free:
+		case <-t.stop:
+			return
+		}
+		var c tarChunk
+		if got < t.size {
+			k, err := t.body.Read(buf[:min(int64(len(buf)), t.size-got)])
+			got += int64(k)
+			switch {
+			case err == io.EOF && got < t.size:
+				err = fmt.Errorf("upload ended after %d of %d bytes: %w", got, t.size, io.ErrUnexpectedEOF)
+			case err == io.EOF:
+				err = nil
+			}
+			c = tarChunk{buf: buf, n: k, err: err}
+		} else {
+			// The stream must end here: a longer one is not the file announced.
+			var one [1]byte
+			_, err := io.ReadFull(t.body, one[:])
+			switch err {
+			case nil:
+				err = fmt.Errorf("the upload is longer than the %d bytes announced", t.size)
+			case io.EOF:
+			}
+			c = tarChunk{buf: buf, err: err}
+		}
+		select {
+		case t.full <- c:
+		case <-t.stop:
+			return
+		}
+		if c.err != nil {
+			return
+		}
+	}
+}
+
+// close stops the read-ahead; the stream is not read any further.
+func (t *tarStream) close() { close(t.stop) }
+
+// result returns the bytes of the stream handed out and the archive's error (io.EOF
+// when the whole archive was read).
 func (t *tarStream) result() (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -416,20 +503,7 @@ func (t *tarStream) Read(p []byte) (int, error) {
 	return k, err
 }
 
-func newTarStream(name string, body io.Reader, size int64) (*tarStream, error) {
-	var hb bytes.Buffer
-	tw := tar.NewWriter(&hb)
-	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: name, Size: size, Mode: 0o644,
-		ModTime: time.Now().Truncate(time.Second), Format: tar.FormatPAX,
-	}); err != nil {
-		return nil, fmt.Errorf("making the archive header: %w", err)
-	}
-	pad := (512 - size%512) % 512
-	return &tarStream{head: hb.Bytes(), tail: make([]byte, pad+1024), body: body, size: size}, nil
-}
-
-// read is Read, touching only fields its one reader owns.
+// read is Read, touching only fields its one caller owns.
 func (t *tarStream) read(p []byte) (int, error) {
 	if t.err != nil {
 		return 0, t.err
@@ -439,28 +513,31 @@ func (t *tarStream) read(p []byte) (int, error) {
 		t.head = t.head[k:]
 		return k, nil
 	}
-	if t.n < t.size {
-		k, err := t.body.Read(p[:min(int64(len(p)), t.size-t.n)])
-		t.n += int64(k)
-		if err == io.EOF && t.n < t.size {
-			err = fmt.Errorf("upload ended after %d of %d bytes: %w", t.n, t.size, io.ErrUnexpectedEOF)
-		} else if err == io.EOF {
-			err = nil
-		}
-		t.err = err
-		return k, nil
+	if !t.started {
+		t.started = true
+		go t.readAhead()
 	}
-	if t.body != nil {
-		// The stream must end here: a longer one is not the file announced.
-		var one [1]byte
-		if _, err := io.ReadFull(t.body, one[:]); err == nil {
-			t.err = fmt.Errorf("the upload is longer than the %d bytes announced", t.size)
-			return 0, t.err
-		} else if err != io.EOF {
-			t.err = err
-			return 0, err
+	for t.body != nil && len(t.cur) == 0 {
+		if t.curBuf != nil {
+			t.free <- t.curBuf
+			t.curBuf = nil
 		}
-		t.body = nil
+		c := <-t.full
+		switch {
+		case c.err == io.EOF:
+			t.body = nil // done: on to the padding
+		case c.err != nil:
+			t.err = c.err
+			return 0, c.err
+		default:
+			t.cur, t.curBuf = c.buf[:c.n], c.buf
+		}
+	}
+	if len(t.cur) > 0 {
+		k := copy(p, t.cur)
+		t.cur = t.cur[k:]
+		t.n += int64(k)
+		return k, nil
 	}
 	if len(t.tail) == 0 {
 		t.err = io.EOF
@@ -469,60 +546,6 @@ func (t *tarStream) read(p []byte) (int, error) {
 	k := copy(p, t.tail)
 	t.tail = t.tail[k:]
 	return k, nil
-}
-
-// WriteTo copies the archive to w in chunks of up to 1 MiB, reading the next chunk
-// while the last one is written, so that the sender and Docker both keep moving.
-func (t *tarStream) WriteTo(w io.Writer) (int64, error) {
-	const chunkSize, chunks = 1 << 20, 3
-	free := make(chan []byte, chunks)
-	for range chunks {
-		free <- make([]byte, chunkSize)
-	}
-	type chunk struct {
-		b   []byte
-		err error
-	}
-	full := make(chan chunk, chunks)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			var buf []byte
-			select {
-			case buf = <-free:
-			case <-stop:
-				return
-			}
-			k, err := t.Read(buf)
-			select {
-			case full <- chunk{buf[:k], err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var total int64
-	for c := range full {
-		if len(c.b) > 0 {
-			m, err := w.Write(c.b)
-			total += int64(m)
-			if err != nil {
-				return total, err
-			}
-		}
-		if c.err == io.EOF {
-			return total, nil
-		}
-		if c.err != nil {
-			return total, c.err
-		}
-		free <- c.b[:cap(c.b)]
-	}
-	return total, nil
 }
 
 // catIn streams r into the file tmp through the standard input of `cat`, for streams
