@@ -16,6 +16,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -333,14 +334,14 @@ func (h *Handler) receiveUpload(w http.ResponseWriter, r *http.Request, t upload
 }
 
 func (h *Handler) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTarget, body *watchedBody, err error, fields []zap.Field) {
-	fields = append(fields, zap.Int64("received", body.n), zap.Error(err))
+	fields = append(fields, zap.Int64("received", body.n.Load()), zap.Error(err))
 	switch {
 	case errors.Is(err, sandbox.ErrTooLarge):
 		metricUploads.WithLabelValues("too_large").Inc()
 		h.logger.Info("upload refused: too large", fields...)
 		uploadProblem(w, r, http.StatusRequestEntityTooLarge, "The file is too large",
 			fmt.Sprintf("Files of up to %s are accepted; nothing was saved.", humanSize(h.MaxUpload)))
-	case body.err != nil || errors.Is(err, io.ErrUnexpectedEOF):
+	case body.failed.Load() || errors.Is(err, io.ErrUnexpectedEOF):
 		metricUploads.WithLabelValues("aborted").Inc()
 		h.logger.Info("upload aborted", fields...)
 		uploadProblem(w, r, http.StatusBadRequest, "The upload was cut off",
@@ -362,19 +363,20 @@ func (h *Handler) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadT
 	}
 }
 
-// watchedBody counts what the client sent and remembers a failed read (a client that
-// went away), to tell an aborted upload from a failing sandbox.
+// watchedBody counts what the client sent and remembers whether a read failed (a
+// client that went away), to tell an aborted upload from a failing sandbox. Its
+// counters may be read while the sandbox's read-ahead still reads.
 type watchedBody struct {
-	r   io.Reader
-	n   int64
-	err error
+	r      io.Reader
+	n      atomic.Int64
+	failed atomic.Bool
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	b.n += int64(n)
+	b.n.Add(int64(n))
 	if err != nil && err != io.EOF {
-		b.err = err
+		b.failed.Store(true)
 	}
 	return n, err
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -237,7 +238,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 			err = s.checkSize(ctx, tmp, n)
 		}
 	}
-	if src.over {
+	if src.over.Load() {
 		err = fmt.Errorf("more than %d bytes: %w", opts.Max, ErrTooLarge)
 	}
 	gr := <-guardc
@@ -623,19 +624,20 @@ func script(body string, args ...string) string {
 	return b.String()
 }
 
-// limitedReader fails once more than max bytes (max > 0) have been read.
+// limitedReader fails once more than max bytes (max > 0) have been read. over may be
+// read from another goroutine: a read-ahead can outlive the copy that started it.
 type limitedReader struct {
 	r    io.Reader
 	max  int64
 	n    int64
-	over bool
+	over atomic.Bool
 }
 
 func (l *limitedReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.n += int64(n)
 	if l.max > 0 && l.n > l.max {
-		l.over = true
+		l.over.Store(true)
 		return 0, fmt.Errorf("more than %d bytes: %w", l.max, ErrTooLarge)
 	}
 	return n, err
