@@ -234,6 +234,17 @@ func TestUpload(t *testing.T) {
 		t.Errorf("ListFiles of a missing dir: %v %v", l, err)
 	}
 
+	// Empty files are files too, whichever way they come.
+	for _, size := range []int64{0, -1} {
+		res, err := upload(t, sb, "/sandbox/empty", "empty.txt", strings.NewReader(""), UploadOptions{Size: size})
+		if err != nil || res.Size != 0 {
+			t.Errorf("empty upload (size %d): %+v %v", size, res, err)
+		}
+	}
+	if out := mustExec(t, sb, "ls -A /sandbox/empty && wc -c < '/sandbox/empty/empty (1).txt'", ExecOptions{}).Stdout; out != "empty (1).txt\nempty.txt\n0\n" {
+		t.Errorf("empty uploads: %q", out)
+	}
+
 	// The container was removed: Upload brings it back.
 	if err := cli.ContainerRemove(context.Background(), sb.cfg.Container, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
