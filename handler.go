@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -29,8 +30,8 @@ const (
 )
 
 // Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
-// (`/mcp`), the OAuth 2.1 endpoints, and signed downloads (`/files/...`); every other
-// request goes to the next handler.
+// (`/mcp`), the OAuth 2.1 endpoints, signed downloads (`/files/...`) and the
+// operator's console (`/console`); every other request goes to the next handler.
 type Handler struct {
 	// APIKey is the sign-in key and the secret links are signed with. Required;
 	// placeholders such as {env.SANDBOX_API_KEY} are resolved at provision time.
@@ -89,6 +90,11 @@ type Handler struct {
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
+
+	console     *console.Console
+	audit       *console.AuditLog
+	linkReg     *console.LinkRegistry
+	consoleKeys []string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -206,6 +212,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	if err := h.provisionConsole(ctx); err != nil {
+		return err
+	}
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -243,11 +252,13 @@ func (h *Handler) Cleanup() error {
 		h.mcp.CloseSessions(ctx)
 		cancel()
 	}
+	var errs []error
+	errs = append(errs, h.releaseConsole())
 	if h.poolKey != "" {
 		_, err := sandboxes.Delete(h.poolKey)
-		return err
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.
@@ -257,7 +268,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveMCP(w, r)
 		return nil
 	case strings.HasPrefix(p, filesPrefix):
-		h.serveFile(w, r)
+		h.serveFileAudited(w, r)
+		return nil
+	case console.Handles(r):
+		h.console.ServeHTTP(w, r)
 		return nil
 	case h.auth.Handles(r):
 		h.auth.ServeHTTP(w, r)

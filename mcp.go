@@ -31,6 +31,7 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 		server.WithToolCapabilities(false),
 		server.WithInstructions(serverInstructions),
 		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(h.auditTool),
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
