@@ -35,8 +35,8 @@ func (fakeSandbox) Recreate(context.Context) error { return nil }
 
 type fakeAccess struct{}
 
-func (fakeAccess) Clients(context.Context) ([]Client, error)  { return nil, nil }
-func (fakeAccess) Grants(context.Context) ([]Grant, error)    { return nil, nil }
+func (fakeAccess) Clients(context.Context) ([]Client, error) { return nil, nil }
+func (fakeAccess) Grants(context.Context) ([]Grant, error)   { return nil, nil }
 func (fakeAccess) RevokeGrant(context.Context, string) error { return ErrNotFound }
 
 type registryLinks struct{ reg *LinkRegistry }
