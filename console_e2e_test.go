@@ -350,6 +350,12 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("browser", func(t *testing.T) {
+		// A live sign-in, used once, for the Access page.
+		oc, err := mcpWithToken(ctx, t, s.url, oauthToken(ctx, t, s, "Claude"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		call(ctx, t, oc, "execute", map[string]any{"command": "python3 --version || echo no python here"})
 		consoleInBrowser(t, s)
 	})
 
@@ -511,7 +517,7 @@ func consoleInBrowser(t *testing.T, s *site) {
 	for _, p := range []struct{ path, want, file string }{
 		{"/console", s.container, "console-overview.png"},
 		{"/console/activity", "window.__xss", "console-activity.png"},
-		{"/console/access", "Registered clients", "console-access.png"},
+		{"/console/access", "Claude", "console-access.png"},
 		{"/console/links", "/sandbox/two.txt", "console-links.png"},
 		{"/console/confirm?action=recreate", "What survives", "console-confirm-recreate.png"},
 	} {

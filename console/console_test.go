@@ -335,3 +335,45 @@ func TestLinkRegistry(t *testing.T) {
 		t.Fatalf("expired entry not pruned: %v", keys)
 	}
 }
+
+type fakeJobs struct{ killed []string }
+
+func (j *fakeJobs) Jobs(context.Context) ([]Job, error) {
+	return []Job{{ID: "job-1", Command: "sleep 100 <x>", Client: "Claude", StartedAt: time.Now(), State: "running"}}, nil
+}
+func (j *fakeJobs) KillJob(_ context.Context, id string) error {
+	if id != "job-1" {
+		return ErrNotFound
+	}
+	j.killed = append(j.killed, id)
+	return nil
+}
+
+// TestOverviewJobs shows a running job with its kill button and kills it through the
+// form, as jobs will once they exist.
+func TestOverviewJobs(t *testing.T) {
+	jobs := &fakeJobs{}
+	c := newTestConsole(t, fullLog(t))
+	c.opts.Jobs = jobs
+	ck := signedIn(t, c)
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(ck)
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	page := rec.Body.String()
+	if rec.Code != 200 || !strings.Contains(page, "sleep 100 &lt;x&gt;") || !strings.Contains(page, `value="kill_job"`) {
+		t.Fatalf("overview: %d %s", rec.Code, page)
+	}
+	sess, _ := c.sessions.fromRequest(req, cookieHTTP)
+	req = httptest.NewRequest("POST", "http://console.test/console/action", strings.NewReader("action=kill_job&id=job-1&back=overview&csrf="+sess.csrf))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(ck)
+	rec = httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if rec.Code != http.StatusSeeOther || len(jobs.killed) != 1 {
+		t.Fatalf("kill: %d %v", rec.Code, jobs.killed)
+	}
+	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job"}); len(e) != 1 || e[0].Outcome != OutcomeOK {
+		t.Fatalf("kill in the audit log: %+v", e)
+	}
+}

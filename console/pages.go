@@ -173,11 +173,17 @@ func activityRows(entries []Entry) template.HTML {
 		}
 		b.WriteString(`</td><td>`)
 		esc(visible(e.Tool))
-		b.WriteString(`</td><td class="cmd"><code>`)
-		esc(clip(200, visible(e.Args)))
-		b.WriteString(`</code>`)
+		b.WriteString(`</td><td class="cmd">`)
+		if e.Args != "" {
+			b.WriteString(`<code>`)
+			esc(clip(200, visible(e.Args)))
+			b.WriteString(`</code>`)
+		}
 		if e.Error != "" {
-			b.WriteString(`<br><span class="error-text">`)
+			if e.Args != "" {
+				b.WriteString(`<br>`)
+			}
+			b.WriteString(`<span class="error-text">`)
 			esc(clip(200, visible(e.Error)))
 			b.WriteString(`</span>`)
 		}
