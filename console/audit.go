@@ -345,9 +345,10 @@ func (l *AuditLog) Start() {
 	if l.stop != nil {
 		return
 	}
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	l.stop, l.done = stop, done
 	go func() {
-		defer close(l.done)
+		defer close(done)
 		defer func() {
 			if v := recover(); v != nil {
 				l.log.Error("panic in the audit log flush", zap.Any("panic", v))
@@ -357,7 +358,7 @@ func (l *AuditLog) Start() {
 		defer t.Stop()
 		for {
 			select {
-			case <-l.stop:
+			case <-stop:
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

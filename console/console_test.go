@@ -377,3 +377,30 @@ func TestOverviewJobs(t *testing.T) {
 		t.Fatalf("kill in the audit log: %+v", e)
 	}
 }
+
+// TestBackgroundLoops starts and closes the audit flush and the link sync: Close
+// returns promptly and the background flush writes without Close.
+func TestBackgroundLoops(t *testing.T) {
+	st := fileStorage(t)
+	l := NewAuditLog(st, "p", 0, nil)
+	g := NewLinkRegistry(st, "p", nil)
+	l.Start()
+	g.Start()
+	l.Record(entry(1, time.Now()))
+	time.Sleep(flushInterval + 500*time.Millisecond)
+	keys, _ := st.List(context.Background(), "p/audit", false)
+	if len(keys) != 1 {
+		t.Fatalf("the background flush wrote %d chunks", len(keys))
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = l.Close()
+		g.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}

@@ -238,9 +238,10 @@ func (g *LinkRegistry) Start() {
 	if g.stop != nil {
 		return
 	}
-	g.stop, g.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	g.stop, g.done = stop, done
 	go func() {
-		defer close(g.done)
+		defer close(done)
 		defer func() {
 			if v := recover(); v != nil {
 				g.log.Error("panic in the link registry sync", zap.Any("panic", v))
@@ -250,7 +251,7 @@ func (g *LinkRegistry) Start() {
 		defer t.Stop()
 		for {
 			select {
-			case <-g.stop:
+			case <-stop:
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
