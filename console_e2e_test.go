@@ -361,8 +361,21 @@ func TestConsole(t *testing.T) {
 
 	t.Run("audit log survives a Caddy restart", func(t *testing.T) {
 		before := activity(t, s, "limit=0")
+		// An entry recorded just before the stop, too recent for the background flush.
+		call(ctx, t, c, "execute", map[string]any{"command": "echo last-before-stop"})
 		if err := caddy.Stop(); err != nil {
 			t.Fatal(err)
+		}
+		// Stopping flushed everything to Caddy's storage, where the next start reads it.
+		files, _ := filepath.Glob(filepath.Join(s.storage, "mcp_sandbox", "console", "audit", "*"))
+		lines, disk := 0, ""
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			lines += strings.Count(string(b), "\n")
+			disk += string(b)
+		}
+		if lines <= len(before) || !strings.Contains(disk, "last-before-stop") {
+			t.Fatalf("%d entries on disk after stopping, %d before (the last one written: %v)", lines, len(before), strings.Contains(disk, "last-before-stop"))
 		}
 		s.load(siteOptions{})
 		after := activity(t, s, "limit=0")
