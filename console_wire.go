@@ -89,6 +89,9 @@ func (h *Handler) provisionConsole(ctx caddy.Context) error {
 
 	m := hmac.New(sha256.New, []byte(h.APIKey))
 	m.Write([]byte("mcp-sandbox console sessions v1"))
+	// Jobs is left out until background jobs exist: the console then lists none and
+	// the jobs API answers an empty list. A job manager plugs in by implementing
+	// console.Jobs (Jobs, KillJob) and being set here.
 	h.console, err = console.New(console.Options{
 		SessionKey: m.Sum(nil),
 		Keys:       h.auth,
@@ -162,8 +165,10 @@ func (c consoleAccess) RevokeGrant(ctx context.Context, id string) error {
 }
 
 // consoleLinks shows the links of every kind the registry holds. Uploads and previews
-// record their links in the same registry (with their kind) and set an OnRevoke hook
-// when revoking must do more than fail the link check.
+// plug in the way downloads do: Record each link made (console.KindUpload or
+// KindPreview, the directory or port as Target) in h.linkReg, consult
+// h.linkReg.Revoked(id) in their link check, and set an OnRevoke hook when revoking
+// must do more than fail that check (a preview closing its port).
 type consoleLinks struct{ reg *console.LinkRegistry }
 
 func (c consoleLinks) Links(context.Context) ([]console.Link, error) { return c.reg.List(), nil }

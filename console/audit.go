@@ -383,9 +383,5 @@ func (l *AuditLog) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A full open chunk seals in one flush and may leave a remainder for a second.
-	if err := l.Flush(ctx); err != nil {
-		return err
-	}
 	return l.Flush(ctx)
 }
