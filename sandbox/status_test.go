@@ -41,8 +41,10 @@ func TestStatusRestartRecreate(t *testing.T) {
 	if st.Memory <= 0 || st.MemoryLimit != cfg.Memory || st.PIDs < 2 || st.PIDsLimit != cfg.PidsLimit || st.CPULimit != cfg.CPUs {
 		t.Errorf("live use: memory %d/%d pids %d/%d cpus limit %v", st.Memory, st.MemoryLimit, st.PIDs, st.PIDsLimit, st.CPULimit)
 	}
-	if st.CPU < 0.3 {
-		t.Errorf("a busy loop shows CPU %.2f, want most of one CPU", st.CPU)
+	// An idle container shows about 0.00; on a busy shared host the loop may get well
+	// under a whole CPU, so only a clear share is asked for.
+	if st.CPU < 0.1 {
+		t.Errorf("a busy loop shows CPU %.2f, want a clear share of a CPU", st.CPU)
 	}
 	firstID, firstStart := st.ID, st.StartedAt
 
