@@ -82,6 +82,7 @@ type site struct {
 // siteOptions adds lines to the mcp_sandbox block or the site block.
 type siteOptions struct {
 	image     string   // default: the test image
+	network   string   // default: none (commands in test sandboxes stay off the network)
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
 }
@@ -116,6 +117,10 @@ func (s *site) caddyfile(opts siteOptions) string {
 	if image == "" {
 		image = testImage()
 	}
+	network := opts.network
+	if network == "" {
+		network = "none"
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -133,7 +138,7 @@ http://127.0.0.1:%d {
 		image %s
 		container %s
 		volume %s
-		network none
+		network %s
 		memory 1g
 		cpus 1
 		%s
@@ -141,7 +146,7 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume,
+`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume, network,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/certmagic"
 	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
@@ -89,6 +90,8 @@ type Handler struct {
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
+	storage certmagic.Storage
+	facts   *factsCache // shared with every config that uses this sandbox
 }
 
 // CaddyModule returns the Caddy module information.
@@ -190,6 +193,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.poolKey, h.box, h.docker, h.host = key, entry.sb, entry.cli, h.app.dockerHost()
+	h.facts, h.storage = &entry.facts, ctx.Storage()
 
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,

@@ -27,9 +27,13 @@ const serverInstructions = `This server gives you a persistent Linux sandbox (a 
 
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
+	hooks := &server.Hooks{}
+	hooks.AddAfterInitialize(h.instructions)
 	s := server.NewMCPServer("mcp-sandbox", Version,
 		server.WithToolCapabilities(false),
 		server.WithInstructions(serverInstructions),
+		server.WithToolFilter(h.describeTools),
+		server.WithHooks(hooks),
 		server.WithRecovery(),
 	)
 	addTool(s, h.executeTool(), h.execute)

@@ -189,6 +189,7 @@ type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
 	logger *zap.Logger
+	facts  factsCache // what is installed in the container, detected once
 
 	once   sync.Once
 	cancel context.CancelFunc
