@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/idna"
 )
 
 // Limits on registrations, so nobody can fill the storage through /register.
@@ -205,17 +207,81 @@ func newClientRecord(req registrationRequest, now time.Time) (*clientRecord, *re
 	}, nil
 }
 
-// cleanClientName bounds a display name and rejects control characters, which have no
-// business in a name shown on the sign-in page.
+// cleanClientName bounds a display name and rejects invisible characters, which have no
+// business in a name shown on the sign-in page: control characters, and format
+// characters (Unicode category Cf: bidi overrides and isolates such as U+202E and U+2066,
+// zero-width joiners, soft hyphens), which can make a name read as something else.
 func cleanClientName(name string) (string, error) {
 	name = strings.TrimSpace(name)
+	if !utf8.ValidString(name) {
+		return "", errors.New("client_name is not valid UTF-8")
+	}
 	if len([]rune(name)) > maxClientNameLen {
 		return "", fmt.Errorf("client_name is longer than %d characters", maxClientNameLen)
 	}
-	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
-		return "", errors.New("client_name contains control characters")
+	if i := strings.IndexFunc(name, invisibleRune); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return "", fmt.Errorf("client_name contains the invisible or control character %U", r)
 	}
 	return name, nil
+}
+
+// invisibleRune is true for characters that are not shown as themselves: controls (Cc),
+// format characters (Cf), private-use and surrogate code points, and the line and
+// paragraph separators.
+func invisibleRune(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs, unicode.Zl, unicode.Zp)
+}
+
+// hostLabel is one label of a host name in its ASCII form. Underscores are allowed
+// because some real names carry them; nothing else outside letters, digits and hyphens.
+var hostLabel = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+
+// checkRedirectHost accepts a host[:port] of an http(s) redirect URI only when it is an
+// IP literal or a DNS name whose ASCII (punycode) form is made of plain labels, with a
+// numeric port. The host ends up in the sign-in page's Content-Security-Policy
+// (form-action), so anything else (";", quotes, spaces, commas) could inject policy.
+func checkRedirectHost(u *url.URL) error {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+			return fmt.Errorf("port %q is not a number from 1 to 65535", p)
+		}
+	} else if strings.HasSuffix(u.Host, ":") {
+		return errors.New("empty port")
+	}
+	host := u.Hostname()
+	if strings.HasPrefix(u.Host, "[") {
+		if _, err := netip.ParseAddr(host); err != nil || strings.Contains(host, "%") {
+			return fmt.Errorf("%q is not an IPv6 address", host)
+		}
+		return nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	ascii, err := asciiHost(host)
+	if err != nil {
+		return err
+	}
+	for _, label := range strings.Split(ascii, ".") {
+		if !hostLabel.MatchString(label) {
+			return fmt.Errorf("host %q is not a valid DNS name", host)
+		}
+	}
+	return nil
+}
+
+// asciiHost is the lower-case ASCII (punycode) form of a host name, as a browser would
+// look it up.
+func asciiHost(host string) (string, error) {
+	if host == "" || len(host) > 253 {
+		return "", fmt.Errorf("host %q is empty or too long", host)
+	}
+	ascii, err := idna.Lookup.ToASCII(host)
+	if err != nil {
+		return "", fmt.Errorf("host %q is not a valid internationalised name", host)
+	}
+	return strings.ToLower(ascii), nil
 }
 
 // schemePattern is the RFC 3986 scheme syntax.
@@ -262,9 +328,15 @@ func validateRedirectURI(raw string) error {
 		if u.Host == "" || u.Opaque != "" {
 			return fmt.Errorf("redirect URI %q has no host", raw)
 		}
+		if err := checkRedirectHost(u); err != nil {
+			return fmt.Errorf("redirect URI %q: %v", raw, err)
+		}
 	case "http":
 		if !isLoopbackHost(u.Hostname()) || u.Opaque != "" {
 			return fmt.Errorf("redirect URI %q: plain http is allowed only on loopback (127.0.0.1, [::1], localhost)", raw)
+		}
+		if err := checkRedirectHost(u); err != nil {
+			return fmt.Errorf("redirect URI %q: %v", raw, err)
 		}
 	default:
 		// A private-use scheme is the native app's own; it must at least say something
@@ -346,7 +418,7 @@ func (c *clientRecord) displayName() string {
 	}
 	if c.metadataDocument {
 		if u, err := url.Parse(c.ID); err == nil {
-			return u.Host
+			return displayHost(u)
 		}
 	}
 	return "An application"
