@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -79,6 +77,9 @@ type Handler struct {
 	// AllowPrivateClientMetadata lets OAuth client ID metadata documents live on
 	// loopback or private addresses. For development only.
 	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
+
+	publicOrigin   string   // PublicURL normalised, "" when unset
+	allowedOrigins []string // AllowedOrigins normalised
 
 	logger  *zap.Logger
 	app     *App
@@ -154,9 +155,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
 	if h.PublicURL != "" {
-		if _, err := parsePublicURL(h.PublicURL); err != nil {
-			return err
+		o, err := oauth.ParseOrigin(h.PublicURL)
+		if err != nil {
+			return fmt.Errorf("public_url: %w", err)
 		}
+		h.publicOrigin = o
 	}
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
@@ -170,10 +173,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Keepalive < caddy.Duration(time.Second) {
 		return errors.New("keepalive must be at least 1s")
 	}
+	h.allowedOrigins = nil
 	for _, o := range h.AllowedOrigins {
-		if _, err := parsePublicURL(o); err != nil {
+		n, err := oauth.ParseOrigin(o)
+		if err != nil {
 			return fmt.Errorf("allowed_origins: %w", err)
 		}
+		h.allowedOrigins = append(h.allowedOrigins, n)
 	}
 	cfg, err := h.sandboxConfig()
 	if err != nil {
@@ -210,29 +216,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
 
-// parsePublicURL accepts an origin: http or https, a host, no path, query or fragment.
-func parsePublicURL(s string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimSuffix(s, "/"))
-	if err != nil {
-		return nil, fmt.Errorf("public URL %q: %w", s, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("public URL %q must be an origin like https://sandbox.example.com (scheme and host, no path)", s)
-	}
-	return u, nil
-}
-
 // clientIP is the client address as Caddy sees it (honouring trusted_proxies), so
-// that sign-in limits count people, not the proxy in front.
+// that sign-in limits count people, not the proxy in front. Empty (outside Caddy) makes
+// the OAuth server fall back to the peer address.
 func clientIP(r *http.Request) string {
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
-		return ip
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	return ip
 }
 
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and

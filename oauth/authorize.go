@@ -114,6 +114,8 @@ func (s *Server) parseAuthRequest(r *http.Request, params url.Values) (*authRequ
 			"This application is not registered with this server (or was registered before the API key changed). Remove the connector in the application and add it again."}, nil
 	case errors.Is(err, errMetadataDocument):
 		return nil, &pageError{http.StatusBadRequest, "Application not accepted", capitalize(err.Error()) + "."}, nil
+	case err != nil && r.Context().Err() != nil: // the browser went away
+		return nil, &pageError{http.StatusBadRequest, "Request cancelled", "The request was cancelled."}, nil
 	case err != nil:
 		s.log.Error("looking up an OAuth client", zap.Error(err))
 		return nil, &pageError{http.StatusInternalServerError, "Server error", "The application could not be looked up. Try again in a moment."}, nil

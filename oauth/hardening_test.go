@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -253,5 +256,219 @@ func TestSpoofingNamesAndHosts(t *testing.T) {
 	}
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' https://claude.xn--i-7sb;") {
 		t.Errorf("CSP %q", csp)
+	}
+}
+
+// TestBearerGuessesLimited: unknown bearer tokens count against the address in the
+// sign-in limiter; once blocked, neither /mcp nor the sign-in page compares the API key,
+// while a valid OAuth token keeps working unslowed.
+func TestBearerGuessesLimited(t *testing.T) {
+	e := newTestEnv(t, func(o *Options) { o.APIKeyBearer = true })
+	reg := e.register(map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"})
+	c := e.newCode(reg.ClientID, httpsRedirect)
+	_, tok, _ := e.tokenCall(c.form())
+	params, _ := authParamsFor(e, reg.ClientID, httpsRedirect)
+	_, page := e.get("/authorize?" + params.Encode())
+	form := formFields(t, page)
+
+	for i := range signinBlockAfter {
+		if got := e.callMCP("guess-" + randomToken()); got != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i+1, got)
+		}
+		if got := e.callMCP(tok.AccessToken); got != http.StatusOK {
+			t.Fatalf("valid token after %d guesses: %d", i+1, got)
+		}
+	}
+	if got := e.callMCP("guess-" + randomToken()); got != http.StatusTooManyRequests {
+		t.Fatalf("guess after %d: %d, want 429", signinBlockAfter, got)
+	}
+	if got := e.callMCP(testKey); got != http.StatusTooManyRequests {
+		t.Fatalf("the right key from a blocked address: %d, want 429 (no confirmation while blocked)", got)
+	}
+	if got := e.callMCP(tok.AccessToken); got != http.StatusOK {
+		t.Fatalf("valid OAuth token from a blocked address: %d, want 200", got)
+	}
+	form.Set("api_key", testKey)
+	if resp, body := e.postForm("/authorize", form); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("sign-in page from a blocked address: %d %s", resp.StatusCode, body)
+	}
+	e.clock.Advance(signinWindow)
+	if got := e.callMCP(testKey); got != http.StatusOK {
+		t.Fatalf("the key after the window: %d", got)
+	}
+}
+
+// TestMetadataFetchBounded: fetch failures show a generic message (the detail goes to
+// the log) and are remembered for a minute; at most maxMetadataFetches run at once; and
+// a fetch ends when the request that wanted it goes away.
+func TestMetadataFetchBounded(t *testing.T) {
+	var fetches, running, peak atomic.Int64
+	release := make(chan struct{})
+	cancelled := make(chan struct{}, 100)
+	doc := httptestTLS(t, func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/slow/"):
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				cancelled <- struct{}{}
+				return
+			}
+		}
+		http.NotFound(w, r)
+	})
+	e := newTestEnv(t, func(o *Options) {
+		o.AllowPrivateClientMetadataURLs = true
+		o.HTTPClient = doc.Client()
+	})
+	page := func(clientID string) (*http.Response, []byte) {
+		params, _ := authParamsFor(e, clientID, httpsRedirect)
+		return e.get("/authorize?" + params.Encode())
+	}
+
+	// Generic message, detail logged.
+	closed := "http://127.0.0.1:1/client.json"
+	resp, body := page(closed)
+	wantPage(t, resp, body, http.StatusBadRequest, "could not be fetched")
+	for _, leak := range []string{"connection refused", "127.0.0.1:1", "dial", "connect:"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("the page tells the caller %q:\n%s", leak, body)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "connection refused") {
+		t.Errorf("the log lacks the reason:\n%s", e.logs.String())
+	}
+	resp, body = page(doc.URL + "/missing.json")
+	wantPage(t, resp, body, http.StatusBadRequest, "could not be fetched")
+	if strings.Contains(string(body), "404") {
+		t.Errorf("the page shows the status the URL answered:\n%s", body)
+	}
+
+	// Failures are cached briefly.
+	before := fetches.Load()
+	page(doc.URL + "/missing.json")
+	if fetches.Load() != before {
+		t.Fatal("a failed document was fetched again at once")
+	}
+	e.clock.Advance(failedMetadataCacheTTL + time.Second)
+	page(doc.URL + "/missing.json")
+	if fetches.Load() != before+1 {
+		t.Fatal("a failed document was not fetched again after a minute")
+	}
+
+	// A fetch ends with the request that wanted it.
+	short := &http.Client{Timeout: 300 * time.Millisecond}
+	params, _ := authParamsFor(e, doc.URL+"/slow/gone.json", httpsRedirect)
+	if _, err := short.Get(e.url("/authorize?" + params.Encode())); err == nil {
+		t.Fatal("the slow document answered")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the fetch outlived its request by 2s")
+	}
+
+	// A global cap on concurrent fetches: the rest are told to try again.
+	var wg sync.WaitGroup
+	var busy atomic.Int64
+	for i := range 3 * maxMetadataFetches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			params, _ := authParamsFor(e, doc.URL+"/slow/"+strconv.Itoa(i)+".json", httpsRedirect)
+			resp, err := http.Get(e.url("/authorize?" + params.Encode()))
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "too many applications") {
+				busy.Add(1)
+			}
+		}()
+	}
+	waitUntil(t, func() bool { return busy.Load() >= 2*maxMetadataFetches })
+	close(release)
+	wg.Wait()
+	if p := peak.Load(); p > maxMetadataFetches {
+		t.Fatalf("%d fetches ran at once, limit %d", p, maxMetadataFetches)
+	}
+}
+
+func httptestTLS(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	ts := httptest.NewTLSServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestUnusedRegistrationsExpire: a registration that never led to a sign-in is pruned
+// after a day; one that signed in stays; at the cap a flood of registrations is refused
+// without listing the storage again.
+func TestUnusedRegistrationsExpire(t *testing.T) {
+	var cs *countingStorage
+	e := newTestEnv(t, func(o *Options) {
+		cs = &countingStorage{Storage: o.Storage}
+		o.Storage = cs
+	})
+	meta := map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"}
+	used := e.register(meta)
+	_, tok, _ := e.tokenCall(e.newCode(used.ClientID, httpsRedirect).form())
+	unused := e.register(meta)
+	e.clock.Advance(neverUsedClientTTL - time.Minute)
+	if err := e.server().Prune(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.server().lookupClient(e.ctx(), unused.ClientID); err != nil {
+		t.Fatalf("a registration was dropped before a day: %v", err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	// Keep the sign-in alive, as a client in use would.
+	if status, _, _ := e.tokenCall(url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {used.ClientID}}); status != http.StatusOK {
+		t.Fatal("refresh failed")
+	}
+	if err := e.server().Prune(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.server().lookupClient(e.ctx(), unused.ClientID); !errors.Is(err, errNotFound) {
+		t.Fatalf("a registration that never signed in survived a day: %v", err)
+	}
+	if _, err := e.server().lookupClient(e.ctx(), used.ClientID); err != nil {
+		t.Fatalf("the client in use was dropped: %v", err)
+	}
+
+	e.server().maxClients = 3
+	e.register(meta)
+	e.register(meta)
+	body, _ := json.Marshal(meta)
+	lists := cs.lists.Load()
+	for i := range 20 {
+		resp, _ := e.postJSON("/register", body)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("registration %d over the cap: %d", i, resp.StatusCode)
+		}
+		e.server().registerLimiter.reset("127.0.0.1")
+	}
+	if n := cs.lists.Load() - lists; n > 1 {
+		t.Fatalf("20 registrations at the cap listed the storage %d times, want at most 1", n)
 	}
 }

@@ -30,11 +30,17 @@ const (
 	maxClientNameLen    = 200
 	// MaxClients is the most dynamically registered clients kept at once. When it is
 	// reached, registrations that never led to a sign-in and are older than an hour are
-	// dropped; if that frees nothing, registration is refused until Prune frees room.
+	// dropped (at most once every 10 minutes); if that frees nothing, registration is
+	// refused until Prune frees room. Prune drops such registrations after 24 hours anyway.
 	MaxClients = 10000
 	// unusedClientTTL is how long a registration with no live grant is kept after its
 	// registration or its last sign-in.
 	unusedClientTTL = 30 * 24 * time.Hour
+	// neverUsedClientTTL is how long Prune keeps a registration that never led to a
+	// sign-in: a client registers right before sending the person to sign in.
+	neverUsedClientTTL = 24 * time.Hour
+	// capPruneEvery is how often a registration at the cap may look for room.
+	capPruneEvery = 10 * time.Minute
 	// abandonedClientAge is when a registration that never led to a sign-in may be
 	// dropped to make room under MaxClients.
 	abandonedClientAge = time.Hour
@@ -424,29 +430,48 @@ func (c *clientRecord) displayName() string {
 	return "An application"
 }
 
-// reserveClientSlot counts a new registration against MaxClients, counting the stored
-// clients once per process. Several instances each keep their own count, so the cap is
-// approximate there; Prune recounts.
+// reserveClientSlot counts a new registration against MaxClients. The count is kept in
+// memory: the stored clients are listed once per process, and Prune recounts. At the cap
+// a registration is refused at once; only one pass every capPruneEvery looks for
+// registrations that never led to a sign-in to make room, so a flood at the cap costs a
+// counter check, not a scan. Several instances each keep their own count, so the cap is
+// approximate there.
 func (s *Server) reserveClientSlot(ctx context.Context) error {
 	s.clientCountMu.Lock()
-	defer s.clientCountMu.Unlock()
 	if s.clientCount < 0 {
 		ids, err := s.store.list(ctx, kindClients)
 		if err != nil {
+			s.clientCountMu.Unlock()
 			return err
 		}
 		s.clientCount = len(ids)
 	}
-	if s.clientCount >= s.maxClients {
-		n, err := s.pruneClients(ctx, s.opts.Now(), abandonedClientAge, nil)
-		if err != nil {
-			return err
-		}
-		s.clientCount = n
+	if s.clientCount < s.maxClients {
+		s.clientCount++
+		s.clientCountMu.Unlock()
+		return nil
 	}
+	now := s.opts.Now()
+	prune := s.capPrunedAt.IsZero() || now.Sub(s.capPrunedAt) >= capPruneEvery
+	if prune {
+		s.capPrunedAt = now
+	}
+	s.clientCountMu.Unlock()
+
+	full := &registrationError{http.StatusServiceUnavailable, "temporarily_unavailable",
+		fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", s.maxClients)}
+	if !prune {
+		return full
+	}
+	n, err := s.pruneClients(ctx, now, abandonedClientAge, nil)
+	if err != nil {
+		return err
+	}
+	s.clientCountMu.Lock()
+	defer s.clientCountMu.Unlock()
+	s.clientCount = n
 	if s.clientCount >= s.maxClients {
-		return &registrationError{http.StatusServiceUnavailable, "temporarily_unavailable",
-			fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", s.maxClients)}
+		return full
 	}
 	s.clientCount++
 	return nil
