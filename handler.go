@@ -84,6 +84,7 @@ type Handler struct {
 	logger  *zap.Logger
 	app     *App
 	poolKey string
+	entry   *sandboxEntry
 	box     *sandbox.Sandbox
 	docker  *client.Client
 	host    string
@@ -195,7 +196,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.poolKey, h.box, h.docker, h.host = key, entry.sb, entry.cli, h.app.dockerHost()
+	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
 
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,

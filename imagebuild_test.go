@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/docker/docker/api/types/image"
 )
 
@@ -76,5 +77,49 @@ func TestCustomImageMissing(t *testing.T) {
 	res := call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "true"})
 	if !res.IsError || !strings.Contains(resultText(res), "does not exist on the server's Docker engine") {
 		t.Fatalf("custom image missing: %q", resultText(res))
+	}
+}
+
+// TestImageBuildEndsWithSandbox: the background build belongs to the sandbox's pool
+// entry, so stopping Caddy (the last config letting go) ends it instead of leaving it
+// running for up to two hours.
+func TestImageBuildEndsWithSandbox(t *testing.T) {
+	tag := "mcp-sandbox-slowbuild-" + randomHex(4) + ":latest"
+	s := startSite(t, siteOptions{image: tag})
+	withRecipe(t, s, tag, "FROM "+testImage()+"\nRUN sleep 120\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	if res := call(ctx, t, c, "execute", map[string]any{"command": "true"}); !strings.Contains(resultText(res), "is being built") {
+		t.Fatalf("first call: %q", resultText(res))
+	}
+	var entry *sandboxEntry
+	sandboxes.Range(func(_, v any) bool {
+		if e := v.(*sandboxEntry); e.sb.Config().Container == s.container {
+			entry = e
+		}
+		return true
+	})
+	if entry == nil {
+		t.Fatal("no pool entry for the site's sandbox")
+	}
+	start := time.Now()
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("stopping took %v", d)
+	}
+	entry.buildMu.Lock()
+	b := entry.build
+	entry.buildMu.Unlock()
+	b.mu.Lock()
+	done, err := b.done, b.err
+	b.mu.Unlock()
+	if !done || err == nil {
+		t.Fatalf("the build still runs after the sandbox was released (done %v, err %v)", done, err)
+	}
+	if _, err := s.docker.ImageInspect(context.Background(), tag); err == nil {
+		t.Fatal("the image exists: the build was not stopped")
 	}
 }

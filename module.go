@@ -153,7 +153,7 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 			cli.Close()
 			return nil, err
 		}
-		return &sandboxEntry{sb: sb, cli: cli, logger: a.logger}, nil
+		return newSandboxEntry(sb, cli, a.logger), nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
@@ -184,7 +184,8 @@ func newDockerClient(host string) (*client.Client, error) {
 	return cli, nil
 }
 
-// sandboxEntry is one pooled sandbox with its Docker client and cleanup loop.
+// sandboxEntry is one pooled sandbox with its Docker client, cleanup loop and image
+// build: everything that runs for the sandbox ends in Destruct.
 type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
@@ -193,6 +194,17 @@ type sandboxEntry struct {
 	once   sync.Once
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	buildMu     sync.Mutex
+	build       *imageBuild // the latest build of the image, if one was needed
+	buildCtx    context.Context
+	buildCancel context.CancelFunc
+	builds      sync.WaitGroup
+}
+
+func newSandboxEntry(sb *sandbox.Sandbox, cli *client.Client, logger *zap.Logger) *sandboxEntry {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sandboxEntry{sb: sb, cli: cli, logger: logger, buildCtx: ctx, buildCancel: cancel}
 }
 
 func (e *sandboxEntry) startCleanup() {
@@ -202,24 +214,26 @@ func (e *sandboxEntry) startCleanup() {
 		e.done = make(chan struct{})
 		go func() {
 			defer close(e.done)
+			// The sandbox logs each pass; here it is only counted.
 			e.sb.RunCleanup(ctx, func(paths []string) {
 				metricCleanupDeleted.Add(float64(len(paths)))
-				e.logger.Info("deleted idle sandbox files",
-					zap.String("container", e.sb.Config().Container),
-					zap.Strings("paths", paths))
 			})
 		}()
 	})
 }
 
-// Destruct stops the cleanup loop and closes the Docker client when the last config
-// lets go. It leaves the container running.
+// Destruct stops the cleanup loop and any image build, and closes the Docker client,
+// when the last config lets go. It leaves the container running.
 func (e *sandboxEntry) Destruct() error {
 	e.once.Do(func() {}) // a loop can no longer start
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
 	}
+	e.buildMu.Lock()
+	e.buildCancel() // a build can no longer start
+	e.buildMu.Unlock()
+	e.builds.Wait()
 	return e.cli.Close()
 }
 
