@@ -10,11 +10,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/certmagic"
 	"golang.org/x/oauth2"
 
@@ -269,5 +271,50 @@ func TestOriginRebinding(t *testing.T) {
 	s.load(siteOptions{catchAll: true, directive: []string{"public_url http://" + hostport}})
 	if st := mcpPost(hostport, "http://"+hostport); st != http.StatusOK {
 		t.Fatalf("the public_url origin: %d, want 200", st)
+	}
+}
+
+// TestExampleLogHidesCodes (item 4): with the access log block of examples/Caddyfile, a
+// sign-in leaves no authorization code in the log; the same log without the filter would
+// hold it (in the Location header of the sign-in's redirect).
+func TestExampleLogHidesCodes(t *testing.T) {
+	example, err := os.ReadFile("examples/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?s)\n\tlog \{\n.*?\n\t\}\n`).Find(example)
+	if block == nil || !strings.Contains(string(block), "resp_headers>Location delete") {
+		t.Fatalf("examples/Caddyfile has no log block with the Location filter:\n%s", block)
+	}
+	signInCode := func(logBlock string) (string, string) {
+		logFile := filepath.Join(t.TempDir(), "access.log")
+		logBlock = strings.Replace(logBlock, "/var/log/caddy/sandbox.example.com.log", logFile, 1)
+		s := startSite(t, siteOptions{site: []string{logBlock}})
+		redirect := "http://127.0.0.1:45678/callback"
+		clientID, status, body := registerThroughCaddy(t, s.url, map[string]any{"redirect_uris": []string{redirect}})
+		if status != http.StatusCreated {
+			t.Fatalf("register: %d %s", status, body)
+		}
+		authURL, _ := authorizeURL(s.url, clientID, redirect, nil)
+		code := signInThroughCaddy(t, authURL, s.key).Get("code")
+		var logs []byte
+		waitFor(t, 5*time.Second, "the sign-in in the access log", func() bool {
+			logs, _ = os.ReadFile(logFile)
+			return strings.Contains(string(logs), `"method":"POST"`) && strings.Contains(string(logs), `"uri":"/authorize"`)
+		})
+		_ = caddy.Stop()
+		return code, string(logs)
+	}
+
+	code, logs := signInCode(string(block))
+	if code == "" || strings.Contains(logs, code) {
+		t.Fatalf("the access log holds the authorization code:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"status":303`) {
+		t.Fatalf("the sign-in's redirect is not logged:\n%s", logs)
+	}
+	unfiltered := regexp.MustCompile(`(?s)\n\t\tformat filter \{.*?\n\t\t\}`).ReplaceAllString(string(block), "")
+	if code, logs := signInCode(unfiltered); !strings.Contains(logs, code) {
+		t.Fatalf("without the filter the code is not logged either, so this test shows nothing:\n%s", logs)
 	}
 }
