@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/certmagic"
 	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
@@ -77,10 +79,15 @@ type Handler struct {
 	// AllowPrivateClientMetadata lets OAuth client ID metadata documents live on
 	// loopback or private addresses. For development only.
 	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
+	// StorageRaw is where OAuth state (clients, codes, grants, tokens) is kept, as a
+	// caddy.storage module. Default: Caddy's configured storage. Instances that share
+	// it share their sign-ins.
+	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
 
+	storage certmagic.Storage
 	logger  *zap.Logger
 	app     *App
 	poolKey string
@@ -142,51 +149,45 @@ func setIf(dst *string, v string) {
 	}
 }
 
-// Provision resolves the API key, applies defaults, and wires the sandbox, the OAuth
-// server and the MCP server together. It does no Docker I/O.
+// Provision resolves placeholders, applies defaults, and wires the sandbox, the OAuth
+// server and the MCP server together. It does no Docker I/O. Settings that are wrong are
+// left for Validate to report (Caddy calls it next, and Cleanup when it fails); what
+// depends on them is then simply not built.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
 	h.APIKey = strings.TrimSpace(repl.ReplaceAll(h.APIKey, ""))
-	if h.APIKey == "" {
-		return errors.New("api_key is empty: set it, e.g. `api_key {env.SANDBOX_API_KEY}` with that variable exported; an empty key would leave the sandbox open")
-	}
-	if len(h.APIKey) < 16 {
-		return errors.New("api_key is shorter than 16 characters: use a long random key, e.g. `openssl rand -hex 32`")
-	}
 	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
-	if h.PublicURL != "" {
-		o, err := oauth.ParseOrigin(h.PublicURL)
-		if err != nil {
-			return fmt.Errorf("public_url: %w", err)
-		}
-		h.publicOrigin = o
-	}
+	h.publicOrigin, _ = oauth.ParseOrigin(h.PublicURL)
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
-	}
-	if h.LinkTTL < 0 {
-		return errors.New("link_ttl must be positive")
 	}
 	if h.Keepalive == 0 {
 		h.Keepalive = caddy.Duration(defaultKeepalive)
 	}
-	if h.Keepalive < caddy.Duration(time.Second) {
-		return errors.New("keepalive must be at least 1s")
-	}
 	h.allowedOrigins = nil
 	for _, o := range h.AllowedOrigins {
-		n, err := oauth.ParseOrigin(o)
-		if err != nil {
-			return fmt.Errorf("allowed_origins: %w", err)
+		if n, err := oauth.ParseOrigin(o); err == nil {
+			h.allowedOrigins = append(h.allowedOrigins, n)
 		}
-		h.allowedOrigins = append(h.allowedOrigins, n)
 	}
-	cfg, err := h.sandboxConfig()
-	if err != nil {
-		return err
+	h.storage = ctx.Storage()
+	if h.StorageRaw != nil {
+		val, err := ctx.LoadModule(h, "StorageRaw")
+		if err != nil {
+			return fmt.Errorf("loading storage module: %w", err)
+		}
+		st, err := val.(caddy.StorageConverter).CertMagicStorage()
+		if err != nil {
+			return fmt.Errorf("setting up storage: %w", err)
+		}
+		h.storage = st
+	}
+	if h.Validate() != nil {
+		return nil
 	}
 
+	cfg, _ := h.sandboxConfig()
 	appIface, err := ctx.App("mcp_sandbox")
 	if err != nil {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
@@ -200,8 +201,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,
-		Storage:                        ctx.Storage(),
-		PublicURL:                      h.PublicURL,
+		Storage:                        h.storage,
+		PublicURL:                      h.publicOrigin,
 		ResourcePath:                   mcpPath,
 		APIKeyBearer:                   h.APIKeyBearer == nil || *h.APIKeyBearer,
 		AllowPrivateClientMetadataURLs: h.AllowPrivateClientMetadata,
@@ -215,6 +216,38 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
+}
+
+// Validate reports every setting that cannot work, by its Caddyfile name. It changes
+// nothing and does no I/O.
+func (h *Handler) Validate() error {
+	var errs []error
+	switch {
+	case h.APIKey == "":
+		errs = append(errs, errors.New("api_key is empty: set it, e.g. `api_key {env.SANDBOX_API_KEY}` with that variable exported; an empty key would leave the sandbox open"))
+	case len(h.APIKey) < 16:
+		errs = append(errs, errors.New("api_key is shorter than 16 characters: use a long random key, e.g. `openssl rand -hex 32`"))
+	}
+	if h.PublicURL != "" {
+		if _, err := oauth.ParseOrigin(h.PublicURL); err != nil {
+			errs = append(errs, fmt.Errorf("public_url: %w", err))
+		}
+	}
+	if h.LinkTTL < 0 {
+		errs = append(errs, errors.New("link_ttl must be positive"))
+	}
+	if h.Keepalive != 0 && h.Keepalive < caddy.Duration(time.Second) {
+		errs = append(errs, errors.New("keepalive must be at least 1s"))
+	}
+	for _, o := range h.AllowedOrigins {
+		if _, err := oauth.ParseOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("allowed_origins: %w", err))
+		}
+	}
+	if _, err := h.sandboxConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // clientIP is the client address as Caddy sees it (honouring trusted_proxies), so
@@ -259,6 +292,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -318,3 +318,21 @@ func TestExampleLogHidesCodes(t *testing.T) {
 		t.Fatalf("without the filter the code is not logged either, so this test shows nothing:\n%s", logs)
 	}
 }
+
+// TestStorageOverride: `storage` in the mcp_sandbox block puts OAuth state there
+// instead of Caddy's storage.
+func TestStorageOverride(t *testing.T) {
+	own := t.TempDir()
+	s := startSite(t, siteOptions{directive: []string{"storage file_system " + own}})
+	clientID, status, body := registerThroughCaddy(t, s.url, map[string]any{"redirect_uris": []string{"https://app.example/cb"}})
+	if status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, body)
+	}
+	rel := filepath.Join("mcp_sandbox", "oauth", oauth.KeyFingerprint(s.key), "clients", clientID)
+	if _, err := os.Stat(filepath.Join(own, rel)); err != nil {
+		t.Fatalf("the client is not in the configured storage: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.storage, rel)); err == nil {
+		t.Fatal("the client is in Caddy's storage")
+	}
+}

@@ -76,6 +76,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// Validate checks the Docker host address. It does no I/O.
+func (a *App) Validate() error {
+	if a.DockerHost == "" {
+		return nil
+	}
+	if _, err := client.ParseHostURL(a.DockerHost); err != nil {
+		return fmt.Errorf("docker_host %q: %w", a.DockerHost, err)
+	}
+	return nil
+}
+
 // Start starts the idle-file cleanup loop of every sandbox this config uses (a sandbox
 // shared with the previous config keeps the loop it already has) and the loop that
 // prunes expired OAuth state.
@@ -241,5 +252,6 @@ func (e *sandboxEntry) Destruct() error {
 var (
 	_ caddy.App         = (*App)(nil)
 	_ caddy.Provisioner = (*App)(nil)
+	_ caddy.Validator   = (*App)(nil)
 	_ caddy.Destructor  = (*sandboxEntry)(nil)
 )
