@@ -35,7 +35,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		memory           <size>             # default: 3g
 //		cpus             <number>           # default: 3
 //		pids_limit       <number>           # default: 4096
-//		network          <docker network>   # default: Docker's bridge; none cuts the sandbox off
+//		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup

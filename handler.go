@@ -51,8 +51,9 @@ type Handler struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// PidsLimit caps the number of processes in the container. Default: 4096.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
-	// Network is the container's Docker network mode ("none" cuts it off).
-	// Default: Docker's default bridge.
+	// Network is the container's Docker network: "none" cuts it off, "bridge" is
+	// Docker's default bridge, any other name is a network created when missing (a
+	// bridge without inter-container traffic). Default: mcp-sandbox.
 	Network string `json:"network,omitempty"`
 
 	// ExecTimeout is the default per-command timeout. Default: 1h.

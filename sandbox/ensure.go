@@ -167,9 +167,14 @@ func (s *Sandbox) ensureNetwork(ctx context.Context) error {
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspecting sandbox network %s: %w", name, err)
 	}
+	opts := map[string]string{"com.docker.network.bridge.enable_icc": "false"}
+	if name == DefaultNetwork {
+		// A fixed interface name, so a host firewall rule can name it (see README).
+		opts["com.docker.network.bridge.name"] = DefaultBridge
+	}
 	_, err := s.cli.NetworkCreate(ctx, name, network.CreateOptions{
 		Driver:  "bridge",
-		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+		Options: opts,
 		Labels:  map[string]string{labelManaged: "true"},
 	})
 	if err != nil && !cerrdefs.IsConflict(err) {

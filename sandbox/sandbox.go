@@ -72,6 +72,10 @@ type Config struct {
 // container talk to every other).
 const DefaultNetwork = "mcp-sandbox"
 
+// DefaultBridge is the host interface of DefaultNetwork, for firewall rules such as the
+// one that keeps the sandbox away from cloud metadata addresses.
+const DefaultBridge = "br-mcp-sandbox"
+
 // DefaultConfig returns the settings used when the user sets nothing. It is the one
 // place the defaults are stated; the README and the Caddyfile documentation are checked
 // against it.
