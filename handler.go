@@ -267,11 +267,7 @@ func (h *Handler) Cleanup() error {
 		h.mcp.CloseSessions(ctx)
 		cancel()
 	}
-	if h.poolKey != "" {
-		_, err := sandboxes.Delete(h.poolKey)
-		return err
-	}
-	return nil
+	return release(h.poolKey)
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

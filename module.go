@@ -175,6 +175,16 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 	return e, key, nil
 }
 
+// release gives back a key acquire returned (none for ""): the entry is destructed
+// when no config holds it any more.
+func release(key string) error {
+	if key == "" {
+		return nil
+	}
+	_, err := sandboxes.Delete(key)
+	return err
+}
+
 func (a *App) dockerHost() string {
 	if a.DockerHost != "" {
 		return a.DockerHost
