@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -65,9 +64,9 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		}
 		return got
 	}
-	readme := string(readFile(t, "README.md"))
+	readme := string(readExample(t, "README.md"))
 	check("README (Caddyfile block)", fromSyntax(readme))
-	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readFile(t, "caddyfile.go"))))
+	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readExample(t, "caddyfile.go"))))
 
 	// The README table of the original settings: | `VAR` | `name` | `value` ... |
 	table := map[string]string{}
@@ -111,13 +110,4 @@ func TestDefaultsStatedOnce(t *testing.T) {
 func durationIs(v string, d time.Duration) bool {
 	got, err := caddy.ParseDuration(v)
 	return err == nil && got == d
-}
-
-func readFile(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -249,18 +249,7 @@ func TestOriginRebinding(t *testing.T) {
 	s := startSite(t, siteOptions{catchAll: true})
 	hostport := "rebind.attacker.example:" + strconv.Itoa(s.port)
 	mcpPost := func(host, origin string) int {
-		req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
-		req.Host = host
-		req.Header.Set("Origin", origin)
-		req.Header.Set("Authorization", "Bearer "+s.key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return initializeStatus(t, s.url, host, map[string]string{"Origin": origin, "Authorization": "Bearer " + s.key})
 	}
 	if st := mcpPost(hostport, "http://"+hostport); st != http.StatusForbidden {
 		t.Fatalf("rebinding origin equal to Host: %d, want 403", st)
@@ -335,4 +324,25 @@ func TestStorageOverride(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.storage, rel)); err == nil {
 		t.Fatal("the client is in Caddy's storage")
 	}
+}
+
+// initializeStatus posts an MCP initialize to base+"/mcp" with the headers (and Host,
+// unless empty) and returns the HTTP status.
+func initializeStatus(t *testing.T, base, host string, header map[string]string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
