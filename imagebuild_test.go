@@ -155,7 +155,7 @@ func TestMakeRunBuildsMissingImage(t *testing.T) {
 
 	cmd := exec.Command("scripts/run-local.sh")
 	cmd.Env = append(os.Environ(), "SANDBOX_IMAGE="+tag, "SANDBOX_DOCKERFILE="+recipe,
-		"SANDBOX_PORT="+strconv.Itoa(port), "SANDBOX_CONTAINER="+name, "SANDBOX_VOLUME="+name+"-data",
+		"SANDBOX_PORT="+strconv.Itoa(port), "SANDBOX_CONTAINER="+name, "SANDBOX_VOLUME="+name+"-data", "SANDBOX_NETWORK=none",
 		"SANDBOX_API_KEY="+key)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out lockedOutput

@@ -7,7 +7,8 @@
 #   SANDBOX_DOCKERFILE=path                  build a missing SANDBOX_IMAGE from this recipe
 #                                            (default containers/Dockerfile.unified, used
 #                                            only for the default image name)
-# SANDBOX_PORT, SANDBOX_CONTAINER and SANDBOX_VOLUME are passed on to the Caddyfile.
+# SANDBOX_PORT, SANDBOX_CONTAINER, SANDBOX_VOLUME and SANDBOX_NETWORK are passed on to
+# the Caddyfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
