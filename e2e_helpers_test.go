@@ -85,6 +85,7 @@ type siteOptions struct {
 	network   string   // default: none (commands in test sandboxes stay off the network)
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
+	catchAll  bool     // site address http://:port (any Host) instead of http://127.0.0.1:port
 }
 
 // startSite loads a Caddyfile with the plugin on a free loopback port. The container
@@ -131,7 +132,7 @@ func (s *site) caddyfile(opts siteOptions) string {
 	}
 }
 
-http://127.0.0.1:%d {
+http://%s:%d {
 	bind 127.0.0.1
 	mcp_sandbox {
 		api_key %s
@@ -146,8 +147,15 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume, network,
+`, s.storage, s.storage, siteHost(opts), s.port, s.key, image, s.container, s.volume, network,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
+}
+
+func siteHost(opts siteOptions) string {
+	if opts.catchAll {
+		return ""
+	}
+	return "127.0.0.1"
 }
 
 // load (re)loads the site's config, as `caddy reload` does.
