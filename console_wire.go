@@ -48,10 +48,11 @@ func (s linkState) Destruct() error { s.reg.Close(); return nil }
 // storageID names a storage configuration, so that equal configs share state.
 func storageID(st certmagic.Storage) string { return fmt.Sprintf("%T %+v", st, st) }
 
-// provisionConsole sets up the audit log, the link registry and the console. It reads
-// Caddy's storage (not Docker).
-func (h *Handler) provisionConsole(ctx caddy.Context) error {
-	st := ctx.Storage()
+// provisionConsole sets up the audit log, the link registry and the console, in the
+// storage the OAuth state uses (the handler's own `storage`, else Caddy's). It reads
+// storage, not Docker.
+func (h *Handler) provisionConsole() error {
+	st := h.storage
 	logger := h.logger.Named("console")
 	auditKey := "audit\x00" + storageID(st)
 	v, _, err := consoleStates.LoadOrNew(auditKey, func() (caddy.Destructor, error) {
