@@ -41,7 +41,7 @@ var (
 	})
 	metricUploads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "uploads_total",
-		Help: "Requests to upload links that send a file or fail the link check, by result (ok, renamed, too_large, aborted, bad_name, not_dir, expired, invalid, error).",
+		Help: "Requests to upload links that send a file or fail the link check, by result (ok, renamed, too_large, aborted, bad_name, not_dir, expired, invalid, revoked, error).",
 	}, []string{"result"})
 	metricUploadBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_bytes_total",

@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -98,6 +99,15 @@ func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, 
 	}
 	metricUploadLinks.Inc()
 	id := callFrom(ctx).identity
+	link := h.uploadLinks.sign(dir, exp)
+	token, _, _ := strings.Cut(strings.TrimPrefix(link, uploadsPrefix), "/")
+	_, sig, _ := strings.Cut(token, ".")
+	if err := h.linkReg.Record(ctx, console.Link{
+		ID: uploadLinkID(sig), Kind: console.KindUpload, Target: dir,
+		Creator: clientLabel(id), ExpiresAt: out.ExpiresAt,
+	}); err != nil {
+		h.logger.Warn("recording an upload link", zap.Error(err))
+	}
 	h.logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
 		zap.String("directory", dir), zap.Time("expires_at", out.ExpiresAt))
 	return mcp.NewToolResultStructured(out, fmt.Sprintf(

@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -101,6 +102,7 @@ func (u *uploadSigner) sign(dir string, exp time.Time) string {
 
 // uploadTarget is what a request below /uploads/ asks for.
 type uploadTarget struct {
+	id     string    // names the link in the console, from its signature
 	dir    string    // the signed directory
 	name   string    // the raw file name after the directory ("" for the page)
 	expiry time.Time // when the link expires
@@ -141,11 +143,18 @@ func (u *uploadSigner) verify(escapedPath string, now time.Time) (t uploadTarget
 	if !good {
 		return t, false, errLinkInvalid
 	}
-	t = uploadTarget{dir: dir, name: name, expiry: time.Unix(exp, 0)}
+	t = uploadTarget{id: uploadLinkID(sig), dir: dir, name: name, expiry: time.Unix(exp, 0)}
 	if now.After(t.expiry) {
 		return t, slashless, errLinkExpired
 	}
 	return t, slashless, nil
+}
+
+// uploadLinkID names an upload link by its signature: the same id for the link made and
+// the link used, and never a download link's id.
+func uploadLinkID(sig string) string {
+	sum := sha256.Sum256([]byte("upload\x00" + sig))
+	return hex.EncodeToString(sum[:12])
 }
 
 // serveUpload answers everything below /uploads/: the page's assets, the page, the
@@ -170,6 +179,12 @@ func (h *Handler) serveUpload(w http.ResponseWriter, r *http.Request) {
 		metricUploads.WithLabelValues("invalid").Inc()
 		uploadProblem(w, r, http.StatusForbidden, "This upload link is not valid",
 			"The link was changed or cut short, or it was signed with a key this server no longer uses. Copy the whole link again, or ask for a new one.")
+		return
+	case h.linkReg.Revoked(t.id):
+		metricUploads.WithLabelValues("revoked").Inc()
+		h.auditUpload(r, t, "", console.OutcomeDenied, "revoked", 0, time.Now())
+		uploadProblem(w, r, http.StatusGone, "This upload link was revoked",
+			"The operator of this server revoked the link. Ask the assistant for a new one if you still need to send files.")
 		return
 	case slashless && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		http.Redirect(w, r, r.URL.EscapedPath()+"/", http.StatusPermanentRedirect)
@@ -303,6 +318,7 @@ func (h *Handler) receiveUpload(w http.ResponseWriter, r *http.Request, t upload
 	elapsed := time.Since(begin)
 	fields = append(fields, zap.String("name", name), zap.Duration("duration", elapsed))
 	if err != nil {
+		h.auditUpload(r, t, name, console.OutcomeError, err.Error(), 0, begin)
 		h.uploadFailed(w, r, t, body, err, fields)
 		return
 	}
@@ -314,6 +330,8 @@ func (h *Handler) receiveUpload(w http.ResponseWriter, r *http.Request, t upload
 	metricUploads.WithLabelValues(result).Inc()
 	h.logger.Info("upload", append(fields, zap.String("path", res.Path), zap.Int64("size", res.Size), zap.Bool("renamed", res.Renamed),
 		zap.Float64("mb_per_s", float64(res.Size)/1e6/max(elapsed.Seconds(), 1e-6)))...)
+
+	h.auditUpload(r, t, res.Path, console.OutcomeOK, "", res.Size, begin)
 
 	msg := fmt.Sprintf("Saved %s (%s).", res.Path, humanSize(res.Size))
 	switch {
@@ -361,6 +379,22 @@ func (h *Handler) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadT
 		uploadProblem(w, r, http.StatusServiceUnavailable, "The sandbox is not reachable",
 			"The file could not be written into the sandbox; nothing was saved. Try again in a minute.")
 	}
+}
+
+// auditUpload records a PUT to an upload link in the console's activity log.
+func (h *Handler) auditUpload(r *http.Request, t uploadTarget, path, outcome, errText string, size int64, start time.Time) {
+	if r.Method != http.MethodPut {
+		return
+	}
+	args := map[string]string{"directory": t.dir, "name": clip(t.name, 300), "link": t.id}
+	if path != "" {
+		args["path"] = path
+	}
+	b, _ := json.Marshal(args)
+	h.audit.Record(console.Entry{
+		Time: start, Client: "link", Remote: clientIP(r), Tool: "upload", Args: string(b),
+		Outcome: outcome, Error: clip(errText, 300), Bytes: size, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	})
 }
 
 // watchedBody counts what the client sent and remembers whether a read failed (a

@@ -492,3 +492,63 @@ func sampleRSS() (stop func() int64, samples *int) {
 	}()
 	return func() int64 { close(done); return <-result }, n
 }
+
+// TestUploadLinkInConsole: upload links appear in the console's links, uploads in its
+// activity log, and a link the operator revokes answers 410 at once.
+func TestUploadLinkInConsole(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx := context.Background()
+	link := uploadLinkFor(ctx, t, s, map[string]any{"directory": "/sandbox/in"})["url"].(string)
+	if code, body := put(t, link, "a.txt", strings.NewReader("hello"), 5); code != 201 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	api := func(method, path string, v any) int {
+		req, _ := http.NewRequest(method, s.url+"/console/api/"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+s.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if v != nil {
+			_ = json.NewDecoder(resp.Body).Decode(v)
+		}
+		return resp.StatusCode
+	}
+	var links struct {
+		Links []struct {
+			ID, Kind, Target, Creator string
+		} `json:"links"`
+	}
+	if code := api("GET", "links", &links); code != 200 {
+		t.Fatalf("links: %d", code)
+	}
+	id := ""
+	for _, l := range links.Links {
+		if l.Kind == "upload" && l.Target == "/sandbox/in" {
+			id = l.ID
+		}
+	}
+	if id == "" {
+		t.Fatalf("the upload link is not listed: %+v", links)
+	}
+	var act struct {
+		Entries []struct{ Tool, Outcome, Args string } `json:"entries"`
+	}
+	if code := api("GET", "activity?tool=upload", &act); code != 200 || len(act.Entries) != 1 || act.Entries[0].Outcome != "ok" ||
+		!strings.Contains(act.Entries[0].Args, "/sandbox/in/a.txt") {
+		t.Errorf("activity: %d %+v", code, act)
+	}
+	if code := api("DELETE", "links/"+id, nil); code != 200 {
+		t.Fatalf("revoking: %d", code)
+	}
+	if code, body := put(t, link, "b.txt", strings.NewReader("x"), 1); code != 410 || !strings.Contains(body, "revoked") {
+		t.Errorf("PUT after revocation: %d %s", code, body)
+	}
+	if resp, err := http.Get(link); err != nil || resp.StatusCode != 410 {
+		t.Errorf("page after revocation: %v %v", err, resp)
+	}
+	if got := s.containerExec("ls -A /sandbox/in"); got != "a.txt\n" {
+		t.Errorf("in the sandbox: %q", got)
+	}
+}
