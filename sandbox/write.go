@@ -20,9 +20,10 @@ import (
 // are created. A file that exists keeps its permission bits (a new one gets 0644), and
 // a symbolic link is written through, as a shell redirection would. It fails with
 // [ErrIsDir] when p is a directory and [ErrNotRegular] when it is something else.
-func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (FileInfo, error) {
+// created says whether the file is new.
+func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi FileInfo, created bool, err error) {
 	if !path.IsAbs(p) {
-		return FileInfo{}, fmt.Errorf("%q: %w", p, ErrRelativePath)
+		return FileInfo{}, false, fmt.Errorf("%q: %w", p, ErrRelativePath)
 	}
 	p = path.Clean(p)
 	fi, target, err := s.statRegular(ctx, p)
@@ -31,17 +32,18 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (FileInf
 	case err == nil:
 		mode = fi.Mode
 	case errors.Is(err, ErrNotFound):
+		created = true
 		target, err = s.resolveNew(ctx, p)
 		if err != nil {
-			return FileInfo{}, err
+			return FileInfo{}, false, err
 		}
 	default:
-		return FileInfo{}, err
+		return FileInfo{}, false, err
 	}
 	if err := s.putFile(ctx, target, data, mode); err != nil {
-		return FileInfo{}, fmt.Errorf("writing %s: %w", p, err)
+		return FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
 	}
-	return FileInfo{Path: p, Name: path.Base(p), Size: int64(len(data)), ModTime: time.Now(), Mode: mode & fs.ModePerm}, nil
+	return FileInfo{Path: p, Name: path.Base(p), Size: int64(len(data)), ModTime: time.Now(), Mode: mode & fs.ModePerm}, created, nil
 }
 
 // resolveNew returns where a new file at p goes: p itself, or the target of a dangling
