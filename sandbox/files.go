@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"archive/tar"
 	"bufio"
 	"context"
 	"errors"
@@ -55,8 +54,9 @@ const rangeBlock = 64 << 10
 
 // OpenRange streams length bytes (-1: to the end) of the regular file at the absolute
 // path p, starting offset bytes into it. Memory use does not depend on the file's size,
-// and a read at an offset starts there: Docker's archive API cannot seek, so reads
-// that do not start at 0 run dd in the container, which seeks. ctx governs the whole
+// and a read at an offset starts there. Reads run dd in the container rather than use
+// Docker's archive API, which cannot seek and, worse, holds the container's lock while
+// its stream is open: one slow download would stall every stat and copy behind it. ctx governs the whole
 // read, not only the call. Errors are those of [Sandbox.Stat], plus an error for an
 // offset beyond the end of the file. Reading fewer than length bytes means the file
 // shrank meanwhile.
@@ -71,33 +71,7 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 	if offset > fi.Size {
 		return nil, fmt.Errorf("opening %s: offset %d is beyond the end of the file (%d bytes)", fi.Path, offset, fi.Size)
 	}
-	if offset > 0 {
-		return s.openAt(ctx, fi, target, offset, length)
-	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.cfg.Container, target)
-	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotFound)
-		}
-		return nil, fmt.Errorf("copying %s out of the sandbox: %w", fi.Path, err)
-	}
-	tr := tar.NewReader(rc)
-	hdr, err := tr.Next()
-	if err != nil {
-		rc.Close()
-		return nil, fmt.Errorf("reading archive of %s: %w", fi.Path, err)
-	}
-	if hdr.Typeflag != tar.TypeReg {
-		// The file changed between the stat and the copy.
-		rc.Close()
-		return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotRegular)
-	}
-	fi.Size, fi.ModTime = hdr.Size, hdr.ModTime
-	var r io.Reader = tr
-	if length >= 0 {
-		r = io.LimitReader(tr, length)
-	}
-	return &File{ReadCloser: tarFile{Reader: r, Closer: rc}, FileInfo: fi}, nil
+	return s.openAt(ctx, fi, target, offset, length)
 }
 
 // openAt reads from offset with dd, which seeks (GNU coreutils and busybox alike; only

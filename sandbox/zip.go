@@ -12,11 +12,12 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"go.uber.org/zap"
 )
 
 // WriteZip writes the directory at the absolute path p (symbolic links to it are
 // followed) to w as a zip archive whose entries sit under one folder named like the
-// directory. The archive is made while Docker streams the directory out, so nothing is
+// directory. The archive is made while tar streams the directory out, so nothing is
 // held or stored beyond one file's compression state. Symbolic links inside become
 // symbolic link entries; hard links become copies; devices, FIFOs and sockets are left
 // out. An error after the first byte was written leaves w with a truncated archive,
@@ -39,9 +40,16 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 	case !st.Mode.IsDir():
 		return fmt.Errorf("%s is not a directory", p)
 	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.cfg.Container, target)
+	// tar in the container rather than Docker's archive API: the engine holds the
+	// container's lock while an archive stream is open, which would stall every other
+	// file operation for as long as a slow download lasts.
+	dir, base := path.Dir(target), path.Base(target)
+	if target == "/" {
+		dir, base = "/", "."
+	}
+	rc, err := s.startStream(ctx, "/", []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil)
 	if err != nil {
-		return fmt.Errorf("copying %s out of the sandbox: %w", p, err)
+		return fmt.Errorf("archiving %s in the sandbox: %w", p, err)
 	}
 	defer rc.Close()
 
@@ -51,6 +59,11 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 	zw.RegisterCompressor(zip.Deflate, func(out io.Writer) (io.WriteCloser, error) {
 		return flate.NewWriter(out, flate.BestSpeed)
 	})
+	type hardLink struct {
+		fh     *zip.FileHeader
+		source string
+	}
+	var links []hardLink
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
@@ -85,23 +98,33 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 			fh.SetMode(fs.ModeSymlink | 0o777)
 			body = strings.NewReader(hdr.Linkname)
 		case tar.TypeLink:
-			// The bytes went by with the first name of the file: read them again.
+			// The bytes went by with the file's first name. They are read again once
+			// this copy has ended: the engine answers nothing else about the
+			// container while an archive of it is being read.
 			fh.SetMode(fs.FileMode(hdr.Mode).Perm())
 			fh.Method = zipMethod(name)
-			f, err := s.Open(ctx, path.Join(path.Dir(target), hdr.Linkname), 0)
-			if err != nil {
-				return fmt.Errorf("reading %s again for its hard link %s: %w", hdr.Linkname, hdr.Name, err)
-			}
-			err = writeEntry(zw, fh, f)
-			f.Close()
-			if err != nil {
-				return err
-			}
+			links = append(links, hardLink{fh, path.Join(path.Dir(target), hdr.Linkname)})
 			continue
 		default:
 			continue
 		}
 		if err := writeEntry(zw, fh, body); err != nil {
+			return err
+		}
+	}
+	if code, stderr, err := rc.wait(ctx); err == nil && code != 0 {
+		// tar goes on past files it cannot read; so does the archive.
+		s.log.Warn("archiving a directory for a zip download skipped entries", zap.String("path", p), zap.Int("exit_code", code), zap.String("stderr", stderr))
+	}
+	rc.Close()
+	for _, l := range links {
+		f, err := s.Open(ctx, l.source, 0)
+		if err != nil {
+			return fmt.Errorf("reading %s again for its hard link %s: %w", l.source, l.fh.Name, err)
+		}
+		err = writeEntry(zw, l.fh, f)
+		f.Close()
+		if err != nil {
 			return err
 		}
 	}
