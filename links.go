@@ -229,7 +229,13 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	w.WriteHeader(status)
-	n, err := io.CopyN(w, f, length)
+	// Large buffers: every read crosses Docker's exec stream and every write a syscall.
+	buf := copyBuffers.Get().(*[]byte)
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *buf)
+	copyBuffers.Put(buf)
+	if err == nil && n < length {
+		err = io.ErrUnexpectedEOF // the file shrank since the stat
+	}
 	metricDownloadBytes.Add(float64(n))
 	if err != nil {
 		metricDownloads.WithLabelValues("interrupted").Inc()
@@ -364,6 +370,8 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // inlineSniffBytes is how much of a file is read to confirm its type.
 const inlineSniffBytes = 512

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,16 +16,18 @@ import (
 )
 
 // execStream is a program running in the container (no shell, argv as given) whose
-// standard output is read as a stream. Standard error is kept, bounded, for error
-// messages. Memory does not depend on how much the program writes: the pipe holds
-// nothing, so the program waits while nobody reads.
+// standard output is read as a stream. Docker's multiplexed frames are taken apart in
+// Read itself, straight into the caller's buffer: no goroutine, no copy in between.
+// Standard error is kept, bounded, for error messages. Memory does not depend on how
+// much the program writes: while nobody reads, the program waits.
 type execStream struct {
 	s      *Sandbox
 	id     string
 	hj     types.HijackedResponse
-	pr     *io.PipeReader
+	left   int // bytes of the current standard output frame not read yet
+	err    error
 	stderr *boundedBuffer
-	done   chan struct{} // closed when the output stream ended
+	done   chan struct{} // closed when the output ended or the stream was closed
 	once   sync.Once
 }
 
@@ -60,19 +63,7 @@ func (s *Sandbox) startRaw(ctx context.Context, dir string, argv []string, attac
 	if err != nil {
 		return nil, err
 	}
-	pr, pw := io.Pipe()
-	e := &execStream{s: s, id: id, hj: hj, pr: pr, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
-	go func() {
-		defer close(e.done)
-		err := demux(hj.Reader, func(b []byte) {
-			if _, werr := pw.Write(b); werr != nil {
-				// The reader went away: stop the program's output at its source.
-				hj.Close()
-			}
-		}, func(b []byte) { e.stderr.Write(b) })
-		pw.CloseWithError(err)
-	}()
-	return e, nil
+	return &execStream{s: s, id: id, hj: hj, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}, nil
 }
 
 // bind closes e when ctx ends before the output does.
@@ -85,24 +76,75 @@ func (e *execStream) bind(ctx context.Context) {
 }
 
 // Read reads the program's standard output.
-func (e *execStream) Read(p []byte) (int, error) { return e.pr.Read(p) }
+func (e *execStream) Read(p []byte) (int, error) {
+	for e.left == 0 {
+		if e.err != nil {
+			return 0, e.err
+		}
+		var hdr [8]byte
+		if _, err := io.ReadFull(e.hj.Reader, hdr[:]); err != nil {
+			if err == io.ErrUnexpectedEOF {
+				return 0, e.finish(err)
+			}
+			if err != io.EOF {
+				return 0, e.finish(err)
+			}
+			return 0, e.finish(io.EOF)
+		}
+		size := int(binary.BigEndian.Uint32(hdr[4:]))
+		switch hdr[0] {
+		case 0, 1:
+			e.left = size
+		case 2:
+			if _, err := io.CopyN(e.stderr, e.hj.Reader, int64(size)); err != nil {
+				return 0, e.finish(io.ErrUnexpectedEOF)
+			}
+		case 3: // Docker reports its own errors on stream 3
+			msg := make([]byte, min(size, 4096))
+			n, _ := io.ReadFull(e.hj.Reader, msg)
+			return 0, e.finish(fmt.Errorf("docker: %s", msg[:n]))
+		default:
+			return 0, e.finish(fmt.Errorf("unknown stream %d in exec output", hdr[0]))
+		}
+	}
+	if len(p) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.hj.Reader.Read(p)
+	e.left -= n
+	if err != nil {
+		if err == io.EOF && e.left > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != io.EOF || e.left == 0 {
+			// EOF right at the end of a frame is the end of the output.
+			e.finish(err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+func (e *execStream) finish(err error) error {
+	e.err = err
+	e.once.Do(func() { close(e.done) })
+	return err
+}
 
 // Close stops reading; a program still writing gets a broken pipe.
 func (e *execStream) Close() error {
-	e.once.Do(func() {
-		e.pr.Close()
-		e.hj.Close()
-	})
-	return nil
+	e.once.Do(func() { close(e.done) })
+	return e.hj.Conn.Close()
 }
 
-// wait waits for the output to end and returns the program's exit code and the start
-// of its standard error.
+// wait reads what is left of the output and returns the program's exit code and the
+// start of its standard error.
 func (e *execStream) wait(ctx context.Context) (int, string, error) {
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		return 0, "", ctx.Err()
+	if e.err == nil {
+		_, _ = io.Copy(io.Discard, e)
 	}
 	code, ok := e.s.exitCode(ctx, e.id, false)
 	if !ok {

@@ -106,7 +106,7 @@ func (s *Sandbox) openAt(ctx context.Context, fi FileInfo, target string, offset
 
 // readFrom skips to offset in the block dd started at and checks that bytes come.
 func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offset, length int64) (*File, error) {
-	br := bufio.NewReaderSize(e, 32<<10)
+	br := bufio.NewReaderSize(e, 64<<10)
 	_, err := br.Discard(int(offset % rangeBlock))
 	want := length != 0 && offset < fi.Size
 	if err == nil && want {
