@@ -236,6 +236,9 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 		if errors.Is(err, sandbox.ErrImageMissing) {
 			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
 		}
+		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNotRegular) {
+			h.logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
+		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
 	link, expires := h.links.signFor(path, time.Now(), ttl)

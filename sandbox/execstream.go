@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -195,13 +196,14 @@ func (b *boundedBuffer) String() string {
 // end) and then becomes dd. Starting a process in a container costs tens of
 // milliseconds; writing to one already running costs almost nothing, so a seek in a
 // video or a resumed download answers at once.
-const warmReadScript = `IFS= read -r -d '' f && IFS= read -r -d '' skip && IFS= read -r -d '' count || exit 0
-exec dd if="$f" bs=` + "65536" + ` skip="$skip" ${count:+count="$count"}`
+var warmReadScript = `IFS= read -r -d '' -t 300 f && IFS= read -r -d '' skip && IFS= read -r -d '' count || exit 0
+exec dd if="$f" bs=` + strconv.Itoa(rangeBlock) + ` skip="$skip" ${count:+count="$count"}`
 
-// warmMaxAge bounds how long a started reader waits for a request; an older one is
-// replaced, so a reader left over from a container that was since recreated is not
-// kept around.
-const warmMaxAge = 5 * time.Minute
+// warmMaxAge bounds how long a started reader is trusted to be waiting: the script
+// gives up after 300 s without a request (so none outlives its use, not even when the
+// sandbox is dropped from the config), and one from a container that was since
+// recreated is not kept around.
+const warmMaxAge = 4 * time.Minute
 
 // warmReads holds one ranged reader started ahead of need.
 type warmReads struct {
