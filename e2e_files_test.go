@@ -13,6 +13,7 @@ import (
 	"hash/crc32"
 	"image"
 	"image/color"
+	"image/gif"
 	"image/jpeg"
 	"image/png"
 	"io"
@@ -155,6 +156,29 @@ func TestReadFileImages(t *testing.T) {
 	img, _, mimeType = imageOf(t, call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/tall.jpeg"}))
 	if img.Bounds().Dy() != 1568 || img.Bounds().Dx() != 196 || mimeType != "image/jpeg" {
 		t.Errorf("tall JPEG: %v %s", img.Bounds(), mimeType)
+	}
+
+	// WebP (a sample from golang.org/x/image's test data) is recognised and decodable.
+	webp, err := os.ReadFile("testdata/images/large-lossy.webp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.putFile("/sandbox/photo.webp", webp)
+	img, format, mimeType = imageOf(t, call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/photo.webp"}))
+	if img.Bounds().Dx() != 600 || img.Bounds().Dy() != 400 || format != "webp" || mimeType != "image/webp" {
+		t.Errorf("WebP: %v %s %s", img.Bounds(), format, mimeType)
+	}
+
+	// A wide GIF is scaled and comes back as PNG.
+	pal := image.NewPaletted(image.Rect(0, 0, 3000, 120), color.Palette{color.White, color.Black})
+	buf.Reset()
+	if err := gif.Encode(&buf, pal, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.putFile("/sandbox/wide.gif", buf.Bytes())
+	img, _, mimeType = imageOf(t, call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/wide.gif"}))
+	if img.Bounds().Dx() != 1568 || img.Bounds().Dy() != 62 || mimeType != "image/png" {
+		t.Errorf("wide GIF: %v %s", img.Bounds(), mimeType)
 	}
 
 	// An absurd image (a header claiming 100000x100000) is refused before decoding.
