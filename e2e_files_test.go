@@ -672,7 +672,8 @@ func TestInlineDownloads(t *testing.T) {
 	_ = png.Encode(&buf, chart)
 	s.putFile("/sandbox/chart.png", buf.Bytes())
 	s.containerExec(`cd /sandbox && echo '<html><script>document.title="ran"</script></html>' > page.html && cp page.html fake.png &&
-		echo '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>' > d.svg && printf '%%PDF-1.4\n%%\xe2\xe3\n' > doc.pdf`)
+		echo '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>' > d.svg`)
+	s.putFile("/sandbox/doc.pdf", minimalPDF())
 	links := map[string]string{}
 	for _, n := range []string{"chart.png", "page.html", "fake.png", "d.svg", "doc.pdf"} {
 		links[n] = structured(t, call(ctx, t, c, "share_file", map[string]any{"path": "/sandbox/" + n}))["url"].(string)
@@ -693,7 +694,7 @@ func TestInlineDownloads(t *testing.T) {
 		if !strings.HasPrefix(cd, want[0]+";") || ct != want[1] || resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(csp, "default-src 'none'") {
 			t.Errorf("%s: %q %q %q", name, cd, ct, csp)
 		}
-		if name != "doc.pdf" && !strings.HasSuffix(csp, "; sandbox") {
+		if !strings.HasSuffix(csp, "; sandbox") {
 			t.Errorf("%s: CSP %q without sandbox", name, csp)
 		}
 	}
@@ -727,12 +728,47 @@ func TestInlineDownloads(t *testing.T) {
 	if shown.ContentType != "image/png" || shown.Images != 1 || shown.Width != 320 {
 		t.Errorf("the PNG link shows %+v, want an image document of width 320", shown)
 	}
+	// The PDF opens in Chromium's viewer, sandboxing CSP and all.
+	if err := chromedp.Do(bctx, chromedp.Navigate(links["doc.pdf"])); err != nil {
+		t.Fatalf("opening the PDF link: %v", err)
+	}
+	time.Sleep(3 * time.Second) // the viewer draws the page after the load event
+	if ct, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.contentType`)); err != nil || ct != "application/pdf" {
+		t.Errorf("the PDF link shows %q (%v)", ct, err)
+	}
+	saveFilesScreenshot(t, bctx, "share-pdf-inline.png")
+
 	err = chromedp.Do(bctx, chromedp.Navigate(links["page.html"]))
 	title, _ := chromedp.Run(bctx, chromedp.Title())
 	t.Logf("HTML link in Chromium: navigate error %v, title %q", err, title)
 	if title == "ran" || err == nil || !strings.Contains(err.Error(), "ERR_ABORTED") {
 		t.Errorf("the HTML link did not turn into a download: navigate error %v, title %q", err, title)
 	}
+}
+
+// minimalPDF is a one-page PDF saying "Hello PDF".
+func minimalPDF() []byte {
+	objs := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		"<< /Length 44 >>\nstream\nBT /F1 24 Tf 20 100 Td (Hello PDF) Tj ET\nendstream",
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+	}
+	var b strings.Builder
+	b.WriteString("%PDF-1.4\n")
+	var offs []int
+	for i, o := range objs {
+		offs = append(offs, b.Len())
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	x := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
+	for _, o := range offs {
+		fmt.Fprintf(&b, "%010d 00000 n \n", o)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, x)
+	return []byte(b.String())
 }
 
 func newFilesBrowser(t *testing.T) context.Context {

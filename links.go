@@ -198,7 +198,7 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": info.Name}))
 	// Nothing served here may run script on this origin: a shared HTML or SVG file is
 	// an attachment, and even so the document is sandboxed.
-	hd.Set("Content-Security-Policy", downloadCSP(ctype, inline))
+	hd.Set("Content-Security-Policy", downloadCSP())
 
 	start, length, status := int64(0), info.Size, http.StatusOK
 	if rg := r.Header.Get("Range"); rg != "" && ifRangeMatches(r, etag, info.ModTime) {
@@ -336,7 +336,7 @@ func (h *Handler) serveZip(w http.ResponseWriter, r *http.Request, p string) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/zip")
 	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": sandbox.ZipName(p)}))
-	hd.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	hd.Set("Content-Security-Policy", downloadCSP())
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("Accept-Ranges", "none")
 	if r.Method == http.MethodHead {
@@ -454,12 +454,9 @@ func attachmentType(name string) string {
 	return "application/octet-stream"
 }
 
-// downloadCSP is the Content-Security-Policy of a download. Chromium does not show a PDF
-// in a sandboxed document, so a PDF gets the same policy without the sandbox (its
-// viewer runs apart from the page, and nothing else may load).
-func downloadCSP(ctype string, inline bool) string {
-	if inline && ctype == "application/pdf" {
-		return "default-src 'none'; img-src 'self'; media-src 'self'; object-src 'self'; style-src 'unsafe-inline'"
-	}
+// downloadCSP is the Content-Security-Policy of every download: nothing may load but
+// the file itself, and the document is sandboxed (a unique origin, no script), which
+// still lets Chromium show images, media and PDFs.
+func downloadCSP() string {
 	return "default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'; sandbox"
 }
