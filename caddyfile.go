@@ -41,6 +41,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
 //		cleanup_interval <duration>         # default: 1h
 //		link_ttl         <duration>         # default: 24h
+//		max_link_ttl     <duration>         # default: 7d; longest expires_in of share_file
 //		api_key_bearer   on|off             # default: on
 //		keepalive        <duration>         # default: 5s
 //		allowed_origins  <origin...>
@@ -104,6 +105,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneDuration(d, &h.CleanupInterval)
 		case "link_ttl":
 			err = oneDuration(d, &h.LinkTTL)
+		case "max_link_ttl":
+			err = oneDuration(d, &h.MaxLinkTTL)
 		case "keepalive":
 			err = oneDuration(d, &h.Keepalive)
 		case "api_key_bearer":
