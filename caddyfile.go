@@ -44,6 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cleanup_interval <duration>         # default: 1h
 //		link_ttl         <duration>         # default: 24h
 //		max_upload       <size>             # default: 2GiB; per uploaded file, e.g. 500MB, 2GB
+//		max_link_ttl     <duration>         # default: 7d; longest expires_in of share_file
 //		api_key_bearer   on|off             # default: on
 //		keepalive        <duration>         # default: 5s
 //		allowed_origins  <origin...>
@@ -116,6 +117,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.MaxUpload = int64(n)
 			}
+		case "max_link_ttl":
+			err = oneDuration(d, &h.MaxLinkTTL)
 		case "keepalive":
 			err = oneDuration(d, &h.Keepalive)
 		case "api_key_bearer":

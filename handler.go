@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -23,10 +25,11 @@ import (
 
 // Defaults of the settings that are not the sandbox's own.
 const (
-	defaultLinkTTL   = 24 * time.Hour
-	defaultKeepalive = 5 * time.Second
-	mcpPath          = "/mcp"
-	filesPrefix      = "/files/"
+	defaultLinkTTL    = 24 * time.Hour
+	defaultMaxLinkTTL = 7 * 24 * time.Hour
+	defaultKeepalive  = 5 * time.Second
+	mcpPath           = "/mcp"
+	filesPrefix       = "/files/"
 )
 
 // Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
@@ -71,6 +74,9 @@ type Handler struct {
 	LinkTTL caddy.Duration `json:"link_ttl,omitempty"`
 	// MaxUpload is the largest file, in bytes, an upload link accepts. Default: 2 GiB.
 	MaxUpload int64 `json:"max_upload,omitempty"`
+	// MaxLinkTTL is the longest lifetime share_file may ask for with expires_in.
+	// Default: 7d (or link_ttl, when that is longer).
+	MaxLinkTTL caddy.Duration `json:"max_link_ttl,omitempty"`
 
 	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
 	// headless clients and scripts). Default: true.
@@ -110,6 +116,10 @@ type Handler struct {
 	audit       *console.AuditLog
 	linkReg     *console.LinkRegistry
 	consoleKeys []string
+
+	downloads linkLimiter // downloads running per link
+	sniffed   sync.Map    // path and ETag -> sniffResult
+	sniffedN  atomic.Int64
 }
 
 // CaddyModule returns the Caddy module information.
@@ -173,6 +183,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.publicOrigin, _ = oauth.ParseOrigin(h.PublicURL)
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
+	}
+	if h.MaxLinkTTL == 0 {
+		h.MaxLinkTTL = max(caddy.Duration(defaultMaxLinkTTL), h.LinkTTL)
 	}
 	if h.Keepalive == 0 {
 		h.Keepalive = caddy.Duration(defaultKeepalive)
@@ -258,6 +271,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.LinkTTL < 0 {
 		errs = append(errs, errors.New("link_ttl must be positive"))
+	}
+	if h.MaxLinkTTL != 0 && h.MaxLinkTTL < h.LinkTTL {
+		errs = append(errs, fmt.Errorf("max_link_ttl (%s) must be at least link_ttl (%s)", time.Duration(h.MaxLinkTTL), time.Duration(h.LinkTTL)))
 	}
 	if h.Keepalive != 0 && h.Keepalive < caddy.Duration(time.Second) {
 		errs = append(errs, errors.New("keepalive must be at least 1s"))

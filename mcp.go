@@ -41,6 +41,9 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
 	addTool(s, h.uploadLinkTool(), h.uploadLink)
+	addTool(s, h.readFileTool(), h.readFile)
+	addTool(s, h.writeFileTool(), h.writeFile)
+	addTool(s, h.editFileTool(), h.editFile)
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 

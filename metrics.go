@@ -29,7 +29,7 @@ var (
 	})
 	metricDownloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "downloads_total",
-		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, error).",
+		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, busy, error).",
 	}, []string{"result"})
 	metricDownloadBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "download_bytes_total",

@@ -34,8 +34,12 @@ const uploadLinkOutputSchema = `{
   "required": ["url", "directory", "expires_at", "max_bytes"]
 }`
 
-// uploadTTLBound is the longest lifetime an upload link may ask for.
+// uploadTTLBound is the longest lifetime an upload link may ask for: max_link_ttl, as
+// for downloads.
 func (h *Handler) uploadTTLBound() time.Duration {
+	if h.MaxLinkTTL > 0 {
+		return time.Duration(h.MaxLinkTTL)
+	}
 	return max(time.Duration(h.LinkTTL), maxUploadLinkTTL)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,8 +45,10 @@ func runTSClient(t *testing.T, s *site, mode string) tsResult {
 
 func checkTSResult(t *testing.T, res tsResult) {
 	t.Helper()
-	if strings.Join(res.Tools, ",") != "execute,share_file,upload_link" {
-		t.Errorf("tools = %v", res.Tools)
+	for _, want := range []string{"execute", "share_file", "read_file", "write_file", "edit_file", "upload_link"} {
+		if !slices.Contains(res.Tools, want) {
+			t.Errorf("tools = %v, want %s among them", res.Tools, want)
+		}
 	}
 	if res.Execute["stdout"] != "step-1\nstep-2\nstep-3\n" || res.Execute["stderr"] != "bad\n" || res.Execute["exit_code"] != float64(4) {
 		t.Errorf("execute = %v", res.Execute)

@@ -31,8 +31,8 @@ const (
 	uploadsPrefix      = "/uploads/"
 	uploadAssetsPrefix = uploadsPrefix + "_/" // the page's script and style; "_" is never a valid token
 	defaultUploadDir   = sandbox.WorkDir + "/uploads"
-	defaultMaxUpload   = 2 << 30 // 2 GiB per file
-	maxUploadLinkTTL   = 7 * 24 * time.Hour
+	defaultMaxUpload   = 2 << 30            // 2 GiB per file
+	maxUploadLinkTTL   = 7 * 24 * time.Hour // when max_link_ttl is not set
 	minUploadLinkTTL   = time.Minute
 	uploadListMax      = 500 // files shown on the page
 )

@@ -24,11 +24,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Errors of [Sandbox.Upload], wrapped; test them with errors.Is.
+// Errors of [Sandbox.Upload], wrapped; test them with errors.Is. A stream over the
+// limit fails with [ErrTooLarge], shared with EditFile.
 var (
-	ErrTooLarge = errors.New("upload is larger than the limit")
-	ErrBadName  = errors.New("file name is not usable")
-	ErrNotDir   = errors.New("not a directory")
+	ErrBadName = errors.New("file name is not usable")
+	ErrNotDir  = errors.New("not a directory")
 )
 
 // MaxNameBytes bounds a file name, as Linux file systems do.
