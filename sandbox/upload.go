@@ -170,8 +170,10 @@ type UploadResult struct {
 // remaining arguments, never replacing anything (link(2) fails when the name exists,
 // which makes the check and the creation one step) and prints the name it took. On
 // anything else, including the end of input when the server went away mid-upload, it
-// removes the temporary file.
+// removes the temporary file. On its way it removes temporary files of the same
+// directory older than a day, which only an engine that died mid-upload leaves.
 const guardScript = `tmp=$1; shift
+find "${tmp%/*}" -maxdepth 1 -name '` + tempPrefix + `*' -type f -mmin +1440 -exec rm -f -- {} + 2>/dev/null
 IFS= read -r verdict
 if [ "$verdict" != commit ]; then rm -f -- "$tmp"; exit 4; fi
 for c in "$@"; do
@@ -258,6 +260,9 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	case err != nil:
 		if gerr != nil || code != 4 {
 			s.removeTemp(ctx, tmp)
+		}
+		if opts.Size >= 0 {
+			s.settleRemoved(ctx, tmp)
 		}
 		return UploadResult{}, err
 	case gerr != nil || code != 0 || final == "":
@@ -602,6 +607,29 @@ func (s *Sandbox) checkSize(ctx context.Context, tmp string, n int64) error {
 		return fmt.Errorf("%s holds %d bytes, %d were sent: %w", tmp, st.Size, n, io.ErrUnexpectedEOF)
 	}
 	return nil
+}
+
+// settleRemoved makes sure an aborted archive copy left nothing. Docker's client gives
+// up on a failed copy at once, while the engine may still be unpacking what it had
+// received: the file can appear after the guard removed it. Nothing can write it once
+// the engine is done, so it waits until the file stays absent for a few checks.
+func (s *Sandbox) settleRemoved(ctx context.Context, tmp string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
+	defer cancel()
+	absent := 0
+	for absent < 3 && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		_, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, tmp)
+		switch {
+		case cerrdefs.IsNotFound(err):
+			absent++
+		case err != nil:
+			return // the container itself is unreachable; nothing more to do here
+		default:
+			absent = 0
+			s.removeTemp(ctx, tmp)
+		}
+	}
 }
 
 // removeTemp deletes a temporary file, even when the request that made it is gone.
