@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -33,15 +34,7 @@ type linkSigner struct {
 }
 
 func newLinkSigner(apiKey string, ttl time.Duration) *linkSigner {
-	return &linkSigner{key: deriveKey(apiKey, "mcp-sandbox download links v1"), ttl: ttl}
-}
-
-// deriveKey derives a signing key for one purpose from the API key, so that a link
-// made for one purpose never verifies for another.
-func deriveKey(apiKey, label string) []byte {
-	m := hmac.New(sha256.New, []byte(apiKey))
-	m.Write([]byte(label))
-	return m.Sum(nil)
+	return &linkSigner{key: oauth.DeriveKey(apiKey, "download links v1"), ttl: ttl}
 }
 
 func (l *linkSigner) mac(expiry int64, p string) string {

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -79,7 +80,7 @@ type uploadSigner struct {
 }
 
 func newUploadSigner(apiKey string) *uploadSigner {
-	return &uploadSigner{key: deriveKey(apiKey, "mcp-sandbox upload links v1")}
+	return &uploadSigner{key: oauth.DeriveKey(apiKey, "upload links v1")}
 }
 
 func (u *uploadSigner) mac(expiry int64, dir string) string {
