@@ -54,7 +54,7 @@ func TestUploadSigner(t *testing.T) {
 	for _, bad := range []string{
 		strings.Replace(link, "/sandbox/", "/sandboy/", 1),
 		strings.Replace(link, "/uploads/1", "/uploads/2", 1),
-		link[:len(uploadsPrefix)+15] + "A" + link[len(uploadsPrefix)+16:],
+		link[:len(uploadsPrefix)+15] + flipped(link[len(uploadsPrefix)+15]) + link[len(uploadsPrefix)+16:],
 		uploadsPrefix + "garbage/x/",
 		uploadsPrefix,
 		strings.Replace(link, "/sandbox/uploads/", "/sandbox/uploads/../../etc/", 1),
@@ -551,4 +551,12 @@ func TestUploadLinkInConsole(t *testing.T) {
 	if got := s.containerExec("ls -A /sandbox/in"); got != "a.txt\n" {
 		t.Errorf("in the sandbox: %q", got)
 	}
+}
+
+// flipped is a signature character other than c.
+func flipped(c byte) string {
+	if c == 'A' {
+		return "B"
+	}
+	return "A"
 }
