@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -80,15 +81,26 @@ type Handler struct {
 	// loopback or private addresses. For development only.
 	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
 
-	logger  *zap.Logger
-	app     *App
-	poolKey string
-	box     *sandbox.Sandbox
-	docker  *client.Client
-	host    string
-	auth    *oauth.Server
-	mcp     *server.StreamableHTTPServer
-	links   *linkSigner
+	// Previews is the domain under which exposed ports are served, each at
+	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
+	// Empty: previews are off.
+	Previews string `json:"previews,omitempty"`
+	// PreviewAuth makes the person sign in with the API key once per browser and
+	// preview before seeing it. Default: off (preview URLs are capability URLs).
+	PreviewAuth bool `json:"preview_auth,omitempty"`
+	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
+	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
+
+	logger   *zap.Logger
+	app      *App
+	poolKey  string
+	box      *sandbox.Sandbox
+	docker   *client.Client
+	host     string
+	auth     *oauth.Server
+	mcp      *server.StreamableHTTPServer
+	links    *linkSigner
+	previews *preview.Server
 }
 
 // CaddyModule returns the Caddy module information.
@@ -206,6 +218,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	if h.Previews != "" {
+		if err := h.provisionPreviews(ctx); err != nil {
+			return err
+		}
+	}
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -238,6 +255,9 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	if h.previews != nil {
+		_ = h.previews.Cleanup()
+	}
 	if h.mcp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h.mcp.CloseSessions(ctx)
@@ -252,6 +272,10 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// A preview host is a separate origin: nothing else of the site answers there.
+	if h.previews != nil && h.previews.Match(r.Host) {
+		return h.previews.ServeHTTP(w, r)
+	}
 	switch p := r.URL.Path; {
 	case p == mcpPath:
 		h.serveMCP(w, r)

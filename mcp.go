@@ -34,6 +34,10 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
+	if h.previews != nil {
+		addTool(s, h.exposePortTool(), h.exposePort)
+		addTool(s, h.unexposePortTool(), h.unexposePort)
+	}
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 
