@@ -84,6 +84,7 @@ type siteOptions struct {
 	image     string   // default: the test image
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
+	address   string   // site address; default http://127.0.0.1:<port>; %d is the port
 }
 
 // startSite loads a Caddyfile with the plugin on a free loopback port. The container
@@ -116,6 +117,10 @@ func (s *site) caddyfile(opts siteOptions) string {
 	if image == "" {
 		image = testImage()
 	}
+	address := fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	if opts.address != "" {
+		address = strings.ReplaceAll(opts.address, "%d", fmt.Sprint(s.port))
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -126,7 +131,7 @@ func (s *site) caddyfile(opts siteOptions) string {
 	}
 }
 
-http://127.0.0.1:%d {
+%s {
 	bind 127.0.0.1
 	mcp_sandbox {
 		api_key %s
@@ -141,7 +146,7 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume,
+`, s.storage, s.storage, address, s.key, image, s.container, s.volume,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

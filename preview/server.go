@@ -138,7 +138,12 @@ func (s *Server) Provision(ctx caddy.Context) error {
 // relayTransport is the reverse proxy's transport: plain HTTP/1.1 over relays.
 type relayTransport struct{ t *http.Transport }
 
-func (rt relayTransport) RoundTrip(r *http.Request) (*http.Response, error) { return rt.t.RoundTrip(r) }
+// RoundTrip sends r over a pooled relay. The reverse proxy leaves the scheme to its
+// transport (Caddy's own HTTP transport sets it), so it is set here.
+func (rt relayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r.URL.Scheme = "http"
+	return rt.t.RoundTrip(r)
+}
 
 // Cleanup closes the pooled relays and releases the proxy.
 func (s *Server) Cleanup() error {
@@ -313,5 +318,9 @@ func waiting(w http.ResponseWriter, r *http.Request, port int, note string) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
+	if note != "" {
+		fmt.Fprintf(w, "503: %s\n", note)
+		return
+	}
 	fmt.Fprintf(w, "503: nothing listens on port %d inside the sandbox yet; retry shortly\n", port)
 }

@@ -26,19 +26,24 @@ const relayReady = 'R'
 
 // relayScript connects to the port on the container's own loopback (IPv4, then IPv6)
 // with bash's /dev/tcp, which both the production and the test image have, and copies
-// bytes both ways with two cats. Argument: $1 port.
+// bytes both ways with two dd processes. Argument: $1 port.
+//
+// dd, not cat: busybox's cat copies with sendfile/splice, which loses or stalls data
+// between a socket and the exec's pipes; dd does plain reads and writes (and without
+// iflag=fullblock writes each short read at once, so nothing waits for a full block).
+// The copy of stdin goes through fd 4 because bash points the stdin of background
+// commands at /dev/null when no stdin redirection other than fd 0 itself is given.
 //
 // Half-close: when the server ends its side, the relay exits at once and the stream
 // ends after the last byte. When our side ends first (stdin at EOF: the proxy closed
 // or half-closed the connection), the server is still given a few seconds to finish
-// its answer, since cat cannot shut down only the socket's write side. Every process
+// its answer, since dd cannot shut down only the socket's write side. Every process
 // is killed and reaped before the relay exits, so nothing is left behind.
 const relayScript = `exec 3<>"/dev/tcp/127.0.0.1/$1" || exec 3<>"/dev/tcp/::1/$1" || exit 7
-exec 2>/dev/null
+exec 2>/dev/null 4<&0
 printf R
-cat <&3 & r=$!
-cat >&3 <&0 & w=$!
-exec 3>&- 0</dev/null
+dd bs=131072 <&3 & r=$!
+dd bs=131072 >&3 <&4 & w=$!
 wait -n $r $w
 if kill -0 $r; then
 	( sleep 5; kill $r ) >/dev/null </dev/null & t=$!
