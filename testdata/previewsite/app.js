@@ -1,3 +1,4 @@
+document.getElementById('origin').textContent = location.origin;
 const done = new Set();
 function ok(id, text) {
   const e = document.getElementById(id);
