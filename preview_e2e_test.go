@@ -80,6 +80,9 @@ func startPreviewSite(t testing.TB, directives ...string) *previewSite {
 				return dialer.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", s.port))
 			},
 			MaxIdleConnsPerHost: 16,
+			DisableCompression:  true,
+			ReadBufferSize:      64 << 10,
+			WriteBufferSize:     64 << 10,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       60 * time.Second,
