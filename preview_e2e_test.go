@@ -65,7 +65,13 @@ type previewSite struct {
 
 func startPreviewSite(t testing.TB, directives ...string) *previewSite {
 	t.Helper()
-	opts := siteOptions{address: "http://:%d", directive: append([]string{"previews localhost"}, directives...)}
+	return startPreviewSiteAt(t, "http://:%d", directives...)
+}
+
+// startPreviewSiteAt is startPreviewSite with a site address (%d is the port).
+func startPreviewSiteAt(t testing.TB, address string, directives ...string) *previewSite {
+	t.Helper()
+	opts := siteOptions{address: address, directive: append([]string{"previews localhost"}, directives...)}
 	s := startSite(t, opts)
 	ctx := context.Background()
 	p := &previewSite{site: s, c: s.client(ctx), opts: opts}
@@ -377,7 +383,8 @@ func TestPreviewBadInput(t *testing.T) {
 
 // TestPreviewExpiry: a short preview_ttl ends the URL (404), and exposing again works.
 func TestPreviewExpiry(t *testing.T) {
-	p := startPreviewSite(t, "preview_ttl 2s")
+	// The site address of the README's local example: the site's host and *.localhost.
+	p := startPreviewSiteAt(t, "http://127.0.0.1:%d, http://*.localhost:%d", "preview_ttl 2s")
 	p.startServer(t, 8000)
 	out := p.expose(t, 8000)
 	u := out["url"].(string)
