@@ -289,8 +289,29 @@ func TestPreviewLifecycle(t *testing.T) {
 		t.Fatalf("after reload: %d", resp.StatusCode)
 	}
 
-	// Unexpose: 404 for the old URL; exposing again gives a new URL that works.
+	// Unexpose: an open stream ends with it, the old URL answers 404, and exposing
+	// again gives a new URL that works.
+	sresp, err = p.web.Get(u + "sse?count=200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamEnded := make(chan time.Time, 1)
+	go func() {
+		io.Copy(io.Discard, sresp.Body)
+		streamEnded <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond)
+	unexposedAt := time.Now()
 	res = call(ctx, t, p.c, "unexpose_port", map[string]any{"port": "8000"})
+	select {
+	case at := <-streamEnded:
+		if at.Sub(unexposedAt) > 3*time.Second {
+			t.Fatalf("the open SSE stream ended %v after unexpose_port", at.Sub(unexposedAt))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an open SSE stream outlived unexpose_port")
+	}
+	sresp.Body.Close()
 	if res.IsError || structured(t, res)["was_exposed"] != true {
 		t.Fatalf("unexpose_port: %s", resultText(res))
 	}

@@ -11,6 +11,7 @@
 package preview
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"strings"
@@ -52,6 +53,24 @@ type Preview struct {
 	Owner   string    // which sandbox it belongs to
 	Port    int       // the port inside the sandbox
 	Expires time.Time // after this it is gone
+
+	ctx context.Context // done when the preview ends (unexposed or expired)
+}
+
+// Done is closed when the preview ends, so that its open streams (WebSockets, SSE)
+// end with it.
+func (p Preview) Done() <-chan struct{} {
+	if p.ctx == nil {
+		return nil
+	}
+	return p.ctx.Done()
+}
+
+// entry is a live preview and what ends it.
+type entry struct {
+	Preview
+	cancel context.CancelFunc
+	timer  *time.Timer
 }
 
 // Host is the preview's host name, without a port.
@@ -61,13 +80,13 @@ func (p Preview) Host() string { return p.Label + "." + p.Domain }
 // previews are dropped on the next change and never returned.
 type Registry struct {
 	mu      sync.Mutex
-	byLabel map[string]*Preview
+	byLabel map[string]*entry
 	now     func() time.Time
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byLabel: make(map[string]*Preview), now: time.Now}
+	return &Registry{byLabel: make(map[string]*entry), now: time.Now}
 }
 
 // shared is the process-wide registry: it outlives config reloads (a reload provisions
@@ -87,18 +106,30 @@ func (r *Registry) Expose(owner, domain string, port int, ttl time.Duration) Pre
 	defer r.mu.Unlock()
 	now := r.now()
 	r.prune(now)
-	for _, p := range r.byLabel {
-		if p.Owner == owner && p.Domain == domain && p.Port == port {
-			p.Expires = now.Add(ttl)
-			return *p
+	for _, e := range r.byLabel {
+		if e.Owner == owner && e.Domain == domain && e.Port == port {
+			e.Expires = now.Add(ttl)
+			e.timer.Reset(ttl)
+			return e.Preview
 		}
 	}
-	p := &Preview{Label: newLabel(), Domain: domain, Owner: owner, Port: port, Expires: now.Add(ttl)}
-	for r.byLabel[p.Label] != nil { // 128 random bits do not collide, but be exact
-		p.Label = newLabel()
+	e := &entry{Preview: Preview{Label: newLabel(), Domain: domain, Owner: owner, Port: port, Expires: now.Add(ttl)}}
+	for r.byLabel[e.Label] != nil { // 128 random bits do not collide, but be exact
+		e.Label = newLabel()
 	}
-	r.byLabel[p.Label] = p
-	return *p
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	label := e.Label
+	e.timer = time.AfterFunc(ttl, func() { r.expire(label) })
+	r.byLabel[e.Label] = e
+	return e.Preview
+}
+
+// expire ends the preview with label when its time is up (a renewal moved the
+// timer, but the clock decides).
+func (r *Registry) expire(label string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prune(r.now())
 }
 
 // Unexpose ends the previews of port of owner, under any domain. It reports whether
@@ -108,9 +139,9 @@ func (r *Registry) Unexpose(owner string, port int) bool {
 	defer r.mu.Unlock()
 	r.prune(r.now())
 	found := false
-	for l, p := range r.byLabel {
-		if p.Owner == owner && p.Port == port {
-			delete(r.byLabel, l)
+	for l, e := range r.byLabel {
+		if e.Owner == owner && e.Port == port {
+			r.end(l, e)
 			found = true
 		}
 	}
@@ -121,11 +152,11 @@ func (r *Registry) Unexpose(owner string, port int) bool {
 func (r *Registry) Lookup(label string) (Preview, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := r.byLabel[label]
-	if p == nil || !r.now().Before(p.Expires) {
+	e := r.byLabel[label]
+	if e == nil || !r.now().Before(e.Expires) {
 		return Preview{}, false
 	}
-	return *p, true
+	return e.Preview, true
 }
 
 // List returns the live previews of owner.
@@ -134,9 +165,9 @@ func (r *Registry) List(owner string) []Preview {
 	defer r.mu.Unlock()
 	r.prune(r.now())
 	var out []Preview
-	for _, p := range r.byLabel {
-		if p.Owner == owner {
-			out = append(out, *p)
+	for _, e := range r.byLabel {
+		if e.Owner == owner {
+			out = append(out, e.Preview)
 		}
 	}
 	return out
@@ -163,9 +194,16 @@ func (r *Registry) AllowsHost(name string) bool {
 }
 
 func (r *Registry) prune(now time.Time) {
-	for l, p := range r.byLabel {
-		if !now.Before(p.Expires) {
-			delete(r.byLabel, l)
+	for l, e := range r.byLabel {
+		if !now.Before(e.Expires) {
+			r.end(l, e)
 		}
 	}
+}
+
+// end removes a preview and ends its open streams.
+func (r *Registry) end(label string, e *entry) {
+	delete(r.byLabel, label)
+	e.timer.Stop()
+	e.cancel()
 }

@@ -219,6 +219,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	}
 	stripAuthCookie(r)
 
+	// Streams opened through the preview (WebSockets, SSE, slow downloads) end when
+	// the preview does: the reverse proxy closes the upstream when the request's
+	// context is done.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+	r = r.WithContext(ctx)
+
 	cw := &countingWriter{ResponseWriter: w}
 	caddyhttp.SetVar(r.Context(), portVar, strconv.Itoa(p.Port))
 	err := s.proxy.ServeHTTP(cw, r, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
