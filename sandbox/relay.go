@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -54,6 +55,9 @@ kill $r $w
 wait
 exit 0`
 
+// relayBuffer is the read buffer of one relay connection.
+const relayBuffer = 256 << 10
+
 // relayDialTimeout bounds the exec that sets up one relay when the caller's context
 // has no deadline.
 const relayDialTimeout = 30 * time.Second
@@ -88,7 +92,9 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &relayConn{hj: hj, port: port}
+	// A large buffer over the stream: Docker frames stdout in pieces of up to 32 KiB,
+	// and the client's own 4 KiB reader would take several reads per frame.
+	c := &relayConn{hj: hj, r: bufio.NewReaderSize(hj.Reader, relayBuffer), port: port}
 	stop := context.AfterFunc(ctx, func() { hj.Close() })
 	err = c.awaitReady()
 	if !stop() || ctx.Err() != nil {
@@ -110,6 +116,7 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // stream with an 8-byte header per frame).
 type relayConn struct {
 	hj   types.HijackedResponse
+	r    *bufio.Reader // over hj.Reader, which may hold bytes read with the upgrade
 	port int
 
 	remaining int // bytes left in the current stdout frame
@@ -138,7 +145,7 @@ func (c *relayConn) awaitReady() error {
 		if size == 0 {
 			continue
 		}
-		b, err := c.hj.Reader.ReadByte()
+		b, err := c.r.ReadByte()
 		if err != nil {
 			return fmt.Errorf("relay to port %d: %w", c.port, err)
 		}
@@ -153,7 +160,7 @@ func (c *relayConn) awaitReady() error {
 // header reads one frame header and returns its stream and size.
 func (c *relayConn) header() (byte, int, error) {
 	var hdr [8]byte
-	if _, err := io.ReadFull(c.hj.Reader, hdr[:]); err != nil {
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
 		return 0, 0, err // io.EOF only at a frame boundary
 	}
 	size := int(binary.BigEndian.Uint32(hdr[4:]))
@@ -164,7 +171,7 @@ func (c *relayConn) header() (byte, int, error) {
 		return 2, size, nil
 	case 3:
 		msg := make([]byte, min(size, 4096))
-		n, _ := io.ReadFull(c.hj.Reader, msg)
+		n, _ := io.ReadFull(c.r, msg)
 		return 0, 0, fmt.Errorf("docker: %s", msg[:n])
 	}
 	return 0, 0, fmt.Errorf("unknown stream %d in relay output", hdr[0])
@@ -173,14 +180,14 @@ func (c *relayConn) header() (byte, int, error) {
 // skip discards a frame that is not stdout, keeping a little of it for errors.
 func (c *relayConn) skip(size int, keep *strings.Builder) error {
 	buf := make([]byte, min(size, 512))
-	n, err := io.ReadFull(c.hj.Reader, buf)
+	n, err := io.ReadFull(c.r, buf)
 	if keep != nil && keep.Len() < 1024 {
 		keep.Write(buf[:n])
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := io.CopyN(io.Discard, c.hj.Reader, int64(size-n)); err != nil {
+	if _, err := io.CopyN(io.Discard, c.r, int64(size-n)); err != nil {
 		return err
 	}
 	return nil
@@ -204,7 +211,7 @@ func (c *relayConn) Read(p []byte) (int, error) {
 		}
 		c.remaining = size
 	}
-	n, err := c.hj.Reader.Read(p[:min(len(p), c.remaining)])
+	n, err := c.r.Read(p[:min(len(p), c.remaining)])
 	c.remaining -= n
 	if err == io.EOF && c.remaining > 0 {
 		err = io.ErrUnexpectedEOF
