@@ -91,16 +91,17 @@ type Handler struct {
 	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
 	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
 
-	logger   *zap.Logger
-	app      *App
-	poolKey  string
-	box      *sandbox.Sandbox
-	docker   *client.Client
-	host     string
-	auth     *oauth.Server
-	mcp      *server.StreamableHTTPServer
-	links    *linkSigner
-	previews *preview.Server
+	logger  *zap.Logger
+	app     *App
+	poolKey string
+	box     *sandbox.Sandbox
+	docker  *client.Client
+	host    string
+	auth    *oauth.Server
+	mcp     *server.StreamableHTTPServer
+	links   *linkSigner
+
+	previews *preview.Server // nil when previews are off
 }
 
 // CaddyModule returns the Caddy module information.
