@@ -23,6 +23,10 @@ import (
 // port yet; the person then sees a page that waits and retries instead of an error.
 var ErrNoListener = errors.New("nothing listens on that port in the sandbox")
 
+// maxRelays is the most upstream connections (relays) one port gets at a time.
+// WebSockets hold theirs while open.
+const maxRelays = 16
+
 // portVar is the request variable that carries the preview's port to the reverse
 // proxy's upstream address.
 const portVar = "mcp_sandbox_preview_port"
@@ -112,8 +116,15 @@ func (s *Server) Provision(ctx caddy.Context) error {
 			}
 			return s.opts.Dial(ctx, port)
 		},
+		// Each relay is an exec with a few processes in the sandbox, and starting one
+		// takes tens of milliseconds: at most maxRelays per port, kept alive. Without
+		// the cap, concurrent requests that miss the idle pool for a moment each start
+		// a dial, and a burst becomes a storm of execs; with it they wait for a
+		// connection to come free. It also bounds what a flood of requests through a
+		// preview URL can start inside the sandbox.
+		MaxConnsPerHost:     maxRelays,
+		MaxIdleConnsPerHost: maxRelays,
 		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true, // pass the app's bytes through as they are
 		ReadBufferSize:      64 << 10,
