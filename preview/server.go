@@ -1,6 +1,7 @@
 package preview
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -242,6 +244,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	cw := &countingWriter{ResponseWriter: w}
 	caddyhttp.SetVar(r.Context(), portVar, strconv.Itoa(p.Port))
 	err := s.proxy.ServeHTTP(cw, r, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+	if ferr := cw.finish(); err == nil {
+		err = ferr
+	}
 	switch {
 	case err == nil:
 		s.observe("ok", cw.n.Load())
@@ -269,13 +274,22 @@ func (s *Server) observe(result string, n int64) {
 	}
 }
 
-// countingWriter counts the bytes sent to the person. Unwrap keeps flushing (SSE) and
-// hijacking (WebSockets) working through http.ResponseController.
+// countingWriter counts the bytes sent to the person. Large bodies are gathered into
+// big writes: the reverse proxy copies in 32 KiB pieces, and a write to the client's
+// socket per piece costs more than the relay itself. Flushes (SSE, streaming) pass the
+// gathered bytes on at once, and Unwrap keeps hijacking (WebSockets) working through
+// http.ResponseController.
 type countingWriter struct {
 	http.ResponseWriter
 	n     atomic.Int64
 	wrote atomic.Bool
+	bw    *bufio.Writer // from the first large write on
 }
+
+// gatherSize is the write size for large bodies.
+const gatherSize = 256 << 10
+
+var gatherPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, gatherSize) }}
 
 func (c *countingWriter) WriteHeader(code int) {
 	c.wrote.Store(true)
@@ -284,9 +298,41 @@ func (c *countingWriter) WriteHeader(code int) {
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.wrote.Store(true)
-	n, err := c.ResponseWriter.Write(p)
+	if c.bw == nil && len(p) >= 32<<10 {
+		c.bw = gatherPool.Get().(*bufio.Writer)
+		c.bw.Reset(c.ResponseWriter)
+	}
+	var n int
+	var err error
+	if c.bw != nil {
+		n, err = c.bw.Write(p)
+	} else {
+		n, err = c.ResponseWriter.Write(p)
+	}
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// FlushError sends what was gathered and flushes the response.
+func (c *countingWriter) FlushError() error {
+	if c.bw != nil {
+		if err := c.bw.Flush(); err != nil {
+			return err
+		}
+	}
+	return http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// finish sends what is left of a gathered body.
+func (c *countingWriter) finish() error {
+	if c.bw == nil {
+		return nil
+	}
+	err := c.bw.Flush()
+	c.bw.Reset(nil)
+	gatherPool.Put(c.bw)
+	c.bw = nil
+	return err
 }
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
