@@ -25,8 +25,8 @@ import (
 // port yet; the person then sees a page that waits and retries instead of an error.
 var ErrNoListener = errors.New("nothing listens on that port in the sandbox")
 
-// maxRelays is the most upstream connections (relays) one port gets at a time.
-// WebSockets hold theirs while open.
+// maxRelays is the most pooled upstream connections (relays) one port gets at a time
+// for plain HTTP. An upgraded connection (WebSocket) leaves the pool and its count.
 const maxRelays = 16
 
 // portVar is the request variable that carries the preview's port to the reverse
