@@ -32,21 +32,26 @@ var previewServer struct {
 	err  error
 }
 
-// previewServerBinary builds testdata/previewserver once per test process.
+// previewServerBinary builds testdata/previewserver once per test process, into one
+// place under the temporary directory that every run reuses (Go's build cache makes
+// the rebuild quick; the rename makes it safe for processes running at once).
 func previewServerBinary(t testing.TB) string {
 	t.Helper()
 	previewServer.once.Do(func() {
-		dir, err := os.MkdirTemp("", "mcp-previewserver-")
-		if err != nil {
+		dir := filepath.Join(os.TempDir(), "mcp-sandbox-previewserver")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			previewServer.err = err
 			return
 		}
 		previewServer.path = filepath.Join(dir, "previewserver")
-		cmd := exec.Command("go", "build", "-o", previewServer.path, "./testdata/previewserver")
+		tmp := fmt.Sprintf("%s.%d", previewServer.path, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "./testdata/previewserver")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			previewServer.err = fmt.Errorf("building previewserver: %v\n%s", err, out)
+			return
 		}
+		previewServer.err = os.Rename(tmp, previewServer.path)
 	})
 	if previewServer.err != nil {
 		t.Fatal(previewServer.err)
