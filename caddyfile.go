@@ -50,6 +50,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		allowed_origins  <origin...>
 //		allow_private_client_metadata       # development only
 //		storage          <module> { ... }   # default: Caddy's storage; where OAuth state lives
+//		previews         <domain>           # e.g. preview.example.com or localhost; absent: off
+//		preview_auth     on|off             # default: off (preview URLs are capability URLs)
+//		preview_ttl      <duration>         # default: 24h
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -140,6 +143,22 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowedOrigins = append(h.AllowedOrigins, args...)
+		case "previews":
+			err = oneString(d, &h.Previews)
+		case "preview_ttl":
+			err = oneDuration(d, &h.PreviewTTL)
+		case "preview_auth":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				switch s {
+				case "on":
+					h.PreviewAuth = true
+				case "off":
+					h.PreviewAuth = false
+				default:
+					return d.Errf("preview_auth: want on or off, got %q", s)
+				}
+			}
 		case "allow_private_client_metadata":
 			if d.NextArg() {
 				return d.ArgErr()

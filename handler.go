@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -94,6 +95,16 @@ type Handler struct {
 	// it share their sign-ins.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
+	// Previews is the domain under which exposed ports are served, each at
+	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
+	// Empty: previews are off.
+	Previews string `json:"previews,omitempty"`
+	// PreviewAuth makes the person sign in with the API key once per browser and
+	// preview before seeing it. Default: off (preview URLs are capability URLs).
+	PreviewAuth bool `json:"preview_auth,omitempty"`
+	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
+	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
+
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
 
@@ -120,6 +131,8 @@ type Handler struct {
 	downloads linkLimiter // downloads running per link
 	sniffed   sync.Map    // path and ETag -> sniffResult
 	sniffedN  atomic.Int64
+
+	previews *preview.Server // nil when previews are off
 }
 
 // CaddyModule returns the Caddy module information.
@@ -250,6 +263,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionConsole(); err != nil {
 		return err
 	}
+	if h.Previews != "" {
+		if err := h.provisionPreviews(ctx); err != nil {
+			return err
+		}
+	}
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -300,6 +318,9 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	if h.previews != nil {
+		_ = h.previews.Cleanup()
+	}
 	if h.mcp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h.mcp.CloseSessions(ctx)
@@ -310,6 +331,10 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// A preview host is a separate origin: nothing else of the site answers there.
+	if h.previews != nil && h.previews.Match(r.Host) {
+		return h.previews.ServeHTTP(w, r)
+	}
 	switch p := r.URL.Path; {
 	case p == mcpPath:
 		h.serveMCP(w, r)

@@ -44,6 +44,10 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	addTool(s, h.readFileTool(), h.readFile)
 	addTool(s, h.writeFileTool(), h.writeFile)
 	addTool(s, h.editFileTool(), h.editFile)
+	if h.previews != nil {
+		addTool(s, h.exposePortTool(), h.exposePort)
+		addTool(s, h.unexposePortTool(), h.unexposePort)
+	}
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
 
 // Metrics live for the whole process, so counts survive config reloads; each config's
@@ -51,6 +53,18 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
 		Help: "Idle top-level entries of /sandbox deleted by the cleanup.",
 	})
+	metricPreviewsLive = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "previews_live",
+		Help: "Ports exposed by expose_port that are live now.",
+	}, func() float64 { return float64(preview.Shared().Live()) })
+	metricPreviewRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_requests_total",
+		Help: "Requests to preview hosts, by result (ok, not_found, no_listener, unauthorized, error).",
+	}, []string{"result"})
+	metricPreviewBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
+		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
+	})
 )
 
 func registerMetrics(reg *prometheus.Registry) error {
@@ -59,7 +73,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 	}
 	for _, c := range []prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
 		metricDownloads, metricDownloadBytes, metricCleanupDeleted,
-		metricUploadLinks, metricUploads, metricUploadBytes} {
+		metricUploadLinks, metricUploads, metricUploadBytes,
+		metricPreviewsLive, metricPreviewRequests, metricPreviewBytes} {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("registering metrics: %w", err)
