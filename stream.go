@@ -25,6 +25,10 @@ type streamWriter struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	keepalive time.Duration
+	// header is the handler's header map, copied to the wire's when the handler writes
+	// the header: the keep-alive goroutine may send the wire's header meanwhile, and
+	// the two must never touch one map at once.
+	header http.Header
 
 	mu          sync.Mutex
 	wroteHeader bool
@@ -38,10 +42,11 @@ type streamWriter struct {
 }
 
 func newStreamWriter(w http.ResponseWriter, keepalive time.Duration) *streamWriter {
-	return &streamWriter{w: w, rc: http.NewResponseController(w), keepalive: keepalive, lastWrite: time.Now()}
+	return &streamWriter{w: w, rc: http.NewResponseController(w), keepalive: keepalive, lastWrite: time.Now(), header: http.Header{}}
 }
 
-func (s *streamWriter) Header() http.Header { return s.w.Header() }
+// Header is the handler's own header map; only the handler's goroutine uses it.
+func (s *streamWriter) Header() http.Header { return s.header }
 
 // CanStream reports true: every write can be flushed to the client at once.
 func (s *streamWriter) CanStream() bool { return true }
@@ -53,7 +58,7 @@ func (s *streamWriter) WriteHeader(code int) {
 }
 
 func (s *streamWriter) writeHeaderLocked(code int) {
-	ct := s.w.Header().Get("Content-Type")
+	ct := s.header.Get("Content-Type")
 	if s.wroteHeader {
 		if s.ourUpgrade && !strings.HasPrefix(ct, "text/event-stream") {
 			s.wrapBody = true
@@ -62,6 +67,10 @@ func (s *streamWriter) writeHeaderLocked(code int) {
 	}
 	s.wroteHeader = true
 	s.sse = strings.HasPrefix(ct, "text/event-stream")
+	wire := s.w.Header()
+	for k, v := range s.header {
+		wire[k] = v
+	}
 	s.w.WriteHeader(code)
 }
 

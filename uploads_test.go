@@ -365,8 +365,11 @@ func TestUploadLargeWithCurl(t *testing.T) {
 	}
 	t.Logf("1 GiB through Caddy with curl -T in %v (%.0f MB/s); VmRSS before %d MB; VmHWM during the upload %d MB (reset just before); highest sampled VmRSS %d MB over %d samples",
 		elapsed.Round(time.Millisecond), size/1e6/elapsed.Seconds(), before["VmRSS"]>>10, after["VmHWM"]>>10, peakSampled>>10, *sampled)
-	if after["VmHWM"] >= 256<<10 {
-		t.Errorf("peak RSS during the upload %d MB, want under 256 MB", after["VmHWM"]>>10)
+	// Caddy runs in this test process, next to the harness and whatever earlier tests
+	// left (and the race detector's shadow memory), so the bound is on what the upload
+	// added: a 1 GiB body must pass through, never be held.
+	if grown := after["VmHWM"] - before["VmRSS"]; grown >= 64<<10 {
+		t.Errorf("peak RSS grew by %d MB during the upload, want under 64 MB", grown>>10)
 	}
 	got := s.containerExec("sha256sum /sandbox/big/big.bin; ls -A /sandbox/big")
 	if !strings.HasPrefix(got, want) || strings.Contains(got, ".mcp-upload") {
