@@ -188,6 +188,7 @@ type Sandbox struct {
 	log *zap.Logger
 
 	ensureGroup singleflight.Group
+	jobs        jobLocks // one delivery of a job's output at a time
 
 	mu          sync.Mutex
 	readyAt     time.Time // last time Ensure saw the container running with our limits
