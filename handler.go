@@ -24,6 +24,7 @@ import (
 const (
 	defaultLinkTTL   = 24 * time.Hour
 	defaultKeepalive = 5 * time.Second
+	defaultYield     = 45 * time.Second
 	mcpPath          = "/mcp"
 	filesPrefix      = "/files/"
 )
@@ -67,6 +68,14 @@ type Handler struct {
 	CleanupInterval caddy.Duration `json:"cleanup_interval,omitempty"`
 	// LinkTTL is how long a share_file link stays valid. Default: 24h.
 	LinkTTL caddy.Duration `json:"link_ttl,omitempty"`
+
+	// YieldAfter is how long execute waits for a command before returning it as a
+	// running job, and the upper bound of its wait argument and of job_output's; 0
+	// (`off` in the Caddyfile) waits for the whole timeout. Default: 45s, below the
+	// strictest client's deadline (claude.ai gives up after about 60 s).
+	YieldAfter *caddy.Duration `json:"yield_after,omitempty"`
+	// MaxJobs bounds the commands running at once. Default: 32.
+	MaxJobs int `json:"max_jobs,omitempty"`
 
 	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
 	// headless clients and scripts). Default: true.
@@ -174,6 +183,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if _, err := parsePublicURL(o); err != nil {
 			return fmt.Errorf("allowed_origins: %w", err)
 		}
+	}
+	if h.YieldAfter == nil {
+		y := caddy.Duration(defaultYield)
+		h.YieldAfter = &y
+	}
+	if *h.YieldAfter < 0 {
+		return errors.New("yield_after must be a positive duration or off")
+	}
+	if h.MaxJobs == 0 {
+		h.MaxJobs = sandbox.DefaultMaxJobs
+	}
+	if h.MaxJobs < 0 {
+		return errors.New("max_jobs must be positive")
 	}
 	cfg, err := h.sandboxConfig()
 	if err != nil {

@@ -34,6 +34,10 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
+	addTool(s, h.jobOutputTool(), h.jobOutput)
+	addTool(s, h.jobInputTool(), h.jobInput)
+	addTool(s, h.jobKillTool(), h.jobKill)
+	addTool(s, h.jobListTool(), h.jobList)
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 
