@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,8 +34,10 @@ func TestExecuteThroughCaddy(t *testing.T) {
 			t.Errorf("tool %s lacks a description or output schema", tool.Name)
 		}
 	}
-	if strings.Join(names, ",") != "execute,share_file" {
-		t.Fatalf("tools = %v, want execute and share_file", names)
+	for _, want := range []string{"execute", "share_file", "job_output", "job_input", "job_kill", "job_list"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("tools = %v, want %s among them", names, want)
+		}
 	}
 
 	res := call(ctx, t, c, "execute", map[string]any{"command": "echo out; echo err >&2; exit 3"})

@@ -3,6 +3,7 @@ package mcpsandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func runTSClient(t *testing.T, s *site, mode string) tsResult {
 
 func checkTSResult(t *testing.T, res tsResult) {
 	t.Helper()
-	if strings.Join(res.Tools, ",") != "execute,share_file" {
+	if got := strings.Join(res.Tools, ","); !strings.Contains(got, "execute") || !strings.Contains(got, "share_file") || !strings.Contains(got, "job_output") {
 		t.Errorf("tools = %v", res.Tools)
 	}
 	if res.Execute["stdout"] != "step-1\nstep-2\nstep-3\n" || res.Execute["stderr"] != "bad\n" || res.Execute["exit_code"] != float64(4) {
@@ -94,4 +95,50 @@ func TestTypeScriptSDKOAuth(t *testing.T) {
 	if !sawUnauthorized || !sawRegistered || !sawTokens {
 		t.Fatalf("flow incomplete: %v", res.Steps)
 	}
+}
+
+// TestTypeScriptSDKLongCommand: a 150 s command followed the way claude.ai must (each
+// request gives up after 60 s, progress does not extend that) finishes through execute
+// and job_output: every line exactly once, in order, and the exit code.
+func TestTypeScriptSDKLongCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 150 s")
+	}
+	s := startSite(t, siteOptions{}) // the default yield_after, 45s
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const n = 150
+	cmd := exec.CommandContext(ctx, "node", "testdata/ts-client/jobs.mjs", s.url, s.key,
+		fmt.Sprintf("for i in $(seq 1 %d); do echo line-$i; sleep 1; done; echo done >&2; exit 3", n))
+	out, err := cmd.Output()
+	var res struct {
+		Calls []struct {
+			Ms      float64 `json:"ms"`
+			Running bool    `json:"running"`
+		} `json:"calls"`
+		Stdout   string   `json:"stdout"`
+		Stderr   string   `json:"stderr"`
+		ExitCode *float64 `json:"exit_code"`
+		Error    string   `json:"error"`
+		Text     string   `json:"text"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Error != "" {
+		t.Fatalf("TypeScript client: %v %v %s\n%s", err, jerr, res.Error, out)
+	}
+	var want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	if res.Stdout != want.String() || res.Stderr != "done\n" {
+		t.Errorf("output differs: %d bytes of stdout (want %d), stderr %q", len(res.Stdout), want.Len(), res.Stderr)
+	}
+	if res.ExitCode == nil || *res.ExitCode != 3 || !strings.Contains(res.Text, "exit code 3") {
+		t.Errorf("exit code %v, text %q", res.ExitCode, res.Text)
+	}
+	for _, c := range res.Calls {
+		if c.Ms > 50_000 {
+			t.Errorf("a call took %.0f ms, too close to the client's 60 s deadline", c.Ms)
+		}
+	}
+	t.Logf("%d calls: %+v", len(res.Calls), res.Calls)
 }
