@@ -29,15 +29,12 @@ var jobScript string
 // not a recreated container, and it does not show up in the model's working files.
 const JobsDir = "/var/lib/mcp-sandbox/jobs"
 
-// Retention of finished jobs, enforced inside the container (see jobs.sh): the newest
-// keptJobs finished jobs, none older than a day, and at most 1 GB of their output.
-// A conversation comes back to a job's output within minutes or hours, rarely after
-// dozens of other commands, and the cap keeps a chatty session from filling the disk.
-const (
-	keptJobs      = 20
-	keptJobsBytes = 1 << 30
-	keptJobsAge   = 24 * time.Hour
-)
+// Retention of finished jobs, enforced inside the container (jobs.sh, prune): the
+// newest 20 finished jobs, and any that finished in the last 10 minutes, as long as they
+// are under a day old and their output files stay under 1 GB in total. A conversation
+// comes back to a job's output within minutes or hours, rarely after dozens of other
+// commands; the 10 minutes keep the file a result just named; the cap keeps a chatty
+// session from filling the disk.
 
 // DefaultMaxJobs bounds the jobs running at once when ExecOptions.MaxJobs is 0.
 const DefaultMaxJobs = 32

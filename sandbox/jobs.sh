@@ -186,9 +186,9 @@ run)
 		fi
 	fi
 	emit "$state" "$H" "$TL"
-	# Keep the newest 20 finished jobs (and at most 1 GB of output); running jobs stay.
+	# Now and then, forget old finished jobs (see prune); running jobs stay.
 	f=("$J"/*.exit)
-	if ((${#f[@]} > 20 || RANDOM % 32 == 0)); then
+	if (((${#f[@]} > 20 && RANDOM % 4 == 0) || RANDOM % 32 == 0)); then
 		bash -c "$BASH_EXECUTION_STRING" mcpjob prune "$J" - </dev/null >/dev/null 2>&1 &
 	fi
 	;;
@@ -284,27 +284,23 @@ list)
 	done
 	;;
 prune)
+	# Finished jobs, most recently finished first: keep the newest 20, and any that
+	# finished in the last 10 minutes (their output may just have been handed out), as
+	# long as they are under a day old and their output stays under 1 GB in total.
 	now=${EPOCHSECONDS}
-	done_jobs=()
-	for x in "$J"/*.exit; do
-		[ -e "$x" ] || continue
-		j=${x##*/}
-		done_jobs+=("${j%.exit}")
-	done
-	n=${#done_jobs[@]}
 	gone=()
-	total=0
-	# Newest first: ids start with the start time in hex.
-	for ((k = n - 1; k >= 0; k--)); do
-		j=${done_jobs[k]}
-		age=$((now - 16#${j:1:8}))
-		if ((n - k > 20 || age > 86400 || total > 1073741824)); then
-			gone+=("$J/$j".*)
+	total=0 k=0
+	while read -r t x; do
+		[ -n "$x" ] || continue
+		k=$((k + 1))
+		age=$((now - t))
+		if ((age > 86400 || (k > 20 && age > 600) || total > 1073741824)); then
+			gone+=("${x%.exit}".*)
 			continue
 		fi
-		set -- $(stat -c %s "$J/$j.out" "$J/$j.err" 2>/dev/null)
+		set -- $(stat -c %s "${x%.exit}.out" "${x%.exit}.err" 2>/dev/null)
 		total=$((total + ${1:-0} + ${2:-0}))
-	done
+	done < <(stat -c '%Y %n' "$J"/*.exit 2>/dev/null | sort -rn)
 	# Jobs whose runner is gone (the container restarted) are dropped after a day.
 	for m in "$J"/*.meta; do
 		[ -e "$m" ] || continue
