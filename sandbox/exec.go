@@ -155,6 +155,19 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		return nil, err
 	}
 	id := newJobID()
+	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
+		if ctx.Err() != nil {
+			res.Cancelled = true
+			return res, nil
+		}
+		return nil, err
+	}
+	ended := false // the job is known to have ended, or never started
+	defer func() {
+		if ended {
+			s.jobSeen(id, false)
+		}
+	}()
 	wait, waitArg := opts.Wait, "-1"
 	switch {
 	case wait < 0:
@@ -182,9 +195,10 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		AttachStderr: true,
 		Env:          env,
 		Cmd: []string{"bash", "-c", jobScript, "mcpjob", "run", JobsDir, id, secondsArg(timeout), waitArg,
-			interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src, strconv.Itoa(maxJobs)},
+			interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src},
 	})
 	if err != nil {
+		ended = true
 		if ctx.Err() != nil {
 			res.Cancelled = true
 			return res, nil
@@ -232,6 +246,7 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		}
 		kres.Cancelled, kres.Killed = true, false
 		kres.Duration = time.Since(begin)
+		ended = true
 		return kres, nil
 	}
 	stopLive()
@@ -250,10 +265,12 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		return nil, err
 	}
 	if err := scriptError(h, id); err != nil {
+		ended = true
 		return nil, err
 	}
 	res = h.result(id, out, maxOutput)
 	res.Duration = time.Since(begin)
+	ended = !res.Running
 	return res, nil
 }
 

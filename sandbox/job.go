@@ -16,13 +16,31 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
 )
 
 // jobScript runs, follows, feeds, kills and lists jobs inside the container; see the
 // comment at its top for the files a job keeps.
 //
 //go:embed jobs.sh
-var jobScript string
+var jobScriptFile string
+
+// jobScript is jobs.sh without its comment lines: bash parses the whole script on every
+// exec, and the common path must cost little more than a bare exec.
+var jobScript = stripComments(jobScriptFile)
+
+func stripComments(script string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		t := strings.TrimLeft(line, "\t ")
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
 
 // JobsDir is where jobs keep their command, output and status inside the container. It
 // is outside the /sandbox volume: it survives Caddy restarts and container restarts,
@@ -354,8 +372,6 @@ func scriptError(h header, id string) error {
 		return fmt.Errorf("%w: %s", ErrJobNotInteractive, id)
 	case "nocwd":
 		return ErrNoCwd
-	case "toomany":
-		return fmt.Errorf("%w: %s running", ErrTooManyJobs, h.extra)
 	}
 	return fmt.Errorf("unexpected answer from the job runner: %s", h.state)
 }
@@ -395,6 +411,7 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 	}
 	res := h.result(id, o, maxOutput)
 	res.Duration = time.Since(begin)
+	s.jobSeen(id, res.Running)
 	if input != nil && !res.Running {
 		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", ErrJobFinished, id, res.ExitCode)
 	}
@@ -436,7 +453,9 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecR
 		if err := scriptError(h, id); err != nil {
 			return nil, err
 		}
-		return h.result(id, o, maxOutput), nil
+		res := h.result(id, o, maxOutput)
+		s.jobSeen(id, res.Running)
+		return res, nil
 	}
 	return nil, lastErr
 }
@@ -514,4 +533,53 @@ func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buff
 		return 0, errors.New("internal command did not report an exit code")
 	}
 	return code, nil
+}
+
+// reserveJob counts job id as running, or refuses it when max jobs already run. The
+// count lives in memory; it is loaded from the container the first time and whenever
+// it reaches the limit, so jobs that ended unobserved, or ran before a restart, count
+// right.
+func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if !s.runningSeen || len(s.running) >= max {
+		jobs, err := s.ListJobs(ctx)
+		if err != nil {
+			return err
+		}
+		s.running = map[string]bool{}
+		for _, j := range jobs {
+			if j.State == "running" {
+				s.running[j.ID] = true
+			}
+		}
+		s.runningSeen = true
+	}
+	if n := len(s.running); n >= max {
+		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)
+	}
+	s.running[id] = true
+	return nil
+}
+
+// jobSeen notes a job's state from a result, and now and then starts a pass that
+// forgets old finished jobs (outside the result's path).
+func (s *Sandbox) jobSeen(id string, running bool) {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if !running {
+		delete(s.running, id)
+	}
+	if time.Since(s.lastPrune) < time.Minute {
+		return
+	}
+	s.lastPrune = time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		if _, err := s.collectExec(ctx, []string{"bash", "-c", jobScript, "mcpjob", "prune", JobsDir, "-"}, &out, 4096); err != nil {
+			s.log.Warn("forgetting old jobs", zap.Error(err))
+		}
+	}()
 }

@@ -2,7 +2,7 @@
 #
 # Every command runs as a job whose state lives in files inside the container, so it
 # outlives the Docker exec that started it, Caddy and the client:
-#   <id>.cmd   the command          <id>.meta  start time, timeout, flags, cwd, command
+#   <id>.cmd   a long command       <id>.meta  start time, timeout, flags, runner pid, cwd, command
 #   <id>.out   stdout (whole)       <id>.err   stderr (whole)
 #   <id>.pid   process group (and session) id of the command
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
@@ -96,30 +96,20 @@ send() {
 
 case $mode in
 run)
-	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <cwd> <head> <tail> <cmd from: env|stdin> <max jobs>
-	T=$4 W=$5 I=$6 cwd=$7 H=$8 TL=$9 src=${10} max=${11}
+	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <cwd> <head> <tail> <cmd from: env|stdin>
+	T=$4 W=$5 I=$6 cwd=$7 H=$8 TL=$9 src=${10}
 	if ! [ -d "$J" ]; then mkdir -p "$J" || exit 3; fi
 	if ! [ -p "$J/.tick" ]; then mkfifo "$J/.tick" 2>/dev/null || [ -p "$J/.tick" ] || exit 3; fi
 	if ! cd -- "$cwd" 2>/dev/null; then
 		echo "MCPJOB1 nocwd"
 		exit 0
 	fi
-	n=0
-	for m in "$J"/*.meta; do
-		[ -e "$m" ] && ! [ -e "${m%.meta}.exit" ] || continue
-		read -r _ _ _ r _ 2>/dev/null <"$m"
-		[ -r "/proc/$r/cmdline" ] && n=$((n + 1))
-	done
-	if ((n >= max)); then
-		echo "MCPJOB1 toomany $n"
-		exit 0
-	fi
+	# Short commands come in the environment, long ones (over Linux's 128 KiB limit for
+	# one argument) on stdin into a file.
 	if [ "$src" = stdin ]; then
 		cat >"$d.cmd" || exit 3
-	else
-		C=$MCP_SANDBOX_CMD
-		printf '%s' "$C" >"$d.cmd" || exit 3
 	fi
+	C=$MCP_SANDBOX_CMD
 	unset MCP_SANDBOX_CMD
 	: >"$d.out"
 	: >"$d.err"
@@ -186,11 +176,6 @@ run)
 		fi
 	fi
 	emit "$state" "$H" "$TL"
-	# Now and then, forget old finished jobs (see prune); running jobs stay.
-	f=("$J"/*.exit)
-	if (((${#f[@]} > 20 && RANDOM % 4 == 0) || RANDOM % 32 == 0)); then
-		bash -c "$BASH_EXECUTION_STRING" mcpjob prune "$J" - </dev/null >/dev/null 2>&1 &
-	fi
 	;;
 poll)
 	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> ; input comes in MCP_SANDBOX_INPUT
