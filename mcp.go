@@ -1,6 +1,7 @@
 package mcpsandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,10 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 		server.WithToolCapabilities(false),
 		server.WithInstructions(serverInstructions),
 		server.WithRecovery(),
+		// execute may run as an MCP task (tasks/get, tasks/result, tasks/cancel,
+		// tasks/list), backed by the same jobs as its plain calls.
+		server.WithTaskCapabilities(true, true, true),
+		server.WithTaskHooks((&taskRegistry{slots: map[string]*taskSlot{}}).hooks()),
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
@@ -87,12 +92,16 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		sw.startKeepalive()
 	}
 	defer sw.finish()
+	ctx := r.Context()
+	if isTaskCall(body) {
+		ctx = withTaskSlot(ctx) // see tasks.go
+	}
 	h.mcp.Handle(sw, &server.HTTPRequest{
 		Method:  r.Method,
 		URL:     r.URL,
 		Header:  r.Header,
 		Body:    body,
-		Context: context.WithValue(r.Context(), callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
+		Context: context.WithValue(ctx, callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
 	})
 }
 
@@ -151,4 +160,18 @@ func (h *Handler) originAllowed(origin string, r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// isTaskCall reports whether body is a task-augmented tools/call.
+func isTaskCall(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"task"`)) {
+		return false
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Task json.RawMessage `json:"task"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && len(msg.Params.Task) > 0 && string(msg.Params.Task) != "null"
 }

@@ -126,6 +126,7 @@ How the sandbox behaves:
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(true),
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
 }
 
@@ -170,6 +171,16 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: h.MaxJobs}
 	if opts.Wait, bad = h.waitArg(a); bad != nil {
 		return bad.result(), nil
+	}
+	if a.task {
+		// As an MCP task the call itself is the long wait (the client polls tasks/get),
+		// and it outlives the request that created it.
+		if !a.has("wait") {
+			opts.Wait = 0
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = taskContext(ctx)
+		defer cancel()
 	}
 	if opts.Interactive, _, bad = a.boolean("interactive"); bad != nil {
 		return bad.result(), nil

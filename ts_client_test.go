@@ -142,3 +142,47 @@ func TestTypeScriptSDKLongCommand(t *testing.T) {
 	}
 	t.Logf("%d calls: %+v", len(res.Calls), res.Calls)
 }
+
+// TestTypeScriptSDKTasks: execute declares optional task support; a task-augmented
+// call through the SDK's experimental tasks client returns the command's result, the
+// task shows in tasks/list, and tasks/cancel kills the command.
+func TestTypeScriptSDKTasks(t *testing.T) {
+	// yield_after is shorter than the command: a task waits for the end regardless.
+	s := startSite(t, siteOptions{directive: []string{"yield_after 2s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "node", "testdata/ts-client/tasks.mjs", s.url, s.key).Output()
+	var res struct {
+		Tools []struct {
+			Name      string         `json:"name"`
+			Execution map[string]any `json:"execution"`
+		} `json:"tools"`
+		Messages    []string       `json:"messages"`
+		Result      map[string]any `json:"result"`
+		TaskID      string         `json:"taskId"`
+		Listed      []string       `json:"listed"`
+		CancelID    string         `json:"cancelId"`
+		AfterCancel string         `json:"afterCancel"`
+		Error       string         `json:"error"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Error != "" {
+		t.Fatalf("TypeScript tasks client: %v %v %s\n%s", err, jerr, res.Error, out)
+	}
+	for _, tool := range res.Tools {
+		if tool.Name == "execute" && tool.Execution["taskSupport"] != "optional" {
+			t.Errorf("execute execution = %v", tool.Execution)
+		}
+	}
+	if res.TaskID == "" || res.Result["stdout"] != "t-1\nt-2\nt-3\n" || res.Result["exit_code"] != float64(2) {
+		t.Errorf("task result: %v (messages %v)", res.Result, res.Messages)
+	}
+	if !strings.Contains(strings.Join(res.Listed, ","), res.CancelID+":working") {
+		t.Errorf("tasks/list = %v, want %s working", res.Listed, res.CancelID)
+	}
+	if res.AfterCancel != "cancelled" {
+		t.Errorf("status after tasks/cancel = %q", res.AfterCancel)
+	}
+	waitFor(t, 15*time.Second, "the cancelled task's command to be killed", func() bool {
+		return !strings.Contains(s.tryExec("ps -o args"), "sleep 4545")
+	})
+}
