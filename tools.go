@@ -319,6 +319,8 @@ func (h *Handler) resultText(o executeOutput, res *sandbox.ExecResult, timeout t
 			b.WriteString(", job_input to write to its stdin")
 		}
 		b.WriteString(", job_kill to stop it")
+	case res.Lost:
+		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above")
 	case o.TimedOut:
 		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", humanDuration(timeout), exitText(res.ExitCode))
 	case o.Cancelled:

@@ -89,6 +89,9 @@ type ExecResult struct {
 	StdoutTruncated, StderrTruncated bool
 	// StdoutFile and StderrFile hold each stream's whole output inside the container.
 	StdoutFile, StderrFile string
+	// Lost says the job's runner is gone without an exit status: the container
+	// restarted while the command ran. Its output so far is still delivered.
+	Lost bool
 	// HeldBy is the process id of a process the command left behind that still held
 	// its output open when the result was returned (after a 2 s grace), or "".
 	HeldBy string

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 func TestExecBasics(t *testing.T) {
@@ -295,5 +297,30 @@ func TestExecDockerUnreachable(t *testing.T) {
 	}
 	if _, err := sb.Stat(ctx, "/sandbox/x"); err == nil || errors.Is(err, ErrNotFound) {
 		t.Errorf("Stat: got %v, want an infrastructure error", err)
+	}
+}
+
+// TestJobLostWithContainerRestart: a job whose container restarted under it is reported
+// lost, with the output it printed before, instead of running forever.
+func TestJobLostWithContainerRestart(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	ctx := context.Background()
+	res := mustExec(t, sb, "echo before; sleep 600", ExecOptions{Wait: time.Second})
+	if !res.Running || res.Stdout != "before\n" {
+		t.Fatalf("start: %+v", res)
+	}
+	timeout := 1
+	if err := cli.ContainerRestart(ctx, sb.cfg.Container, container.StopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := sb.ListJobs(ctx)
+	if err != nil || len(jobs) == 0 || jobs[len(jobs)-1].State != "lost" {
+		t.Fatalf("job_list after restart: %+v %v", jobs, err)
+	}
+	start := time.Now()
+	out, err := sb.JobOutput(ctx, res.JobID, 10*time.Second, nil, 0)
+	if err != nil || !out.Lost || out.Running || time.Since(start) > 3*time.Second {
+		t.Fatalf("poll of a lost job after %v: %+v %v", time.Since(start), out, err)
 	}
 }

@@ -130,7 +130,7 @@ func parseHeader(line string) (header, error) {
 		return h, fmt.Errorf("unexpected answer from the job runner: %q", clip(line, 200))
 	}
 	h.state = f[1]
-	if h.state != "done" && h.state != "running" {
+	if h.state != "done" && h.state != "running" && h.state != "lost" {
 		if len(f) > 2 {
 			h.extra = f[2]
 		}
@@ -269,6 +269,7 @@ func (h header) result(id string, o *scriptOutput, maxOutput int) *ExecResult {
 		StdoutFile:  JobFile(id, Stdout),
 		StderrFile:  JobFile(id, Stderr),
 		HeldBy:      h.held,
+		Lost:        h.state == "lost",
 	}
 	if res.Running {
 		res.ExitCode = -1
@@ -364,7 +365,7 @@ func secondsArg(d time.Duration) string {
 // scriptError maps the script's refusals to errors.
 func scriptError(h header, id string) error {
 	switch h.state {
-	case "done", "running":
+	case "done", "running", "lost":
 		return nil
 	case "unknown":
 		return fmt.Errorf("%w: %s", ErrJobNotFound, id)

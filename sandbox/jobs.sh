@@ -40,6 +40,16 @@ killjob() {
 	kill -KILL -- "-$pg" 2>/dev/null
 }
 
+# alive: whether the job's runner still runs (its pid is in .meta and the process
+# still carries the job id in its arguments; a restarted container reuses pids).
+alive() {
+	local start to inter r a
+	read -r start to inter r _ 2>/dev/null <"$d.meta" || return 1
+	[ -r "/proc/$r/cmdline" ] || return 1
+	mapfile -d '' a 2>/dev/null <"/proc/$r/cmdline"
+	[[ " ${a[*]} " == *" $id "* ]]
+}
+
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
@@ -203,6 +213,7 @@ poll)
 	oo=${oo:-0} eo=${eo:-0}
 	# Wait for the end, or for new output and then 0.6 s more to gather it.
 	seen=-1
+	[ -s "$d.exit" ] || alive || W=0
 	for ((i = 0; i < W * 5; i++)); do
 		[ -s "$d.exit" ] && break
 		if ((seen < 0)); then
@@ -212,7 +223,13 @@ poll)
 		((seen >= 0 && i - seen >= 3)) && break
 		read -t 0.2 -u 9
 	done
-	if [ -s "$d.exit" ]; then emit done "$H" "$TL"; else emit running "$H" "$TL"; fi
+	if [ -s "$d.exit" ]; then
+		emit done "$H" "$TL"
+	elif alive; then
+		emit running "$H" "$TL"
+	else
+		emit lost "$H" "$TL"
+	fi
 	;;
 peek)
 	# peek <dir> <id> <out from> <err from> <max>: the last max bytes of each stream's
@@ -245,7 +262,13 @@ kill)
 		done
 		killjob
 	fi
-	if [ -s "$d.exit" ]; then emit done "$H" "$TL"; else emit running "$H" "$TL"; fi
+	if [ -s "$d.exit" ]; then
+		emit done "$H" "$TL"
+	elif alive; then
+		emit running "$H" "$TL"
+	else
+		emit lost "$H" "$TL"
+	fi
 	;;
 list)
 	# list <dir> -: one line per job: id state exit start timeout interactive, then the command's first line
