@@ -200,7 +200,7 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	}
 
 	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
-	opts.OnOutput = prog.output
+	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()
 	res, err := h.box.Exec(ctx, command, opts)
 	metricRunning.Dec()
