@@ -56,7 +56,8 @@ func addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 			return mcp.NewToolResultError(fmt.Sprintf("%s does not take the argument %s; it accepts: %s",
 				tool.Name, strings.Join(unknown, ", "), accepted)), nil
 		}
-		return fn(ctx, a)
+		res, err := fn(ctx, a)
+		return shapeResult(ctx, res), err
 	})
 }
 

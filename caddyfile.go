@@ -35,7 +35,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		memory           <size>             # default: 3g
 //		cpus             <number>           # default: 3
 //		pids_limit       <number>           # default: 4096
-//		network          <docker network>   # default: Docker's bridge; none cuts the sandbox off
+//		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
@@ -47,6 +47,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		keepalive        <duration>         # default: 5s
 //		allowed_origins  <origin...>
 //		allow_private_client_metadata       # development only
+//		storage          <module> { ... }   # default: Caddy's storage; where OAuth state lives
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -148,6 +149,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowPrivateClientMetadata = true
+		case "storage":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			stem := d.Val()
+			unm, uerr := caddyfile.UnmarshalModule(d, "caddy.storage."+stem)
+			if uerr != nil {
+				return uerr
+			}
+			st, ok := unm.(caddy.StorageConverter)
+			if !ok {
+				return d.Errf("storage: module %s is not a Caddy storage", stem)
+			}
+			h.StorageRaw = caddyconfig.JSONModuleObject(st, "module", stem, nil)
 		default:
 			return d.Errf("unrecognized subdirective %s", name)
 		}

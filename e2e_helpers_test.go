@@ -82,8 +82,10 @@ type site struct {
 // siteOptions adds lines to the mcp_sandbox block or the site block.
 type siteOptions struct {
 	image     string   // default: the test image
+	network   string   // default: none (commands in test sandboxes stay off the network)
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
+	catchAll  bool     // site address http://:port (any Host) instead of http://127.0.0.1:port
 }
 
 // startSite loads a Caddyfile with the plugin on a free loopback port. The container
@@ -116,6 +118,10 @@ func (s *site) caddyfile(opts siteOptions) string {
 	if image == "" {
 		image = testImage()
 	}
+	network := opts.network
+	if network == "" {
+		network = "none"
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -126,14 +132,14 @@ func (s *site) caddyfile(opts siteOptions) string {
 	}
 }
 
-http://127.0.0.1:%d {
+http://%s:%d {
 	bind 127.0.0.1
 	mcp_sandbox {
 		api_key %s
 		image %s
 		container %s
 		volume %s
-		network none
+		network %s
 		memory 1g
 		cpus 1
 		%s
@@ -141,8 +147,15 @@ http://127.0.0.1:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, s.port, s.key, image, s.container, s.volume,
+`, s.storage, s.storage, siteHost(opts), s.port, s.key, image, s.container, s.volume, network,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
+}
+
+func siteHost(opts siteOptions) string {
+	if opts.catchAll {
+		return ""
+	}
+	return "127.0.0.1"
 }
 
 // load (re)loads the site's config, as `caddy reload` does.

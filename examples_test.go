@@ -262,6 +262,7 @@ func TestLocalExampleStarts(t *testing.T) {
 	t.Setenv("SANDBOX_IMAGE", testImage())
 	t.Setenv("SANDBOX_CONTAINER", name)
 	t.Setenv("SANDBOX_VOLUME", name+"-data")
+	t.Setenv("SANDBOX_NETWORK", "none") // test sandboxes stay off the network
 
 	cfgJSON := adaptExample(t, "examples/Caddyfile.local", readExample(t, "examples/Caddyfile.local"))
 	var cfg map[string]any

@@ -2,20 +2,21 @@ package mcpsandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/certmagic"
 	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -30,8 +31,8 @@ const (
 )
 
 // Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
-// (`/mcp`), the OAuth 2.1 endpoints, and signed downloads (`/files/...`); every other
-// request goes to the next handler.
+// (`/mcp`), the OAuth 2.1 endpoints, signed downloads (`/files/...`) and the
+// operator's console (`/console`); every other request goes to the next handler.
 type Handler struct {
 	// APIKey is the sign-in key and the secret links are signed with. Required;
 	// placeholders such as {env.SANDBOX_API_KEY} are resolved at provision time.
@@ -52,8 +53,9 @@ type Handler struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// PidsLimit caps the number of processes in the container. Default: 4096.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
-	// Network is the container's Docker network mode ("none" cuts it off).
-	// Default: Docker's default bridge.
+	// Network is the container's Docker network: "none" cuts it off, "bridge" is
+	// Docker's default bridge, any other name is a network created when missing (a
+	// bridge without inter-container traffic). Default: mcp-sandbox.
 	Network string `json:"network,omitempty"`
 
 	// ExecTimeout is the default per-command timeout. Default: 1h.
@@ -88,16 +90,31 @@ type Handler struct {
 	// AllowPrivateClientMetadata lets OAuth client ID metadata documents live on
 	// loopback or private addresses. For development only.
 	AllowPrivateClientMetadata bool `json:"allow_private_client_metadata,omitempty"`
+	// StorageRaw is where OAuth state (clients, codes, grants, tokens) is kept, as a
+	// caddy.storage module. Default: Caddy's configured storage. Instances that share
+	// it share their sign-ins.
+	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
+	publicOrigin   string   // PublicURL normalised, "" when unset
+	allowedOrigins []string // AllowedOrigins normalised
+
+	storage certmagic.Storage
 	logger  *zap.Logger
 	app     *App
 	poolKey string
+	entry   *sandboxEntry
 	box     *sandbox.Sandbox
 	docker  *client.Client
 	host    string
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
+	facts   *factsCache // shared with every config that uses this sandbox
+
+	console     *console.Console
+	audit       *console.AuditLog
+	linkReg     *console.LinkRegistry
+	consoleKeys []string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -149,59 +166,52 @@ func setIf(dst *string, v string) {
 	}
 }
 
-// Provision resolves the API key, applies defaults, and wires the sandbox, the OAuth
-// server and the MCP server together. It does no Docker I/O.
+// Provision resolves placeholders, applies defaults, and wires the sandbox, the OAuth
+// server and the MCP server together. It does no Docker I/O. Settings that are wrong are
+// left for Validate to report (Caddy calls it next, and Cleanup when it fails); what
+// depends on them is then simply not built.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
 	h.APIKey = strings.TrimSpace(repl.ReplaceAll(h.APIKey, ""))
-	if h.APIKey == "" {
-		return errors.New("api_key is empty: set it, e.g. `api_key {env.SANDBOX_API_KEY}` with that variable exported; an empty key would leave the sandbox open")
-	}
-	if len(h.APIKey) < 16 {
-		return errors.New("api_key is shorter than 16 characters: use a long random key, e.g. `openssl rand -hex 32`")
-	}
 	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
-	if h.PublicURL != "" {
-		if _, err := parsePublicURL(h.PublicURL); err != nil {
-			return err
-		}
-	}
+	h.publicOrigin, _ = oauth.ParseOrigin(h.PublicURL)
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
-	}
-	if h.LinkTTL < 0 {
-		return errors.New("link_ttl must be positive")
 	}
 	if h.Keepalive == 0 {
 		h.Keepalive = caddy.Duration(defaultKeepalive)
 	}
-	if h.Keepalive < caddy.Duration(time.Second) {
-		return errors.New("keepalive must be at least 1s")
-	}
+	h.allowedOrigins = nil
 	for _, o := range h.AllowedOrigins {
-		if _, err := parsePublicURL(o); err != nil {
-			return fmt.Errorf("allowed_origins: %w", err)
+		if n, err := oauth.ParseOrigin(o); err == nil {
+			h.allowedOrigins = append(h.allowedOrigins, n)
 		}
 	}
 	if h.YieldAfter == nil {
 		y := caddy.Duration(defaultYield)
 		h.YieldAfter = &y
 	}
-	if *h.YieldAfter < 0 {
-		return errors.New("yield_after must be a positive duration or off")
-	}
 	if h.MaxJobs == 0 {
 		h.MaxJobs = sandbox.DefaultMaxJobs
 	}
-	if h.MaxJobs < 0 {
-		return errors.New("max_jobs must be positive")
+	h.storage = ctx.Storage()
+	if h.StorageRaw != nil {
+		val, err := ctx.LoadModule(h, "StorageRaw")
+		if err != nil {
+			return fmt.Errorf("loading storage module: %w", err)
+		}
+		st, err := val.(caddy.StorageConverter).CertMagicStorage()
+		if err != nil {
+			return fmt.Errorf("setting up storage: %w", err)
+		}
+		h.storage = st
 	}
-	cfg, err := h.sandboxConfig()
-	if err != nil {
-		return err
+	if h.Validate() != nil {
+		return nil
 	}
 
+	cfg, _ := h.sandboxConfig()
 	appIface, err := ctx.App("mcp_sandbox")
 	if err != nil {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
@@ -211,12 +221,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.poolKey, h.box, h.docker, h.host = key, entry.sb, entry.cli, h.app.dockerHost()
+	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
+	h.facts = &entry.facts
 
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,
-		Storage:                        ctx.Storage(),
-		PublicURL:                      h.PublicURL,
+		Storage:                        h.storage,
+		PublicURL:                      h.publicOrigin,
 		ResourcePath:                   mcpPath,
 		APIKeyBearer:                   h.APIKeyBearer == nil || *h.APIKeyBearer,
 		AllowPrivateClientMetadataURLs: h.AllowPrivateClientMetadata,
@@ -228,33 +239,57 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	if err := h.provisionConsole(); err != nil {
+		return err
+	}
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
 
-// parsePublicURL accepts an origin: http or https, a host, no path, query or fragment.
-func parsePublicURL(s string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimSuffix(s, "/"))
-	if err != nil {
-		return nil, fmt.Errorf("public URL %q: %w", s, err)
+// Validate reports every setting that cannot work, by its Caddyfile name. It changes
+// nothing and does no I/O.
+func (h *Handler) Validate() error {
+	var errs []error
+	switch {
+	case h.APIKey == "":
+		errs = append(errs, errors.New("api_key is empty: set it, e.g. `api_key {env.SANDBOX_API_KEY}` with that variable exported; an empty key would leave the sandbox open"))
+	case len(h.APIKey) < 16:
+		errs = append(errs, errors.New("api_key is shorter than 16 characters: use a long random key, e.g. `openssl rand -hex 32`"))
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("public URL %q must be an origin like https://sandbox.example.com (scheme and host, no path)", s)
+	if h.PublicURL != "" {
+		if _, err := oauth.ParseOrigin(h.PublicURL); err != nil {
+			errs = append(errs, fmt.Errorf("public_url: %w", err))
+		}
 	}
-	return u, nil
+	if h.LinkTTL < 0 {
+		errs = append(errs, errors.New("link_ttl must be positive"))
+	}
+	if h.Keepalive != 0 && h.Keepalive < caddy.Duration(time.Second) {
+		errs = append(errs, errors.New("keepalive must be at least 1s"))
+	}
+	for _, o := range h.AllowedOrigins {
+		if _, err := oauth.ParseOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("allowed_origins: %w", err))
+		}
+	}
+	if h.YieldAfter != nil && *h.YieldAfter < 0 {
+		errs = append(errs, errors.New("yield_after must be a positive duration or off"))
+	}
+	if h.MaxJobs < 0 {
+		errs = append(errs, errors.New("max_jobs must be positive"))
+	}
+	if _, err := h.sandboxConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // clientIP is the client address as Caddy sees it (honouring trusted_proxies), so
-// that sign-in limits count people, not the proxy in front.
+// that sign-in limits count people, not the proxy in front. Empty (outside Caddy) makes
+// the OAuth server fall back to the peer address.
 func clientIP(r *http.Request) string {
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
-		return ip
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	return ip
 }
 
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
@@ -265,11 +300,7 @@ func (h *Handler) Cleanup() error {
 		h.mcp.CloseSessions(ctx)
 		cancel()
 	}
-	if h.poolKey != "" {
-		_, err := sandboxes.Delete(h.poolKey)
-		return err
-	}
-	return nil
+	return errors.Join(h.releaseConsole(), release(h.poolKey))
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.
@@ -279,7 +310,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveMCP(w, r)
 		return nil
 	case strings.HasPrefix(p, filesPrefix):
-		h.serveFile(w, r)
+		h.serveFileAudited(w, r)
+		return nil
+	case console.Handles(r):
+		h.console.ServeHTTP(w, r)
 		return nil
 	case h.auth.Handles(r):
 		h.auth.ServeHTTP(w, r)
@@ -291,6 +325,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -24,10 +24,14 @@ var unifiedDockerfile []byte
 // custom image name is never built from our recipe: the error says how to provide it.
 var autoBuildImages = map[string]bool{"code-sandbox:latest": true}
 
-// retryFailedBuildAfter keeps a failing build from being retried on every tool call.
-const retryFailedBuildAfter = 10 * time.Minute
+// retryFailedBuildAfter keeps a failing build from being retried on every tool call;
+// imageBuildTimeout bounds one build.
+const (
+	retryFailedBuildAfter = 10 * time.Minute
+	imageBuildTimeout     = 2 * time.Hour
+)
 
-// imageBuild is one background build, shared by every config of the process.
+// imageBuild is one background build of the sandbox image.
 type imageBuild struct {
 	image   string
 	started time.Time
@@ -39,20 +43,15 @@ type imageBuild struct {
 	err   error
 }
 
-var (
-	buildsMu sync.Mutex
-	builds   = map[string]*imageBuild{} // by Docker host and image
-)
-
 // imageMissing answers a tool call or download that found the image missing: it starts
 // the background build when it may, and says what is happening and what to do.
 func (h *Handler) imageMissing(cli client.APIClient, host string) string {
 	image := h.box.Config().Image
-	manual := fmt.Sprintf("docker build -t %s -f containers/Dockerfile.unified containers/", image)
+	manual := sandbox.ImageBuildHint(image)
 	if !autoBuildImages[image] {
 		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)
 	}
-	b := startImageBuild(cli, host, image, h.logger)
+	b := h.entry.startImageBuild(cli, image)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -68,13 +67,13 @@ func (h *Handler) imageMissing(cli client.APIClient, host string) string {
 	return fmt.Sprintf("The sandbox image %s has just been built. Try again.", image)
 }
 
-// startImageBuild returns the build of image, starting one unless one is running, has
-// succeeded, or failed recently.
-func startImageBuild(cli client.APIClient, host, image string, logger *zap.Logger) *imageBuild {
-	key := host + "\x00" + image
-	buildsMu.Lock()
-	defer buildsMu.Unlock()
-	if b := builds[key]; b != nil {
+// startImageBuild returns the entry's build of image, starting one unless one is
+// running, has succeeded, or failed recently. The build runs under the entry's context,
+// so Destruct (the last config letting go of the sandbox) stops it and waits for it.
+func (e *sandboxEntry) startImageBuild(cli client.APIClient, image string) *imageBuild {
+	e.buildMu.Lock()
+	defer e.buildMu.Unlock()
+	if b := e.build; b != nil {
 		b.mu.Lock()
 		stale := b.done && (b.err == nil || time.Since(b.ended) > retryFailedBuildAfter)
 		b.mu.Unlock()
@@ -83,10 +82,17 @@ func startImageBuild(cli client.APIClient, host, image string, logger *zap.Logge
 		}
 	}
 	b := &imageBuild{image: image, started: time.Now()}
-	builds[key] = b
+	e.build = b
+	if e.buildCtx.Err() != nil { // destructed: report, do not start
+		b.done, b.ended, b.err = true, time.Now(), e.buildCtx.Err()
+		return b
+	}
+	logger := e.logger
 	logger.Info("sandbox image is missing; building it in the background", zap.String("image", image))
+	e.builds.Add(1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		defer e.builds.Done()
+		ctx, cancel := context.WithTimeout(e.buildCtx, imageBuildTimeout)
 		defer cancel()
 		err := sandbox.BuildImage(ctx, cli, image, unifiedDockerfile, func(line string) {
 			if strings.HasPrefix(line, "Step ") {
@@ -102,7 +108,7 @@ func startImageBuild(cli client.APIClient, host, image string, logger *zap.Logge
 		b.done, b.ended, b.err = true, time.Now(), err
 		b.mu.Unlock()
 		if err != nil {
-			logger.Error("building sandbox image failed; build it by hand with docker build -f containers/Dockerfile.unified",
+			logger.Error("building sandbox image failed; build it by hand with "+sandbox.ImageBuildHint(image),
 				zap.String("image", image), zap.Error(err))
 			return
 		}

@@ -120,6 +120,9 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 			"The link was changed or cut short, or it was signed with a key this server no longer uses. Copy the whole link again, or ask for a new one.")
 		return
 	}
+	if h.linkRevoked(w, r) {
+		return
+	}
 
 	info, err := h.box.Stat(r.Context(), p)
 	if err != nil {

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,14 +29,19 @@ const serverInstructions = `This server gives you a persistent Linux sandbox (a 
 
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
+	hooks := &server.Hooks{}
+	hooks.AddAfterInitialize(h.instructions)
 	s := server.NewMCPServer("mcp-sandbox", Version,
 		server.WithToolCapabilities(false),
 		server.WithInstructions(serverInstructions),
+		server.WithToolFilter(h.describeTools),
+		server.WithHooks(hooks),
 		server.WithRecovery(),
 		// execute may run as an MCP task (tasks/get, tasks/result, tasks/cancel,
 		// tasks/list), backed by the same jobs as its plain calls.
 		server.WithTaskCapabilities(true, true, true),
 		server.WithTaskHooks((&taskRegistry{slots: map[string]*taskSlot{}}).hooks()),
+		server.WithToolHandlerMiddleware(h.auditTool),
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
@@ -115,10 +121,8 @@ func writeJSONRPCError(w http.ResponseWriter, status, code int, msg string) {
 	})
 }
 
-// allowOrigin guards against cross-site browser requests (and so DNS rebinding): a
-// request that carries an Origin header must come from the site itself, from a
-// loopback origin (local developer tools such as the MCP Inspector), or from a
-// configured allowed origin. Requests without Origin (every non-browser client) pass:
+// allowOrigin guards against cross-site browser requests and DNS rebinding; see
+// originAllowed for the rule. Requests without Origin (every non-browser client) pass:
 // they still need a bearer token, which browsers never attach on their own. Allowed
 // browser origins get CORS headers.
 func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
@@ -126,9 +130,12 @@ func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
 	if origin == "" {
 		return true
 	}
-	if !h.originAllowed(origin, r) {
-		writeJSONRPCError(w, http.StatusForbidden, mcp.INVALID_REQUEST,
-			"origin "+origin+" may not call this MCP server; add it to allowed_origins if it is a client you trust")
+	if !originAllowed(origin, h.publicOrigin, h.allowedOrigins) {
+		msg := "origin " + origin + " may not call this MCP server; add it to allowed_origins if it is a client you trust"
+		if h.publicOrigin == "" {
+			msg += ", or set public_url if it is this site's own origin"
+		}
+		writeJSONRPCError(w, http.StatusForbidden, mcp.INVALID_REQUEST, msg)
 		return false
 	}
 	hd := w.Header()
@@ -141,25 +148,38 @@ func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (h *Handler) originAllowed(origin string, r *http.Request) bool {
-	if strings.EqualFold(origin, h.auth.Origin(r)) {
+// originAllowed is the rule for browser origins on /mcp. An Origin is accepted when it
+// is publicOrigin (public_url), one of allowed (allowed_origins, normalised by
+// oauth.ParseOrigin), or a loopback origin (localhost, *.localhost, 127.0.0.0/8, [::1]):
+// local developer tools such as the MCP Inspector.
+//
+// The site's own origin as derived from the request's Host is deliberately not trusted:
+// under DNS rebinding the attacker's page and the request share one made-up name that
+// resolves to this server, so "Origin equals Host" proves nothing. A page the attacker
+// serves can never carry a loopback or a configured origin, which is why this rule holds
+// whatever the site's address (a catch-all site included). Pages of the site itself that
+// call /mcp need public_url.
+func originAllowed(origin, publicOrigin string, allowed []string) bool {
+	o, err := oauth.ParseOrigin(origin)
+	if err != nil || strings.HasSuffix(origin, "/") {
+		return false // includes "null", sent by sandboxed frames and file: pages
+	}
+	if publicOrigin != "" && o == publicOrigin {
 		return true
 	}
-	for _, o := range h.AllowedOrigins {
-		if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
-			return true
-		}
+	if slices.Contains(allowed, o) {
+		return true
 	}
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+	u, err := url.Parse(o)
+	if err != nil {
 		return false
 	}
-	host := u.Hostname()
-	if strings.EqualFold(host, "localhost") {
+	host := strings.ToLower(u.Hostname())
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // isTaskCall reports whether body is a task-augmented tools/call.

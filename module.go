@@ -76,6 +76,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// Validate checks the Docker host address. It does no I/O.
+func (a *App) Validate() error {
+	if a.DockerHost == "" {
+		return nil
+	}
+	if _, err := client.ParseHostURL(a.DockerHost); err != nil {
+		return fmt.Errorf("docker_host %q: %w", a.DockerHost, err)
+	}
+	return nil
+}
+
 // Start starts the idle-file cleanup loop of every sandbox this config uses (a sandbox
 // shared with the previous config keeps the loop it already has) and the loop that
 // prunes expired OAuth state.
@@ -153,7 +164,7 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 			cli.Close()
 			return nil, err
 		}
-		return &sandboxEntry{sb: sb, cli: cli, logger: a.logger}, nil
+		return newSandboxEntry(sb, cli, a.logger), nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
@@ -162,6 +173,16 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 	a.byName[cfg.Container] = cfg
 	a.entries[key] = e
 	return e, key, nil
+}
+
+// release gives back a key acquire returned (none for ""): the entry is destructed
+// when no config holds it any more.
+func release(key string) error {
+	if key == "" {
+		return nil
+	}
+	_, err := sandboxes.Delete(key)
+	return err
 }
 
 func (a *App) dockerHost() string {
@@ -184,15 +205,28 @@ func newDockerClient(host string) (*client.Client, error) {
 	return cli, nil
 }
 
-// sandboxEntry is one pooled sandbox with its Docker client and cleanup loop.
+// sandboxEntry is one pooled sandbox with its Docker client, cleanup loop and image
+// build: everything that runs for the sandbox ends in Destruct.
 type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
 	logger *zap.Logger
+	facts  factsCache // what is installed in the container, detected once
 
 	once   sync.Once
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	buildMu     sync.Mutex
+	build       *imageBuild // the latest build of the image, if one was needed
+	buildCtx    context.Context
+	buildCancel context.CancelFunc
+	builds      sync.WaitGroup
+}
+
+func newSandboxEntry(sb *sandbox.Sandbox, cli *client.Client, logger *zap.Logger) *sandboxEntry {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sandboxEntry{sb: sb, cli: cli, logger: logger, buildCtx: ctx, buildCancel: cancel}
 }
 
 func (e *sandboxEntry) startCleanup() {
@@ -202,24 +236,26 @@ func (e *sandboxEntry) startCleanup() {
 		e.done = make(chan struct{})
 		go func() {
 			defer close(e.done)
+			// The sandbox logs each pass; here it is only counted.
 			e.sb.RunCleanup(ctx, func(paths []string) {
 				metricCleanupDeleted.Add(float64(len(paths)))
-				e.logger.Info("deleted idle sandbox files",
-					zap.String("container", e.sb.Config().Container),
-					zap.Strings("paths", paths))
 			})
 		}()
 	})
 }
 
-// Destruct stops the cleanup loop and closes the Docker client when the last config
-// lets go. It leaves the container running.
+// Destruct stops the cleanup loop and any image build, and closes the Docker client,
+// when the last config lets go. It leaves the container running.
 func (e *sandboxEntry) Destruct() error {
 	e.once.Do(func() {}) // a loop can no longer start
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
 	}
+	e.buildMu.Lock()
+	e.buildCancel() // a build can no longer start
+	e.buildMu.Unlock()
+	e.builds.Wait()
 	return e.cli.Close()
 }
 
@@ -227,5 +263,6 @@ func (e *sandboxEntry) Destruct() error {
 var (
 	_ caddy.App         = (*App)(nil)
 	_ caddy.Provisioner = (*App)(nil)
+	_ caddy.Validator   = (*App)(nil)
 	_ caddy.Destructor  = (*sandboxEntry)(nil)
 )

@@ -222,14 +222,5 @@ func getJSON(t *testing.T, u string, v any) {
 // statusWithToken sends an initialize with the token and returns the HTTP status.
 func statusWithToken(t *testing.T, base, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return initializeStatus(t, base, "", map[string]string{"Authorization": "Bearer " + token})
 }

@@ -372,6 +372,7 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
 	link, expires := h.links.sign(path, time.Now())
+	h.recordLink(ctx, link, path, expires)
 	out := shareOutput{
 		URL:       callFrom(ctx).origin + link,
 		Path:      path,

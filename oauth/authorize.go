@@ -75,7 +75,13 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if redirectErr != nil {
-		s.redirectError(w, r, req, redirectErr.code, redirectErr.desc)
+		// RFC 6749 would let us send these to the redirect URI, but before the person has
+		// signed in that turns this origin into an open redirector for anyone who
+		// registers a client or names a metadata document (RFC 9700 section 4.11.2):
+		// the error is shown here instead, and the client learns nothing it could misuse.
+		s.renderError(w, r, nil, &pageError{http.StatusBadRequest, "Invalid sign-in request",
+			"The application sent a sign-in request this server cannot accept (" + redirectErr.code + ": " +
+				redirectErr.desc + "). Tell the application's developer; nothing was shared."})
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -85,12 +91,12 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	s.signIn(w, r, req)
 }
 
-// redirectable is an error the client learns about through its redirect URI.
+// redirectable is an error RFC 6749 section 4.1.2.1 would report through the redirect
+// URI; it is shown on the error page instead (see serveAuthorize).
 type redirectable struct{ code, desc string }
 
 // parseAuthRequest validates in the order RFC 6749 section 4.1.2.1 demands: first the
-// client and redirect URI, whose failure must never redirect (that would make this
-// server an open redirector); then everything else, reported to the client by redirect.
+// client and redirect URI, then everything else. Neither kind of failure redirects.
 func (s *Server) parseAuthRequest(r *http.Request, params url.Values) (*authRequest, *pageError, *redirectable) {
 	for _, k := range []string{"client_id", "redirect_uri"} {
 		if len(params[k]) > 1 {
@@ -108,6 +114,8 @@ func (s *Server) parseAuthRequest(r *http.Request, params url.Values) (*authRequ
 			"This application is not registered with this server (or was registered before the API key changed). Remove the connector in the application and add it again."}, nil
 	case errors.Is(err, errMetadataDocument):
 		return nil, &pageError{http.StatusBadRequest, "Application not accepted", capitalize(err.Error()) + "."}, nil
+	case err != nil && r.Context().Err() != nil: // the browser went away
+		return nil, &pageError{http.StatusBadRequest, "Request cancelled", "The request was cancelled."}, nil
 	case err != nil:
 		s.log.Error("looking up an OAuth client", zap.Error(err))
 		return nil, &pageError{http.StatusInternalServerError, "Server error", "The application could not be looked up. Try again in a moment."}, nil
@@ -256,11 +264,6 @@ func (s *Server) touchClient(ctx context.Context, clientID string, now time.Time
 	if err := s.store.save(ctx, kindClients, clientID, c); err != nil {
 		s.log.Warn("recording a client's sign-in", zap.Error(err))
 	}
-}
-
-// redirectError sends an error to the client's redirect URI (RFC 6749 section 4.1.2.1).
-func (s *Server) redirectError(w http.ResponseWriter, r *http.Request, req *authRequest, code, desc string) {
-	s.redirect(w, r, req.redirectURI, url.Values{"error": {code}, "error_description": {desc}}, req.state)
 }
 
 // redirect sends the browser to the client with the response parameters, the state and

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,19 +43,31 @@ const (
 
 var errInvalidToken = errors.New("the access token is invalid, expired or revoked")
 
+// errUnknownToken is an errInvalidToken for a token this server never stored (or has
+// pruned): possibly a guess.
+var errUnknownToken = fmt.Errorf("%w (unknown)", errInvalidToken)
+
 // Authenticate checks the bearer token of a request to the protected resource. On
 // success it returns the identity. On failure it writes the 401, with
 // WWW-Authenticate: Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource<ResourcePath>"
 // (plus error="invalid_token" when a token was given), and returns false; the caller
 // then writes nothing more. Tokens are accepted only for the resource they were issued
 // for, Origin(r)+ResourcePath.
+//
+// When the API key is accepted as a bearer token, a wrong token could be a guess at the
+// key, so every token this server does not know counts as a failed sign-in of the
+// client's address, in the sign-in page's limiter: once the address is blocked there (429
+// with Retry-After), the API key is not even compared, on /mcp or on the sign-in page.
+// Tokens this server issued are 256-bit random values that cannot be guessed: a valid
+// one is never slowed or blocked, and an expired or revoked one does not count.
 func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
 	token, ok := bearerToken(r)
 	if !ok {
 		s.unauthorized(w, r, "")
 		return Identity{}, false
 	}
-	if s.opts.APIKeyBearer {
+	ip := s.clientKey(r)
+	if s.opts.APIKeyBearer && s.signinLimiter.blocked(ip) == 0 {
 		given := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) == 1 {
 			return Identity{Subject: "api_key", Method: MethodAPIKey}, true
@@ -63,14 +77,32 @@ func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 	switch {
 	case err == nil:
 		return id, true
+	case errors.Is(err, errUnknownToken) && s.opts.APIKeyBearer:
+		if n, retry := s.signinLimiter.record(ip); retry > 0 {
+			s.tooManyBearerFailures(w, r, ip, retry)
+		} else {
+			if n > signinSlowAfter {
+				s.log.Info("unknown bearer token", zap.String("remote", ip), zap.Int("failures", n))
+			}
+			s.unauthorized(w, r, errInvalidToken.Error())
+		}
 	case errors.Is(err, errInvalidToken):
-		s.unauthorized(w, r, err.Error())
+		s.unauthorized(w, r, errInvalidToken.Error())
 	default:
 		s.log.Error("checking an access token", zap.Error(err))
 		w.Header().Set("Retry-After", "5")
 		writeJSONError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token could not be checked; try again")
 	}
 	return Identity{}, false
+}
+
+// tooManyBearerFailures answers a client address that has tried too many wrong keys.
+func (s *Server) tooManyBearerFailures(w http.ResponseWriter, r *http.Request, ip string, retry time.Duration) {
+	s.log.Warn("bearer token refused after repeated wrong tokens", zap.String("remote", ip))
+	w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
+	w.Header().Add("Access-Control-Expose-Headers", "Retry-After")
+	writeJSONError(w, http.StatusTooManyRequests, "slow_down",
+		"too many wrong tokens or keys from this address; try again in "+roundUp(retry))
 }
 
 // bearerToken extracts an RFC 6750 header token; the scheme is case-insensitive.
@@ -112,9 +144,12 @@ func (s *Server) checkAccessToken(ctx context.Context, token, resource string) (
 		return e.identity, nil
 	}
 	var rec tokenRecord
+	if !tokenPattern.MatchString(token) {
+		return Identity{}, errUnknownToken
+	}
 	if err := s.store.load(ctx, kindAccess, hash, &rec); err != nil {
 		if errors.Is(err, errNotFound) {
-			return Identity{}, errInvalidToken
+			return Identity{}, errUnknownToken
 		}
 		return Identity{}, err
 	}

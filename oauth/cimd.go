@@ -53,37 +53,112 @@ func isMetadataDocumentURL(clientID string) bool {
 	return strings.HasPrefix(clientID, "https://") || strings.HasPrefix(clientID, "http://")
 }
 
+// Limits on fetching metadata documents, beyond the per-fetch timeout: at most
+// maxMetadataFetches run at once for the whole server (more callers are told to try again
+// rather than queued), and a failed fetch is remembered for failedMetadataCacheTTL so that
+// repeating a bad client_id does not repeat the fetch.
+const (
+	maxMetadataFetches     = 8
+	failedMetadataCacheTTL = time.Minute
+)
+
+var (
+	// errMetadataFetch is what callers learn when the document could not be fetched: the
+	// reason (how a name resolved, which address refused, what it answered) is logged
+	// only, because it would tell an unauthenticated caller about the network.
+	errMetadataFetch = fmt.Errorf("%w: it could not be fetched from the client_id URL", errMetadataDocument)
+	errMetadataBusy  = fmt.Errorf("%w: too many applications are being looked up right now; try again in a few seconds", errMetadataDocument)
+)
+
+// fetchFailure is errMetadataFetch with the detail for the log.
+type fetchFailure struct{ detail error }
+
+func (f *fetchFailure) Error() string { return errMetadataFetch.Error() }
+func (f *fetchFailure) Unwrap() error { return errMetadataFetch }
+
+// metadataFlight is one fetch, shared by every lookup of the same URL that arrives while
+// it runs. It is cancelled when all of them have gone, so no fetch outlives the requests
+// that wanted it.
+type metadataFlight struct {
+	done    chan struct{}
+	client  *clientRecord
+	err     error
+	waiters int
+	cancel  context.CancelFunc
+}
+
 // metadataDocumentClient returns the client described by the document at clientID, from
 // the cache or fetched (concurrent lookups of one URL share a single fetch).
 func (s *Server) metadataDocumentClient(ctx context.Context, clientID string) (*clientRecord, error) {
 	if err := s.checkMetadataURL(clientID); err != nil {
 		return nil, err
 	}
-	now := s.opts.Now()
-	if c, ok := s.cimd.get(clientID, now); ok {
-		return c, nil
+	if c, err, ok := s.cimd.get(clientID, s.opts.Now()); ok {
+		return c, err
 	}
-	ch := s.cimdFetch.DoChan(clientID, func() (any, error) {
-		// Detached from the request: the fetch is shared, and one caller going away
-		// must not fail the others. The timeout still bounds it.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metadataFetchTimeout)
-		defer cancel()
-		c, ttl, err := s.fetchMetadataDocument(fctx, clientID)
-		if err != nil {
-			return nil, err
+	s.cimdMu.Lock()
+	f := s.cimdFlights[clientID]
+	if f == nil || f.waiters == 0 { // none, or one whose callers all left (cancelled)
+		select {
+		case s.cimdSlots <- struct{}{}:
+		default:
+			s.cimdMu.Unlock()
+			s.log.Warn("refused a client metadata document lookup: too many fetches at once",
+				zap.String("client_id", clientID), zap.Int("limit", maxMetadataFetches))
+			return nil, errMetadataBusy
 		}
-		s.cimd.put(clientID, c, s.opts.Now().Add(ttl))
-		return c, nil
-	})
+		fctx, cancel := context.WithTimeout(context.Background(), metadataFetchTimeout)
+		f = &metadataFlight{done: make(chan struct{}), cancel: cancel}
+		s.cimdFlights[clientID] = f
+		go s.runMetadataFetch(fctx, clientID, f)
+	}
+	f.waiters++
+	s.cimdMu.Unlock()
 	select {
-	case res := <-ch:
-		if res.Err != nil {
-			s.log.Info("refused client metadata document", zap.String("client_id", clientID), zap.Error(res.Err))
-			return nil, res.Err
-		}
-		return res.Val.(*clientRecord), nil
+	case <-f.done:
+		return f.client, f.err
 	case <-ctx.Done():
+		s.cimdMu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			f.cancel()
+		}
+		s.cimdMu.Unlock()
 		return nil, ctx.Err()
+	}
+}
+
+// runMetadataFetch runs one flight and caches its outcome: a document for as long as
+// its Cache-Control allows, a failure for failedMetadataCacheTTL, nothing when every
+// caller went away before it finished.
+func (s *Server) runMetadataFetch(ctx context.Context, clientID string, f *metadataFlight) {
+	defer func() {
+		f.cancel()
+		<-s.cimdSlots
+		s.cimdMu.Lock()
+		if s.cimdFlights[clientID] == f {
+			delete(s.cimdFlights, clientID)
+		}
+		s.cimdMu.Unlock()
+		close(f.done)
+	}()
+	c, ttl, err := s.fetchMetadataDocument(ctx, clientID)
+	now := s.opts.Now()
+	switch {
+	case err == nil:
+		f.client = c
+		s.cimd.put(clientID, c, nil, now.Add(ttl))
+	case errors.Is(ctx.Err(), context.Canceled):
+		f.err = errMetadataFetch
+	default:
+		f.err = err
+		var ff *fetchFailure
+		if errors.As(err, &ff) {
+			s.log.Info("could not fetch a client metadata document", zap.String("client_id", clientID), zap.Error(ff.detail))
+		} else {
+			s.log.Info("refused client metadata document", zap.String("client_id", clientID), zap.Error(err))
+		}
+		s.cimd.put(clientID, nil, err, now.Add(failedMetadataCacheTTL))
 	}
 }
 
@@ -130,28 +205,29 @@ func (s *Server) checkMetadataURL(raw string) error {
 func (s *Server) fetchMetadataDocument(ctx context.Context, clientID string) (*clientRecord, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientID, nil)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errMetadataDocument, err)
+		return nil, 0, &fetchFailure{err}
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.httpClient.Do(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: fetching it failed: %w", errMetadataDocument, err)
+		return nil, 0, &fetchFailure{err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		// Redirects are not followed: the document must live at the client_id itself.
-		return nil, 0, fmt.Errorf("%w: fetching it answered HTTP %d", errMetadataDocument, resp.StatusCode)
+		return nil, 0, &fetchFailure{fmt.Errorf("the URL answered HTTP %d (redirects are not followed)", resp.StatusCode)}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataDocument+1))
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: reading it failed: %w", errMetadataDocument, err)
+		return nil, 0, &fetchFailure{fmt.Errorf("reading the document: %w", err)}
 	}
 	if len(body) > maxMetadataDocument {
 		return nil, 0, fmt.Errorf("%w: it is larger than %d bytes", errMetadataDocument, maxMetadataDocument)
 	}
 	var doc metadataDocument
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, 0, fmt.Errorf("%w: it is not a JSON object: %w", errMetadataDocument, err)
+		// The decoder's message would quote the body: say only what is wrong.
+		return nil, 0, fmt.Errorf("%w: it is not a JSON object", errMetadataDocument)
 	}
 	c, err := clientFromMetadataDocument(clientID, doc)
 	if err != nil {
@@ -165,7 +241,7 @@ func (s *Server) fetchMetadataDocument(ctx context.Context, clientID string) (*c
 // fetched for and that it is a public client with acceptable redirect URIs.
 func clientFromMetadataDocument(clientID string, doc metadataDocument) (*clientRecord, error) {
 	if doc.ClientID != clientID {
-		return nil, fmt.Errorf("%w: its client_id %q is not the URL it was fetched from", errMetadataDocument, doc.ClientID)
+		return nil, fmt.Errorf("%w: its client_id is not the URL it was fetched from", errMetadataDocument)
 	}
 	if len(doc.ClientSecret) > 0 {
 		return nil, fmt.Errorf("%w: it must not contain a client_secret", errMetadataDocument)
@@ -293,6 +369,7 @@ type metadataCache struct {
 
 type cachedClient struct {
 	client  *clientRecord
+	err     error // a remembered failure
 	expires time.Time
 }
 
@@ -300,17 +377,18 @@ func newMetadataCache(maxEntries int) *metadataCache {
 	return &metadataCache{max: maxEntries, entries: make(map[string]cachedClient)}
 }
 
-func (c *metadataCache) get(id string, now time.Time) (*clientRecord, bool) {
+// get returns the cached document, or the cached failure, and whether there was either.
+func (c *metadataCache) get(id string, now time.Time) (*clientRecord, error, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[id]
 	if !ok || !now.Before(e.expires) {
-		return nil, false
+		return nil, nil, false
 	}
-	return e.client, true
+	return e.client, e.err, true
 }
 
-func (c *metadataCache) put(id string, client *clientRecord, expires time.Time) {
+func (c *metadataCache) put(id string, client *clientRecord, err error, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.entries[id]; !ok && len(c.entries) >= c.max {
@@ -321,5 +399,5 @@ func (c *metadataCache) put(id string, client *clientRecord, expires time.Time) 
 			break
 		}
 	}
-	c.entries[id] = cachedClient{client: client, expires: expires}
+	c.entries[id] = cachedClient{client: client, err: err, expires: expires}
 }

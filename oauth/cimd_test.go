@@ -157,8 +157,8 @@ func TestMetadataDocumentClient(t *testing.T) {
 		"/secret.json":       "client_secret",
 		"/bad-redirect.json": "javascript",
 		"/huge.json":         "larger than",
-		"/moved.json":        "HTTP 302",
-		"/missing.json":      "HTTP 404",
+		"/moved.json":        "could not be fetched",
+		"/missing.json":      "could not be fetched",
 	} {
 		params, _ := authParamsFor(e, host.ts.URL+path, httpsRedirect)
 		resp, body := e.get("/authorize?" + params.Encode())

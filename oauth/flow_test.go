@@ -171,7 +171,8 @@ func TestFlow(t *testing.T) {
 		t.Fatalf("/mcp back on the right key: %d", got)
 	}
 
-	// Reusing a rotated refresh token revokes the whole sign-in.
+	// Reusing a rotated refresh token, after the retry window, revokes the whole sign-in.
+	e.clock.Advance(refreshRetryWindow)
 	_, err = c.refresh(t2.RefreshToken)
 	wantInvalidGrant(t, err)
 	if got := e.callMCP(t3.AccessToken); got != http.StatusUnauthorized {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -158,18 +159,47 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, req *authRequ
 }
 
 // cspSource is a CSP source expression that allows navigating to the redirect URI:
-// its origin for http(s), its scheme for a private-use scheme. IPv6 literals cannot be
-// written as a CSP host, so they fall back to the scheme.
+// its origin for http(s) (host in punycode), its scheme for a private-use scheme. IPv6
+// literals cannot be written as a CSP host, so they fall back to the scheme. The redirect
+// URI was validated (validateRedirectURI), and the result is checked once more here so
+// that nothing but a plain source expression can reach the header.
 func cspSource(redirectURI string) string {
 	u, err := url.Parse(redirectURI)
 	if err != nil || u.Scheme == "" {
 		return ""
 	}
 	scheme := strings.ToLower(u.Scheme)
+	src := scheme + ":"
 	if (scheme == "http" || scheme == "https") && u.Host != "" && !strings.HasPrefix(u.Host, "[") {
-		return scheme + "://" + u.Host
+		src = scheme + "://" + displayHost(u)
 	}
-	return scheme + ":"
+	if !cspSourcePattern.MatchString(src) {
+		return ""
+	}
+	return src
+}
+
+// cspSourcePattern is the shape of every source cspSource may return.
+var cspSourcePattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:(//[a-z0-9_.-]+(:[0-9]{1,5})?)?$`)
+
+// displayHost is u's host[:port] with the name in its ASCII (punycode) form, so that a
+// look-alike such as "claude.аi" (with a Cyrillic а) shows as "claude.xn--i-7sb", never as the
+// name it imitates.
+func displayHost(u *url.URL) string {
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err != nil {
+		if ascii, err := asciiHost(host); err == nil {
+			host = ascii
+		} else {
+			host = strings.ToLower(host)
+		}
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if p := u.Port(); p != "" {
+		return host + ":" + p
+	}
+	return host
 }
 
 // redirectHost is how the page tells the person where they will return to.
@@ -181,11 +211,11 @@ func redirectHost(redirectURI string) string {
 	switch {
 	case u.Scheme == "http" || u.Scheme == "https":
 		if addr, err := netip.ParseAddr(u.Hostname()); (err == nil && addr.IsLoopback()) || u.Hostname() == "localhost" {
-			return u.Host + " (this computer)"
+			return displayHost(u) + " (this computer)"
 		}
-		return u.Host
+		return displayHost(u)
 	case u.Host != "":
-		return u.Scheme + "://" + u.Host
+		return u.Scheme + "://" + displayHost(u)
 	default:
 		return u.Scheme + ": (an app on this computer)"
 	}
@@ -196,5 +226,5 @@ func hostOf(rawURL string) string {
 	if err != nil {
 		return rawURL
 	}
-	return u.Host
+	return displayHost(u)
 }

@@ -9,8 +9,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Prune deletes expired codes, tokens and grants, tokens whose grant is gone, and
-// registered clients with no live sign-in that have been unused for 30 days. Entries it
+// Prune deletes expired codes, tokens and grants, tokens whose grant is gone, registered
+// clients that never led to a sign-in after 24 hours, and registered clients with no live
+// sign-in that have been unused for 30 days. Entries it
 // cannot read are left alone (and logged when read). It keeps going past individual
 // failures and returns them joined. Call it periodically; it is safe to run on several
 // instances at once.
@@ -95,7 +96,8 @@ func (s *Server) Prune(ctx context.Context) error {
 
 // pruneClients deletes registered clients and returns how many remain. With inUse (the
 // clients that have a live code or grant) it deletes every other client whose
-// registration and last sign-in are older than age. Without it, it deletes only clients
+// registration and last sign-in are older than age, and every other client that never
+// signed in and registered more than neverUsedClientTTL ago. Without it, it deletes only clients
 // that never signed in and registered longer than age ago: the cheap pass used when the
 // client cap is reached.
 func (s *Server) pruneClients(ctx context.Context, now time.Time, age time.Duration, inUse map[string]bool) (int, error) {
@@ -118,7 +120,8 @@ func (s *Server) pruneClients(ctx context.Context, now time.Time, age time.Durat
 			if c.LastSignInAt.After(last) {
 				last = c.LastSignInAt
 			}
-			drop = !inUse[id] && now.Sub(last) > age
+			drop = !inUse[id] && (now.Sub(last) > age ||
+				(c.LastSignInAt.IsZero() && now.Sub(c.CreatedAt) > neverUsedClientTTL))
 		}
 		if !drop {
 			continue

@@ -60,6 +60,19 @@ func (l *limiter) record(key string) (count int, retryAfter time.Duration) {
 	return len(events), 0
 }
 
+// blocked returns how long until key may try again, or 0 when it may now. It records
+// nothing.
+func (l *limiter) blocked(key string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	events := l.live(key, now)
+	if len(events) < l.limit {
+		return 0
+	}
+	return events[0].Add(l.window).Sub(now)
+}
+
 // reset forgets the key, after it proved itself.
 func (l *limiter) reset(key string) {
 	l.mu.Lock()
@@ -122,8 +135,8 @@ func sleepContext(r *http.Request, d time.Duration) {
 	}
 }
 
-// remoteHost is the default Options.ClientIP: the host of the peer address.
-func remoteHost(r *http.Request) string {
+// RemoteHost is the default Options.ClientIP: the host of the peer address.
+func RemoteHost(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr

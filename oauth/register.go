@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/idna"
 )
 
 // Limits on registrations, so nobody can fill the storage through /register.
@@ -28,11 +30,17 @@ const (
 	maxClientNameLen    = 200
 	// MaxClients is the most dynamically registered clients kept at once. When it is
 	// reached, registrations that never led to a sign-in and are older than an hour are
-	// dropped; if that frees nothing, registration is refused until Prune frees room.
+	// dropped (at most once every 10 minutes); if that frees nothing, registration is
+	// refused until Prune frees room. Prune drops such registrations after 24 hours anyway.
 	MaxClients = 10000
 	// unusedClientTTL is how long a registration with no live grant is kept after its
 	// registration or its last sign-in.
 	unusedClientTTL = 30 * 24 * time.Hour
+	// neverUsedClientTTL is how long Prune keeps a registration that never led to a
+	// sign-in: a client registers right before sending the person to sign in.
+	neverUsedClientTTL = 24 * time.Hour
+	// capPruneEvery is how often a registration at the cap may look for room.
+	capPruneEvery = 10 * time.Minute
 	// abandonedClientAge is when a registration that never led to a sign-in may be
 	// dropped to make room under MaxClients.
 	abandonedClientAge = time.Hour
@@ -205,17 +213,81 @@ func newClientRecord(req registrationRequest, now time.Time) (*clientRecord, *re
 	}, nil
 }
 
-// cleanClientName bounds a display name and rejects control characters, which have no
-// business in a name shown on the sign-in page.
+// cleanClientName bounds a display name and rejects invisible characters, which have no
+// business in a name shown on the sign-in page: control characters, and format
+// characters (Unicode category Cf: bidi overrides and isolates such as U+202E and U+2066,
+// zero-width joiners, soft hyphens), which can make a name read as something else.
 func cleanClientName(name string) (string, error) {
 	name = strings.TrimSpace(name)
+	if !utf8.ValidString(name) {
+		return "", errors.New("client_name is not valid UTF-8")
+	}
 	if len([]rune(name)) > maxClientNameLen {
 		return "", fmt.Errorf("client_name is longer than %d characters", maxClientNameLen)
 	}
-	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
-		return "", errors.New("client_name contains control characters")
+	if i := strings.IndexFunc(name, invisibleRune); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return "", fmt.Errorf("client_name contains the invisible or control character %U", r)
 	}
 	return name, nil
+}
+
+// invisibleRune is true for characters that are not shown as themselves: controls (Cc),
+// format characters (Cf), private-use and surrogate code points, and the line and
+// paragraph separators.
+func invisibleRune(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs, unicode.Zl, unicode.Zp)
+}
+
+// hostLabel is one label of a host name in its ASCII form. Underscores are allowed
+// because some real names carry them; nothing else outside letters, digits and hyphens.
+var hostLabel = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+
+// checkRedirectHost accepts a host[:port] of an http(s) redirect URI only when it is an
+// IP literal or a DNS name whose ASCII (punycode) form is made of plain labels, with a
+// numeric port. The host ends up in the sign-in page's Content-Security-Policy
+// (form-action), so anything else (";", quotes, spaces, commas) could inject policy.
+func checkRedirectHost(u *url.URL) error {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+			return fmt.Errorf("port %q is not a number from 1 to 65535", p)
+		}
+	} else if strings.HasSuffix(u.Host, ":") {
+		return errors.New("empty port")
+	}
+	host := u.Hostname()
+	if strings.HasPrefix(u.Host, "[") {
+		if _, err := netip.ParseAddr(host); err != nil || strings.Contains(host, "%") {
+			return fmt.Errorf("%q is not an IPv6 address", host)
+		}
+		return nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	ascii, err := asciiHost(host)
+	if err != nil {
+		return err
+	}
+	for _, label := range strings.Split(ascii, ".") {
+		if !hostLabel.MatchString(label) {
+			return fmt.Errorf("host %q is not a valid DNS name", host)
+		}
+	}
+	return nil
+}
+
+// asciiHost is the lower-case ASCII (punycode) form of a host name, as a browser would
+// look it up.
+func asciiHost(host string) (string, error) {
+	if host == "" || len(host) > 253 {
+		return "", fmt.Errorf("host %q is empty or too long", host)
+	}
+	ascii, err := idna.Lookup.ToASCII(host)
+	if err != nil {
+		return "", fmt.Errorf("host %q is not a valid internationalised name", host)
+	}
+	return strings.ToLower(ascii), nil
 }
 
 // schemePattern is the RFC 3986 scheme syntax.
@@ -262,9 +334,15 @@ func validateRedirectURI(raw string) error {
 		if u.Host == "" || u.Opaque != "" {
 			return fmt.Errorf("redirect URI %q has no host", raw)
 		}
+		if err := checkRedirectHost(u); err != nil {
+			return fmt.Errorf("redirect URI %q: %v", raw, err)
+		}
 	case "http":
 		if !isLoopbackHost(u.Hostname()) || u.Opaque != "" {
 			return fmt.Errorf("redirect URI %q: plain http is allowed only on loopback (127.0.0.1, [::1], localhost)", raw)
+		}
+		if err := checkRedirectHost(u); err != nil {
+			return fmt.Errorf("redirect URI %q: %v", raw, err)
 		}
 	default:
 		// A private-use scheme is the native app's own; it must at least say something
@@ -346,35 +424,54 @@ func (c *clientRecord) displayName() string {
 	}
 	if c.metadataDocument {
 		if u, err := url.Parse(c.ID); err == nil {
-			return u.Host
+			return displayHost(u)
 		}
 	}
 	return "An application"
 }
 
-// reserveClientSlot counts a new registration against MaxClients, counting the stored
-// clients once per process. Several instances each keep their own count, so the cap is
-// approximate there; Prune recounts.
+// reserveClientSlot counts a new registration against MaxClients. The count is kept in
+// memory: the stored clients are listed once per process, and Prune recounts. At the cap
+// a registration is refused at once; only one pass every capPruneEvery looks for
+// registrations that never led to a sign-in to make room, so a flood at the cap costs a
+// counter check, not a scan. Several instances each keep their own count, so the cap is
+// approximate there.
 func (s *Server) reserveClientSlot(ctx context.Context) error {
 	s.clientCountMu.Lock()
-	defer s.clientCountMu.Unlock()
 	if s.clientCount < 0 {
 		ids, err := s.store.list(ctx, kindClients)
 		if err != nil {
+			s.clientCountMu.Unlock()
 			return err
 		}
 		s.clientCount = len(ids)
 	}
-	if s.clientCount >= s.maxClients {
-		n, err := s.pruneClients(ctx, s.opts.Now(), abandonedClientAge, nil)
-		if err != nil {
-			return err
-		}
-		s.clientCount = n
+	if s.clientCount < s.maxClients {
+		s.clientCount++
+		s.clientCountMu.Unlock()
+		return nil
 	}
+	now := s.opts.Now()
+	prune := s.capPrunedAt.IsZero() || now.Sub(s.capPrunedAt) >= capPruneEvery
+	if prune {
+		s.capPrunedAt = now
+	}
+	s.clientCountMu.Unlock()
+
+	full := &registrationError{http.StatusServiceUnavailable, "temporarily_unavailable",
+		fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", s.maxClients)}
+	if !prune {
+		return full
+	}
+	n, err := s.pruneClients(ctx, now, abandonedClientAge, nil)
+	if err != nil {
+		return err
+	}
+	s.clientCountMu.Lock()
+	defer s.clientCountMu.Unlock()
+	s.clientCount = n
 	if s.clientCount >= s.maxClients {
-		return &registrationError{http.StatusServiceUnavailable, "temporarily_unavailable",
-			fmt.Sprintf("this server already holds %d registered clients; unused registrations expire, try again later", s.maxClients)}
+		return full
 	}
 	s.clientCount++
 	return nil

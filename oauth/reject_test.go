@@ -97,20 +97,15 @@ func wantPage(t *testing.T, resp *http.Response, body []byte, status int, text s
 	}
 }
 
-// wantRedirectError checks an error sent back to the client's redirect URI.
-func wantRedirectError(t *testing.T, e *testEnv, resp *http.Response, redirectURI, code string) {
+// wantRequestErrorPage checks that a bad authorization request from a known client
+// with a registered redirect URI gets the error page, never a redirect: before the
+// person signed in, a redirect would make the server an open redirector.
+func wantRequestErrorPage(t *testing.T, resp *http.Response, body []byte, code string) {
 	t.Helper()
-	if resp.StatusCode != http.StatusFound {
-		t.Fatalf("got %d, want a 302 to the client", resp.StatusCode)
+	if loc := resp.Header.Get("Location"); loc != "" {
+		t.Fatalf("redirected to %q before sign-in", loc)
 	}
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if err != nil || !strings.HasPrefix(loc.String(), redirectURI+"?") {
-		t.Fatalf("redirected to %q, want %s", resp.Header.Get("Location"), redirectURI)
-	}
-	q := loc.Query()
-	if q.Get("error") != code || q.Get("state") != "s-123" || q.Get("iss") != e.origin {
-		t.Fatalf("redirect query %v, want error %q with state and iss", q, code)
-	}
+	wantPage(t, resp, body, http.StatusBadRequest, code)
 }
 
 // TestRejects runs each bad input and checks the error and that storage did not grow.
@@ -184,35 +179,35 @@ func TestRejects(t *testing.T) {
 		}},
 		{"missing PKCE", func(*testing.T) func(*testing.T) {
 			return func(t *testing.T) {
-				resp, _ := authorize(func(v url.Values) { v.Del("code_challenge"); v.Del("code_challenge_method") })
-				wantRedirectError(t, e, resp, httpsRedirect, "invalid_request")
+				resp, body := authorize(func(v url.Values) { v.Del("code_challenge"); v.Del("code_challenge_method") })
+				wantRequestErrorPage(t, resp, body, "invalid_request")
 			}
 		}},
 		{"plain PKCE", func(*testing.T) func(*testing.T) {
 			return func(t *testing.T) {
-				resp, _ := authorize(func(v url.Values) {
+				resp, body := authorize(func(v url.Values) {
 					v.Set("code_challenge_method", "plain")
 					v.Set("code_challenge", strings.Repeat("a", 43))
 				})
-				wantRedirectError(t, e, resp, httpsRedirect, "invalid_request")
+				wantRequestErrorPage(t, resp, body, "invalid_request")
 			}
 		}},
 		{"malformed challenge", func(*testing.T) func(*testing.T) {
 			return func(t *testing.T) {
-				resp, _ := authorize(func(v url.Values) { v.Set("code_challenge", "short") })
-				wantRedirectError(t, e, resp, httpsRedirect, "invalid_request")
+				resp, body := authorize(func(v url.Values) { v.Set("code_challenge", "short") })
+				wantRequestErrorPage(t, resp, body, "invalid_request")
 			}
 		}},
 		{"response type token", func(*testing.T) func(*testing.T) {
 			return func(t *testing.T) {
-				resp, _ := authorize(func(v url.Values) { v.Set("response_type", "token") })
-				wantRedirectError(t, e, resp, httpsRedirect, "unsupported_response_type")
+				resp, body := authorize(func(v url.Values) { v.Set("response_type", "token") })
+				wantRequestErrorPage(t, resp, body, "unsupported_response_type")
 			}
 		}},
 		{"wrong resource at authorize", func(*testing.T) func(*testing.T) {
 			return func(t *testing.T) {
-				resp, _ := authorize(func(v url.Values) { v.Set("resource", "https://other.example/mcp") })
-				wantRedirectError(t, e, resp, httpsRedirect, "invalid_target")
+				resp, body := authorize(func(v url.Values) { v.Set("resource", "https://other.example/mcp") })
+				wantRequestErrorPage(t, resp, body, "invalid_target")
 			}
 		}},
 		{"tampered sign-in form", func(t *testing.T) func(*testing.T) {
@@ -349,6 +344,7 @@ func TestRejects(t *testing.T) {
 				t.Fatalf("refresh: %d", status)
 			}
 			return func(t *testing.T) {
+				e.clock.Advance(refreshRetryWindow)
 				e.wantTokenError(refresh, http.StatusBadRequest, "invalid_grant")
 				if got := e.callMCP(second.AccessToken); got != http.StatusUnauthorized {
 					t.Fatalf("access token after refresh reuse: %d, want 401", got)

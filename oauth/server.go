@@ -16,7 +16,6 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
-	"golang.org/x/sync/singleflight"
 )
 
 // Defaults applied by [New] to zero fields of [Options].
@@ -85,8 +84,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
-	// ClientIP returns the address sign-in failures are counted against. Nil means the
-	// host of r.RemoteAddr; behind a trusted proxy pass the real client address.
+	// ClientIP returns the address sign-in failures are counted against. Nil, or an
+	// empty answer, means the host of r.RemoteAddr; behind a trusted proxy pass the real
+	// client address.
 	ClientIP func(r *http.Request) string
 }
 
@@ -100,9 +100,11 @@ type Server struct {
 	formKey   []byte   // HMAC key that binds the sign-in form to its request
 	publicURL string   // normalised Options.PublicURL, "" when derived per request
 
-	httpClient *http.Client
-	cimd       *metadataCache
-	cimdFetch  singleflight.Group
+	httpClient  *http.Client
+	cimd        *metadataCache
+	cimdMu      sync.Mutex
+	cimdFlights map[string]*metadataFlight // fetches running, by client_id
+	cimdSlots   chan struct{}              // one token per running fetch, maxMetadataFetches
 
 	tokens *tokenCache
 
@@ -112,8 +114,9 @@ type Server struct {
 	sleep func(r *http.Request, d time.Duration)
 
 	clientCountMu sync.Mutex
-	clientCount   int // registered clients, -1 until counted once
-	maxClients    int // MaxClients; tests lower it
+	clientCount   int       // registered clients, -1 until counted once
+	capPrunedAt   time.Time // last look for room at the cap
+	maxClients    int       // MaxClients; tests lower it
 }
 
 // New validates opts and returns a Server. It does no network or storage I/O, so it is
@@ -139,9 +142,12 @@ func New(opts Options) (*Server, error) {
 		path.Clean(opts.ResourcePath) != opts.ResourcePath || strings.ContainsAny(opts.ResourcePath, "?#") {
 		return nil, fmt.Errorf("oauth: resource path %q must be a clean absolute path other than /", opts.ResourcePath)
 	}
-	publicURL, err := normalizePublicURL(opts.PublicURL)
-	if err != nil {
-		return nil, err
+	var publicURL string
+	if opts.PublicURL != "" {
+		var err error
+		if publicURL, err = ParseOrigin(opts.PublicURL); err != nil {
+			return nil, fmt.Errorf("oauth: public URL: %w", err)
+		}
 	}
 	if opts.AccessTokenTTL < 0 || opts.RefreshTokenTTL < 0 || opts.CodeTTL < 0 {
 		return nil, errors.New("oauth: lifetimes must not be negative")
@@ -158,8 +164,15 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.ClientIP == nil {
-		opts.ClientIP = remoteHost
+	if ip := opts.ClientIP; ip == nil {
+		opts.ClientIP = RemoteHost
+	} else {
+		opts.ClientIP = func(r *http.Request) string {
+			if a := ip(r); a != "" {
+				return a
+			}
+			return RemoteHost(r)
+		}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -181,10 +194,12 @@ func New(opts Options) (*Server, error) {
 		opts:            opts,
 		log:             log,
 		keyHash:         sha256.Sum256([]byte(opts.APIKey)),
-		formKey:         derive(opts.APIKey, "sign-in form"),
+		formKey:         DeriveKey(opts.APIKey, "oauth sign-in form v1"),
 		publicURL:       publicURL,
 		httpClient:      httpClient,
 		cimd:            newMetadataCache(maxCachedMetadataDocuments),
+		cimdFlights:     make(map[string]*metadataFlight),
+		cimdSlots:       make(chan struct{}, maxMetadataFetches),
 		tokens:          newTokenCache(maxCachedTokens),
 		signinLimiter:   newLimiter(signinWindow, signinBlockAfter, maxLimiterEntries, opts.Now),
 		registerLimiter: newLimiter(registerWindow, registerMaxPerWindow, maxLimiterEntries, opts.Now),
@@ -208,25 +223,30 @@ func KeyFingerprint(apiKey string) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// derive makes a purpose-specific secret from the API key, so the key itself is never
-// used directly as an HMAC key and different uses cannot be confused.
-func derive(apiKey, purpose string) []byte {
+// DeriveKey makes a 32-byte secret for one purpose from the API key:
+// HMAC-SHA256 keyed with the API key over "mcp-sandbox\x00" + label. Every use of the key
+// as a secret (the sign-in form here, download links in the host package) takes its own
+// label, so the key itself is never an HMAC key of a message an attacker chooses, and a
+// value made for one use is worthless for another. Labels name the use and a version,
+// e.g. "oauth sign-in form v1".
+func DeriveKey(apiKey, label string) []byte {
 	m := hmac.New(sha256.New, []byte(apiKey))
-	m.Write([]byte("mcp-sandbox oauth\x00" + purpose))
+	m.Write([]byte("mcp-sandbox\x00" + label))
 	return m.Sum(nil)
 }
 
-func normalizePublicURL(raw string) (string, error) {
-	if raw == "" {
-		return "", nil
-	}
+// ParseOrigin checks that raw is an origin, "http(s)://host[:port]" with nothing after
+// the host but an optional "/", and returns it with scheme and host in lower case. It is
+// the one rule for public_url and allowed_origins.
+func ParseOrigin(raw string) (string, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("oauth: parsing public URL: %w", err)
+	if err == nil {
+		u.Scheme = strings.ToLower(u.Scheme)
 	}
-	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return "", fmt.Errorf("oauth: public URL %q must be an origin like https://host[:port]", raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" ||
+		strings.ContainsAny(raw, "#? \t") {
+		return "", fmt.Errorf("%q must be an origin like https://sandbox.example.com (scheme and host, no path)", raw)
 	}
 	return u.Scheme + "://" + strings.ToLower(u.Host), nil
 }

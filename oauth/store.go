@@ -45,8 +45,10 @@ const (
 // does not exist for us.
 var errNotFound = errors.New("not found")
 
-// idPattern is what may become a storage key component. Anything a request supplies is
-// checked against it first, so no request can reach outside the prefix.
+// idPattern is what may become a storage key component. Every load, save, delete and
+// lock checks it, whether the id came from a request or from a stored entry (which could
+// have been tampered with), so nothing can name a key outside the prefix, such as
+// Caddy's certificates in the same storage.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // clientRecord is a dynamically registered client.
@@ -88,6 +90,12 @@ type grantRecord struct {
 	CreatedAt   time.Time `json:"created_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	RefreshHash string    `json:"refresh_sha256"`
+	// PrevRefreshHash is the refresh token the last rotation replaced, RotatedAt when,
+	// and Retry that rotation's answer sealed with it, for a retry within
+	// refreshRetryWindow (see Server.refresh).
+	PrevRefreshHash string    `json:"prev_refresh_sha256,omitempty"`
+	RotatedAt       time.Time `json:"rotated_at,omitzero"`
+	Retry           string    `json:"retry,omitempty"`
 	// AccessHashes are the unexpired access tokens issued under the grant, deleted with it.
 	AccessHashes []tokenRef `json:"access_tokens,omitempty"`
 }
@@ -118,6 +126,16 @@ type store struct {
 
 func (st *store) key(kind, id string) string { return path.Join(st.prefix, kind, id) }
 
+// errBadID refuses a save, delete or lock of an id outside idPattern.
+var errBadID = errors.New("invalid OAuth storage id")
+
+func checkID(kind, id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%w in %s: %.40q", errBadID, kind, id)
+	}
+	return nil
+}
+
 // load decodes the entry into v. Missing and corrupt entries both give errNotFound; a
 // corrupt one is logged (by key, which holds no secret) and left alone for a person to
 // inspect, and it never affects any other entry.
@@ -141,6 +159,9 @@ func (st *store) load(ctx context.Context, kind, id string, v any) error {
 }
 
 func (st *store) save(ctx context.Context, kind, id string, v any) error {
+	if err := checkID(kind, id); err != nil {
+		return err
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding %s entry: %w", kind, err)
@@ -153,6 +174,9 @@ func (st *store) save(ctx context.Context, kind, id string, v any) error {
 }
 
 func (st *store) delete(ctx context.Context, kind, id string) error {
+	if err := checkID(kind, id); err != nil {
+		return err
+	}
 	k := st.key(kind, id)
 	err := st.storage.Delete(ctx, k)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -195,6 +219,9 @@ const lockTimeout = 15 * time.Second
 // read-modify-write of one grant or code happens once across every instance sharing the
 // storage. The returned function releases both.
 func (st *store) lock(ctx context.Context, kind, id string) (func(), error) {
+	if err := checkID(kind, id); err != nil {
+		return nil, err
+	}
 	name := st.key(kind, id)
 	st.locksMu.Lock()
 	if st.locks == nil {

@@ -2,9 +2,13 @@ package oauth
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -19,6 +23,9 @@ const maxGrantAccessTokens = 50
 
 // verifierPattern is an RFC 7636 code verifier: 43 to 128 unreserved characters.
 var verifierPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
+
+// tokenPattern is the shape of every code and token this server issues (randomToken).
+var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{43}$`)
 
 // tokenResponse is the RFC 6749 section 5.1 answer.
 type tokenResponse struct {
@@ -175,21 +182,32 @@ func (s *Server) redeemCode(r *http.Request, form url.Values, client *clientReco
 	if !verifierPattern.MatchString(verifier) {
 		return nil, invalidRequest("code_verifier must be 43 to 128 unreserved characters")
 	}
+	// Everything that needs no lock is checked first, so that a made-up code or a
+	// client that is not the code's owner never takes a storage lock (a write, on most
+	// storages) and cannot tie up the lock of a real code.
+	if !tokenPattern.MatchString(code) {
+		return nil, invalidGrant("the authorization code is invalid or expired")
+	}
 	codeID := hashSecret(code)
+	var rec codeRecord
+	if terr := s.loadCode(ctx, codeID, &rec); terr != nil {
+		return nil, terr
+	}
+	if rec.ClientID != client.ID {
+		return nil, invalidGrant("the authorization code was issued to another client")
+	}
+	if rec.UsedGrant == "" && !s.opts.Now().Before(rec.ExpiresAt) {
+		return nil, invalidGrant("the authorization code is invalid or expired")
+	}
 	unlock, err := s.store.lock(ctx, kindCodes, codeID)
 	if err != nil {
 		s.log.Error("locking an authorization code", zap.Error(err))
 		return nil, errServer
 	}
 	defer unlock()
-
-	var rec codeRecord
-	if err := s.store.load(ctx, kindCodes, codeID, &rec); err != nil {
-		if !errors.Is(err, errNotFound) {
-			s.log.Error("loading an authorization code", zap.Error(err))
-			return nil, errServer
-		}
-		return nil, invalidGrant("the authorization code is invalid or expired")
+	// Again under the lock: another request may have redeemed it meanwhile.
+	if terr := s.loadCode(ctx, codeID, &rec); terr != nil {
+		return nil, terr
 	}
 	now := s.opts.Now()
 	if rec.UsedGrant != "" {
@@ -236,7 +254,7 @@ func (s *Server) redeemCode(r *http.Request, form url.Values, client *clientReco
 		s.log.Error("marking an authorization code used", zap.Error(err))
 		return nil, errServer
 	}
-	resp, err := s.issueTokens(ctx, grant, now)
+	resp, err := s.issueTokens(ctx, grant, now, "")
 	if err != nil {
 		s.log.Error("issuing tokens", zap.Error(err))
 		return nil, errServer
@@ -245,14 +263,37 @@ func (s *Server) redeemCode(r *http.Request, form url.Values, client *clientReco
 	return resp, nil
 }
 
-// refresh is the refresh_token grant. Every use rotates the refresh token; presenting
-// one that was already rotated away means it leaked (or the client lost a response),
-// and the whole grant is revoked (OAuth 2.1 section 4.3.1).
+// loadCode reads a code entry; a missing one is an invalid grant.
+func (s *Server) loadCode(ctx context.Context, codeID string, rec *codeRecord) *tokenError {
+	if err := s.store.load(ctx, kindCodes, codeID, rec); err != nil {
+		if !errors.Is(err, errNotFound) {
+			s.log.Error("loading an authorization code", zap.Error(err))
+			return errServer
+		}
+		return invalidGrant("the authorization code is invalid or expired")
+	}
+	return nil
+}
+
+// refreshRetryWindow is how long after a rotation the previous refresh token still
+// gets an answer: the very pair that rotation issued, so that a client whose response
+// was lost (or that refreshed twice at once) keeps its sign-in. Later, the previous
+// token counts as reuse.
+const refreshRetryWindow = 30 * time.Second
+
+// refresh is the refresh_token grant. Every use rotates the refresh token. Presenting the
+// token just rotated away within refreshRetryWindow returns the pair that rotation
+// issued, unchanged; presenting one that was rotated away earlier (or before that) means
+// it leaked, and the whole grant is revoked (OAuth 2.1 section 4.3.1).
 func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord) (*tokenResponse, *tokenError) {
 	ctx := r.Context()
 	token := form.Get("refresh_token")
 	if token == "" {
 		return nil, invalidRequest("refresh_token is required")
+	}
+	invalid := invalidGrant("the refresh token is invalid, expired or revoked")
+	if !tokenPattern.MatchString(token) {
+		return nil, invalid
 	}
 	hash := hashSecret(token)
 	var rec tokenRecord
@@ -261,11 +302,11 @@ func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord)
 			s.log.Error("loading a refresh token", zap.Error(err))
 			return nil, errServer
 		}
-		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+		return nil, invalid
 	}
 	now := s.opts.Now()
 	if !now.Before(rec.ExpiresAt) {
-		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+		return nil, invalid
 	}
 	if rec.ClientID != client.ID {
 		return nil, invalidGrant("the refresh token was issued to another client")
@@ -288,19 +329,28 @@ func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord)
 			s.log.Error("loading a grant", zap.Error(err))
 			return nil, errServer
 		}
-		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+		return nil, invalid
 	}
 	if !now.Before(grant.ExpiresAt) {
-		return nil, invalidGrant("the refresh token is invalid, expired or revoked")
+		return nil, invalid
 	}
 	if subtle.ConstantTimeCompare([]byte(grant.RefreshHash), []byte(hash)) != 1 {
+		if grant.PrevRefreshHash == hash && now.Sub(grant.RotatedAt) < refreshRetryWindow {
+			if resp, err := openRetry(token, grant.Retry); err == nil {
+				s.log.Info("refresh retried within the grace window; returning the same tokens",
+					zap.String("client_id", client.ID), zap.String("grant", grant.ID))
+				resp.ExpiresIn = max(0, int64(grant.RotatedAt.Add(s.opts.AccessTokenTTL).Sub(now)/time.Second))
+				return resp, nil
+			}
+		}
 		s.log.Warn("refresh token reused; revoking its sign-in", zap.String("client_id", client.ID), zap.String("grant", grant.ID))
 		if err := s.revokeGrantLocked(ctx, grant.ID); err != nil {
 			s.log.Error("revoking the grant of a reused refresh token", zap.Error(err))
 		}
 		return nil, invalidGrant("the refresh token was already used; this sign-in is revoked")
 	}
-	resp, err := s.issueTokens(ctx, &grant, now)
+	grant.PrevRefreshHash, grant.RotatedAt = hash, now.UTC()
+	resp, err := s.issueTokens(ctx, &grant, now, token)
 	if err != nil {
 		s.log.Error("issuing tokens", zap.Error(err))
 		return nil, errServer
@@ -308,9 +358,60 @@ func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord)
 	return resp, nil
 }
 
+// sealRetry encrypts a token response with a key derived from the refresh token it
+// answers, which the storage holds only as a hash: the stored copy is useless to anyone
+// who does not already hold that refresh token.
+func sealRetry(prevToken string, resp *tokenResponse) (string, error) {
+	plain, err := json.Marshal(resp)
+	if err != nil {
+		return "", err
+	}
+	aead, err := retryAEAD(prevToken)
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, plain, nil)), nil
+}
+
+func openRetry(prevToken, sealed string) (*tokenResponse, error) {
+	box, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := retryAEAD(prevToken)
+	if err != nil {
+		return nil, err
+	}
+	if len(box) < aead.NonceSize() {
+		return nil, errors.New("sealed response too short")
+	}
+	plain, err := aead.Open(nil, box[:aead.NonceSize()], box[aead.NonceSize():], nil)
+	if err != nil {
+		return nil, err
+	}
+	var resp tokenResponse
+	if err := json.Unmarshal(plain, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func retryAEAD(prevToken string) (cipher.AEAD, error) {
+	key := sha256.Sum256([]byte("mcp-sandbox oauth refresh retry\x00" + prevToken))
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
 // issueTokens makes a new access and refresh token for the grant and stores the grant;
 // the grant write comes last and is what makes the new refresh token the current one.
-func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.Time) (*tokenResponse, error) {
+// prevRefresh is the refresh token being rotated away ("" for a new sign-in): the new
+// pair is kept sealed with it for a retry within refreshRetryWindow.
+func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.Time, prevRefresh string) (*tokenResponse, error) {
 	access, refresh := randomToken(), randomToken()
 	accessHash, refreshHash := hashSecret(access), hashSecret(refresh)
 	accessExp := now.Add(s.opts.AccessTokenTTL).UTC()
@@ -340,16 +441,25 @@ func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.T
 	if err := s.store.save(ctx, kindRefresh, refreshHash, refreshRec); err != nil {
 		return nil, err
 	}
-	if err := s.store.save(ctx, kindGrants, grant.ID, grant); err != nil {
-		return nil, err
-	}
-	return &tokenResponse{
+	resp := &tokenResponse{
 		AccessToken:  access,
 		TokenType:    "Bearer",
 		ExpiresIn:    int64(s.opts.AccessTokenTTL / time.Second),
 		RefreshToken: refresh,
 		Scope:        grant.Scope,
-	}, nil
+	}
+	grant.Retry = ""
+	if prevRefresh != "" {
+		sealed, err := sealRetry(prevRefresh, resp)
+		if err != nil {
+			return nil, err
+		}
+		grant.Retry = sealed
+	}
+	if err := s.store.save(ctx, kindGrants, grant.ID, grant); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // revokeGrant deletes a grant and the access tokens it issued, under the grant's lock.

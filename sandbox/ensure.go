@@ -3,11 +3,15 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"go.uber.org/zap"
 )
@@ -32,10 +36,12 @@ const (
 // bash reaps the orphans it adopts whenever it wakes from wait.
 const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done`
 
-// Ensure makes sure the sandbox container exists and runs: it creates the volume and the
-// container when missing, starts a stopped container (never recreating it), applies
-// changed memory, CPU and process limits in place, and warns when the configured image
-// differs from the container's. It is cheap after a recent success, and concurrent
+// Ensure makes sure the sandbox container exists and runs: it creates the volume, the
+// network and the container when missing, starts a stopped container, applies changed
+// memory, CPU and process limits in place, and warns when the configured image differs
+// from the container's. A container without the current isolation (NET_RAW dropped,
+// no-new-privileges) or on another network than configured is recreated on the same
+// volume: /sandbox is kept, running processes end. It is cheap after a recent success, and concurrent
 // callers share one check.
 func (s *Sandbox) Ensure(ctx context.Context) error {
 	s.mu.Lock()
@@ -73,7 +79,20 @@ func (s *Sandbox) invalidate() {
 func (s *Sandbox) ensure(ctx context.Context) error {
 	name := s.cfg.Container
 	info, err := s.cli.ContainerInspect(ctx, name)
-	if cerrdefs.IsNotFound(err) {
+	missing := cerrdefs.IsNotFound(err)
+	if err == nil {
+		if why := s.outdated(info); why != "" {
+			// Isolation cannot be changed on an existing container: replace it on the
+			// same volume, so /sandbox and what it holds stay.
+			s.log.Warn("recreating the sandbox container with the current isolation settings; running processes end, "+WorkDir+" is kept",
+				zap.String("reason", why), zap.String("old_id", info.ID), zap.String("volume", s.cfg.Volume))
+			if err := s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				return fmt.Errorf("removing outdated sandbox container %s: %w", name, err)
+			}
+			missing = true
+		}
+	}
+	if missing {
 		err = s.create(ctx)
 		if !cerrdefs.IsConflict(err) {
 			return err
@@ -91,15 +110,93 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 	return s.start(ctx, info)
 }
 
-// create makes the volume and the container and starts it.
+// Isolation of the container beyond the resource limits. NET_RAW is dropped so the
+// sandbox cannot forge packets or sniff (raw and packet sockets); ping keeps working
+// through unprivileged ICMP sockets, which the ping_group_range sysctl opens to every
+// group inside the container's own network namespace. no-new-privileges stops setuid
+// and file capabilities from raising a process's privileges.
+var (
+	capDrop      = []string{"NET_RAW"}
+	securityOpts = []string{"no-new-privileges"}
+	pingSysctl   = map[string]string{"net.ipv4.ping_group_range": "0 2147483647"}
+)
+
+// outdated says why an existing container lacks the isolation settings or the network
+// of the configuration ("" when it has them).
+func (s *Sandbox) outdated(info container.InspectResponse) string {
+	hc := info.HostConfig
+	if hc == nil {
+		return ""
+	}
+	for _, want := range capDrop {
+		if !slices.ContainsFunc(hc.CapDrop, func(c string) bool {
+			return strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), want)
+		}) {
+			return "capability " + want + " is not dropped"
+		}
+	}
+	for _, want := range securityOpts {
+		if !slices.ContainsFunc(hc.SecurityOpt, func(o string) bool { return o == want || o == want+":true" || o == want+"=true" }) {
+			return "security option " + want + " is not set"
+		}
+	}
+	if have := string(hc.NetworkMode); have != s.cfg.network() && !(have == "default" && s.cfg.network() == "bridge") {
+		return fmt.Sprintf("network is %q, configured %q", have, s.cfg.network())
+	}
+	return ""
+}
+
+// builtinNetworks are Docker's own network modes, never created by Ensure.
+func builtinNetwork(mode string) bool {
+	switch mode {
+	case "none", "bridge", "default", "host":
+		return true
+	}
+	return strings.HasPrefix(mode, "container:")
+}
+
+// ensureNetwork creates the configured named network when it is missing: a bridge with
+// inter-container traffic off, labelled as ours.
+func (s *Sandbox) ensureNetwork(ctx context.Context) error {
+	name := s.cfg.network()
+	if builtinNetwork(name) {
+		return nil
+	}
+	if _, err := s.cli.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
+		return nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspecting sandbox network %s: %w", name, err)
+	}
+	opts := map[string]string{"com.docker.network.bridge.enable_icc": "false"}
+	if name == DefaultNetwork {
+		// A fixed interface name, so a host firewall rule can name it (see README).
+		opts["com.docker.network.bridge.name"] = DefaultBridge
+	}
+	_, err := s.cli.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver:  "bridge",
+		Options: opts,
+		Labels:  map[string]string{labelManaged: "true"},
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("creating sandbox network %s: %w", name, err)
+	}
+	if err == nil {
+		s.log.Info("created sandbox network (bridge, inter-container traffic off)", zap.String("network", name))
+	}
+	return nil
+}
+
+// create makes the volume, the network and the container and starts it.
 func (s *Sandbox) create(ctx context.Context) error {
 	c := s.cfg
 	if _, err := s.cli.ImageInspect(ctx, c.Image); err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("%w: %s is not on this Docker host; build it first "+
-				"(docker build -t %s -f containers/Dockerfile.unified containers/)", ErrImageMissing, c.Image, c.Image)
+			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
 		return fmt.Errorf("inspecting sandbox image %s: %w", c.Image, err)
+	}
+	if err := s.ensureNetwork(ctx); err != nil {
+		return err
 	}
 	// Creating an existing local volume returns it unchanged, so /sandbox survives a
 	// removed container.
@@ -131,10 +228,13 @@ func (s *Sandbox) create(ctx context.Context) error {
 		},
 		&container.HostConfig{
 			Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: WorkDir}},
-			NetworkMode:   container.NetworkMode(c.NetworkMode),
+			NetworkMode:   container.NetworkMode(c.network()),
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 			Init:          &init,
 			Resources:     res,
+			CapDrop:       capDrop,
+			SecurityOpt:   securityOpts,
+			Sysctls:       s.sysctls(),
 		},
 		nil, nil, c.Container)
 	if err != nil {
@@ -152,6 +252,15 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
 	return nil
+}
+
+// sysctls are the container's sysctls: the ping range needs a network namespace of the
+// container's own, which host and container: modes do not give.
+func (s *Sandbox) sysctls() map[string]string {
+	if n := s.cfg.network(); n == "host" || strings.HasPrefix(n, "container:") {
+		return nil
+	}
+	return maps.Clone(pingSysctl)
 }
 
 // start brings an existing container to the running state.

@@ -48,13 +48,17 @@ const (
 // Config says which container to keep and how to run commands in it. Start from
 // [DefaultConfig] and override fields.
 type Config struct {
-	Image       string  // image the container is created from
-	Container   string  // container name
-	Volume      string  // named volume mounted at WorkDir
-	Memory      int64   // memory limit in bytes (swap is not added on top)
-	CPUs        float64 // CPU limit; clamped to the host's CPU count
-	PidsLimit   int64   // maximum number of processes in the container
-	NetworkMode string  // Docker network mode; "" means Docker's default bridge
+	Image     string  // image the container is created from
+	Container string  // container name
+	Volume    string  // named volume mounted at WorkDir
+	Memory    int64   // memory limit in bytes (swap is not added on top)
+	CPUs      float64 // CPU limit; clamped to the host's CPU count
+	PidsLimit int64   // maximum number of processes in the container
+	// NetworkMode is the container's Docker network: DefaultNetwork, "none" (no network
+	// at all), "bridge" (Docker's default bridge, shared with other containers), "host",
+	// or the name of a network. A named network that does not exist is created as a
+	// bridge with inter-container traffic off. "" means DefaultNetwork.
+	NetworkMode string
 
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
@@ -62,7 +66,19 @@ type Config struct {
 	CleanupInterval time.Duration // time between two cleanup passes
 }
 
-// DefaultConfig returns the settings used when the user sets nothing.
+// DefaultNetwork is the Docker network the sandbox joins by default: a bridge of its own,
+// created when missing, with inter-container traffic off, so the sandbox reaches the
+// internet but not the other containers of the host (Docker's default bridge lets every
+// container talk to every other).
+const DefaultNetwork = "mcp-sandbox"
+
+// DefaultBridge is the host interface of DefaultNetwork, for firewall rules such as the
+// one that keeps the sandbox away from cloud metadata addresses.
+const DefaultBridge = "br-mcp-sandbox"
+
+// DefaultConfig returns the settings used when the user sets nothing. It is the one
+// place the defaults are stated; the README and the Caddyfile documentation are checked
+// against it.
 func DefaultConfig() Config {
 	return Config{
 		Image:           "code-sandbox:latest",
@@ -71,6 +87,7 @@ func DefaultConfig() Config {
 		Memory:          3 << 30,
 		CPUs:            3,
 		PidsLimit:       4096,
+		NetworkMode:     DefaultNetwork,
 		ExecTimeout:     time.Hour,
 		MaxOutput:       200000,
 		FileTTL:         168 * time.Hour,
@@ -81,7 +98,8 @@ func DefaultConfig() Config {
 // dockerName is the pattern Docker accepts for container and volume names.
 var dockerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 
-// Validate reports every problem of the configuration at once. It does no I/O.
+// Validate reports every problem of the configuration at once, naming settings as the
+// Caddyfile does (pids_limit, file_ttl, ...). It does no I/O.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -93,10 +111,13 @@ func (c Config) Validate() error {
 		bad("image %q contains whitespace", c.Image)
 	}
 	if !dockerName.MatchString(c.Container) {
-		bad("container name %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Container)
+		bad("container %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Container)
 	}
 	if !dockerName.MatchString(c.Volume) {
-		bad("volume name %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Volume)
+		bad("volume %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Volume)
+	}
+	if strings.ContainsAny(c.NetworkMode, " \t\r\n") {
+		bad("network %q contains whitespace", c.NetworkMode)
 	}
 	if c.Memory < minMemory {
 		bad("memory %d bytes is below Docker's minimum of 6 MiB", c.Memory)
@@ -105,27 +126,41 @@ func (c Config) Validate() error {
 		bad("cpus %v must be at least 0.01", c.CPUs)
 	}
 	if c.PidsLimit <= 0 {
-		bad("pids limit %d must be positive", c.PidsLimit)
+		bad("pids_limit %d must be positive", c.PidsLimit)
 	}
 	if c.ExecTimeout <= 0 {
-		bad("exec timeout %v must be positive", c.ExecTimeout)
+		bad("exec_timeout %v must be positive", c.ExecTimeout)
 	}
 	if c.MaxOutput < minMaxOutput {
-		bad("max output %d must be at least %d bytes", c.MaxOutput, minMaxOutput)
+		bad("max_output %d must be at least %d bytes", c.MaxOutput, minMaxOutput)
 	}
 	if c.FileTTL < 0 {
-		bad("file TTL %v is negative (0 disables the cleanup)", c.FileTTL)
+		bad("file_ttl %v is negative (0 disables the cleanup)", c.FileTTL)
 	}
 	if c.CleanupInterval < 0 {
-		bad("cleanup interval %v is negative", c.CleanupInterval)
+		bad("cleanup_interval %v is negative", c.CleanupInterval)
 	}
 	if c.FileTTL > 0 && c.CleanupInterval == 0 {
-		bad("cleanup interval must be positive when file TTL is set")
+		bad("cleanup_interval must be positive when file_ttl is set")
 	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", errConfigInvalid, errors.Join(errs...))
+}
+
+// ImageBuildHint is the command that builds image from the recipe in the plugin's
+// repository: the one hint every message about a missing image gives.
+func ImageBuildHint(image string) string {
+	return fmt.Sprintf("docker build -t %s -f containers/Dockerfile.unified containers/", image)
+}
+
+// network is the Docker network mode the container gets.
+func (c Config) network() string {
+	if c.NetworkMode == "" {
+		return DefaultNetwork
+	}
+	return c.NetworkMode
 }
 
 // nanoCPUs converts the CPU count into Docker's unit.

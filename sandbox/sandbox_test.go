@@ -47,22 +47,22 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"empty image", func(c *Config) { c.Image = "" }, "image is empty"},
 		{"image with space", func(c *Config) { c.Image = "a b" }, "whitespace"},
-		{"empty container", func(c *Config) { c.Container = "" }, "container name"},
-		{"bad container", func(c *Config) { c.Container = "has/slash" }, "container name"},
-		{"empty volume", func(c *Config) { c.Volume = "" }, "volume name"},
-		{"bad volume", func(c *Config) { c.Volume = "-x" }, "volume name"},
+		{"empty container", func(c *Config) { c.Container = "" }, "container \""},
+		{"bad container", func(c *Config) { c.Container = "has/slash" }, "container \""},
+		{"empty volume", func(c *Config) { c.Volume = "" }, "volume \""},
+		{"bad volume", func(c *Config) { c.Volume = "-x" }, "volume \""},
 		{"negative memory", func(c *Config) { c.Memory = -1 }, "memory"},
 		{"tiny memory", func(c *Config) { c.Memory = 1 << 20 }, "memory"},
 		{"zero cpus", func(c *Config) { c.CPUs = 0 }, "cpus"},
 		{"negative cpus", func(c *Config) { c.CPUs = -2 }, "cpus"},
 		{"NaN cpus", func(c *Config) { c.CPUs = math.NaN() }, "cpus"},
-		{"zero pids", func(c *Config) { c.PidsLimit = 0 }, "pids"},
-		{"zero exec timeout", func(c *Config) { c.ExecTimeout = 0 }, "exec timeout"},
-		{"negative exec timeout", func(c *Config) { c.ExecTimeout = -time.Second }, "exec timeout"},
-		{"small max output", func(c *Config) { c.MaxOutput = 100 }, "max output"},
-		{"negative ttl", func(c *Config) { c.FileTTL = -time.Hour }, "file TTL"},
-		{"negative interval", func(c *Config) { c.CleanupInterval = -time.Hour }, "cleanup interval"},
-		{"zero interval with ttl", func(c *Config) { c.CleanupInterval = 0 }, "cleanup interval must be positive"},
+		{"zero pids", func(c *Config) { c.PidsLimit = 0 }, "pids_limit"},
+		{"zero exec timeout", func(c *Config) { c.ExecTimeout = 0 }, "exec_timeout"},
+		{"negative exec timeout", func(c *Config) { c.ExecTimeout = -time.Second }, "exec_timeout"},
+		{"small max output", func(c *Config) { c.MaxOutput = 100 }, "max_output"},
+		{"negative ttl", func(c *Config) { c.FileTTL = -time.Hour }, "file_ttl"},
+		{"negative interval", func(c *Config) { c.CleanupInterval = -time.Hour }, "cleanup_interval"},
+		{"zero interval with ttl", func(c *Config) { c.CleanupInterval = 0 }, "cleanup_interval must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -86,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 	bad := DefaultConfig()
 	bad.Image, bad.MaxOutput = "", 1
 	err := bad.Validate()
-	if err == nil || !strings.Contains(err.Error(), "image") || !strings.Contains(err.Error(), "max output") {
+	if err == nil || !strings.Contains(err.Error(), "image") || !strings.Contains(err.Error(), "max_output") {
 		t.Errorf("want every problem reported at once, got %v", err)
 	}
 	if !errors.Is(err, errConfigInvalid) {

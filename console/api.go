@@ -1,0 +1,231 @@
+package console
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Actions, as posted by forms and named in the audit log as "console.<action>".
+const (
+	actRestart     = "restart"
+	actRecreate    = "recreate"
+	actRevokeGrant = "revoke_grant"
+	actRevokeLink  = "revoke_link"
+	actKillJob     = "kill_job"
+)
+
+// actionTimeout bounds one action; recreating may have to wait for the image.
+const actionTimeout = 2 * time.Minute
+
+// act runs an operator action and records it in the audit log.
+func (c *Console) act(r *http.Request, actor, action, id string) error {
+	start := c.opts.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
+	defer cancel()
+	var err error
+	args := ""
+	switch action {
+	case actRestart:
+		err = c.opts.Sandbox.Restart(ctx)
+	case actRecreate:
+		err = c.opts.Sandbox.Recreate(ctx)
+	case actRevokeGrant:
+		args = `{"id":` + strconv.Quote(id) + `}`
+		err = c.opts.Access.RevokeGrant(ctx, id)
+	case actRevokeLink:
+		args = `{"id":` + strconv.Quote(id) + `}`
+		var l Link
+		l, err = c.opts.Links.RevokeLink(ctx, id)
+		if err == nil {
+			args = `{"id":` + strconv.Quote(id) + `,"kind":` + strconv.Quote(l.Kind) + `,"target":` + strconv.Quote(l.Target) + `}`
+		}
+	case actKillJob:
+		args = `{"id":` + strconv.Quote(id) + `}`
+		err = c.opts.Jobs.KillJob(ctx, id)
+	default:
+		return errUnknownAction
+	}
+	outcome, errText := OutcomeOK, ""
+	if err != nil {
+		outcome, errText = OutcomeError, err.Error()
+	}
+	c.record(r, actor, "console."+action, args, outcome, errText, start)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		c.log.Error("console action failed", zap.String("action", action), zap.Error(err))
+	}
+	return err
+}
+
+var errUnknownAction = errors.New("unknown action")
+
+// apiAuth authenticates an API request: the API key as bearer (checked under the
+// sign-in limit), or a console session, which for anything but GET must also carry
+// the CSRF token in X-CSRF-Token and come from the site itself.
+func (c *Console) apiAuth(w http.ResponseWriter, r *http.Request) (actor string, ok bool) {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, token, _ := strings.Cut(auth, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			c.apiUnauthorized(w, "use the API key as a bearer token")
+			return "", false
+		}
+		good, retry := c.opts.Keys.CheckAPIKey(r, strings.TrimSpace(token))
+		if retry > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
+			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try again later")
+			return "", false
+		}
+		if !good {
+			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, "wrong API key", c.opts.Now())
+			c.apiUnauthorized(w, "the bearer token is not the API key")
+			return "", false
+		}
+		return "API key", true
+	}
+	sess, found := c.sessions.fromRequest(r, c.cookieName(r))
+	if !found {
+		c.apiUnauthorized(w, "sign in to the console or send the API key as a bearer token")
+		return "", false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if !c.sameOrigin(r) || !sess.checkCSRF(r.Header.Get(csrfHeader)) {
+			c.record(r, "console", "console.refused", r.Method+" "+r.URL.Path, OutcomeDenied, "missing or wrong CSRF token", c.opts.Now())
+			writeJSONError(w, http.StatusForbidden, "a console session must send its CSRF token in "+csrfHeader)
+			return "", false
+		}
+	}
+	return "console", true
+}
+
+func (c *Console) apiUnauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="console"`)
+	writeJSONError(w, http.StatusUnauthorized, msg)
+}
+
+// serveAPI routes /console/api/... (p is the part after /api).
+func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
+	actor, ok := c.apiAuth(w, r)
+	if !ok {
+		return
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	coll, id, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+	route := method + " " + coll
+	if id != "" {
+		route += "/{id}"
+	}
+	switch route {
+	case "GET sandbox":
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		st, err := c.opts.Sandbox.Status(ctx)
+		if err != nil {
+			writeJSONError(w, http.StatusBadGateway, "reading the sandbox status: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	case "POST sandbox/{id}":
+		if id != actRestart && id != actRecreate {
+			writeJSONError(w, http.StatusNotFound, "use /console/api/sandbox/restart or /console/api/sandbox/recreate")
+			return
+		}
+		c.apiAct(w, r, actor, id, "")
+	case "GET activity":
+		q := r.URL.Query()
+		limit := 100
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeJSONError(w, http.StatusBadRequest, "limit must be a whole number (0 means all)")
+				return
+			}
+			limit = n
+		}
+		entries := c.opts.Audit.Query(Filter{Client: q.Get("client"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: limit})
+		if q.Get("format") == "jsonl" {
+			writeJSONLines(w, entries)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+	case "GET grants":
+		clients, grants, err := c.access(r.Context())
+		if err != nil {
+			writeJSONError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"clients": clients, "grants": grants})
+	case "DELETE grants/{id}":
+		c.apiAct(w, r, actor, actRevokeGrant, id)
+	case "GET links":
+		links, err := c.opts.Links.Links(r.Context())
+		if err != nil {
+			writeJSONError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"links": links})
+	case "DELETE links/{id}":
+		c.apiAct(w, r, actor, actRevokeLink, id)
+	case "GET jobs":
+		jobs, err := c.opts.Jobs.Jobs(r.Context())
+		if err != nil {
+			writeJSONError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
+	case "DELETE jobs/{id}":
+		c.apiAct(w, r, actor, actKillJob, id)
+	default:
+		writeJSONError(w, http.StatusNotFound, "no such console API endpoint (or method); see the README")
+	}
+}
+
+func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, id string) {
+	err := c.act(r, actor, action, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSONError(w, http.StatusNotFound, "no such "+strings.TrimPrefix(strings.TrimPrefix(action, "revoke_"), "kill_")+" (it may have expired)")
+	case err != nil:
+		writeJSONError(w, http.StatusBadGateway, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action, "id": id})
+	}
+}
+
+// access lists clients and sign-ins, with each sign-in's last use from the audit log.
+func (c *Console) access(ctx context.Context) ([]Client, []Grant, error) {
+	clients, err := c.opts.Access.Clients(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	grants, err := c.opts.Access.Grants(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range grants {
+		grants[i].LastUsedAt = c.opts.Audit.LastSeen(grants[i].ID)
+	}
+	return clients, grants, nil
+}
+
+func writeJSONLines(w http.ResponseWriter, entries []Entry) {
+	w.Header().Set("Content-Type", "application/jsonl; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="activity.jsonl"`)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	// Oldest first, as a log reads.
+	for i := len(entries) - 1; i >= 0; i-- {
+		_ = enc.Encode(&entries[i])
+	}
+	_ = bw.Flush()
+}

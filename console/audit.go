@@ -1,0 +1,387 @@
+package console
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+)
+
+// Entry is one line of the audit log: a tool call, a download, or an operator action.
+type Entry struct {
+	Time time.Time `json:"time"`
+	// Client names who acted: the OAuth client's name, "API key", "console" for the
+	// operator, "link" for an anonymous download.
+	Client   string `json:"client"`
+	ClientID string `json:"client_id,omitempty"`
+	// Subject is the sign-in (OAuth grant id) the call was made with.
+	Subject string `json:"subject,omitempty"`
+	Remote  string `json:"remote,omitempty"`
+	Tool    string `json:"tool"`
+	// Args are the arguments as compact JSON, long strings clipped.
+	Args string `json:"args,omitempty"`
+	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error
+	// or denied.
+	Outcome    string  `json:"outcome"`
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+	Bytes      int64   `json:"bytes,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// Outcomes of an [Entry].
+const (
+	OutcomeOK        = "ok"
+	OutcomeNonZero   = "nonzero"
+	OutcomeTimeout   = "timeout"
+	OutcomeCancelled = "cancelled"
+	OutcomeError     = "error"
+	OutcomeDenied    = "denied"
+)
+
+// Defaults of the audit log.
+const (
+	DefaultAuditEntries = 10000
+	// auditChunk is how many entries one storage object holds. The open chunk is
+	// rewritten whole at each flush, so it stays small; sealed chunks are never
+	// written again.
+	auditChunk    = 250
+	flushInterval = time.Second
+)
+
+// AuditLog keeps the last Max entries in memory for the console and persists them in
+// Caddy's storage as chunks of JSON lines under <prefix>/audit/, so the log survives
+// restarts. Record only appends in memory; a background loop writes the open chunk
+// once a second and Close writes the rest. On disk at most Max entries plus one
+// chunk are kept. Several instances sharing the storage each write their own chunks;
+// each reads all of them at start.
+type AuditLog struct {
+	storage certmagic.Storage
+	prefix  string
+	max     int
+	log     *zap.Logger
+	inst    string // this process's chunk suffix
+
+	mu      sync.Mutex
+	ring    []Entry // oldest first once full: ring[next:] then ring[:next]
+	next    int
+	full    bool
+	open    []Entry // entries of the open chunk
+	openKey string
+	dirty   bool
+	chunks  []string // chunk keys on disk, oldest first
+	seen    map[string]time.Time
+	seq     int
+
+	flushMu sync.Mutex // one flush at a time
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// NewAuditLog returns a log over storage under prefix keeping max entries (0 means
+// DefaultAuditEntries). Call Load, then Start; Close flushes and stops.
+func NewAuditLog(storage certmagic.Storage, prefix string, max int, logger *zap.Logger) *AuditLog {
+	if max <= 0 {
+		max = DefaultAuditEntries
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return &AuditLog{
+		storage: storage, prefix: path.Join(prefix, "audit"), max: max, log: logger,
+		inst: hex.EncodeToString(b), ring: make([]Entry, 0, min(max, 1024)), seen: make(map[string]time.Time),
+	}
+}
+
+// Load reads the persisted chunks, newest kept, oldest beyond Max dropped.
+func (l *AuditLog) Load(ctx context.Context) error {
+	keys, err := l.storage.List(ctx, l.prefix, false)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("listing audit log: %w", err)
+	}
+	slices.Sort(keys)
+	var all []Entry
+	// Read newest first until Max entries are in hand.
+	for i := len(keys) - 1; i >= 0 && len(all) < l.max; i-- {
+		data, err := l.storage.Load(ctx, keys[i])
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				l.log.Warn("reading an audit log chunk", zap.String("key", keys[i]), zap.Error(err))
+			}
+			continue
+		}
+		all = append(decodeChunk(data), all...)
+	}
+	slices.SortStableFunc(all, func(a, b Entry) int { return a.Time.Compare(b.Time) })
+	if len(all) > l.max {
+		all = all[len(all)-l.max:]
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.chunks = keys
+	for _, e := range all {
+		l.push(e)
+	}
+	return nil
+}
+
+func decodeChunk(data []byte) []Entry {
+	var out []Entry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e Entry
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Record appends an entry. It never blocks on storage.
+func (l *AuditLog) Record(e Entry) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	l.mu.Lock()
+	l.push(e)
+	l.open = append(l.open, e)
+	l.dirty = true
+	l.mu.Unlock()
+}
+
+// push adds to the ring; the caller holds mu.
+func (l *AuditLog) push(e Entry) {
+	if len(l.ring) < l.max {
+		l.ring = append(l.ring, e)
+	} else {
+		l.ring[l.next] = e
+		l.next = (l.next + 1) % l.max
+		l.full = true
+	}
+	if e.Subject != "" {
+		if len(l.seen) >= 4*l.max {
+			clear(l.seen)
+		}
+		if e.Time.After(l.seen[e.Subject]) {
+			l.seen[e.Subject] = e.Time
+		}
+	}
+}
+
+// LastSeen is the time of the newest entry made with the sign-in subject.
+func (l *AuditLog) LastSeen(subject string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[subject]
+}
+
+// Len is the number of entries held.
+func (l *AuditLog) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ring)
+}
+
+// Filter selects entries; empty fields match everything.
+type Filter struct {
+	Client  string // matches Client or ClientID exactly, case-insensitively
+	Tool    string
+	Outcome string
+	Limit   int // 0 means all
+}
+
+func (f Filter) match(e *Entry) bool {
+	if f.Client != "" && !strings.EqualFold(f.Client, e.Client) && f.Client != e.ClientID {
+		return false
+	}
+	if f.Tool != "" && f.Tool != e.Tool {
+		return false
+	}
+	return f.Outcome == "" || f.Outcome == e.Outcome
+}
+
+// Query returns the matching entries, newest first.
+func (l *AuditLog) Query(f Filter) []Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.ring)
+	limit := f.Limit
+	if limit <= 0 || limit > n {
+		limit = n
+	}
+	out := make([]Entry, 0, min(limit, 1024))
+	for i := 0; i < n && len(out) < limit; i++ {
+		// Newest is just before next (or at the end while the ring fills).
+		idx := n - 1 - i
+		if l.full {
+			idx = (l.next - 1 - i + 2*n) % n
+		}
+		if e := &l.ring[idx]; f.match(e) {
+			out = append(out, *e)
+		}
+	}
+	return out
+}
+
+// Facets lists the distinct clients and tools in the log, for filter menus.
+func (l *AuditLog) Facets() (clients, tools []string) {
+	l.mu.Lock()
+	cs, ts := map[string]bool{}, map[string]bool{}
+	for i := range l.ring {
+		cs[l.ring[i].Client] = true
+		ts[l.ring[i].Tool] = true
+	}
+	l.mu.Unlock()
+	for c := range cs {
+		clients = append(clients, c)
+	}
+	for t := range ts {
+		tools = append(tools, t)
+	}
+	slices.Sort(clients)
+	slices.Sort(tools)
+	return clients, tools
+}
+
+// Flush writes the open chunk if it changed, seals it when full and deletes the oldest
+// chunks beyond the bound.
+func (l *AuditLog) Flush(ctx context.Context) error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	if !l.dirty {
+		l.mu.Unlock()
+		return nil
+	}
+	type write struct {
+		key     string
+		entries []Entry
+	}
+	var writes []write
+	for len(l.open) >= auditChunk {
+		writes = append(writes, write{l.chunkKey(), l.open[:auditChunk:auditChunk]})
+		l.open, l.openKey = slices.Clone(l.open[auditChunk:]), ""
+	}
+	if len(l.open) > 0 {
+		writes = append(writes, write{l.chunkKey(), slices.Clone(l.open)})
+	}
+	l.dirty = false
+	l.mu.Unlock()
+
+	var errs []error
+	var stored []string
+	for _, w := range writes {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		for i := range w.entries {
+			_ = enc.Encode(&w.entries[i])
+		}
+		if err := l.storage.Store(ctx, w.key, buf.Bytes()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		stored = append(stored, w.key)
+	}
+	if len(errs) > 0 {
+		// The open chunk is written again at the next flush; a sealed one is lost.
+		l.mu.Lock()
+		l.dirty = len(l.open) > 0
+		l.mu.Unlock()
+		return fmt.Errorf("writing audit log: %w", errors.Join(errs...))
+	}
+	l.mu.Lock()
+	for _, key := range stored {
+		if !slices.Contains(l.chunks, key) {
+			l.chunks = append(l.chunks, key)
+		}
+	}
+	slices.Sort(l.chunks)
+	keep := (l.max+auditChunk-1)/auditChunk + 1
+	var drop []string
+	if len(l.chunks) > keep {
+		drop = slices.Clone(l.chunks[:len(l.chunks)-keep])
+		l.chunks = l.chunks[len(l.chunks)-keep:]
+	}
+	l.mu.Unlock()
+	for _, k := range drop {
+		if err := l.storage.Delete(ctx, k); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			l.log.Warn("deleting an old audit log chunk", zap.String("key", k), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// chunkKey names the open chunk; the caller holds mu. Names sort by the time of the
+// chunk's first entry, so the newest chunks are the last keys.
+func (l *AuditLog) chunkKey() string {
+	if l.openKey == "" {
+		l.seq++
+		l.openKey = path.Join(l.prefix, fmt.Sprintf("%016x-%s-%04d", l.open[0].Time.UnixNano(), l.inst, l.seq%10000))
+	}
+	return l.openKey
+}
+
+// Start runs the background flush, once a second.
+func (l *AuditLog) Start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stop != nil {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	l.stop, l.done = stop, done
+	go func() {
+		defer close(done)
+		defer func() {
+			if v := recover(); v != nil {
+				l.log.Error("panic in the audit log flush", zap.Any("panic", v))
+			}
+		}()
+		t := time.NewTicker(flushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				if err := l.Flush(ctx); err != nil {
+					l.log.Warn("flushing the audit log", zap.Error(err))
+				}
+				cancel()
+			}
+		}
+	}()
+}
+
+// Close stops the background flush and writes what is left.
+func (l *AuditLog) Close() error {
+	l.mu.Lock()
+	stop, done := l.stop, l.done
+	l.stop = nil
+	l.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return l.Flush(ctx)
+}

@@ -1,0 +1,459 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// pages are parsed once: each page template with the layout.
+var pages = func() map[string]*template.Template {
+	funcs := template.FuncMap{
+		"when":    when,
+		"ago":     ago,
+		"size":    humanSize,
+		"visible": visible,
+		"clip":    clip,
+		"pct":     pct,
+		"cpus":    func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+		"ms":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) },
+		"dict5":   actionButton,
+		"derefInt": func(p *int) string {
+			if p == nil {
+				return ""
+			}
+			return strconv.Itoa(*p)
+		},
+	}
+	out := map[string]*template.Template{}
+	names, _ := fs.Glob(assets, "templates/*.html")
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".html")
+		if base == "layout" {
+			continue
+		}
+		out[base] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", n))
+	}
+	return out
+}()
+
+// page is what every page template gets.
+type page struct {
+	Title string
+	Page  string // nav entry to mark
+	CSRF  string
+	Flash string
+	Data  any
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, name string, p page) {
+	var buf bytes.Buffer
+	if err := pages[name].Execute(&buf, p); err != nil {
+		c.log.Error("rendering a console page", zap.String("page", name), zap.Error(err))
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *Console) renderMessage(w http.ResponseWriter, status int, title, text string) {
+	c.render(w, status, "message", page{Title: title, Data: text})
+}
+
+func (c *Console) renderSignIn(w http.ResponseWriter, status int, msg string) {
+	c.render(w, status, "signin", page{Title: "Sign in", Data: msg})
+}
+
+func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request, name string) {
+	data, err := assets.ReadFile("static/" + path.Base(name))
+	if err != nil || strings.Contains(name, "/") {
+		http.NotFound(w, r)
+		return
+	}
+	switch path.Ext(name) {
+	case ".css":
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	case ".svg":
+		w.Header().Set("Content-Type", "image/svg+xml")
+	}
+	w.Header().Set("Cache-Control", "private, max-age=3600")
+	_, _ = w.Write(data)
+}
+
+// flashes are the messages a redirect after an action may show; the query names one,
+// so no text from a URL ever reaches the page.
+var flashes = map[string]string{
+	actRestart:     "The sandbox container was restarted.",
+	actRecreate:    "The sandbox container was recreated; /sandbox was kept.",
+	actRevokeGrant: "The sign-in was revoked: its tokens no longer work.",
+	actRevokeLink:  "The link was revoked: it no longer works.",
+	actKillJob:     "The job was killed.",
+}
+
+func (c *Console) newPage(r *http.Request, sess *session, name, title string, data any) page {
+	return page{Title: title, Page: name, CSRF: sess.csrf, Flash: flashes[r.URL.Query().Get("done")], Data: data}
+}
+
+// overview is the data of the Overview page.
+type overview struct {
+	Status    SandboxStatus
+	StatusErr string
+	Jobs      []Job
+	JobsErr   string
+	Errors    []Entry
+}
+
+func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
+	var o overview
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	st, err := c.opts.Sandbox.Status(ctx)
+	o.Status = st
+	if err != nil {
+		o.StatusErr = err.Error()
+	}
+	if o.Jobs, err = c.opts.Jobs.Jobs(ctx); err != nil {
+		o.JobsErr = err.Error()
+	}
+	o.Errors = c.opts.Audit.Query(Filter{Outcome: OutcomeError, Limit: 10})
+	c.render(w, http.StatusOK, "overview", c.newPage(r, sess, "overview", "Overview", o))
+}
+
+// activity is the data of the Activity page.
+type activity struct {
+	Entries        []Entry
+	Filter         Filter
+	Clients, Tools []string
+	Outcomes       []string
+	Total          int
+	Export         string
+	Rows           template.HTML
+}
+
+// activityRows renders the table rows of the Activity page. The page may hold 10,000
+// entries, and html/template's per-field reflection costs several times what plain
+// escaping does, so the rows are built here; every value goes through
+// template.HTMLEscapeString (after visible and clip), exactly as the template would
+// escape it in element content and quoted attributes.
+func activityRows(entries []Entry) template.HTML {
+	var b strings.Builder
+	b.Grow(len(entries) * 400)
+	esc := func(s string) { b.WriteString(template.HTMLEscapeString(s)) }
+	for i := range entries {
+		e := &entries[i]
+		b.WriteString(`<tr class="o-`)
+		esc(e.Outcome)
+		b.WriteString(`"><td class="nowrap">`)
+		esc(when(e.Time))
+		b.WriteString(`</td><td>`)
+		esc(visible(e.Client))
+		if e.Remote != "" {
+			b.WriteString(`<br><span class="muted">`)
+			esc(e.Remote)
+			b.WriteString(`</span>`)
+		}
+		b.WriteString(`</td><td>`)
+		esc(visible(e.Tool))
+		b.WriteString(`</td><td class="cmd">`)
+		if e.Args != "" {
+			b.WriteString(`<code>`)
+			esc(clip(200, visible(e.Args)))
+			b.WriteString(`</code>`)
+		}
+		if e.Error != "" {
+			if e.Args != "" {
+				b.WriteString(`<br>`)
+			}
+			b.WriteString(`<span class="error-text">`)
+			esc(clip(200, visible(e.Error)))
+			b.WriteString(`</span>`)
+		}
+		b.WriteString(`</td><td>`)
+		esc(e.Outcome)
+		b.WriteString(`</td><td>`)
+		if e.ExitCode != nil {
+			b.WriteString(strconv.Itoa(*e.ExitCode))
+		}
+		b.WriteString(`</td><td class="num">`)
+		b.WriteString(strconv.FormatFloat(e.DurationMS, 'f', 0, 64))
+		b.WriteString(` ms</td><td class="num">`)
+		if e.Bytes != 0 {
+			esc(humanSize(e.Bytes))
+		}
+		b.WriteString("</td></tr>\n")
+	}
+	return template.HTML(b.String())
+}
+
+// defaultPageEntries is how many entries the Activity page shows without a limit.
+const defaultPageEntries = 500
+
+func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *session) {
+	f := filterFrom(r.URL.Query(), defaultPageEntries)
+	a := activity{Filter: f, Entries: c.opts.Audit.Query(f), Total: c.opts.Audit.Len(),
+		Outcomes: []string{OutcomeOK, OutcomeNonZero, OutcomeTimeout, OutcomeCancelled, OutcomeError, OutcomeDenied}}
+	a.Clients, a.Tools = c.opts.Audit.Facets()
+	a.Rows = activityRows(a.Entries)
+	q := url.Values{}
+	for k, v := range map[string]string{"client": f.Client, "tool": f.Tool, "outcome": f.Outcome} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	a.Export = Prefix + "/activity.jsonl"
+	if len(q) > 0 {
+		a.Export += "?" + q.Encode()
+	}
+	c.render(w, http.StatusOK, "activity", c.newPage(r, sess, "activity", "Activity", a))
+}
+
+func filterFrom(q url.Values, defLimit int) Filter {
+	f := Filter{Client: q.Get("client"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: defLimit}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 0 {
+		f.Limit = n
+	}
+	return f
+}
+
+func (c *Console) exportActivity(w http.ResponseWriter, r *http.Request) {
+	writeJSONLines(w, c.opts.Audit.Query(filterFrom(r.URL.Query(), 0)))
+}
+
+// accessPage is the data of the Access page.
+type accessPage struct {
+	Clients []Client
+	Grants  []Grant
+	Err     string
+}
+
+func (c *Console) serveAccess(w http.ResponseWriter, r *http.Request, sess *session) {
+	var a accessPage
+	var err error
+	if a.Clients, a.Grants, err = c.access(r.Context()); err != nil {
+		a.Err = err.Error()
+	}
+	c.render(w, http.StatusOK, "access", c.newPage(r, sess, "access", "Access", a))
+}
+
+type linksPage struct {
+	Links []Link
+	Err   string
+	Now   time.Time
+}
+
+func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *session) {
+	l := linksPage{Now: c.opts.Now()}
+	var err error
+	if l.Links, err = c.opts.Links.Links(r.Context()); err != nil {
+		l.Err = err.Error()
+	}
+	c.render(w, http.StatusOK, "links", c.newPage(r, sess, "links", "Links", l))
+}
+
+// confirmation says what an action does before it is done.
+type confirmation struct {
+	Action, Title, Button string
+	Ends, Survives        []string
+}
+
+var confirmations = map[string]confirmation{
+	actRestart: {Action: actRestart, Title: "Restart the sandbox container?", Button: "Restart",
+		Ends:     []string{"every running command and background job, including processes detached with setsid nohup"},
+		Survives: []string{"everything under /sandbox (the volume)", "packages and other files written anywhere in the container", "the container itself, its image and limits"}},
+	actRecreate: {Action: actRecreate, Title: "Recreate the sandbox container from its image?", Button: "Recreate",
+		Ends: []string{"every running command and background job",
+			"packages installed since the container was made, and every file outside /sandbox (they live in the container, which is removed)"},
+		Survives: []string{"everything under /sandbox (the volume is kept and mounted into the new container)", "sign-ins, links and the audit log"}},
+}
+
+func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *session) {
+	cf, ok := confirmations[r.URL.Query().Get("action")]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	c.render(w, http.StatusOK, "confirm", c.newPage(r, sess, "overview", cf.Title, cf))
+}
+
+// backPages are where an action may return to.
+var backPages = map[string]string{"overview": Prefix, "access": Prefix + "/access", "links": Prefix + "/links"}
+
+// serveAction runs a posted action (the CSRF token is already checked).
+func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
+	action, id := r.PostFormValue("action"), r.PostFormValue("id")
+	err := c.act(r, "console", action, id)
+	switch {
+	case errors.Is(err, errUnknownAction):
+		c.renderMessage(w, http.StatusBadRequest, "Unknown action", "The console does not know this action.")
+		return
+	case errors.Is(err, ErrNotFound):
+		c.renderMessage(w, http.StatusNotFound, "Not found", "It no longer exists (it may have expired or been revoked already).")
+		return
+	case err != nil:
+		c.renderMessage(w, http.StatusBadGateway, "The action failed", err.Error())
+		return
+	}
+	back, ok := backPages[r.PostFormValue("back")]
+	if !ok {
+		back = Prefix
+	}
+	http.Redirect(w, r, back+"?done="+url.QueryEscape(action), http.StatusSeeOther)
+}
+
+// Template helpers.
+
+// actionForm is one button that posts an action.
+type actionForm struct {
+	CSRF, Action, ID, Back, Label, Class string
+}
+
+// actionButton makes the data of the "action" template.
+func actionButton(csrf, action, id, back, label string) actionForm {
+	class := "danger"
+	if action == actRestart {
+		class = ""
+	}
+	return actionForm{CSRF: csrf, Action: action, ID: id, Back: back, Label: label, Class: class}
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := time.Since(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh %dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		s = fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+func humanSize(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func pct(used, limit any) string {
+	u, l := toFloat(used), toFloat(limit)
+	if l <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(min(100, 100*u/l), 'f', 0, 64)
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	}
+	return 0
+}
+
+// visible makes control characters, and the Unicode ones that reorder or hide text,
+// show as escapes, so what the log shows is what was sent.
+func visible(s string) string {
+	clean := true
+	for _, r := range s {
+		if invisible(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == utf8.RuneError:
+			b.WriteString(`\ufffd`)
+		case invisible(r) && r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case invisible(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func invisible(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError ||
+		(r >= 0x200b && r <= 0x200f) || (r >= 0x2028 && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0xfeff
+}
+
+func clip(n int, s string) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i := 0
+	for k := range s {
+		if i == n {
+			return s[:k] + "…"
+		}
+		i++
+	}
+	return s
+}

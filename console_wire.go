@@ -1,0 +1,361 @@
+package mcpsandbox
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/certmagic"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// This file wires the operator's console (package console) to the sandbox, the OAuth
+// server and the links, and records tool calls and downloads in its audit log.
+
+// consolePrefix is where the console keeps its state in Caddy's storage: the audit log
+// under <prefix>/audit (kept across API key changes), links under <prefix>/<key
+// fingerprint>/links (they die with the key anyway).
+const consolePrefix = "mcp_sandbox/console"
+
+// consoleStates holds the audit logs and link registries across config reloads, one
+// per storage (and key, for links), so a reload neither loses buffered entries nor
+// runs two flush loops over the same chunks. Destruct flushes.
+var consoleStates = caddy.NewUsagePool()
+
+type auditState struct{ log *console.AuditLog }
+
+func (s auditState) Destruct() error { return s.log.Close() }
+
+type linkState struct{ reg *console.LinkRegistry }
+
+func (s linkState) Destruct() error { s.reg.Close(); return nil }
+
+// storageID names a storage configuration, so that equal configs share state.
+func storageID(st certmagic.Storage) string { return fmt.Sprintf("%T %+v", st, st) }
+
+// provisionConsole sets up the audit log, the link registry and the console, in the
+// storage the OAuth state uses (the handler's own `storage`, else Caddy's). It reads
+// storage, not Docker.
+func (h *Handler) provisionConsole() error {
+	st := h.storage
+	logger := h.logger.Named("console")
+	auditKey := "audit\x00" + storageID(st)
+	v, _, err := consoleStates.LoadOrNew(auditKey, func() (caddy.Destructor, error) {
+		l := console.NewAuditLog(st, consolePrefix, console.DefaultAuditEntries, logger)
+		lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := l.Load(lctx); err != nil {
+			logger.Warn("reading the audit log", zap.Error(err))
+		}
+		l.Start()
+		return auditState{l}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the audit log: %w", err)
+	}
+	h.consoleKeys = append(h.consoleKeys, auditKey)
+	h.audit = v.(auditState).log
+
+	linksKey := "links\x00" + storageID(st) + "\x00" + oauth.KeyFingerprint(h.APIKey)
+	v, _, err = consoleStates.LoadOrNew(linksKey, func() (caddy.Destructor, error) {
+		g := console.NewLinkRegistry(st, consolePrefix+"/"+oauth.KeyFingerprint(h.APIKey), logger)
+		lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := g.Load(lctx); err != nil {
+			logger.Warn("reading the link registry", zap.Error(err))
+		}
+		g.Start()
+		return linkState{g}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the link registry: %w", err)
+	}
+	h.consoleKeys = append(h.consoleKeys, linksKey)
+	h.linkReg = v.(linkState).reg
+
+	m := hmac.New(sha256.New, []byte(h.APIKey))
+	m.Write([]byte("mcp-sandbox console sessions v1"))
+	// Jobs is left out until background jobs exist: the console then lists none and
+	// the jobs API answers an empty list. A job manager plugs in by implementing
+	// console.Jobs (Jobs, KillJob) and being set here.
+	h.console, err = console.New(console.Options{
+		SessionKey: m.Sum(nil),
+		Keys:       h.auth,
+		Sandbox:    consoleSandbox{h.box},
+		Access:     consoleAccess{h.auth},
+		Links:      consoleLinks{h.linkReg},
+		Audit:      h.audit,
+		Origin:     h.auth.Origin,
+		ClientIP:   clientIP,
+		Logger:     logger,
+	})
+	return err
+}
+
+// releaseConsole lets go of the pooled console state; the last config to do so
+// flushes the audit log.
+func (h *Handler) releaseConsole() error {
+	var errs []error
+	for _, k := range h.consoleKeys {
+		_, err := consoleStates.Delete(k)
+		errs = append(errs, err)
+	}
+	h.consoleKeys = nil
+	return errors.Join(errs...)
+}
+
+// consoleSandbox shows the sandbox container to the console.
+type consoleSandbox struct{ sb *sandbox.Sandbox }
+
+func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, error) {
+	s, err := c.sb.Status(ctx)
+	return console.SandboxStatus{
+		Container: s.Container, ID: s.ID, Exists: s.Exists, State: s.State, Image: s.Image, Volume: s.Volume,
+		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, RestartCount: s.RestartCount,
+		CPU: s.CPU, CPULimit: s.CPULimit, Memory: s.Memory, MemoryLimit: s.MemoryLimit,
+		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed,
+	}, err
+}
+
+func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restart(ctx) }
+func (c consoleSandbox) Recreate(ctx context.Context) error { return c.sb.Recreate(ctx) }
+
+// consoleAccess shows the OAuth clients and sign-ins to the console.
+type consoleAccess struct{ auth *oauth.Server }
+
+func (c consoleAccess) Clients(ctx context.Context) ([]console.Client, error) {
+	cs, err := c.auth.Clients(ctx)
+	out := make([]console.Client, 0, len(cs))
+	for _, x := range cs {
+		out = append(out, console.Client{ID: x.ID, Name: x.Name, RedirectURIs: x.RedirectURIs, CreatedAt: x.CreatedAt, LastSignInAt: x.LastSignInAt})
+	}
+	return out, err
+}
+
+func (c consoleAccess) Grants(ctx context.Context) ([]console.Grant, error) {
+	gs, err := c.auth.Grants(ctx)
+	out := make([]console.Grant, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, console.Grant{ID: g.ID, ClientID: g.ClientID, ClientName: g.ClientName,
+			CreatedAt: g.CreatedAt, RefreshedAt: g.RefreshedAt, ExpiresAt: g.ExpiresAt})
+	}
+	return out, err
+}
+
+func (c consoleAccess) RevokeGrant(ctx context.Context, id string) error {
+	err := c.auth.RevokeGrant(ctx, id)
+	if errors.Is(err, oauth.ErrGrantNotFound) {
+		return console.ErrNotFound
+	}
+	return err
+}
+
+// consoleLinks shows the links of every kind the registry holds. Uploads and previews
+// plug in the way downloads do: Record each link made (console.KindUpload or
+// KindPreview, the directory or port as Target) in h.linkReg, consult
+// h.linkReg.Revoked(id) in their link check, and set an OnRevoke hook when revoking
+// must do more than fail that check (a preview closing its port).
+type consoleLinks struct{ reg *console.LinkRegistry }
+
+func (c consoleLinks) Links(context.Context) ([]console.Link, error) { return c.reg.List(), nil }
+
+func (c consoleLinks) RevokeLink(ctx context.Context, id string) (console.Link, error) {
+	return c.reg.Revoke(ctx, id)
+}
+
+// downloadLinkID names a download link by its signature, from the link's path
+// (/files/<expiry>.<signature>/...): the same id for the link made and the link used.
+func downloadLinkID(linkPath string) string {
+	token, _, _ := strings.Cut(strings.TrimPrefix(linkPath, filesPrefix), "/")
+	_, sig, _ := strings.Cut(token, ".")
+	sum := sha256.Sum256([]byte("download\x00" + sig))
+	return hex.EncodeToString(sum[:12])
+}
+
+// recordLink remembers a link share_file made, so the console lists it and can revoke
+// it. A failure to remember it is logged, never the tool's failure.
+func (h *Handler) recordLink(ctx context.Context, linkPath, target string, expires time.Time) {
+	err := h.linkReg.Record(ctx, console.Link{
+		ID: downloadLinkID(linkPath), Kind: console.KindDownload, Target: target,
+		Creator: clientLabel(callFrom(ctx).identity), ExpiresAt: expires,
+	})
+	if err != nil {
+		h.logger.Warn("recording a download link", zap.Error(err))
+	}
+}
+
+// linkRevoked answers a validly signed download link that the operator revoked (410)
+// and reports whether it did. It reads memory only.
+func (h *Handler) linkRevoked(w http.ResponseWriter, r *http.Request) bool {
+	if !h.linkReg.Revoked(downloadLinkID(r.URL.Path)) {
+		return false
+	}
+	metricDownloads.WithLabelValues("revoked").Inc()
+	linkPage(w, http.StatusGone, "This link was revoked",
+		"The operator of this server revoked the link. Ask for a new one if you still need the file.")
+	return true
+}
+
+// clientLabel is how the audit log and the console name who acted.
+func clientLabel(id oauth.Identity) string {
+	switch {
+	case id.Method == oauth.MethodAPIKey:
+		return "API key"
+	case id.ClientName != "":
+		return id.ClientName
+	case id.ClientID != "":
+		return id.ClientID
+	}
+	return "unknown"
+}
+
+// auditTool records every tool call in the audit log (registered as mcp-go tool
+// middleware, so tools added later are covered without a line of their own).
+func (h *Handler) auditTool(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		res, err := next(ctx, req)
+		h.audit.Record(toolEntry(ctx, req, res, err, start))
+		return res, err
+	}
+}
+
+// auditArgLimit is how much of each string argument (the command) the log keeps.
+const auditArgLimit = 1000
+
+// toolEntry makes the audit entry of one tool call.
+func toolEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) console.Entry {
+	id := callFrom(ctx).identity
+	e := console.Entry{
+		Time: start, Client: clientLabel(id), ClientID: id.ClientID, Subject: id.Subject,
+		Tool: req.Params.Name, Outcome: console.OutcomeOK,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if ip, ok := caddyhttp.GetVar(ctx, caddyhttp.ClientIPVarKey).(string); ok {
+		e.Remote = ip
+	}
+	if m, ok := req.Params.Arguments.(map[string]any); ok && len(m) > 0 {
+		clipped := make(map[string]any, len(m))
+		for k, v := range m {
+			if s, ok := v.(string); ok {
+				v = clip(s, auditArgLimit)
+			}
+			clipped[k] = v
+		}
+		// Not HTML-escaped: the log keeps what was sent; the console escapes on output.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(clipped) == nil {
+			e.Args = strings.TrimSuffix(b.String(), "\n")
+		}
+	}
+	switch {
+	case err != nil:
+		e.Outcome, e.Error = console.OutcomeError, clip(err.Error(), 500)
+	case res == nil:
+	case res.IsError:
+		e.Outcome, e.Error = console.OutcomeError, clip(resultErrorText(res), 500)
+	default:
+		if f, ok := res.StructuredContent.(auditFacter); ok {
+			e.Outcome, e.ExitCode, e.Bytes = f.auditFacts()
+		}
+	}
+	return e
+}
+
+func resultErrorText(res *mcp.CallToolResult) string {
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			return tc.Text
+		}
+	}
+	return "tool error"
+}
+
+// auditFacter is implemented by structured tool results that have an outcome, an exit
+// code or a byte count worth logging.
+type auditFacter interface {
+	auditFacts() (outcome string, exitCode *int, bytes int64)
+}
+
+// auditFacts of execute and the job tools: a job still running is "ok" with no exit
+// code yet.
+func (o executeOutput) auditFacts() (string, *int, int64) {
+	outcome := console.OutcomeOK
+	switch {
+	case o.TimedOut:
+		outcome = console.OutcomeTimeout
+	case o.Cancelled:
+		outcome = console.OutcomeCancelled
+	case o.ExitCode != nil && *o.ExitCode != 0:
+		outcome = console.OutcomeNonZero
+	}
+	return outcome, o.ExitCode, o.StdoutBytes + o.StderrBytes
+}
+
+func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }
+
+// countingWriter notes the status and body size of a response.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// serveFileAudited serves a download link and records it in the audit log.
+func (h *Handler) serveFileAudited(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	cw := &countingWriter{ResponseWriter: w}
+	h.serveFile(cw, r)
+	_, p, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "/")
+	args := map[string]string{"path": "/" + p, "link": downloadLinkID(r.URL.Path)}
+	if r.Method != http.MethodGet {
+		args["method"] = r.Method
+	}
+	b, _ := json.Marshal(args)
+	e := console.Entry{
+		Time: start, Client: "link", Remote: clientIP(r), Tool: "download", Args: string(b),
+		Outcome: console.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	switch {
+	case cw.status == http.StatusForbidden || cw.status == http.StatusGone:
+		e.Outcome, e.Error = console.OutcomeDenied, http.StatusText(cw.status)
+	case cw.status >= 400:
+		e.Outcome, e.Error = console.OutcomeError, http.StatusText(cw.status)
+	}
+	h.audit.Record(e)
+}

@@ -1,0 +1,113 @@
+package mcpsandbox
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// TestDefaultsStatedOnce: sandbox.DefaultConfig is where the sandbox's defaults live;
+// the README, the Caddyfile syntax in UnmarshalCaddyfile's doc comment and the Handler's
+// field comments must say the same.
+func TestDefaultsStatedOnce(t *testing.T) {
+	d := sandbox.DefaultConfig()
+	// want checks one documented value of a setting against DefaultConfig.
+	want := map[string]func(string) bool{
+		"image":     func(v string) bool { return v == d.Image },
+		"container": func(v string) bool { return v == d.Container },
+		"volume":    func(v string) bool { return v == d.Volume },
+		"network":   func(v string) bool { return v == d.NetworkMode },
+		"memory": func(v string) bool {
+			m, err := sandbox.ParseMemory(v)
+			return err == nil && m == d.Memory
+		},
+		"cpus": func(v string) bool {
+			f, err := strconv.ParseFloat(v, 64)
+			return err == nil && f == d.CPUs
+		},
+		"pids_limit":   func(v string) bool { return v == strconv.FormatInt(d.PidsLimit, 10) },
+		"max_output":   func(v string) bool { return v == strconv.Itoa(d.MaxOutput) },
+		"exec_timeout": func(v string) bool { return durationIs(v, d.ExecTimeout) },
+		"file_ttl":     func(v string) bool { return durationIs(v, d.FileTTL) },
+		"cleanup_interval": func(v string) bool {
+			return durationIs(v, d.CleanupInterval)
+		},
+	}
+	check := func(source string, got map[string]string) {
+		t.Helper()
+		for name, ok := range want {
+			v, found := got[name]
+			if !found {
+				t.Errorf("%s does not state the default of %s", source, name)
+			} else if !ok(v) {
+				t.Errorf("%s says the default of %s is %q; sandbox.DefaultConfig says otherwise", source, name, v)
+			}
+		}
+	}
+
+	// "name <arg> # default: value ..." lines of the Caddyfile syntax blocks.
+	syntaxLine := regexp.MustCompile(`(?m)^\W*([a-z_]+)\s+<[^>]*>\s+# default: ([^\s;,(]+)`)
+	fromSyntax := func(text string) map[string]string {
+		got := map[string]string{}
+		for _, m := range syntaxLine.FindAllStringSubmatch(text, -1) {
+			got[m[1]] = m[2]
+		}
+		return got
+	}
+	readme := string(readExample(t, "README.md"))
+	check("README (Caddyfile block)", fromSyntax(readme))
+	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readExample(t, "caddyfile.go"))))
+
+	// The README table of the original settings: | `VAR` | `name` | `value` ... |
+	table := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `[A-Z_]+` \\| `([a-z_]+)` \\| `([^`]+)`").FindAllStringSubmatch(readme, -1) {
+		table[m[1]] = m[2]
+	}
+	for name, v := range table {
+		if ok := want[name]; ok != nil && !ok(v) {
+			t.Errorf("README table says the default of %s is %q; sandbox.DefaultConfig says otherwise", name, v)
+		}
+	}
+
+	// Handler field comments: "... Default: value." with the JSON name as the setting.
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "handler.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != "Handler" {
+			return true
+		}
+		for _, fld := range ts.Type.(*ast.StructType).Fields.List {
+			if fld.Tag == nil || fld.Doc == nil {
+				continue
+			}
+			tag, _ := strconv.Unquote(fld.Tag.Value)
+			name, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ",")
+			doc := fld.Doc.Text()
+			if _, v, ok := strings.Cut(doc, "Default: "); ok {
+				fields[name] = strings.TrimRight(strings.Fields(v)[0], ".")
+			}
+		}
+		return false
+	})
+	check("Handler field comments", fields)
+}
+
+func durationIs(v string, d time.Duration) bool {
+	got, err := caddy.ParseDuration(v)
+	return err == nil && got == d
+}

@@ -1,0 +1,51 @@
+package mcpsandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// TestResultShapePerClient: a client whose model reads text and structuredContent
+// together (ChatGPT) gets the output once, in structuredContent; any other client gets
+// it in the text as well.
+func TestResultShapePerClient(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		pointer bool
+	}{{"openai-mcp", true}, {"claude-code", false}} {
+		c, err := mcpclient.NewStreamableHttpClient(s.url+"/mcp",
+			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.key}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		init := mcp.InitializeRequest{}
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		init.Params.ClientInfo = mcp.Implementation{Name: tc.name, Version: "1"}
+		if _, err := c.Initialize(ctx, init); err != nil {
+			t.Fatal(err)
+		}
+		res := call(ctx, t, c, "execute", map[string]any{"command": "echo shaped-output"})
+		c.Close()
+		text := resultText(res)
+		if st := structured(t, res); st["stdout"] != "shaped-output\n" {
+			t.Errorf("%s: structured stdout = %v", tc.name, st["stdout"])
+		}
+		if tc.pointer && text != pointerText {
+			t.Errorf("%s: text = %q, want the pointer only", tc.name, text)
+		}
+		if !tc.pointer && text == pointerText {
+			t.Errorf("%s: text = %q, want the output", tc.name, text)
+		}
+	}
+}

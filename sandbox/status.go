@@ -1,0 +1,236 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
+)
+
+// Status is what an operator wants to know of the sandbox container at a glance.
+type Status struct {
+	Container string // configured container name
+	ID        string // Docker's container id; empty when the container does not exist
+	Exists    bool
+	// State is Docker's state word: created, running, paused, restarting, exited,
+	// dead; "missing" when the container does not exist (the next command creates it).
+	State        string
+	Image        string // image the container was created from (its name)
+	CreatedAt    time.Time
+	StartedAt    time.Time // zero when never started
+	RestartCount int       // restarts Docker made on its own (restart policy)
+	Volume       string    // the named volume mounted at WorkDir
+
+	// Live use, when running. CPU is in CPUs (1.0 = one core busy for the whole sample).
+	CPU         float64
+	CPULimit    float64 // configured CPU limit
+	Memory      int64   // bytes in use, page cache that can be dropped left out
+	MemoryLimit int64
+	PIDs        int64
+	PIDsLimit   int64
+	// DiskUsed is the space used under WorkDir (on the volume), -1 when unknown.
+	DiskUsed int64
+}
+
+// Sampling facts of [Sandbox.Status].
+const (
+	// cpuSample is the gap between the two one-shot samples CPU use is measured over.
+	cpuSample = 300 * time.Millisecond
+	// duTimeout bounds the disk-usage walk; a huge volume gives "unknown" rather than
+	// a hanging page.
+	duTimeout = 20 * time.Second
+)
+
+// Status inspects the container and, when it runs, samples its CPU, memory, PIDs and
+// the disk space used under WorkDir. It never creates or starts the container: a
+// missing container is reported as State "missing".
+func (s *Sandbox) Status(ctx context.Context) (Status, error) {
+	st := Status{
+		Container: s.cfg.Container, Volume: s.cfg.Volume, State: "missing",
+		CPULimit: s.cfg.CPUs, MemoryLimit: s.cfg.Memory, PIDsLimit: s.cfg.PidsLimit, DiskUsed: -1,
+	}
+	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	if cerrdefs.IsNotFound(err) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
+	}
+	st.Exists, st.ID, st.RestartCount = true, info.ID, info.RestartCount
+	if info.Config != nil {
+		st.Image = info.Config.Image
+	}
+	st.CreatedAt, _ = time.Parse(time.RFC3339Nano, info.Created)
+	if info.State != nil {
+		st.State = info.State.Status
+		if t, err := time.Parse(time.RFC3339Nano, info.State.StartedAt); err == nil && t.Year() > 1 {
+			st.StartedAt = t
+		}
+	}
+	if info.HostConfig != nil {
+		if n := info.HostConfig.NanoCPUs; n > 0 {
+			st.CPULimit = float64(n) / 1e9
+		}
+		if m := info.HostConfig.Memory; m > 0 {
+			st.MemoryLimit = m
+		}
+		if p := info.HostConfig.PidsLimit; p != nil && *p > 0 {
+			st.PIDsLimit = *p
+		}
+	}
+	if st.State != "running" {
+		return st, nil
+	}
+
+	first, err := s.stats(ctx)
+	if err != nil {
+		return st, err
+	}
+	// The disk walk runs while the CPU sample waits.
+	du := make(chan int64, 1)
+	go func() { du <- s.diskUsed(ctx) }()
+	select {
+	case <-ctx.Done():
+		return st, ctx.Err()
+	case <-time.After(cpuSample):
+	}
+	second, err := s.stats(ctx)
+	if err != nil {
+		return st, err
+	}
+	if dt := second.Read.Sub(first.Read); dt > 0 && second.CPUStats.CPUUsage.TotalUsage >= first.CPUStats.CPUUsage.TotalUsage {
+		st.CPU = float64(second.CPUStats.CPUUsage.TotalUsage-first.CPUStats.CPUUsage.TotalUsage) / float64(dt.Nanoseconds())
+	}
+	mem := second.MemoryStats
+	used := mem.Usage
+	// What `docker stats` shows: the page cache the kernel can drop is not "used".
+	if v, ok := mem.Stats["inactive_file"]; ok && v < used {
+		used -= v
+	} else if v, ok := mem.Stats["total_inactive_file"]; ok && v < used {
+		used -= v
+	}
+	st.Memory = int64(used)
+	if mem.Limit > 0 && (st.MemoryLimit == 0 || int64(mem.Limit) < st.MemoryLimit) {
+		st.MemoryLimit = int64(mem.Limit)
+	}
+	st.PIDs = int64(second.PidsStats.Current)
+	if l := second.PidsStats.Limit; l > 0 && l < 1<<40 {
+		st.PIDsLimit = int64(l)
+	}
+	st.DiskUsed = <-du
+	return st, nil
+}
+
+// stats takes one one-shot stats sample.
+func (s *Sandbox) stats(ctx context.Context) (container.StatsResponse, error) {
+	var v container.StatsResponse
+	resp, err := s.cli.ContainerStatsOneShot(ctx, s.cfg.Container)
+	if err != nil {
+		return v, fmt.Errorf("reading stats of sandbox container %s: %w", s.cfg.Container, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return v, fmt.Errorf("decoding stats of sandbox container %s: %w", s.cfg.Container, err)
+	}
+	return v, nil
+}
+
+// diskUsed runs `du -sxk` on WorkDir inside the container (never on host paths) and
+// returns bytes, or -1 when it cannot tell.
+func (s *Sandbox) diskUsed(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, duTimeout)
+	defer cancel()
+	out, err := s.internalOutput(ctx, []string{"du", "-sxk", WorkDir})
+	if err != nil {
+		s.log.Debug("measuring disk use of the sandbox", zap.Error(err))
+		return -1
+	}
+	f := strings.Fields(out)
+	if len(f) == 0 {
+		return -1
+	}
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return kb << 10
+}
+
+// internalOutput runs a short internal command and returns its stdout (at most 64 KiB).
+// Unlike Exec it never repairs the container: it only looks.
+func (s *Sandbox) internalOutput(ctx context.Context, cmd []string) (string, error) {
+	execID, hj, err := s.tryStartExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
+	})
+	if err != nil {
+		return "", err
+	}
+	stop := context.AfterFunc(ctx, hj.Close)
+	defer stop()
+	out := newBoundedOutput(64 << 10)
+	err = demux(hj.Reader, func(p []byte) { out.Write(p) }, func([]byte) {})
+	hj.Close()
+	if err != nil {
+		return "", fmt.Errorf("reading internal command output: %w", err)
+	}
+	if code, ok := s.exitCode(ctx, execID, false); ok && code != 0 {
+		// du exits 1 when a file vanished during the walk; its total is still good.
+		if out.Total() == 0 {
+			return "", fmt.Errorf("%s exited with %d", cmd[0], code)
+		}
+	}
+	return out.String(), nil
+}
+
+// restartStopTimeout is how long Restart and Recreate let processes end on SIGTERM.
+const restartStopTimeout = 10
+
+// Restart restarts the container: every process in it ends, /sandbox and everything
+// else written to the container's own filesystem (installed packages) stay. A missing
+// container is created, as the next command would.
+func (s *Sandbox) Restart(ctx context.Context) error {
+	defer s.invalidate()
+	timeout := restartStopTimeout
+	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
+	if cerrdefs.IsNotFound(err) {
+		s.invalidate()
+		return s.Ensure(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("restarting sandbox container %s: %w", s.cfg.Container, err)
+	}
+	s.log.Info("restarted sandbox container")
+	return nil
+}
+
+// Recreate removes the container and creates it again from the configured image with
+// the configured limits, keeping the volume: /sandbox survives, while processes,
+// installed packages and anything else outside /sandbox are gone.
+func (s *Sandbox) Recreate(ctx context.Context) error {
+	name := s.cfg.Container
+	timeout := restartStopTimeout
+	err := s.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("stopping sandbox container %s: %w", name, err)
+	}
+	// RemoveVolumes only drops anonymous volumes; the named volume at WorkDir stays.
+	err = s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("removing sandbox container %s: %w", name, err)
+	}
+	s.invalidate()
+	s.mu.Lock()
+	s.warnedImage = false
+	s.mu.Unlock()
+	if err := s.Ensure(ctx); err != nil {
+		return fmt.Errorf("recreating sandbox container %s: %w", name, err)
+	}
+	s.log.Info("recreated sandbox container", zap.String("image", s.cfg.Image), zap.String("volume", s.cfg.Volume))
+	return nil
+}
