@@ -70,7 +70,7 @@ func (h *Handler) jobWaitArg(what string) mcp.ToolOption {
 
 func (h *Handler) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
-		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something or end, then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
+		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
 		mcp.WithTitleAnnotation("Follow a running command"),
 		h.jobIDArg(),
 		h.jobWaitArg("for new output or the end"),

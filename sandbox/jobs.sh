@@ -211,8 +211,10 @@ poll)
 	fi
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
-	# Wait for the end, or for new output and then 0.6 s more to gather it.
-	seen=-1
+	# Wait for the end, or for new output and then a while more to gather it: 0.6 s
+	# after input (a prompt's answer), 5 s otherwise (fewer, fuller polls).
+	seen=-1 settle=25
+	[ "$7" = env ] && settle=3
 	[ -s "$d.exit" ] || alive || W=0
 	for ((i = 0; i < W * 5; i++)); do
 		[ -s "$d.exit" ] && break
@@ -220,7 +222,7 @@ poll)
 			set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 			if ((${1:-0} > oo || ${2:-0} > eo)); then seen=$i; fi
 		fi
-		((seen >= 0 && i - seen >= 3)) && break
+		((seen >= 0 && i - seen >= settle)) && break
 		read -t 0.2 -u 9
 	done
 	if [ -s "$d.exit" ]; then
