@@ -4,7 +4,7 @@
 # outlives the Docker exec that started it, Caddy and the client:
 #   <id>.cmd   a long command       <id>.meta  start time, timeout, flags, runner pid, cwd, command
 #   <id>.out   stdout (whole)       <id>.err   stderr (whole)
-#   <id>.pid   process group (and session) id of the command
+#   <id>.pid   process group id of the command (its pid)
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
 #   <id>.exit  exit status, written last; .timedout, .killed and .held say why or what
@@ -24,8 +24,9 @@ d=$J/$id
 
 tick() { exec 9<>"$J/.tick"; }
 
-# killjob kills the job's process group and every process left in its session, so a
-# command that emptied its environment or moved to another group is found too.
+# killjob kills the job's process group (found by its id, so a command that emptied
+# its environment is found too), twice, around a scan for group members that a
+# fork-heavy command may have started meanwhile.
 killjob() {
 	local pg p line rest
 	read -r pg 2>/dev/null <"$d.pid" || return 0
@@ -35,7 +36,7 @@ killjob() {
 		read -r line 2>/dev/null <"$p/stat" || continue
 		rest=${line##*) }
 		set -- $rest
-		[ "$4" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
+		[ "$3" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	kill -KILL -- "-$pg" 2>/dev/null
 }
@@ -121,19 +122,20 @@ run)
 	fi
 	C=$MCP_SANDBOX_CMD
 	unset MCP_SANDBOX_CMD
-	: >"$d.out"
-	: >"$d.err"
 	tick
 	(
 		trap '' HUP
+		# Job control gives the command a process group of its own (its id is the
+		# command's pid) without exec'ing setsid; job notices go to /dev/null.
+		set -m
 		inp=/dev/null
 		if [ "$I" = 1 ]; then
 			mkfifo "$d.in" && exec 3<>"$d.in" && inp=$d.in
 		fi
 		if [ "$src" = stdin ]; then
-			setsid bash "$d.cmd" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+			bash "$d.cmd" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
 		else
-			setsid bash -c "$C" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+			bash -c "$C" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
 		fi
 		c=$!
 		echo "$c" >"$d.pid"
