@@ -286,7 +286,7 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 		defer close(finished)
 		var outOff, errOff int64
 		// The first sample comes early, so a command that prints at once shows it.
-		t := time.NewTimer(liveInterval / 2)
+		t := time.NewTimer(liveInterval / 4)
 		defer t.Stop()
 		for {
 			select {

@@ -537,13 +537,33 @@ func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buff
 }
 
 // reserveJob counts job id as running, or refuses it when max jobs already run. The
-// count lives in memory; it is loaded from the container the first time and whenever
-// it reaches the limit, so jobs that ended unobserved, or ran before a restart, count
-// right.
+// count lives in memory, so the common path costs nothing; when it reaches the limit it
+// is reloaded from the container, so jobs that ended unobserved, or started before a
+// restart, count right.
 func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
-	if !s.runningSeen || len(s.running) >= max {
+	if s.running == nil {
+		// Jobs started before a restart count too: learn them in the background,
+		// without holding up the first command.
+		s.running = map[string]bool{}
+		go func() {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			jobs, err := s.ListJobs(lctx)
+			if err != nil {
+				return
+			}
+			s.jobsMu.Lock()
+			defer s.jobsMu.Unlock()
+			for _, j := range jobs {
+				if j.State == "running" {
+					s.running[j.ID] = true
+				}
+			}
+		}()
+	}
+	if len(s.running) >= max {
 		jobs, err := s.ListJobs(ctx)
 		if err != nil {
 			return err
@@ -554,7 +574,6 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 				s.running[j.ID] = true
 			}
 		}
-		s.runningSeen = true
 	}
 	if n := len(s.running); n >= max {
 		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)

@@ -225,10 +225,9 @@ type Sandbox struct {
 	ensureGroup singleflight.Group
 	jobs        jobLocks // one delivery of a job's output at a time
 
-	jobsMu      sync.Mutex
-	running     map[string]bool // jobs started and not yet seen ending, for max_jobs
-	runningSeen bool            // running was loaded from the container once
-	lastPrune   time.Time
+	jobsMu    sync.Mutex
+	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
+	lastPrune time.Time
 
 	mu          sync.Mutex
 	readyAt     time.Time // last time Ensure saw the container running with our limits
