@@ -1,6 +1,7 @@
 package mcpsandbox
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -8,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -43,11 +45,16 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		link_ttl         <duration>         # default: 24h
 //		yield_after      <duration>|off     # default: 45s; execute returns a running job after this
 //		max_jobs         <number>           # default: 32 commands running at once
+//		max_upload       <size>             # default: 2GiB; per uploaded file, e.g. 500MB, 2GB
+//		max_link_ttl     <duration>         # default: 7d; longest expires_in of share_file
 //		api_key_bearer   on|off             # default: on
 //		keepalive        <duration>         # default: 5s
 //		allowed_origins  <origin...>
 //		allow_private_client_metadata       # development only
 //		storage          <module> { ... }   # default: Caddy's storage; where OAuth state lives
+//		previews         <domain>           # e.g. preview.example.com or localhost; absent: off
+//		preview_auth     on|off             # default: off (preview URLs are capability URLs)
+//		preview_ttl      <duration>         # default: 24h
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -106,6 +113,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneDuration(d, &h.CleanupInterval)
 		case "link_ttl":
 			err = oneDuration(d, &h.LinkTTL)
+		case "max_upload":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				n, perr := humanize.ParseBytes(s)
+				if perr != nil || n == 0 || n > math.MaxInt64 {
+					return d.Errf("max_upload: %q is not a size like 500MB, 2GB or 2GiB", s)
+				}
+				h.MaxUpload = int64(n)
+			}
+		case "max_link_ttl":
+			err = oneDuration(d, &h.MaxLinkTTL)
 		case "keepalive":
 			err = oneDuration(d, &h.Keepalive)
 		case "yield_after":
@@ -144,6 +162,22 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowedOrigins = append(h.AllowedOrigins, args...)
+		case "previews":
+			err = oneString(d, &h.Previews)
+		case "preview_ttl":
+			err = oneDuration(d, &h.PreviewTTL)
+		case "preview_auth":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				switch s {
+				case "on":
+					h.PreviewAuth = true
+				case "off":
+					h.PreviewAuth = false
+				default:
+					return d.Errf("preview_auth: want on or off, got %q", s)
+				}
+			}
 		case "allow_private_client_metadata":
 			if d.NextArg() {
 				return d.ArgErr()

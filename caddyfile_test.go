@@ -75,6 +75,7 @@ func TestProvisionErrors(t *testing.T) {
 		{"empty env key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key {env.MCP_SANDBOX_TEST_EMPTY}\n\t}\n}", "api_key is empty"},
 		{"short key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key short\n\t}\n}", "shorter than 16 characters"},
 		{"bad memory", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory lots\n\t}\n}", "memory"},
+		{"max_link_ttl below link_ttl", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tlink_ttl 2d\n\t\tmax_link_ttl 1d\n\t}\n}", "max_link_ttl (24h0m0s) must be at least link_ttl (48h0m0s)"},
 		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",

@@ -2,7 +2,6 @@ package mcpsandbox
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -88,13 +87,11 @@ func (h *Handler) provisionConsole() error {
 	h.consoleKeys = append(h.consoleKeys, linksKey)
 	h.linkReg = v.(linkState).reg
 
-	m := hmac.New(sha256.New, []byte(h.APIKey))
-	m.Write([]byte("mcp-sandbox console sessions v1"))
 	// Jobs is left out until background jobs exist: the console then lists none and
 	// the jobs API answers an empty list. A job manager plugs in by implementing
 	// console.Jobs (Jobs, KillJob) and being set here.
 	h.console, err = console.New(console.Options{
-		SessionKey: m.Sum(nil),
+		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
 		Sandbox:    consoleSandbox{h.box},
 		Access:     consoleAccess{h.auth},

@@ -86,6 +86,7 @@ type siteOptions struct {
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
 	catchAll  bool     // site address http://:port (any Host) instead of http://127.0.0.1:port
+	address   string   // site address; default http://127.0.0.1:<port>; %d is the port
 }
 
 // startSite loads a Caddyfile with the plugin on a free loopback port. The container
@@ -122,6 +123,10 @@ func (s *site) caddyfile(opts siteOptions) string {
 	if network == "" {
 		network = "none"
 	}
+	address := fmt.Sprintf("http://%s:%d", siteHost(opts), s.port)
+	if opts.address != "" {
+		address = strings.ReplaceAll(opts.address, "%d", fmt.Sprint(s.port))
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -132,7 +137,7 @@ func (s *site) caddyfile(opts siteOptions) string {
 	}
 }
 
-http://%s:%d {
+%s {
 	bind 127.0.0.1
 	mcp_sandbox {
 		api_key %s
@@ -147,7 +152,7 @@ http://%s:%d {
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, siteHost(opts), s.port, s.key, image, s.container, s.volume, network,
+`, s.storage, s.storage, address, s.key, image, s.container, s.volume, network,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

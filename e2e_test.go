@@ -28,13 +28,15 @@ func TestExecuteThroughCaddy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
+	// The file tools answer with text or image content only, so they have no output schema.
+	textOnly := map[string]bool{"read_file": true, "write_file": true, "edit_file": true}
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
-		if tool.Description == "" || tool.OutputSchema.Type == "" && tool.RawOutputSchema == nil {
+		if tool.Description == "" || !textOnly[tool.Name] && tool.OutputSchema.Type == "" && tool.RawOutputSchema == nil {
 			t.Errorf("tool %s lacks a description or output schema", tool.Name)
 		}
 	}
-	for _, want := range []string{"execute", "share_file", "job_output", "job_input", "job_kill", "job_list"} {
+	for _, want := range []string{"execute", "share_file", "read_file", "write_file", "edit_file", "upload_link", "job_output", "job_input", "job_kill", "job_list"} {
 		if !slices.Contains(names, want) {
 			t.Fatalf("tools = %v, want %s among them", names, want)
 		}
@@ -84,7 +86,25 @@ func TestExecuteBadArguments(t *testing.T) {
 		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `does not take the argument "ttl"`},
 		{"share_file", map[string]any{"path": "relative.txt"}, "absolute path"},
 		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
-		{"share_file", map[string]any{"path": "/sandbox"}, "is a directory"},
+		{"share_file", map[string]any{"path": "/sandbox/./none-such"}, "/sandbox/none-such does not exist"},
+		{"share_file", map[string]any{"path": "/sandbox/a", "expires_in": "7d"}, `"expires_in" must be`},
+		{"share_file", map[string]any{"path": "/sandbox/a", "expires_in": 1e9}, "max_link_ttl"},
+		{"read_file", map[string]any{}, `needs "path"`},
+		{"read_file", map[string]any{"path": "notes.txt"}, "absolute path"},
+		{"read_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
+		{"read_file", map[string]any{"path": "/sandbox"}, "is a directory"},
+		{"read_file", map[string]any{"path": "/etc/passwd", "offset": 0}, `"offset" must be`},
+		{"read_file", map[string]any{"path": "/etc/passwd", "limit": 1e6}, `"limit" must be`},
+		{"read_file", map[string]any{"path": "/etc/passwd", "lines": 5}, `does not take the argument "lines"`},
+		{"write_file", map[string]any{"path": "/sandbox/x.txt"}, `needs "content"`},
+		{"write_file", map[string]any{"path": "/sandbox/x.txt", "content": 5}, `"content" must be a string`},
+		{"write_file", map[string]any{"path": "x.txt", "content": "a"}, "absolute path"},
+		{"write_file", map[string]any{"path": "/sandbox", "content": "a"}, "is a directory"},
+		{"edit_file", map[string]any{"path": "/sandbox/none-such", "old_text": "a", "new_text": "b"}, "does not exist"},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "", "new_text": "b"}, `needs "old_text"`},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root"}, `needs "new_text"`},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root", "new_text": "root"}, "the same"},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "no such text", "new_text": "x"}, "not found"},
 	} {
 		req := mcp.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = tc.tool, tc.args
@@ -99,6 +119,10 @@ func TestExecuteBadArguments(t *testing.T) {
 		if !res.IsError || !strings.Contains(resultText(res), tc.want) {
 			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, res.IsError, resultText(res), tc.want)
 		}
+	}
+	// A directory is shared as a zip now, not refused.
+	if st := structured(t, call(ctx, t, c, "share_file", map[string]any{"path": "/sandbox"})); st["name"] != "sandbox.zip" || st["directory"] != true {
+		t.Errorf("share_file /sandbox = %v, want a zip link", st)
 	}
 	// The sandbox still works after all that, and numbers sent as strings are accepted.
 	if got := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo fine", "timeout": "5"}))["stdout"]; got != "fine\n" {

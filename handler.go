@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -18,16 +20,18 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // Defaults of the settings that are not the sandbox's own.
 const (
-	defaultLinkTTL   = 24 * time.Hour
-	defaultKeepalive = 5 * time.Second
-	defaultYield     = 45 * time.Second
-	mcpPath          = "/mcp"
-	filesPrefix      = "/files/"
+	defaultLinkTTL    = 24 * time.Hour
+	defaultMaxLinkTTL = 7 * 24 * time.Hour
+	defaultKeepalive  = 5 * time.Second
+	defaultYield      = 45 * time.Second
+	mcpPath           = "/mcp"
+	filesPrefix       = "/files/"
 )
 
 // Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
@@ -70,6 +74,11 @@ type Handler struct {
 	CleanupInterval caddy.Duration `json:"cleanup_interval,omitempty"`
 	// LinkTTL is how long a share_file link stays valid. Default: 24h.
 	LinkTTL caddy.Duration `json:"link_ttl,omitempty"`
+	// MaxUpload is the largest file, in bytes, an upload link accepts. Default: 2 GiB.
+	MaxUpload int64 `json:"max_upload,omitempty"`
+	// MaxLinkTTL is the longest lifetime share_file may ask for with expires_in.
+	// Default: 7d (or link_ttl, when that is longer).
+	MaxLinkTTL caddy.Duration `json:"max_link_ttl,omitempty"`
 
 	// YieldAfter is how long execute waits for a command before returning it as a
 	// running job, and the upper bound of its wait argument and of job_output's; 0
@@ -95,6 +104,16 @@ type Handler struct {
 	// it share their sign-ins.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
+	// Previews is the domain under which exposed ports are served, each at
+	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
+	// Empty: previews are off.
+	Previews string `json:"previews,omitempty"`
+	// PreviewAuth makes the person sign in with the API key once per browser and
+	// preview before seeing it. Default: off (preview URLs are capability URLs).
+	PreviewAuth bool `json:"preview_auth,omitempty"`
+	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
+	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
+
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
 
@@ -109,12 +128,20 @@ type Handler struct {
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
-	facts   *factsCache // shared with every config that uses this sandbox
+
+	uploadLinks *uploadSigner
+	facts       *factsCache // shared with every config that uses this sandbox
 
 	console     *console.Console
 	audit       *console.AuditLog
 	linkReg     *console.LinkRegistry
 	consoleKeys []string
+
+	downloads linkLimiter // downloads running per link
+	sniffed   sync.Map    // path and ETag -> sniffResult
+	sniffedN  atomic.Int64
+
+	previews *preview.Server // nil when previews are off
 }
 
 // CaddyModule returns the Caddy module information.
@@ -179,6 +206,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.LinkTTL == 0 {
 		h.LinkTTL = caddy.Duration(defaultLinkTTL)
 	}
+	if h.MaxLinkTTL == 0 {
+		h.MaxLinkTTL = max(caddy.Duration(defaultMaxLinkTTL), h.LinkTTL)
+	}
 	if h.Keepalive == 0 {
 		h.Keepalive = caddy.Duration(defaultKeepalive)
 	}
@@ -239,8 +269,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addPruner(h.auth)
 	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
+	if h.MaxUpload == 0 {
+		h.MaxUpload = defaultMaxUpload
+	}
+	if h.MaxUpload < 0 {
+		return errors.New("max_upload must be positive")
+	}
+	h.uploadLinks = newUploadSigner(h.APIKey)
 	if err := h.provisionConsole(); err != nil {
 		return err
+	}
+	if h.Previews != "" {
+		if err := h.provisionPreviews(ctx); err != nil {
+			return err
+		}
 	}
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
@@ -263,6 +305,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.LinkTTL < 0 {
 		errs = append(errs, errors.New("link_ttl must be positive"))
+	}
+	if h.MaxLinkTTL != 0 && h.MaxLinkTTL < h.LinkTTL {
+		errs = append(errs, fmt.Errorf("max_link_ttl (%s) must be at least link_ttl (%s)", time.Duration(h.MaxLinkTTL), time.Duration(h.LinkTTL)))
 	}
 	if h.Keepalive != 0 && h.Keepalive < caddy.Duration(time.Second) {
 		errs = append(errs, errors.New("keepalive must be at least 1s"))
@@ -295,6 +340,9 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	if h.previews != nil {
+		_ = h.previews.Cleanup()
+	}
 	if h.mcp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h.mcp.CloseSessions(ctx)
@@ -305,6 +353,10 @@ func (h *Handler) Cleanup() error {
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// A preview host is a separate origin: nothing else of the site answers there.
+	if h.previews != nil && h.previews.Match(r.Host) {
+		return h.previews.ServeHTTP(w, r)
+	}
 	switch p := r.URL.Path; {
 	case p == mcpPath:
 		h.serveMCP(w, r)
@@ -314,6 +366,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	case console.Handles(r):
 		h.console.ServeHTTP(w, r)
+		return nil
+	case strings.HasPrefix(p, uploadsPrefix):
+		h.serveUpload(w, r)
 		return nil
 	case h.auth.Handles(r):
 		h.auth.ServeHTTP(w, r)

@@ -13,10 +13,12 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -32,9 +34,7 @@ type linkSigner struct {
 }
 
 func newLinkSigner(apiKey string, ttl time.Duration) *linkSigner {
-	m := hmac.New(sha256.New, []byte(apiKey))
-	m.Write([]byte("mcp-sandbox download links v1"))
-	return &linkSigner{key: m.Sum(nil), ttl: ttl}
+	return &linkSigner{key: oauth.DeriveKey(apiKey, "download links v1"), ttl: ttl}
 }
 
 func (l *linkSigner) mac(expiry int64, p string) string {
@@ -43,9 +43,17 @@ func (l *linkSigner) mac(expiry int64, p string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// sign returns the link path (to be put after the origin) and its expiry.
+// sign returns the link path (to be put after the origin) and its expiry, for the
+// default lifetime.
 func (l *linkSigner) sign(p string, now time.Time) (string, time.Time) {
-	exp := now.Add(l.ttl).Truncate(time.Second)
+	return l.signFor(p, now, l.ttl)
+}
+
+// signFor signs a link that lives for ttl. p must be clean (see cleanPath): browsers and
+// curl remove dot segments before they ask, so a link to /sandbox/./a.txt could never
+// be fetched.
+func (l *linkSigner) signFor(p string, now time.Time, ttl time.Duration) (string, time.Time) {
+	exp := now.Add(ttl).Truncate(time.Second)
 	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	for i, s := range segs {
 		segs[i] = escapeSegment(s)
@@ -96,8 +104,43 @@ func (l *linkSigner) verify(urlPath string, now time.Time) (string, time.Time, e
 	return p, expiry, nil
 }
 
+// cleanPath makes an absolute container path canonical, the way clients will ask for it.
+func cleanPath(p string) string { return path.Clean("/" + p) }
+
+// maxDownloadsPerLink bounds the downloads of one link that run at once: a link posted
+// somewhere public must not tie up the sandbox, while a browser's parallel range
+// requests for a video still fit.
+const maxDownloadsPerLink = 4
+
+// linkLimiter counts the downloads running per link.
+type linkLimiter struct {
+	mu      sync.Mutex
+	running map[string]int
+}
+
+// acquire takes a slot for the link key; ok is false when all are taken.
+func (l *linkLimiter) acquire(key string) (release func(), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running == nil {
+		l.running = map[string]int{}
+	}
+	if l.running[key] >= maxDownloadsPerLink {
+		return nil, false
+	}
+	l.running[key]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.running[key]--; l.running[key] <= 0 {
+			delete(l.running, key)
+		}
+	}, true
+}
+
 // serveFile answers a download link: it checks the signature and expiry, then streams
-// the file out of the container in bounded memory, with Range and HEAD support.
+// the file out of the container in bounded memory, with Range and HEAD support. A
+// directory is served as a zip made on the fly.
 func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Referrer-Policy", "no-referrer")
@@ -124,7 +167,21 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	release, ok := h.downloads.acquire(r.URL.Path)
+	if !ok {
+		metricDownloads.WithLabelValues("busy").Inc()
+		hd.Set("Retry-After", "2")
+		linkPage(w, http.StatusTooManyRequests, "Too many downloads at once",
+			fmt.Sprintf("This link is being downloaded %d times at the moment, the most it allows. Try again when one has finished.", maxDownloadsPerLink))
+		return
+	}
+	defer release()
+
 	info, err := h.box.Stat(r.Context(), p)
+	if errors.Is(err, sandbox.ErrIsDir) {
+		h.serveZip(w, r, p)
+		return
+	}
 	if err != nil {
 		h.fileError(w, r, p, err)
 		return
@@ -134,14 +191,16 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
 	hd.Set("Accept-Ranges", "bytes")
 	hd.Set("Cache-Control", "private, max-age=0, must-revalidate")
-	// A shared HTML or SVG file must not run script on this origin.
-	hd.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-	ctype := mime.TypeByExtension(path.Ext(info.Name))
-	if ctype == "" {
-		ctype = "application/octet-stream"
+	ctype, inline := h.contentType(r, p, info, etag)
+	disposition := "attachment"
+	if inline {
+		disposition = "inline"
 	}
 	hd.Set("Content-Type", ctype)
-	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": info.Name}))
+	hd.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": info.Name}))
+	// Nothing served here may run script on this origin: a shared HTML or SVG file is
+	// an attachment, and even so the document is sandboxed.
+	hd.Set("Content-Security-Policy", downloadCSP())
 
 	start, length, status := int64(0), info.Size, http.StatusOK
 	if rg := r.Header.Get("Range"); rg != "" && ifRangeMatches(r, etag, info.ModTime) {
@@ -163,7 +222,7 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f, err := h.box.Open(r.Context(), p, start)
+	f, err := h.box.OpenRange(r.Context(), p, start, length)
 	if err != nil {
 		hd.Del("Content-Length")
 		hd.Del("Content-Range")
@@ -172,7 +231,13 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	w.WriteHeader(status)
-	n, err := io.CopyN(w, f, length)
+	// Large buffers: every read crosses Docker's exec stream and every write a syscall.
+	buf := copyBuffers.Get().(*[]byte)
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *buf)
+	copyBuffers.Put(buf)
+	if err == nil && n < length {
+		err = io.ErrUnexpectedEOF // the file shrank since the stat
+	}
 	metricDownloadBytes.Add(float64(n))
 	if err != nil {
 		metricDownloads.WithLabelValues("interrupted").Inc()
@@ -184,7 +249,11 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) fileError(w http.ResponseWriter, r *http.Request, p string, err error) {
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrIsDir), errors.Is(err, sandbox.ErrNotRegular):
+	case errors.Is(err, sandbox.ErrNotRegular):
+		metricDownloads.WithLabelValues("not_found").Inc()
+		linkPage(w, http.StatusNotFound, "Not a regular file",
+			"The link is valid, but "+p+" is not a regular file any more (it is a special file, or a symbolic link that leads nowhere). Ask for the file to be shared again.")
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrIsDir):
 		metricDownloads.WithLabelValues("not_found").Inc()
 		linkPage(w, http.StatusNotFound, "The file is gone",
 			"The link is valid, but "+p+" is no longer a file in the sandbox (idle files are cleaned up). Ask for it to be made and shared again.")
@@ -261,4 +330,135 @@ func linkPage(w http.ResponseWriter, status int, title, text string) {
 <style>body{font:16px/1.5 system-ui,sans-serif;max-width:36rem;margin:4rem auto;padding:0 1rem;color:#1f2328}h1{font-size:1.4rem}p{color:#57606a}</style></head>
 <body><h1>%[1]s</h1><p>%[2]s</p></body></html>
 `, html.EscapeString(title), html.EscapeString(text))
+}
+
+// serveZip streams the directory p as a zip archive made while it is sent. Its size is
+// not known beforehand, so there are no ranges.
+func (h *Handler) serveZip(w http.ResponseWriter, r *http.Request, p string) {
+	hd := w.Header()
+	hd.Set("Content-Type", "application/zip")
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": sandbox.ZipName(p)}))
+	hd.Set("Content-Security-Policy", downloadCSP())
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Accept-Ranges", "none")
+	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	cw := &byteCounter{w: w}
+	err := h.box.WriteZip(r.Context(), p, cw)
+	metricDownloadBytes.Add(float64(cw.n))
+	switch {
+	case err == nil:
+		metricDownloads.WithLabelValues("ok").Inc()
+	case cw.n == 0:
+		h.fileError(w, r, p, err)
+	default:
+		// Headers are gone; the archive ends without its directory, which every unzip
+		// refuses, so a broken download cannot pass for a whole one.
+		metricDownloads.WithLabelValues("interrupted").Inc()
+		h.logger.Debug("zip download interrupted", zap.String("path", p), zap.Int64("sent", cw.n), zap.Error(err))
+	}
+}
+
+// byteCounter counts what went through it.
+type byteCounter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *byteCounter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// inlineSniffBytes is how much of a file is read to confirm its type.
+const inlineSniffBytes = 512
+
+// contentType decides how a file is served: the type to send and whether the browser
+// may show it (inline) rather than save it. Only images, PDFs, audio and video open
+// inline, and only when the first bytes agree with the name; the sniffed types are
+// cached per file version, so seeking in a video does not read the start again.
+func (h *Handler) contentType(r *http.Request, p string, info sandbox.FileInfo, etag string) (string, bool) {
+	if _, ok := inlineFamily(extType(info.Name)); !ok {
+		return attachmentType(info.Name), false
+	}
+	key := p + "\x00" + etag
+	if v, ok := h.sniffed.Load(key); ok {
+		c := v.(sniffResult)
+		return c.ctype, c.inline
+	}
+	var head []byte
+	if f, err := h.box.OpenRange(r.Context(), p, 0, inlineSniffBytes); err == nil {
+		head, _ = io.ReadAll(io.LimitReader(f, inlineSniffBytes))
+		f.Close()
+	}
+	ctype, inline := servedType(info.Name, head)
+	if h.sniffedN.Add(1) > 4096 { // a bound, not an eviction policy
+		h.sniffed.Clear()
+		h.sniffedN.Store(0)
+	}
+	h.sniffed.Store(key, sniffResult{ctype, inline})
+	return ctype, inline
+}
+
+type sniffResult struct {
+	ctype  string
+	inline bool
+}
+
+// servedType is the policy of contentType, given the file's name and first bytes.
+func servedType(name string, head []byte) (ctype string, inline bool) {
+	fam, ok := inlineFamily(extType(name))
+	if !ok || len(head) == 0 {
+		return attachmentType(name), false
+	}
+	sniffed, _, _ := strings.Cut(http.DetectContentType(head), ";")
+	if got, ok := inlineFamily(sniffed); !ok || got != fam {
+		return attachmentType(name), false
+	}
+	if fam == "image" || fam == "pdf" {
+		return sniffed, true // the bytes say exactly what they are
+	}
+	return extType(name), true // audio and video: the name is more precise
+}
+
+// inlineFamily says whether a type may open inline, and as what.
+func inlineFamily(ctype string) (string, bool) {
+	switch ctype {
+	case "image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/avif", "image/x-icon", "image/vnd.microsoft.icon":
+		return "image", true
+	case "application/pdf":
+		return "pdf", true
+	case "application/ogg":
+		return "media", true
+	}
+	if strings.HasPrefix(ctype, "audio/") || strings.HasPrefix(ctype, "video/") {
+		return "media", true
+	}
+	return "", false
+}
+
+// extType is the type the file's extension names, without parameters.
+func extType(name string) string {
+	t, _, _ := strings.Cut(mime.TypeByExtension(path.Ext(name)), ";")
+	return strings.TrimSpace(strings.ToLower(t))
+}
+
+// attachmentType is the type sent with a file that is saved, not shown.
+func attachmentType(name string) string {
+	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
+		return t
+	}
+	return "application/octet-stream"
+}
+
+// downloadCSP is the Content-Security-Policy of every download: nothing may load but
+// the file itself, and the document is sandboxed (a unique origin, no script), which
+// still lets Chromium show images, media and PDFs.
+func downloadCSP() string {
+	return "default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'; sandbox"
 }

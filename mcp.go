@@ -25,7 +25,7 @@ const maxRequestBody = 4 << 20
 // Version is reported to MCP clients in serverInfo.
 var Version = "0.1.0"
 
-const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link.`
+const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
 
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
@@ -49,6 +49,14 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	addTool(s, h.jobInputTool(), h.jobInput)
 	addTool(s, h.jobKillTool(), h.jobKill)
 	addTool(s, h.jobListTool(), h.jobList)
+	addTool(s, h.uploadLinkTool(), h.uploadLink)
+	addTool(s, h.readFileTool(), h.readFile)
+	addTool(s, h.writeFileTool(), h.writeFile)
+	addTool(s, h.editFileTool(), h.editFile)
+	if h.previews != nil {
+		addTool(s, h.exposePortTool(), h.exposePort)
+		addTool(s, h.unexposePortTool(), h.unexposePort)
+	}
 	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
 }
 

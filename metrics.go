@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
 
 // Metrics live for the whole process, so counts survive config reloads; each config's
@@ -29,15 +31,39 @@ var (
 	})
 	metricDownloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "downloads_total",
-		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, error).",
+		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, busy, error).",
 	}, []string{"result"})
 	metricDownloadBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "download_bytes_total",
 		Help: "Bytes sent through download links.",
 	})
+	metricUploadLinks = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_links_total",
+		Help: "Upload links made by upload_link.",
+	})
+	metricUploads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "uploads_total",
+		Help: "Requests to upload links that send a file or fail the link check, by result (ok, renamed, too_large, aborted, bad_name, not_dir, expired, invalid, revoked, error).",
+	}, []string{"result"})
+	metricUploadBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_bytes_total",
+		Help: "Bytes of files saved through upload links.",
+	})
 	metricCleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
 		Help: "Idle top-level entries of /sandbox deleted by the cleanup.",
+	})
+	metricPreviewsLive = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "previews_live",
+		Help: "Ports exposed by expose_port that are live now.",
+	}, func() float64 { return float64(preview.Shared().Live()) })
+	metricPreviewRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_requests_total",
+		Help: "Requests to preview hosts, by result (ok, not_found, no_listener, unauthorized, error).",
+	}, []string{"result"})
+	metricPreviewBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
+		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
 	})
 )
 
@@ -46,7 +72,9 @@ func registerMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
-		metricDownloads, metricDownloadBytes, metricCleanupDeleted} {
+		metricDownloads, metricDownloadBytes, metricCleanupDeleted,
+		metricUploadLinks, metricUploads, metricUploadBytes,
+		metricPreviewsLive, metricPreviewRequests, metricPreviewBytes} {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("registering metrics: %w", err)

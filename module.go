@@ -6,7 +6,9 @@
 // It registers two modules: the app `mcp_sandbox`, which owns the Docker clients and the
 // sandboxes (shared across config reloads), and the HTTP handler
 // `http.handlers.mcp_sandbox`, which serves `/mcp`, the OAuth endpoints and `/files/...`
-// and passes every other request on.
+// and passes every other request on. With `previews` set, the handler also serves the
+// hosts of ports exposed by the model (package preview), and the module
+// `tls.permission.mcp_sandbox` approves on-demand certificates for exactly those hosts.
 package mcpsandbox
 
 import (

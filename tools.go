@@ -43,6 +43,7 @@ type shareOutput struct {
 	Name      string    `json:"name"`
 	Size      int64     `json:"size"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Directory bool      `json:"directory,omitempty"`
 }
 
 const executeOutputSchema = `{
@@ -71,10 +72,11 @@ const shareOutputSchema = `{
   "type": "object",
   "properties": {
     "url": {"type": "string", "description": "Public download link; anyone with it can download the file until it expires."},
-    "path": {"type": "string"},
-    "name": {"type": "string"},
-    "size": {"type": "integer", "description": "Size in bytes when the link was made."},
-    "expires_at": {"type": "string", "format": "date-time"}
+    "path": {"type": "string", "description": "The path shared, cleaned (no . or .. segments)."},
+    "name": {"type": "string", "description": "The download's file name; <directory>.zip for a directory."},
+    "size": {"type": "integer", "description": "Size in bytes when the link was made; 0 for a directory, whose zip is made when downloaded."},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "directory": {"type": "boolean", "description": "True when the link serves a directory as a zip archive."}
   },
   "required": ["url", "path", "name", "size", "expires_at"]
 }`
@@ -140,12 +142,19 @@ func (h *Handler) yield() time.Duration {
 
 func (h *Handler) shareFileTool() mcp.Tool {
 	return mcp.NewTool("share_file",
-		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file in the sandbox, to give to the user. The link works without signing in, serves the file with its name and type, supports resuming and streaming, and expires after %s. It serves the file as it is when downloaded, not a copy: keep the file in place until the user has it.`, humanDuration(time.Duration(h.LinkTTL)))),
+		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. The link works without signing in and expires after %s by default (expires_in sets another lifetime, up to %s). Images, PDFs, audio and video open in the browser; other files download with their name. A directory downloads as <name>.zip, made when downloaded. The link serves the file as it is when downloaded, not a copy: keep it in place until the user has it.`,
+			humanDuration(time.Duration(h.LinkTTL)), humanDuration(time.Duration(h.MaxLinkTTL)))),
 		mcp.WithTitleAnnotation("Share a sandbox file as a download link"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of a regular file in the sandbox, e.g. /sandbox/report.pdf.")),
+			mcp.Description("Absolute path of a file or directory in the sandbox, e.g. /sandbox/report.pdf.")),
+		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(h.MaxLinkTTL).Seconds()),
+			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
+				int64(time.Duration(h.LinkTTL).Seconds()), humanDuration(time.Duration(h.LinkTTL)),
+				int64(time.Duration(h.MaxLinkTTL).Seconds()), humanDuration(time.Duration(h.MaxLinkTTL))))),
 		mcp.WithRawOutputSchema([]byte(shareOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(false),
 	)
 }
@@ -355,7 +364,7 @@ func (h *Handler) execErrorText(err error) string {
 	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."
 }
 
-// shareFile makes a signed link for a file in the container.
+// shareFile makes a signed link for a file or directory in the container.
 func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
 	path, bad := a.str("path")
 	if bad != nil {
@@ -364,14 +373,28 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 	if !strings.HasPrefix(path, "/") {
 		return mcp.NewToolResultError(fmt.Sprintf(`share_file needs "path": an absolute path such as /sandbox/report.pdf, got %q`, path)), nil
 	}
+	ttl := time.Duration(h.LinkTTL)
+	maxTTL := time.Duration(h.MaxLinkTTL)
+	secs, ok, bad := a.integer("expires_in", fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", humanDuration(maxTTL)), 1, int64(maxTTL.Seconds()))
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if ok {
+		ttl = time.Duration(secs) * time.Second
+	}
+	path = cleanPath(path)
 	info, err := h.box.Stat(ctx, path)
-	if err != nil {
+	dir := errors.Is(err, sandbox.ErrIsDir)
+	if err != nil && !dir {
 		if errors.Is(err, sandbox.ErrImageMissing) {
 			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
 		}
+		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNotRegular) {
+			h.logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
+		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
-	link, expires := h.links.sign(path, time.Now())
+	link, expires := h.links.signFor(path, time.Now(), ttl)
 	h.recordLink(ctx, link, path, expires)
 	out := shareOutput{
 		URL:       callFrom(ctx).origin + link,
@@ -380,9 +403,14 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 		Size:      info.Size,
 		ExpiresAt: expires.UTC(),
 	}
+	what := humanSize(out.Size)
+	if dir {
+		out.Name, out.Size, out.Directory = sandbox.ZipName(path), 0, true
+		what = "a zip of the directory, made when downloaded"
+	}
 	metricShares.Inc()
 	return mcp.NewToolResultStructured(out, fmt.Sprintf("Download link for %s (%s), valid until %s:\n%s",
-		out.Name, humanSize(out.Size), out.ExpiresAt.Format(time.RFC3339), out.URL)), nil
+		out.Name, what, out.ExpiresAt.Format(time.RFC3339), out.URL)), nil
 }
 
 func statErrorText(path string, err error) string {
@@ -392,9 +420,9 @@ func statErrorText(path string, err error) string {
 	case errors.Is(err, sandbox.ErrIsDir):
 		return fmt.Sprintf("%s is a directory; pack it first, e.g. tar czf /sandbox/out.tgz -C %s . and share the archive", path, path)
 	case errors.Is(err, sandbox.ErrNotRegular):
-		return fmt.Sprintf("%s is not a regular file", path)
+		return fmt.Sprintf("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l", path)
 	}
-	return fmt.Sprintf("could not read %s: %v", path, err)
+	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)
 }
 
 func clip(s string, n int) string {

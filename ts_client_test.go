@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,8 +46,10 @@ func runTSClient(t *testing.T, s *site, mode string) tsResult {
 
 func checkTSResult(t *testing.T, res tsResult) {
 	t.Helper()
-	if got := strings.Join(res.Tools, ","); !strings.Contains(got, "execute") || !strings.Contains(got, "share_file") || !strings.Contains(got, "job_output") {
-		t.Errorf("tools = %v", res.Tools)
+	for _, want := range []string{"execute", "share_file", "read_file", "write_file", "edit_file", "upload_link", "job_output"} {
+		if !slices.Contains(res.Tools, want) {
+			t.Errorf("tools = %v, want %s among them", res.Tools, want)
+		}
 	}
 	if res.Execute["stdout"] != "step-1\nstep-2\nstep-3\n" || res.Execute["stderr"] != "bad\n" || res.Execute["exit_code"] != float64(4) {
 		t.Errorf("execute = %v", res.Execute)

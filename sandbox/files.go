@@ -1,12 +1,14 @@
 package sandbox
 
 import (
-	"archive/tar"
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -41,10 +43,24 @@ func (s *Sandbox) Stat(ctx context.Context, p string) (FileInfo, error) {
 }
 
 // Open streams the regular file at the absolute path p, starting offset bytes into it
-// (0 for the whole file). Memory use does not depend on the file's size. ctx governs the
-// whole read, not only the call. Errors are those of [Sandbox.Stat], plus an error for an
-// offset beyond the end of the file.
+// (0 for the whole file). It is [Sandbox.OpenRange] to the end of the file.
 func (s *Sandbox) Open(ctx context.Context, p string, offset int64) (*File, error) {
+	return s.OpenRange(ctx, p, offset, -1)
+}
+
+// rangeBlock is the block size of ranged reads: dd seeks to a multiple of it and the
+// few bytes before the offset are skipped here.
+const rangeBlock = 64 << 10
+
+// OpenRange streams length bytes (-1: to the end) of the regular file at the absolute
+// path p, starting offset bytes into it. Memory use does not depend on the file's size,
+// and a read at an offset starts there. Reads run dd in the container rather than use
+// Docker's archive API, which cannot seek and, worse, holds the container's lock while
+// its stream is open: one slow download would stall every stat and copy behind it. ctx governs the whole
+// read, not only the call. Errors are those of [Sandbox.Stat], plus an error for an
+// offset beyond the end of the file. Reading fewer than length bytes means the file
+// shrank meanwhile.
+func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64) (*File, error) {
 	if offset < 0 {
 		return nil, fmt.Errorf("opening %s: negative offset %d", p, offset)
 	}
@@ -55,35 +71,71 @@ func (s *Sandbox) Open(ctx context.Context, p string, offset int64) (*File, erro
 	if offset > fi.Size {
 		return nil, fmt.Errorf("opening %s: offset %d is beyond the end of the file (%d bytes)", fi.Path, offset, fi.Size)
 	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, s.cfg.Container, target)
-	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotFound)
+	return s.openAt(ctx, fi, target, offset, length)
+}
+
+// openAt reads from offset with dd, which seeks (GNU coreutils and busybox alike; only
+// POSIX operands are used): it starts at the block holding offset, and the bytes before
+// offset in that block are discarded here. A reader started ahead of need serves the
+// request when there is one; a fresh dd otherwise, or when that reader failed.
+func (s *Sandbox) openAt(ctx context.Context, fi FileInfo, target string, offset, length int64) (*File, error) {
+	skip := offset % rangeBlock
+	count := int64(-1)
+	if length >= 0 {
+		count = (skip + length + rangeBlock - 1) / rangeBlock
+	}
+	if e := s.takeWarm(); e != nil {
+		if err := e.request(target, offset/rangeBlock, count); err == nil {
+			e.bind(ctx)
+			if f, err := s.readFrom(ctx, e, fi, offset, length); err == nil {
+				return f, nil
+			}
 		}
-		return nil, fmt.Errorf("copying %s out of the sandbox: %w", fi.Path, err)
+		e.Close()
 	}
-	tr := tar.NewReader(rc)
-	hdr, err := tr.Next()
+	argv := []string{"dd", "if=" + target, fmt.Sprintf("bs=%d", rangeBlock), fmt.Sprintf("skip=%d", offset/rangeBlock)}
+	if count >= 0 {
+		argv = append(argv, fmt.Sprintf("count=%d", count))
+	}
+	e, err := s.startStream(ctx, "/", argv, nil)
 	if err != nil {
-		rc.Close()
-		return nil, fmt.Errorf("reading archive of %s: %w", fi.Path, err)
+		return nil, fmt.Errorf("reading %s in the sandbox: %w", fi.Path, err)
 	}
-	if hdr.Typeflag != tar.TypeReg {
-		// The file changed between the stat and the copy.
-		rc.Close()
-		return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotRegular)
+	return s.readFrom(ctx, e, fi, offset, length)
+}
+
+// readFrom skips to offset in the block dd started at and checks that bytes come.
+func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offset, length int64) (*File, error) {
+	br := bufio.NewReaderSize(e, 64<<10)
+	_, err := br.Discard(int(offset % rangeBlock))
+	want := length != 0 && offset < fi.Size
+	if err == nil && want {
+		_, err = br.Peek(1)
 	}
-	fi.Size, fi.ModTime = hdr.Size, hdr.ModTime
-	if offset > fi.Size {
-		rc.Close()
-		return nil, fmt.Errorf("opening %s: offset %d is beyond the end of the file (%d bytes)", fi.Path, offset, fi.Size)
+	if err != nil && want {
+		// Nothing came: dd could not read the file. Say why in the sandbox's terms.
+		code, stderr, _ := e.wait(ctx)
+		e.Close()
+		switch {
+		case strings.Contains(stderr, "No such file"):
+			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotFound)
+		case strings.Contains(stderr, "Is a directory"):
+			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrIsDir)
+		}
+		return nil, fmt.Errorf("reading %s at offset %d in the sandbox (dd exit %d: %s): %w", fi.Path, offset, code, clip(stderr, 200), err)
 	}
-	// Docker has no ranged copy; skipping through the stream keeps memory flat.
-	if _, err := io.CopyN(io.Discard, tr, offset); err != nil {
-		rc.Close()
-		return nil, fmt.Errorf("skipping to offset %d of %s: %w", offset, fi.Path, err)
+	var r io.Reader = br
+	if length >= 0 {
+		r = io.LimitReader(br, length)
 	}
-	return &File{ReadCloser: tarFile{Reader: tr, Closer: rc}, FileInfo: fi}, nil
+	return &File{ReadCloser: tarFile{Reader: r, Closer: e}, FileInfo: fi}, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // tarFile reads one file's bytes from an archive and closes the archive stream.
@@ -112,8 +164,14 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (FileInfo, string, 
 		st, target, err = s.statFollow(ctx, p)
 	}
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
+		switch {
+		case cerrdefs.IsNotFound(err):
 			return FileInfo{}, "", fmt.Errorf("stat %s: %w", p, ErrNotFound)
+		case errors.Is(err, errLinkLoop) || pathRefused(err):
+			// The engine answered, so the trouble is the path (a symbolic link loop, a
+			// component that is not a directory). Its error text names the engine's
+			// API URL and socket, which is nobody's business: say what the path is.
+			return FileInfo{Path: p, Name: path.Base(p)}, "", fmt.Errorf("%s: %w (it does not lead to a file: a symbolic link loop or a broken path)", p, ErrNotRegular)
 		}
 		return FileInfo{}, "", fmt.Errorf("stat %s in the sandbox: %w", p, err)
 	}
@@ -143,7 +201,17 @@ func (s *Sandbox) statFollow(ctx context.Context, p string) (container.PathStat,
 		}
 		p = next
 	}
-	return container.PathStat{}, p, fmt.Errorf("following links from %s: too many levels of symbolic links", p)
+	return container.PathStat{}, p, errLinkLoop
+}
+
+// errLinkLoop is a chain of symbolic links longer than maxSymlinks.
+var errLinkLoop = errors.New("too many levels of symbolic links")
+
+// pathRefused reports whether the engine answered a stat with an error about the path
+// itself (it says 500 for a symbolic link loop inside the path), as opposed to not
+// answering at all.
+func pathRefused(err error) bool {
+	return cerrdefs.IsInternal(err) || cerrdefs.IsInvalidArgument(err) || cerrdefs.IsUnknown(err)
 }
 
 // containerMissing reports whether the sandbox container does not exist.

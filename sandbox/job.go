@@ -351,13 +351,6 @@ func plural(n int64, word string) string {
 	return fmt.Sprintf("%d %ss", n, word)
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
 func secondsArg(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
 }

@@ -233,6 +233,8 @@ type Sandbox struct {
 	readyAt     time.Time // last time Ensure saw the container running with our limits
 	warnedImage bool      // the image mismatch is logged once, not on every Ensure
 	warnedCPUs  bool
+
+	warm warmReads // a ranged file reader started ahead of need
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call

@@ -1,0 +1,81 @@
+package mcpsandbox
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestPreviewInBrowser opens a preview in headless Chromium through a real Caddy
+// (Chromium resolves *.localhost to loopback itself): the page served inside the
+// container (network none) loads its stylesheet, script and image, holds a WebSocket
+// whose echo round trips work, and receives Server-Sent Events. The screenshot is kept
+// in testdata/artifacts/preview.png.
+func TestPreviewInBrowser(t *testing.T) {
+	const chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("chromium is required for this test (make test installs it): %v", err)
+	}
+	p := startPreviewSite(t)
+	p.startServer(t, 8000)
+	u := p.expose(t, 8000)["url"].(string)
+	p.waitFor(t, u, http.StatusOK)
+
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(900, 600),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+	)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
+	if err != nil {
+		t.Fatalf("opening %s: %v", u, err)
+	}
+	if resp.Status != 200 {
+		t.Fatalf("%s answered %d", u, resp.Status)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('status').textContent === 'all good'`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		state := map[string]string{}
+		for _, id := range []string{"css", "js", "img", "ws", "sse", "status"} {
+			state[id], _ = chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		}
+		t.Fatalf("the page did not come up fully: %v %v", err, state)
+	}
+	open, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.wsState()`))
+	if err != nil || open != 1 {
+		t.Fatalf("WebSocket state %d (%v), want 1 (open)", open, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("testdata", "artifacts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "preview.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,271 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+)
+
+// execStream is a program running in the container (no shell, argv as given) whose
+// standard output is read as a stream. Docker's multiplexed frames are taken apart in
+// Read itself, straight into the caller's buffer: no goroutine, no copy in between.
+// Standard error is kept, bounded, for error messages. Memory does not depend on how
+// much the program writes: while nobody reads, the program waits.
+type execStream struct {
+	s      *Sandbox
+	id     string
+	hj     types.HijackedResponse
+	left   int // bytes of the current standard output frame not read yet
+	err    error
+	stderr *boundedBuffer
+	done   chan struct{} // closed when the output ended or the stream was closed
+	once   sync.Once
+}
+
+// startStream starts argv in the container as root, in dir, and returns its output.
+// When stdin is not nil it is copied to the program's standard input, which is then
+// closed. The container is repaired once if it is gone. Closing ends the program's
+// output; so does the end of ctx.
+func (s *Sandbox) startStream(ctx context.Context, dir string, argv []string, stdin io.Reader) (*execStream, error) {
+	e, err := s.startRaw(ctx, dir, argv, stdin != nil)
+	if err != nil {
+		return nil, err
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(e.hj.Conn, stdin)
+			_ = e.hj.CloseWrite()
+		}()
+	}
+	e.bind(ctx)
+	return e, nil
+}
+
+// startRaw starts argv; with attachStdin the caller writes the program's input to
+// e.hj.Conn and closes it with CloseWrite.
+func (s *Sandbox) startRaw(ctx context.Context, dir string, argv []string, attachStdin bool) (*execStream, error) {
+	if err := s.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	id, hj, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: dir, Cmd: argv,
+		AttachStdout: true, AttachStderr: true, AttachStdin: attachStdin,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &execStream{s: s, id: id, hj: hj, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}, nil
+}
+
+// bind closes e when ctx ends before the output does.
+func (e *execStream) bind(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { e.Close() })
+	go func() {
+		<-e.done
+		stop()
+	}()
+}
+
+// Read reads the program's standard output.
+func (e *execStream) Read(p []byte) (int, error) {
+	for e.left == 0 {
+		if e.err != nil {
+			return 0, e.err
+		}
+		var hdr [8]byte
+		if _, err := io.ReadFull(e.hj.Reader, hdr[:]); err != nil {
+			if err == io.ErrUnexpectedEOF {
+				return 0, e.finish(err)
+			}
+			if err != io.EOF {
+				return 0, e.finish(err)
+			}
+			return 0, e.finish(io.EOF)
+		}
+		size := int(binary.BigEndian.Uint32(hdr[4:]))
+		switch hdr[0] {
+		case 0, 1:
+			e.left = size
+		case 2:
+			if _, err := io.CopyN(e.stderr, e.hj.Reader, int64(size)); err != nil {
+				return 0, e.finish(io.ErrUnexpectedEOF)
+			}
+		case 3: // Docker reports its own errors on stream 3
+			msg := make([]byte, min(size, 4096))
+			n, _ := io.ReadFull(e.hj.Reader, msg)
+			return 0, e.finish(fmt.Errorf("docker: %s", msg[:n]))
+		default:
+			return 0, e.finish(fmt.Errorf("unknown stream %d in exec output", hdr[0]))
+		}
+	}
+	if len(p) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.hj.Reader.Read(p)
+	e.left -= n
+	if err != nil {
+		if err == io.EOF && e.left > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != io.EOF || e.left == 0 {
+			// EOF right at the end of a frame is the end of the output.
+			e.finish(err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+func (e *execStream) finish(err error) error {
+	e.err = err
+	e.once.Do(func() { close(e.done) })
+	return err
+}
+
+// Close stops reading; a program still writing gets a broken pipe.
+func (e *execStream) Close() error {
+	e.once.Do(func() { close(e.done) })
+	return e.hj.Conn.Close()
+}
+
+// wait reads what is left of the output and returns the program's exit code and the
+// start of its standard error.
+func (e *execStream) wait(ctx context.Context) (int, string, error) {
+	if e.err == nil {
+		_, _ = io.Copy(io.Discard, e)
+	}
+	code, ok := e.s.exitCode(ctx, e.id, false)
+	if !ok {
+		return 0, e.stderr.String(), errors.New("the program in the sandbox did not report an exit code")
+	}
+	return code, e.stderr.String(), nil
+}
+
+// runCapture runs argv and returns its exit code and bounded standard output and error.
+func (s *Sandbox) runCapture(ctx context.Context, argv []string, stdin io.Reader, maxOut int) (code int, stdout, stderr string, err error) {
+	e, err := s.startStream(ctx, "/", argv, stdin)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer e.Close()
+	out := &boundedBuffer{max: maxOut}
+	if _, err := io.Copy(out, e); err != nil {
+		return 0, "", "", fmt.Errorf("reading output of %s: %w", argv[0], err)
+	}
+	code, serr, err := e.wait(ctx)
+	return code, out.String(), serr, err
+}
+
+// boundedBuffer keeps the first max bytes written to it and counts the rest.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   bytes.Buffer
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.b.Len(); room > 0 {
+		b.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimSpace(strings.ToValidUTF8(b.b.String(), ""))
+}
+
+// warmReadScript is a ranged reader started ahead of need: it waits for its request on
+// standard input (file, skip and count, each ended by NUL; an empty count reads to the
+// end) and then becomes dd. Starting a process in a container costs tens of
+// milliseconds; writing to one already running costs almost nothing, so a seek in a
+// video or a resumed download answers at once.
+var warmReadScript = `IFS= read -r -d '' -t 300 f && IFS= read -r -d '' skip && IFS= read -r -d '' count || exit 0
+exec dd if="$f" bs=` + strconv.Itoa(rangeBlock) + ` skip="$skip" ${count:+count="$count"}`
+
+// warmMaxAge bounds how long a started reader is trusted to be waiting: the script
+// gives up after 300 s without a request (so none outlives its use, not even when the
+// sandbox is dropped from the config), and one from a container that was since
+// recreated is not kept around.
+const warmMaxAge = 4 * time.Minute
+
+// warmReads holds one ranged reader started ahead of need.
+type warmReads struct {
+	mu      sync.Mutex
+	ready   *execStream
+	started time.Time
+	filling bool
+}
+
+// takeWarm returns the reader started ahead, if any, and starts the next one.
+func (s *Sandbox) takeWarm() *execStream {
+	w := &s.warm
+	w.mu.Lock()
+	e, age := w.ready, time.Since(w.started)
+	w.ready = nil
+	fill := !w.filling
+	w.filling = true
+	w.mu.Unlock()
+	if fill {
+		go s.fillWarm()
+	}
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.done: // it ended while waiting, e.g. with its container
+		e.Close()
+		return nil
+	default:
+	}
+	if age > warmMaxAge {
+		e.Close()
+		return nil
+	}
+	return e
+}
+
+func (s *Sandbox) fillWarm() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := s.startRaw(ctx, "/", []string{"bash", "-c", warmReadScript}, true)
+	w := &s.warm
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.filling = false
+	if err != nil {
+		return
+	}
+	if w.ready != nil {
+		w.ready.Close()
+	}
+	w.ready, w.started = e, time.Now()
+}
+
+// request sends a warm reader its request.
+func (e *execStream) request(file string, skip, count int64) error {
+	c := ""
+	if count >= 0 {
+		c = fmt.Sprint(count)
+	}
+	if _, err := fmt.Fprintf(e.hj.Conn, "%s\x00%d\x00%s\x00", file, skip, c); err != nil {
+		return err
+	}
+	return e.hj.CloseWrite()
+}

@@ -1,0 +1,359 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+func TestSanitizeName(t *testing.T) {
+	long := strings.Repeat("é", 6000) + ".csv" // 12 KB
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"report.pdf", "report.pdf"},
+		{"../../etc/x", "x"},
+		{"a/b", "b"},
+		{`C:\Users\me\data.xlsx`, "data.xlsx"},
+		{"/etc/passwd", "passwd"},
+		{"nul\x00byte.txt", "nulbyte.txt"},
+		{"new\nline\r.txt", "newline.txt"},
+		{"tab\there", "tabhere"},
+		{"  spaced  ", "spaced"},
+		{"\u202Egnp.exe", "gnp.exe"},
+		{"a\u2066b\u200Fc", "abc"},
+		{"emoji \U0001F468\u200D\U0001F4BB.png", "emoji \U0001F468\u200D\U0001F4BB.png"},
+		{".", ""},
+		{"..", ""},
+		{"...", ""},
+		{"../..", ""},
+		{"a/..", ""},
+		{"", ""},
+		{"\x00\n", ""},
+		{"/", ""},
+		{".bashrc", ".bashrc"},
+		{tempPrefix + "x.part", ""},
+		{"bad\xffutf8", "bad\uFFFDutf8"},
+	} {
+		got, changed := SanitizeName(tc.in)
+		if got != tc.want {
+			t.Errorf("SanitizeName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if changed != (got != tc.in) {
+			t.Errorf("SanitizeName(%q) changed = %v", tc.in, changed)
+		}
+	}
+	got, _ := SanitizeName(long)
+	if len(got) > MaxNameBytes || !utf8.ValidString(got) || !strings.HasSuffix(got, ".csv") {
+		t.Errorf("10 KB name: got %d bytes, valid %v, %q...", len(got), utf8.ValidString(got), got[len(got)-10:])
+	}
+	// Properties over random input: one component, bounded, no control bytes.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, r.IntN(600))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+			if r.IntN(4) == 0 {
+				b[i] = "./\\\x00\n"[r.IntN(5)]
+			}
+		}
+		got, _ := SanitizeName(string(b))
+		if got == "" {
+			continue
+		}
+		if len(got) > MaxNameBytes || strings.ContainsAny(got, "/\\\x00\n\r") || got == "." || got == ".." || !utf8.ValidString(got) {
+			t.Fatalf("SanitizeName(%q) = %q", b, got)
+		}
+		if again, changed := SanitizeName(got); again != got || changed {
+			t.Fatalf("SanitizeName is not stable on %q: %q", got, again)
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	c := candidates("data.tar.gz")
+	if c[0] != "data.tar.gz" || c[1] != "data (1).tar.gz" || c[19] != "data (19).tar.gz" || len(c) != 21 {
+		t.Errorf("candidates = %q", c)
+	}
+	if c := candidates(".env"); c[1] != ".env (1)" {
+		t.Errorf("candidates(.env) = %q", c[:2])
+	}
+	name, _ := SanitizeName(strings.Repeat("ж", 200) + ".txt")
+	for _, c := range candidates(name) {
+		if len(c) > MaxNameBytes || !utf8.ValidString(c) || !strings.HasSuffix(c, ".txt") {
+			t.Errorf("candidate %q (%d bytes)", c, len(c))
+		}
+	}
+}
+
+// upload streams data into the sandbox and returns the result.
+func upload(t *testing.T, sb *Sandbox, dir, name string, r io.Reader, opts UploadOptions) (UploadResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return sb.Upload(ctx, dir, name, r, opts)
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// failingReader yields n bytes, then an error, as a client that hangs up does.
+type failingReader struct{ n int }
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errors.New("client went away")
+	}
+	k := min(len(p), f.n)
+	for i := range p[:k] {
+		p[i] = 'x'
+	}
+	f.n -= k
+	return k, nil
+}
+
+func TestUpload(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	data := make([]byte, 3<<20+17)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	const dir = "/sandbox/in/deeper"
+	listTemp := func() string {
+		return mustExec(t, sb, "ls -A "+dir+" | grep '^"+tempPrefix+"' || true", ExecOptions{}).Stdout
+	}
+
+	for _, known := range []bool{true, false} {
+		size := int64(-1)
+		if known {
+			size = int64(len(data))
+		}
+		res, err := upload(t, sb, dir, "data.bin", bytes.NewReader(data), UploadOptions{Size: size, Max: 10 << 20})
+		if err != nil {
+			t.Fatalf("known=%v: %v", known, err)
+		}
+		want := "data.bin"
+		if !known {
+			want = "data (1).bin"
+		}
+		if res.Name != want || res.Path != dir+"/"+want || res.Renamed != !known || res.Size != int64(len(data)) {
+			t.Errorf("known=%v: %+v", known, res)
+		}
+		got := mustExec(t, sb, "sha256sum '"+res.Path+"'", ExecOptions{}).Stdout
+		if !strings.HasPrefix(got, sha(data)) {
+			t.Errorf("known=%v: sha256 in the sandbox %q, want %s", known, got, sha(data))
+		}
+	}
+
+	// Too large: refused at once when the length is known, cut off while streaming
+	// when it is not; an aborted stream leaves nothing either.
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		opts UploadOptions
+		want error
+	}{
+		{"big-known", bytes.NewReader(data), UploadOptions{Size: int64(len(data)), Max: 1 << 20}, ErrTooLarge},
+		{"big-chunked", bytes.NewReader(data), UploadOptions{Size: -1, Max: 1 << 20}, ErrTooLarge},
+		{"big-lying", bytes.NewReader(data), UploadOptions{Size: 1000, Max: 1 << 20}, nil},
+		{"abort-known", &failingReader{n: 2 << 20}, UploadOptions{Size: 3 << 20, Max: 10 << 20}, nil},
+		{"abort-chunked", &failingReader{n: 2 << 20}, UploadOptions{Size: -1, Max: 10 << 20}, nil},
+		{"short-known", bytes.NewReader(data[:100]), UploadOptions{Size: 1000, Max: 10 << 20}, nil},
+	} {
+		_, err := upload(t, sb, dir, tc.name, tc.r, tc.opts)
+		if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+		if out := mustExec(t, sb, "ls -A "+dir, ExecOptions{}).Stdout; strings.Contains(out, tc.name) || strings.Contains(out, tempPrefix) {
+			t.Errorf("%s left something behind: %q", tc.name, out)
+		}
+	}
+	if s := listTemp(); s != "" {
+		t.Errorf("temporary files left: %q", s)
+	}
+
+	// Bad names are refused by Upload itself, whatever the caller did.
+	for _, name := range []string{"../x", "a/b", ".", "..", "nul\x00", "nl\n", strings.Repeat("a", 300)} {
+		if _, err := upload(t, sb, dir, name, strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrBadName) {
+			t.Errorf("Upload(%q) = %v, want ErrBadName", name, err)
+		}
+	}
+	if _, err := upload(t, sb, "relative", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrRelativePath) {
+		t.Errorf("relative dir: %v", err)
+	}
+	mustExec(t, sb, "echo > /sandbox/afile", ExecOptions{})
+	if _, err := upload(t, sb, "/sandbox/afile", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrNotDir) {
+		t.Errorf("dir is a file: %v", err)
+	}
+	if _, err := upload(t, sb, "/sandbox/afile/sub", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrNotDir) {
+		t.Errorf("dir below a file: %v", err)
+	}
+
+	// A symbolic link where the name would go is never followed or replaced.
+	mustExec(t, sb, "ln -s /etc/passwd "+dir+"/link.txt && mkdir "+dir+"/sub.txt && echo -n h > "+dir+"/.hidden && echo > "+dir+"/"+tempPrefix+"x.part", ExecOptions{})
+	for _, name := range []string{"link.txt", "sub.txt"} {
+		res, err := upload(t, sb, dir, name, strings.NewReader("new"), UploadOptions{Size: 3})
+		if err != nil || !res.Renamed || res.Name == name {
+			t.Errorf("upload over %s: %+v %v", name, res, err)
+		}
+	}
+	if out := mustExec(t, sb, "head -c 5 /etc/passwd", ExecOptions{}).Stdout; out != "root:" {
+		t.Errorf("/etc/passwd changed: %q", out)
+	}
+
+	list, err := sb.ListFiles(context.Background(), dir, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range list {
+		names = append(names, fmt.Sprintf("%s:%d", e.Name, e.Size))
+		if time.Since(e.ModTime) > time.Hour {
+			t.Errorf("mtime of %s: %v", e.Name, e.ModTime)
+		}
+	}
+	if got := strings.Join(names, ","); got != ".hidden:1,data (1).bin:3145745,data.bin:3145745,link (1).txt:3,sub (1).txt:3" {
+		t.Errorf("ListFiles = %s", got)
+	}
+	if l, err := sb.ListFiles(context.Background(), "/sandbox/none", 10); err != nil || len(l) != 0 {
+		t.Errorf("ListFiles of a missing dir: %v %v", l, err)
+	}
+
+	// Empty files are files too, whichever way they come.
+	for _, size := range []int64{0, -1} {
+		res, err := upload(t, sb, "/sandbox/empty", "empty.txt", strings.NewReader(""), UploadOptions{Size: size})
+		if err != nil || res.Size != 0 {
+			t.Errorf("empty upload (size %d): %+v %v", size, res, err)
+		}
+	}
+	if out := mustExec(t, sb, "ls -A /sandbox/empty && wc -c < '/sandbox/empty/empty (1).txt'", ExecOptions{}).Stdout; out != "empty (1).txt\nempty.txt\n0\n" {
+		t.Errorf("empty uploads: %q", out)
+	}
+
+	// The container was removed: Upload brings it back.
+	if err := cli.ContainerRemove(context.Background(), sb.cfg.Container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := upload(t, sb, "/sandbox/after", "x.txt", strings.NewReader("hello"), UploadOptions{Size: 5}); err != nil || res.Path != "/sandbox/after/x.txt" {
+		t.Fatalf("upload after removal: %+v %v", res, err)
+	}
+}
+
+// TestUploadConcurrentSameName uploads one name several times at once: every upload
+// lands under its own name and none replaces another.
+func TestUploadConcurrentSameName(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	const n = 6
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			body := strings.Repeat(fmt.Sprint(i), 1000)
+			_, err := sb.Upload(context.Background(), "/sandbox/c", "same.txt", strings.NewReader(body), UploadOptions{Size: int64(len(body))})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := mustExec(t, sb, "cd /sandbox/c && ls -A | wc -l && cat * | fold -w 1000 | sort -u | wc -l", ExecOptions{}).Stdout
+	if strings.Fields(out)[0] != "6" || strings.Fields(out)[1] != "6" {
+		t.Errorf("want 6 files with 6 different contents, got %q", out)
+	}
+}
+
+// BenchmarkUploadPaths compares the two ways Upload moves bytes (the archive API for
+// known lengths, cat's stdin otherwise) with a bare CopyToContainer, for 300 MB.
+func BenchmarkUploadPaths(b *testing.B) {
+	const size = 300 << 20
+	sb, cli := benchSandbox(b)
+	ctx := context.Background()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 31)
+	}
+	src := func() io.Reader { return io.LimitReader(repeatReader(chunk), size) }
+	var raw, archive, stdin time.Duration
+	b.SetBytes(size)
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		pr, pw := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(pw)
+			_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "raw.bin", Size: size, Mode: 0o644})
+			_, err := io.Copy(tw, src())
+			if err == nil {
+				err = tw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		if err := cli.CopyToContainer(ctx, sb.cfg.Container, "/sandbox", pr, container.CopyToContainerOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := sb.Upload(ctx, "/sandbox", "a.bin", src(), UploadOptions{Size: size}); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := sb.Upload(ctx, "/sandbox", "s.bin", src(), UploadOptions{Size: -1}); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		raw, archive, stdin = raw+t1.Sub(t0), archive+t2.Sub(t1), stdin+t3.Sub(t2)
+		b.StopTimer()
+		mustExec(b, sb, "rm -f /sandbox/*.bin", ExecOptions{})
+		b.StartTimer()
+	}
+	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(raw), "raw-MB/s")
+	b.ReportMetric(mbps(archive), "archive-MB/s")
+	b.ReportMetric(mbps(stdin), "stdin-MB/s")
+}
+
+type repeatReader []byte
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		n += copy(p[n:], r)
+	}
+	return n, nil
+}
+
+// TestUploadGuardRemovesOnHangup: when the connection to the guard ends without a
+// verdict (the server stopped mid-upload), the guard removes the temporary file.
+func TestUploadGuardRemovesOnHangup(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	tmp := "/sandbox/" + tempPrefix + "hangup.part"
+	mustExec(t, sb, "echo partial > "+tmp, ExecOptions{})
+	g, err := sb.startGuard(context.Background(), []string{tmp, "/sandbox/final.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.hj.Close()
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if out = mustExec(t, sb, "ls -A /sandbox", ExecOptions{}).Stdout; out == "" {
+			return
+		}
+	}
+	t.Fatalf("left behind after the hang-up: %q", out)
+}

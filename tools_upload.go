@@ -1,0 +1,131 @@
+package mcpsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// uploadLinkOutput is the structured result of upload_link.
+type uploadLinkOutput struct {
+	URL       string    `json:"url"`
+	Directory string    `json:"directory"`
+	ExpiresAt time.Time `json:"expires_at"`
+	MaxBytes  int64     `json:"max_bytes"`
+}
+
+const uploadLinkOutputSchema = `{
+  "type": "object",
+  "properties": {
+    "url": {"type": "string", "description": "Upload page to give to the user; it also takes curl -T file <url>. Anyone with it can add files until it expires."},
+    "directory": {"type": "string", "description": "Directory in the sandbox where uploaded files land."},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "max_bytes": {"type": "integer", "description": "Largest file accepted, in bytes."}
+  },
+  "required": ["url", "directory", "expires_at", "max_bytes"]
+}`
+
+// uploadTTLBound is the longest lifetime an upload link may ask for: max_link_ttl, as
+// for downloads.
+func (h *Handler) uploadTTLBound() time.Duration {
+	if h.MaxLinkTTL > 0 {
+		return time.Duration(h.MaxLinkTTL)
+	}
+	return max(time.Duration(h.LinkTTL), maxUploadLinkTTL)
+}
+
+func (h *Handler) uploadLinkTool() mcp.Tool {
+	return mcp.NewTool("upload_link",
+		mcp.WithDescription(fmt.Sprintf(`Make a link the user opens to send files from their device into the sandbox. Chat attachments never reach the sandbox: when the user wants you to work on their own file (spreadsheet, PDF, dataset, photo), call this and give them the URL. The page lets them choose or drag several files (up to %s each) with a progress bar; scripts can use curl -T file <url>. Files land in the directory (default %s, created if missing); a file whose name is taken is saved as "name (1).ext", never overwriting anything. The link expires after %s unless expires_in says otherwise. When the user says they are done, run `+"`ls -la <directory>`"+` with execute to see what arrived.`,
+			humanSize(h.MaxUpload), defaultUploadDir, humanDuration(time.Duration(h.LinkTTL)))),
+		mcp.WithTitleAnnotation("Let the user upload files into the sandbox"),
+		mcp.WithString("directory",
+			mcp.Description("Absolute directory in the sandbox where the files land, e.g. /sandbox/data. Default "+defaultUploadDir+".")),
+		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(h.uploadTTLBound().Seconds()),
+			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
+				int(time.Duration(h.LinkTTL).Seconds()), humanDuration(time.Duration(h.LinkTTL)),
+				int(h.uploadTTLBound().Seconds()), humanDuration(h.uploadTTLBound())))),
+		mcp.WithRawOutputSchema([]byte(uploadLinkOutputSchema)),
+		mcp.WithReadOnlyHintAnnotation(false),
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(false),
+		mcp.WithOpenWorldHintAnnotation(true),
+	)
+}
+
+// uploadLink makes a signed upload page for a directory of the sandbox.
+func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	dir, bad := a.str("directory")
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if dir == "" {
+		dir = defaultUploadDir
+	}
+	if !strings.HasPrefix(dir, "/") || strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return argError(`upload_link needs "directory": an absolute path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
+	}
+	dir = path.Clean(dir)
+	ttl := time.Duration(h.LinkTTL)
+	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(h.uploadTTLBound().Seconds()))
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if ok {
+		ttl = time.Duration(secs) * time.Second
+	}
+	// Creating the directory now lets the model ls it at once and finds a file in the
+	// way before the person tries.
+	if err := h.box.MakeDir(ctx, dir); err != nil {
+		switch {
+		case errors.Is(err, sandbox.ErrImageMissing):
+			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
+		case errors.Is(err, sandbox.ErrNotDir):
+			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
+		}
+		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
+	}
+	exp := time.Now().Add(ttl).Truncate(time.Second)
+	out := uploadLinkOutput{
+		URL:       callFrom(ctx).origin + h.uploadLinks.sign(dir, exp),
+		Directory: dir,
+		ExpiresAt: exp.UTC(),
+		MaxBytes:  h.MaxUpload,
+	}
+	metricUploadLinks.Inc()
+	id := callFrom(ctx).identity
+	link := h.uploadLinks.sign(dir, exp)
+	token, _, _ := strings.Cut(strings.TrimPrefix(link, uploadsPrefix), "/")
+	_, sig, _ := strings.Cut(token, ".")
+	if err := h.linkReg.Record(ctx, console.Link{
+		ID: uploadLinkID(sig), Kind: console.KindUpload, Target: dir,
+		Creator: clientLabel(id), ExpiresAt: out.ExpiresAt,
+	}); err != nil {
+		h.logger.Warn("recording an upload link", zap.Error(err))
+	}
+	h.logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
+		zap.String("directory", dir), zap.Time("expires_at", out.ExpiresAt))
+	return mcp.NewToolResultStructured(out, fmt.Sprintf(
+		"Upload page for %s (files up to %s each, valid until %s). Give this link to the user:\n%s\n"+
+			"They can also run: curl -T <file> '%s'\nWhen they are done, run `ls -la %s` to see what arrived.",
+		dir, humanSize(out.MaxBytes), out.ExpiresAt.Format(time.RFC3339), out.URL, out.URL, shellWord(dir))), nil
+}
+
+// shellWord quotes s for a command line only when it needs it.
+func shellWord(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
