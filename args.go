@@ -32,6 +32,7 @@ func addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 		if req.Params.Meta != nil {
 			a.progress = req.Params.Meta.ProgressToken
 		}
+		a.task = req.Params.Task != nil
 		switch raw := req.Params.Arguments.(type) {
 		case nil:
 			a.m = map[string]any{}
@@ -66,6 +67,7 @@ type args struct {
 	tool     string
 	m        map[string]any
 	progress mcp.ProgressToken // the caller's progress token, nil when it wants none
+	task     bool              // a task-augmented call (MCP tasks): the result is fetched later
 }
 
 // argError is a tool result for a bad argument, phrased for the model.

@@ -108,3 +108,35 @@ func BenchmarkDownload(b *testing.B) {
 	b.ReportMetric(mbps(full), "link-MB/s")
 	b.ReportMetric(mbps(full)/mbps(raw), "ratio")
 }
+
+// BenchmarkJobOutputPoll measures one job_output(wait 0) poll of a running job through
+// Caddy next to a raw Docker API exec, alternating the two. It reports both means and
+// their ratio (the target: a poll costs no more than one raw exec).
+func BenchmarkJobOutputPoll(b *testing.B) {
+	s := startSite(b, siteOptions{})
+	ctx := context.Background()
+	c := s.client(ctx)
+	st := structured(b, call(ctx, b, c, "execute", map[string]any{"command": "sleep 3600", "wait": 0}))
+	id := st["job_id"]
+	defer call(ctx, b, c, "job_kill", map[string]any{"job_id": id})
+	rawExec(ctx, b, s.docker, s.container)
+
+	var raw, full time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		rawExec(ctx, b, s.docker, s.container)
+		t1 := time.Now()
+		res := call(ctx, b, c, "job_output", map[string]any{"job_id": id, "wait": 0})
+		t2 := time.Now()
+		if res.IsError || structured(b, res)["running"] != true {
+			b.Fatal(resultText(res))
+		}
+		raw += t1.Sub(t0)
+		full += t2.Sub(t1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/exec")
+	b.ReportMetric(float64(full.Nanoseconds())/float64(b.N), "poll-ns/op")
+	b.ReportMetric(float64(full)/float64(raw), "ratio")
+}

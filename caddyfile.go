@@ -43,6 +43,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
 //		cleanup_interval <duration>         # default: 1h
 //		link_ttl         <duration>         # default: 24h
+//		yield_after      <duration>|off     # default: 45s; execute returns a running job after this
+//		max_jobs         <number>           # default: 32 commands running at once
 //		max_upload       <size>             # default: 2GiB; per uploaded file, e.g. 500MB, 2GB
 //		max_link_ttl     <duration>         # default: 7d; longest expires_in of share_file
 //		api_key_bearer   on|off             # default: on
@@ -124,6 +126,23 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneDuration(d, &h.MaxLinkTTL)
 		case "keepalive":
 			err = oneDuration(d, &h.Keepalive)
+		case "yield_after":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				var v caddy.Duration
+				if s != "off" {
+					dur, perr := caddy.ParseDuration(s)
+					if perr != nil || dur <= 0 {
+						return d.Errf("yield_after: %q is not a positive duration like 45s, or off", s)
+					}
+					v = caddy.Duration(dur)
+				}
+				h.YieldAfter = &v
+			}
+		case "max_jobs":
+			if err = oneInt(d, &h.MaxJobs); err == nil && h.MaxJobs == 0 {
+				return d.Errf("max_jobs: must be at least 1")
+			}
 		case "api_key_bearer":
 			var s string
 			if err = oneString(d, &s); err == nil {

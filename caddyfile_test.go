@@ -46,6 +46,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"two values", "mcp_sandbox {\n\tmemory 3g 4g\n}", "memory takes one value"},
 		{"bad duration", "mcp_sandbox {\n\texec_timeout soon\n}", `exec_timeout: "soon" is not a duration`},
 		{"negative duration", "mcp_sandbox {\n\tlink_ttl -1h\n}", `link_ttl: "-1h" is not a duration`},
+		{"bad yield_after", "mcp_sandbox {\n\tyield_after 0\n}", `yield_after: "0" is not a positive duration like 45s, or off`},
+		{"bad max_jobs", "mcp_sandbox {\n\tmax_jobs 0\n}", "max_jobs: must be at least 1"},
 		{"bad cpus", "mcp_sandbox {\n\tcpus zero\n}", `cpus: "zero" is not a positive number`},
 		{"zero cpus", "mcp_sandbox {\n\tcpus 0\n}", `cpus: "0" is not a positive number`},
 		{"negative max_output", "mcp_sandbox {\n\tmax_output -5\n}", `max_output: "-5" is not a non-negative whole number`},

@@ -291,18 +291,19 @@ type auditFacter interface {
 	auditFacts() (outcome string, exitCode *int, bytes int64)
 }
 
+// auditFacts of execute and the job tools: a job still running is "ok" with no exit
+// code yet.
 func (o executeOutput) auditFacts() (string, *int, int64) {
-	code := o.ExitCode
 	outcome := console.OutcomeOK
 	switch {
 	case o.TimedOut:
 		outcome = console.OutcomeTimeout
 	case o.Cancelled:
 		outcome = console.OutcomeCancelled
-	case o.ExitCode != 0:
+	case o.ExitCode != nil && *o.ExitCode != 0:
 		outcome = console.OutcomeNonZero
 	}
-	return outcome, &code, o.StdoutBytes + o.StderrBytes
+	return outcome, o.ExitCode, o.StdoutBytes + o.StderrBytes
 }
 
 func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }

@@ -36,7 +36,7 @@ func TestExecuteThroughCaddy(t *testing.T) {
 			t.Errorf("tool %s lacks a description or output schema", tool.Name)
 		}
 	}
-	for _, want := range []string{"execute", "share_file", "read_file", "write_file", "edit_file", "upload_link"} {
+	for _, want := range []string{"execute", "share_file", "read_file", "write_file", "edit_file", "upload_link", "job_output", "job_input", "job_kill", "job_list"} {
 		if !slices.Contains(names, want) {
 			t.Fatalf("tools = %v, want %s among them", names, want)
 		}

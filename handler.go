@@ -29,6 +29,7 @@ const (
 	defaultLinkTTL    = 24 * time.Hour
 	defaultMaxLinkTTL = 7 * 24 * time.Hour
 	defaultKeepalive  = 5 * time.Second
+	defaultYield      = 45 * time.Second
 	mcpPath           = "/mcp"
 	filesPrefix       = "/files/"
 )
@@ -78,6 +79,14 @@ type Handler struct {
 	// MaxLinkTTL is the longest lifetime share_file may ask for with expires_in.
 	// Default: 7d (or link_ttl, when that is longer).
 	MaxLinkTTL caddy.Duration `json:"max_link_ttl,omitempty"`
+
+	// YieldAfter is how long execute waits for a command before returning it as a
+	// running job, and the upper bound of its wait argument and of job_output's; 0
+	// (`off` in the Caddyfile) waits for the whole timeout. Default: 45s, below the
+	// strictest client's deadline (claude.ai gives up after about 60 s).
+	YieldAfter *caddy.Duration `json:"yield_after,omitempty"`
+	// MaxJobs bounds the commands running at once. Default: 32.
+	MaxJobs int `json:"max_jobs,omitempty"`
 
 	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
 	// headless clients and scripts). Default: true.
@@ -209,6 +218,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			h.allowedOrigins = append(h.allowedOrigins, n)
 		}
 	}
+	if h.YieldAfter == nil {
+		y := caddy.Duration(defaultYield)
+		h.YieldAfter = &y
+	}
+	if h.MaxJobs == 0 {
+		h.MaxJobs = sandbox.DefaultMaxJobs
+	}
 	h.storage = ctx.Storage()
 	if h.StorageRaw != nil {
 		val, err := ctx.LoadModule(h, "StorageRaw")
@@ -300,6 +316,12 @@ func (h *Handler) Validate() error {
 		if _, err := oauth.ParseOrigin(o); err != nil {
 			errs = append(errs, fmt.Errorf("allowed_origins: %w", err))
 		}
+	}
+	if h.YieldAfter != nil && *h.YieldAfter < 0 {
+		errs = append(errs, errors.New("yield_after must be a positive duration or off"))
+	}
+	if h.MaxJobs < 0 {
+		errs = append(errs, errors.New("max_jobs must be positive"))
 	}
 	if _, err := h.sandboxConfig(); err != nil {
 		errs = append(errs, err)

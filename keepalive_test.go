@@ -89,7 +89,8 @@ func TestLongCommandThroughIdleProxy(t *testing.T) {
 		{"keep-alive survives", "5s", "sleep 60; echo survived", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startSite(t, siteOptions{directive: []string{"keepalive " + tc.keepalive}})
+			// yield_after off: the call itself must outlive the proxy's idle timeout.
+			s := startSite(t, siteOptions{directive: []string{"keepalive " + tc.keepalive, "yield_after off"}})
 			proxy := startIdleProxy(t, strings.TrimPrefix(s.url, "http://"), 10*time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

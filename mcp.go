@@ -1,6 +1,7 @@
 package mcpsandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,10 +37,18 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 		server.WithToolFilter(h.describeTools),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
+		// execute may run as an MCP task (tasks/get, tasks/result, tasks/cancel,
+		// tasks/list), backed by the same jobs as its plain calls.
+		server.WithTaskCapabilities(true, true, true),
+		server.WithTaskHooks((&taskRegistry{slots: map[string]*taskSlot{}}).hooks()),
 		server.WithToolHandlerMiddleware(h.auditTool),
 	)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
+	addTool(s, h.jobOutputTool(), h.jobOutput)
+	addTool(s, h.jobInputTool(), h.jobInput)
+	addTool(s, h.jobKillTool(), h.jobKill)
+	addTool(s, h.jobListTool(), h.jobList)
 	addTool(s, h.uploadLinkTool(), h.uploadLink)
 	addTool(s, h.readFileTool(), h.readFile)
 	addTool(s, h.writeFileTool(), h.writeFile)
@@ -97,12 +106,16 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		sw.startKeepalive()
 	}
 	defer sw.finish()
+	ctx := r.Context()
+	if isTaskCall(body) {
+		ctx = withTaskSlot(ctx) // see tasks.go
+	}
 	h.mcp.Handle(sw, &server.HTTPRequest{
 		Method:  r.Method,
 		URL:     r.URL,
 		Header:  r.Header,
 		Body:    body,
-		Context: context.WithValue(r.Context(), callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
+		Context: context.WithValue(ctx, callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
 	})
 }
 
@@ -175,4 +188,18 @@ func originAllowed(origin, publicOrigin string, allowed []string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// isTaskCall reports whether body is a task-augmented tools/call.
+func isTaskCall(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"task"`)) {
+		return false
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Task json.RawMessage `json:"task"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && len(msg.Params.Task) > 0 && string(msg.Params.Task) != "null"
 }

@@ -30,6 +30,7 @@ type progress struct {
 
 	done    chan struct{}
 	stopped chan struct{}
+	active  bool // the client asked for progress
 }
 
 func startProgress(ctx context.Context, token mcp.ProgressToken, idle time.Duration) *progress {
@@ -39,6 +40,7 @@ func startProgress(ctx context.Context, token mcp.ProgressToken, idle time.Durat
 		close(p.stopped)
 		return p
 	}
+	p.active = true
 	go func() {
 		defer close(p.stopped)
 		start, last := time.Now(), time.Now()
@@ -70,6 +72,15 @@ func startProgress(ctx context.Context, token mcp.ProgressToken, idle time.Durat
 		}
 	}()
 	return p
+}
+
+// onOutput is the live-output callback for the sandbox, or nil when the client asked for
+// no progress (sampling output costs an exec a second).
+func (p *progress) onOutput() func(sandbox.Stream, []byte) {
+	if !p.active {
+		return nil
+	}
+	return p.output
 }
 
 // output receives live output from the sandbox.

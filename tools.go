@@ -17,17 +17,22 @@ import (
 // maxTimeout is the longest timeout a single execute call may ask for.
 const maxTimeout = 24 * time.Hour
 
-// executeOutput is the structured result of execute.
+// executeOutput is the structured result of execute and of the job tools.
 type executeOutput struct {
 	Stdout          string  `json:"stdout"`
 	Stderr          string  `json:"stderr"`
-	ExitCode        int     `json:"exit_code"`
+	ExitCode        *int    `json:"exit_code"`
+	Running         bool    `json:"running"`
+	JobID           string  `json:"job_id"`
 	TimedOut        bool    `json:"timed_out"`
 	Cancelled       bool    `json:"cancelled"`
+	Killed          bool    `json:"killed"`
 	StdoutBytes     int64   `json:"stdout_bytes"`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated"`
 	StderrTruncated bool    `json:"stderr_truncated"`
+	StdoutFile      string  `json:"stdout_file"`
+	StderrFile      string  `json:"stderr_file"`
 	DurationSeconds float64 `json:"duration_seconds"`
 }
 
@@ -44,18 +49,23 @@ type shareOutput struct {
 const executeOutputSchema = `{
   "type": "object",
   "properties": {
-    "stdout": {"type": "string", "description": "Standard output; when longer than the limit, its head and tail around a marker saying how much was left out."},
-    "stderr": {"type": "string", "description": "Standard error, cut like stdout."},
-    "exit_code": {"type": "integer", "description": "Exit status of bash; -1 when the command was killed before it exited."},
+    "stdout": {"type": "string", "description": "Standard output not returned before; when longer than the limit, its head and tail around a marker saying how many bytes and lines were left out and which file holds it all."},
+    "stderr": {"type": "string", "description": "Standard error, like stdout."},
+    "exit_code": {"type": ["integer", "null"], "description": "Exit status of the command; 128+n when signal n ended it (137 after a kill: timeout, cancellation, job_kill); null while it runs."},
+    "running": {"type": "boolean", "description": "The command is still running as job job_id; follow it with job_output."},
+    "job_id": {"type": "string", "description": "The command's job, for job_output, job_input and job_kill."},
     "timed_out": {"type": "boolean"},
     "cancelled": {"type": "boolean"},
-    "stdout_bytes": {"type": "integer", "description": "Bytes the command wrote to stdout in total."},
+    "killed": {"type": "boolean", "description": "Stopped by job_kill."},
+    "stdout_bytes": {"type": "integer", "description": "Bytes the command wrote to stdout so far, in total."},
     "stderr_bytes": {"type": "integer"},
     "stdout_truncated": {"type": "boolean"},
     "stderr_truncated": {"type": "boolean"},
-    "duration_seconds": {"type": "number"}
+    "stdout_file": {"type": "string", "description": "File in the sandbox holding the whole stdout."},
+    "stderr_file": {"type": "string"},
+    "duration_seconds": {"type": "number", "description": "Time this call took."}
   },
-  "required": ["stdout", "stderr", "exit_code", "timed_out", "cancelled", "stdout_bytes", "stderr_bytes", "stdout_truncated", "stderr_truncated", "duration_seconds"]
+  "required": ["stdout", "stderr", "exit_code", "running", "job_id", "timed_out", "cancelled", "killed", "stdout_bytes", "stderr_bytes", "stdout_truncated", "stderr_truncated", "stdout_file", "stderr_file", "duration_seconds"]
 }`
 
 const shareOutputSchema = `{
@@ -77,29 +87,57 @@ func (h *Handler) executeTool() mcp.Tool {
 	if cfg.FileTTL > 0 {
 		ttl = "after " + humanDuration(cfg.FileTTL) + " without changes"
 	}
+	yield := h.yield()
+	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d), whichever comes first. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output (each call returns only new output), job_input to answer a prompt, job_kill to stop it; job_list shows all jobs. Use `wait: 0` to start a server or a long build and return at once.", int(yield.Seconds()))
+	if yield == 0 {
+		waitLine = "- A call waits for the command to end, or for `wait` seconds when given. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output, job_input to answer a prompt, job_kill to stop it; job_list shows all jobs."
+	}
 	desc := fmt.Sprintf(`Run a bash command as root in a persistent Linux sandbox and return its stdout, stderr and exit code.
 
 How the sandbox behaves:
-- Each call is a fresh `+"`bash -c`"+` process started in /sandbox with empty stdin: `+"`cd`"+`, exported variables and shell functions do not carry over to the next call. Chain steps with && in one command, or write a script file.
+- Each call is a fresh `+"`bash -c`"+` process started in /sandbox (or `+"`cwd`"+`) with empty stdin: `+"`cd`"+`, exported variables and shell functions do not carry over to the next call. Chain steps with && in one command, or write a script file.
 - Files under /sandbox persist between calls and across restarts. A top-level entry of /sandbox (file or directory) is deleted %s anywhere inside it, so keep work you still need in use or share it.
 - Packages you install (apt-get, pip, npm, ...) persist between calls. You are root; there is no sudo.
-- The command is killed, with every process it started, after the timeout (default %s). For work that must outlive the call, detach it: `+"`setsid nohup long-job > /sandbox/job.log 2>&1 &`"+`, then check the log in later calls.
-- Each output stream keeps its first and last %d bytes; the middle of longer output is replaced by a marker. Redirect large output to a file and inspect it with head, tail or grep.
+%s
+- The command is killed, with every process it started, after the timeout (default %s); exit code 137 means it was killed (128+signal). Processes you detach with `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+` are never killed.
+- Each output stream returns at most %d bytes (its head and tail, cut at line boundaries); the whole output stays in a file named in the result (kept for the latest 20 commands, at least 10 minutes), to read with grep, sed -n or tail. Pass max_output to get less.
+- A pipeline's status is that of its last command: begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To give the user a file (a report, an image, an archive), write it under /sandbox and call share_file with its path.`,
-		ttl, humanDuration(cfg.ExecTimeout), cfg.MaxOutput/2)
+		ttl, waitLine, humanDuration(cfg.ExecTimeout), cfg.MaxOutput)
+	waitMax := yield.Seconds()
+	waitDesc := fmt.Sprintf("Seconds to wait for the command before returning it as a running job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
+	if yield == 0 {
+		waitMax = maxTimeout.Seconds()
+		waitDesc = "Seconds to wait for the command before returning it as a running job. Default: until it ends."
+	}
 	return mcp.NewTool("execute",
 		mcp.WithDescription(desc),
 		mcp.WithTitleAnnotation("Run a command in the sandbox"),
 		mcp.WithString("command", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("The bash command line to run, e.g. `python3 script.py` or `ls -la && cat notes.txt`.")),
 		mcp.WithNumber("timeout", mcp.Min(1), mcp.Max(maxTimeout.Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds before the command is killed. Default %d.", int(cfg.ExecTimeout.Seconds())))),
+			mcp.Description(fmt.Sprintf("Seconds before the command is killed, also while it runs on as a job. Default %d.", int(cfg.ExecTimeout.Seconds())))),
+		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(waitMax), mcp.Description(waitDesc)),
+		mcp.WithBoolean("interactive",
+			mcp.Description("Keep the command's stdin open so job_input can feed it (REPLs, prompts, `read`). Default false: stdin is empty.")),
+		mcp.WithString("cwd", mcp.Description("Directory to start in. Default /sandbox.")),
+		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
+			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
 		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(true),
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
+}
+
+// yield is the yield_after setting; 0 means off.
+func (h *Handler) yield() time.Duration {
+	if h.YieldAfter == nil {
+		return defaultYield
+	}
+	return time.Duration(*h.YieldAfter)
 }
 
 func (h *Handler) shareFileTool() mcp.Tool {
@@ -130,7 +168,8 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	if strings.TrimSpace(command) == "" {
 		return mcp.NewToolResultError(`execute needs "command": a non-empty bash command line, e.g. {"command": "ls -la"}`), nil
 	}
-	timeout := h.box.Config().ExecTimeout
+	cfg := h.box.Config()
+	timeout := cfg.ExecTimeout
 	secs, ok, bad := a.num("timeout", "a number of seconds", 1, maxTimeout.Seconds())
 	if bad != nil {
 		return bad.result(), nil
@@ -138,10 +177,41 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	if ok {
 		timeout = time.Duration(secs * float64(time.Second))
 	}
+	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: h.MaxJobs}
+	if opts.Wait, bad = h.waitArg(a); bad != nil {
+		return bad.result(), nil
+	}
+	if a.task {
+		// As an MCP task the call itself is the long wait (the client polls tasks/get),
+		// and it outlives the request that created it.
+		if !a.has("wait") {
+			opts.Wait = 0
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = taskContext(ctx)
+		defer cancel()
+	}
+	if opts.Interactive, _, bad = a.boolean("interactive"); bad != nil {
+		return bad.result(), nil
+	}
+	if opts.Cwd, bad = a.str("cwd"); bad != nil {
+		return bad.result(), nil
+	}
+	if opts.Cwd != "" && !strings.HasPrefix(opts.Cwd, "/") {
+		opts.Cwd = sandbox.WorkDir + "/" + opts.Cwd
+	}
+	mo, ok, bad := a.integer("max_output", "a number of bytes", 1024, int64(cfg.MaxOutput))
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if ok {
+		opts.MaxOutput = int(mo)
+	}
 
 	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
+	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()
-	res, err := h.box.Exec(ctx, command, sandbox.ExecOptions{Timeout: timeout, OnOutput: prog.output})
+	res, err := h.box.Exec(ctx, command, opts)
 	metricRunning.Dec()
 	prog.stop()
 
@@ -151,12 +221,20 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 		zap.String("command", clip(command, 200)),
 	}
 	if err != nil {
+		switch {
+		case errors.Is(err, sandbox.ErrNoCwd):
+			return mcp.NewToolResultError(fmt.Sprintf("cwd %q is not a directory in the sandbox; create it first (mkdir -p) or leave cwd out to start in /sandbox", opts.Cwd)), nil
+		case errors.Is(err, sandbox.ErrTooManyJobs):
+			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, h.MaxJobs)), nil
+		}
 		metricExecutions.WithLabelValues("error").Inc()
 		h.logger.Error("execute failed", append(fields, zap.Error(err))...)
 		return mcp.NewToolResultError(h.execErrorText(err)), nil
 	}
 	outcome := "ok"
 	switch {
+	case res.Running:
+		outcome = "running"
 	case res.TimedOut:
 		outcome = "timeout"
 	case res.Cancelled:
@@ -166,21 +244,70 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	}
 	metricExecutions.WithLabelValues(outcome).Inc()
 	metricDuration.Observe(res.Duration.Seconds())
-	h.logger.Info("execute", append(fields, zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
+	h.logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
-
-	out := executeOutput{
-		Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode,
-		TimedOut: res.TimedOut, Cancelled: res.Cancelled,
-		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
-		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		DurationSeconds: math.Round(res.Duration.Seconds()*1000) / 1000,
-	}
-	return mcp.NewToolResultStructured(out, executeText(out, timeout)), nil
+	out := toOutput(res)
+	return mcp.NewToolResultStructured(out, h.resultText(out, res, timeout, opts.Interactive)), nil
 }
 
-// executeText is the result as text, for clients that do not read structuredContent.
-func executeText(o executeOutput, timeout time.Duration) string {
+// waitArg reads the wait argument: seconds between 0 and yield_after (when on). Absent,
+// it is yield_after.
+func (h *Handler) waitArg(a args) (time.Duration, *badArg) {
+	yield := h.yield()
+	hi := yield.Seconds()
+	if yield == 0 {
+		hi = maxTimeout.Seconds()
+	}
+	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
+	if bad != nil {
+		if yield > 0 {
+			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so for longer work call job_output again", humanDuration(yield))
+		}
+		return 0, bad
+	}
+	switch {
+	case !ok:
+		return yield, nil // 0 (off) waits for the end
+	case w == 0:
+		return sandbox.NoWait, nil
+	}
+	return time.Duration(w * float64(time.Second)), nil
+}
+
+func toOutput(res *sandbox.ExecResult) executeOutput {
+	out := executeOutput{
+		Stdout: res.Stdout, Stderr: res.Stderr, Running: res.Running, JobID: res.JobID,
+		TimedOut: res.TimedOut, Cancelled: res.Cancelled, Killed: res.Killed,
+		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		StdoutFile: res.StdoutFile, StderrFile: res.StderrFile,
+		DurationSeconds: math.Round(res.Duration.Seconds()*1000) / 1000,
+	}
+	if !res.Running && res.ExitCode >= 0 {
+		code := res.ExitCode
+		out.ExitCode = &code
+	}
+	return out
+}
+
+// signalNames names the signals a model is likely to meet.
+var signalNames = map[int]string{1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+// exitText says what an exit code means, naming the signal for 129 to 192 (128+n).
+func exitText(code int) string {
+	if code > 128 && code <= 128+64 {
+		n := code - 128
+		if name := signalNames[n]; name != "" {
+			return fmt.Sprintf("exit code %d: killed by signal %d, %s", code, n, name)
+		}
+		return fmt.Sprintf("exit code %d: killed by signal %d", code, n)
+	}
+	return fmt.Sprintf("exit code %d", code)
+}
+
+// resultText is a result as text, for clients that do not read structuredContent, with
+// a footer saying how the command ended, whether output was cut, or how to follow it.
+func (h *Handler) resultText(o executeOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
 	var b strings.Builder
 	b.WriteString(o.Stdout)
 	if o.Stderr != "" {
@@ -193,13 +320,39 @@ func executeText(o executeOutput, timeout time.Duration) string {
 	if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 		b.WriteByte('\n')
 	}
+	b.WriteByte('[')
 	switch {
+	case o.Running:
+		fmt.Fprintf(&b, "still running as job %s after %.0fs; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, o.DurationSeconds, o.JobID, humanDuration(h.pollWait()))
+		if interactive {
+			b.WriteString(", job_input to write to its stdin")
+		}
+		b.WriteString(", job_kill to stop it")
+	case res.Lost:
+		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above")
 	case o.TimedOut:
-		fmt.Fprintf(&b, "[timed out after %s: the command and its child processes were killed; detach long jobs with setsid nohup]", humanDuration(timeout))
+		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", humanDuration(timeout), exitText(res.ExitCode))
 	case o.Cancelled:
-		b.WriteString("[cancelled: the command and its child processes were killed]")
+		b.WriteString("cancelled: the command and its child processes were killed")
+	case o.Killed:
+		fmt.Fprintf(&b, "killed by job_kill (%s)", exitText(res.ExitCode))
 	default:
-		fmt.Fprintf(&b, "[exit code %d, %.2fs]", o.ExitCode, o.DurationSeconds)
+		fmt.Fprintf(&b, "%s, %.2fs", exitText(res.ExitCode), o.DurationSeconds)
+	}
+	if o.StdoutTruncated || o.StderrTruncated {
+		b.WriteString("; output was cut, the whole output is in ")
+		switch {
+		case o.StdoutTruncated && o.StderrTruncated:
+			b.WriteString(o.StdoutFile + " and " + o.StderrFile)
+		case o.StdoutTruncated:
+			b.WriteString(o.StdoutFile)
+		default:
+			b.WriteString(o.StderrFile)
+		}
+	}
+	b.WriteByte(']')
+	if res.HeldBy != "" && !o.Running {
+		fmt.Fprintf(&b, "\n[note: this call waited 2s for a background process (pid %s) that still holds the command's output open; what it prints later goes to %s. Detach background work instead: setsid nohup cmd > /sandbox/cmd.log 2>&1 &]", res.HeldBy, o.StdoutFile)
 	}
 	return b.String()
 }

@@ -152,3 +152,34 @@ func BenchmarkRawDockerOutputThroughput(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJobOutputVsRaw polls a running job (JobOutput, wait 0) and runs the raw
+// Docker calls alternately, and reports their ratio (target: at most 1).
+func BenchmarkJobOutputVsRaw(b *testing.B) {
+	sb, cli := benchSandbox(b)
+	ctx := context.Background()
+	res, err := sb.Exec(ctx, "sleep 3600", ExecOptions{Wait: NoWait})
+	if err != nil || !res.Running {
+		b.Fatal(err, res)
+	}
+	defer func() { _, _ = sb.KillJob(ctx, res.JobID, 0) }()
+	var pollTime, rawTime time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		r, err := sb.JobOutput(ctx, res.JobID, 0, nil, 0)
+		if err != nil || !r.Running {
+			b.Fatal(err, r)
+		}
+		mid := time.Now()
+		if err := rawExec(ctx, cli, sb.cfg.Container); err != nil {
+			b.Fatal(err)
+		}
+		pollTime += mid.Sub(start)
+		rawTime += time.Since(mid)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(pollTime.Nanoseconds())/n, "poll-ns/op")
+	b.ReportMetric(float64(rawTime.Nanoseconds())/n, "raw-ns/op")
+	b.ReportMetric(float64(pollTime)/float64(rawTime), "ratio")
+}

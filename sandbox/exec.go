@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,97 +37,118 @@ func (s Stream) String() string {
 	return fmt.Sprintf("stream(%d)", int(s))
 }
 
-// ExecOptions tune one [Sandbox.Exec]. The zero value uses the configured defaults.
+// ExecOptions tune one [Sandbox.Exec]. The zero value uses the configured defaults and
+// waits for the command to end.
 type ExecOptions struct {
 	// Timeout after which the command's process group is killed; 0 means
-	// Config.ExecTimeout.
+	// Config.ExecTimeout. The timeout is kept inside the container, so it holds even
+	// when nobody waits for the command any more.
 	Timeout time.Duration
-	// OnOutput, when set, receives every chunk of output as it arrives, from the
-	// goroutine reading the stream (calls never overlap). It must not retain chunk.
+	// Wait is how long Exec waits for the command before returning it as a running job
+	// (Running set, JobID to follow it with JobOutput). 0 waits until it ends; NoWait
+	// returns as soon as it started.
+	Wait time.Duration
+	// Interactive keeps the command's stdin open for JobInput; otherwise stdin is empty.
+	Interactive bool
+	// Cwd is the directory the command starts in; "" means WorkDir.
+	Cwd string
+	// MaxOutput is the bytes kept per stream in the result; 0 or more than
+	// Config.MaxOutput means Config.MaxOutput.
+	MaxOutput int
+	// MaxJobs refuses the command with ErrTooManyJobs when that many jobs are already
+	// running; 0 means DefaultMaxJobs.
+	MaxJobs int
+	// OnOutput, when set, receives output while the command runs (about once a second,
+	// at most the last 4 KiB of each stream since the previous call), from one
+	// goroutine (calls never overlap). It must not retain chunk. It serves progress
+	// reports; the result carries the output itself.
 	OnOutput func(stream Stream, chunk []byte)
 }
 
-// ExecResult is what a command did.
+// NoWait as ExecOptions.Wait starts the command and returns at once.
+const NoWait time.Duration = -1
+
+// ExecResult is what a command did, or the part of it delivered by this call.
 type ExecResult struct {
-	// Stdout and Stderr are valid UTF-8. When a stream was longer than
-	// Config.MaxOutput, its middle is replaced by a line saying how many bytes were
-	// omitted.
+	// JobID names the command's job: its files in the container and the handle for
+	// JobOutput, JobInput and KillJob.
+	JobID string
+	// Running says the command was still running when the call returned; ExitCode is
+	// then -1 and the rest of the output comes from JobOutput.
+	Running bool
+	// Stdout and Stderr are valid UTF-8: the output not delivered before. When longer
+	// than the output budget, their middle is replaced, at line boundaries, by a line
+	// saying how many bytes and lines were left out and which file holds it all.
 	Stdout, Stderr string
-	// ExitCode is the command's exit status. After a timeout or cancellation it is
-	// what Docker reports once the group is killed (137 for SIGKILL), or -1 when
-	// that is unknown.
+	// ExitCode is the command's exit status: 128+n when signal n ended it, so 137
+	// after a kill (timeout, cancellation, KillJob); -1 while it runs.
 	ExitCode int
-	// TimedOut and Cancelled say why the command was killed, if it was.
-	TimedOut, Cancelled bool
-	// StdoutBytes and StderrBytes count every byte each stream produced.
+	// TimedOut, Cancelled and Killed say why the command was killed, if it was.
+	TimedOut, Cancelled, Killed bool
+	// StdoutBytes and StderrBytes count every byte each stream produced so far.
 	StdoutBytes, StderrBytes int64
 	// StdoutTruncated and StderrTruncated say whether the middle of a stream was cut.
 	StdoutTruncated, StderrTruncated bool
-	// Duration is the time from the start of the command to its result.
+	// StdoutFile and StderrFile hold each stream's whole output inside the container.
+	StdoutFile, StderrFile string
+	// Lost says the job's runner is gone without an exit status: the container
+	// restarted while the command ran. Its output so far is still delivered.
+	Lost bool
+	// HeldBy is the process id of a process the command left behind that still held
+	// its output open when the result was returned (after a 2 s grace), or "".
+	HeldBy string
+	// Duration is the time from the start of the call to its result.
 	Duration time.Duration
 }
 
 const (
-	// execEnv carries "<exec id>:<process group id>" into every process a command
-	// starts, so that its process group can be found and killed from a second exec
-	// even after the command's first process has exited.
-	execEnv = "MCP_SANDBOX_EXEC"
-	// killTimeout bounds the exec that kills a timed-out command.
+	// killTimeout bounds the exec that kills a cancelled command.
 	killTimeout = 30 * time.Second
-	// drainGrace is how long output may still arrive after the kill; a detached
-	// process that kept the stream open must not hold up the result longer.
-	drainGrace = 2 * time.Second
+	// cancelGrace is how long the result of a killed command may take to arrive.
+	cancelGrace = 8 * time.Second
+	// runnerGrace is how much longer than its own deadline a run exec may take before
+	// Caddy gives up on it (the job runs on regardless).
+	runnerGrace = time.Minute
+	// liveInterval is how often running output is sampled for OnOutput.
+	liveInterval = time.Second
+	// liveBytes bounds one OnOutput sample per stream.
+	liveBytes = 4096
 	// inspectTimeout bounds the calls made after a command ended.
 	inspectTimeout = 10 * time.Second
 )
 
-// execWrapper exports the marker and then replaces itself with the user's command, so the
-// command runs as a plain `bash -c` in a process that leads its own process group.
-// Arguments: $0 exec id, $1 command.
-const execWrapper = `export ` + execEnv + `="$0:$$"; exec bash -c "$1"`
-
-// killScript kills the process group of the exec whose id is $1. The group id is read
-// from the environment of any process still carrying the marker, so leftovers of a
-// command whose first process already exited are found too. Processes the command
-// detached with setsid live in another group and survive. Only bash builtins are used on
-// the first try: a command may have used up the process limit.
-const killScript = `id=$1 pg=
-for try in 1 2 3 4 5 6 7 8 9 10; do
-	for e in /proc/[0-9]*/environ; do
-		while IFS= read -r -d '' kv; do
-			if [[ $kv == "` + execEnv + `=$id:"* ]]; then pg=${kv##*:}; break 3; fi
-		done <"$e"
-	done 2>/dev/null
-	sleep 0.1
-done
-[ -n "$pg" ] || exit 0
-kill -KILL -- "-$pg" 2>/dev/null
-kill -KILL -- "-$pg" 2>/dev/null
-exit 0`
-
-// Exec runs `bash -c command` as root in WorkDir, in a fresh process with empty stdin.
+// Exec runs `bash -c command` as root in its own session and process group, as a job
+// whose output goes to files inside the container (see JobsDir), and returns what it
+// printed, cut to the output budget at line boundaries.
 //
-// Output is kept up to Config.MaxOutput bytes per stream (the first and last halves) and
-// passed live to opts.OnOutput. On timeout or when ctx is done, the command's whole
-// process group is killed inside the container and the output so far is returned with
-// TimedOut or Cancelled set; neither is an error. Errors mean the sandbox itself failed
-// (Docker unreachable, image missing, ...); when the output stream breaks, the partial
-// result comes back with the error. If the container turns out to be gone or stopped,
-// Exec repairs it with Ensure and tries once more.
-//
-// The command's processes see MCP_SANDBOX_EXEC=<exec id>:<process group id> in their
-// environment; that is how the group is found when it has to be killed.
+// It waits for the command to end, or for opts.Wait; a command still running then is
+// returned with Running set and goes on until its timeout, in the container, whatever
+// happens to the caller. When ctx is done while waiting, the command and every process
+// of its group and session are killed and the result has Cancelled set; neither that nor
+// a timeout is an error. Errors mean the sandbox itself failed (Docker unreachable,
+// image missing, ...) or the request was refused (ErrNoCwd, ErrTooManyJobs). If the
+// container turns out to be gone or stopped, Exec repairs it with Ensure and tries once
+// more.
 func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*ExecResult, error) {
+	if strings.ContainsRune(command, 0) {
+		return nil, errors.New("running command: it contains a NUL byte, which no program can receive")
+	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.ExecTimeout
 	}
-	return s.run(ctx, command, timeout, s.cfg.MaxOutput, opts.OnOutput)
-}
-
-func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
-	if strings.ContainsRune(command, 0) {
-		return nil, errors.New("running command: it contains a NUL byte, which no program can receive as an argument")
+	maxOutput := opts.MaxOutput
+	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
+		maxOutput = s.cfg.MaxOutput
+	}
+	maxOutput = max(maxOutput, minMaxOutput)
+	maxJobs := opts.MaxJobs
+	if maxJobs <= 0 {
+		maxJobs = DefaultMaxJobs
+	}
+	cwd := opts.Cwd
+	if cwd == "" {
+		cwd = WorkDir
 	}
 	res := &ExecResult{ExitCode: -1}
 	begin := time.Now()
@@ -137,13 +159,189 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 		return nil, err
 	}
-	id := newExecID()
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	id := newJobID()
+	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
+		if ctx.Err() != nil {
+			res.Cancelled = true
+			return res, nil
+		}
+		return nil, err
+	}
+	ended := false // the job is known to have ended, or never started
+	defer func() {
+		if ended {
+			s.jobSeen(id, false)
+		}
+	}()
+	wait, waitArg := opts.Wait, "-1"
+	switch {
+	case wait < 0:
+		waitArg = "0"
+	case wait > 0 && wait < timeout:
+		waitArg = secondsArg(wait)
+	default:
+		wait = timeout
+	}
+	interactive := "0"
+	if opts.Interactive {
+		interactive = "1"
+	}
+	_, head, tail := budget(maxOutput)
+	src, env := "env", []string{"MCP_SANDBOX_CMD=" + command}
+	var stdin []byte
+	if len(command) > commandEnvLimit {
+		src, env, stdin = "stdin", nil, []byte(command)
+	}
+	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
-		WorkingDir:   WorkDir,
+		WorkingDir:   "/",
+		AttachStdin:  stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          []string{"bash", "-c", execWrapper, id, command},
+		Env:          env,
+		Cmd: []string{"bash", "-c", jobScript, "mcpjob", "run", JobsDir, id, secondsArg(timeout), waitArg,
+			interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src},
+	})
+	if err != nil {
+		ended = true
+		if ctx.Err() != nil {
+			res.Cancelled = true
+			return res, nil
+		}
+		return nil, err
+	}
+	defer hj.Close()
+	if stdin != nil {
+		go func() {
+			_, _ = hj.Conn.Write(stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+	out := &scriptOutput{limit: head + tail}
+	done := make(chan error, 1)
+	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
+
+	stopLive := func() {}
+	if opts.OnOutput != nil && wait > liveInterval {
+		stopLive = s.followLive(ctx, id, opts.OnOutput)
+	}
+	backup := time.NewTimer(wait + runnerGrace)
+	defer backup.Stop()
+	var readErr error
+	select {
+	case readErr = <-done:
+	case <-backup.C:
+		hj.Close()
+		<-done
+		stopLive()
+		return nil, fmt.Errorf("the job runner in the sandbox did not answer within %v; the command may still be running as job %s", wait+runnerGrace, id)
+	case <-ctx.Done():
+		stopLive()
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+		kres, kerr := s.killJob(kctx, id, maxOutput)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(cancelGrace):
+		}
+		hj.Close()
+		if kerr != nil {
+			s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
+			kres = &ExecResult{JobID: id, ExitCode: -1}
+		}
+		kres.Cancelled, kres.Killed = true, false
+		kres.Duration = time.Since(begin)
+		ended = true
+		return kres, nil
+	}
+	stopLive()
+	if readErr != nil {
+		return nil, fmt.Errorf("reading command output: %w", readErr)
+	}
+	if !out.gotHdr {
+		msg := strings.TrimSpace(string(out.err))
+		if msg == "" {
+			msg = "no answer"
+		}
+		return nil, fmt.Errorf("the job runner failed in the sandbox: %s", clip(msg, 500))
+	}
+	h, err := parseHeader(string(out.line))
+	if err != nil {
+		return nil, err
+	}
+	if err := scriptError(h, id); err != nil {
+		ended = true
+		return nil, err
+	}
+	res = h.result(id, out, maxOutput)
+	res.Duration = time.Since(begin)
+	ended = !res.Running
+	return res, nil
+}
+
+// followLive samples the job's new output every liveInterval for onOutput, until the
+// returned stop is called. Each sample is one short exec that reads the files.
+func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Stream, []byte)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		var outOff, errOff int64
+		// The first sample comes early, so a command that prints at once shows it.
+		t := time.NewTimer(liveInterval / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				t.Reset(liveInterval)
+			}
+			h, o, err := s.runScript(ctx, []string{"peek", JobsDir, id, strconv.FormatInt(outOff, 10),
+				strconv.FormatInt(errOff, 10), strconv.Itoa(liveBytes)}, nil, nil, 2*liveBytes)
+			if err != nil || h.state != "peek" {
+				continue
+			}
+			sizes := strings.Fields(string(o.line))
+			if len(sizes) != 4 {
+				continue
+			}
+			os, _ := strconv.ParseInt(sizes[2], 10, 64)
+			es, _ := strconv.ParseInt(sizes[3], 10, 64)
+			if ctx.Err() != nil {
+				return
+			}
+			if len(o.out) > 0 {
+				onOutput(Stdout, o.out)
+			}
+			if len(o.err) > 0 {
+				onOutput(Stderr, o.err)
+			}
+			outOff, errOff = max(outOff, os), max(errOff, es)
+		}
+	}()
+	return func() {
+		cancel()
+		<-finished
+	}
+}
+
+// run executes an internal command (not a job) with a timeout, passing its output to
+// onOutput and keeping maxOutput bytes of each stream. On timeout or cancellation the
+// exec is abandoned and Docker kills its process.
+func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
+	res := &ExecResult{ExitCode: -1}
+	begin := time.Now()
+	if err := s.Ensure(ctx); err != nil {
+		if ctx.Err() != nil {
+			res.Cancelled = true
+			return res, nil
+		}
+		return nil, err
+	}
+	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: WorkDir, AttachStdout: true, AttachStderr: true,
+		Cmd: []string{"bash", "-c", command},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -152,7 +350,6 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 		return nil, err
 	}
-
 	stdout, stderr := newBoundedOutput(maxOutput), newBoundedOutput(maxOutput)
 	sink := func(st Stream, out *boundedOutput) func([]byte) {
 		return func(p []byte) {
@@ -164,43 +361,31 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	}
 	done := make(chan error, 1)
 	go func() { done <- demux(hj.Reader, sink(Stdout, stdout), sink(Stderr, stderr)) }()
-
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var readErr error
-	finished := false
 	select {
 	case readErr = <-done:
-		finished = true
 	case <-timer.C:
 		res.TimedOut = true
 	case <-ctx.Done():
 		res.Cancelled = true
 	}
-	if !finished {
-		s.killGroup(context.WithoutCancel(ctx), id)
-		select {
-		case <-done:
-			finished = true
-		case <-time.After(drainGrace):
-		}
-	}
 	hj.Close()
-	if !finished {
-		<-done // the closed connection ends the read
-	}
-
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
-	defer cancel()
-	killed := res.TimedOut || res.Cancelled
-	if code, ok := s.exitCode(ictx, execID, killed); ok {
-		res.ExitCode = code
+	if res.TimedOut || res.Cancelled {
+		<-done
+	} else {
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
+		defer cancel()
+		if code, ok := s.exitCode(ictx, execID, false); ok {
+			res.ExitCode = code
+		}
 	}
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	res.StdoutBytes, res.StderrBytes = stdout.Total(), stderr.Total()
 	res.StdoutTruncated, res.StderrTruncated = stdout.Truncated(), stderr.Truncated()
 	res.Duration = time.Since(begin)
-	if readErr != nil && !killed {
+	if readErr != nil {
 		return res, fmt.Errorf("reading command output: %w", readErr)
 	}
 	return res, nil
@@ -261,57 +446,6 @@ func (s *Sandbox) exitCode(ctx context.Context, execID string, killed bool) (int
 	}
 }
 
-// killGroup kills the process group of exec id from a second exec. It retries a few
-// times because a command exhausting the process limit can make the exec fail to start.
-func (s *Sandbox) killGroup(ctx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(ctx, killTimeout)
-	defer cancel()
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
-			}
-		}
-		var code int
-		code, err = s.quickExec(ctx, []string{"bash", "-c", killScript, "kill", id})
-		if err == nil && code == 0 {
-			return
-		}
-		if err == nil {
-			err = fmt.Errorf("kill script exited with %d", code)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	s.log.Warn("killing timed-out command in sandbox", zap.String("exec", id), zap.Error(err))
-}
-
-// quickExec runs a short internal command, discarding its output, and returns its exit
-// code.
-func (s *Sandbox) quickExec(ctx context.Context, cmd []string) (int, error) {
-	execID, hj, err := s.tryStartExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
-	})
-	if err != nil {
-		return 0, err
-	}
-	stop := context.AfterFunc(ctx, hj.Close)
-	defer stop()
-	err = demux(hj.Reader, func([]byte) {}, func([]byte) {})
-	hj.Close()
-	if err != nil {
-		return 0, fmt.Errorf("reading internal command output: %w", err)
-	}
-	code, ok := s.exitCode(ctx, execID, false)
-	if !ok {
-		return 0, errors.New("internal command did not report an exit code")
-	}
-	return code, nil
-}
-
 // demux splits Docker's multiplexed exec stream (8-byte header: stream, 3 zero bytes,
 // big-endian length; then the payload) into stdout and stderr chunks as they arrive,
 // never holding more than one small buffer.
@@ -356,6 +490,29 @@ func demux(r io.Reader, stdout, stderr func([]byte)) error {
 			}
 		}
 	}
+}
+
+// quickExec runs a short internal command, discarding its output, and returns its exit
+// code.
+func (s *Sandbox) quickExec(ctx context.Context, cmd []string) (int, error) {
+	execID, hj, err := s.tryStartExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
+	})
+	if err != nil {
+		return 0, err
+	}
+	stop := context.AfterFunc(ctx, hj.Close)
+	defer stop()
+	err = demux(hj.Reader, func([]byte) {}, func([]byte) {})
+	hj.Close()
+	if err != nil {
+		return 0, fmt.Errorf("reading internal command output: %w", err)
+	}
+	code, ok := s.exitCode(ctx, execID, false)
+	if !ok {
+		return 0, errors.New("internal command did not report an exit code")
+	}
+	return code, nil
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -223,6 +223,11 @@ type Sandbox struct {
 	log *zap.Logger
 
 	ensureGroup singleflight.Group
+	jobs        jobLocks // one delivery of a job's output at a time
+
+	jobsMu    sync.Mutex
+	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
+	lastPrune time.Time
 
 	mu          sync.Mutex
 	readyAt     time.Time // last time Ensure saw the container running with our limits

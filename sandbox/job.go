@@ -1,0 +1,598 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
+)
+
+// jobScript runs, follows, feeds, kills and lists jobs inside the container; see the
+// comment at its top for the files a job keeps.
+//
+//go:embed jobs.sh
+var jobScriptFile string
+
+// jobScript is jobs.sh without its comment lines: bash parses the whole script on every
+// exec, and the common path must cost little more than a bare exec.
+var jobScript = stripComments(jobScriptFile)
+
+func stripComments(script string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		t := strings.TrimLeft(line, "\t ")
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// JobsDir is where jobs keep their command, output and status inside the container. It
+// is outside the /sandbox volume: it survives Caddy restarts and container restarts,
+// not a recreated container, and it does not show up in the model's working files.
+const JobsDir = "/var/lib/mcp-sandbox/jobs"
+
+// Retention of finished jobs, enforced inside the container (jobs.sh, prune): the
+// newest 20 finished jobs, and any that finished in the last 10 minutes, as long as they
+// are under a day old and their output files stay under 1 GB in total. A conversation
+// comes back to a job's output within minutes or hours, rarely after dozens of other
+// commands; the 10 minutes keep the file a result just named; the cap keeps a chatty
+// session from filling the disk.
+
+// DefaultMaxJobs bounds the jobs running at once when ExecOptions.MaxJobs is 0.
+const DefaultMaxJobs = 32
+
+// commandEnvLimit is the longest command passed in an environment variable; longer
+// ones go through the exec's stdin (Linux refuses single strings over 128 KiB).
+const commandEnvLimit = 96 << 10
+
+// MaxInputBytes bounds one JobInput: a pipe holds 64 KiB, and input a program has not
+// read yet must not block the writer.
+const MaxInputBytes = 60 << 10
+
+// lineSlack is how far a cut may move to land on a line boundary.
+const lineSlack = 4096
+
+// Errors of the job functions; test them with errors.Is.
+var (
+	ErrJobNotFound       = errors.New("no such job")
+	ErrJobNotInteractive = errors.New("job was not started with interactive: true, its stdin is closed")
+	ErrJobFinished       = errors.New("job has finished")
+	ErrTooManyJobs       = errors.New("too many jobs running")
+	ErrNoCwd             = errors.New("working directory does not exist")
+)
+
+var jobIDPattern = regexp.MustCompile(`^j[0-9a-f]{12}$`)
+
+// ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
+func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
+
+// newJobID returns a job id that sorts by start time: j, the Unix time in 8 hex digits,
+// then 4 random hex digits.
+func newJobID() string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("j%08x%04x", uint32(time.Now().Unix()), binary.BigEndian.Uint16(b[:]))
+}
+
+// JobFile returns the path of a job's stdout or stderr file inside the container.
+func JobFile(id string, st Stream) string {
+	if st == Stderr {
+		return JobsDir + "/" + id + ".err"
+	}
+	return JobsDir + "/" + id + ".out"
+}
+
+// jobLocks serialises the calls that deliver one job's output, so two polls never hand
+// out the same bytes. Striped by id: jobs are few, collisions only cost waiting.
+type jobLocks [64]sync.Mutex
+
+func (l *jobLocks) lock(id string) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	m := &l[h.Sum32()%uint32(len(l))]
+	m.Lock()
+	return m.Unlock
+}
+
+// header is the first line the job script prints.
+type header struct {
+	state              string // done, running, or an error word
+	exit               int
+	outSize, errSize   int64 // bytes in the files
+	outFrom, errFrom   int64 // first byte of this delivery
+	outSent, errSent   int64 // bytes sent
+	outLines, errLines int64 // newlines in the new range when it was cut, else -1
+	timedOut, killed   bool
+	held               string
+	extra              string // the word after an error state
+}
+
+func parseHeader(line string) (header, error) {
+	f := strings.Fields(line)
+	var h header
+	if len(f) < 2 || f[0] != "MCPJOB1" {
+		return h, fmt.Errorf("unexpected answer from the job runner: %q", clip(line, 200))
+	}
+	h.state = f[1]
+	if h.state != "done" && h.state != "running" && h.state != "lost" {
+		if len(f) > 2 {
+			h.extra = f[2]
+		}
+		return h, nil
+	}
+	if len(f) != 12 {
+		return h, fmt.Errorf("unexpected answer from the job runner: %q", clip(line, 200))
+	}
+	num := func(s string) int64 {
+		if s == "-" {
+			return -1
+		}
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	h.exit = int(num(f[2]))
+	h.outSize, h.errSize = num(f[3]), num(f[4])
+	h.outFrom, h.errFrom = num(f[5]), num(f[6])
+	h.outSent, h.errSent = num(f[7]), num(f[8])
+	h.outLines, h.errLines = num(f[9]), num(f[10])
+	for _, fl := range strings.Split(f[11], ",") {
+		switch {
+		case fl == "timedout":
+			h.timedOut = true
+		case fl == "killed":
+			h.killed = true
+		case strings.HasPrefix(fl, "held:"):
+			h.held = strings.TrimPrefix(fl, "held:")
+		}
+	}
+	return h, nil
+}
+
+// scriptOutput collects what one job script prints: the header line and the payloads,
+// each bounded (a script never sends more than asked, but a broken one must not make
+// Caddy hold gigabytes).
+type scriptOutput struct {
+	limit  int
+	line   []byte
+	gotHdr bool
+	out    []byte
+	err    []byte
+}
+
+func (o *scriptOutput) stdout(p []byte) {
+	if !o.gotHdr {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(o.line) < 4096 {
+				o.line = append(o.line, p...)
+			}
+			return
+		}
+		o.line = append(o.line, p[:i]...)
+		o.gotHdr = true
+		p = p[i+1:]
+	}
+	if room := o.limit - len(o.out); room > 0 {
+		o.out = append(o.out, p[:min(room, len(p))]...)
+	}
+}
+
+func (o *scriptOutput) stderr(p []byte) {
+	if room := o.limit - len(o.err); room > 0 {
+		o.err = append(o.err, p[:min(room, len(p))]...)
+	}
+}
+
+// budget returns the bytes kept per stream and the head and tail the script sends.
+func budget(maxOutput int) (keep, head, tail int) {
+	slack := min(lineSlack, maxOutput/4)
+	return maxOutput, maxOutput/2 + slack, maxOutput - maxOutput/2 + slack
+}
+
+// runScript runs the job script with args, env and optional stdin, and returns its
+// header and payloads. A failure to start or read is an error; the script's own
+// refusals come back in the header.
+func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
+	cmd := append([]string{"bash", "-c", jobScript, "mcpjob"}, args...)
+	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+		User:         "root",
+		WorkingDir:   "/",
+		AttachStdin:  stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          env,
+		Cmd:          cmd,
+	})
+	_ = execID
+	if err != nil {
+		return header{}, nil, err
+	}
+	defer hj.Close()
+	if stdin != nil {
+		go func() {
+			_, _ = hj.Conn.Write(stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+	out := &scriptOutput{limit: limit}
+	done := make(chan error, 1)
+	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		hj.Close()
+		<-done
+		return header{}, nil, ctx.Err()
+	}
+	if err != nil {
+		return header{}, nil, fmt.Errorf("reading job runner output: %w", err)
+	}
+	if !out.gotHdr {
+		msg := strings.TrimSpace(string(out.err))
+		if msg == "" {
+			msg = "no answer"
+		}
+		return header{}, nil, fmt.Errorf("job runner failed in the sandbox: %s", clip(msg, 500))
+	}
+	h, err := parseHeader(string(out.line))
+	return h, out, err
+}
+
+// result turns a delivery into an ExecResult, cutting each stream to maxOutput bytes
+// at line boundaries.
+func (h header) result(id string, o *scriptOutput, maxOutput int) *ExecResult {
+	keep, head, tail := budget(maxOutput)
+	res := &ExecResult{
+		JobID:       id,
+		Running:     h.state == "running",
+		ExitCode:    h.exit,
+		TimedOut:    h.timedOut,
+		Killed:      h.killed,
+		StdoutBytes: h.outSize,
+		StderrBytes: h.errSize,
+		StdoutFile:  JobFile(id, Stdout),
+		StderrFile:  JobFile(id, Stderr),
+		HeldBy:      h.held,
+		Lost:        h.state == "lost",
+	}
+	if res.Running {
+		res.ExitCode = -1
+	}
+	var cut bool
+	res.Stdout, cut = cutOutput(o.out, h.outSize-h.outFrom, h.outSent, h.outLines, keep, head, tail, res.StdoutFile)
+	res.StdoutTruncated = cut
+	res.Stderr, cut = cutOutput(o.err, h.errSize-h.errFrom, h.errSent, h.errLines, keep, head, tail, res.StderrFile)
+	res.StderrTruncated = cut
+	return res
+}
+
+// cutOutput returns the text of a range of total bytes, of which payload holds either
+// everything or (when sent < total) the first head and the last sent-head bytes. Text
+// longer than keep is cut in the middle at line boundaries (at character boundaries
+// when lines are too long), and a marker says how many bytes and lines were left out
+// and where the whole output is.
+func cutOutput(payload []byte, total, sent, lines int64, keep, head, tail int, file string) (string, bool) {
+	if int64(len(payload)) >= total && len(payload) <= keep {
+		return strings.ToValidUTF8(string(payload), "\uFFFD"), false
+	}
+	var h, t []byte
+	if int64(len(payload)) >= total { // everything came; cut here
+		h, t = payload, payload
+		lines = int64(bytes.Count(payload, []byte{'\n'}))
+	} else {
+		h, t = payload[:min(head, len(payload))], payload[min(head, len(payload)):]
+	}
+	slack := min(lineSlack, keep/4)
+	want := keep / 2
+	// Head: end after the last newline before want, else after the first one past it.
+	e := min(want, len(h))
+	if i := bytes.LastIndexByte(h[max(0, e-slack):e], '\n'); i >= 0 {
+		e = max(0, e-slack) + i + 1
+	} else if i := bytes.IndexByte(h[e:min(len(h), e+slack)], '\n'); i >= 0 {
+		e += i + 1
+	} else {
+		e = len(trimIncompleteEnd(h[:e]))
+	}
+	// Tail: start after the first newline past the start, else after the last one before it.
+	s := max(0, len(t)-(keep-want))
+	if i := bytes.IndexByte(t[s:min(len(t), s+slack)], '\n'); i >= 0 {
+		s += i + 1
+	} else if i := bytes.LastIndexByte(t[max(0, s-slack):s], '\n'); i >= 0 {
+		s = max(0, s-slack) + i + 1
+	} else {
+		s = len(t) - len(trimIncompleteStart(t[s:]))
+	}
+	var omitted int64
+	if len(payload) >= int(total) {
+		if s <= e {
+			return strings.ToValidUTF8(string(payload), "\uFFFD"), false
+		}
+		omitted = int64(s - e)
+	} else {
+		omitted = total - int64(e) - int64(len(t)-s)
+	}
+	headPart, tailPart := h[:e], t[s:]
+	omittedLines := lines - int64(bytes.Count(headPart, []byte{'\n'})) - int64(bytes.Count(tailPart, []byte{'\n'}))
+	var sb strings.Builder
+	sb.Grow(len(headPart) + len(tailPart) + 160)
+	sb.WriteString(strings.ToValidUTF8(string(headPart), "\uFFFD"))
+	if len(headPart) > 0 && headPart[len(headPart)-1] != '\n' {
+		sb.WriteByte('\n')
+	}
+	if lines >= 0 {
+		fmt.Fprintf(&sb, "[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
+	} else {
+		fmt.Fprintf(&sb, "[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
+	}
+	sb.WriteString(strings.ToValidUTF8(string(tailPart), "\uFFFD"))
+	return sb.String(), true
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func secondsArg(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+}
+
+// scriptError maps the script's refusals to errors.
+func scriptError(h header, id string) error {
+	switch h.state {
+	case "done", "running", "lost":
+		return nil
+	case "unknown":
+		return fmt.Errorf("%w: %s", ErrJobNotFound, id)
+	case "notinteractive":
+		return fmt.Errorf("%w: %s", ErrJobNotInteractive, id)
+	case "nocwd":
+		return ErrNoCwd
+	}
+	return fmt.Errorf("unexpected answer from the job runner: %s", h.state)
+}
+
+// JobOutput waits up to wait for job id to end or print something, then returns the
+// output produced since the last delivery (never repeated, never skipped), cut to
+// maxOutput bytes per stream (0: Config.MaxOutput). With input != nil, it first writes
+// input to the job's stdin; the job must have been started interactive.
+func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*ExecResult, error) {
+	if !ValidJobID(id) {
+		return nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	}
+	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
+		maxOutput = s.cfg.MaxOutput
+	}
+	unlock := s.jobs.lock(id)
+	defer unlock()
+	begin := time.Now()
+	keep, head, tail := budget(maxOutput)
+	_ = keep
+	var env []string
+	mode := "-"
+	if input != nil {
+		if strings.ContainsRune(*input, 0) {
+			return nil, errors.New("input contains a NUL byte, which cannot be sent")
+		}
+		env = []string{"MCP_SANDBOX_INPUT=" + *input}
+		mode = "env"
+	}
+	h, o, err := s.runScript(ctx, []string{"poll", JobsDir, id, strconv.Itoa(int((wait + time.Second - 1) / time.Second)),
+		strconv.Itoa(head), strconv.Itoa(tail), mode}, env, nil, head+tail)
+	if err != nil {
+		return nil, err
+	}
+	if err := scriptError(h, id); err != nil {
+		return nil, err
+	}
+	res := h.result(id, o, maxOutput)
+	res.Duration = time.Since(begin)
+	s.jobSeen(id, res.Running)
+	if input != nil && !res.Running {
+		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", ErrJobFinished, id, res.ExitCode)
+	}
+	return res, nil
+}
+
+// KillJob kills job id with every process of its process group and session (a command
+// that emptied its environment is found too; one that detached with setsid is not),
+// and returns its last output.
+func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+	if !ValidJobID(id) {
+		return nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	}
+	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
+		maxOutput = s.cfg.MaxOutput
+	}
+	unlock := s.jobs.lock(id)
+	defer unlock()
+	return s.killJob(ctx, id, maxOutput)
+}
+
+func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+	_, head, tail := budget(maxOutput)
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
+		h, o, err := s.runScript(ctx, []string{"kill", JobsDir, id, strconv.Itoa(head), strconv.Itoa(tail)}, nil, nil, head+tail)
+		if err != nil {
+			// A command that used up the process limit can make the exec fail to start.
+			lastErr = err
+			continue
+		}
+		if err := scriptError(h, id); err != nil {
+			return nil, err
+		}
+		res := h.result(id, o, maxOutput)
+		s.jobSeen(id, res.Running)
+		return res, nil
+	}
+	return nil, lastErr
+}
+
+// JobInfo describes one job for a listing.
+type JobInfo struct {
+	ID          string
+	State       string // running, done, or lost (the container restarted under it)
+	ExitCode    int    // -1 unless done
+	Started     time.Time
+	Timeout     time.Duration
+	Interactive bool
+	Command     string // its first line, clipped
+}
+
+// ListJobs returns the running and the retained finished jobs, oldest first.
+func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
+	if err := s.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	cmd := []string{"bash", "-c", jobScript, "mcpjob", "list", JobsDir, "-"}
+	var out bytes.Buffer
+	code, err := s.collectExec(ctx, cmd, &out, 4<<20)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("listing jobs: exit code %d", code)
+	}
+	var jobs []JobInfo
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.SplitN(line, " ", 8)
+		if len(f) < 7 || f[0] != "JOB" {
+			continue
+		}
+		j := JobInfo{ID: f[1], State: f[2], ExitCode: -1, Interactive: f[6] == "1"}
+		if j.State == "done" {
+			j.ExitCode, _ = strconv.Atoi(f[3])
+		}
+		if sec, err := strconv.ParseInt(f[4], 10, 64); err == nil {
+			j.Started = time.Unix(sec, 0).UTC()
+		}
+		if to, err := strconv.ParseFloat(f[5], 64); err == nil {
+			j.Timeout = time.Duration(to * float64(time.Second))
+		}
+		if len(f) == 8 {
+			j.Command = clip(f[7], 200)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// collectExec runs an internal command and collects up to limit bytes of its stdout.
+func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buffer, limit int) (int, error) {
+	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
+	})
+	if err != nil {
+		return 0, err
+	}
+	stop := context.AfterFunc(ctx, hj.Close)
+	defer stop()
+	err = demux(hj.Reader, func(p []byte) {
+		if out.Len() < limit {
+			out.Write(p[:min(len(p), limit-out.Len())])
+		}
+	}, func([]byte) {})
+	hj.Close()
+	if err != nil {
+		return 0, fmt.Errorf("reading internal command output: %w", err)
+	}
+	code, ok := s.exitCode(ctx, execID, false)
+	if !ok {
+		return 0, errors.New("internal command did not report an exit code")
+	}
+	return code, nil
+}
+
+// reserveJob counts job id as running, or refuses it when max jobs already run. The
+// count lives in memory, so the common path costs nothing; when it reaches the limit it
+// is reloaded from the container, so jobs that ended unobserved, or started before a
+// restart, count right.
+func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if s.running == nil {
+		// Jobs started before a restart count too: learn them in the background,
+		// without holding up the first command.
+		s.running = map[string]bool{}
+		go func() {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			jobs, err := s.ListJobs(lctx)
+			if err != nil {
+				return
+			}
+			s.jobsMu.Lock()
+			defer s.jobsMu.Unlock()
+			for _, j := range jobs {
+				if j.State == "running" {
+					s.running[j.ID] = true
+				}
+			}
+		}()
+	}
+	if len(s.running) >= max {
+		jobs, err := s.ListJobs(ctx)
+		if err != nil {
+			return err
+		}
+		s.running = map[string]bool{}
+		for _, j := range jobs {
+			if j.State == "running" {
+				s.running[j.ID] = true
+			}
+		}
+	}
+	if n := len(s.running); n >= max {
+		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)
+	}
+	s.running[id] = true
+	return nil
+}
+
+// jobSeen notes a job's state from a result, and now and then starts a pass that
+// forgets old finished jobs (outside the result's path).
+func (s *Sandbox) jobSeen(id string, running bool) {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if !running {
+		delete(s.running, id)
+	}
+	if time.Since(s.lastPrune) < time.Minute {
+		return
+	}
+	s.lastPrune = time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		if _, err := s.collectExec(ctx, []string{"bash", "-c", jobScript, "mcpjob", "prune", JobsDir, "-"}, &out, 4096); err != nil {
+			s.log.Warn("forgetting old jobs", zap.Error(err))
+		}
+	}()
+}

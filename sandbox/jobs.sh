@@ -1,0 +1,327 @@
+# Job runner for the MCP sandbox. Run as: bash -c "$(this file)" mcpjob <mode> <jobs dir> <id> ...
+#
+# Every command runs as a job whose state lives in files inside the container, so it
+# outlives the Docker exec that started it, Caddy and the client:
+#   <id>.cmd   a long command       <id>.meta  start time, timeout, flags, runner pid, cwd, command
+#   <id>.out   stdout (whole)       <id>.err   stderr (whole)
+#   <id>.pid   process group id of the command (its pid)
+#   <id>.in    FIFO feeding stdin (interactive jobs only)
+#   <id>.off   "<stdout offset> <stderr offset>": output already delivered
+#   <id>.exit  exit status, written last; .timedout, .killed and .held say why or what
+#   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
+#
+# Output to the caller (Caddy) on stdout: one header line
+#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <flags>
+# then <out sent> bytes of stdout (the head, then the tail when the new output is longer
+# than the budget), while stderr carries <err sent> bytes of stderr the same way. The
+# lines fields count the newlines of the whole new range when it was cut, else "-".
+#
+# Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
+# run when there is output to send.
+
+mode=$1 J=$2 id=$3
+d=$J/$id
+
+tick() { exec 9<>"$J/.tick"; }
+
+# killjob kills the job's process group (found by its id, so a command that emptied
+# its environment is found too), twice, around a scan for group members that a
+# fork-heavy command may have started meanwhile.
+killjob() {
+	local pg p line rest
+	read -r pg 2>/dev/null <"$d.pid" || return 0
+	[ -n "$pg" ] || return 0
+	kill -KILL -- "-$pg" 2>/dev/null
+	for p in /proc/[0-9]*; do
+		read -r line 2>/dev/null <"$p/stat" || continue
+		rest=${line##*) }
+		set -- $rest
+		[ "$3" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
+	done
+	kill -KILL -- "-$pg" 2>/dev/null
+}
+
+# alive: whether the job's runner still runs (its pid is in .meta and the process
+# still carries the job id in its arguments; a restarted container reuses pids).
+alive() {
+	local start to inter r a
+	read -r start to inter r _ 2>/dev/null <"$d.meta" || return 1
+	[ -r "/proc/$r/cmdline" ] || return 1
+	mapfile -d '' a 2>/dev/null <"/proc/$r/cmdline"
+	[[ " ${a[*]} " == *" $id "* ]]
+}
+
+# emit <state> <head> <tail>: sends the output produced since the last delivery and
+# records it as delivered. head and tail are the bytes kept of each end of a long range.
+emit() {
+	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- flags=
+	read -r oo eo 2>/dev/null <"$d.off"
+	oo=${oo:-0} eo=${eo:-0}
+	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
+		set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
+		os=${1:-0} es=${2:-0}
+	fi
+	[ "$state" = done ] && { read -r ex <"$d.exit"; ex=${ex:--}; }
+	[ -e "$d.timedout" ] && flags+=timedout,
+	[ -e "$d.killed" ] && flags+=killed,
+	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
+	on=$((os - oo)) en=$((es - eo))
+	((on < 0)) && on=0
+	((en < 0)) && en=0
+	local osend=$on esend=$en
+	# Lines are counted up to 100 MB; beyond, the marker gives bytes only.
+	if ((on > H + T)); then
+		osend=$((H + T))
+		((on <= 100000000)) && ol=$(range "$d.out" "$oo" "$on" | wc -l)
+	fi
+	if ((en > H + T)); then
+		esend=$((H + T))
+		((en <= 100000000)) && el=$(range "$d.err" "$eo" "$en" | wc -l)
+	fi
+	echo "$os $es" >"$d.off"
+	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el ${flags:--}"
+	send "$d.out" "$oo" "$on" "$H" "$T"
+	send "$d.err" "$eo" "$en" "$H" "$T" >&2
+}
+
+# range <file> <from> <n>: n bytes of file from offset from.
+range() {
+	if (($3 == 0)); then
+		return
+	elif (($2 == 0)); then
+		head -c "$3" "$1"
+	else
+		tail -c +$(($2 + 1)) "$1" | head -c "$3"
+	fi
+}
+
+# send <file> <from> <n> <head> <tail>: the range, or its head and tail when longer.
+send() {
+	if (($3 <= $4 + $5)); then
+		range "$1" "$2" "$3"
+	else
+		range "$1" "$2" "$4"
+		range "$1" $(($2 + $3 - $5)) "$5"
+	fi
+}
+
+case $mode in
+run)
+	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <cwd> <head> <tail> <cmd from: env|stdin>
+	T=$4 W=$5 I=$6 cwd=$7 H=$8 TL=$9 src=${10}
+	if ! [ -d "$J" ]; then mkdir -p "$J" || exit 3; fi
+	if ! [ -p "$J/.tick" ]; then mkfifo "$J/.tick" 2>/dev/null || [ -p "$J/.tick" ] || exit 3; fi
+	if ! cd -- "$cwd" 2>/dev/null; then
+		echo "MCPJOB1 nocwd"
+		exit 0
+	fi
+	# Short commands come in the environment, long ones (over Linux's 128 KiB limit for
+	# one argument) on stdin into a file.
+	if [ "$src" = stdin ]; then
+		cat >"$d.cmd" || exit 3
+	fi
+	C=$MCP_SANDBOX_CMD
+	unset MCP_SANDBOX_CMD
+	tick
+	(
+		trap '' HUP
+		# Job control gives the command a process group of its own (its id is the
+		# command's pid) without exec'ing setsid; job notices go to /dev/null.
+		set -m
+		inp=/dev/null
+		if [ "$I" = 1 ]; then
+			mkfifo "$d.in" && exec 3<>"$d.in" && inp=$d.in
+		fi
+		if [ "$src" = stdin ]; then
+			bash "$d.cmd" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+		else
+			bash -c "$C" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+		fi
+		c=$!
+		echo "$c" >"$d.pid"
+		(
+			read -t "$T" -u 9
+			: >"$d.timedout"
+			killjob
+		) &
+		w=$!
+		wait "$c"
+		e=$?
+		exec 3>&-
+		# A process the command left behind may still hold its output open; give it
+		# up to 2 s to finish (as an exec stream would), then note who it was. Such
+		# leftovers are still killed at the timeout; others (detached, or with their
+		# output redirected) are not.
+		held=
+		if kill -0 -- "-$c" 2>/dev/null; then
+			for ((i = 0; i < 20; i++)); do
+				held=
+				for f in /proc/[0-9]*/fd/[12]; do
+					if [ "$f" -ef "$d.out" ] || [ "$f" -ef "$d.err" ]; then
+						held=${f#/proc/}
+						held=${held%%/*}
+						break
+					fi
+				done
+				[ -n "$held" ] || break
+				read -t 0.1 -u 9
+			done
+			[ -n "$held" ] && echo "$held" >"$d.held"
+		fi
+		[ -n "$held" ] || kill "$w"
+		echo "$e" >"$d.exit"
+	) </dev/null >/dev/null 2>&1 &
+	r=$!
+	printf '%s %s %s %s %s\n%s\n' "${EPOCHREALTIME%.*}" "$T" "$I" "$r" "$cwd" "${C:0:300}" >"$d.meta"
+	[ "$src" = stdin ] && head -c 300 "$d.cmd" >>"$d.meta"
+	state=running
+	if [ "$W" = -1 ]; then
+		wait "$r"
+		state=done
+	elif [ "$W" != 0 ]; then
+		(read -t "$W" -u 9) &
+		t=$!
+		wait -n -p which "$r" "$t"
+		if [ "$which" = "$r" ]; then
+			kill "$t" 2>/dev/null
+			state=done
+		fi
+	fi
+	emit "$state" "$H" "$TL"
+	;;
+poll)
+	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> ; input comes in MCP_SANDBOX_INPUT
+	W=$4 H=$5 TL=$6
+	if ! [ -e "$d.meta" ]; then
+		echo "MCPJOB1 unknown"
+		exit 0
+	fi
+	tick
+	if [ "$7" = env ]; then
+		if ! [ -p "$d.in" ]; then
+			echo "MCPJOB1 notinteractive"
+			exit 0
+		fi
+		if [ -s "$d.exit" ]; then
+			emit done "$H" "$TL"
+			exit 0
+		fi
+		exec 3<>"$d.in"
+		printf '%s' "$MCP_SANDBOX_INPUT" >&3
+		exec 3>&-
+		unset MCP_SANDBOX_INPUT
+	fi
+	read -r oo eo 2>/dev/null <"$d.off"
+	oo=${oo:-0} eo=${eo:-0}
+	# Wait for the end, or for new output and then a while more to gather it: 0.6 s
+	# after input (a prompt's answer), 5 s otherwise (fewer, fuller polls).
+	seen=-1 settle=25
+	[ "$7" = env ] && settle=3
+	[ -s "$d.exit" ] || alive || W=0
+	for ((i = 0; i < W * 5; i++)); do
+		[ -s "$d.exit" ] && break
+		if ((seen < 0)); then
+			set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
+			if ((${1:-0} > oo || ${2:-0} > eo)); then seen=$i; fi
+		fi
+		((seen >= 0 && i - seen >= settle)) && break
+		read -t 0.2 -u 9
+	done
+	if [ -s "$d.exit" ]; then
+		emit done "$H" "$TL"
+	elif alive; then
+		emit running "$H" "$TL"
+	else
+		emit lost "$H" "$TL"
+	fi
+	;;
+peek)
+	# peek <dir> <id> <out from> <err from> <max>: the last max bytes of each stream's
+	# output past the offsets, for live progress; nothing is marked delivered.
+	o=$4 e=$5 M=$6 os=0 es=0
+	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
+		set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
+		os=${1:-0} es=${2:-0}
+	fi
+	echo "MCPJOB1 peek $os $es"
+	((os - o > M)) && o=$((os - M))
+	((es - e > M)) && e=$((es - M))
+	((os > o)) && range "$d.out" "$o" $((os - o))
+	((es > e)) && range "$d.err" "$e" $((es - e)) >&2
+	;;
+kill)
+	# kill <dir> <id> <head> <tail>
+	H=$4 TL=$5
+	if ! [ -e "$d.meta" ]; then
+		echo "MCPJOB1 unknown"
+		exit 0
+	fi
+	tick
+	if ! [ -s "$d.exit" ]; then
+		: >"$d.killed"
+		killjob
+		for ((i = 0; i < 50; i++)); do
+			[ -s "$d.exit" ] && break
+			read -t 0.1 -u 9
+		done
+		killjob
+	fi
+	if [ -s "$d.exit" ]; then
+		emit done "$H" "$TL"
+	elif alive; then
+		emit running "$H" "$TL"
+	else
+		emit lost "$H" "$TL"
+	fi
+	;;
+list)
+	# list <dir> -: one line per job: id state exit start timeout interactive, then the command's first line
+	for m in "$J"/*.meta; do
+		[ -e "$m" ] || continue
+		j=${m##*/}
+		j=${j%.meta}
+		{ read -r start to inter r cwd && IFS= read -r cmd; } <"$m"
+		ex=-
+		if [ -s "$J/$j.exit" ]; then
+			read -r ex <"$J/$j.exit"
+			st=done
+		else
+			st=lost
+			if [ -r "/proc/$r/cmdline" ]; then
+				mapfile -d '' a <"/proc/$r/cmdline"
+				[[ " ${a[*]} " == *" $j "* ]] && st=running
+			fi
+		fi
+		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "$start" "$to" "$inter" "$cmd"
+	done
+	;;
+prune)
+	# Finished jobs, most recently finished first: keep the newest 20, and any that
+	# finished in the last 10 minutes (their output may just have been handed out), as
+	# long as they are under a day old and their output stays under 1 GB in total.
+	now=${EPOCHSECONDS}
+	gone=()
+	total=0 k=0
+	while read -r t x; do
+		[ -n "$x" ] || continue
+		k=$((k + 1))
+		age=$((now - t))
+		if ((age > 86400 || (k > 20 && age > 600) || total > 1073741824)); then
+			gone+=("${x%.exit}".*)
+			continue
+		fi
+		set -- $(stat -c %s "${x%.exit}.out" "${x%.exit}.err" 2>/dev/null)
+		total=$((total + ${1:-0} + ${2:-0}))
+	done < <(stat -c '%Y %n' "$J"/*.exit 2>/dev/null | sort -rn)
+	# Jobs whose runner is gone (the container restarted) are dropped after a day.
+	for m in "$J"/*.meta; do
+		[ -e "$m" ] || continue
+		j=${m##*/}
+		j=${j%.meta}
+		[ -e "$J/$j.exit" ] && continue
+		(((now - 16#${j:1:8}) > 86400)) && gone+=("$J/$j".*)
+	done
+	((${#gone[@]})) && rm -f -- "${gone[@]}"
+	;;
+esac
+exit 0

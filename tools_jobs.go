@@ -1,0 +1,268 @@
+package mcpsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// defaultPollWaitOff is job_output's default wait when yield_after is off.
+const defaultPollWaitOff = 60 * time.Second
+
+// jobListOutput is the structured result of job_list.
+type jobListOutput struct {
+	Jobs []jobEntry `json:"jobs"`
+}
+
+type jobEntry struct {
+	JobID       string    `json:"job_id"`
+	State       string    `json:"state"`
+	ExitCode    *int      `json:"exit_code"`
+	StartedAt   time.Time `json:"started_at"`
+	Interactive bool      `json:"interactive"`
+	Command     string    `json:"command"`
+}
+
+const jobListSchema = `{
+  "type": "object",
+  "properties": {
+    "jobs": {"type": "array", "items": {"type": "object", "properties": {
+      "job_id": {"type": "string"},
+      "state": {"type": "string", "enum": ["running", "done", "lost"], "description": "lost: the sandbox restarted while the job ran."},
+      "exit_code": {"type": ["integer", "null"]},
+      "started_at": {"type": "string", "format": "date-time"},
+      "interactive": {"type": "boolean"},
+      "command": {"type": "string", "description": "First line of the command, clipped."}
+    }, "required": ["job_id", "state", "exit_code", "started_at", "interactive", "command"]}}
+  },
+  "required": ["jobs"]
+}`
+
+// pollWait is the default wait of job_output and job_input: yield_after, or a minute
+// when it is off.
+func (h *Handler) pollWait() time.Duration {
+	if y := h.yield(); y > 0 {
+		return y
+	}
+	return defaultPollWaitOff
+}
+
+func (h *Handler) jobIDArg() mcp.ToolOption {
+	return mcp.WithString("job_id", mcp.Required(), mcp.Pattern(`^j[0-9a-f]{12}$`),
+		mcp.Description("The job_id from execute's result (or job_list), e.g. j6940a1f03f2a."))
+}
+
+func (h *Handler) jobWaitArg(what string) mcp.ToolOption {
+	if y := h.yield(); y > 0 {
+		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(y.Seconds()),
+			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds()))))
+	}
+	return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()),
+		mcp.Description(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds()))))
+}
+
+func (h *Handler) jobOutputTool() mcp.Tool {
+	return mcp.NewTool("job_output",
+		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
+		mcp.WithTitleAnnotation("Follow a running command"),
+		h.jobIDArg(),
+		h.jobWaitArg("for new output or the end"),
+		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		mcp.WithReadOnlyHintAnnotation(false), // it marks the output as delivered
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(false),
+		mcp.WithOpenWorldHintAnnotation(false),
+	)
+}
+
+func (h *Handler) jobInputTool() mcp.Tool {
+	return mcp.NewTool("job_input",
+		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call.`, sandbox.MaxInputBytes>>10)),
+		mcp.WithTitleAnnotation("Send input to a running command"),
+		h.jobIDArg(),
+		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
+		h.jobWaitArg("for the job's answer"),
+		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		mcp.WithReadOnlyHintAnnotation(false),
+		mcp.WithDestructiveHintAnnotation(true),
+		mcp.WithIdempotentHintAnnotation(false),
+		mcp.WithOpenWorldHintAnnotation(false),
+	)
+}
+
+func (h *Handler) jobKillTool() mcp.Tool {
+	return mcp.NewTool("job_kill",
+		mcp.WithDescription(`Stop a job: kills its command and every process it started (not those it detached with setsid), and returns its last output and exit code (137). Use it for a job that hangs, runs away, or is no longer needed; processes you detached with setsid nohup must be stopped with kill.`),
+		mcp.WithTitleAnnotation("Stop a running command"),
+		h.jobIDArg(),
+		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		mcp.WithReadOnlyHintAnnotation(false),
+		mcp.WithDestructiveHintAnnotation(true),
+		mcp.WithIdempotentHintAnnotation(true),
+		mcp.WithOpenWorldHintAnnotation(false),
+	)
+}
+
+func (h *Handler) jobListTool() mcp.Tool {
+	return mcp.NewTool("job_list",
+		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, h.MaxJobs)),
+		mcp.WithTitleAnnotation("List running and recent commands"),
+		mcp.WithRawOutputSchema([]byte(jobListSchema)),
+		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(true),
+		mcp.WithOpenWorldHintAnnotation(false),
+	)
+}
+
+// jobID reads and checks the job_id argument.
+func jobID(a args) (string, *mcp.CallToolResult) {
+	id, bad := a.str("job_id")
+	if bad != nil {
+		return "", bad.result()
+	}
+	if !sandbox.ValidJobID(id) {
+		return "", mcp.NewToolResultError(fmt.Sprintf(`%s needs "job_id": the job_id from execute's result, like j6940a1f03f2a; got %s. Call job_list to see the jobs.`, a.tool, describe(a.m["job_id"])))
+	}
+	return id, nil
+}
+
+// pollWaitArg reads job_output's and job_input's wait.
+func (h *Handler) pollWaitArg(a args) (time.Duration, *badArg) {
+	hi := maxTimeout.Seconds()
+	if y := h.yield(); y > 0 {
+		hi = y.Seconds()
+	}
+	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
+	if bad != nil {
+		if y := h.yield(); y > 0 {
+			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so call job_output again for longer", humanDuration(y))
+		}
+		return 0, bad
+	}
+	if !ok {
+		return h.pollWait(), nil
+	}
+	return time.Duration(w * float64(time.Second)), nil
+}
+
+func (h *Handler) jobOutput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	id, errRes := jobID(a)
+	if errRes != nil {
+		return errRes, nil
+	}
+	wait, bad := h.pollWaitArg(a)
+	if bad != nil {
+		return bad.result(), nil
+	}
+	return h.follow(ctx, a, id, wait, nil)
+}
+
+func (h *Handler) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	id, errRes := jobID(a)
+	if errRes != nil {
+		return errRes, nil
+	}
+	if !a.has("input") {
+		return mcp.NewToolResultError(`job_input needs "input": the text to write to the job's stdin, e.g. {"job_id": "...", "input": "yes"}`), nil
+	}
+	input, bad := a.str("input")
+	if bad != nil {
+		return bad.result(), nil
+	}
+	if len(input) > sandbox.MaxInputBytes {
+		return mcp.NewToolResultError(fmt.Sprintf("input is %d bytes; job_input takes at most %d KiB per call. Write large input to a file with execute and have the program read it.", len(input), sandbox.MaxInputBytes>>10)), nil
+	}
+	if !strings.HasSuffix(input, "\n") {
+		input += "\n"
+	}
+	wait, bad := h.pollWaitArg(a)
+	if bad != nil {
+		return bad.result(), nil
+	}
+	return h.follow(ctx, a, id, wait, &input)
+}
+
+// follow is job_output and job_input: one delivery of a job's new output, with
+// progress keep-alive while it waits.
+func (h *Handler) follow(ctx context.Context, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
+	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
+	res, err := h.box.JobOutput(ctx, id, wait, input, 0)
+	prog.stop()
+	if err != nil && res == nil {
+		return h.jobError(err, id, a.tool), nil
+	}
+	out := toOutput(res)
+	text := h.resultText(out, res, 0, input != nil)
+	if err != nil { // input for a job that has ended: say so, and lose none of its output
+		r := mcp.NewToolResultStructured(out, fmt.Sprintf("The input was not sent: job %s has already ended. Its last output:\n%s", id, text))
+		r.IsError = true
+		return r, nil
+	}
+	return mcp.NewToolResultStructured(out, text), nil
+}
+
+func (h *Handler) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	id, errRes := jobID(a)
+	if errRes != nil {
+		return errRes, nil
+	}
+	res, err := h.box.KillJob(ctx, id, 0)
+	if err != nil {
+		return h.jobError(err, id, a.tool), nil
+	}
+	ident := callFrom(ctx).identity
+	h.logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
+	out := toOutput(res)
+	text := h.resultText(out, res, 0, false)
+	if !res.Killed && !res.Running {
+		text += "\n[the job had already ended; nothing was killed]"
+	}
+	return mcp.NewToolResultStructured(out, text), nil
+}
+
+func (h *Handler) jobList(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	jobs, err := h.box.ListJobs(ctx)
+	if err != nil {
+		return mcp.NewToolResultError(h.execErrorText(err)), nil
+	}
+	out := jobListOutput{Jobs: []jobEntry{}}
+	var b strings.Builder
+	for _, j := range jobs {
+		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, Command: j.Command}
+		if j.State == "done" {
+			code := j.ExitCode
+			e.ExitCode = &code
+		}
+		out.Jobs = append(out.Jobs, e)
+		state := j.State
+		if e.ExitCode != nil {
+			state = exitText(*e.ExitCode)
+		}
+		fmt.Fprintf(&b, "%s  %s  started %s  %s\n", j.ID, state, j.Started.Format(time.RFC3339), j.Command)
+	}
+	if len(jobs) == 0 {
+		b.WriteString("No jobs.")
+	}
+	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil
+}
+
+// jobError turns a job function's error into a tool result that says what to do.
+func (h *Handler) jobError(err error, id, tool string) *mcp.CallToolResult {
+	switch {
+	case errors.Is(err, sandbox.ErrJobNotFound):
+		return mcp.NewToolResultError(fmt.Sprintf("There is no job %s in the sandbox: finished jobs are forgotten after a day or when 20 newer ones have finished, and a recreated sandbox starts with none. Call job_list to see the jobs.", id))
+	case errors.Is(err, sandbox.ErrJobNotInteractive):
+		return mcp.NewToolResultError(fmt.Sprintf("Job %s was not started with interactive: true, so its stdin is closed and takes no input. Stop it with job_kill if it waits for input, and start it again with execute(..., interactive: true).", id))
+	case errors.Is(err, context.Canceled):
+		return mcp.NewToolResultError(tool + " was cancelled; the job itself goes on")
+	}
+	return mcp.NewToolResultError(h.execErrorText(err))
+}
