@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,8 +39,13 @@ func TestResultShapePerClient(t *testing.T) {
 		res := call(ctx, t, c, "execute", map[string]any{"command": "echo shaped-output"})
 		c.Close()
 		text := resultText(res)
-		if st := structured(t, res); st["stdout"] != "shaped-output\n" {
+		st := structured(t, res)
+		if st["stdout"] != "shaped-output\n" {
 			t.Errorf("%s: structured stdout = %v", tc.name, st["stdout"])
+		}
+		// The footer is in structuredContent too: some clients give the model nothing else.
+		if note, _ := st["note"].(string); !strings.Contains(note, "exit code 0") {
+			t.Errorf("%s: structured note = %q", tc.name, note)
 		}
 		if tc.pointer && text != pointerText {
 			t.Errorf("%s: text = %q, want the pointer only", tc.name, text)

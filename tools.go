@@ -34,6 +34,10 @@ type executeOutput struct {
 	StdoutFile      string  `json:"stdout_file"`
 	StderrFile      string  `json:"stderr_file"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	// Note is the footer of the text: how the command ended, whether output was cut
+	// and where all of it is, how to follow a running job. Some clients give the
+	// model only structuredContent, so it must carry this too.
+	Note string `json:"note"`
 }
 
 // shareOutput is the structured result of share_file.
@@ -97,13 +101,13 @@ func (h *Handler) executeTool() mcp.Tool {
 How the sandbox behaves:
 - Each call is a fresh `+"`bash -c`"+` process started in /sandbox (or `+"`cwd`"+`) with empty stdin: `+"`cd`"+`, exported variables and shell functions do not carry over to the next call. Chain steps with && in one command, or write a script file.
 - Files under /sandbox persist between calls and across restarts. A top-level entry of /sandbox (file or directory) is deleted %s anywhere inside it, so keep work you still need in use or share it.
-- Packages you install (apt-get, pip, npm, ...) persist between calls. You are root; there is no sudo.
+%s
 %s
 - The command is killed, with every process it started, after the timeout (default %s); exit code 137 means it was killed (128+signal). Processes you detach with `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+` are never killed.
 - Each output stream returns at most %d bytes (its head and tail, cut at line boundaries); the whole output stays in a file named in the result (kept for the latest 20 commands, at least 10 minutes), to read with grep, sed -n or tail. Pass max_output to get less.
 - A pipeline's status is that of its last command: begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To give the user a file (a report, an image, an archive), write it under /sandbox and call share_file with its path.`,
-		ttl, waitLine, humanDuration(cfg.ExecTimeout), cfg.MaxOutput)
+		ttl, packagesLine(cfg), waitLine, humanDuration(cfg.ExecTimeout), cfg.MaxOutput)
 	waitMax := yield.Seconds()
 	waitDesc := fmt.Sprintf("Seconds to wait for the command before returning it as a running job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
 	if yield == 0 {
@@ -133,6 +137,15 @@ How the sandbox behaves:
 }
 
 // yield is the yield_after setting; 0 means off.
+// packagesLine is the description's line on installing software, which an offline
+// sandbox cannot do.
+func packagesLine(cfg sandbox.Config) string {
+	if cfg.NetworkMode == "none" {
+		return "- You are root; there is no sudo. The sandbox is offline: nothing can be installed or downloaded."
+	}
+	return "- Packages you install (apt-get, pip, npm, ...) persist between calls. You are root; there is no sudo."
+}
+
 func (h *Handler) yield() time.Duration {
 	if h.YieldAfter == nil {
 		return defaultYield
@@ -247,7 +260,8 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	h.logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	return mcp.NewToolResultStructured(out, h.resultText(out, res, timeout, opts.Interactive)), nil
+	out.Note = h.note(out, res, timeout, opts.Interactive)
+	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
 // waitArg reads the wait argument: seconds between 0 and yield_after (when on). Absent,
@@ -305,9 +319,9 @@ func exitText(code int) string {
 	return fmt.Sprintf("exit code %d", code)
 }
 
-// resultText is a result as text, for clients that do not read structuredContent, with
+// outputText is a result as text, for clients that do not read structuredContent, with
 // a footer saying how the command ended, whether output was cut, or how to follow it.
-func (h *Handler) resultText(o executeOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
+func outputText(o executeOutput) string {
 	var b strings.Builder
 	b.WriteString(o.Stdout)
 	if o.Stderr != "" {
@@ -320,6 +334,14 @@ func (h *Handler) resultText(o executeOutput, res *sandbox.ExecResult, timeout t
 	if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 		b.WriteByte('\n')
 	}
+	b.WriteString(o.Note)
+	return b.String()
+}
+
+// note is the footer of a result: how the command ended, whether output was cut, or how
+// to follow it.
+func (h *Handler) note(o executeOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
+	var b strings.Builder
 	b.WriteByte('[')
 	switch {
 	case o.Running:

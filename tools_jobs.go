@@ -200,7 +200,8 @@ func (h *Handler) follow(ctx context.Context, a args, id string, wait time.Durat
 		return h.jobError(err, id, a.tool), nil
 	}
 	out := toOutput(res)
-	text := h.resultText(out, res, 0, input != nil)
+	out.Note = h.note(out, res, 0, input != nil)
+	text := outputText(out)
 	if err != nil { // input for a job that has ended: say so, and lose none of its output
 		r := mcp.NewToolResultStructured(out, fmt.Sprintf("The input was not sent: job %s has already ended. Its last output:\n%s", id, text))
 		r.IsError = true
@@ -221,11 +222,11 @@ func (h *Handler) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, err
 	ident := callFrom(ctx).identity
 	h.logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
 	out := toOutput(res)
-	text := h.resultText(out, res, 0, false)
+	out.Note = h.note(out, res, 0, false)
 	if !res.Killed && !res.Running {
-		text += "\n[the job had already ended; nothing was killed]"
+		out.Note += "\n[the job had already ended; nothing was killed]"
 	}
-	return mcp.NewToolResultStructured(out, text), nil
+	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
 func (h *Handler) jobList(ctx context.Context, a args) (*mcp.CallToolResult, error) {
