@@ -80,7 +80,13 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 	name := s.cfg.Container
 	info, err := s.cli.ContainerInspect(ctx, name)
 	missing := cerrdefs.IsNotFound(err)
-	if err == nil {
+	if err == nil && info.State != nil && (info.State.Status == "removing" || info.State.Dead) {
+		// Caught while someone removes it: wait until it is gone, then make a new one.
+		if err := s.waitGone(ctx); err != nil {
+			return err
+		}
+		missing = true
+	} else if err == nil {
 		if why := s.outdated(info); why != "" {
 			// Isolation cannot be changed on an existing container: replace it on the
 			// same volume, so /sandbox and what it holds stay.
@@ -107,7 +113,30 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 	if err := s.applyLimits(ctx, info); err != nil {
 		return err
 	}
-	return s.start(ctx, info)
+	err = s.start(ctx, info)
+	if cerrdefs.IsNotFound(err) {
+		// Removed between inspect and start: make a new one on the same volume.
+		if err := s.create(ctx); err != nil && !cerrdefs.IsConflict(err) {
+			return err
+		}
+		return nil
+	}
+	return err
+}
+
+// waitGone waits, briefly, until a container being removed is gone.
+func (s *Sandbox) waitGone(ctx context.Context) error {
+	for i := 0; i < 100; i++ {
+		if _, err := s.cli.ContainerInspect(ctx, s.cfg.Container); cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("sandbox container %s is still being removed after 10s; try again", s.cfg.Container)
 }
 
 // Isolation of the container beyond the resource limits. NET_RAW is dropped so the
