@@ -347,28 +347,7 @@ func (l *AuditLog) Start() {
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	l.stop, l.done = stop, done
-	go func() {
-		defer close(done)
-		defer func() {
-			if v := recover(); v != nil {
-				l.log.Error("panic in the audit log flush", zap.Any("panic", v))
-			}
-		}()
-		t := time.NewTicker(flushInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				if err := l.Flush(ctx); err != nil {
-					l.log.Warn("flushing the audit log", zap.Error(err))
-				}
-				cancel()
-			}
-		}
-	}()
+	go every(l.log, "flushing the audit log", flushInterval, stop, done, l.Flush)
 }
 
 // Close stops the background flush and writes what is left.
@@ -384,4 +363,29 @@ func (l *AuditLog) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return l.Flush(ctx)
+}
+
+// every calls fn once per interval until stop is closed, then closes done. Failures
+// are logged as doing what; a panic ends the loop, logged, without taking Caddy down.
+func every(log *zap.Logger, what string, interval time.Duration, stop <-chan struct{}, done chan<- struct{}, fn func(context.Context) error) {
+	defer close(done)
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("panic while "+what, zap.Any("panic", v))
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := fn(ctx); err != nil {
+				log.Warn(what, zap.Error(err))
+			}
+			cancel()
+		}
+	}
 }

@@ -240,28 +240,7 @@ func (g *LinkRegistry) Start() {
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	g.stop, g.done = stop, done
-	go func() {
-		defer close(done)
-		defer func() {
-			if v := recover(); v != nil {
-				g.log.Error("panic in the link registry sync", zap.Any("panic", v))
-			}
-		}()
-		t := time.NewTicker(linkSync)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				if err := g.Load(ctx); err != nil {
-					g.log.Warn("rereading the link registry", zap.Error(err))
-				}
-				cancel()
-			}
-		}
-	}()
+	go every(g.log, "rereading the link registry", linkSync, stop, done, g.Load)
 }
 
 // Close stops the background sync.
