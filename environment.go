@@ -29,8 +29,9 @@ type factsCache struct {
 	failedAt  time.Time
 }
 
-// factsRetry is how long a failed detection waits before it is tried again.
-const factsRetry = time.Minute
+// factsRetry is how long a failed detection (most often: no container runs yet, and
+// detection never starts one) waits before it is tried again.
+const factsRetry = 5 * time.Second
 
 func factsKey(container string) string { return "mcp_sandbox/facts/" + container + ".json" }
 

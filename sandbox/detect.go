@@ -44,9 +44,10 @@ type Facts struct {
 }
 
 // Detect looks for well-known programs and Python modules in the running container,
-// in one short exec. It ensures the container first.
+// in one short exec. It is background upkeep: it never creates or starts the
+// container, and fails while none runs.
 func (s *Sandbox) Detect(ctx context.Context) (Facts, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(upkeep(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.Ensure(ctx); err != nil {
 		return Facts{}, err

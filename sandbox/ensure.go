@@ -44,6 +44,9 @@ const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; do
 // volume: /sandbox is kept, running processes end. It is cheap after a recent success, and concurrent
 // callers share one check.
 func (s *Sandbox) Ensure(ctx context.Context) error {
+	if isUpkeep(ctx) {
+		return s.checkRunning(ctx)
+	}
 	s.mu.Lock()
 	fresh := !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTrust
 	s.mu.Unlock()
@@ -457,4 +460,26 @@ func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse
 // running, which a full Ensure can repair.
 func containerGone(err error) bool {
 	return cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)
+}
+
+type upkeepKey struct{}
+
+// upkeep marks ctx as background upkeep (pruning old jobs, counting jobs, detecting
+// tools). Upkeep uses the container when it runs but never creates, starts or repairs
+// it: a container that was removed on purpose must not come back because some
+// housekeeping woke up after it.
+func upkeep(ctx context.Context) context.Context { return context.WithValue(ctx, upkeepKey{}, true) }
+
+func isUpkeep(ctx context.Context) bool { return ctx.Value(upkeepKey{}) != nil }
+
+// checkRunning reports whether the container runs, without changing anything.
+func (s *Sandbox) checkRunning(ctx context.Context) error {
+	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	if err != nil {
+		return fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
+	}
+	if info.State == nil || !info.State.Running {
+		return fmt.Errorf("sandbox container %s is not running", s.cfg.Container)
+	}
+	return nil
 }

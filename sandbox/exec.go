@@ -395,7 +395,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	for attempt := 0; ; attempt++ {
 		id, hj, err := s.tryStartExec(ctx, opts)
-		if err == nil || attempt > 0 || !containerGone(err) || ctx.Err() != nil {
+		if err == nil || attempt > 0 || !containerGone(err) || ctx.Err() != nil || isUpkeep(ctx) {
 			return id, hj, err
 		}
 		s.log.Info("sandbox container is gone or stopped; repairing it", zap.Error(err))

@@ -541,7 +541,7 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 		// without holding up the first command.
 		s.running = map[string]bool{}
 		go func() {
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			lctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), time.Minute)
 			defer cancel()
 			jobs, err := s.ListJobs(lctx)
 			if err != nil {
@@ -588,7 +588,7 @@ func (s *Sandbox) jobSeen(id string, running bool) {
 	}
 	s.lastPrune = time.Now()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(upkeep(context.Background()), time.Minute)
 		defer cancel()
 		var out bytes.Buffer
 		if _, err := s.collectExec(ctx, []string{"bash", "-c", jobScript, "mcpjob", "prune", JobsDir, "-"}, &out, 4096); err != nil {

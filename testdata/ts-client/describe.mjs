@@ -19,10 +19,12 @@ try {
   out.instructions = client.getInstructions() ?? "";
   const first = await client.listTools();
   out.executeFirst = first.tools.find((t) => t.name === "execute")?.description ?? "";
+  // Detection looks into a running sandbox and never starts one: the first command does.
+  await client.callTool({ name: "execute", arguments: { command: "true" } });
   // Detection runs in the background once the server first describes the sandbox;
   // a later session sees its result.
   let later = "";
-  for (let i = 0; i < 100 && !later.includes("Installed:"); i++) {
+  for (let i = 0; i < 150 && !later.includes("Installed:"); i++) {
     await new Promise((r) => setTimeout(r, 200));
     const tools = await client.listTools();
     later = tools.tools.find((t) => t.name === "execute")?.description ?? "";
