@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/docker/docker/api/types/container"
 )
 
 // Programs and Python modules that [Sandbox.Detect] looks for: the ones a model most
@@ -49,32 +47,14 @@ type Facts struct {
 func (s *Sandbox) Detect(ctx context.Context) (Facts, error) {
 	ctx, cancel := context.WithTimeout(upkeep(ctx), 30*time.Second)
 	defer cancel()
-	if err := s.Ensure(ctx); err != nil {
-		return Facts{}, err
-	}
-	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	info, err := s.runningInfo(ctx)
 	if err != nil {
-		return Facts{}, fmt.Errorf("inspecting sandbox container: %w", err)
+		return Facts{}, err
 	}
 	script := fmt.Sprintf(detectScript, strings.Join(detectPythonModules, " "))
-	cmd := append([]string{"bash", "-c", script, "detect"}, detectPrograms...)
-	_, hj, err := s.tryStartExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
-	})
-	if err != nil {
-		return Facts{}, err
-	}
-	stop := context.AfterFunc(ctx, hj.Close)
-	defer stop()
 	var out bytes.Buffer
-	err = demux(hj.Reader, func(p []byte) {
-		if out.Len() < 64<<10 {
-			out.Write(p)
-		}
-	}, func([]byte) {})
-	hj.Close()
-	if err != nil {
-		return Facts{}, fmt.Errorf("reading tool detection output: %w", err)
+	if _, err := s.collectExec(ctx, append([]string{"bash", "-c", script, "detect"}, detectPrograms...), &out, 64<<10); err != nil {
+		return Facts{}, fmt.Errorf("detecting installed tools: %w", err)
 	}
 	f := Facts{ImageID: info.Image, Programs: []string{}}
 	for _, line := range strings.Split(out.String(), "\n") {

@@ -45,7 +45,8 @@ const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; do
 // callers share one check.
 func (s *Sandbox) Ensure(ctx context.Context) error {
 	if isUpkeep(ctx) {
-		return s.checkRunning(ctx)
+		_, err := s.runningInfo(ctx)
+		return err
 	}
 	s.mu.Lock()
 	fresh := !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTrust
@@ -472,14 +473,14 @@ func upkeep(ctx context.Context) context.Context { return context.WithValue(ctx,
 
 func isUpkeep(ctx context.Context) bool { return ctx.Value(upkeepKey{}) != nil }
 
-// checkRunning reports whether the container runs, without changing anything.
-func (s *Sandbox) checkRunning(ctx context.Context) error {
+// runningInfo inspects the container and fails unless it runs; it changes nothing.
+func (s *Sandbox) runningInfo(ctx context.Context) (container.InspectResponse, error) {
 	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	if err != nil {
-		return fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
+		return info, fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
 	}
 	if info.State == nil || !info.State.Running {
-		return fmt.Errorf("sandbox container %s is not running", s.cfg.Container)
+		return info, fmt.Errorf("sandbox container %s is not running", s.cfg.Container)
 	}
-	return nil
+	return info, nil
 }
