@@ -1,7 +1,6 @@
 package mcpsandbox
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,36 +16,12 @@ import (
 // whose echo round trips work, and receives Server-Sent Events. The screenshot is kept
 // in testdata/artifacts/preview.png.
 func TestPreviewInBrowser(t *testing.T) {
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("chromium is required for this test (make test installs it): %v", err)
-	}
 	p := startPreviewSite(t)
 	p.startServer(t, 8000)
 	u := p.expose(t, 8000)["url"].(string)
 	p.waitFor(t, u, http.StatusOK)
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(900, 600),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-	)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
+	ctx := newBrowser(t, 900, 600, 90*time.Second)
 
 	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
 	if err != nil {

@@ -15,40 +15,10 @@ import (
 )
 
 // chromiumPath is Debian's chromium, which scripts/test-deps.sh installs.
-const chromiumPath = "/usr/bin/chromium"
-
-// newUploadBrowser starts a headless chromium with a fresh profile. A missing browser
-// fails the test: the page must be seen working in a real browser.
+// newUploadBrowser is the browser of the upload page tests.
 func newUploadBrowser(t *testing.T) context.Context {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("chromium is required for this test (scripts/test-deps.sh installs it): %v", err)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(900, 900),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("mute-audio", true),
-	)
-	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() {
-		cancelTimeout()
-		cancel()
-		cancelAlloc()
-	})
-	return ctx
+	return newBrowser(t, 900, 900, 3*time.Minute)
 }
 
 func uploadScreenshot(t *testing.T, ctx context.Context, name string) {
