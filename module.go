@@ -258,6 +258,7 @@ func (e *sandboxEntry) Destruct() error {
 	e.buildCancel() // a build can no longer start
 	e.buildMu.Unlock()
 	e.builds.Wait()
+	e.sb.CloseTransfers()
 	return e.cli.Close()
 }
 

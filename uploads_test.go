@@ -281,7 +281,7 @@ func TestUploadEndToEnd(t *testing.T) {
 	conn.Close()
 	var left string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if left = s.containerExec("ls -A /sandbox/uploads | grep -e big -e aborted -e .mcp-upload || true"); left == "" {
+		if left = s.containerExec("ls -lA /sandbox/uploads | grep -e big -e aborted -e .mcp-upload || true"); left == "" {
 			break
 		}
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"errors"
@@ -9,10 +10,12 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
 )
 
 // maxSymlinks bounds how many symbolic links one lookup follows (as Linux does).
@@ -54,12 +57,15 @@ const rangeBlock = 64 << 10
 
 // OpenRange streams length bytes (-1: to the end) of the regular file at the absolute
 // path p, starting offset bytes into it. Memory use does not depend on the file's size,
-// and a read at an offset starts there. Reads run dd in the container rather than use
-// Docker's archive API, which cannot seek and, worse, holds the container's lock while
-// its stream is open: one slow download would stall every stat and copy behind it. ctx governs the whole
-// read, not only the call. Errors are those of [Sandbox.Stat], plus an error for an
-// offset beyond the end of the file. Reading fewer than length bytes means the file
-// shrank meanwhile.
+// and a read at an offset starts there. ctx governs the whole read, not only the call.
+// Errors are those of [Sandbox.Stat], plus an error for an offset beyond the end of the
+// file. Reading fewer than length bytes means the file shrank meanwhile.
+//
+// Reads run dd in the container, except whole files of at least archiveMin bytes on
+// the volume, which come through Docker's archive API (faster) from a transfer
+// container. Never from the sandbox's own container: the archive API cannot seek and
+// holds the lock of the container it reads while its stream is open, so one slow
+// download would stall every exec behind it.
 func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64) (*File, error) {
 	if offset < 0 {
 		return nil, fmt.Errorf("opening %s: negative offset %d", p, offset)
@@ -71,7 +77,72 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 	if offset > fi.Size {
 		return nil, fmt.Errorf("opening %s: offset %d is beyond the end of the file (%d bytes)", fi.Path, offset, fi.Size)
 	}
+	if offset == 0 && (length < 0 || length >= fi.Size) && fi.Size >= archiveMin {
+		if f, ok := s.openArchive(ctx, fi, target); ok {
+			return f, nil
+		}
+	}
 	return s.openAt(ctx, fi, target, offset, length)
+}
+
+// archiveMin is the size from which a whole file is read through the archive API: its
+// throughput pays for the tens of milliseconds it takes to start.
+const archiveMin = 4 << 20
+
+// openArchive reads the whole file target through a transfer container. It reports
+// false when that is not possible (off the volume, no transfer container, a symbolic
+// link among the directories, a file that changed), and the caller reads with dd.
+func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (*File, bool) {
+	if !s.plainOnVolume(ctx, target) {
+		return nil, false
+	}
+	id, release := s.transferTarget(ctx, target)
+	if id == "" {
+		return nil, false
+	}
+	rc, _, err := s.cli.CopyFromContainer(ctx, id, target)
+	if err != nil {
+		release(!cerrdefs.IsNotFound(err))
+		s.log.Debug("reading through a transfer container", zap.String("path", fi.Path), zap.Error(err))
+		return nil, false
+	}
+	tr := tar.NewReader(rc)
+	h, err := tr.Next()
+	if err != nil || h.Typeflag != tar.TypeReg || h.Size != fi.Size {
+		rc.Close()
+		release(true)
+		return nil, false
+	}
+	var once sync.Once
+	closer := closerFunc(func() error {
+		err := rc.Close()
+		once.Do(func() { release(true) })
+		return err
+	})
+	return &File{ReadCloser: tarFile{Reader: tr, Closer: closer}, FileInfo: fi}, true
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// plainOnVolume reports whether the absolute, clean path p is on the volume with no
+// symbolic link among its directories, so that a transfer container, which resolves
+// links in a root of its own, finds the same file.
+func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
+	if !OnVolume(p) || p == WorkDir {
+		return false
+	}
+	dirs := strings.Split(strings.TrimPrefix(p, WorkDir+"/"), "/")
+	cur := WorkDir
+	for _, d := range dirs[:len(dirs)-1] {
+		cur += "/" + d
+		st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, cur)
+		if err != nil || !st.Mode.IsDir() || st.Mode&fs.ModeSymlink != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // openAt reads from offset with dd, which seeks (GNU coreutils and busybox alike; only

@@ -161,3 +161,49 @@ func TestOpenRecreatesRemovedContainer(t *testing.T) {
 		t.Fatalf("Stat after removal: %+v, %v", fi, err)
 	}
 }
+
+// TestOpenLeavesExecsFree: a download nobody reads any more holds no lock that commands
+// need. Whole large files come through a transfer container; reading them gives the
+// file's bytes, also when a directory on the way is a symbolic link off the volume
+// (where a transfer container would see a different root).
+func TestOpenLeavesExecsFree(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	ctx := context.Background()
+	mustExec(t, sb, `mkdir -p /sandbox/d /tmp/off && head -c 9000000 /dev/urandom > /sandbox/d/big.bin &&
+		head -c 6000000 /dev/urandom > /tmp/off/big.bin && ln -s /tmp/off /sandbox/lnk`, ExecOptions{})
+	sum := func(p string) string {
+		return strings.Fields(mustExec(t, sb, "sha256sum "+p, ExecOptions{}).Stdout)[0]
+	}
+	for _, p := range []string{"/sandbox/d/big.bin", "/sandbox/lnk/big.bin"} {
+		f, err := sb.Open(ctx, p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if got := hex.EncodeToString(h.Sum(nil)); got != sum(p) {
+			t.Errorf("%s: read sha256 %s, want the file's", p, got)
+		}
+	}
+
+	// A stalled download: one read, then nothing.
+	f, err := sb.Open(ctx, "/sandbox/d/big.bin", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(make([]byte, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := sb.Exec(ectx, "echo free > /sandbox/d/note && cat /sandbox/d/note", ExecOptions{})
+	if err != nil || res.Stdout != "free\n" {
+		t.Fatalf("a command while a download stalls: %v %+v", err, res)
+	}
+	f.Close()
+}

@@ -79,7 +79,10 @@ func newTestSandbox(tb testing.TB, cli client.APIClient, cfg Config) *Sandbox {
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	tb.Cleanup(func() { removeSandbox(tb, cli, cfg) })
+	tb.Cleanup(func() {
+		sb.CloseTransfers()
+		removeSandbox(tb, cli, cfg)
+	})
 	return sb
 }
 

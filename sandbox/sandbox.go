@@ -235,6 +235,7 @@ type Sandbox struct {
 	warnedCPUs  bool
 
 	warm warmReads // a ranged file reader started ahead of need
+	xfer transfers // idle transfer containers (see transfer.go)
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call

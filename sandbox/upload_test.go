@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 )
 
 func TestSanitizeName(t *testing.T) {
@@ -342,11 +345,14 @@ func (r repeatReader) Read(p []byte) (int, error) {
 func TestUploadGuardRemovesOnHangup(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
-	tmp := "/sandbox/" + tempPrefix + "hangup.part"
-	mustExec(t, sb, "echo partial > "+tmp, ExecOptions{})
-	g, err := sb.startGuard(context.Background(), []string{tmp, "/sandbox/final.txt"})
+	tmp := tempPrefix + "hangup.part"
+	mustExec(t, sb, "echo partial > /sandbox/"+tmp, ExecOptions{})
+	g, real, err := sb.startGuard(context.Background(), "/sandbox", tmp, []string{"final.txt"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if real != "/sandbox" {
+		t.Errorf("real path %q, want /sandbox", real)
 	}
 	g.hj.Close()
 	var out string
@@ -356,4 +362,87 @@ func TestUploadGuardRemovesOnHangup(t *testing.T) {
 		}
 	}
 	t.Fatalf("left behind after the hang-up: %q", out)
+}
+
+// gatedReader yields its bytes only once open is closed, as a person on a slow line
+// does.
+type gatedReader struct {
+	open chan struct{}
+	r    io.Reader
+	once sync.Once
+	read chan struct{} // closed at the first Read
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	g.once.Do(func() { close(g.read) })
+	<-g.open
+	return g.r.Read(p)
+}
+
+// TestUploadLeavesExecsFree: while an upload waits for its bytes, commands run as
+// usual. Docker's archive API locks the container it writes to for as long as the
+// archive streams, so the upload must not stream into the sandbox's own container.
+// Directories reached through a symbolic link off the volume get their bytes too.
+func TestUploadLeavesExecsFree(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	for _, dir := range []string{"/sandbox/slow", "/sandbox/off"} {
+		t.Run(path.Base(dir), func(t *testing.T) {
+			if dir == "/sandbox/off" {
+				mustExec(t, sb, "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere /sandbox/off", ExecOptions{})
+			}
+			body := strings.Repeat("slow bytes\n", 100000)
+			g := &gatedReader{open: make(chan struct{}), r: strings.NewReader(body), read: make(chan struct{})}
+			done := make(chan error, 1)
+			var res UploadResult
+			go func() {
+				var err error
+				res, err = sb.Upload(context.Background(), dir, "late.txt", g, UploadOptions{Size: int64(len(body))})
+				done <- err
+			}()
+			select {
+			case <-g.read:
+			case <-time.After(time.Minute):
+				t.Fatal("the upload never started reading")
+			}
+			time.Sleep(300 * time.Millisecond) // the bytes are awaited now
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			t0 := time.Now()
+			r, err := sb.Exec(ctx, "echo free", ExecOptions{})
+			cancel()
+			if err != nil || r.Stdout != "free\n" {
+				t.Fatalf("a command during the upload: %v %+v", err, r)
+			}
+			t.Logf("a command while the upload waited for its bytes took %v", time.Since(t0))
+			close(g.open)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if res.Path != dir+"/late.txt" {
+				t.Errorf("path %q", res.Path)
+			}
+			want := sha([]byte(body))
+			real := map[string]string{"/sandbox/slow": "/sandbox/slow", "/sandbox/off": "/tmp/elsewhere"}[dir]
+			got := strings.Fields(mustExec(t, sb, "sha256sum "+real+"/late.txt", ExecOptions{}).Stdout)
+			if len(got) == 0 || got[0] != want {
+				t.Errorf("sha256 in the sandbox %v, want %s", got, want)
+			}
+		})
+	}
+	// The transfer containers go with the Sandbox, and never ran.
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+sb.Config().Container))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].State != "created" {
+		t.Errorf("transfer containers: %+v, want one, created and never started", list)
+	}
+	sb.CloseTransfers()
+	list, _ = cli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+sb.Config().Container))})
+	if len(list) != 0 {
+		t.Errorf("%d transfer containers left after CloseTransfers", len(list))
+	}
 }
