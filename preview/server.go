@@ -26,8 +26,13 @@ import (
 var ErrNoListener = errors.New("nothing listens on that port in the sandbox")
 
 // maxRelays is the most pooled upstream connections (relays) one port gets at a time
-// for plain HTTP. An upgraded connection (WebSocket) leaves the pool and its count.
-const maxRelays = 16
+// for requests without a body; maxOtherRelays more serve requests with a body and
+// upgrades. An upgraded connection (WebSocket) leaves the pool and its count.
+const (
+	maxRelays      = 16
+	maxOtherRelays = 4
+	relayIdleTime  = 60 * time.Second
+)
 
 // portVar is the request variable that carries the preview's port to the reverse
 // proxy's upstream address.
@@ -65,6 +70,7 @@ type Server struct {
 	log       *zap.Logger
 	proxy     *reverseproxy.Handler
 	transport *http.Transport
+	direct    *directTransport
 	signins   *limiter
 }
 
@@ -106,17 +112,21 @@ func (s *Server) Domain() string { return s.opts.Domain }
 // from Dial. The transport keeps idle connections (one relay each) pooled per port,
 // so a page with many assets does not pay for a new relay per request.
 func (s *Server) Provision(ctx caddy.Context) error {
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, fmt.Errorf("bad upstream port %q", p)
+		}
+		return s.opts.Dial(ctx, port)
+	}
+	s.direct = newDirectTransport(dial, maxRelays, relayIdleTime)
 	s.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			_, p, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			port, err := strconv.Atoi(p)
-			if err != nil {
-				return nil, fmt.Errorf("bad upstream port %q", p)
-			}
-			return s.opts.Dial(ctx, port)
+			return dial(ctx, addr)
 		},
 		// Each relay is an exec with a few processes in the sandbox, and starting one
 		// takes tens of milliseconds: at most maxRelays per port, kept alive. Without
@@ -124,17 +134,17 @@ func (s *Server) Provision(ctx caddy.Context) error {
 		// a dial, and a burst becomes a storm of execs; with it they wait for a
 		// connection to come free. It also bounds what a flood of requests through a
 		// preview URL can start inside the sandbox.
-		MaxConnsPerHost:     maxRelays,
-		MaxIdleConnsPerHost: maxRelays,
+		MaxConnsPerHost:     maxOtherRelays,
+		MaxIdleConnsPerHost: maxOtherRelays,
 		MaxIdleConns:        256,
-		IdleConnTimeout:     60 * time.Second,
+		IdleConnTimeout:     relayIdleTime,
 		DisableCompression:  true, // pass the app's bytes through as they are
 		ReadBufferSize:      64 << 10,
 		WriteBufferSize:     64 << 10,
 	}
 	s.proxy = &reverseproxy.Handler{
 		Upstreams: reverseproxy.UpstreamPool{{Dial: "127.0.0.1:{http.vars." + portVar + "}"}},
-		Transport: relayTransport{s.transport},
+		Transport: relayTransport{s.direct, s.transport},
 		// Dev servers (Vite, webpack, Django, ...) refuse Host names they do not know;
 		// localhost is the one they all accept. The original host goes along in
 		// X-Forwarded-Host.
@@ -148,21 +158,37 @@ func (s *Server) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// relayTransport is the reverse proxy's transport: plain HTTP/1.1 over relays.
-type relayTransport struct{ t *http.Transport }
+// relayTransport is the reverse proxy's transport: plain HTTP/1.1 over relays, through
+// the direct transport when it can take the request, else through http.Transport.
+type relayTransport struct {
+	direct *directTransport
+	t      *http.Transport
+}
 
 // RoundTrip sends r over a pooled relay. The reverse proxy leaves the scheme to its
 // transport (Caddy's own HTTP transport sets it), so it is set here.
 func (rt relayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.URL.Scheme = "http"
+	if rt.direct.eligible(r) {
+		resp, err := rt.direct.RoundTrip(r)
+		if !errors.Is(err, errDirectFull) {
+			return resp, err
+		}
+	}
 	return rt.t.RoundTrip(r)
+}
+
+// closeIdle closes the pooled relays that are not in use.
+func (s *Server) closeIdle() {
+	if s.transport != nil {
+		s.transport.CloseIdleConnections()
+		s.direct.CloseIdleConnections()
+	}
 }
 
 // Cleanup closes the pooled relays and releases the proxy.
 func (s *Server) Cleanup() error {
-	if s.transport != nil {
-		s.transport.CloseIdleConnections()
-	}
+	s.closeIdle()
 	if s.proxy != nil {
 		return s.proxy.Cleanup()
 	}
@@ -182,9 +208,7 @@ func (s *Server) Unexpose(port int) bool {
 	ok := s.reg.Unexpose(s.opts.Owner, port)
 	if ok {
 		s.log.Info("port unexposed", zap.Int("port", port))
-		if s.transport != nil {
-			s.transport.CloseIdleConnections()
-		}
+		s.closeIdle()
 	}
 	return ok
 }
