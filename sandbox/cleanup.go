@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -86,8 +87,13 @@ func (s *Sandbox) cleanupPass(ctx context.Context, onDeleted func([]string)) {
 			s.log.Error("panic in sandbox cleanup", zap.Any("panic", r), zap.Stack("stack"))
 		}
 	}()
-	paths, err := s.Cleanup(ctx)
-	if err != nil && ctx.Err() == nil {
+	// Like other upkeep, a pass never creates or starts the container: there is
+	// nothing to clean in one that was removed on purpose.
+	paths, err := s.Cleanup(upkeep(ctx))
+	switch {
+	case errors.Is(err, errNotRunning):
+		s.log.Debug("sandbox cleanup skipped", zap.Error(err))
+	case err != nil && ctx.Err() == nil:
 		s.log.Error("sandbox cleanup failed", zap.Error(err))
 	}
 	if len(paths) == 0 {

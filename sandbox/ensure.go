@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -476,11 +477,18 @@ func isUpkeep(ctx context.Context) bool { return ctx.Value(upkeepKey{}) != nil }
 // runningInfo inspects the container and fails unless it runs; it changes nothing.
 func (s *Sandbox) runningInfo(ctx context.Context) (container.InspectResponse, error) {
 	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	if cerrdefs.IsNotFound(err) {
+		return info, fmt.Errorf("sandbox container %s: %w", s.cfg.Container, errNotRunning)
+	}
 	if err != nil {
 		return info, fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
 	}
 	if info.State == nil || !info.State.Running {
-		return info, fmt.Errorf("sandbox container %s is not running", s.cfg.Container)
+		return info, fmt.Errorf("sandbox container %s: %w", s.cfg.Container, errNotRunning)
 	}
 	return info, nil
 }
+
+// errNotRunning is what upkeep meets when the container is missing or stopped: it
+// waits for the next call that needs the container to bring it back.
+var errNotRunning = errors.New("not running (upkeep waits for the next command)")

@@ -222,3 +222,26 @@ func TestEnsureImageChecks(t *testing.T) {
 		}
 	})
 }
+
+// TestUpkeepLeavesARemovedContainerAlone: background work (the next ranged reader, a
+// cleanup pass) finds the container removed on purpose and leaves it so; the next
+// command brings it back.
+func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.FileTTL, cfg.CleanupInterval = time.Hour, time.Hour
+	sb := newTestSandbox(t, cli, cfg)
+	ctx := context.Background()
+	mustExec(t, sb, "true", ExecOptions{})
+	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	sb.fillWarm()
+	sb.cleanupPass(ctx, nil)
+	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
+		t.Fatal("upkeep brought back the container that was removed")
+	}
+	if res := mustExec(t, sb, "echo back", ExecOptions{}); res.Stdout != "back\n" {
+		t.Fatalf("the next command: %+v", res)
+	}
+}

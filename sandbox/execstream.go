@@ -241,8 +241,11 @@ func (s *Sandbox) takeWarm() *execStream {
 	return e
 }
 
+// fillWarm starts the next reader in the background. Like other upkeep it never
+// creates or starts the container: one removed on purpose (an operator, a test's
+// cleanup) must not come back because a reader was due.
 func (s *Sandbox) fillWarm() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(upkeep(context.Background()), 30*time.Second)
 	defer cancel()
 	e, err := s.startRaw(ctx, "/", []string{"bash", "-c", warmReadScript}, true)
 	w := &s.warm
