@@ -245,3 +245,35 @@ func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
 		t.Fatalf("the next command: %+v", res)
 	}
 }
+
+// TestCancelledCommandLeavesAGoneContainerAlone: a command given up while its container
+// went away is not killed by recreating the container (the container here is renamed, so
+// the command's stream stays open while the name is free).
+func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	sb := newTestSandbox(t, cli, cfg)
+	bg := context.Background()
+	mustExec(t, sb, "true", ExecOptions{})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, "sleep 30", ExecOptions{})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	moved := cfg.Container + "-moved"
+	if err := cli.ContainerRename(bg, cfg.Container, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.ContainerRemove(bg, moved, container.RemoveOptions{Force: true}) })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the cancelled command did not return")
+	}
+	if _, err := cli.ContainerInspect(bg, cfg.Container); err == nil {
+		t.Fatal("cancelling the command brought a container back under the sandbox's name")
+	}
+}

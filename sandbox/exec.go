@@ -237,7 +237,9 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		return nil, fmt.Errorf("the job runner in the sandbox did not answer within %v; the command may still be running as job %s", wait+runnerGrace, id)
 	case <-ctx.Done():
 		stopLive()
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+		// Killing is upkeep: a container that went away took the command with it, and
+		// must not be brought back (the caller, or a test's cleanup, may have removed it).
+		kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
 		kres, kerr := s.killJob(kctx, id, maxOutput)
 		cancel()
 		select {
