@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The preview tests run a real Caddy, a real engine and a small web server inside a
@@ -476,4 +479,67 @@ func TestPreviewAuth(t *testing.T) {
 	if resp, _ := p.get(t, u2+"hello", "Cookie", cookie.Name+"="+cookie.Value); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("cookie of another preview: %d", resp.StatusCode)
 	}
+}
+
+// TestPreviewWebSocketBytes: bytes sent to the person over an upgraded connection count
+// in caddy_mcp_sandbox_preview_bytes_total, as those of plain responses do.
+func TestPreviewWebSocketBytes(t *testing.T) {
+	p := startPreviewSite(t)
+	p.startServer(t, 8000)
+	u := p.expose(t, 8000)["url"].(string)
+	p.waitFor(t, u+"hello", http.StatusOK)
+	host := strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/")
+
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", err, resp)
+	}
+	before := counterValue(t, metricPreviewBytes)
+
+	// One masked text frame of 100,000 bytes (64-bit length, a zero mask), then a close.
+	const n = 100000
+	frame := []byte{0x81, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint64(frame[2:10], n)
+	if _, err := conn.Write(append(frame, bytes.Repeat([]byte("w"), n)...)); err != nil {
+		t.Fatal(err)
+	}
+	var head [10]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil || head[1] != 127 || binary.BigEndian.Uint64(head[2:]) != n {
+		t.Fatalf("echo frame header %x: %v", head, err)
+	}
+	if _, err := io.CopyN(io.Discard, br, n); err != nil {
+		t.Fatalf("echo payload: %v", err)
+	}
+	if _, err := conn.Write([]byte{0x88, 0x80, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, br) // the close echo, then the end of the tunnel
+	conn.Close()
+
+	var got float64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = counterValue(t, metricPreviewBytes) - before; got >= n+10 {
+			return
+		}
+	}
+	t.Fatalf("preview bytes counted for the WebSocket: %v, want at least %d", got, n+10)
+}
+
+// counterValue reads a Prometheus counter.
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

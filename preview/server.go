@@ -361,6 +361,38 @@ func (c *countingWriter) finish() error {
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
+// Hijack hands the connection over to an upgraded protocol (WebSockets) and goes on
+// counting what is sent on it.
+func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err != nil {
+		return conn, brw, err
+	}
+	c.wrote.Store(true)
+	return &countingConn{Conn: conn, n: &c.n}, brw, nil
+}
+
+// countingConn counts the bytes written to a hijacked connection.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	k, err := c.Conn.Write(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// CloseWrite half-closes the connection, as the reverse proxy does when one side of a
+// tunnel ends.
+func (c *countingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 func noStore(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
