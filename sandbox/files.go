@@ -130,7 +130,7 @@ func (f closerFunc) Close() error { return f() }
 // symbolic link among its directories, so that a transfer container, which resolves
 // links in a root of its own, finds the same file.
 func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
-	if !OnVolume(p) || p == WorkDir {
+	if !onVolume(p) || p == WorkDir {
 		return false
 	}
 	dirs := strings.Split(strings.TrimPrefix(p, WorkDir+"/"), "/")

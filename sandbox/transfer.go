@@ -61,8 +61,8 @@ type idleTransfer struct {
 	since time.Time
 }
 
-// OnVolume reports whether the absolute, clean path p lies on the sandbox's volume.
-func OnVolume(p string) bool {
+// onVolume reports whether the absolute, clean path p lies on the sandbox's volume.
+func onVolume(p string) bool {
 	return p == WorkDir || strings.HasPrefix(p, WorkDir+"/")
 }
 
@@ -226,7 +226,7 @@ func (s *Sandbox) sweepTransfers(ctx context.Context) {
 // returned release gives it back, with whether the transfer worked), else "" (copy
 // through an exec in the sandbox instead, which holds no lock).
 func (s *Sandbox) transferTarget(ctx context.Context, p string) (id string, release func(ok bool)) {
-	if !OnVolume(path.Clean(p)) {
+	if !onVolume(path.Clean(p)) {
 		return "", nil
 	}
 	id, err := s.takeTransfer(ctx)

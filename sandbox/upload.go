@@ -236,7 +236,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		release func(ok bool)
 	}
 	var picked chan pick
-	if opts.Size >= 0 && OnVolume(dir) {
+	if opts.Size >= 0 && onVolume(dir) {
 		picked = make(chan pick, 1)
 		go func() {
 			id, release := s.transferTarget(ctx, dir)
@@ -249,7 +249,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	if picked != nil {
 		via = <-picked
 	}
-	if err == nil && via.id != "" && !OnVolume(realDir) {
+	if err == nil && via.id != "" && !onVolume(realDir) {
 		// A symbolic link leads off the volume: the transfer container cannot see there.
 		via.release(true)
 		via = pick{}
