@@ -563,3 +563,56 @@ func flipped(c byte) string {
 	}
 	return "A"
 }
+
+// TestSlowUploadLeavesExecuteFree: while a person uploads slowly through an upload
+// link (curl at 256 KB/s), the model's commands run as usual, and the file arrives
+// whole.
+func TestSlowUploadLeavesExecuteFree(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatalf("curl is required (scripts/test-deps.sh installs it): %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "slow.bin")
+	want := writeRandomFile(t, file, 2<<20)
+	s := startSite(t, siteOptions{})
+	ctx := context.Background()
+	c := s.client(ctx)
+	link := uploadLinkFor(ctx, t, s, map[string]any{"directory": "/sandbox/slow"})["url"].(string)
+
+	done := make(chan string, 1)
+	t0 := time.Now()
+	go func() {
+		out, err := runCmd(curl, "-sS", "--fail-with-body", "--limit-rate", "256k", "-T", file, link)
+		if err != nil {
+			out = fmt.Sprintf("curl: %v: %s", err, out)
+		}
+		done <- out
+	}()
+	time.Sleep(2 * time.Second) // the upload is streaming now
+	for i := 0; i < 3; i++ {
+		c0 := time.Now()
+		res := call(ctx, t, c, "execute", map[string]any{"command": "echo free"})
+		took := time.Since(c0)
+		if res.IsError || structured(t, res)["stdout"] != "free\n" {
+			t.Fatalf("execute during the upload: %s", resultText(res))
+		}
+		if took > 5*time.Second {
+			t.Errorf("execute took %v during a slow upload", took)
+		}
+		t.Logf("execute during the upload (%v in): %v", time.Since(t0).Round(time.Millisecond), took.Round(time.Millisecond))
+	}
+	select {
+	case out := <-done:
+		if time.Since(t0) < 4*time.Second {
+			t.Errorf("the upload ended after %v: it was not slow while the commands ran", time.Since(t0))
+		}
+		if !strings.Contains(out, "Saved /sandbox/slow/slow.bin") {
+			t.Fatalf("curl said: %s", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the slow upload did not finish")
+	}
+	if got := strings.Fields(s.containerExec("sha256sum /sandbox/slow/slow.bin")); len(got) == 0 || got[0] != want {
+		t.Errorf("sha256 in the sandbox %v, want %s", got, want)
+	}
+}
