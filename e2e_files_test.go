@@ -867,3 +867,41 @@ func TestShareFileExpiresIn(t *testing.T) {
 		t.Errorf("found %d of the file tools", seen)
 	}
 }
+
+// TestSlowDownloadLeavesExecuteFree: while a person downloads a large file slowly
+// through a share link, the model's commands run as usual; the bytes that arrive are
+// the file's.
+func TestSlowDownloadLeavesExecuteFree(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx := context.Background()
+	c := s.client(ctx)
+	call(ctx, t, c, "execute", map[string]any{"command": "head -c 16000000 /dev/urandom > /sandbox/large.bin"})
+	link := structured(t, call(ctx, t, c, "share_file", map[string]any{"path": "/sandbox/large.bin"}))["url"].(string)
+
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	head := make([]byte, 64<<10)
+	if _, err := io.ReadFull(resp.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	// The person stops reading; the download stays open.
+	time.Sleep(500 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		c0 := time.Now()
+		res := call(ctx, t, c, "execute", map[string]any{"command": "echo free"})
+		if res.IsError || structured(t, res)["stdout"] != "free\n" {
+			t.Fatalf("execute during the download: %s", resultText(res))
+		}
+		if took := time.Since(c0); took > 5*time.Second {
+			t.Errorf("execute took %v while a download stalled", took)
+		}
+	}
+	want := s.containerExec("head -c 65536 /sandbox/large.bin | sha256sum")
+	sum := sha256.Sum256(head)
+	if !strings.HasPrefix(want, hex.EncodeToString(sum[:])) {
+		t.Errorf("the first 64 KiB downloaded differ from the file's")
+	}
+}
