@@ -494,29 +494,6 @@ func demux(r io.Reader, stdout, stderr func([]byte)) error {
 	}
 }
 
-// quickExec runs a short internal command, discarding its output, and returns its exit
-// code.
-func (s *Sandbox) quickExec(ctx context.Context, cmd []string) (int, error) {
-	execID, hj, err := s.tryStartExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
-	})
-	if err != nil {
-		return 0, err
-	}
-	stop := context.AfterFunc(ctx, hj.Close)
-	defer stop()
-	err = demux(hj.Reader, func([]byte) {}, func([]byte) {})
-	hj.Close()
-	if err != nil {
-		return 0, fmt.Errorf("reading internal command output: %w", err)
-	}
-	code, ok := s.exitCode(ctx, execID, false)
-	if !ok {
-		return 0, errors.New("internal command did not report an exit code")
-	}
-	return code, nil
-}
-
 // newExecID returns a random id naming one exec inside the container.
 func newExecID() string {
 	var b [12]byte

@@ -96,7 +96,7 @@ func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (
 	if !s.plainOnVolume(ctx, target) {
 		return nil, false
 	}
-	id, release := s.transferTarget(ctx, target)
+	id, release := s.transferTarget(ctx)
 	if id == "" {
 		return nil, false
 	}

@@ -210,7 +210,7 @@ func budget(maxOutput int) (keep, head, tail int) {
 // refusals come back in the header.
 func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
 	cmd := append([]string{"bash", "-c", jobScript, "mcpjob"}, args...)
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  stdin != nil,
@@ -219,7 +219,6 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 		Env:          env,
 		Cmd:          cmd,
 	})
-	_ = execID
 	if err != nil {
 		return header{}, nil, err
 	}
@@ -384,8 +383,7 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 	unlock := s.jobs.lock(id)
 	defer unlock()
 	begin := time.Now()
-	keep, head, tail := budget(maxOutput)
-	_ = keep
+	_, head, tail := budget(maxOutput)
 	var env []string
 	mode := "-"
 	if input != nil {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -165,25 +166,14 @@ func (s *Sandbox) diskUsed(ctx context.Context) int64 {
 // internalOutput runs a short internal command and returns its stdout (at most 64 KiB).
 // Unlike Exec it never repairs the container: it only looks.
 func (s *Sandbox) internalOutput(ctx context.Context, cmd []string) (string, error) {
-	execID, hj, err := s.tryStartExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
-	})
+	var out bytes.Buffer
+	code, err := s.collectExec(upkeep(ctx), cmd, &out, 64<<10)
 	if err != nil {
 		return "", err
 	}
-	stop := context.AfterFunc(ctx, hj.Close)
-	defer stop()
-	out := newBoundedOutput(64 << 10)
-	err = demux(hj.Reader, func(p []byte) { out.Write(p) }, func([]byte) {})
-	hj.Close()
-	if err != nil {
-		return "", fmt.Errorf("reading internal command output: %w", err)
-	}
-	if code, ok := s.exitCode(ctx, execID, false); ok && code != 0 {
+	if code != 0 && out.Len() == 0 {
 		// du exits 1 when a file vanished during the walk; its total is still good.
-		if out.Total() == 0 {
-			return "", fmt.Errorf("%s exited with %d", cmd[0], code)
-		}
+		return "", fmt.Errorf("%s exited with %d", cmd[0], code)
 	}
 	return out.String(), nil
 }

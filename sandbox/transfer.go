@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -221,14 +220,11 @@ func (s *Sandbox) sweepTransfers(ctx context.Context) {
 	}
 }
 
-// transferTarget says through which container a file at the absolute, clean path p is
-// best copied with the archive API: a transfer container when p is on the volume (the
-// returned release gives it back, with whether the transfer worked), else "" (copy
-// through an exec in the sandbox instead, which holds no lock).
-func (s *Sandbox) transferTarget(ctx context.Context, p string) (id string, release func(ok bool)) {
-	if !onVolume(path.Clean(p)) {
-		return "", nil
-	}
+// transferTarget takes a transfer container for a copy through Docker's archive API
+// (the returned release gives it back, with whether the transfer worked), or returns ""
+// when none is to be had: the caller then copies through an exec in the sandbox, which
+// holds no lock. Callers make sure the path is on the volume.
+func (s *Sandbox) transferTarget(ctx context.Context) (id string, release func(ok bool)) {
 	id, err := s.takeTransfer(ctx)
 	if err != nil {
 		level := zap.WarnLevel

@@ -239,7 +239,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	if opts.Size >= 0 && onVolume(dir) {
 		picked = make(chan pick, 1)
 		go func() {
-			id, release := s.transferTarget(ctx, dir)
+			id, release := s.transferTarget(ctx)
 			picked <- pick{id, release}
 		}()
 	}
@@ -864,7 +864,7 @@ func (s *Sandbox) settleRemoved(ctx context.Context, tmp string) {
 func (s *Sandbox) removeTemp(ctx context.Context, tmp string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
-	code, err := s.quickExec(ctx, []string{"rm", "-f", "--", tmp})
+	code, err := s.collectExec(upkeep(ctx), []string{"rm", "-f", "--", tmp}, &bytes.Buffer{}, 0)
 	if err != nil || code != 0 {
 		s.log.Warn("removing an unfinished upload", zap.String("path", tmp), zap.Int("exit_code", code), zap.Error(err))
 	}
