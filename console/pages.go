@@ -27,7 +27,7 @@ var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"when":    when,
 		"ago":     ago,
-		"size":    humanSize,
+		"size":    HumanSize,
 		"visible": visible,
 		"clip":    clip,
 		"pct":     pct,
@@ -197,7 +197,7 @@ func activityRows(entries []Entry) template.HTML {
 		b.WriteString(strconv.FormatFloat(e.DurationMS, 'f', 0, 64))
 		b.WriteString(` ms</td><td class="num">`)
 		if e.Bytes != 0 {
-			esc(humanSize(e.Bytes))
+			esc(HumanSize(e.Bytes))
 		}
 		b.WriteString("</td></tr>\n")
 	}
@@ -368,7 +368,9 @@ func ago(t time.Time) string {
 	return s + " ago"
 }
 
-func humanSize(n int64) string {
+// HumanSize writes a byte count in binary units ("1.5 MiB"); a negative count is
+// "unknown".
+func HumanSize(n int64) string {
 	if n < 0 {
 		return "unknown"
 	}
