@@ -18,6 +18,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/chromedp/chromedp"
 	"golang.org/x/oauth2"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
 )
 
 // consoleUser is a browser-like HTTP client signed in to the console.
@@ -483,18 +485,10 @@ func oauthAuthorizeStatus(t *testing.T, s *site) int {
 // consoleInBrowser signs in with headless Chromium, visits every page, checks that the
 // XSS command stayed text, and saves screenshots under testdata/artifacts/.
 func consoleInBrowser(t *testing.T, s *site) {
-	ctx := newBrowser(t, 1280, 900, 2*time.Minute)
+	ctx := browsertest.New(t, 1280, 900, 2*time.Minute)
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		dir := filepath.Join("testdata", "artifacts")
-		_ = os.MkdirAll(dir, 0o755)
-		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		browsertest.Screenshot(t, ctx, name)
 	}
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/console")); err != nil {

@@ -30,6 +30,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
 )
 
 // putFile copies bytes into the site's container straight through the Docker API.
@@ -724,7 +726,7 @@ func TestInlineDownloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	saveFilesScreenshot(t, bctx, "share-png-inline.png")
+	browsertest.Screenshot(t, bctx, "share-png-inline.png")
 	if shown.ContentType != "image/png" || shown.Images != 1 || shown.Width != 320 {
 		t.Errorf("the PNG link shows %+v, want an image document of width 320", shown)
 	}
@@ -736,7 +738,7 @@ func TestInlineDownloads(t *testing.T) {
 	if ct, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.contentType`)); err != nil || ct != "application/pdf" {
 		t.Errorf("the PDF link shows %q (%v)", ct, err)
 	}
-	saveFilesScreenshot(t, bctx, "share-pdf-inline.png")
+	browsertest.Screenshot(t, bctx, "share-pdf-inline.png")
 
 	err = chromedp.Do(bctx, chromedp.Navigate(links["page.html"]))
 	title, _ := chromedp.Run(bctx, chromedp.Title())
@@ -773,22 +775,7 @@ func minimalPDF() []byte {
 
 func newFilesBrowser(t *testing.T) context.Context {
 	t.Helper()
-	return newBrowser(t, 900, 700, 60*time.Second)
-}
-
-func saveFilesScreenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	dir := filepath.Join("testdata", "artifacts")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return browsertest.New(t, 900, 700, 60*time.Second)
 }
 
 func TestShareFileExpiresIn(t *testing.T) {

@@ -2,12 +2,12 @@ package mcpsandbox
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
 )
 
 // TestPreviewInBrowser opens a preview in headless Chromium through a real Caddy
@@ -21,7 +21,7 @@ func TestPreviewInBrowser(t *testing.T) {
 	u := p.expose(t, 8000)["url"].(string)
 	p.waitFor(t, u, http.StatusOK)
 
-	ctx := newBrowser(t, 900, 600, 90*time.Second)
+	ctx := browsertest.New(t, 900, 600, 90*time.Second)
 
 	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(u))
 	if err != nil {
@@ -42,15 +42,5 @@ func TestPreviewInBrowser(t *testing.T) {
 	if err != nil || open != 1 {
 		t.Fatalf("WebSocket state %d (%v), want 1 (open)", open, err)
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join("testdata", "artifacts")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "preview.png"), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	browsertest.Screenshot(t, ctx, "preview.png")
 }

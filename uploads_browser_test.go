@@ -12,28 +12,14 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
 )
 
-// chromiumPath is Debian's chromium, which scripts/test-deps.sh installs.
 // newUploadBrowser is the browser of the upload page tests.
 func newUploadBrowser(t *testing.T) context.Context {
 	t.Helper()
-	return newBrowser(t, 900, 900, 3*time.Minute)
-}
-
-func uploadScreenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	dir := filepath.Join("testdata", "artifacts")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return browsertest.New(t, 900, 900, 3*time.Minute)
 }
 
 // TestUploadPageInBrowser uploads two files through the page in headless chromium
@@ -65,7 +51,7 @@ func TestUploadPageInBrowser(t *testing.T) {
 		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the page's script did not list the empty directory: %v", err)
 	}
-	uploadScreenshot(t, b, "upload-page-before.png")
+	browsertest.Screenshot(t, b, "upload-page-before.png")
 
 	// Keyboard: the first Tab reaches the file input, whose label is the visible button.
 	if err := chromedp.Do(b, chromedp.KeyEvent(kb.Tab)); err != nil {
@@ -84,7 +70,7 @@ func TestUploadPageInBrowser(t *testing.T) {
 		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
 		t.Fatalf("never saw the first upload in progress: %v", err)
 	}
-	uploadScreenshot(t, b, "upload-page-during.png")
+	browsertest.Screenshot(t, b, "upload-page-during.png")
 	state, _ := chromedp.Run(b, chromedp.Text("#queue li .state"))
 	t.Logf("during: %s", state)
 
@@ -98,7 +84,7 @@ func TestUploadPageInBrowser(t *testing.T) {
 		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Errorf("the list does not show the two files: %v", err)
 	}
-	uploadScreenshot(t, b, "upload-page-after.png")
+	browsertest.Screenshot(t, b, "upload-page-after.png")
 	queue, _ := chromedp.Run(b, chromedp.Text("#queue"))
 	if !strings.Contains(queue, "Saved /sandbox/uploads/survey results 2026.csv") || !strings.Contains(queue, "Saved /sandbox/uploads/notes-ü.txt") {
 		t.Errorf("per-file messages: %q", queue)
@@ -137,5 +123,5 @@ func TestUploadPageInBrowser(t *testing.T) {
 	if w, err := chromedp.Run(b, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`)); err != nil || w > 390 {
 		t.Errorf("phone: the page is %v px wide (%v), wider than the screen", w, err)
 	}
-	uploadScreenshot(t, b, "upload-page-phone.png")
+	browsertest.Screenshot(t, b, "upload-page-phone.png")
 }

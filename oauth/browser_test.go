@@ -1,71 +1,18 @@
 package oauth
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
 )
-
-// chromiumPath is Debian's chromium, which `make test` installs.
-const chromiumPath = "/usr/bin/chromium"
-
-// newBrowser starts a headless chromium with a fresh profile. A missing browser fails
-// the test: the sign-in page must be seen working in a real browser.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("chromium is required for this test (make test installs it): %v", err)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(900, 820),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("mute-audio", true),
-	)
-	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() {
-		cancelTimeout()
-		cancel()
-		cancelAlloc()
-	})
-	return ctx
-}
-
-func saveScreenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	dir := filepath.Join("testdata", "artifacts")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestSignInPageInBrowser drives the sign-in page in headless chromium: it names the
 // client, a wrong key shows an error, and the right key lands on the client's loopback
@@ -94,7 +41,7 @@ func TestSignInPageInBrowser(t *testing.T) {
 	params, verifier := authParamsFor(e, reg.ClientID, redirectURI)
 	params.Set("state", "browser-state")
 
-	ctx := newBrowser(t)
+	ctx := browsertest.New(t, 900, 820, 90*time.Second)
 	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(e.url("/authorize?"+params.Encode())))
 	if err != nil {
 		t.Fatalf("opening the sign-in page: %v", err)
@@ -110,7 +57,7 @@ func TestSignInPageInBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(where, strings.TrimPrefix(target.URL, "http://")) {
 		t.Fatalf("redirect host on the page: %q %v", where, err)
 	}
-	saveScreenshot(t, ctx, "signin.png")
+	browsertest.Screenshot(t, ctx, "signin.png")
 
 	// A wrong key: the page again, with an error.
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("api_key"), "not the key")); err != nil {
@@ -127,7 +74,7 @@ func TestSignInPageInBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(msg, "not correct") {
 		t.Fatalf("error after a wrong key: %q %v", msg, err)
 	}
-	saveScreenshot(t, ctx, "signin-wrong-key.png")
+	browsertest.Screenshot(t, ctx, "signin-wrong-key.png")
 
 	// The right key: a 303 to the client's loopback redirect URI.
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("api_key"), testKey)); err != nil {
