@@ -16,7 +16,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 )
@@ -145,12 +144,6 @@ func (s *Server) Provision(ctx caddy.Context) error {
 	s.proxy = &reverseproxy.Handler{
 		Upstreams: reverseproxy.UpstreamPool{{Dial: "127.0.0.1:{http.vars." + portVar + "}"}},
 		Transport: relayTransport{s.direct, s.transport},
-		// Dev servers (Vite, webpack, Django, ...) refuse Host names they do not know;
-		// localhost is the one they all accept. The original host goes along in
-		// X-Forwarded-Host.
-		Headers: &headers.Handler{Request: &headers.HeaderOps{
-			Set: http.Header{"Host": []string{"localhost:{http.vars." + portVar + "}"}},
-		}},
 	}
 	if err := s.proxy.Provision(ctx); err != nil {
 		return fmt.Errorf("setting up the preview proxy: %w", err)
@@ -169,6 +162,12 @@ type relayTransport struct {
 // transport (Caddy's own HTTP transport sets it), so it is set here.
 func (rt relayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.URL.Scheme = "http"
+	// Dev servers (Vite, webpack, Django, ...) refuse Host names they do not know;
+	// localhost is the one they all accept. The original host goes along in
+	// X-Forwarded-Host, which the reverse proxy has set by now.
+	if _, port, err := net.SplitHostPort(r.URL.Host); err == nil {
+		r.Host = "localhost:" + port
+	}
 	if rt.direct.eligible(r) {
 		resp, err := rt.direct.RoundTrip(r)
 		if !errors.Is(err, errDirectFull) {
