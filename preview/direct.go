@@ -50,6 +50,12 @@ func (t *directTransport) eligible(r *http.Request) bool {
 		r.Header.Get("Upgrade") == "" && !strings.EqualFold(r.Header.Get("Connection"), "upgrade")
 }
 
+// directReadBuffer is the read buffer of a relay, for response heads and small
+// bodies. It is smaller than the reverse proxy's 32 KiB copy buffer, so that once a
+// head is read, a large body goes from the relay's own buffer into the copy buffer
+// without a copy in between.
+const directReadBuffer = 16 << 10
+
 // errDirectFull means the address has its maximum of relays, all busy.
 var errDirectFull = errors.New("all relays busy")
 
@@ -77,7 +83,7 @@ func (t *directTransport) get(ctx context.Context, addr string) (dc *directConn,
 		t.release(addr)
 		return nil, false, err
 	}
-	return &directConn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(c, 64<<10), bw: bufio.NewWriterSize(c, 16<<10)}, false, nil
+	return &directConn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(c, directReadBuffer), bw: bufio.NewWriterSize(c, 16<<10)}, false, nil
 }
 
 // release forgets a relay that was closed.
