@@ -275,7 +275,7 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		ended = true
 		return nil, err
 	}
-	res = h.result(id, out, maxOutput)
+	res = s.result(h, id, out, maxOutput)
 	res.Duration = time.Since(begin)
 	ended = !res.Running
 	return res, nil

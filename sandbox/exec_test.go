@@ -324,3 +324,17 @@ func TestJobLostWithContainerRestart(t *testing.T) {
 		t.Fatalf("poll of a lost job after %v: %+v %v", time.Since(start), out, err)
 	}
 }
+
+// TestJobOutputSplitCharacter: a character whose bytes the command prints in two
+// writes, a poll apart, comes back whole in the second poll instead of as U+FFFD.
+func TestJobOutputSplitCharacter(t *testing.T) {
+	sb := newTestSandbox(t, dockerClient(t), testConfig(t))
+	res := mustExec(t, sb, `printf 'bar \xe2\x94'; sleep 2; printf '\x81 done\n'`, ExecOptions{Wait: 500 * time.Millisecond})
+	if !res.Running || res.Stdout != "bar " {
+		t.Fatalf("first delivery: %+v", res)
+	}
+	out, err := sb.JobOutput(context.Background(), res.JobID, 10*time.Second, nil, 0)
+	if err != nil || out.Running || out.Stdout != "━ done\n" || out.StdoutBytes != 13 {
+		t.Fatalf("second delivery: %+v %v", out, err)
+	}
+}

@@ -253,9 +253,49 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 	return h, out, err
 }
 
+// heldRunes keeps, per running job and stream, the first bytes of a character that the
+// end of a delivery cut in two (at most 3), to be put in front of the next delivery:
+// a character split across two polls shows whole in the second one. They live in
+// memory only; after a restart the next delivery starts with the rest of the
+// character, shown as U+FFFD.
+type heldRunes struct {
+	mu sync.Mutex
+	m  map[string][2][]byte
+}
+
+// maxHeld bounds the jobs with bytes held back.
+const maxHeld = 1024
+
+// result turns a delivery of job id into an ExecResult (see header.result), with the
+// bytes held back from the job's previous delivery in front.
+func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *ExecResult {
+	s.held.mu.Lock()
+	prev := s.held.m[id]
+	delete(s.held.m, id)
+	s.held.mu.Unlock()
+	res, next := h.result(id, o, maxOutput, prev)
+	if next[0] != nil || next[1] != nil {
+		s.held.mu.Lock()
+		if s.held.m == nil {
+			s.held.m = map[string][2][]byte{}
+		}
+		if len(s.held.m) >= maxHeld { // jobs nobody polls again: forget one
+			for k := range s.held.m {
+				delete(s.held.m, k)
+				break
+			}
+		}
+		s.held.m[id] = next
+		s.held.mu.Unlock()
+	}
+	return res
+}
+
 // result turns a delivery into an ExecResult, cutting each stream to maxOutput bytes
-// at line boundaries.
-func (h header) result(id string, o *scriptOutput, maxOutput int) *ExecResult {
+// at line boundaries. held are bytes of each stream held back from the previous
+// delivery; while the job runs, the bytes of a character cut at the end of this one
+// are held back in turn and returned.
+func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*ExecResult, [2][]byte) {
 	keep, head, tail := budget(maxOutput)
 	res := &ExecResult{
 		JobID:       id,
@@ -273,20 +313,40 @@ func (h header) result(id string, o *scriptOutput, maxOutput int) *ExecResult {
 	if res.Running {
 		res.ExitCode = -1
 	}
-	var cut bool
-	res.Stdout, cut = cutOutput(o.out, h.outSize-h.outFrom, h.outSent, h.outLines, keep, head, tail, res.StdoutFile)
-	res.StdoutTruncated = cut
-	res.Stderr, cut = cutOutput(o.err, h.errSize-h.errFrom, h.errSent, h.errLines, keep, head, tail, res.StderrFile)
-	res.StderrTruncated = cut
-	return res
+	var next [2][]byte
+	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, res.Running, keep, head, tail, res.StdoutFile)
+	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, res.Running, keep, head, tail, res.StderrFile)
+	return res, next
+}
+
+// cutStream is cutOutput for one stream of a delivery, with held (the bytes of a
+// character cut at the end of the previous delivery) in front. While the job runs,
+// the bytes of a character cut at the end are left out and returned, for the next
+// delivery.
+func cutStream(payload, held []byte, total, lines int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
+	if len(held) > 0 {
+		payload = append(held[:len(held):len(held)], payload...)
+		total += int64(len(held))
+		head += len(held)
+	}
+	var next []byte
+	if running {
+		if k := len(payload) - len(trimIncompleteEnd(payload)); k > 0 {
+			next = bytes.Clone(payload[len(payload)-k:])
+			payload = payload[:len(payload)-k]
+			total -= int64(k)
+		}
+	}
+	text, cut := cutOutput(payload, total, lines, keep, head, tail, file)
+	return text, cut, next
 }
 
 // cutOutput returns the text of a range of total bytes, of which payload holds either
-// everything or (when sent < total) the first head and the last sent-head bytes. Text
+// everything or (when shorter than total) the first head bytes and the last ones. Text
 // longer than keep is cut in the middle at line boundaries (at character boundaries
 // when lines are too long), and a marker says how many bytes and lines were left out
 // and where the whole output is.
-func cutOutput(payload []byte, total, sent, lines int64, keep, head, tail int, file string) (string, bool) {
+func cutOutput(payload []byte, total, lines int64, keep, head, tail int, file string) (string, bool) {
 	if int64(len(payload)) >= total && len(payload) <= keep {
 		return strings.ToValidUTF8(string(payload), "\uFFFD"), false
 	}
@@ -401,7 +461,7 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 	if err := scriptError(h, id); err != nil {
 		return nil, err
 	}
-	res := h.result(id, o, maxOutput)
+	res := s.result(h, id, o, maxOutput)
 	res.Duration = time.Since(begin)
 	s.jobSeen(id, res.Running)
 	if input != nil && !res.Running {
@@ -445,7 +505,7 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecR
 		if err := scriptError(h, id); err != nil {
 			return nil, err
 		}
-		res := h.result(id, o, maxOutput)
+		res := s.result(h, id, o, maxOutput)
 		s.jobSeen(id, res.Running)
 		return res, nil
 	}

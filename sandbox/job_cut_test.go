@@ -15,10 +15,10 @@ func cutLike(all string, keep int) (string, bool) {
 	_, head, tail := budget(keep)
 	total := int64(len(all))
 	if len(all) <= head+tail {
-		return cutOutput([]byte(all), total, total, -1, keep, head, tail, "/f")
+		return cutOutput([]byte(all), total, -1, keep, head, tail, "/f")
 	}
 	payload := all[:head] + all[len(all)-tail:]
-	return cutOutput([]byte(payload), total, int64(head+tail), int64(strings.Count(all, "\n")), keep, head, tail, "/f")
+	return cutOutput([]byte(payload), total, int64(strings.Count(all, "\n")), keep, head, tail, "/f")
 }
 
 var markerRe = regexp.MustCompile(`\[\.\.\. (\d+) bytes \((\d+) lines?\) left out; the whole output is in /f \.\.\.\]\n`)
@@ -72,3 +72,49 @@ func TestCutOutputLongLines(t *testing.T) {
 		t.Errorf("cut %v, %q", cut, got[:100])
 	}
 }
+
+// deliverLike delivers range the way the job runner does (whole, or head and tail with
+// the line count when longer) through cutStream, with held in front.
+func deliverLike(rng string, held []byte, running bool, keep int) (string, bool, []byte) {
+	_, head, tail := budget(keep)
+	payload, lines := rng, int64(-1)
+	if len(rng) > head+tail {
+		payload, lines = rng[:head]+rng[len(rng)-tail:], int64(strings.Count(rng, "\n"))
+	}
+	return cutStream([]byte(payload), held, int64(len(rng)), lines, running, keep, head, tail, "/f")
+}
+
+// TestCutStreamHoldsSplitCharacter: a delivery of a running job that ends inside a
+// character holds its first bytes back, and the next delivery shows it whole, for
+// short and for cut output; a finished job's last delivery holds nothing back.
+func TestCutStreamHoldsSplitCharacter(t *testing.T) {
+	const bar = "━" // E2 94 81
+	for _, n := range []int{0, 10, 20000} {
+		all := strings.Repeat("progress "+bar+"\n", n) + "step " + bar + bar + " done\n"
+		for split := len(all) - 12; split < len(all)-6; split++ {
+			first, _, held := deliverLike(all[:split], nil, true, 4096)
+			second, _, rest := deliverLike(all[split:], held, true, 4096)
+			if !utf8.ValidString(first) || !utf8.ValidString(second) || strings.Contains(first+second, "\uFFFD") {
+				t.Fatalf("n=%d split=%d: %q | %q", n, split, clipEnd(first), second)
+			}
+			if rest != nil || !strings.HasSuffix(first+second, "step "+bar+bar+" done\n") {
+				t.Fatalf("n=%d split=%d: joined %q, still held %q", n, split, clipEnd(first+second), rest)
+			}
+			if n == 0 && first+second != all {
+				t.Fatalf("split=%d: %q, want %q", split, first+second, all)
+			}
+		}
+	}
+	// A finished job's last delivery shows what there is.
+	text, _, held := deliverLike("end \xe2\x94", nil, false, 4096)
+	if held != nil || text != "end \uFFFD" {
+		t.Fatalf("finished: %q, held %q", text, held)
+	}
+	// Held bytes come first also when the next delivery finishes the job.
+	text, _, held = deliverLike("\x81.", []byte("\xe2\x94"), false, 4096)
+	if held != nil || text != bar+"." {
+		t.Fatalf("held then finished: %q, held %q", text, held)
+	}
+}
+
+func clipEnd(s string) string { return s[max(0, len(s)-40):] }

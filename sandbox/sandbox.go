@@ -227,6 +227,7 @@ type Sandbox struct {
 
 	jobsMu    sync.Mutex
 	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
+	held      heldRunes
 	lastPrune time.Time
 
 	mu          sync.Mutex
