@@ -103,8 +103,13 @@ func startSite(t testing.TB, opts siteOptions) *site {
 	}
 	s.volume = s.container + "-data"
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	// Tests share http.DefaultClient: every site starts and ends with no kept-alive
+	// connection in it, so no request goes out over a connection to an earlier site
+	// (a POST over a dead one is not retried).
+	http.DefaultClient.CloseIdleConnections()
 	t.Cleanup(func() {
 		_ = caddy.Stop()
+		http.DefaultClient.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = s.docker.ContainerRemove(ctx, s.container, container.RemoveOptions{Force: true})
