@@ -32,6 +32,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // putFile copies bytes into the site's container straight through the Docker API.
@@ -880,7 +881,9 @@ func TestSlowDownloadLeavesExecuteFree(t *testing.T) {
 		c0 := time.Now()
 		res := call(ctx, t, c, "execute", map[string]any{"command": "echo free"})
 		if res.IsError || structured(t, res)["stdout"] != "free\n" {
-			t.Fatalf("execute during the download: %s", resultText(res))
+			id, _ := structured(t, res)["job_id"].(string)
+			t.Fatalf("execute during the download: %s\njob %s in the container:\n%s", resultText(res), id,
+				s.tryExec("cd "+sandbox.JobsDir+" && for f in "+id+".*; do echo \"== $f\"; head -c 300 $f; echo; done"))
 		}
 		if took := time.Since(c0); took > 5*time.Second {
 			t.Errorf("execute took %v while a download stalled", took)

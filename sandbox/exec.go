@@ -150,16 +150,24 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 	if cwd == "" {
 		cwd = WorkDir
 	}
-	res := &ExecResult{ExitCode: -1}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
-			res.Cancelled = true
-			return res, nil
+			return &ExecResult{ExitCode: -1, Cancelled: true}, nil
 		}
 		return nil, err
 	}
-	id := newJobID()
+	for attempt := 0; ; attempt++ {
+		res, err := s.execJob(ctx, newJobID(), command, opts, timeout, maxOutput, maxJobs, cwd, begin)
+		if !errors.Is(err, errJobIDTaken) || attempt == 2 {
+			return res, err
+		}
+	}
+}
+
+// execJob is Exec with the job id drawn.
+func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, timeout time.Duration, maxOutput, maxJobs int, cwd string, begin time.Time) (*ExecResult, error) {
+	res := &ExecResult{ExitCode: -1}
 	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
 		if ctx.Err() != nil {
 			res.Cancelled = true

@@ -284,6 +284,42 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 	}
 }
 
+// TestExecForkWalkerKilledAtTimeout: a command that leaves a chain of processes each
+// forking the next and exiting at once, all with the command's output open, is never
+// caught in one scan for holders of the output; it must still count as holding it
+// and die at the timeout.
+func TestExecForkWalkerKilledAtTimeout(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	count := func() int {
+		out := mustExec(t, sb, "ps -o pid | wc -l", ExecOptions{})
+		n, err := strconv.Atoi(strings.TrimSpace(out.Stdout))
+		if err != nil {
+			t.Fatalf("counting processes: %+v", out)
+		}
+		return n
+	}
+	before := count()
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		res := mustExec(t, sb, ":(){ :& };:", ExecOptions{Timeout: 3 * time.Second})
+		t.Logf("walker %d returned after %v: held by %q", i, time.Since(start), res.HeldBy)
+		if res.HeldBy == "" || res.Running || res.ExitCode != 0 {
+			t.Errorf("walker %d: got %+v, want it done and its output held", i, res)
+		}
+		var n int
+		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+			if n = count(); n <= before {
+				break
+			}
+		}
+		if n > before {
+			t.Fatalf("walker %d: %d processes 10s after its timeout, %d before it", i, n, before)
+		}
+	}
+}
+
 func TestExecDockerUnreachable(t *testing.T) {
 	sb, err := New(dummyClient(t), testConfig(t), nil)
 	if err != nil {
@@ -336,5 +372,29 @@ func TestJobOutputSplitCharacter(t *testing.T) {
 	out, err := sb.JobOutput(context.Background(), res.JobID, 10*time.Second, nil, 0)
 	if err != nil || out.Running || out.Stdout != "━ done\n" || out.StdoutBytes != 13 {
 		t.Fatalf("second delivery: %+v %v", out, err)
+	}
+}
+
+// TestExecJobIDDrawnTwice: a command that draws the id of an existing job draws
+// another; the existing job's output stays whole.
+func TestExecJobIDDrawnTwice(t *testing.T) {
+	sb := newTestSandbox(t, dockerClient(t), testConfig(t))
+	first := mustExec(t, sb, "echo first-output", ExecOptions{})
+	draws := 0
+	newJobID = func() string {
+		draws++
+		if draws == 1 {
+			return first.JobID
+		}
+		return randomJobID()
+	}
+	t.Cleanup(func() { newJobID = randomJobID })
+	second := mustExec(t, sb, "echo second", ExecOptions{})
+	if draws != 2 || second.JobID == first.JobID || second.Stdout != "second\n" {
+		t.Fatalf("%d draws, second job %s (first %s) printed %q", draws, second.JobID, first.JobID, second.Stdout)
+	}
+	out := mustExec(t, sb, "cat "+JobFile(first.JobID, Stdout), ExecOptions{})
+	if out.Stdout != "first-output\n" {
+		t.Errorf("the first job's output is now %q", out.Stdout)
 	}
 }

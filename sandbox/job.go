@@ -75,6 +75,8 @@ var (
 	ErrJobFinished       = errors.New("job has finished")
 	ErrTooManyJobs       = errors.New("too many jobs running")
 	ErrNoCwd             = errors.New("working directory does not exist")
+	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
+	errJobIDTaken = errors.New("job id in use")
 )
 
 var jobIDPattern = regexp.MustCompile(`^j[0-9a-f]{12}$`)
@@ -82,9 +84,13 @@ var jobIDPattern = regexp.MustCompile(`^j[0-9a-f]{12}$`)
 // ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
 func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
 
-// newJobID returns a job id that sorts by start time: j, the Unix time in 8 hex digits,
-// then 4 random hex digits.
-func newJobID() string {
+// newJobID draws a job id; a variable so a test can draw the same one twice.
+var newJobID = randomJobID
+
+// randomJobID returns a job id that sorts by start time: j, the Unix time in 8 hex
+// digits, then 4 random hex digits. Two calls in one second may draw the same id; the
+// job runner refuses an id in use and Exec draws again.
+func randomJobID() string {
 	var b [2]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("j%08x%04x", uint32(time.Now().Unix()), binary.BigEndian.Uint16(b[:]))
@@ -425,6 +431,8 @@ func scriptError(h header, id string) error {
 		return fmt.Errorf("%w: %s", ErrJobNotInteractive, id)
 	case "nocwd":
 		return ErrNoCwd
+	case "taken":
+		return fmt.Errorf("%w: %s", errJobIDTaken, id)
 	}
 	return fmt.Errorf("unexpected answer from the job runner: %s", h.state)
 }

@@ -115,6 +115,14 @@ run)
 		echo "MCPJOB1 nocwd"
 		exit 0
 	fi
+	# Claim the id (another call may have drawn the same one): .meta names this
+	# script as the runner until the real one starts.
+	set -C
+	if ! echo "${EPOCHREALTIME%.*} $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
+		echo "MCPJOB1 taken"
+		exit 0
+	fi
+	set +C
 	# Short commands come in the environment, long ones (over Linux's 128 KiB limit for
 	# one argument) on stdin into a file.
 	if [ "$src" = stdin ]; then
@@ -151,19 +159,32 @@ run)
 		# A process the command left behind may still hold its output open; give it
 		# up to 2 s to finish (as an exec stream would), then note who it was. Such
 		# leftovers are still killed at the timeout; others (detached, or with their
-		# output redirected) are not.
+		# output redirected) are not. One scan can miss processes that live for
+		# moments (a command that forks and exits, over and over): while the group
+		# lives on and a scan finds no process of it that stays without the output,
+		# the scan is repeated, and after 2 s the leftovers count as holding it.
 		held=
 		if kill -0 -- "-$c" 2>/dev/null; then
+			seen=
 			for ((i = 0; i < 20; i++)); do
-				held=
-				for f in /proc/[0-9]*/fd/[12]; do
-					if [ "$f" -ef "$d.out" ] || [ "$f" -ef "$d.err" ]; then
-						held=${f#/proc/}
-						held=${held%%/*}
+				held= quiet=
+				for p in /proc/[0-9]*; do
+					if [ "$p/fd/1" -ef "$d.out" ] || [ "$p/fd/2" -ef "$d.err" ] ||
+						[ "$p/fd/1" -ef "$d.err" ] || [ "$p/fd/2" -ef "$d.out" ]; then
+						held=${p#/proc/} seen=${p#/proc/}
 						break
 					fi
+					# Read after the check: a member still there had no output open.
+					if [ -z "$quiet" ] && read -r line 2>/dev/null <"$p/stat"; then
+						set -- ${line##*) }
+						[ "$3" = "$c" ] && [ "$1" != Z ] && quiet=1
+					fi
 				done
-				[ -n "$held" ] || break
+				if [ -z "$held" ]; then
+					[ -n "$quiet" ] && break
+					kill -0 -- "-$c" 2>/dev/null || break
+					held=${seen:-$c}
+				fi
 				read -t 0.1 -u 9
 			done
 			[ -n "$held" ] && echo "$held" >"$d.held"
