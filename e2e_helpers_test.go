@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -178,6 +180,7 @@ func (s *site) load(opts siteOptions) {
 	if err := caddy.Load(cfg, true); err != nil {
 		s.t.Fatalf("loading config: %v", err)
 	}
+	waitOneListener(s.t, s.port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := http.Get(s.url + "/healthz")
@@ -190,6 +193,45 @@ func (s *site) load(opts siteOptions) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// waitOneListener waits until one socket listens on port. Caddy binds each config's
+// listener with SO_REUSEPORT and its stop only waits for the old servers' shutdowns to
+// start, so right after a reload the old config's socket may still listen for a
+// moment: the kernel queues some new connections on it, and they are reset when it
+// closes. A test's next request must not be one of them.
+func waitOneListener(t testing.TB, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := listeners(port)
+		if n <= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sockets still listen on port %d 10s after a reload", n, port)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// listeners counts the TCP sockets listening on port, from /proc/net/tcp and tcp6.
+func listeners(port int) int {
+	n := 0
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			// sl local_address rem_address st ...; st 0A is LISTEN
+			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // client returns an initialized mcp-go client that uses the API key as bearer token.
@@ -294,4 +336,33 @@ func (s *site) containerID() string {
 		s.t.Fatal(err)
 	}
 	return info.ID
+}
+
+// TestListenersCountsReusePortSockets: the reload wait sees both sockets of a port
+// bound twice with SO_REUSEPORT, as Caddy binds a port across a reload.
+func TestListenersCountsReusePortSockets(t *testing.T) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, 0xf, 1) // SO_REUSEPORT on Linux
+		})
+		return errors.Join(err, serr)
+	}}
+	a, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	port := a.Addr().(*net.TCPAddr).Port
+	b, err := lc.Listen(context.Background(), "tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := listeners(port); n != 2 {
+		t.Fatalf("%d listeners on port %d, want 2", n, port)
+	}
+	b.Close()
+	if n := listeners(port); n != 1 {
+		t.Fatalf("%d listeners on port %d after closing one, want 1", n, port)
+	}
 }
