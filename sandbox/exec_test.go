@@ -377,26 +377,36 @@ func TestJobOutputSplitCharacter(t *testing.T) {
 	}
 }
 
-// TestExecJobIDDrawnTwice: a command that draws the id of an existing job draws
-// another; the existing job's output stays whole.
+// TestExecJobIDDrawnTwice: a command that draws the id of an existing job, finished
+// or running, draws another; the existing jobs' output stays whole.
 func TestExecJobIDDrawnTwice(t *testing.T) {
 	sb := newTestSandbox(t, dockerClient(t), testConfig(t))
 	first := mustExec(t, sb, "echo first-output", ExecOptions{})
+	running := mustExec(t, sb, "sleep 2; echo running-output", ExecOptions{Wait: NoWait})
 	draws := 0
 	newJobID = func() string {
 		draws++
-		if draws == 1 {
-			return first.JobID
+		switch draws {
+		case 1:
+			return running.JobID // known to this process as running
+		case 2:
+			return first.JobID // finished: only the container knows it
 		}
 		return randomJobID()
 	}
 	t.Cleanup(func() { newJobID = randomJobID })
 	second := mustExec(t, sb, "echo second", ExecOptions{})
-	if draws != 2 || second.JobID == first.JobID || second.Stdout != "second\n" {
-		t.Fatalf("%d draws, second job %s (first %s) printed %q", draws, second.JobID, first.JobID, second.Stdout)
+	if draws != 3 || second.JobID == first.JobID || second.JobID == running.JobID || second.Stdout != "second\n" {
+		t.Fatalf("%d draws, new job %s (existing %s, %s) printed %q", draws, second.JobID, first.JobID, running.JobID, second.Stdout)
 	}
 	out := mustExec(t, sb, "cat "+JobFile(first.JobID, Stdout), ExecOptions{})
 	if out.Stdout != "first-output\n" {
 		t.Errorf("the first job's output is now %q", out.Stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	late, err := sb.JobOutput(ctx, running.JobID, 30*time.Second, nil, 0)
+	if err != nil || late.Running || late.Stdout != "running-output\n" {
+		t.Errorf("the running job: %+v, %v", late, err)
 	}
 }

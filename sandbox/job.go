@@ -637,6 +637,9 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 	if n := len(s.running); n >= max {
 		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)
 	}
+	if s.running[id] {
+		return fmt.Errorf("%w: %s", errJobIDTaken, id)
+	}
 	s.running[id] = true
 	return nil
 }
