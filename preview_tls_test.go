@@ -91,6 +91,7 @@ https://:%[3]d {
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading: %v", err)
 	}
+	waitOneListener(t, s.port)
 
 	ctx := context.Background()
 	c := s.client(ctx)
