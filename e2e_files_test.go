@@ -881,8 +881,9 @@ func TestSlowDownloadLeavesExecuteFree(t *testing.T) {
 		c0 := time.Now()
 		res := call(ctx, t, c, "execute", map[string]any{"command": "echo free"})
 		if res.IsError || structured(t, res)["stdout"] != "free\n" {
-			id, _ := structured(t, res)["job_id"].(string)
-			t.Fatalf("execute during the download: %s\n%v\njob %s in the container:\n%s", resultText(res), structured(t, res), id,
+			out := structured(t, res)
+			id, _ := out["job_id"].(string)
+			t.Fatalf("execute during the download: %s\n%v\njob %s in the container:\n%s", resultText(res), out, id,
 				s.tryExec("cd "+sandbox.JobsDir+" && for f in "+id+".*; do echo \"== $f\"; head -c 300 $f; echo; done"))
 		}
 		if took := time.Since(c0); took > 5*time.Second {

@@ -177,10 +177,7 @@ func (s *site) load(opts siteOptions) {
 	if err != nil {
 		s.t.Fatalf("adapting Caddyfile: %v %v", err, warn)
 	}
-	if err := caddy.Load(cfg, true); err != nil {
-		s.t.Fatalf("loading config: %v", err)
-	}
-	waitOneListener(s.t, s.port)
+	loadConfig(s.t, cfg, s.port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := http.Get(s.url + "/healthz")
@@ -193,6 +190,16 @@ func (s *site) load(opts siteOptions) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// loadConfig loads cfg into Caddy, which may already serve port, and returns once
+// only the new config listens there.
+func loadConfig(t testing.TB, cfg []byte, port int) {
+	t.Helper()
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	waitOneListener(t, port)
 }
 
 // waitOneListener waits until one socket listens on port. Caddy binds each config's

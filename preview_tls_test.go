@@ -88,10 +88,7 @@ https://:%[3]d {
 	if !strings.Contains(string(cfg), `"permission":{"module":"mcp_sandbox"}`) {
 		t.Fatalf("the permission module is not in the adapted config: %s", cfg)
 	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatalf("loading: %v", err)
-	}
-	waitOneListener(t, s.port)
+	loadConfig(t, cfg, s.port)
 
 	ctx := context.Background()
 	c := s.client(ctx)

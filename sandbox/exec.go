@@ -133,22 +133,18 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 	if strings.ContainsRune(command, 0) {
 		return nil, errors.New("running command: it contains a NUL byte, which no program can receive")
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = s.cfg.ExecTimeout
+	if opts.Timeout <= 0 {
+		opts.Timeout = s.cfg.ExecTimeout
 	}
-	maxOutput := opts.MaxOutput
-	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
-		maxOutput = s.cfg.MaxOutput
+	if opts.MaxOutput <= 0 || opts.MaxOutput > s.cfg.MaxOutput {
+		opts.MaxOutput = s.cfg.MaxOutput
 	}
-	maxOutput = max(maxOutput, minMaxOutput)
-	maxJobs := opts.MaxJobs
-	if maxJobs <= 0 {
-		maxJobs = DefaultMaxJobs
+	opts.MaxOutput = max(opts.MaxOutput, minMaxOutput)
+	if opts.MaxJobs <= 0 {
+		opts.MaxJobs = DefaultMaxJobs
 	}
-	cwd := opts.Cwd
-	if cwd == "" {
-		cwd = WorkDir
+	if opts.Cwd == "" {
+		opts.Cwd = WorkDir
 	}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
@@ -158,15 +154,16 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := s.execJob(ctx, newJobID(), command, opts, timeout, maxOutput, maxJobs, cwd, begin)
+		res, err := s.execJob(ctx, newJobID(), command, opts, begin)
 		if !errors.Is(err, errJobIDTaken) || attempt == 2 {
 			return res, err
 		}
 	}
 }
 
-// execJob is Exec with the job id drawn.
-func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, timeout time.Duration, maxOutput, maxJobs int, cwd string, begin time.Time) (*ExecResult, error) {
+// execJob is Exec with the job id drawn and opts filled in.
+func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, begin time.Time) (*ExecResult, error) {
+	timeout, maxOutput, maxJobs, cwd := opts.Timeout, opts.MaxOutput, opts.MaxJobs, opts.Cwd
 	res := &ExecResult{ExitCode: -1}
 	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
 		if ctx.Err() != nil {

@@ -24,19 +24,25 @@ d=$J/$id
 
 tick() { exec 9<>"$J/.tick"; }
 
+# pstat <dir in /proc>: sets pstate and pgrp from the process's stat (the part after
+# the command name, which may hold spaces); fails when the process is gone.
+pstat() {
+	local line
+	read -r line 2>/dev/null <"$1/stat" || return 1
+	set -- ${line##*) }
+	pstate=$1 pgrp=$3
+}
+
 # killjob kills the job's process group (found by its id, so a command that emptied
 # its environment is found too), twice, around a scan for group members that a
 # fork-heavy command may have started meanwhile.
 killjob() {
-	local pg p line rest
+	local pg p pstate pgrp
 	read -r pg 2>/dev/null <"$d.pid" || return 0
 	[ -n "$pg" ] || return 0
 	kill -KILL -- "-$pg" 2>/dev/null
 	for p in /proc/[0-9]*; do
-		read -r line 2>/dev/null <"$p/stat" || continue
-		rest=${line##*) }
-		set -- $rest
-		[ "$3" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
+		pstat "$p" && [ "$pgrp" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	kill -KILL -- "-$pg" 2>/dev/null
 }
@@ -171,14 +177,11 @@ run)
 				for p in /proc/[0-9]*; do
 					if [ "$p/fd/1" -ef "$d.out" ] || [ "$p/fd/2" -ef "$d.err" ] ||
 						[ "$p/fd/1" -ef "$d.err" ] || [ "$p/fd/2" -ef "$d.out" ]; then
-						held=${p#/proc/} seen=${p#/proc/}
+						held=${p#/proc/} seen=$held
 						break
 					fi
 					# Read after the check: a member still there had no output open.
-					if [ -z "$quiet" ] && read -r line 2>/dev/null <"$p/stat"; then
-						set -- ${line##*) }
-						[ "$3" = "$c" ] && [ "$1" != Z ] && quiet=1
-					fi
+					[ -z "$quiet" ] && pstat "$p" && [ "$pgrp" = "$c" ] && [ "$pstate" != Z ] && quiet=1
 				done
 				if [ -z "$held" ]; then
 					[ -n "$quiet" ] && break
