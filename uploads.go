@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -120,12 +121,13 @@ func (u *uploadSigner) verify(escapedPath string, now time.Time) (t uploadTarget
 		return t, false, errLinkInvalid
 	}
 	expStr, sig, ok := strings.Cut(token, ".")
-	exp, perr := strconv.ParseInt(expStr, 10, 64)
-	if !ok || perr != nil {
+	exp, good := expiry.Parse(expStr)
+	if !ok || !good {
 		return t, false, errLinkInvalid
 	}
 	segs := strings.Split(p, "/")
 	for i, s := range segs {
+		var perr error
 		if segs[i], perr = url.PathUnescape(s); perr != nil {
 			return t, false, errLinkInvalid
 		}
@@ -369,6 +371,13 @@ func (h *Handler) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadT
 		metricUploads.WithLabelValues("not_dir").Inc()
 		uploadProblem(w, r, http.StatusConflict, "The target is not a directory",
 			t.dir+" is a file in the sandbox, not a directory. Ask the assistant for a new link.")
+	case errors.Is(err, sandbox.ErrBadName):
+		// The directory leads (through a symbolic link) to a path that cannot be
+		// reported as one line of text; nothing was written.
+		metricUploads.WithLabelValues("bad_name").Inc()
+		h.logger.Warn("upload refused: unusable directory", fields...)
+		uploadProblem(w, r, http.StatusConflict, "The target directory cannot be used",
+			t.dir+" leads to a directory whose name has control characters or is not valid text; nothing was saved. Ask the assistant for a link to another directory.")
 	case errors.Is(err, sandbox.ErrImageMissing):
 		metricUploads.WithLabelValues("error").Inc()
 		h.logger.Error("upload failed", fields...)

@@ -164,7 +164,7 @@ type UploadOptions struct {
 
 // UploadResult says where an uploaded file landed.
 type UploadResult struct {
-	Path    string // absolute path of the file in the container
+	Path    string // absolute path of the file in the container, symbolic links in the directory resolved
 	Name    string // its final name
 	Renamed bool   // true when Name differs from the name asked for, because that one existed
 	Size    int64  // bytes written
@@ -244,7 +244,8 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		}()
 	}
 	tmpName := tempPrefix + newExecID() + ".part"
-	g, realDir, err := s.startGuard(ctx, dir, tmpName, candidates(name))
+	names := candidates(name)
+	g, realDir, err := s.startGuard(ctx, dir, tmpName, names)
 	var via pick
 	if picked != nil {
 		via = <-picked
@@ -293,8 +294,33 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	case ferr != nil || final == "":
 		s.removeTemp(ctx, tmp)
 		return UploadResult{}, fmt.Errorf("naming the uploaded file: %w", ferr)
+	case !slices.Contains(names, final):
+		// The guard answers from inside the container: only a name it was given may
+		// come back as where the file is.
+		s.removeTemp(ctx, tmp)
+		return UploadResult{}, fmt.Errorf("naming the uploaded file: the sandbox answered a name it was not offered: %.100q", final)
 	}
-	return UploadResult{Path: path.Join(dir, final), Name: final, Renamed: final != name, Size: n}, nil
+	// The directory as it really is: a signed directory that is a symbolic link sends
+	// the file elsewhere, and the answer must name where it went.
+	return UploadResult{Path: path.Join(realDir, final), Name: final, Renamed: final != name, Size: n}, nil
+}
+
+// maxRealDir bounds the directory path the guard reports, as PATH_MAX does on Linux.
+const maxRealDir = 4096
+
+// realDirPath reads the guard's report of where the directory really is ("pwd -P" and
+// its newline). It comes from the container, and it ends up in answers, the log and
+// the audit log: it must be one line of valid UTF-8 without control characters, an
+// absolute clean path of at most maxRealDir bytes. A directory whose real path is not
+// (a symbolic link to "/tmp/a\nb", say) fails with [ErrBadName]: the upload could not
+// say truthfully where the file went.
+func realDirPath(out string) (string, error) {
+	p, ok := strings.CutSuffix(out, "\n")
+	if !ok || len(p) > maxRealDir || !path.IsAbs(p) || path.Clean(p) != p || !utf8.ValidString(p) ||
+		strings.ContainsFunc(p, unicode.IsControl) {
+		return "", fmt.Errorf("the directory's real path %.100q: %w: it must be one absolute line of text", out, ErrBadName)
+	}
+	return p, nil
 }
 
 // guard is a running guardScript.
@@ -320,7 +346,7 @@ func (e *guardExitError) Error() string {
 }
 
 // startGuard starts guardScript for the directory dir and waits until it is ready; it
-// returns the directory's real path. A directory that cannot be made fails with
+// returns the directory's real path (see realDirPath). A directory that cannot be made fails with
 // [ErrNotDir] when a file is in the way.
 func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []string) (*guard, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
@@ -343,7 +369,11 @@ func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []s
 		}
 		return nil, "", fmt.Errorf("creating %s in the sandbox: %w", dir, err)
 	}
-	return g, strings.TrimSuffix(real, "\n"), nil
+	if real, err = realDirPath(real); err != nil {
+		hj.Close() // the guard then removes the temporary file, not yet written
+		return nil, "", fmt.Errorf("%s: %w", dir, err)
+	}
+	return g, real, nil
 }
 
 // read splits the guard's output into records until it ends.

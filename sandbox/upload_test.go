@@ -419,11 +419,11 @@ func TestUploadLeavesExecsFree(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if res.Path != dir+"/late.txt" {
-				t.Errorf("path %q", res.Path)
+			real := map[string]string{"/sandbox/slow": "/sandbox/slow", "/sandbox/off": "/tmp/elsewhere"}[dir]
+			if res.Path != real+"/late.txt" {
+				t.Errorf("path %q, want where the file went, %s/late.txt", res.Path, real)
 			}
 			want := sha([]byte(body))
-			real := map[string]string{"/sandbox/slow": "/sandbox/slow", "/sandbox/off": "/tmp/elsewhere"}[dir]
 			got := strings.Fields(mustExec(t, sb, "sha256sum "+real+"/late.txt", ExecOptions{}).Stdout)
 			if len(got) == 0 || got[0] != want {
 				t.Errorf("sha256 in the sandbox %v, want %s", got, want)
