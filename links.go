@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -90,8 +91,8 @@ func (l *linkSigner) verify(urlPath string, now time.Time) (string, time.Time, e
 	}
 	p = "/" + p
 	expStr, sig, ok := strings.Cut(token, ".")
-	exp, err := strconv.ParseInt(expStr, 10, 64)
-	if !ok || err != nil {
+	exp, good := expiry.Parse(expStr)
+	if !ok || !good {
 		return "", time.Time{}, errLinkInvalid
 	}
 	if !hmac.Equal([]byte(sig), []byte(l.mac(exp, p))) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
 )
 
 // With preview_auth on, a person signs in once per browser and preview host with the
@@ -62,8 +64,8 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, p Preview) b
 			continue
 		}
 		expStr, mac, ok := strings.Cut(c.Value, ".")
-		exp, err := strconv.ParseInt(expStr, 10, 64)
-		if ok && err == nil && time.Now().Unix() < exp &&
+		exp, good := expiry.Parse(expStr)
+		if ok && good && time.Now().Unix() < exp &&
 			hmac.Equal([]byte(mac), []byte(s.cookieMAC(p.Label, exp))) {
 			return true
 		}
