@@ -129,6 +129,9 @@ type Handler struct {
 	mcp     *server.StreamableHTTPServer
 	links   *linkSigner
 
+	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
+	guessKey string
+
 	uploadLinks *uploadSigner
 	facts       *factsCache // shared with every config that uses this sandbox
 
@@ -254,6 +257,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
 	h.facts = &entry.facts
 
+	if err := h.provisionGuesses(); err != nil {
+		return err
+	}
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,
 		Storage:                        h.storage,
@@ -263,6 +269,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		AllowPrivateClientMetadataURLs: h.AllowPrivateClientMetadata,
 		Logger:                         h.logger.Named("oauth"),
 		ClientIP:                       clientIP,
+		Guesses:                        h.guesses,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up OAuth: %w", err)
@@ -348,7 +355,7 @@ func (h *Handler) Cleanup() error {
 		h.mcp.CloseSessions(ctx)
 		cancel()
 	}
-	return errors.Join(h.releaseConsole(), release(h.poolKey))
+	return errors.Join(h.releaseConsole(), h.releaseGuesses(), release(h.poolKey))
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

@@ -45,6 +45,7 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Dial:     h.dialPreview,
 		Auth:     h.PreviewAuth,
 		APIKey:   h.APIKey,
+		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
 			metricPreviewRequests.WithLabelValues(result).Inc()

@@ -105,7 +105,7 @@ func (s *Server) RevokeGrant(ctx context.Context, id string) error {
 // (retryAfter > 0 then says for how long).
 func (s *Server) CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration) {
 	ip := s.clientKey(r)
-	n, retry := s.signinLimiter.record(ip)
+	n, retry := s.guesses.Guess(ip)
 	if retry > 0 {
 		s.log.Warn("sign-in refused after repeated wrong API keys", zap.String("remote", ip))
 		return false, retry
@@ -118,6 +118,6 @@ func (s *Server) CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter t
 		}
 		return false, 0
 	}
-	s.signinLimiter.reset(ip)
+	s.guesses.Forget(ip)
 	return true, 0
 }

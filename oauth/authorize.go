@@ -209,7 +209,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 		return
 	}
 	ip := s.clientKey(r)
-	n, retry := s.signinLimiter.record(ip)
+	n, retry := s.guesses.Guess(ip)
 	if retry > 0 {
 		secs := int(retry/time.Second) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
@@ -227,7 +227,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 		s.renderSignin(w, r, req, http.StatusForbidden, "That API key is not correct.")
 		return
 	}
-	s.signinLimiter.reset(ip)
+	s.guesses.Forget(ip)
 
 	code := randomToken()
 	now := s.opts.Now()

@@ -2,8 +2,11 @@ package oauth
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,9 +46,48 @@ const (
 
 var errInvalidToken = errors.New("the access token is invalid, expired or revoked")
 
-// errUnknownToken is an errInvalidToken for a token this server never stored (or has
-// pruned): possibly a guess.
+// errUnknownToken is an errInvalidToken for a token this server never issued: possibly a
+// guess at the API key.
 var errUnknownToken = fmt.Errorf("%w (unknown)", errInvalidToken)
+
+// Access tokens are 32 random bytes followed by the first 16 bytes of their HMAC under a
+// key derived from the API key, base64url (64 characters). The mark lets Authenticate
+// tell a token this server issued from one it never did without any stored state: the
+// records of expired and revoked tokens are deleted (revocation, Prune), yet clients keep
+// retrying with them, often many people behind one address, and such a retry is no
+// guess at the key. Forging the mark takes the API key itself.
+const (
+	accessRandomBytes = 32
+	accessMACBytes    = 16
+)
+
+var accessTokenLen = base64.RawURLEncoding.EncodedLen(accessRandomBytes + accessMACBytes)
+
+// newAccessToken makes an access token marked as issued here.
+func (s *Server) newAccessToken() string {
+	b := make([]byte, accessRandomBytes, accessRandomBytes+accessMACBytes)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(append(b, s.accessMAC(b)...))
+}
+
+func (s *Server) accessMAC(random []byte) []byte {
+	m := hmac.New(sha256.New, s.accessKey)
+	m.Write(random)
+	return m.Sum(nil)[:accessMACBytes]
+}
+
+// issuedHere reports whether token carries this server's mark: an access token it made
+// under the current API key, whether or not it is still valid.
+func (s *Server) issuedHere(token string) bool {
+	if len(token) != accessTokenLen {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
+	if err != nil || len(b) != accessRandomBytes+accessMACBytes {
+		return false
+	}
+	return hmac.Equal(b[accessRandomBytes:], s.accessMAC(b[:accessRandomBytes]))
+}
 
 // Authenticate checks the bearer token of a request to the protected resource. On
 // success it returns the identity. On failure it writes the 401, with
@@ -55,11 +97,12 @@ var errUnknownToken = fmt.Errorf("%w (unknown)", errInvalidToken)
 // for, Origin(r)+ResourcePath.
 //
 // When the API key is accepted as a bearer token, a wrong token could be a guess at the
-// key, so every token this server does not know counts as a failed sign-in of the
-// client's address, in the sign-in page's limiter: once the address is blocked there (429
-// with Retry-After), the API key is not even compared, on /mcp or on the sign-in page.
-// Tokens this server issued are 256-bit random values that cannot be guessed: a valid
-// one is never slowed or blocked, and an expired or revoked one does not count.
+// key, so every token this server never issued counts as a failed sign-in of the client's
+// address, in Options.Guesses: once the address is blocked there (429 with Retry-After),
+// the API key is not even compared, on /mcp or on any sign-in page. Tokens this server
+// issued are 256-bit random values that cannot be guessed: a valid one is never slowed or
+// blocked, and an expired or revoked one (told apart by its mark, see newAccessToken)
+// does not count.
 func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
 	token, ok := bearerToken(r)
 	if !ok {
@@ -67,7 +110,7 @@ func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 		return Identity{}, false
 	}
 	ip := s.clientKey(r)
-	if s.opts.APIKeyBearer && s.signinLimiter.blocked(ip) == 0 {
+	if s.opts.APIKeyBearer && s.guesses.Blocked(ip) == 0 {
 		given := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) == 1 {
 			return Identity{Subject: "api_key", Method: MethodAPIKey}, true
@@ -78,7 +121,7 @@ func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 	case err == nil:
 		return id, true
 	case errors.Is(err, errUnknownToken) && s.opts.APIKeyBearer:
-		if n, retry := s.signinLimiter.record(ip); retry > 0 {
+		if n, retry := s.guesses.Guess(ip); retry > 0 {
 			s.tooManyBearerFailures(w, r, ip, retry)
 		} else {
 			if n > signinSlowAfter {
@@ -144,10 +187,15 @@ func (s *Server) checkAccessToken(ctx context.Context, token, resource string) (
 		return e.identity, nil
 	}
 	var rec tokenRecord
-	if !tokenPattern.MatchString(token) {
+	issued := s.issuedHere(token)
+	// 43 characters: a token of an earlier version, before tokens carried the mark.
+	if !issued && !tokenPattern.MatchString(token) {
 		return Identity{}, errUnknownToken
 	}
 	if err := s.store.load(ctx, kindAccess, hash, &rec); err != nil {
+		if errors.Is(err, errNotFound) && issued {
+			return Identity{}, errInvalidToken // expired and pruned, or revoked
+		}
 		if errors.Is(err, errNotFound) {
 			return Identity{}, errUnknownToken
 		}

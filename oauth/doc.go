@@ -49,14 +49,18 @@
 // SHA-256 hashes in constant time. Every attempt counts against the client address until
 // the key proves right: from the sixth failure in 15 minutes answers are delayed (1 s
 // more each, up to 5 s), after the tenth the address gets 429 until the window frees up.
-// With Options.APIKeyBearer, unknown bearer tokens at [Server.Authenticate] count in the
-// same limiter, so the key cannot be guessed there either. Redirect hosts are shown in
-// punycode.
+// With Options.APIKeyBearer, bearer tokens at [Server.Authenticate] that this server never
+// issued count in the same limiter, so the key cannot be guessed there either. The
+// limiter is Options.Guesses ([Guesses]): a host shares one between servers and other
+// sign-in pages of the same key, and keeps it across reloads. Redirect hosts are shown
+// in punycode.
 //
 // Tokens. Codes live 5 minutes (Options.CodeTTL), are single use and bound to client,
 // redirect URI, PKCE S256 challenge and resource; a reused code revokes what it issued.
 // Access tokens (1 h) and refresh tokens (30 days, rotated on every use) are 256-bit
-// random strings stored only as SHA-256 hashes. The refresh token just rotated away gets
+// random strings stored only as SHA-256 hashes; an access token also carries a MAC of its
+// random part, so that one issued here is known as such after it expired or was revoked
+// and its record is gone (a client retrying with it is not guessing the key). The refresh token just rotated away gets
 // the same new pair again for 30 seconds (a lost response, or concurrent refreshes), kept
 // sealed with a key derived from that token; after that, or for any older token, reuse
 // revokes the sign-in.

@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// Sign-in attempts: every attempt counts as a failure until the key proves right, so
-// parallel guesses cannot slip past the count. After signinSlowAfter failures within
-// signinWindow each further wrong key is answered only after a growing delay, and after
-// signinBlockAfter the address is refused (429) until its oldest failure leaves the window.
+// Sign-in attempts (see [Guesses]): every attempt counts as a failure until the key
+// proves right, so parallel guesses cannot slip past the count. After signinSlowAfter
+// failures within signinWindow each further wrong key is answered only after a growing
+// delay, and after signinBlockAfter the address is refused (429) until its oldest failure
+// leaves the window.
 const (
 	signinWindow     = 15 * time.Minute
 	signinSlowAfter  = 5
@@ -25,6 +26,47 @@ const (
 	// maxLimiterEntries bounds the memory of each limiter.
 	maxLimiterEntries = 10000
 )
+
+// Guesses counts attempts at the API key per client address, wherever the key is typed
+// or sent: the sign-in page, bearer tokens on the protected resource (see
+// [Server.Authenticate]), [Server.CheckAPIKey], and whatever else the host wires to the
+// same value (the preview sign-in). Every attempt counts until the key proves right, so
+// parallel guesses cannot slip past the count. A host that runs several servers for one
+// key, or replaces servers on a configuration reload, passes them one Guesses so that a
+// guess counts the same wherever it is made and is not forgotten on reload.
+type Guesses interface {
+	// Guess counts one attempt from addr and returns the attempts in the window, this
+	// one included. When addr is refused it counts nothing and returns how long until
+	// addr may try again.
+	Guess(addr string) (n int, retryAfter time.Duration)
+	// Blocked returns how long addr is still refused, 0 when it may try.
+	Blocked(addr string) time.Duration
+	// Forget clears addr once it proved it knows the key.
+	Forget(addr string)
+}
+
+// GuessLimiter is the in-memory [Guesses] a [Server] uses when Options.Guesses is nil.
+// After ten attempts within 15 minutes an address is refused until its oldest attempt
+// leaves the window. IPv6 addresses count by their /64, so one host cannot rotate
+// through its own subnet, and at most 10,000 addresses are remembered.
+type GuessLimiter struct{ l *limiter }
+
+// NewGuessLimiter returns an empty GuessLimiter; now is the clock (nil: time.Now).
+func NewGuessLimiter(now func() time.Time) *GuessLimiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &GuessLimiter{l: newLimiter(signinWindow, signinBlockAfter, maxLimiterEntries, now)}
+}
+
+// Guess implements [Guesses].
+func (g *GuessLimiter) Guess(addr string) (int, time.Duration) { return g.l.record(limiterKey(addr)) }
+
+// Blocked implements [Guesses].
+func (g *GuessLimiter) Blocked(addr string) time.Duration { return g.l.blocked(limiterKey(addr)) }
+
+// Forget implements [Guesses].
+func (g *GuessLimiter) Forget(addr string) { g.l.reset(limiterKey(addr)) }
 
 // limiter counts events per address in a sliding window, in memory. Several instances
 // each count on their own, which only multiplies the allowance by their number.

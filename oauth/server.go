@@ -88,6 +88,11 @@ type Options struct {
 	// empty answer, means the host of r.RemoteAddr; behind a trusted proxy pass the real
 	// client address.
 	ClientIP func(r *http.Request) string
+	// Guesses counts wrong API keys and unknown bearer tokens per address. Nil means a
+	// [GuessLimiter] of this Server's own; pass one value to every server and sign-in
+	// page of the same key, and keep it across reloads, so that guesses count wherever
+	// they are made.
+	Guesses Guesses
 }
 
 // Server is the authorization server and bearer-token check. It is safe for concurrent
@@ -108,7 +113,8 @@ type Server struct {
 
 	tokens *tokenCache
 
-	signinLimiter   *limiter
+	accessKey       []byte // HMAC key that marks access tokens as issued here (see newAccessToken)
+	guesses         Guesses
 	registerLimiter *limiter
 	// sleep waits before answering a wrong key; tests replace it to observe the delay.
 	sleep func(r *http.Request, d time.Duration)
@@ -190,6 +196,10 @@ func New(opts Options) (*Server, error) {
 		httpClient = &c
 	}
 
+	guesses := opts.Guesses
+	if guesses == nil {
+		guesses = NewGuessLimiter(opts.Now)
+	}
 	s := &Server{
 		opts:            opts,
 		log:             log,
@@ -201,7 +211,8 @@ func New(opts Options) (*Server, error) {
 		cimdFlights:     make(map[string]*metadataFlight),
 		cimdSlots:       make(chan struct{}, maxMetadataFetches),
 		tokens:          newTokenCache(maxCachedTokens),
-		signinLimiter:   newLimiter(signinWindow, signinBlockAfter, maxLimiterEntries, opts.Now),
+		accessKey:       DeriveKey(opts.APIKey, "oauth access tokens v1"),
+		guesses:         guesses,
 		registerLimiter: newLimiter(registerWindow, registerMaxPerWindow, maxLimiterEntries, opts.Now),
 		sleep:           sleepContext,
 		clientCount:     -1,

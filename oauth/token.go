@@ -412,7 +412,7 @@ func retryAEAD(prevToken string) (cipher.AEAD, error) {
 // prevRefresh is the refresh token being rotated away ("" for a new sign-in): the new
 // pair is kept sealed with it for a retry within refreshRetryWindow.
 func (s *Server) issueTokens(ctx context.Context, grant *grantRecord, now time.Time, prevRefresh string) (*tokenResponse, error) {
-	access, refresh := randomToken(), randomToken()
+	access, refresh := s.newAccessToken(), randomToken()
 	accessHash, refreshHash := hashSecret(access), hashSecret(refresh)
 	accessExp := now.Add(s.opts.AccessTokenTTL).UTC()
 	refreshExp := now.Add(s.opts.RefreshTokenTTL).UTC()

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,15 +26,24 @@ const (
 	cookieLife   = 30 * 24 * time.Hour
 	maxFormBytes = 8 << 10
 
-	// Wrong keys per client address: after signinSlowAfter failures within
-	// signinWindow each attempt waits a growing delay; after signinBlockAfter the
-	// address gets 429 until the window moves on.
-	signinWindow     = 15 * time.Minute
-	signinSlowAfter  = 5
-	signinBlockAfter = 10
-	signinMaxDelay   = 5 * time.Second
-	maxLimiterKeys   = 10000
+	// Wrong keys per client address, counted in Options.Guesses (which refuses an
+	// address after too many): after signinSlowAfter attempts each wrong key is
+	// answered after a growing delay.
+	signinSlowAfter = 5
+	signinMaxDelay  = 5 * time.Second
 )
+
+// Guesses counts attempts at the API key per client address. The host passes the same
+// value that counts wrong keys and bearer tokens on its other sign-in pages, so a guess
+// at the key counts once, wherever it is made, and survives a config reload.
+type Guesses interface {
+	// Guess counts one attempt from addr and returns the attempts in the window, this
+	// one included; when addr is refused it counts nothing and returns how long until
+	// addr may try again.
+	Guess(addr string) (n int, retryAfter time.Duration)
+	// Forget clears addr once it proved it knows the key.
+	Forget(addr string)
+}
 
 // cookieNameFor uses the __Host- prefix on HTTPS, so the cookie is bound to this exact
 // host and path / and can never be set by a sibling subdomain.
@@ -89,7 +97,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, p Preview) {
 		next = "/"
 	}
 	ip := s.opts.ClientIP(r)
-	failures, retry := s.signins.record(ip)
+	failures, retry := s.opts.Guesses.Guess(ip)
 	if retry > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())+1))
 		showSignin(w, r, next, "Too many wrong keys from your address; try again later.", http.StatusTooManyRequests)
@@ -109,7 +117,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, p Preview) {
 		showSignin(w, r, next, "That is not the key.", http.StatusUnauthorized)
 		return
 	}
-	s.signins.reset(ip)
+	s.opts.Guesses.Forget(ip)
 	exp := time.Now().Add(cookieLife).Unix()
 	http.SetCookie(w, &http.Cookie{
 		Name:     cookieNameFor(r),
@@ -184,48 +192,4 @@ func showSignin(w http.ResponseWriter, r *http.Request, next, errText string, st
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_ = signinPage.Execute(w, map[string]any{"Action": signinPath, "Next": next, "Error": errText})
-}
-
-// limiter counts failed sign-ins per address in a sliding window, in memory.
-type limiter struct {
-	mu      sync.Mutex
-	now     func() time.Time
-	entries map[string][]time.Time
-}
-
-func newLimiter(now func() time.Time) *limiter {
-	return &limiter{now: now, entries: make(map[string][]time.Time)}
-}
-
-// record counts an attempt (every attempt counts until the key proves right, so
-// parallel guesses cannot slip past) and returns the count, or how long to wait.
-func (l *limiter) record(key string) (int, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	ev := l.entries[key]
-	i := 0
-	for i < len(ev) && now.Sub(ev[i]) >= signinWindow {
-		i++
-	}
-	ev = ev[i:]
-	if len(ev) >= signinBlockAfter {
-		l.entries[key] = ev
-		return len(ev), ev[0].Add(signinWindow).Sub(now)
-	}
-	if _, ok := l.entries[key]; !ok && len(l.entries) >= maxLimiterKeys {
-		for k := range l.entries { // drop an arbitrary entry; memory stays bounded
-			delete(l.entries, k)
-			break
-		}
-	}
-	ev = append(ev, now)
-	l.entries[key] = ev
-	return len(ev), 0
-}
-
-func (l *limiter) reset(key string) {
-	l.mu.Lock()
-	delete(l.entries, key)
-	l.mu.Unlock()
 }

@@ -207,23 +207,3 @@ func TestNotFoundWithoutDocker(t *testing.T) {
 		}
 	}
 }
-
-func TestSigninLimiter(t *testing.T) {
-	clk := &clock{t: time.Now()}
-	l := newLimiter(clk.now)
-	for i := 1; i <= signinBlockAfter; i++ {
-		if n, wait := l.record("1.2.3.4"); n != i || wait != 0 {
-			t.Fatalf("attempt %d: %d %v", i, n, wait)
-		}
-	}
-	if _, wait := l.record("1.2.3.4"); wait <= 0 {
-		t.Fatal("not blocked after too many attempts")
-	}
-	if _, wait := l.record("5.6.7.8"); wait != 0 {
-		t.Fatal("another address blocked")
-	}
-	clk.t = clk.t.Add(signinWindow)
-	if _, wait := l.record("1.2.3.4"); wait != 0 {
-		t.Fatal("still blocked after the window")
-	}
-}

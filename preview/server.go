@@ -49,9 +49,10 @@ type Options struct {
 	// returns an error wrapping ErrNoListener.
 	Dial func(ctx context.Context, port int) (net.Conn, error)
 	// Auth, when set, makes the person sign in with APIKey once per browser and
-	// preview host.
-	Auth   bool
-	APIKey string
+	// preview host; wrong keys count in Guesses, which Auth requires.
+	Auth    bool
+	APIKey  string
+	Guesses Guesses
 	// ClientIP returns the address sign-in attempts are counted by.
 	ClientIP func(*http.Request) string
 	// Registry defaults to [Shared].
@@ -70,7 +71,6 @@ type Server struct {
 	proxy     *reverseproxy.Handler
 	transport *http.Transport
 	direct    *directTransport
-	signins   *limiter
 }
 
 // New checks opts and returns a Server; call Provision before serving.
@@ -86,8 +86,8 @@ func New(opts Options) (*Server, error) {
 	if opts.TTL <= 0 {
 		return nil, errors.New("preview lifetime must be positive")
 	}
-	if opts.Auth && opts.APIKey == "" {
-		return nil, errors.New("preview_auth needs the API key")
+	if opts.Auth && (opts.APIKey == "" || opts.Guesses == nil) {
+		return nil, errors.New("preview_auth needs the API key and a counter of wrong keys")
 	}
 	if opts.Registry == nil {
 		opts.Registry = Shared()
@@ -101,7 +101,7 @@ func New(opts Options) (*Server, error) {
 			return h
 		}
 	}
-	return &Server{opts: opts, reg: opts.Registry, log: opts.Logger, signins: newLimiter(time.Now)}, nil
+	return &Server{opts: opts, reg: opts.Registry, log: opts.Logger}, nil
 }
 
 // Domain is the previews domain.
