@@ -87,15 +87,13 @@ func (h *Handler) provisionConsole() error {
 	h.consoleKeys = append(h.consoleKeys, linksKey)
 	h.linkReg = v.(linkState).reg
 
-	// Jobs is left out until background jobs exist: the console then lists none and
-	// the jobs API answers an empty list. A job manager plugs in by implementing
-	// console.Jobs (Jobs, KillJob) and being set here.
 	h.console, err = console.New(console.Options{
 		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
 		Sandbox:    consoleSandbox{h.box},
 		Access:     consoleAccess{h.auth},
 		Links:      consoleLinks{h.linkReg},
+		Jobs:       consoleJobs{h.box},
 		Audit:      h.audit,
 		Origin:     h.auth.Origin,
 		ClientIP:   clientIP,
@@ -131,6 +129,27 @@ func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, erro
 
 func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restart(ctx) }
 func (c consoleSandbox) Recreate(ctx context.Context) error { return c.sb.Recreate(ctx) }
+
+// consoleJobs shows the sandbox's running jobs to the console and kills them. Looking
+// never starts the container: with none running there are no jobs.
+type consoleJobs struct{ sb *sandbox.Sandbox }
+
+func (c consoleJobs) Jobs(ctx context.Context) ([]console.Job, error) {
+	js, err := c.sb.RunningJobs(ctx)
+	out := make([]console.Job, 0, len(js))
+	for _, j := range js {
+		out = append(out, console.Job{ID: j.ID, Command: j.Command, StartedAt: j.Started, State: j.State})
+	}
+	return out, err
+}
+
+func (c consoleJobs) KillJob(ctx context.Context, id string) error {
+	err := c.sb.StopJob(ctx, id)
+	if errors.Is(err, sandbox.ErrJobNotFound) {
+		return console.ErrNotFound
+	}
+	return err
+}
 
 // consoleAccess shows the OAuth clients and sign-ins to the console.
 type consoleAccess struct{ auth *oauth.Server }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,11 +68,15 @@ func (h *Handler) detectFacts(c *factsCache) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := factsKey(h.box.Config().Container)
-	var stored sandbox.Facts
-	if b, err := h.storage.Load(ctx, key); err == nil && json.Unmarshal(b, &stored) == nil && stored.ImageID != "" {
-		if id, err := h.box.ImageID(ctx); err == nil && id == stored.ImageID {
-			f = &stored
-			return
+	if b, err := h.storage.Load(ctx, key); err == nil {
+		if stored, stale, ok := decodeStoredFacts(b); ok {
+			if id, err := h.box.ImageID(ctx); err == nil && id == stored.ImageID {
+				f = &stored
+				if stale {
+					h.storeFacts(ctx, key, stored) // so the dropped text is gone from storage too
+				}
+				return
+			}
 		}
 	}
 	got, err := h.box.Detect(ctx)
@@ -79,11 +84,35 @@ func (h *Handler) detectFacts(c *factsCache) {
 		h.logger.Debug("detecting sandbox tools", zap.Error(err))
 		return
 	}
+	got = got.Known() // Detect keeps only known names already; a second check is cheap
 	f = &got
-	if b, err := json.Marshal(got); err == nil {
-		if err := h.storage.Store(ctx, key, b); err != nil {
-			h.logger.Warn("storing detected sandbox tools", zap.Error(err))
-		}
+	h.storeFacts(ctx, key, got)
+}
+
+// maxStoredFacts bounds the stored facts read back: the known names take a few
+// hundred bytes.
+const maxStoredFacts = 64 << 10
+
+// decodeStoredFacts reads facts stored earlier, keeping only the known names: an
+// earlier version stored whatever the container printed, a prompt injection included.
+// stale says that something was dropped; ok is false when b holds no facts.
+func decodeStoredFacts(b []byte) (f sandbox.Facts, stale, ok bool) {
+	var stored sandbox.Facts
+	if len(b) > maxStoredFacts || json.Unmarshal(b, &stored) != nil || stored.ImageID == "" {
+		return sandbox.Facts{}, false, false
+	}
+	f = stored.Known()
+	stale = !slices.Equal(f.Programs, stored.Programs) || !slices.Equal(f.PythonModules, stored.PythonModules)
+	return f, stale, true
+}
+
+func (h *Handler) storeFacts(ctx context.Context, key string, f sandbox.Facts) {
+	b, err := json.Marshal(f)
+	if err == nil {
+		err = h.storage.Store(ctx, key, b)
+	}
+	if err != nil {
+		h.logger.Warn("storing detected sandbox tools", zap.Error(err))
 	}
 }
 
@@ -103,11 +132,16 @@ func (h *Handler) environment() string {
 }
 
 // describeFacts is the sentence on what is installed, empty while that is unknown.
+// It names only programs and modules from the fixed lists detection looks for (see
+// [sandbox.Facts.Known]): nothing the container printed reaches the model as an
+// instruction.
 func describeFacts(f *sandbox.Facts) string {
-	switch {
-	case f == nil:
+	if f == nil {
 		return ""
-	case len(f.Programs) == 0:
+	}
+	known := f.Known()
+	f = &known
+	if len(f.Programs) == 0 {
 		return " Installed: only the base system (no python3, node or git)."
 	}
 	progs := make([]string, 0, len(f.Programs))

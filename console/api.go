@@ -192,8 +192,12 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, id string) {
 	err := c.act(r, actor, action, id)
 	switch {
+	case errors.Is(err, ErrNotFound) && action == actKillJob:
+		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs lists the running ones")
 	case errors.Is(err, ErrNotFound):
-		writeJSONError(w, http.StatusNotFound, "no such "+strings.TrimPrefix(strings.TrimPrefix(action, "revoke_"), "kill_")+" (it may have expired)")
+		writeJSONError(w, http.StatusNotFound, "no such "+strings.TrimPrefix(action, "revoke_")+" (it may have expired)")
+	case errors.Is(err, ErrTooManyRevoked):
+		writeJSONError(w, http.StatusConflict, err.Error())
 	case err != nil:
 		writeJSONError(w, http.StatusBadGateway, err.Error())
 	default:

@@ -108,10 +108,10 @@ type Job struct {
 	State     string    `json:"state"`
 }
 
-// Jobs lists background jobs and kills one.
+// Jobs lists the background jobs running and kills one.
 type Jobs interface {
 	Jobs(ctx context.Context) ([]Job, error)
-	// KillJob returns ErrNotFound for an unknown job.
+	// KillJob returns ErrNotFound for a job that does not run (unknown or ended).
 	KillJob(ctx context.Context, id string) error
 }
 

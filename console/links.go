@@ -42,9 +42,15 @@ var linkIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{8,64}$`)
 
 // Bounds of the link registry.
 const (
-	// MaxLinks bounds the links remembered; beyond it the one closest to expiry is
-	// forgotten (it still works until it expires, but no longer shows or revokes).
+	// MaxLinks bounds the links remembered that are not revoked; beyond it the one
+	// closest to expiry is forgotten (it still works until it expires, but no longer
+	// shows or revokes). Revoked links are never forgotten before they expire: a
+	// forgotten revocation would make the link work again.
 	MaxLinks = 10000
+	// MaxRevoked bounds the revoked links remembered, counted apart from MaxLinks.
+	// When as many revoked links have not expired yet, Revoke refuses with
+	// [ErrTooManyRevoked] rather than forget one.
+	MaxRevoked = 10000
 	// linkSync is how often the registry rereads storage, to see links and
 	// revocations made by other instances sharing it, and prunes expired entries.
 	linkSync = 30 * time.Second
@@ -60,8 +66,11 @@ type LinkRegistry struct {
 	now     func() time.Time
 
 	mu       sync.RWMutex
-	links    map[string]Link
+	links    map[string]Link // revoked ones included
+	revoked  int             // how many of links are revoked, expired ones included
 	onRevoke map[string]func(context.Context, Link) error
+	// maxRevoked is MaxRevoked; tests lower it.
+	maxRevoked int
 
 	stop chan struct{}
 	done chan struct{}
@@ -73,7 +82,7 @@ func NewLinkRegistry(storage certmagic.Storage, prefix string, logger *zap.Logge
 		logger = zap.NewNop()
 	}
 	return &LinkRegistry{storage: storage, prefix: path.Join(prefix, "links"), log: logger, now: time.Now,
-		links: make(map[string]Link), onRevoke: make(map[string]func(context.Context, Link) error)}
+		links: make(map[string]Link), onRevoke: make(map[string]func(context.Context, Link) error), maxRevoked: MaxRevoked}
 }
 
 // OnRevoke sets what else revoking a link of kind does (a preview closes its port).
@@ -91,27 +100,33 @@ func (g *LinkRegistry) Record(ctx context.Context, l Link) error {
 	if l.CreatedAt.IsZero() {
 		l.CreatedAt = g.now()
 	}
+	l.Revoked = false // only Revoke revokes
 	g.mu.Lock()
-	if _, ok := g.links[l.ID]; !ok && len(g.links) >= MaxLinks {
-		g.evictLocked(ctx)
-	}
-	if old, ok := g.links[l.ID]; ok && old.Revoked {
+	old, known := g.links[l.ID]
+	if known && old.Revoked {
 		l.Revoked = true // the same link signed again stays revoked
+	}
+	if !known && len(g.links)-g.revoked >= MaxLinks {
+		if victim := evictable(g.links); victim != "" {
+			delete(g.links, victim)
+			go g.delete(context.WithoutCancel(ctx), victim)
+		}
 	}
 	g.links[l.ID] = l
 	g.mu.Unlock()
 	return g.save(ctx, l)
 }
 
-func (g *LinkRegistry) evictLocked(ctx context.Context) {
+// evictable is the link to forget first: the one closest to expiry among those not
+// revoked, or "" when every one is revoked.
+func evictable(links map[string]Link) string {
 	var victim Link
-	for _, l := range g.links {
-		if victim.ID == "" || l.ExpiresAt.Before(victim.ExpiresAt) {
+	for _, l := range links {
+		if !l.Revoked && (victim.ID == "" || l.ExpiresAt.Before(victim.ExpiresAt)) {
 			victim = l
 		}
 	}
-	delete(g.links, victim.ID)
-	go g.delete(context.WithoutCancel(ctx), victim.ID)
+	return victim.ID
 }
 
 func (g *LinkRegistry) save(ctx context.Context, l Link) error {
@@ -142,14 +157,31 @@ func (g *LinkRegistry) Revoked(id string) bool {
 // ErrNotFound is returned for an unknown or expired id.
 var ErrNotFound = errors.New("not found")
 
+// ErrTooManyRevoked is returned by Revoke when MaxRevoked revoked links have not
+// expired yet.
+var ErrTooManyRevoked = fmt.Errorf("%d revoked links have not expired yet, the most the console keeps; "+
+	"revoke this one once some have expired, or rotate the API key and reload Caddy to stop every link at once", MaxRevoked)
+
 // Revoke makes the link stop working. The entry stays (marked) until the link expires,
-// which bounds the revocation list by the links' own lifetime.
+// which bounds the revocation list by the links' own lifetime; at most MaxRevoked
+// unexpired revocations are kept, and Revoke refuses more rather than forget one.
 func (g *LinkRegistry) Revoke(ctx context.Context, id string) (Link, error) {
 	g.mu.Lock()
+	now := g.now()
 	l, ok := g.links[id]
-	if !ok || !g.now().Before(l.ExpiresAt) {
+	if !ok || !now.Before(l.ExpiresAt) {
 		g.mu.Unlock()
 		return Link{}, ErrNotFound
+	}
+	if !l.Revoked {
+		if g.revoked >= g.maxRevoked {
+			g.pruneRevokedLocked(ctx, now)
+		}
+		if g.revoked >= g.maxRevoked {
+			g.mu.Unlock()
+			return Link{}, ErrTooManyRevoked
+		}
+		g.revoked++
 	}
 	l.Revoked = true
 	g.links[id] = l
@@ -162,6 +194,18 @@ func (g *LinkRegistry) Revoke(ctx context.Context, id string) (Link, error) {
 		return l, hook(ctx, l)
 	}
 	return l, nil
+}
+
+// pruneRevokedLocked forgets the revocations of links that have expired: a link past
+// its expiry is refused by its signature check anyway.
+func (g *LinkRegistry) pruneRevokedLocked(ctx context.Context, now time.Time) {
+	for id, l := range g.links {
+		if l.Revoked && !now.Before(l.ExpiresAt) {
+			delete(g.links, id)
+			g.revoked--
+			go g.delete(context.WithoutCancel(ctx), id)
+		}
+	}
 }
 
 // List returns the unexpired links, newest first, revoked ones included (marked).
@@ -206,28 +250,46 @@ func (g *LinkRegistry) Load(ctx context.Context) error {
 		}
 		fresh[id] = l
 	}
+	var resave []Link
 	g.mu.Lock()
 	for id, l := range g.links {
-		// A revocation here that storage does not show yet must not be lost.
-		if f, ok := fresh[id]; ok && l.Revoked && !f.Revoked {
+		f, stored := fresh[id]
+		switch {
+		case l.Revoked && now.Before(l.ExpiresAt) && (!stored || !f.Revoked):
+			// A revocation here that storage does not show (yet, or any more) must
+			// not be lost: that would make the link work again.
 			fresh[id] = l
-		}
-		// Nor a link recorded while storage was being read.
-		if _, ok := fresh[id]; !ok && !l.CreatedAt.Before(now) {
-			fresh[id] = l
-		}
-	}
-	for len(fresh) > MaxLinks {
-		var victim string
-		for id, l := range fresh {
-			if victim == "" || l.ExpiresAt.Before(fresh[victim].ExpiresAt) {
-				victim = id
+			if !stored {
+				resave = append(resave, l)
 			}
+		case !stored && !l.CreatedAt.Before(now):
+			fresh[id] = l // recorded while storage was being read
 		}
-		delete(fresh, victim)
 	}
-	g.links = fresh
+	revoked := 0
+	for _, l := range fresh {
+		if l.Revoked {
+			revoked++
+		}
+	}
+	// Only links that are not revoked are forgotten to keep within MaxLinks. The
+	// revoked ones are kept whatever their number: Revoke keeps them within
+	// MaxRevoked, and only instances sharing the storage that revoke at once can
+	// exceed it, by little.
+	for len(fresh)-revoked > MaxLinks {
+		delete(fresh, evictable(fresh))
+	}
+	if revoked > g.maxRevoked {
+		g.log.Warn("more revoked links than the console keeps; all are kept until they expire",
+			zap.Int("revoked", revoked), zap.Int("max", g.maxRevoked))
+	}
+	g.links, g.revoked = fresh, revoked
 	g.mu.Unlock()
+	for _, l := range resave {
+		if err := g.save(ctx, l); err != nil {
+			g.log.Warn("storing a revocation again", zap.String("id", l.ID), zap.Error(err))
+		}
+	}
 	return nil
 }
 
