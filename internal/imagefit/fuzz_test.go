@@ -51,7 +51,7 @@ func seeds(f *testing.F) {
 }
 
 // FuzzJPEGFrame: the frame-header parser never panics, allocates nothing, looks no
-// further than HeaderLimit, and reads the same size and components as image/jpeg.
+// further than headerLimit, and reads the same size and components as image/jpeg.
 func FuzzJPEGFrame(f *testing.F) {
 	seeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -62,7 +62,7 @@ func FuzzJPEGFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if fr.end > HeaderLimit || fr.end > len(data) || fr.width <= 0 || fr.height <= 0 {
+		if fr.end > headerLimit || fr.end > len(data) || fr.width <= 0 || fr.height <= 0 {
 			t.Fatalf("frame %+v from %d bytes", fr, len(data))
 		}
 		cfg, err := jpeg.DecodeConfig(bytes.NewReader(data))

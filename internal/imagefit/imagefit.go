@@ -71,14 +71,14 @@ type TooLargeError struct {
 
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("%dx%d (%s) would need about %s to decode, more than the %s allowed",
-		e.Width, e.Height, e.Kind, Size(e.Need), Size(e.Budget))
+		e.Width, e.Height, e.Kind, bytesText(e.Need), bytesText(e.Budget))
 }
 
 // FileTooLargeError refuses a file larger than Options.MaxFile, before reading it.
 type FileTooLargeError struct{ Size, Max int64 }
 
 func (e *FileTooLargeError) Error() string {
-	return fmt.Sprintf("the file has %s, more than the %s read at most", Size(e.Size), Size(e.Max))
+	return fmt.Sprintf("the file has %s, more than the %s read at most", bytesText(e.Size), bytesText(e.Max))
 }
 
 // ReadError is a failure of the ReadFunc, as it returned it.
@@ -87,8 +87,8 @@ type ReadError struct{ Err error }
 func (e *ReadError) Error() string { return e.Err.Error() }
 func (e *ReadError) Unwrap() error { return e.Err }
 
-// Size writes a number of bytes for people, in binary units as 48 MB means 48 MiB.
-func Size(n int64) string {
+// bytesText writes a number of bytes for people, in binary units as 48 MB means 48 MiB.
+func bytesText(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
@@ -108,7 +108,7 @@ func (f *Fitter) Fit(ctx context.Context, size int64, read ReadFunc) (Image, err
 	}
 	// The headers are read first, outside the budget: they are small and say how much
 	// of it to wait for.
-	head, err := readAt(ctx, read, 0, min(size, HeaderLimit))
+	head, err := readAt(ctx, read, 0, min(size, headerLimit))
 	if err != nil {
 		return Image{}, err
 	}

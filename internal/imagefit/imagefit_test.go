@@ -206,7 +206,7 @@ func TestFitHeaderThenWholeFile(t *testing.T) {
 	data := append(append(append([]byte(nil), j[:eoi]...), make([]byte, 2<<20)...),
 		append([]byte{0xff, 0xee, 0, 14, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, 0}, j[eoi:]...)...)
 	f := New(smallOptions)
-	head, _ := planImage(data[:HeaderLimit], false, hopeful)
+	head, _ := planImage(data[:headerLimit], false, hopeful)
 	whole, _ := planImage(data, true, hopeful)
 	if whole.decode-head.decode != 4*1000*700 {
 		t.Fatalf("header %d, whole file %d", head.decode, whole.decode)

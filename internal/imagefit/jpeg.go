@@ -5,10 +5,10 @@ import (
 	"errors"
 )
 
-// HeaderLimit is how far into a file the headers are looked for: a JPEG's frame header
+// headerLimit is how far into a file the headers are looked for: a JPEG's frame header
 // must start within it. Markers before the frame header (Exif, ICC profiles, XMP) take
 // a few hundred KB at most in real files.
-const HeaderLimit = 1 << 20
+const headerLimit = 1 << 20
 
 // The parser's errors are fixed values, so that parsing allocates nothing.
 var (
@@ -36,13 +36,13 @@ type jpegFrame struct {
 }
 
 // parseJPEGFrame reads the markers of a JPEG up to its first frame header, looking at
-// no more than the first HeaderLimit bytes of data, and allocates nothing. It is
+// no more than the first headerLimit bytes of data, and allocates nothing. It is
 // stricter than image/jpeg: only the segments that may come before a frame header in a
 // baseline or progressive JPEG are accepted (APPn, COM, DQT, DHT, DRI), each exactly
 // where the previous one ends, so that both read the same frame header: image/jpeg
 // refuses a second one.
 func parseJPEGFrame(data []byte) (jpegFrame, error) {
-	b := data[:min(len(data), HeaderLimit)]
+	b := data[:min(len(data), headerLimit)]
 	if len(b) < 2 || b[0] != 0xff || b[1] != 0xd8 {
 		return jpegFrame{}, errNotJPEG
 	}

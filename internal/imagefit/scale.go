@@ -90,7 +90,7 @@ func encode(m *image.RGBA, format string, maxBytes int) ([]byte, string, error) 
 			return nil, "", fmt.Errorf("encoding: %w", err)
 		}
 	}
-	return nil, "", fmt.Errorf("encoding: even as a JPEG of quality 50 it takes more than %s", Size(int64(maxBytes)))
+	return nil, "", fmt.Errorf("encoding: even as a JPEG of quality 50 it takes more than %s", bytesText(int64(maxBytes)))
 }
 
 // flattenOnWhite puts the premultiplied pixels of m on a white background, in place.
