@@ -6,20 +6,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"image"
-	"image/color"
-	_ "image/gif" // registers GIF decoding for image.Decode
-	"image/jpeg"
-	"image/png"
 	"io"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
-	"golang.org/x/image/draw"
-	_ "golang.org/x/image/webp" // registers WebP decoding for image.Decode
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/imagefit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -34,14 +29,18 @@ const (
 	// Models accept images up to about 1568 px on the long edge and a few MB.
 	maxImageEdge  = 1568
 	maxImageBytes = 3_500_000 // of the image data sent, before base64
-	// Images beyond these are refused rather than decoded.
-	maxImageFile    = 48 << 20  // bytes of the file
-	maxImageDecoded = 256 << 20 // bytes of the decoded pixels
+	maxImageFile  = 48 << 20  // bytes of an image file read at all
+	// What all image reads at once may take in Caddy's memory: the files, the
+	// decoders' allocations, scaling and encoding. An image that would need more is
+	// refused before it is decoded.
+	imageBudget = 160 << 20
 )
 
-// imageDecodes lets one image be decoded at a time, so a few large images cannot add
-// their decoded sizes up in Caddy's memory.
-var imageDecodes = make(chan struct{}, 1)
+// imageFitter is shared by every handler of the process, so that its budget bounds
+// the memory of all image reads at once, across config reloads.
+var imageFitter = imagefit.New(imagefit.Options{
+	MaxEdge: maxImageEdge, MaxBytes: maxImageBytes, MaxFile: maxImageFile, Budget: imageBudget,
+})
 
 func (h *Handler) readFileTool() mcp.Tool {
 	return mcp.NewTool("read_file",
@@ -222,153 +221,43 @@ func formatLines(p string, l *sandbox.Lines) string {
 }
 
 // readImage returns an image the model can see: the file itself when it is small
-// enough, else a scaled copy.
+// enough, else a scaled copy, within the memory budget all image reads share.
 func (h *Handler) readImage(ctx context.Context, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
-	if info.Size > maxImageFile {
-		return argError("%s is an image of %s, too large to view here (at most %s). Make a smaller copy with execute (e.g. python with PIL, or ImageMagick) and read that, or share_file it.", p, humanSize(info.Size), humanSize(maxImageFile))
-	}
-	select {
-	case imageDecodes <- struct{}{}:
-		defer func() { <-imageDecodes }()
-	case <-ctx.Done():
+	img, err := imageFitter.Fit(ctx, info.Size, func(ctx context.Context, offset, length int64) (io.ReadCloser, error) {
+		return h.box.OpenRange(ctx, p, offset, length)
+	})
+	var (
+		readErr  *imagefit.ReadError
+		tooLarge *imagefit.TooLargeError
+		fileSize *imagefit.FileTooLargeError
+	)
+	switch {
+	case errors.As(err, &readErr):
+		return h.fileErrorResult("read_file", p, readErr.Err)
+	case errors.As(err, &fileSize):
+		return argError("%s is an image of %s, too large to view here (at most %s). %s", p, humanSize(info.Size), humanSize(maxImageFile), smallerCopyHint(p, mimeType))
+	case errors.As(err, &tooLarge):
+		return argError("%s is too large to view here: %v. %s", p, tooLarge, smallerCopyHint(p, mimeType))
+	case err != nil && ctx.Err() != nil:
 		return mcp.NewToolResultError("read_file was cancelled")
-	}
-	f, err := h.box.OpenRange(ctx, p, 0, maxImageFile)
-	if err != nil {
-		return h.fileErrorResult("read_file", p, err)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxImageFile))
-	f.Close()
-	if err != nil {
-		return h.fileErrorResult("read_file", p, err)
-	}
-	out, desc, err := fitImage(data, mimeType)
-	if err != nil {
+	case err != nil:
 		return argError("%s looks like an image (%s, %s) but cannot be shown: %v. Check it with execute (file %s), or share_file it.", p, mimeType, humanSize(info.Size), err, p)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{
-		mcp.NewTextContent(fmt.Sprintf("%s (%s, %s)", p, humanSize(info.Size), desc)),
-		mcp.NewImageContent(base64.StdEncoding.EncodeToString(out.data), out.mime),
+		mcp.NewTextContent(fmt.Sprintf("%s (%s, %s)", p, humanSize(info.Size), img.Desc)),
+		mcp.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIME),
 	}}
 }
 
-type encodedImage struct {
-	data []byte
-	mime string
-}
-
-// fitImage returns the image as it is when it already fits what models accept, else a
-// copy scaled so that its long edge is at most maxImageEdge and its data at most
-// maxImageBytes. It refuses images whose pixels would take more than maxImageDecoded,
-// checked from the header before anything is decoded.
-func fitImage(data []byte, mimeType string) (encodedImage, string, error) {
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
-	if err != nil {
-		return encodedImage{}, "", fmt.Errorf("reading its header: %w", err)
+// smallerCopyHint says how to see an image too large to read: a scaled copy made in the
+// sandbox, or a link for the person.
+func smallerCopyHint(p, mimeType string) string {
+	ext := ".png"
+	if mimeType == "image/jpeg" {
+		ext = ".jpg"
 	}
-	w, hgt := cfg.Width, cfg.Height
-	if w <= 0 || hgt <= 0 {
-		return encodedImage{}, "", fmt.Errorf("it says it is %dx%d", w, hgt)
-	}
-	if int64(w)*int64(hgt)*bytesPerPixel(cfg.ColorModel) > maxImageDecoded {
-		return encodedImage{}, "", fmt.Errorf("%dx%d pixels is too large to decode here; make a smaller copy first", w, hgt)
-	}
-	desc := fmt.Sprintf("%s %dx%d", strings.ToUpper(format), w, hgt)
-	if max(w, hgt) <= maxImageEdge && len(data) <= maxImageBytes {
-		return encodedImage{data, mimeType}, desc, nil
-	}
-	src, _, err := image.Decode(bytes.NewReader(data))
-	if err != nil {
-		return encodedImage{}, "", fmt.Errorf("decoding: %w", err)
-	}
-	nw, nh := w, hgt
-	if max(w, hgt) > maxImageEdge {
-		if w >= hgt {
-			nw, nh = maxImageEdge, max(1, int(int64(hgt)*maxImageEdge/int64(w)))
-		} else {
-			nw, nh = max(1, int(int64(w)*maxImageEdge/int64(hgt))), maxImageEdge
-		}
-	}
-	dst := scaleDown(src, nw, nh)
-	src = nil // let the full-size pixels go before encoding
-
-	// Photographs stay JPEG; drawings and screenshots stay PNG (sharp edges, text)
-	// unless that is too large.
-	if format != "jpeg" {
-		var buf bytes.Buffer
-		enc := png.Encoder{CompressionLevel: png.BestSpeed}
-		if err := enc.Encode(&buf, dst); err == nil && buf.Len() <= maxImageBytes {
-			return encodedImage{buf.Bytes(), "image/png"}, fmt.Sprintf("%s, shown scaled to %dx%d", desc, nw, nh), nil
-		}
-	}
-	flat := image.NewRGBA(dst.Bounds()) // JPEG has no alpha: put the image on white
-	draw.Draw(flat, flat.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
-	draw.Draw(flat, flat.Bounds(), dst, image.Point{}, draw.Over)
-	for _, q := range []int{85, 70, 50} {
-		var buf bytes.Buffer
-		if err := jpeg.Encode(&buf, flat, &jpeg.Options{Quality: q}); err != nil {
-			return encodedImage{}, "", fmt.Errorf("encoding: %w", err)
-		}
-		if buf.Len() <= maxImageBytes || q == 50 {
-			return encodedImage{buf.Bytes(), "image/jpeg"}, fmt.Sprintf("%s, shown scaled to %dx%d", desc, nw, nh), nil
-		}
-	}
-	panic("unreachable")
-}
-
-// scaleDown scales src to nw x nh. It first averages f x f blocks (f the whole factor
-// by which src is larger), one strip of rows at a time, and then interpolates
-// bilinearly to the exact size: as sharp as a windowed filter for charts and photos,
-// and it needs no scratch space of the source's size (x/image/draw's kernels keep a
-// float64 buffer of destination width times source height, 150 MB for 4000x3000).
-func scaleDown(src image.Image, nw, nh int) *image.RGBA {
-	sb := src.Bounds()
-	f := max(1, min(sb.Dx()/nw, sb.Dy()/nh))
-	mid := src
-	if f > 1 {
-		mw, mh := sb.Dx()/f, sb.Dy()/f
-		m := image.NewRGBA(image.Rect(0, 0, mw, mh))
-		strip := image.NewRGBA(image.Rect(0, 0, sb.Dx(), f))
-		n := uint32(f * f)
-		for my := range mh {
-			draw.Draw(strip, strip.Bounds(), src, image.Pt(sb.Min.X, sb.Min.Y+my*f), draw.Src)
-			out := m.Pix[my*m.Stride:]
-			for mx := range mw {
-				var r, g, b, a uint32
-				for y := range f {
-					row := strip.Pix[y*strip.Stride+mx*f*4:]
-					for x := range f {
-						px := row[x*4 : x*4+4]
-						r += uint32(px[0])
-						g += uint32(px[1])
-						b += uint32(px[2])
-						a += uint32(px[3])
-					}
-				}
-				o := out[mx*4 : mx*4+4]
-				o[0], o[1], o[2], o[3] = uint8(r/n), uint8(g/n), uint8(b/n), uint8(a/n)
-			}
-		}
-		mid = m
-	}
-	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))
-	draw.ApproxBiLinear.Scale(dst, dst.Bounds(), mid, mid.Bounds(), draw.Src, nil)
-	return dst
-}
-
-// bytesPerPixel estimates what one pixel takes once decoded.
-func bytesPerPixel(m color.Model) int64 {
-	switch m {
-	case color.Gray16Model:
-		return 2
-	case color.GrayModel, color.AlphaModel:
-		return 1
-	case color.RGBA64Model, color.NRGBA64Model:
-		return 8
-	case color.YCbCrModel:
-		return 3
-	}
-	return 4 // RGBA, NRGBA, paletted (with room for conversions)
+	small := strings.TrimSuffix(p, path.Ext(p)) + "-small" + ext
+	return fmt.Sprintf("Make a smaller copy with execute (e.g. convert %s -resize %dx%d %s, or python3 with PIL) and read that, or use share_file to give the person a link.", p, maxImageEdge, maxImageEdge, small)
 }
 
 // writeFile creates or replaces a file with the given content.
