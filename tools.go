@@ -384,6 +384,9 @@ func (h *Handler) execErrorText(err error) string {
 	if errors.Is(err, sandbox.ErrImageMissing) {
 		return h.imageMissing(h.docker, h.host)
 	}
+	if errors.Is(err, sandbox.ErrOldBash) {
+		return "The sandbox cannot run commands: " + err.Error() + "."
+	}
 	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."
 }
 

@@ -39,7 +39,7 @@ const jobListSchema = `{
       "exit_code": {"type": ["integer", "null"]},
       "started_at": {"type": "string", "format": "date-time"},
       "interactive": {"type": "boolean"},
-      "command": {"type": "string", "description": "First line of the command, clipped."}
+      "command": {"type": "string", "description": "Start of the command's first line (at most 200 bytes, ending in … when cut)."}
     }, "required": ["job_id", "state", "exit_code", "started_at", "interactive", "command"]}}
   },
   "required": ["jobs"]
@@ -84,7 +84,7 @@ func (h *Handler) jobOutputTool() mcp.Tool {
 
 func (h *Handler) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
-		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call.`, sandbox.MaxInputBytes>>10)),
+		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
 		mcp.WithTitleAnnotation("Send input to a running command"),
 		h.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
@@ -201,6 +201,13 @@ func (h *Handler) follow(ctx context.Context, a args, id string, wait time.Durat
 	}
 	out := toOutput(res)
 	out.Note = h.note(out, res, 0, input != nil)
+	if res.InputWaiting {
+		what := "all of its last input"
+		if input != nil {
+			what = "all of this input"
+		}
+		out.Note += fmt.Sprintf("\n[the program has not read %s yet: the rest goes to it as it reads, and job_input takes no more input until then; call job_output to follow it, job_kill to stop it]", what)
+	}
 	text := outputText(out)
 	if err != nil { // input for a job that has ended: say so, and lose none of its output
 		r := mcp.NewToolResultStructured(out, fmt.Sprintf("The input was not sent: job %s has already ended. Its last output:\n%s", id, text))
@@ -262,6 +269,8 @@ func (h *Handler) jobError(err error, id, tool string) *mcp.CallToolResult {
 		return mcp.NewToolResultError(fmt.Sprintf("There is no job %s in the sandbox: finished jobs are forgotten after a day or when 20 newer ones have finished, and a recreated sandbox starts with none. Call job_list to see the jobs.", id))
 	case errors.Is(err, sandbox.ErrJobNotInteractive):
 		return mcp.NewToolResultError(fmt.Sprintf("Job %s was not started with interactive: true, so its stdin is closed and takes no input. Stop it with job_kill if it waits for input, and start it again with execute(..., interactive: true).", id))
+	case errors.Is(err, sandbox.ErrInputWaiting):
+		return mcp.NewToolResultError(fmt.Sprintf("The input was not sent: the program of job %s has not read its input yet (the rest of what job_input sent before). Call job_output to see what it does and send more once it has read; if it hangs, stop it with job_kill.", id))
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError(tool + " was cancelled; the job itself goes on")
 	}

@@ -94,6 +94,10 @@ type ExecResult struct {
 	// Lost says the job's runner is gone without an exit status: the container
 	// restarted while the command ran. Its output so far is still delivered.
 	Lost bool
+	// InputWaiting says the program, still running, has not read all of the last
+	// input of JobInput yet: the rest goes to it as it reads, and further input is
+	// refused with ErrInputWaiting until then.
+	InputWaiting bool
 	// HeldBy is the process id of a process the command left behind that still held
 	// its output open when the result was returned (after a 2 s grace), or "".
 	HeldBy string
@@ -272,7 +276,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		}
 		return nil, fmt.Errorf("the job runner failed in the sandbox: %s", clip(msg, 500))
 	}
-	h, err := parseHeader(string(out.line))
+	h, err := parseHeader(out.line)
 	if err != nil {
 		return nil, err
 	}
@@ -309,12 +313,7 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 			if err != nil || h.state != "peek" {
 				continue
 			}
-			sizes := strings.Fields(string(o.line))
-			if len(sizes) != 4 {
-				continue
-			}
-			os, _ := strconv.ParseInt(sizes[2], 10, 64)
-			es, _ := strconv.ParseInt(sizes[3], 10, 64)
+			os, es := h.outSize, h.errSize
 			if ctx.Err() != nil {
 				return
 			}

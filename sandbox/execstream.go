@@ -30,6 +30,10 @@ type execStream struct {
 	stderr *boundedBuffer
 	done   chan struct{} // closed when the output ended or the stream was closed
 	once   sync.Once
+	// hdr and scratch take frame headers, and standard error frames on their way to
+	// stderr: however many frames come, reading them allocates nothing.
+	hdr     [8]byte
+	scratch [512]byte
 }
 
 // startStream starts argv in the container as root, in dir, and returns its output.
@@ -82,8 +86,8 @@ func (e *execStream) Read(p []byte) (int, error) {
 		if e.err != nil {
 			return 0, e.err
 		}
-		var hdr [8]byte
-		if _, err := io.ReadFull(e.hj.Reader, hdr[:]); err != nil {
+		hdr := e.hdr[:]
+		if _, err := io.ReadFull(e.hj.Reader, hdr); err != nil {
 			if err == io.ErrUnexpectedEOF {
 				return 0, e.finish(err)
 			}
@@ -97,7 +101,7 @@ func (e *execStream) Read(p []byte) (int, error) {
 		case 0, 1:
 			e.left = size
 		case 2:
-			if _, err := io.CopyN(e.stderr, e.hj.Reader, int64(size)); err != nil {
+			if err := e.readStderr(size); err != nil {
 				return 0, e.finish(io.ErrUnexpectedEOF)
 			}
 		case 3: // Docker reports its own errors on stream 3
@@ -127,6 +131,20 @@ func (e *execStream) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// readStderr reads a standard error frame of size bytes into stderr (which keeps what
+// fits).
+func (e *execStream) readStderr(size int) error {
+	for size > 0 {
+		n, err := e.hj.Reader.Read(e.scratch[:min(size, len(e.scratch))])
+		_, _ = e.stderr.Write(e.scratch[:n])
+		size -= n
+		if err != nil && size > 0 {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *execStream) finish(err error) error {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,8 +60,10 @@ const DefaultMaxJobs = 32
 // ones go through the exec's stdin (Linux refuses single strings over 128 KiB).
 const commandEnvLimit = 96 << 10
 
-// MaxInputBytes bounds one JobInput: a pipe holds 64 KiB, and input a program has not
-// read yet must not block the writer.
+// MaxInputBytes bounds one JobInput. Input goes through a pipe of 64 KiB; a process in
+// the container writes each input, so no call waits for a program that does not read,
+// and while one still waits for the program to read, more input is refused
+// (ErrInputWaiting): input not read yet stays under 64 KiB plus one input.
 const MaxInputBytes = 60 << 10
 
 // lineSlack is how far a cut may move to land on a line boundary.
@@ -75,14 +76,16 @@ var (
 	ErrJobFinished       = errors.New("job has finished")
 	ErrTooManyJobs       = errors.New("too many jobs running")
 	ErrNoCwd             = errors.New("working directory does not exist")
+	// ErrInputWaiting: the program has not read the job's earlier input yet.
+	ErrInputWaiting = errors.New("the program has not read its input yet")
+	// ErrOldBash: the container's bash is older than the job runner needs.
+	ErrOldBash = errors.New("commands need bash 5.1 or newer")
 	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
 	errJobIDTaken = errors.New("job id in use")
 )
 
-var jobIDPattern = regexp.MustCompile(`^j[0-9a-f]{12}$`)
-
 // ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
-func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
+func ValidJobID(id string) bool { return validJobID([]byte(id)) }
 
 // newJobID draws a job id; a variable so a test can draw the same one twice.
 var newJobID = randomJobID
@@ -116,58 +119,18 @@ func (l *jobLocks) lock(id string) func() {
 	return m.Unlock
 }
 
-// header is the first line the job script prints.
+// header is the first line the job script prints; parseHeader reads it.
 type header struct {
-	state              string // done, running, or an error word
+	state              string // done, running, lost, peek, or a refusal
 	exit               int
 	outSize, errSize   int64 // bytes in the files
 	outFrom, errFrom   int64 // first byte of this delivery
 	outSent, errSent   int64 // bytes sent
 	outLines, errLines int64 // newlines in the new range when it was cut, else -1
 	timedOut, killed   bool
-	held               string
-	extra              string // the word after an error state
-}
-
-func parseHeader(line string) (header, error) {
-	f := strings.Fields(line)
-	var h header
-	if len(f) < 2 || f[0] != "MCPJOB1" {
-		return h, fmt.Errorf("unexpected answer from the job runner: %q", clip(line, 200))
-	}
-	h.state = f[1]
-	if h.state != "done" && h.state != "running" && h.state != "lost" {
-		if len(f) > 2 {
-			h.extra = f[2]
-		}
-		return h, nil
-	}
-	if len(f) != 12 {
-		return h, fmt.Errorf("unexpected answer from the job runner: %q", clip(line, 200))
-	}
-	num := func(s string) int64 {
-		if s == "-" {
-			return -1
-		}
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	h.exit = int(num(f[2]))
-	h.outSize, h.errSize = num(f[3]), num(f[4])
-	h.outFrom, h.errFrom = num(f[5]), num(f[6])
-	h.outSent, h.errSent = num(f[7]), num(f[8])
-	h.outLines, h.errLines = num(f[9]), num(f[10])
-	for _, fl := range strings.Split(f[11], ",") {
-		switch {
-		case fl == "timedout":
-			h.timedOut = true
-		case fl == "killed":
-			h.killed = true
-		case strings.HasPrefix(fl, "held:"):
-			h.held = strings.TrimPrefix(fl, "held:")
-		}
-	}
-	return h, nil
+	inputWaiting       bool   // the last input is not all read yet
+	held               string // pid of a process holding the output open
+	extra              string // oldbash: the bash version
 }
 
 // scriptOutput collects what one job script prints: the header line and the payloads,
@@ -181,28 +144,24 @@ type scriptOutput struct {
 	err    []byte
 }
 
+// stdout takes a chunk of the script's stdout: the header line (kept up to one byte
+// past maxHeaderLine, so parseHeader refuses a longer one), then the payload.
 func (o *scriptOutput) stdout(p []byte) {
 	if !o.gotHdr {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			if len(o.line) < 4096 {
-				o.line = append(o.line, p...)
-			}
+			o.line = appendCapped(o.line, p, maxHeaderLine+1)
 			return
 		}
-		o.line = append(o.line, p[:i]...)
+		o.line = appendCapped(o.line, p[:i], maxHeaderLine+1)
 		o.gotHdr = true
 		p = p[i+1:]
 	}
-	if room := o.limit - len(o.out); room > 0 {
-		o.out = append(o.out, p[:min(room, len(p))]...)
-	}
+	o.out = appendCapped(o.out, p, o.limit)
 }
 
 func (o *scriptOutput) stderr(p []byte) {
-	if room := o.limit - len(o.err); room > 0 {
-		o.err = append(o.err, p[:min(room, len(p))]...)
-	}
+	o.err = appendCapped(o.err, p, o.limit)
 }
 
 // budget returns the bytes kept per stream and the head and tail the script sends.
@@ -255,7 +214,7 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 		}
 		return header{}, nil, fmt.Errorf("job runner failed in the sandbox: %s", clip(msg, 500))
 	}
-	h, err := parseHeader(string(out.line))
+	h, err := parseHeader(out.line)
 	return h, out, err
 }
 
@@ -316,6 +275,7 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		HeldBy:      h.held,
 		Lost:        h.state == "lost",
 	}
+	res.InputWaiting = res.Running && h.inputWaiting
 	if res.Running {
 		res.ExitCode = -1
 	}
@@ -433,8 +393,17 @@ func scriptError(h header, id string) error {
 		return ErrNoCwd
 	case "taken":
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)
+	case "inputwaiting":
+		return fmt.Errorf("%w: %s", ErrInputWaiting, id)
+	case "oldbash":
+		return oldBashError(h.extra)
 	}
-	return fmt.Errorf("unexpected answer from the job runner: %s", h.state)
+	return fmt.Errorf("%w: %s", errBadAnswer, h.state)
+}
+
+// oldBashError says which bash the image has and which it needs.
+func oldBashError(version string) error {
+	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, ErrOldBash)
 }
 
 // JobOutput waits up to wait for job id to end or print something, then returns the
@@ -528,45 +497,25 @@ type JobInfo struct {
 	Started     time.Time
 	Timeout     time.Duration
 	Interactive bool
-	Command     string // its first line, clipped
+	Command     string // the start of its first line, ending in "…" when cut
 }
 
-// ListJobs returns the running and the retained finished jobs, oldest first.
+// ListJobs returns the running and the retained finished jobs, oldest first: the
+// newest maxListedJobs (1000) of them, each command cut to its first 200 bytes.
 func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	cmd := []string{"bash", "-c", jobScript, "mcpjob", "list", JobsDir, "-"}
 	var out bytes.Buffer
-	code, err := s.collectExec(ctx, cmd, &out, 4<<20)
+	code, err := s.collectExec(ctx, cmd, &out, listOutputMax)
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
 		return nil, fmt.Errorf("listing jobs: exit code %d", code)
 	}
-	var jobs []JobInfo
-	for _, line := range strings.Split(out.String(), "\n") {
-		f := strings.SplitN(line, " ", 8)
-		if len(f) < 7 || f[0] != "JOB" {
-			continue
-		}
-		j := JobInfo{ID: f[1], State: f[2], ExitCode: -1, Interactive: f[6] == "1"}
-		if j.State == "done" {
-			j.ExitCode, _ = strconv.Atoi(f[3])
-		}
-		if sec, err := strconv.ParseInt(f[4], 10, 64); err == nil {
-			j.Started = time.Unix(sec, 0).UTC()
-		}
-		if to, err := strconv.ParseFloat(f[5], 64); err == nil {
-			j.Timeout = time.Duration(to * float64(time.Second))
-		}
-		if len(f) == 8 {
-			j.Command = clip(f[7], 200)
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, nil
+	return parseJobList(out.Bytes(), maxListedJobs, maxListedCommand)
 }
 
 // collectExec runs an internal command and collects up to limit bytes of its stdout.

@@ -6,6 +6,7 @@
 #   <id>.out   stdout (whole)       <id>.err   stderr (whole)
 #   <id>.pid   process group id of the command (its pid)
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
+#   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
 #   <id>.exit  exit status, written last; .timedout, .killed and .held say why or what
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
@@ -15,9 +16,20 @@
 # then <out sent> bytes of stdout (the head, then the tail when the new output is longer
 # than the budget), while stderr carries <err sent> bytes of stderr the same way. The
 # lines fields count the newlines of the whole new range when it was cut, else "-".
+# The flags are "-" or a list of timedout, killed, held:<pid>, inputwaiting, each ended
+# by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
+# nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
 #
 # Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
 # run when there is output to send.
+#
+# It needs bash 5.1 (wait -n -p, EPOCHREALTIME, mapfile -d); an older bash gets the one
+# answer "MCPJOB1 oldbash <major>.<minor>" before anything else runs.
+
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+	echo "MCPJOB1 oldbash ${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}"
+	exit 0
+fi
 
 mode=$1 J=$2 id=$3
 d=$J/$id
@@ -33,11 +45,22 @@ pstat() {
 	pstate=$1 pgrp=$3
 }
 
+# writer: whether the process writing the job's last input still runs (its pid is in
+# .inw and it carries "mcpjob-input <id>" in its arguments); sets wp to its pid.
+writer() {
+	local a
+	read -r wp 2>/dev/null <"$d.inw" || return 1
+	[ -n "$wp" ] && [ -r "/proc/$wp/cmdline" ] || return 1
+	mapfile -d '' a 2>/dev/null <"/proc/$wp/cmdline"
+	[[ " ${a[*]} " == *" mcpjob-input $id "* ]]
+}
+
 # killjob kills the job's process group (found by its id, so a command that emptied
 # its environment is found too), twice, around a scan for group members that a
-# fork-heavy command may have started meanwhile.
+# fork-heavy command may have started meanwhile, and the writer of its input.
 killjob() {
-	local pg p pstate pgrp
+	local pg p pstate pgrp wp
+	writer && kill -KILL "$wp" 2>/dev/null
 	read -r pg 2>/dev/null <"$d.pid" || return 0
 	[ -n "$pg" ] || return 0
 	kill -KILL -- "-$pg" 2>/dev/null
@@ -67,10 +90,14 @@ emit() {
 		set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 		os=${1:-0} es=${2:-0}
 	fi
+	# A file cut shorter (say, by the command itself) restarts delivery at its end.
+	((oo > os)) && oo=$os
+	((eo > es)) && eo=$es
 	[ "$state" = done ] && { read -r ex <"$d.exit"; ex=${ex:--}; }
 	[ -e "$d.timedout" ] && flags+=timedout,
 	[ -e "$d.killed" ] && flags+=killed,
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
+	[ -e "$d.inw" ] && [ "$state" = running ] && writer && flags+=inputwaiting,
 	on=$((os - oo)) en=$((es - eo))
 	((on < 0)) && on=0
 	((en < 0)) && en=0
@@ -78,11 +105,11 @@ emit() {
 	# Lines are counted up to 100 MB; beyond, the marker gives bytes only.
 	if ((on > H + T)); then
 		osend=$((H + T))
-		((on <= 100000000)) && ol=$(range "$d.out" "$oo" "$on" | wc -l)
+		((on <= 100000000)) && ol=$(($(range "$d.out" "$oo" "$on" | wc -l)))
 	fi
 	if ((en > H + T)); then
 		esend=$((H + T))
-		((en <= 100000000)) && el=$(range "$d.err" "$eo" "$en" | wc -l)
+		((en <= 100000000)) && el=$(($(range "$d.err" "$eo" "$en" | wc -l)))
 	fi
 	echo "$os $es" >"$d.off"
 	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el ${flags:--}"
@@ -162,6 +189,8 @@ run)
 		wait "$c"
 		e=$?
 		exec 3>&-
+		# Input nobody will read: a writer still waiting on the pipe goes too.
+		[ "$I" = 1 ] && writer && kill -KILL "$wp" 2>/dev/null
 		# A process the command left behind may still hold its output open; give it
 		# up to 2 s to finish (as an exec stream would), then note who it was. Such
 		# leftovers are still killed at the timeout; others (detached, or with their
@@ -196,8 +225,10 @@ run)
 		echo "$e" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
-	printf '%s %s %s %s %s\n%s\n' "${EPOCHREALTIME%.*}" "$T" "$I" "$r" "$cwd" "${C:0:300}" >"$d.meta"
-	[ "$src" = stdin ] && head -c 300 "$d.cmd" >>"$d.meta"
+	# The listing shows the start of the command, from the file for a long one.
+	P=${C:0:300}
+	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
+	printf '%s %s %s %s %s\n%s\n' "${EPOCHREALTIME%.*}" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
 	state=running
 	if [ "$W" = -1 ]; then
 		wait "$r"
@@ -230,10 +261,26 @@ poll)
 			emit done "$H" "$TL"
 			exit 0
 		fi
-		exec 3<>"$d.in"
-		printf '%s' "$MCP_SANDBOX_INPUT" >&3
-		exec 3>&-
+		# A process of its own writes the input, so no call waits for a program that
+		# does not read: the pipe takes 64 KiB, the writer holds the rest of one input,
+		# and more input is refused while it waits. Its write end alone (a reopen of the
+		# FIFO, which the runner holds open for reading) fails once nobody can read.
+		if writer; then
+			echo "MCPJOB1 inputwaiting"
+			exit 0
+		fi
+		exec 3<>"$d.in" 4>"/proc/self/fd/3" 3<&-
+		bash -c 'printf %s "$MCP_SANDBOX_INPUT" >&4' mcpjob-input "$id" </dev/null >/dev/null 2>&1 9<&- &
+		w=$!
+		exec 4>&-
 		unset MCP_SANDBOX_INPUT
+		echo "$w" >"$d.inw"
+		# Most input fits in the pipe at once; give the writer a moment before the
+		# answer says whether it is still waiting.
+		for ((i = 0; i < 20; i++)); do
+			pstat "/proc/$w" && [ "$pstate" != Z ] || break
+			read -t 0.05 -u 9
+		done
 	fi
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
@@ -316,7 +363,7 @@ list)
 				[[ " ${a[*]} " == *" $j "* ]] && st=running
 			fi
 		fi
-		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "$start" "$to" "$inter" "$cmd"
+		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "$start" "$to" "$inter" "${cmd:0:300}"
 	done
 	;;
 prune)
