@@ -167,12 +167,7 @@ func (s *taskStore) admit(ctx context.Context, _ any, message any) error {
 	}
 	switch head.Method {
 	case string(mcp.MethodToolsCall):
-		var msg struct {
-			Params struct {
-				Task json.RawMessage `json:"task"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(raw, &msg) == nil && len(msg.Params.Task) > 0 && string(msg.Params.Task) != "null" {
+		if asksForTask(raw) {
 			return s.reserve(slotFrom(ctx), sessionOf(ctx))
 		}
 	case string(mcp.MethodTasksResult):
@@ -186,6 +181,18 @@ func (s *taskStore) admit(ctx context.Context, _ any, message any) error {
 		}
 	}
 	return nil
+}
+
+// asksForTask reports whether a tools/call message asks for a task: whenever mcp-go
+// decodes it with a task (FuzzAsksForTask checks that), and also when mcp-go then fails
+// to decode the task, which makes no task and gives the admission back.
+func asksForTask(raw json.RawMessage) bool {
+	var msg struct {
+		Params struct {
+			Task json.RawMessage `json:"task"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(raw, &msg) == nil && len(msg.Params.Task) > 0 && string(msg.Params.Task) != "null"
 }
 
 // reserve counts a task about to be created, or says why it may not be.

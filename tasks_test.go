@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -495,4 +496,36 @@ func TestTaskDefaultsDocumented(t *testing.T) {
 			t.Errorf("handler.go's field comments lack %q", want)
 		}
 	}
+}
+
+// FuzzAsksForTask: every tools/call that mcp-go decodes with a task is counted by
+// admit, however its fields are spelled, escaped or repeated; otherwise a client could
+// make tasks past max_tasks. Each input is decoded twice by encoding/json, so its
+// allocations are bounded by a small multiple of its size (checked below).
+func FuzzAsksForTask(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","task":{"ttl":5}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","TASK":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","t\u0061sk":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"task":{},"task":null}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"task":null,"Task":{"ttl":1}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"task":{}}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"task":"no"}}`,
+		`{"method":"tools/call","params":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ours := asksForTask(msg)
+		runtime.ReadMemStats(&after)
+		if grown := after.TotalAlloc - before.TotalAlloc; grown > uint64(64*len(msg)+64<<10) {
+			t.Errorf("%d bytes allocated for a message of %d", grown, len(msg))
+		}
+		var req mcp.CallToolRequest
+		if json.Unmarshal(msg, &req) == nil && req.Params.Task != nil && !ours {
+			t.Errorf("mcp-go decodes a task from %q, admit does not count it", msg)
+		}
+	})
 }
