@@ -3,6 +3,7 @@ package mcpsandbox
 import (
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -45,6 +46,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		link_ttl         <duration>         # default: 24h
 //		yield_after      <duration>|off     # default: 45s; execute returns a running job after this
 //		max_jobs         <number>           # default: 32 commands running at once
+//		max_task_ttl     <duration>         # default: 1h; longest an MCP task's result is kept
+//		max_tasks        <n> [<in all>]     # default: 100 MCP tasks per session, 1000 in all
 //		max_upload       <size>             # default: 2GiB; per uploaded file, e.g. 500MB, 2GB
 //		max_link_ttl     <duration>         # default: 7d; longest expires_in of share_file
 //		api_key_bearer   on|off             # default: on
@@ -142,6 +145,25 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "max_jobs":
 			if err = oneInt(d, &h.MaxJobs); err == nil && h.MaxJobs == 0 {
 				return d.Errf("max_jobs: must be at least 1")
+			}
+		case "max_task_ttl":
+			if err = oneDuration(d, &h.MaxTaskTTL); err == nil && h.MaxTaskTTL < caddy.Duration(time.Second) {
+				return d.Errf("max_task_ttl: must be at least 1s")
+			}
+		case "max_tasks":
+			args := d.RemainingArgs()
+			if len(args) == 0 || len(args) > 2 {
+				return d.Errf("max_tasks takes one or two numbers: per session, then in all")
+			}
+			n := make([]int, len(args))
+			for i, a := range args {
+				if n[i], err = strconv.Atoi(a); err != nil || n[i] < 1 {
+					return d.Errf("max_tasks: %q is not a whole number of at least 1", a)
+				}
+			}
+			h.MaxTasks = n[0]
+			if len(n) == 2 {
+				h.MaxTasksTotal = n[1]
 			}
 		case "api_key_bearer":
 			var s string

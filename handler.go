@@ -30,6 +30,9 @@ const (
 	defaultMaxLinkTTL = 7 * 24 * time.Hour
 	defaultKeepalive  = 5 * time.Second
 	defaultYield      = 45 * time.Second
+	defaultMaxTaskTTL = time.Hour
+	defaultMaxTasks   = 100  // per session
+	defaultTasksTotal = 1000 // in all
 	mcpPath           = "/mcp"
 	filesPrefix       = "/files/"
 )
@@ -87,6 +90,14 @@ type Handler struct {
 	YieldAfter *caddy.Duration `json:"yield_after,omitempty"`
 	// MaxJobs bounds the commands running at once. Default: 32.
 	MaxJobs int `json:"max_jobs,omitempty"`
+	// MaxTaskTTL is the longest an MCP task and its result are kept: a longer ttl, or
+	// none, is cut to it. Default: 1h.
+	MaxTaskTTL caddy.Duration `json:"max_task_ttl,omitempty"`
+	// MaxTasks bounds the MCP tasks one session holds. Default: 100.
+	MaxTasks int `json:"max_tasks,omitempty"`
+	// MaxTasksTotal bounds the MCP tasks kept across sessions. Default: 1000 (or
+	// max_tasks, when that is larger).
+	MaxTasksTotal int `json:"max_tasks_total,omitempty"`
 
 	// APIKeyBearer accepts the API key itself as a bearer token on /mcp (for
 	// headless clients and scripts). Default: true.
@@ -127,6 +138,7 @@ type Handler struct {
 	host    string
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
+	tasks   *taskStore
 	links   *linkSigner
 
 	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
@@ -228,6 +240,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxJobs == 0 {
 		h.MaxJobs = sandbox.DefaultMaxJobs
 	}
+	if h.MaxTaskTTL == 0 {
+		h.MaxTaskTTL = caddy.Duration(defaultMaxTaskTTL)
+	}
+	if h.MaxTasks == 0 {
+		h.MaxTasks = defaultMaxTasks
+	}
+	if h.MaxTasksTotal == 0 {
+		h.MaxTasksTotal = max(defaultTasksTotal, h.MaxTasks)
+	}
 	h.storage = ctx.Storage()
 	if h.StorageRaw != nil {
 		val, err := ctx.LoadModule(h, "StorageRaw")
@@ -291,6 +312,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
+	h.tasks = newTaskStore(time.Duration(h.MaxTaskTTL), h.MaxTasks, h.MaxTasksTotal)
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -330,6 +352,14 @@ func (h *Handler) Validate() error {
 	if h.MaxJobs < 0 {
 		errs = append(errs, errors.New("max_jobs must be positive"))
 	}
+	if h.MaxTaskTTL != 0 && h.MaxTaskTTL < caddy.Duration(time.Second) {
+		errs = append(errs, errors.New("max_task_ttl must be at least 1s"))
+	}
+	if h.MaxTasks < 0 || h.MaxTasksTotal < 0 {
+		errs = append(errs, errors.New("max_tasks must be positive"))
+	} else if h.MaxTasksTotal != 0 && h.MaxTasksTotal < h.MaxTasks {
+		errs = append(errs, fmt.Errorf("max_tasks: the number in all (%d) must be at least the number per session (%d)", h.MaxTasksTotal, h.MaxTasks))
+	}
 	if _, err := h.sandboxConfig(); err != nil {
 		errs = append(errs, err)
 	}
@@ -354,6 +384,9 @@ func (h *Handler) Cleanup() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h.mcp.CloseSessions(ctx)
 		cancel()
+	}
+	if h.tasks != nil {
+		h.tasks.close()
 	}
 	return errors.Join(h.releaseConsole(), h.releaseGuesses(), release(h.poolKey))
 }

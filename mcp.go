@@ -1,7 +1,6 @@
 package mcpsandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,18 +30,17 @@ const serverInstructions = `This server gives you a persistent Linux sandbox (a 
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	hooks := &server.Hooks{}
 	hooks.AddAfterInitialize(h.instructions)
-	s := server.NewMCPServer("mcp-sandbox", Version,
+	// The task options come first: their middleware (see tasks.go) replaces a task's
+	// result by a handle, and the audit log must see the result itself.
+	opts := append(h.tasks.serverOptions(hooks),
 		server.WithToolCapabilities(false),
 		server.WithInstructions(serverInstructions),
 		server.WithToolFilter(h.describeTools),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
-		// execute may run as an MCP task (tasks/get, tasks/result, tasks/cancel,
-		// tasks/list), backed by the same jobs as its plain calls.
-		server.WithTaskCapabilities(true, true, true),
-		server.WithTaskHooks((&taskRegistry{slots: map[string]*taskSlot{}}).hooks()),
 		server.WithToolHandlerMiddleware(h.auditTool),
 	)
+	s := server.NewMCPServer("mcp-sandbox", Version, opts...)
 	addTool(s, h.executeTool(), h.execute)
 	addTool(s, h.shareFileTool(), h.shareFile)
 	addTool(s, h.jobOutputTool(), h.jobOutput)
@@ -106,10 +104,7 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		sw.startKeepalive()
 	}
 	defer sw.finish()
-	ctx := r.Context()
-	if isTaskCall(body) {
-		ctx = withTaskSlot(ctx) // see tasks.go
-	}
+	ctx, done := h.tasks.request(r.Context()) // see tasks.go
 	h.mcp.Handle(sw, &server.HTTPRequest{
 		Method:  r.Method,
 		URL:     r.URL,
@@ -117,6 +112,11 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		Body:    body,
 		Context: context.WithValue(ctx, callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
 	})
+	done()
+	// mcp-go answers 200 to a DELETE that ended the session; its tasks' results go too.
+	if r.Method == http.MethodDelete && sw.status() == http.StatusOK {
+		h.tasks.endSession(r.Header.Get(server.HeaderKeySessionID))
+	}
 }
 
 func writeJSONRPCError(w http.ResponseWriter, status, code int, msg string) {
@@ -188,18 +188,4 @@ func originAllowed(origin, publicOrigin string, allowed []string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
-}
-
-// isTaskCall reports whether body is a task-augmented tools/call.
-func isTaskCall(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"task"`)) {
-		return false
-	}
-	var msg struct {
-		Method string `json:"method"`
-		Params struct {
-			Task json.RawMessage `json:"task"`
-		} `json:"params"`
-	}
-	return json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && len(msg.Params.Task) > 0 && string(msg.Params.Task) != "null"
 }

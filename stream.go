@@ -32,6 +32,7 @@ type streamWriter struct {
 
 	mu          sync.Mutex
 	wroteHeader bool
+	code        int  // the status sent
 	sse         bool // the wire carries an event stream
 	ourUpgrade  bool // this writer, not mcp-go, started the event stream
 	wrapBody    bool // mcp-go wrote a non-SSE body after our upgrade
@@ -65,7 +66,7 @@ func (s *streamWriter) writeHeaderLocked(code int) {
 		}
 		return
 	}
-	s.wroteHeader = true
+	s.wroteHeader, s.code = true, code
 	s.sse = strings.HasPrefix(ct, "text/event-stream")
 	wire := s.w.Header()
 	for k, v := range s.header {
@@ -85,6 +86,13 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	}
 	s.lastWrite = time.Now()
 	return s.w.Write(p)
+}
+
+// status is the status code sent, 0 while none is.
+func (s *streamWriter) status() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.code
 }
 
 func (s *streamWriter) Flush() {
@@ -128,7 +136,7 @@ func (s *streamWriter) ping() bool {
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Accel-Buffering", "no")
 		s.w.WriteHeader(http.StatusOK)
-		s.wroteHeader, s.sse, s.ourUpgrade = true, true, true
+		s.wroteHeader, s.code, s.sse, s.ourUpgrade = true, http.StatusOK, true, true
 	}
 	if !s.sse || s.wrapBody {
 		return false
