@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"strings"
 	"sync"
@@ -106,11 +107,11 @@ func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (
 		s.log.Debug("reading through a transfer container", zap.String("path", fi.Path), zap.Error(err))
 		return nil, false
 	}
-	tr := tar.NewReader(rc)
-	h, err := tr.Next()
-	if err != nil || h.Typeflag != tar.TypeReg || h.Size != fi.Size {
+	body, err := archiveBody(rc, fi.Size)
+	if err != nil {
 		rc.Close()
 		release(true)
+		s.log.Debug("reading through a transfer container", zap.String("path", fi.Path), zap.Error(err))
 		return nil, false
 	}
 	var once sync.Once
@@ -119,7 +120,31 @@ func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (
 		once.Do(func() { release(true) })
 		return err
 	})
-	return &File{ReadCloser: tarFile{Reader: tr, Closer: closer}, FileInfo: fi}, true
+	return &File{ReadCloser: tarFile{Reader: body, Closer: closer}, FileInfo: fi}, true
+}
+
+// archiveHeaderMax bounds what is read of an archive before its file's bytes: the tar
+// header, with PAX records for a long name or extended attributes (the file's, so the
+// sandbox's to choose).
+const archiveHeaderMax = 256 << 10
+
+// archiveBody reads the first header of the tar stream r, reading at most
+// archiveHeaderMax bytes, and returns a reader of that entry's bytes: exactly size of
+// them, the size Stat saw. An entry that is not a regular file of that size is an
+// error (the file changed meanwhile).
+func archiveBody(r io.Reader, size int64) (io.Reader, error) {
+	hr := &io.LimitedReader{R: r, N: archiveHeaderMax}
+	tr := tar.NewReader(hr)
+	h, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("reading the archive's header: %w", err)
+	}
+	if h.Typeflag != tar.TypeReg || h.Size != size {
+		return nil, fmt.Errorf("the archive holds %q of type %q and %d bytes, not a file of %d bytes", clip(h.Name, 100), h.Typeflag, h.Size, size)
+	}
+	// The bytes follow, as many as the header says: archive/tar reads no further.
+	hr.N = math.MaxInt64
+	return tr, nil
 }
 
 type closerFunc func() error

@@ -5,7 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -46,6 +47,8 @@ const (
 	// duTimeout bounds the disk-usage walk; a huge volume gives "unknown" rather than
 	// a hanging page.
 	duTimeout = 20 * time.Second
+	// statsMax bounds one stats sample (a few KiB in practice).
+	statsMax = 4 << 20
 )
 
 // Status inspects the container and, when it runs, samples its CPU, memory, PIDs and
@@ -136,7 +139,9 @@ func (s *Sandbox) stats(ctx context.Context) (container.StatsResponse, error) {
 		return v, fmt.Errorf("reading stats of sandbox container %s: %w", s.cfg.Container, err)
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+	// A sample is a few KiB; what its lists of devices and networks hold is not ours
+	// to trust without a bound.
+	if err := json.NewDecoder(io.LimitReader(resp.Body, statsMax)).Decode(&v); err != nil {
 		return v, fmt.Errorf("decoding stats of sandbox container %s: %w", s.cfg.Container, err)
 	}
 	return v, nil
@@ -152,12 +157,25 @@ func (s *Sandbox) diskUsed(ctx context.Context) int64 {
 		s.log.Debug("measuring disk use of the sandbox", zap.Error(err))
 		return -1
 	}
-	f := strings.Fields(out)
-	if len(f) == 0 {
+	return parseDiskUsage(out)
+}
+
+// parseDiskUsage reads the output of `du -sk`: a number of KiB, whitespace, the path.
+// It returns bytes, or -1 for anything else (18 digits at most, so the sum cannot
+// overflow), and allocates nothing whatever the output.
+func parseDiskUsage(out string) int64 {
+	end := strings.IndexAny(out[:min(len(out), 19)], " \t\n")
+	if end < 1 {
 		return -1
 	}
-	kb, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
+	var kb int64
+	for _, c := range []byte(out[:end]) {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		kb = kb*10 + int64(c-'0')
+	}
+	if kb > math.MaxInt64>>10 {
 		return -1
 	}
 	return kb << 10

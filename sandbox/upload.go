@@ -968,18 +968,9 @@ func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntr
 	if res.Stdout == "" {
 		return nil, nil
 	}
-	stats, names, ok := strings.Cut(res.Stdout, "\x00")
-	lines := strings.Split(strings.TrimSuffix(stats, "\n"), "\n")
-	nameList := strings.Split(strings.TrimSuffix(names, "\x00"), "\x00")
-	if !ok || len(lines) != len(nameList) {
-		return nil, fmt.Errorf("listing %s: unexpected output", dir)
-	}
-	out := make([]DirEntry, 0, len(lines))
-	for i, l := range lines {
-		a, b, _ := strings.Cut(l, " ")
-		size, _ := strconv.ParseInt(a, 10, 64)
-		mt, _ := strconv.ParseInt(b, 10, 64)
-		out = append(out, DirEntry{Name: nameList[i], Size: size, ModTime: time.Unix(mt, 0)})
+	out, err := parseListing(res.Stdout, max)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
 	}
 	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
