@@ -49,7 +49,7 @@ func FuzzArchiveBody(f *testing.F) {
 		var body []byte
 		var header int64
 		var err error
-		alloc := allocated(func() {
+		alloc := allocatedBytes(func() {
 			var r io.Reader
 			r, err = archiveBody(src, size)
 			header = src.n

@@ -61,7 +61,7 @@ func FuzzCollectLines(f *testing.F) {
 		src := &countingReader{r: bytes.NewReader(data)}
 		var out Lines
 		var err error
-		alloc := allocated(func() { err = collectLines(src, lim, &out) })
+		alloc := allocatedBytes(func() { err = collectLines(src, lim, &out) })
 		if err != nil {
 			t.Fatal(err)
 		}

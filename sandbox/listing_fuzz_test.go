@@ -50,7 +50,7 @@ func FuzzParseListing(f *testing.F) {
 		m := int(max % 600)
 		var list []DirEntry
 		var err error
-		alloc := allocated(func() { list, err = parseListing(out, m) })
+		alloc := allocatedBytes(func() { list, err = parseListing(out, m) })
 		if maxAlloc := 3*int64(m+1)*entry + measureSlack; alloc > maxAlloc {
 			t.Errorf("allocated %d bytes, want at most %d", alloc, maxAlloc)
 		}

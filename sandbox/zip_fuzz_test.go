@@ -257,7 +257,7 @@ func heapUse(f func() (keep any)) (held, allocated int64) {
 
 // allocated measures the bytes f allocates, which bounds what it can hold. It needs no
 // collection, so fuzzing stays fast.
-func allocated(f func()) int64 {
+func allocatedBytes(f func()) int64 {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	f()
@@ -337,7 +337,7 @@ func checkZipEntries(t *testing.T, data []byte, lim zipLimits, flateAlloc int64)
 	var links []hardLink
 	var err error
 	var out bytes.Buffer
-	alloc := allocated(func() {
+	alloc := allocatedBytes(func() {
 		zw := zip.NewWriter(&out)
 		zw.RegisterCompressor(zip.Deflate, newFlateWriter)
 		links, err = zipEntries(bytes.NewReader(data), zw, "root", "/sandbox", lim)
