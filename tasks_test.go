@@ -278,7 +278,9 @@ func TestTaskResultsDroppedWithSession(t *testing.T) {
 	}
 	other := h.task("b", "big", map[string]any{"n": 10}, 1e12)["taskId"].(string)
 	held := heapAfterGC()
-	if held < base+n*size {
+	// Each result is held at least once; other garbage collected between the two
+	// readings makes the figure a little lower than n*size, so ask for three quarters.
+	if held < base+n*size*3/4 {
 		t.Fatalf("the heap grew by %d bytes for %d results of %d bytes: the test measures nothing", held-base, n, size)
 	}
 	if _, msg := h.tryTask("a", "big", nil, 1e12); !strings.Contains(msg, "max_tasks") {
