@@ -38,14 +38,26 @@ import (
 // putFile copies bytes into the site's container straight through the Docker API.
 func (s *site) putFile(p string, data []byte) {
 	s.t.Helper()
+	s.containerExec("mkdir -p " + filepath.Dir(p))
+	s.copyInto(s.t, filepath.Dir(p), filepath.Base(p), data)
+}
+
+// copyInto writes data to dir/name (dir must exist) in the site's container through
+// the Docker API, as a program in the sandbox could have written it; t is the test (or
+// subtest) that fails when it cannot.
+func (s *site) copyInto(t testing.TB, dir, name string, data []byte) {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	_ = tw.WriteHeader(&tar.Header{Name: filepath.Base(p), Mode: 0o644, Size: int64(len(data)), ModTime: time.Now()})
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	_, _ = tw.Write(data)
-	_ = tw.Close()
-	s.containerExec("mkdir -p " + filepath.Dir(p))
-	if err := s.docker.CopyToContainer(context.Background(), s.container, filepath.Dir(p), &buf, container.CopyToContainerOptions{}); err != nil {
-		s.t.Fatalf("copying %s into the container: %v", p, err)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.docker.CopyToContainer(context.Background(), s.container, dir, &buf, container.CopyToContainerOptions{}); err != nil {
+		t.Fatalf("copying %s into the container: %v", name, err)
 	}
 }
 

@@ -84,7 +84,6 @@ func (h *Handler) detectFacts(c *factsCache) {
 		h.logger.Debug("detecting sandbox tools", zap.Error(err))
 		return
 	}
-	got = got.Known() // Detect keeps only known names already; a second check is cheap
 	f = &got
 	h.storeFacts(ctx, key, got)
 }

@@ -8,15 +8,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/docker/docker/api/types/container"
 )
 
 // TestHostileTarZipBounded: a sandbox that replaces tar with a program printing tar
@@ -67,7 +63,7 @@ func TestHostileTarZipBounded(t *testing.T) {
 				}
 			}
 			_ = tw.Flush() // no end marker: the fake prints the chunk again and again
-			copyIntoContainer(ctx, t, s, "/tmp", "hostile-chunk", chunk.Bytes())
+			s.copyInto(t, "/tmp", "hostile-chunk", chunk.Bytes())
 
 			runtime.GC()
 			debug.FreeOSMemory()
@@ -125,35 +121,10 @@ func watchRSS(ctx context.Context, max int64, blewUp chan<- int64, stop func()) 
 			return
 		case <-tick.C:
 		}
-		b, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			continue
+		if v, ok := vmRSS(); ok && v > max {
+			blewUp <- v
+			stop()
+			return
 		}
-		if i := bytes.Index(b, []byte("VmRSS:")); i >= 0 {
-			f := strings.Fields(string(b[i+6:]))
-			if v, err := strconv.ParseInt(f[0], 10, 64); err == nil && v > max {
-				blewUp <- v
-				stop()
-				return
-			}
-		}
-	}
-}
-
-// copyIntoContainer writes data to dir/name in the site's container through the
-// Docker API, as a program in the sandbox could have written it.
-func copyIntoContainer(ctx context.Context, t *testing.T, s *site, dir, name string, data []byte) {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = tw.Write(data)
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.docker.CopyToContainer(ctx, s.container, dir, &b, container.CopyToContainerOptions{}); err != nil {
-		t.Fatalf("copying %s into the container: %v", name, err)
 	}
 }

@@ -135,11 +135,7 @@ func (s *taskStore) request(ctx context.Context) (context.Context, func()) {
 	return context.WithValue(ctx, taskSlotKey{}, slot), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if slot.reserved {
-			slot.reserved = false
-			s.reserved--
-			s.uncount(slot.session)
-		}
+		s.unreserve(slot)
 	}
 }
 
@@ -264,11 +260,7 @@ func (s *taskStore) created(ctx context.Context, m server.TaskMetrics) {
 		if slot.ttl > 0 {
 			ttl = slot.ttl
 		}
-		if slot.reserved {
-			slot.reserved = false
-			s.reserved--
-			s.uncount(slot.session)
-		}
+		s.unreserve(slot)
 		slot.taskID = m.TaskID
 	}
 	t := &heldTask{slot: slot, session: m.SessionID, live: true}
@@ -388,6 +380,16 @@ func (s *taskStore) drop(t *heldTask, why string) {
 	if t.result != nil {
 		t.result.drop(why)
 		t.result = nil
+	}
+}
+
+// unreserve gives back the admission reserve counted for slot, if it still holds one:
+// the task now exists (created counts it), or none came of the request. s.mu is held.
+func (s *taskStore) unreserve(slot *taskSlot) {
+	if slot.reserved {
+		slot.reserved = false
+		s.reserved--
+		s.uncount(slot.session)
 	}
 }
 

@@ -466,6 +466,25 @@ func resetPeakRSS(t testing.TB) {
 	}
 }
 
+// vmRSS reads the process's VmRSS, in kB, without failing a test: samplers call it
+// from their own goroutines.
+func vmRSS() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	i := strings.Index(string(b), "VmRSS:")
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+6:]))
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(f[0], 10, 64)
+	return v, err == nil
+}
+
 // sampleRSS samples VmRSS every 20 ms until stopped and returns the highest, in kB.
 func sampleRSS() (stop func() int64, samples *int) {
 	done := make(chan struct{})
@@ -476,14 +495,9 @@ func sampleRSS() (stop func() int64, samples *int) {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if b, err := os.ReadFile("/proc/self/status"); err == nil {
-				if i := strings.Index(string(b), "VmRSS:"); i >= 0 {
-					f := strings.Fields(string(b)[i+6:])
-					if v, err := strconv.ParseInt(f[0], 10, 64); err == nil && v > peak {
-						peak = v
-					}
-					*n++
-				}
+			if v, ok := vmRSS(); ok {
+				peak = max(peak, v)
+				*n++
 			}
 			select {
 			case <-done:
