@@ -2,12 +2,9 @@ package mcpsandbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -194,37 +192,16 @@ func (c consoleLinks) RevokeLink(ctx context.Context, id string) (console.Link, 
 	return c.reg.Revoke(ctx, id)
 }
 
-// downloadLinkID names a download link by its signature, from the link's path
-// (/files/<expiry>.<signature>/...): the same id for the link made and the link used.
-func downloadLinkID(linkPath string) string {
-	token, _, _ := strings.Cut(strings.TrimPrefix(linkPath, filesPrefix), "/")
-	_, sig, _ := strings.Cut(token, ".")
-	sum := sha256.Sum256([]byte("download\x00" + sig))
-	return hex.EncodeToString(sum[:12])
-}
-
-// recordLink remembers a link share_file made, so the console lists it and can revoke
-// it. A failure to remember it is logged, never the tool's failure.
-func (h *Handler) recordLink(ctx context.Context, linkPath, target string, expires time.Time) {
+// recordLink remembers a link a tool made, so the console lists it and can revoke it.
+// A failure to remember it is logged, never the tool's failure.
+func (h *Handler) recordLink(ctx context.Context, kind string, l links.Link, target string) {
 	err := h.linkReg.Record(ctx, console.Link{
-		ID: downloadLinkID(linkPath), Kind: console.KindDownload, Target: target,
-		Creator: clientLabel(callFrom(ctx).identity), ExpiresAt: expires,
+		ID: l.ID, Kind: kind, Target: target,
+		Creator: clientLabel(callFrom(ctx).identity), ExpiresAt: l.Expires,
 	})
 	if err != nil {
-		h.logger.Warn("recording a download link", zap.Error(err))
+		h.logger.Warn("recording a "+kind+" link", zap.Error(err))
 	}
-}
-
-// linkRevoked answers a validly signed download link that the operator revoked (410)
-// and reports whether it did. It reads memory only.
-func (h *Handler) linkRevoked(w http.ResponseWriter, r *http.Request) bool {
-	if !h.linkReg.Revoked(downloadLinkID(r.URL.Path)) {
-		return false
-	}
-	metricDownloads.WithLabelValues("revoked").Inc()
-	linkPage(w, http.StatusGone, "This link was revoked",
-		"The operator of this server revoked the link. Ask for a new one if you still need the file.")
-	return true
 }
 
 // clientLabel is how the audit log and the console name who acted.
@@ -326,52 +303,3 @@ func (o executeOutput) auditFacts() (string, *int, int64) {
 }
 
 func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }
-
-// countingWriter notes the status and body size of a response.
-type countingWriter struct {
-	http.ResponseWriter
-	status int
-	n      int64
-}
-
-func (c *countingWriter) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	n, err := c.ResponseWriter.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
-func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// serveFileAudited serves a download link and records it in the audit log.
-func (h *Handler) serveFileAudited(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	cw := &countingWriter{ResponseWriter: w}
-	h.serveFile(cw, r)
-	_, p, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "/")
-	args := map[string]string{"path": "/" + p, "link": downloadLinkID(r.URL.Path)}
-	if r.Method != http.MethodGet {
-		args["method"] = r.Method
-	}
-	b, _ := json.Marshal(args)
-	e := console.Entry{
-		Time: start, Client: "link", Remote: clientIP(r), Tool: "download", Args: string(b),
-		Outcome: console.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
-	}
-	switch {
-	case cw.status == http.StatusForbidden || cw.status == http.StatusGone:
-		e.Outcome, e.Error = console.OutcomeDenied, http.StatusText(cw.status)
-	case cw.status >= 400:
-		e.Outcome, e.Error = console.OutcomeError, http.StatusText(cw.status)
-	}
-	h.audit.Record(e)
-}

@@ -32,6 +32,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -522,9 +523,9 @@ func TestRangeStartsAtOffset(t *testing.T) {
 		}
 	}
 
-	// At most maxDownloadsPerLink downloads of one link at once; the next gets 429.
+	// At most links.MaxDownloadsPerLink downloads of one link at once; the next gets 429.
 	var held []*http.Response
-	for range maxDownloadsPerLink {
+	for range links.MaxDownloadsPerLink {
 		resp, err := http.Get(sparse)
 		if err != nil {
 			t.Fatal(err)
@@ -533,7 +534,7 @@ func TestRangeStartsAtOffset(t *testing.T) {
 	}
 	resp, b := get(sparse, "bytes=0-0")
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "at once") {
-		t.Errorf("download %d at once: %d %q", maxDownloadsPerLink+1, resp.StatusCode, b)
+		t.Errorf("download %d at once: %d %q", links.MaxDownloadsPerLink+1, resp.StatusCode, b)
 	}
 	if resp, _ := get(rlink, "bytes=0-0"); resp.StatusCode != 206 {
 		t.Errorf("another link while one is busy: %d", resp.StatusCode)

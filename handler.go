@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -34,7 +33,6 @@ const (
 	defaultMaxTasks   = 100  // per session
 	defaultTasksTotal = 1000 // in all
 	mcpPath           = "/mcp"
-	filesPrefix       = "/files/"
 )
 
 // Handler is the `http.handlers.mcp_sandbox` module. It serves the MCP endpoint
@@ -139,22 +137,18 @@ type Handler struct {
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
 	tasks   *taskStore
-	links   *linkSigner
+	signer  *links.Signer
+	links   *links.Server
 
 	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
 	guessKey string
 
-	uploadLinks *uploadSigner
-	facts       *factsCache // shared with every config that uses this sandbox
+	facts *factsCache // shared with every config that uses this sandbox
 
 	console     *console.Console
 	audit       *console.AuditLog
 	linkReg     *console.LinkRegistry
 	consoleKeys []string
-
-	downloads linkLimiter // downloads running per link
-	sniffed   sync.Map    // path and ETag -> sniffResult
-	sniffedN  atomic.Int64
 
 	previews *preview.Server // nil when previews are off
 }
@@ -296,17 +290,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("setting up OAuth: %w", err)
 	}
 	h.app.addPruner(h.auth)
-	h.links = newLinkSigner(h.APIKey, time.Duration(h.LinkTTL))
 	if h.MaxUpload == 0 {
-		h.MaxUpload = defaultMaxUpload
+		h.MaxUpload = links.DefaultMaxUpload
 	}
 	if h.MaxUpload < 0 {
 		return errors.New("max_upload must be positive")
 	}
-	h.uploadLinks = newUploadSigner(h.APIKey)
 	if err := h.provisionConsole(); err != nil {
 		return err
 	}
+	h.signer = links.NewSigner(h.APIKey)
+	h.links = links.New(links.Options{
+		Signer: h.signer, Files: h.box, MaxUpload: h.MaxUpload,
+		Revoked: h.linkReg.Revoked, Audit: h.audit,
+		Origin: h.auth.Origin, ClientIP: clientIP, Logger: h.logger.Named("links"),
+	})
 	if h.Previews != "" {
 		if err := h.provisionPreviews(ctx); err != nil {
 			return err
@@ -401,14 +399,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case p == mcpPath:
 		h.serveMCP(w, r)
 		return nil
-	case strings.HasPrefix(p, filesPrefix):
-		h.serveFileAudited(w, r)
+	case h.links.Handles(r):
+		h.links.ServeHTTP(w, r)
 		return nil
 	case console.Handles(r):
 		h.console.ServeHTTP(w, r)
-		return nil
-	case strings.HasPrefix(p, uploadsPrefix):
-		h.serveUpload(w, r)
 		return nil
 	case h.auth.Handles(r):
 		h.auth.ServeHTTP(w, r)

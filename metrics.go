@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
 
@@ -29,25 +30,9 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "shared_files_total",
 		Help: "Download links made by share_file.",
 	})
-	metricDownloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "downloads_total",
-		Help: "Requests to download links, by result (ok, interrupted, expired, invalid, not_found, bad_range, busy, error).",
-	}, []string{"result"})
-	metricDownloadBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "download_bytes_total",
-		Help: "Bytes sent through download links.",
-	})
 	metricUploadLinks = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_links_total",
 		Help: "Upload links made by upload_link.",
-	})
-	metricUploads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "uploads_total",
-		Help: "Requests to upload links that send a file or fail the link check, by result (ok, renamed, too_large, aborted, bad_name, not_dir, expired, invalid, revoked, error).",
-	}, []string{"result"})
-	metricUploadBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "upload_bytes_total",
-		Help: "Bytes of files saved through upload links.",
 	})
 	metricCleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
@@ -71,10 +56,9 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
-		metricDownloads, metricDownloadBytes, metricCleanupDeleted,
-		metricUploadLinks, metricUploads, metricUploadBytes,
-		metricPreviewsLive, metricPreviewRequests, metricPreviewBytes} {
+	for _, c := range append([]prometheus.Collector{metricExecutions, metricDuration, metricRunning, metricShares,
+		metricCleanupDeleted, metricUploadLinks,
+		metricPreviewsLive, metricPreviewRequests, metricPreviewBytes}, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("registering metrics: %w", err)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -408,7 +409,7 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 	if ok {
 		ttl = time.Duration(secs) * time.Second
 	}
-	path = cleanPath(path)
+	path = links.CleanPath(path)
 	info, err := h.box.Stat(ctx, path)
 	dir := errors.Is(err, sandbox.ErrIsDir)
 	if err != nil && !dir {
@@ -420,14 +421,14 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
-	link, expires := h.links.signFor(path, time.Now(), ttl)
-	h.recordLink(ctx, link, path, expires)
+	link := h.signer.Download(path, time.Now(), ttl)
+	h.recordLink(ctx, console.KindDownload, link, path)
 	out := shareOutput{
-		URL:       callFrom(ctx).origin + link,
+		URL:       callFrom(ctx).origin + link.Path,
 		Path:      path,
 		Name:      info.Name,
 		Size:      info.Size,
-		ExpiresAt: expires.UTC(),
+		ExpiresAt: link.Expires.UTC(),
 	}
 	what := humanSize(out.Size)
 	if dir {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/imagefit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -100,7 +101,7 @@ func filePath(a args) (string, *mcp.CallToolResult) {
 	if !strings.HasPrefix(p, "/") {
 		return "", argError(`%s needs "path": an absolute path such as /sandbox/notes.txt, got %q`, a.tool, p)
 	}
-	return cleanPath(p), nil
+	return links.CleanPath(p), nil
 }
 
 // fileErrorResult turns a sandbox error into a result the model can act on.

@@ -23,6 +23,13 @@ type uploadLinkOutput struct {
 	MaxBytes  int64     `json:"max_bytes"`
 }
 
+// Upload links' defaults and bounds.
+const (
+	defaultUploadDir = sandbox.WorkDir + "/uploads"
+	maxUploadLinkTTL = 7 * 24 * time.Hour // when max_link_ttl is not set
+	minUploadLinkTTL = time.Minute
+)
+
 const uploadLinkOutputSchema = `{
   "type": "object",
   "properties": {
@@ -94,24 +101,16 @@ func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, 
 		}
 		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
 	}
-	exp := time.Now().Add(ttl).Truncate(time.Second)
+	link := h.signer.Upload(dir, time.Now().Add(ttl))
 	out := uploadLinkOutput{
-		URL:       callFrom(ctx).origin + h.uploadLinks.sign(dir, exp),
+		URL:       callFrom(ctx).origin + link.Path,
 		Directory: dir,
-		ExpiresAt: exp.UTC(),
+		ExpiresAt: link.Expires.UTC(),
 		MaxBytes:  h.MaxUpload,
 	}
 	metricUploadLinks.Inc()
 	id := callFrom(ctx).identity
-	link := h.uploadLinks.sign(dir, exp)
-	token, _, _ := strings.Cut(strings.TrimPrefix(link, uploadsPrefix), "/")
-	_, sig, _ := strings.Cut(token, ".")
-	if err := h.linkReg.Record(ctx, console.Link{
-		ID: uploadLinkID(sig), Kind: console.KindUpload, Target: dir,
-		Creator: clientLabel(id), ExpiresAt: out.ExpiresAt,
-	}); err != nil {
-		h.logger.Warn("recording an upload link", zap.Error(err))
-	}
+	h.recordLink(ctx, console.KindUpload, link, dir)
 	h.logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
 		zap.String("directory", dir), zap.Time("expires_at", out.ExpiresAt))
 	return mcp.NewToolResultStructured(out, fmt.Sprintf(

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 )
 
 // TestUploadThroughSymlinkReportsRealPath: an upload link for a directory that is a
@@ -26,7 +28,7 @@ func TestUploadThroughSymlinkReportsRealPath(t *testing.T) {
 	} {
 		link := uploadLinkFor(ctx, t, s, map[string]any{"directory": tc.dir})["url"].(string)
 		code, body := put(t, link, tc.name, strings.NewReader("hello"), 5, "Accept", "application/json")
-		var res uploadResult
+		var res links.UploadResult
 		if code != 201 || json.Unmarshal([]byte(body), &res) != nil {
 			t.Fatalf("PUT into %s: %d %s", tc.dir, code, body)
 		}

@@ -23,55 +23,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 )
-
-func TestUploadSigner(t *testing.T) {
-	const key = "a-long-enough-test-key-0123456789"
-	u := newUploadSigner(key)
-	now := time.Unix(1_800_000_000, 0)
-	exp := now.Add(time.Hour)
-	for _, dir := range []string{"/sandbox/uploads", "/", "/sandbox/my data/ünï:code?#%"} {
-		link := u.sign(dir, exp)
-		if !strings.HasSuffix(link, "/") || strings.ContainsAny(link, "?#") || !strings.HasPrefix(link, uploadsPrefix) {
-			t.Errorf("sign(%q) = %q: want a path ending in / with no query", dir, link)
-		}
-		got, slashless, err := u.verify(link, now)
-		if err != nil || got.dir != dir || got.name != "" || slashless || !got.expiry.Equal(exp) {
-			t.Errorf("verify(sign(%q)) = %+v %v %v", dir, got, slashless, err)
-		}
-		got, _, err = u.verify(link+"report%20v2.pdf", now)
-		if err != nil || got.dir != dir || got.name != "report v2.pdf" {
-			t.Errorf("verify with a name = %+v %v", got, err)
-		}
-		if _, _, err := u.verify(link, exp.Add(time.Second)); err != errLinkExpired {
-			t.Errorf("after expiry: %v", err)
-		}
-	}
-	link := u.sign("/sandbox/uploads", exp)
-	if got, slashless, err := u.verify(strings.TrimSuffix(link, "/"), now); err != nil || !slashless || got.dir != "/sandbox/uploads" {
-		t.Errorf("slashless link: %+v %v %v", got, slashless, err)
-	}
-	for _, bad := range []string{
-		strings.Replace(link, "/sandbox/", "/sandboy/", 1),
-		strings.Replace(link, "/uploads/1", "/uploads/2", 1),
-		link[:len(uploadsPrefix)+15] + flipped(link[len(uploadsPrefix)+15]) + link[len(uploadsPrefix)+16:],
-		uploadsPrefix + "garbage/x/",
-		uploadsPrefix,
-		strings.Replace(link, "/sandbox/uploads/", "/sandbox/uploads/../../etc/", 1),
-	} {
-		if _, _, err := u.verify(bad, now); err != errLinkInvalid {
-			t.Errorf("verify(%q) = %v, want invalid", bad, err)
-		}
-	}
-	// A download link's key is not an upload link's key.
-	dl := newLinkSigner(key, time.Hour)
-	if dl.mac(exp.Unix(), "/sandbox/uploads") == u.mac(exp.Unix(), "/sandbox/uploads") {
-		t.Error("download and upload links share a key")
-	}
-	if other := newUploadSigner(key + "x"); other.mac(1, "/") == u.mac(1, "/") {
-		t.Error("the key does not depend on the API key")
-	}
-}
 
 func TestMaxUploadCaddyfile(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -191,7 +144,7 @@ func TestUploadEndToEnd(t *testing.T) {
 		t.Errorf("page lacks its label or directory")
 	}
 	for _, a := range []string{"upload.js", "upload.css"} {
-		resp, err := http.Get(s.url + uploadAssetsPrefix + a)
+		resp, err := http.Get(s.url + links.UploadsPrefix + "_/" + a)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("asset %s: %v %v", a, err, resp)
 		}
@@ -214,7 +167,7 @@ func TestUploadEndToEnd(t *testing.T) {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
 	code, body = put(t, link, "report v1.pdf", strings.NewReader("second"), 6, "Accept", "application/json")
-	var res uploadResult
+	var res links.UploadResult
 	if code != 201 || json.Unmarshal([]byte(body), &res) != nil || !res.Renamed || res.Name != "report v1 (1).pdf" || !strings.Contains(res.Message, "nothing was overwritten") {
 		t.Fatalf("second PUT: %d %s", code, body)
 	}
@@ -234,7 +187,7 @@ func TestUploadEndToEnd(t *testing.T) {
 		{strings.Repeat("n", 10_000) + ".txt", strings.Repeat("n", 251) + ".txt"},
 	} {
 		code, body := put(t, link, tc.name, strings.NewReader("hostile"), 7, "Accept", "application/json")
-		var r uploadResult
+		var r links.UploadResult
 		if code != 201 || json.Unmarshal([]byte(body), &r) != nil || r.Path != "/sandbox/uploads/"+tc.want {
 			t.Errorf("PUT %q: %d %s", clip(tc.name, 40), code, clip(body, 300))
 		}
@@ -295,8 +248,8 @@ func TestUploadEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list struct {
-		Directory string         `json:"directory"`
-		Files     []uploadedFile `json:"files"`
+		Directory string               `json:"directory"`
+		Files     []links.UploadedFile `json:"files"`
 	}
 	if json.NewDecoder(resp.Body).Decode(&list) != nil || list.Directory != "/sandbox/uploads" || len(list.Files) != 8 {
 		t.Errorf("listing: %+v", list)
@@ -312,7 +265,7 @@ func TestUploadEndToEnd(t *testing.T) {
 			t.Errorf("tampered GET: %v %v", err, resp)
 		}
 	}
-	expired := s.url + newUploadSigner(s.key).sign("/sandbox/uploads", time.Now().Add(-time.Minute))
+	expired := s.url + links.NewSigner(s.key).Upload("/sandbox/uploads", time.Now().Add(-time.Minute)).Path
 	if code, body := put(t, expired, "x.txt", strings.NewReader("x"), 1); code != 410 || !strings.Contains(body, "expired") {
 		t.Errorf("expired PUT: %d %s", code, body)
 	}
@@ -568,14 +521,6 @@ func TestUploadLinkInConsole(t *testing.T) {
 	if got := s.containerExec("ls -A /sandbox/in"); got != "a.txt\n" {
 		t.Errorf("in the sandbox: %q", got)
 	}
-}
-
-// flipped is a signature character other than c.
-func flipped(c byte) string {
-	if c == 'A' {
-		return "B"
-	}
-	return "A"
 }
 
 // TestSlowUploadLeavesExecuteFree: while a person uploads slowly through an upload

@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 //go:embed templates/*.html static/*
@@ -370,21 +372,7 @@ func ago(t time.Time) string {
 
 // HumanSize writes a byte count in binary units ("1.5 MiB"); a negative count is
 // "unknown".
-func HumanSize(n int64) string {
-	if n < 0 {
-		return "unknown"
-	}
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func HumanSize(n int64) string { return human.Size(n) }
 
 func pct(used, limit any) string {
 	u, l := toFloat(used), toFloat(limit)

@@ -1,9 +1,6 @@
-package mcpsandbox
+package links
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"html"
@@ -18,100 +15,15 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
-// linkSigner makes and checks download links of the form
-//
-//	/files/<expiry unix seconds>.<signature>/<path in the container, escaped>
-//
-// The signature is an HMAC-SHA256 over the expiry and the path with a key derived
-// from the API key, so rotating the key invalidates every link.
-type linkSigner struct {
-	key []byte
-	ttl time.Duration
-}
+// Downloads: a share_file link serves one file (with ranges) or a directory as a zip.
 
-func newLinkSigner(apiKey string, ttl time.Duration) *linkSigner {
-	return &linkSigner{key: oauth.DeriveKey(apiKey, "download links v1"), ttl: ttl}
-}
-
-func (l *linkSigner) mac(expiry int64, p string) string {
-	m := hmac.New(sha256.New, l.key)
-	fmt.Fprintf(m, "%d\n%s", expiry, p)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// sign returns the link path (to be put after the origin) and its expiry, for the
-// default lifetime.
-func (l *linkSigner) sign(p string, now time.Time) (string, time.Time) {
-	return l.signFor(p, now, l.ttl)
-}
-
-// signFor signs a link that lives for ttl. p must be clean (see cleanPath): browsers and
-// curl remove dot segments before they ask, so a link to /sandbox/./a.txt could never
-// be fetched.
-func (l *linkSigner) signFor(p string, now time.Time, ttl time.Duration) (string, time.Time) {
-	exp := now.Add(ttl).Truncate(time.Second)
-	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
-	for i, s := range segs {
-		segs[i] = escapeSegment(s)
-	}
-	return fmt.Sprintf("%s%d.%s/%s", filesPrefix, exp.Unix(), l.mac(exp.Unix(), p), strings.Join(segs, "/")), exp
-}
-
-// escapeSegment escapes a path segment so that it survives every client's URL
-// handling: url.PathEscape leaves characters such as ':' that some clients rewrite.
-func escapeSegment(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
-var (
-	errLinkInvalid = errors.New("link invalid")
-	errLinkExpired = errors.New("link expired")
-)
-
-// verify checks a request path below /files/ and returns the container path.
-func (l *linkSigner) verify(urlPath string, now time.Time) (string, time.Time, error) {
-	rest := strings.TrimPrefix(urlPath, filesPrefix)
-	token, p, ok := strings.Cut(rest, "/")
-	if !ok || p == "" {
-		return "", time.Time{}, errLinkInvalid
-	}
-	p = "/" + p
-	expStr, sig, ok := strings.Cut(token, ".")
-	exp, good := expiry.Parse(expStr)
-	if !ok || !good {
-		return "", time.Time{}, errLinkInvalid
-	}
-	if !hmac.Equal([]byte(sig), []byte(l.mac(exp, p))) {
-		return "", time.Time{}, errLinkInvalid
-	}
-	expiry := time.Unix(exp, 0)
-	if now.After(expiry) {
-		return p, expiry, errLinkExpired
-	}
-	return p, expiry, nil
-}
-
-// cleanPath makes an absolute container path canonical, the way clients will ask for it.
-func cleanPath(p string) string { return path.Clean("/" + p) }
-
-// maxDownloadsPerLink bounds the downloads of one link that run at once: a link posted
+// MaxDownloadsPerLink bounds the downloads of one link that run at once: a link posted
 // somewhere public must not tie up the sandbox, while a browser's parallel range
 // requests for a video still fit.
-const maxDownloadsPerLink = 4
+const MaxDownloadsPerLink = 4
 
 // linkLimiter counts the downloads running per link.
 type linkLimiter struct {
@@ -126,7 +38,7 @@ func (l *linkLimiter) acquire(key string) (release func(), ok bool) {
 	if l.running == nil {
 		l.running = map[string]int{}
 	}
-	if l.running[key] >= maxDownloadsPerLink {
+	if l.running[key] >= MaxDownloadsPerLink {
 		return nil, false
 	}
 	l.running[key]++
@@ -142,7 +54,7 @@ func (l *linkLimiter) acquire(key string) (release func(), ok bool) {
 // serveFile answers a download link: it checks the signature and expiry, then streams
 // the file out of the container in bounded memory, with Range and HEAD support. A
 // directory is served as a zip made on the fly.
-func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Content-Type-Options", "nosniff")
@@ -151,12 +63,12 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 		linkPage(w, http.StatusMethodNotAllowed, "Method not allowed", "Download links answer GET and HEAD only.")
 		return
 	}
-	p, expiry, err := h.links.verify(r.URL.Path, time.Now())
+	p, link, err := s.signer.verifyDownload(r.URL.Path, time.Now())
 	switch {
 	case errors.Is(err, errLinkExpired):
 		metricDownloads.WithLabelValues("expired").Inc()
 		linkPage(w, http.StatusGone, "This link has expired",
-			fmt.Sprintf("The link expired at %s. Ask for a new one: the assistant can share the file again with share_file.", expiry.UTC().Format(time.RFC1123)))
+			fmt.Sprintf("The link expired at %s. Ask for a new one: the assistant can share the file again with share_file.", link.Expires.UTC().Format(time.RFC1123)))
 		return
 	case err != nil:
 		metricDownloads.WithLabelValues("invalid").Inc()
@@ -164,27 +76,30 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 			"The link was changed or cut short, or it was signed with a key this server no longer uses. Copy the whole link again, or ask for a new one.")
 		return
 	}
-	if h.linkRevoked(w, r) {
+	if s.opts.Revoked(link.ID) {
+		metricDownloads.WithLabelValues("revoked").Inc()
+		linkPage(w, http.StatusGone, "This link was revoked",
+			"The operator of this server revoked the link. Ask for a new one if you still need the file.")
 		return
 	}
 
-	release, ok := h.downloads.acquire(r.URL.Path)
+	release, ok := s.downloads.acquire(r.URL.Path)
 	if !ok {
 		metricDownloads.WithLabelValues("busy").Inc()
 		hd.Set("Retry-After", "2")
 		linkPage(w, http.StatusTooManyRequests, "Too many downloads at once",
-			fmt.Sprintf("This link is being downloaded %d times at the moment, the most it allows. Try again when one has finished.", maxDownloadsPerLink))
+			fmt.Sprintf("This link is being downloaded %d times at the moment, the most it allows. Try again when one has finished.", MaxDownloadsPerLink))
 		return
 	}
 	defer release()
 
-	info, err := h.box.Stat(r.Context(), p)
+	info, err := s.opts.Files.Stat(r.Context(), p)
 	if errors.Is(err, sandbox.ErrIsDir) {
-		h.serveZip(w, r, p)
+		s.serveZip(w, r, p)
 		return
 	}
 	if err != nil {
-		h.fileError(w, r, p, err)
+		s.fileError(w, r, p, err)
 		return
 	}
 	etag := fmt.Sprintf(`"%x-%x"`, info.Size, info.ModTime.UnixNano())
@@ -192,7 +107,7 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
 	hd.Set("Accept-Ranges", "bytes")
 	hd.Set("Cache-Control", "private, max-age=0, must-revalidate")
-	ctype, inline := h.contentType(r, p, info, etag)
+	ctype, inline := s.contentType(r, p, info, etag)
 	disposition := "attachment"
 	if inline {
 		disposition = "inline"
@@ -223,11 +138,11 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f, err := h.box.OpenRange(r.Context(), p, start, length)
+	f, err := s.opts.Files.OpenRange(r.Context(), p, start, length)
 	if err != nil {
 		hd.Del("Content-Length")
 		hd.Del("Content-Range")
-		h.fileError(w, r, p, err)
+		s.fileError(w, r, p, err)
 		return
 	}
 	defer f.Close()
@@ -242,13 +157,13 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	metricDownloadBytes.Add(float64(n))
 	if err != nil {
 		metricDownloads.WithLabelValues("interrupted").Inc()
-		h.logger.Debug("download interrupted", zap.String("path", p), zap.Int64("sent", n), zap.Error(err))
+		s.logger.Debug("download interrupted", zap.String("path", p), zap.Int64("sent", n), zap.Error(err))
 		return
 	}
 	metricDownloads.WithLabelValues("ok").Inc()
 }
 
-func (h *Handler) fileError(w http.ResponseWriter, r *http.Request, p string, err error) {
+func (s *Server) fileError(w http.ResponseWriter, r *http.Request, p string, err error) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotRegular):
 		metricDownloads.WithLabelValues("not_found").Inc()
@@ -260,7 +175,7 @@ func (h *Handler) fileError(w http.ResponseWriter, r *http.Request, p string, er
 			"The link is valid, but "+p+" is no longer a file in the sandbox (idle files are cleaned up). Ask for it to be made and shared again.")
 	default:
 		metricDownloads.WithLabelValues("error").Inc()
-		h.logger.Error("serving download", zap.String("path", p), zap.Error(err))
+		s.logger.Error("serving download", zap.String("path", p), zap.Error(err))
 		linkPage(w, http.StatusServiceUnavailable, "The sandbox is not reachable",
 			"The file could not be read from the sandbox right now. Try again in a minute.")
 	}
@@ -335,7 +250,7 @@ func linkPage(w http.ResponseWriter, status int, title, text string) {
 
 // serveZip streams the directory p as a zip archive made while it is sent. Its size is
 // not known beforehand, so there are no ranges.
-func (h *Handler) serveZip(w http.ResponseWriter, r *http.Request, p string) {
+func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, p string) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/zip")
 	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": sandbox.ZipName(p)}))
@@ -347,18 +262,18 @@ func (h *Handler) serveZip(w http.ResponseWriter, r *http.Request, p string) {
 		return
 	}
 	cw := &byteCounter{w: w}
-	err := h.box.WriteZip(r.Context(), p, cw)
+	err := s.opts.Files.WriteZip(r.Context(), p, cw)
 	metricDownloadBytes.Add(float64(cw.n))
 	switch {
 	case err == nil:
 		metricDownloads.WithLabelValues("ok").Inc()
 	case cw.n == 0:
-		h.fileError(w, r, p, err)
+		s.fileError(w, r, p, err)
 	default:
 		// Headers are gone; the archive ends without its directory, which every unzip
 		// refuses, so a broken download cannot pass for a whole one.
 		metricDownloads.WithLabelValues("interrupted").Inc()
-		h.logger.Debug("zip download interrupted", zap.String("path", p), zap.Int64("sent", cw.n), zap.Error(err))
+		s.logger.Debug("zip download interrupted", zap.String("path", p), zap.Int64("sent", cw.n), zap.Error(err))
 	}
 }
 
@@ -383,26 +298,26 @@ const inlineSniffBytes = 512
 // may show it (inline) rather than save it. Only images, PDFs, audio and video open
 // inline, and only when the first bytes agree with the name; the sniffed types are
 // cached per file version, so seeking in a video does not read the start again.
-func (h *Handler) contentType(r *http.Request, p string, info sandbox.FileInfo, etag string) (string, bool) {
+func (s *Server) contentType(r *http.Request, p string, info sandbox.FileInfo, etag string) (string, bool) {
 	if _, ok := inlineFamily(extType(info.Name)); !ok {
 		return attachmentType(info.Name), false
 	}
 	key := p + "\x00" + etag
-	if v, ok := h.sniffed.Load(key); ok {
+	if v, ok := s.sniffed.Load(key); ok {
 		c := v.(sniffResult)
 		return c.ctype, c.inline
 	}
 	var head []byte
-	if f, err := h.box.OpenRange(r.Context(), p, 0, inlineSniffBytes); err == nil {
+	if f, err := s.opts.Files.OpenRange(r.Context(), p, 0, inlineSniffBytes); err == nil {
 		head, _ = io.ReadAll(io.LimitReader(f, inlineSniffBytes))
 		f.Close()
 	}
 	ctype, inline := servedType(info.Name, head)
-	if h.sniffedN.Add(1) > 4096 { // a bound, not an eviction policy
-		h.sniffed.Clear()
-		h.sniffedN.Store(0)
+	if s.sniffedN.Add(1) > 4096 { // a bound, not an eviction policy
+		s.sniffed.Clear()
+		s.sniffedN.Store(0)
 	}
-	h.sniffed.Store(key, sniffResult{ctype, inline})
+	s.sniffed.Store(key, sniffResult{ctype, inline})
 	return ctype, inline
 }
 

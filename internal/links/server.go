@@ -1,0 +1,129 @@
+package links
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// DefaultMaxUpload is the largest file an upload link accepts unless max_upload says
+// otherwise: 2 GiB.
+const DefaultMaxUpload = 2 << 30
+
+// Files is the sandbox as the links see it.
+type Files interface {
+	Stat(ctx context.Context, p string) (sandbox.FileInfo, error)
+	OpenRange(ctx context.Context, p string, offset, length int64) (*sandbox.File, error)
+	WriteZip(ctx context.Context, p string, w io.Writer) error
+	ListFiles(ctx context.Context, dir string, max int) ([]sandbox.DirEntry, error)
+	Upload(ctx context.Context, dir, name string, r io.Reader, opts sandbox.UploadOptions) (sandbox.UploadResult, error)
+}
+
+// Audit records what a link did in the operator's activity log.
+type Audit interface {
+	Record(console.Entry)
+}
+
+// Options configure a Server. Every field is required.
+type Options struct {
+	Signer    *Signer
+	Files     Files
+	MaxUpload int64 // bytes per uploaded file
+	// Revoked reports whether the operator revoked the link with this id.
+	Revoked func(id string) bool
+	Audit   Audit
+	// Origin is the scheme and host the person reached this server at; ClientIP the
+	// address to log.
+	Origin   func(*http.Request) string
+	ClientIP func(*http.Request) string
+	Logger   *zap.Logger
+}
+
+// Server answers download links (/files/...) and upload links (/uploads/...).
+type Server struct {
+	opts   Options
+	signer *Signer
+	logger *zap.Logger
+
+	downloads linkLimiter // downloads running per link
+	sniffed   sync.Map    // path and ETag -> sniffResult
+	sniffedN  atomic.Int64
+}
+
+// New makes the links' HTTP side.
+func New(o Options) *Server {
+	return &Server{opts: o, signer: o.Signer, logger: o.Logger}
+}
+
+// Handles reports whether r is for a link.
+func (s *Server) Handles(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, FilesPrefix) || strings.HasPrefix(r.URL.Path, UploadsPrefix)
+}
+
+// ServeHTTP answers a link request; Handles(r) must be true.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, FilesPrefix) {
+		s.serveFileAudited(w, r)
+		return
+	}
+	s.serveUpload(w, r)
+}
+
+// countingWriter notes the status and body size of a response.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// serveFileAudited serves a download link and records it in the audit log.
+func (s *Server) serveFileAudited(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	cw := &countingWriter{ResponseWriter: w}
+	s.serveFile(cw, r)
+	_, p, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, FilesPrefix), "/")
+	args := map[string]string{"path": "/" + p, "link": DownloadID(r.URL.Path)}
+	if r.Method != http.MethodGet {
+		args["method"] = r.Method
+	}
+	b, _ := json.Marshal(args)
+	e := console.Entry{
+		Time: start, Client: "link", Remote: s.opts.ClientIP(r), Tool: "download", Args: string(b),
+		Outcome: console.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	switch {
+	case cw.status == http.StatusForbidden || cw.status == http.StatusGone:
+		e.Outcome, e.Error = console.OutcomeDenied, http.StatusText(cw.status)
+	case cw.status >= 400:
+		e.Outcome, e.Error = console.OutcomeError, http.StatusText(cw.status)
+	}
+	s.opts.Audit.Record(e)
+}

@@ -1,0 +1,223 @@
+package links
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+)
+
+// Where the links live.
+const (
+	FilesPrefix   = "/files/"
+	UploadsPrefix = "/uploads/"
+)
+
+// Link is a signed link: the path to put after the origin, the id the console knows
+// it by, and when it expires.
+type Link struct {
+	Path    string
+	ID      string
+	Expires time.Time
+}
+
+// A link's kind keys its signature and its id: a download link's signature never
+// opens an upload page, nor the reverse.
+type kind struct {
+	prefix string // FilesPrefix or UploadsPrefix
+	label  string // the key derivation label
+	idTag  string // what the id hashes the signature with
+}
+
+var (
+	downloadKind = kind{FilesPrefix, "download links v1", "download"}
+	uploadKind   = kind{UploadsPrefix, "upload links v1", "upload"}
+)
+
+// Signer makes and checks the two kinds of links:
+//
+//	/files/<expiry unix seconds>.<signature>/<file path, escaped segment by segment>
+//	/uploads/<expiry unix seconds>.<signature>/<directory, escaped segment by segment>/
+//
+// The signature is an HMAC-SHA256 over the expiry and the path, with a key derived from
+// the API key under the kind's own label, so rotating the key invalidates every link.
+// A link is a capability: whoever holds it may download that file, or add files to that
+// one directory, until it expires.
+type Signer struct {
+	keys map[kind][]byte
+}
+
+// NewSigner derives the link keys from the API key.
+func NewSigner(apiKey string) *Signer {
+	return &Signer{keys: map[kind][]byte{
+		downloadKind: oauth.DeriveKey(apiKey, downloadKind.label),
+		uploadKind:   oauth.DeriveKey(apiKey, uploadKind.label),
+	}}
+}
+
+func (s *Signer) mac(k kind, exp int64, p string) string {
+	m := hmac.New(sha256.New, s.keys[k])
+	fmt.Fprintf(m, "%d\n%s", exp, p)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// sign makes the link of kind k to the clean absolute path p, valid until exp.
+func (s *Signer) sign(k kind, p string, exp time.Time) Link {
+	exp = exp.Truncate(time.Second)
+	sig := s.mac(k, exp.Unix(), p)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s%d.%s/", k.prefix, exp.Unix(), sig)
+	b.WriteString(escapePath(p))
+	return Link{Path: b.String(), ID: linkID(k, sig), Expires: exp}
+}
+
+// Download signs a link to the file or directory p that lives for ttl from now. p must
+// be clean (see CleanPath): browsers and curl remove dot segments before they ask, so a
+// link to /sandbox/./a.txt could never be fetched.
+func (s *Signer) Download(p string, now time.Time, ttl time.Duration) Link {
+	return s.sign(downloadKind, p, now.Add(ttl))
+}
+
+// Upload signs an upload link to the directory dir (absolute, clean), valid until exp.
+func (s *Signer) Upload(dir string, exp time.Time) Link {
+	l := s.sign(uploadKind, dir, exp)
+	if !strings.HasSuffix(l.Path, "/") {
+		l.Path += "/"
+	}
+	return l
+}
+
+// escapePath escapes each segment of an absolute path, without its leading slash.
+func escapePath(p string) string {
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range segs {
+		segs[i] = escapeSegment(s)
+	}
+	return strings.Join(segs, "/")
+}
+
+// escapeSegment escapes a path segment so that it survives every client's URL
+// handling: url.PathEscape leaves characters such as ':' that some clients rewrite.
+func escapeSegment(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// linkID names a link by its signature: the same id for the link made and the link
+// used, and never another kind's id.
+func linkID(k kind, sig string) string {
+	sum := sha256.Sum256([]byte(k.idTag + "\x00" + sig))
+	return hex.EncodeToString(sum[:12])
+}
+
+var (
+	errLinkInvalid = errors.New("link invalid")
+	errLinkExpired = errors.New("link expired")
+)
+
+// token splits the path after a kind's prefix into its expiry, its signature and the
+// rest.
+func token(k kind, urlPath string) (exp int64, sig, rest string, ok bool) {
+	tok, rest, ok := strings.Cut(strings.TrimPrefix(urlPath, k.prefix), "/")
+	if !ok {
+		return 0, "", "", false
+	}
+	expStr, sig, ok := strings.Cut(tok, ".")
+	exp, good := expiry.Parse(expStr)
+	return exp, sig, rest, ok && good
+}
+
+// valid checks sig against the path p of kind k.
+func (s *Signer) valid(k kind, exp int64, sig, p string) bool {
+	return hmac.Equal([]byte(sig), []byte(s.mac(k, exp, p)))
+}
+
+// verifyDownload checks a request path below /files/ and returns the link with the
+// container path it names.
+func (s *Signer) verifyDownload(urlPath string, now time.Time) (string, Link, error) {
+	exp, sig, p, ok := token(downloadKind, urlPath)
+	if !ok || p == "" {
+		return "", Link{}, errLinkInvalid
+	}
+	p = "/" + p
+	if !s.valid(downloadKind, exp, sig, p) {
+		return "", Link{}, errLinkInvalid
+	}
+	l := Link{Path: urlPath, ID: linkID(downloadKind, sig), Expires: time.Unix(exp, 0)}
+	if now.After(l.Expires) {
+		return p, l, errLinkExpired
+	}
+	return p, l, nil
+}
+
+// DownloadID is the id of the download link whose path is urlPath, as Download gave it.
+func DownloadID(urlPath string) string {
+	tok, _, _ := strings.Cut(strings.TrimPrefix(urlPath, FilesPrefix), "/")
+	_, sig, _ := strings.Cut(tok, ".")
+	return linkID(downloadKind, sig)
+}
+
+// uploadTarget is what a request below /uploads/ asks for.
+type uploadTarget struct {
+	id     string    // names the link in the console, from its signature
+	dir    string    // the signed directory
+	name   string    // the raw file name after the directory ("" for the page)
+	expiry time.Time // when the link expires
+}
+
+// verifyUpload checks a request path below /uploads/. The last segment is the file name
+// (empty for the page itself); the ones before it are the directory. When that reading
+// fails and the path does not end in '/', it also tries the whole path as the
+// directory, so that redirect can fix a link pasted without its final slash.
+func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget, slashless bool, err error) {
+	exp, sig, p, ok := token(uploadKind, escapedPath)
+	if !ok {
+		return t, false, errLinkInvalid
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		var perr error
+		if segs[i], perr = url.PathUnescape(seg); perr != nil {
+			return t, false, errLinkInvalid
+		}
+	}
+	check := func(dirSegs []string) (string, bool) {
+		dir := path.Clean("/" + strings.Join(dirSegs, "/"))
+		return dir, s.valid(uploadKind, exp, sig, dir)
+	}
+	dir, good := check(segs[:len(segs)-1])
+	name := segs[len(segs)-1]
+	if !good && name != "" {
+		if dir, good = check(segs); good {
+			slashless, name = true, ""
+		}
+	}
+	if !good {
+		return t, false, errLinkInvalid
+	}
+	t = uploadTarget{id: linkID(uploadKind, sig), dir: dir, name: name, expiry: time.Unix(exp, 0)}
+	if now.After(t.expiry) {
+		return t, slashless, errLinkExpired
+	}
+	return t, slashless, nil
+}
+
+// CleanPath makes an absolute container path canonical, the way clients will ask for it.
+func CleanPath(p string) string { return path.Clean("/" + p) }
