@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 )
 
@@ -26,11 +27,11 @@ func BenchmarkAuditCost(b *testing.B) {
 	call(ctx, b, c, "execute", map[string]any{"command": "true"})
 
 	log := console.NewAuditLog(&certmagic.FileStorage{Path: b.TempDir()}, "bench", 0, nil)
-	callCtx := context.WithValue(ctx, callKey{}, callInfo{identity: oauth.Identity{Subject: "grant-id", ClientID: "client-id", ClientName: "Claude", Method: oauth.MethodOAuth}})
+	callCtx := mcptools.WithCaller(ctx, mcptools.Caller{Subject: "grant-id", ClientID: "client-id", ClientName: "Claude", Method: oauth.MethodOAuth, Label: "Claude"})
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "execute"
 	req.Params.Arguments = map[string]any{"command": "true"}
-	res := mcp.NewToolResultStructured(executeOutput{ExitCode: new(int), DurationSeconds: 0.05}, "[exit code 0, 0.05s]")
+	res := mcp.NewToolResultStructured(mcptools.ExecuteOutput{ExitCode: new(int), DurationSeconds: 0.05}, "[exit code 0, 0.05s]")
 	const perFlush = 20
 
 	var roundTrip, record time.Duration
@@ -43,7 +44,7 @@ func BenchmarkAuditCost(b *testing.B) {
 			b.Fatal(resultText(r))
 		}
 		for j := 0; j < perFlush; j++ {
-			log.Record(toolEntry(callCtx, req, res, nil, time.Now()))
+			log.Record(mcptools.AuditEntry(callCtx, req, res, nil, time.Now()))
 		}
 		if err := log.Flush(ctx); err != nil {
 			b.Fatal(err)

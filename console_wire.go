@@ -2,21 +2,17 @@ package mcpsandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/certmagic"
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -197,7 +193,7 @@ func (c consoleLinks) RevokeLink(ctx context.Context, id string) (console.Link, 
 func (h *Handler) recordLink(ctx context.Context, kind string, l links.Link, target string) {
 	err := h.linkReg.Record(ctx, console.Link{
 		ID: l.ID, Kind: kind, Target: target,
-		Creator: clientLabel(callFrom(ctx).identity), ExpiresAt: l.Expires,
+		Creator: mcptools.CallerFrom(ctx).Label, ExpiresAt: l.Expires,
 	})
 	if err != nil {
 		h.logger.Warn("recording a "+kind+" link", zap.Error(err))
@@ -216,90 +212,3 @@ func clientLabel(id oauth.Identity) string {
 	}
 	return "unknown"
 }
-
-// auditTool records every tool call in the audit log (registered as mcp-go tool
-// middleware, so tools added later are covered without a line of their own).
-func (h *Handler) auditTool(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		start := time.Now()
-		res, err := next(ctx, req)
-		h.audit.Record(toolEntry(ctx, req, res, err, start))
-		return res, err
-	}
-}
-
-// auditArgLimit is how much of each string argument (the command) the log keeps.
-const auditArgLimit = 1000
-
-// toolEntry makes the audit entry of one tool call.
-func toolEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) console.Entry {
-	id := callFrom(ctx).identity
-	e := console.Entry{
-		Time: start, Client: clientLabel(id), ClientID: id.ClientID, Subject: id.Subject,
-		Tool: req.Params.Name, Outcome: console.OutcomeOK,
-		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
-	}
-	if ip, ok := caddyhttp.GetVar(ctx, caddyhttp.ClientIPVarKey).(string); ok {
-		e.Remote = ip
-	}
-	if m, ok := req.Params.Arguments.(map[string]any); ok && len(m) > 0 {
-		clipped := make(map[string]any, len(m))
-		for k, v := range m {
-			if s, ok := v.(string); ok {
-				v = clip(s, auditArgLimit)
-			}
-			clipped[k] = v
-		}
-		// Not HTML-escaped: the log keeps what was sent; the console escapes on output.
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if enc.Encode(clipped) == nil {
-			e.Args = strings.TrimSuffix(b.String(), "\n")
-		}
-	}
-	switch {
-	case err != nil:
-		e.Outcome, e.Error = console.OutcomeError, clip(err.Error(), 500)
-	case res == nil:
-	case res.IsError:
-		e.Outcome, e.Error = console.OutcomeError, clip(resultErrorText(res), 500)
-	default:
-		if f, ok := res.StructuredContent.(auditFacter); ok {
-			e.Outcome, e.ExitCode, e.Bytes = f.auditFacts()
-		}
-	}
-	return e
-}
-
-func resultErrorText(res *mcp.CallToolResult) string {
-	for _, c := range res.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			return tc.Text
-		}
-	}
-	return "tool error"
-}
-
-// auditFacter is implemented by structured tool results that have an outcome, an exit
-// code or a byte count worth logging.
-type auditFacter interface {
-	auditFacts() (outcome string, exitCode *int, bytes int64)
-}
-
-// auditFacts of execute and the job tools: a job still running is "ok" with no exit
-// code yet.
-func (o executeOutput) auditFacts() (string, *int, int64) {
-	outcome := console.OutcomeOK
-	switch {
-	case o.TimedOut:
-		outcome = console.OutcomeTimeout
-	case o.Cancelled:
-		outcome = console.OutcomeCancelled
-	case o.ExitCode != nil && *o.ExitCode != 0:
-		outcome = console.OutcomeNonZero
-	}
-	return outcome, o.ExitCode, o.StdoutBytes + o.StderrBytes
-}
-
-func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }

@@ -32,7 +32,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -102,8 +104,8 @@ func imageOf(t *testing.T, res *mcp.CallToolResult) (image.Image, string, string
 			if err != nil {
 				t.Fatalf("image content does not decode: %v", err)
 			}
-			if len(data) > maxImageBytes {
-				t.Errorf("image data %d bytes, over %d", len(data), maxImageBytes)
+			if len(data) > mcptools.MaxImageBytes {
+				t.Errorf("image data %d bytes, over %d", len(data), mcptools.MaxImageBytes)
 			}
 			return img, format, ic.MIMEType
 		}
@@ -142,7 +144,7 @@ func TestReadFileImages(t *testing.T) {
 	img, format, mimeType := imageOf(t, res)
 	b := img.Bounds()
 	t.Logf("4000x3000 PNG (%d KB) -> %dx%d %s in %v, heap peak +%d MiB; text %q", buf.Len()>>10, b.Dx(), b.Dy(), mimeType, d, peak>>20, resultText(res))
-	if max(b.Dx(), b.Dy()) > maxImageEdge || b.Dx() != 1568 || b.Dy() != 1176 || format != "png" || mimeType != "image/png" {
+	if max(b.Dx(), b.Dy()) > mcptools.MaxImageEdge || b.Dx() != 1568 || b.Dy() != 1176 || format != "png" || mimeType != "image/png" {
 		t.Errorf("scaled image %dx%d %s (%s)", b.Dx(), b.Dy(), format, mimeType)
 	}
 	// The picture survived the scaling: a corner keeps its colour.
@@ -257,7 +259,7 @@ func TestReadFileLargeText(t *testing.T) {
 
 	// Default page: 2000 lines, then a pointer to the next.
 	txt = resultText(call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/big.txt"}))
-	if n := strings.Count(txt, "\n"); n != defaultReadLines || !strings.HasPrefix(txt, "     1\tline 1:") || !strings.Contains(txt, "continue with offset=2001") {
+	if n := strings.Count(txt, "\n"); n != mcptools.DefaultReadLines || !strings.HasPrefix(txt, "     1\tline 1:") || !strings.Contains(txt, "continue with offset=2001") {
 		t.Errorf("default page: %d lines, ends %q", n, txt[max(0, len(txt)-200):])
 	}
 	// The end of the file, a start past it, long lines, no final newline.
@@ -271,13 +273,13 @@ func TestReadFileLargeText(t *testing.T) {
 	}
 	s.containerExec(`{ echo short; head -c 10000 /dev/zero | tr '\0' 'x'; printf '\nlast'; } > /sandbox/long.txt`)
 	txt = resultText(call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/long.txt"}))
-	if !strings.Contains(txt, "     2\t"+strings.Repeat("x", maxLineBytes)+"\n") || !strings.Contains(txt, "     3\tlast\n") || !strings.Contains(txt, "were cut") {
-		t.Errorf("long lines: %q", clip(txt, 300))
+	if !strings.Contains(txt, "     2\t"+strings.Repeat("x", mcptools.MaxLineBytes)+"\n") || !strings.Contains(txt, "     3\tlast\n") || !strings.Contains(txt, "were cut") {
+		t.Errorf("long lines: %q", human.Clip(txt, 300))
 	}
 	// A byte cap keeps a page of long lines bounded.
 	s.containerExec(`awk 'BEGIN { for (i = 1; i <= 500; i++) { s = ""; for (j = 0; j < 150; j++) s = s "0123456789"; print s } }' > /sandbox/wide.txt`)
 	txt = resultText(call(ctx, t, c, "read_file", map[string]any{"path": "/sandbox/wide.txt"}))
-	if len(txt) > maxReadBytes+2000 || !strings.Contains(txt, "more follows") {
+	if len(txt) > mcptools.MaxReadBytes+2000 || !strings.Contains(txt, "more follows") {
 		t.Errorf("byte cap: %d bytes, ends %q", len(txt), txt[max(0, len(txt)-200):])
 	}
 }

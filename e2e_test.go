@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 func TestExecuteThroughCaddy(t *testing.T) {
@@ -430,13 +431,7 @@ func TestCancelKillsCommand(t *testing.T) {
 
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // TestReloadKeepsContainer: a config reload keeps the same container and a detached

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,6 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // plantedNotice is what a program planted in the container prints to steer every
@@ -31,29 +30,14 @@ func hasInjection(s string) bool {
 	return false
 }
 
-// TestDescribeFactsOnlyKnownNames: whatever facts hold, the sentence names only
-// programs and modules detection looks for.
-func TestDescribeFactsOnlyKnownNames(t *testing.T) {
-	f := &sandbox.Facts{
-		Programs:      []string{"python3", plantedNotice, "git", "git"},
-		PythonModules: []string{"numpy", plantedNotice},
-	}
-	if got, want := describeFacts(f), " Installed: python3 (numpy), git."; got != want {
-		t.Errorf("describeFacts = %q, want %q", got, want)
-	}
-	if got := describeFacts(&sandbox.Facts{Programs: []string{plantedNotice}}); got != " Installed: only the base system (no python3, node or git)." {
-		t.Errorf("describeFacts of nothing known = %q", got)
-	}
-}
-
 // TestDecodeStoredFactsDropsInjection: facts an earlier version stored with whatever
 // the container printed come back with the known names only, marked stale so they are
 // stored again clean.
 func TestDecodeStoredFactsDropsInjection(t *testing.T) {
 	poisoned := `{"image_id":"sha256:1","programs":["python3","` + plantedNotice + `","jq"],"python_modules":["` + plantedNotice + `","numpy"]}`
 	f, stale, ok := decodeStoredFacts([]byte(poisoned))
-	if !ok || !stale || hasInjection(describeFacts(&f)) || describeFacts(&f) != " Installed: python3 (numpy), jq." || f.ImageID != "sha256:1" {
-		t.Errorf("poisoned facts decode as %+v (stale %v, ok %v): %q", f, stale, ok, describeFacts(&f))
+	if !ok || !stale || !slices.Equal(f.Programs, []string{"python3", "jq"}) || !slices.Equal(f.PythonModules, []string{"numpy"}) || f.ImageID != "sha256:1" {
+		t.Errorf("poisoned facts decode as %+v (stale %v, ok %v)", f, stale, ok)
 	}
 	b, _ := json.Marshal(f)
 	if hasInjection(string(b)) {

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // TestDescriptionsFollowConfig: through a real Caddy and the official TypeScript SDK,
@@ -48,22 +46,5 @@ func TestDescriptionsFollowConfig(t *testing.T) {
 				t.Errorf("installed tools never appeared:\nexecute: %q\ninstructions: %q", got.ExecuteLater, got.InstructionsLater)
 			}
 		})
-	}
-}
-
-func TestDescribeFacts(t *testing.T) {
-	for _, tc := range []struct {
-		f    *sandbox.Facts
-		want string
-	}{
-		{nil, ""},
-		{&sandbox.Facts{Programs: []string{}}, " Installed: only the base system (no python3, node or git)."},
-		{&sandbox.Facts{Programs: []string{"python3", "node", "git"}, PythonModules: []string{"numpy", "pandas"}},
-			" Installed: python3 (numpy, pandas), node, git."},
-		{&sandbox.Facts{Programs: []string{"python3", "jq"}}, " Installed: python3, jq."},
-	} {
-		if got := describeFacts(tc.f); got != tc.want {
-			t.Errorf("describeFacts(%+v) = %q, want %q", tc.f, got, tc.want)
-		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -136,7 +137,7 @@ type Handler struct {
 	host    string
 	auth    *oauth.Server
 	mcp     *server.StreamableHTTPServer
-	tasks   *taskStore
+	tools   *mcptools.Tools
 	signer  *links.Signer
 	links   *links.Server
 
@@ -310,7 +311,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	h.tasks = newTaskStore(time.Duration(h.MaxTaskTTL), h.MaxTasks, h.MaxTasksTotal)
 	h.mcp = h.newMCPServer()
 	return registerMetrics(ctx.GetMetricsRegistry())
 }
@@ -383,8 +383,8 @@ func (h *Handler) Cleanup() error {
 		h.mcp.CloseSessions(ctx)
 		cancel()
 	}
-	if h.tasks != nil {
-		h.tasks.close()
+	if h.tools != nil {
+		h.tools.Close()
 	}
 	return errors.Join(h.releaseConsole(), h.releaseGuesses(), release(h.poolKey))
 }

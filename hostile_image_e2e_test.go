@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testimage"
 )
 
@@ -82,7 +83,7 @@ func TestReadFileHostileImage(t *testing.T) {
 	if img.Bounds().Dx() != 1568 || img.Bounds().Dy() != 1176 || format != "jpeg" || mimeType != "image/jpeg" {
 		t.Errorf("camera photo came back %v %s %s", img.Bounds(), format, mimeType)
 	}
-	if peak > imageBudget {
-		t.Errorf("the heap grew by %d MB reading a 4000x3000 photo, over the %d MB images may take", peak>>20, imageBudget>>20)
+	if peak > mcptools.ImageBudget {
+		t.Errorf("the heap grew by %d MB reading a 4000x3000 photo, over the %d MB images may take", peak>>20, mcptools.ImageBudget>>20)
 	}
 }

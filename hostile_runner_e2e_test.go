@@ -10,6 +10,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -54,7 +55,7 @@ func TestJobInputNeverBlocks(t *testing.T) {
 	for i, ch := range []string{"a", "b"} {
 		res, took := timedCall(ctx, t, c, 20*time.Second, "job_input", map[string]any{
 			"job_id": id, "input": strings.Repeat(ch, sandbox.MaxInputBytes), "wait": 1})
-		t.Logf("job_input %d of 60 KiB answered in %v: error %v, %q", i+1, took, res.IsError, clip(resultText(res), 300))
+		t.Logf("job_input %d of 60 KiB answered in %v: error %v, %q", i+1, took, res.IsError, human.Clip(resultText(res), 300))
 		if took > 10*time.Second {
 			t.Errorf("job_input %d took %v, want under 10 s", i+1, took)
 		}
@@ -123,7 +124,7 @@ func TestJobListLongCommand(t *testing.T) {
 		}
 		command := e["command"].(string)
 		if !strings.HasPrefix(command, "echo long-command-marker; : xxx") || len(command) > 1024 {
-			t.Errorf("job_list shows the 100 KiB command as %q", clip(command, 300))
+			t.Errorf("job_list shows the 100 KiB command as %q", human.Clip(command, 300))
 		}
 		return
 	}

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // A client that makes MCP tasks and never lets go of them must not grow Caddy's memory
@@ -220,13 +221,7 @@ func makeTasks(t *testing.T, c *rawMCP, n, workers, size int, base int64) (made 
 }
 
 // heapAfterGC is the live heap, in bytes.
-func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
+func heapAfterGC() uint64 { return testenv.HeapAfterGC() }
 
 // TestHostileTasksBounded: a client that makes task after task with a ttl of 1e12 gets
 // the ttl cut to max_task_ttl, is refused beyond max_tasks with an error that says what

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -58,7 +59,7 @@ func (h *Handler) imageMissing(cli client.APIClient, host string) string {
 	case !b.done:
 		msg := fmt.Sprintf("The sandbox image %s is being built (started %s ago); the first build takes several minutes. Try again in a minute.", image, time.Since(b.started).Round(time.Second))
 		if b.step != "" {
-			msg += " Current step: " + clip(b.step, 160)
+			msg += " Current step: " + human.Clip(b.step, 160)
 		}
 		return msg
 	case b.err != nil:

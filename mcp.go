@@ -1,7 +1,6 @@
 package mcpsandbox
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 )
 
@@ -24,51 +24,10 @@ const maxRequestBody = 4 << 20
 // Version is reported to MCP clients in serverInfo.
 var Version = "0.1.0"
 
-const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
-
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
-	hooks := &server.Hooks{}
-	hooks.AddAfterInitialize(h.instructions)
-	// The task options come first: their middleware (see tasks.go) replaces a task's
-	// result by a handle, and the audit log must see the result itself.
-	opts := append(h.tasks.serverOptions(hooks),
-		server.WithToolCapabilities(false),
-		server.WithInstructions(serverInstructions),
-		server.WithToolFilter(h.describeTools),
-		server.WithHooks(hooks),
-		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(h.auditTool),
-	)
-	s := server.NewMCPServer("mcp-sandbox", Version, opts...)
-	addTool(s, h.executeTool(), h.execute)
-	addTool(s, h.shareFileTool(), h.shareFile)
-	addTool(s, h.jobOutputTool(), h.jobOutput)
-	addTool(s, h.jobInputTool(), h.jobInput)
-	addTool(s, h.jobKillTool(), h.jobKill)
-	addTool(s, h.jobListTool(), h.jobList)
-	addTool(s, h.uploadLinkTool(), h.uploadLink)
-	addTool(s, h.readFileTool(), h.readFile)
-	addTool(s, h.writeFileTool(), h.writeFile)
-	addTool(s, h.editFileTool(), h.editFile)
-	if h.previews != nil {
-		addTool(s, h.exposePortTool(), h.exposePort)
-		addTool(s, h.unexposePortTool(), h.unexposePort)
-	}
-	return server.NewStreamableHTTPServer(s, server.WithEndpointPath(mcpPath))
-}
-
-type callKey struct{}
-
-// callInfo is what tool handlers need to know of the HTTP request they serve.
-type callInfo struct {
-	identity oauth.Identity // who, for logs
-	origin   string         // where links point
-}
-
-func callFrom(ctx context.Context) callInfo {
-	c, _ := ctx.Value(callKey{}).(callInfo)
-	return c
+	h.tools = mcptools.New(h.toolOptions())
+	return server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath))
 }
 
 // serveMCP checks the origin and the bearer token, then hands the request to mcp-go
@@ -104,18 +63,22 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		sw.startKeepalive()
 	}
 	defer sw.finish()
-	ctx, done := h.tasks.request(r.Context()) // see tasks.go
+	ctx, done := h.tools.Request(r.Context())
+	ctx = mcptools.WithCaller(ctx, mcptools.Caller{
+		ClientName: id.ClientName, ClientID: id.ClientID, Subject: id.Subject, Method: id.Method,
+		Label: clientLabel(id), Origin: h.auth.Origin(r), Remote: clientIP(r),
+	})
 	h.mcp.Handle(sw, &server.HTTPRequest{
 		Method:  r.Method,
 		URL:     r.URL,
 		Header:  r.Header,
 		Body:    body,
-		Context: context.WithValue(ctx, callKey{}, callInfo{identity: id, origin: h.auth.Origin(r)}),
+		Context: ctx,
 	})
 	done()
 	// mcp-go answers 200 to a DELETE that ended the session; its tasks' results go too.
 	if r.Method == http.MethodDelete && sw.status() == http.StatusOK {
-		h.tasks.endSession(r.Header.Get(server.HeaderKeySessionID))
+		h.tools.EndSession(r.Header.Get(server.HeaderKeySessionID))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -191,7 +192,7 @@ func (p *previewSite) waitFor(t testing.TB, u string, want int) string {
 			if log, err := os.ReadFile(filepath.Join(p.storage, "caddy.log")); err == nil {
 				t.Logf("Caddy log (end): %s", log[max(0, len(log)-3000):])
 			}
-			t.Fatalf("GET %s: %d %q, want %d", u, resp.StatusCode, clip(body, 300), want)
+			t.Fatalf("GET %s: %d %q, want %d", u, resp.StatusCode, human.Clip(body, 300), want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -243,7 +244,7 @@ func TestPreviewLifecycle(t *testing.T) {
 	resp, body := p.get(t, u, "Accept", "text/html,application/xhtml+xml")
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `http-equiv="refresh"`) ||
 		!strings.Contains(body, "port 8000") || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("no listener: %d %q", resp.StatusCode, clip(body, 400))
+		t.Fatalf("no listener: %d %q", resp.StatusCode, human.Clip(body, 400))
 	}
 	resp, body = p.get(t, u+"app.js")
 	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(body, "<html") {
@@ -253,7 +254,7 @@ func TestPreviewLifecycle(t *testing.T) {
 	p.startServer(t, 8000)
 	body = p.waitFor(t, u, http.StatusOK)
 	if !strings.Contains(body, "Hello from inside the sandbox") {
-		t.Fatalf("index: %q", clip(body, 300))
+		t.Fatalf("index: %q", human.Clip(body, 300))
 	}
 	if _, hello := p.get(t, u+"hello"); !strings.Contains(hello, "host localhost:8000") {
 		t.Fatalf("the app should see Host localhost:8000: %q", hello)
@@ -344,7 +345,7 @@ func TestPreviewLifecycle(t *testing.T) {
 	}
 	resp, body = p.get(t, u2, "Accept", "text/html")
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "Waiting for the app") {
-		t.Fatalf("after restart: %d %q", resp.StatusCode, clip(body, 300))
+		t.Fatalf("after restart: %d %q", resp.StatusCode, human.Clip(body, 300))
 	}
 	p.startServer(t, 8000)
 	p.waitFor(t, u2, http.StatusOK)
@@ -402,7 +403,7 @@ func TestPreviewBadInput(t *testing.T) {
 	} {
 		resp, body := p.get(t, "http://ignored/hello", "Host", tc.host)
 		if resp.StatusCode != tc.want {
-			t.Errorf("Host %.60q: %d %q, want %d", tc.host, resp.StatusCode, clip(body, 100), tc.want)
+			t.Errorf("Host %.60q: %d %q, want %d", tc.host, resp.StatusCode, human.Clip(body, 100), tc.want)
 		}
 		if tc.want == 404 && !strings.Contains(body, "preview does not exist") {
 			t.Errorf("Host %.60q: 404 body %q", tc.host, body)
@@ -439,7 +440,7 @@ func TestPreviewAuth(t *testing.T) {
 
 	resp, body := p.get(t, u+"hello", "Accept", "text/html")
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "API key") {
-		t.Fatalf("without cookie: %d %q", resp.StatusCode, clip(body, 200))
+		t.Fatalf("without cookie: %d %q", resp.StatusCode, human.Clip(body, 200))
 	}
 	post := func(key, next string) *http.Response {
 		form := url.Values{"key": {key}, "next": {next}}

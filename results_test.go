@@ -9,6 +9,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 )
 
 // TestResultShapePerClient: a client whose model reads text and structuredContent
@@ -47,10 +48,10 @@ func TestResultShapePerClient(t *testing.T) {
 		if note, _ := st["note"].(string); !strings.Contains(note, "exit code 0") {
 			t.Errorf("%s: structured note = %q", tc.name, note)
 		}
-		if tc.pointer && text != pointerText {
+		if tc.pointer && text != mcptools.PointerText {
 			t.Errorf("%s: text = %q, want the pointer only", tc.name, text)
 		}
-		if !tc.pointer && text == pointerText {
+		if !tc.pointer && text == mcptools.PointerText {
 			t.Errorf("%s: text = %q, want the output", tc.name, text)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 )
 
@@ -189,7 +190,7 @@ func TestUploadEndToEnd(t *testing.T) {
 		code, body := put(t, link, tc.name, strings.NewReader("hostile"), 7, "Accept", "application/json")
 		var r links.UploadResult
 		if code != 201 || json.Unmarshal([]byte(body), &r) != nil || r.Path != "/sandbox/uploads/"+tc.want {
-			t.Errorf("PUT %q: %d %s", clip(tc.name, 40), code, clip(body, 300))
+			t.Errorf("PUT %q: %d %s", human.Clip(tc.name, 40), code, human.Clip(body, 300))
 		}
 	}
 	for _, name := range []string{"..", ".", "\x00", "../", "\n"} {

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -43,16 +44,16 @@ const unexposeOutputSchema = `{
   "required": ["port", "was_exposed"]
 }`
 
-func (h *Handler) exposePortTool() mcp.Tool {
+func (s *Tools) exposePortTool() mcp.Tool {
 	auth := "Anyone with the URL can open it until it expires, so share it only with the user."
-	if h.PreviewAuth {
+	if s.opts.PreviewAuth {
 		auth = "The user signs in once per browser with the sandbox's API key before seeing it."
 	}
 	return mcp.NewTool("expose_port",
 		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API, dashboard or dev server listening on a TCP port inside the sandbox. HTTP, Server-Sent Events and WebSockets work, so dev servers with hot reload work. The URL has an origin of its own and expires after %s; exposing the same port again returns a working URL and renews it. %s
 
 Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on ::1), and start it detached so it outlives the command: `+"`setsid nohup npm run dev -- --host 0.0.0.0 --port 5173 > /sandbox/dev.log 2>&1 &`"+`. Requests arrive with Host "localhost:<port>", which dev servers accept by default. Until something listens, the user sees a page that says so and retries every few seconds. Use unexpose_port when the user no longer needs it.`,
-			humanDuration(time.Duration(h.PreviewTTL)), auth)),
+			human.Duration(time.Duration(s.opts.PreviewTTL)), auth)),
 		mcp.WithTitleAnnotation("Expose a sandbox port as a preview URL"),
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000.")),
@@ -64,7 +65,7 @@ Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on :
 	)
 }
 
-func (h *Handler) unexposePortTool() mcp.Tool {
+func (s *Tools) unexposePortTool() mcp.Tool {
 	return mcp.NewTool("unexpose_port",
 		mcp.WithDescription("End the preview URL of a port made by expose_port: afterwards the URL answers 404. The app inside the sandbox keeps running; stop it with execute if needed."),
 		mcp.WithTitleAnnotation("End a port's preview URL"),
@@ -92,33 +93,37 @@ func portArg(tool string, a args) (int, *mcp.CallToolResult) {
 
 // exposePort makes (or renews) the preview of a port and says whether something
 // listens there now.
-func (h *Handler) exposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) exposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	port, bad := portArg("expose_port", a)
 	if bad != nil {
 		return bad, nil
 	}
 	listening := false
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	conn, err := h.box.DialPort(pctx, port)
+	conn, err := box.DialPort(pctx, port)
 	cancel()
 	switch {
 	case err == nil:
 		listening = true
 		conn.Close()
 	case errors.Is(err, sandbox.ErrImageMissing):
-		return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
+		return mcp.NewToolResultError(box.ImageMissing()), nil
 	case !errors.Is(err, sandbox.ErrNoListener):
-		h.logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
+		s.logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
 	}
-	p := h.previews.Expose(port)
+	url, expires := s.opts.Previews.Expose(port, CallerFrom(ctx).Origin)
 	out := exposeOutput{
-		URL:       h.previews.URL(p, callFrom(ctx).origin),
+		URL:       url,
 		Port:      port,
-		ExpiresAt: p.Expires.UTC(),
+		ExpiresAt: expires.UTC(),
 		Listening: listening,
 	}
-	id := callFrom(ctx).identity
-	h.logger.Info("expose_port", zap.Int("port", port), zap.Bool("listening", listening),
+	id := CallerFrom(ctx)
+	s.logger.Info("expose_port", zap.Int("port", port), zap.Bool("listening", listening),
 		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID))
 	text := fmt.Sprintf("Preview of port %d, valid until %s:\n%s\n", port, out.ExpiresAt.Format(time.RFC3339), out.URL)
 	if listening {
@@ -126,19 +131,19 @@ func (h *Handler) exposePort(ctx context.Context, a args) (*mcp.CallToolResult, 
 	} else {
 		text += "Nothing listens on the port yet: start the server bound to 0.0.0.0 or 127.0.0.1 (detached with setsid nohup). Until then the URL shows a page that retries every few seconds."
 	}
-	if h.PreviewAuth {
+	if s.opts.PreviewAuth {
 		text += " The user signs in with the sandbox's API key the first time."
 	}
 	return mcp.NewToolResultStructured(out, text), nil
 }
 
 // unexposePort ends the preview of a port.
-func (h *Handler) unexposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) unexposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
 	port, bad := portArg("unexpose_port", a)
 	if bad != nil {
 		return bad, nil
 	}
-	was := h.previews.Unexpose(port)
+	was := s.opts.Previews.Unexpose(port)
 	text := fmt.Sprintf("Port %d is no longer exposed; its preview URL now answers 404.", port)
 	if !was {
 		text = fmt.Sprintf("Port %d was not exposed (or its preview had already expired); nothing to do.", port)

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -43,24 +43,24 @@ const uploadLinkOutputSchema = `{
 
 // uploadTTLBound is the longest lifetime an upload link may ask for: max_link_ttl, as
 // for downloads.
-func (h *Handler) uploadTTLBound() time.Duration {
-	if h.MaxLinkTTL > 0 {
-		return time.Duration(h.MaxLinkTTL)
+func (s *Tools) uploadTTLBound() time.Duration {
+	if s.opts.MaxLinkTTL > 0 {
+		return time.Duration(s.opts.MaxLinkTTL)
 	}
-	return max(time.Duration(h.LinkTTL), maxUploadLinkTTL)
+	return max(time.Duration(s.opts.LinkTTL), maxUploadLinkTTL)
 }
 
-func (h *Handler) uploadLinkTool() mcp.Tool {
+func (s *Tools) uploadLinkTool() mcp.Tool {
 	return mcp.NewTool("upload_link",
 		mcp.WithDescription(fmt.Sprintf(`Make a link the user opens to send files from their device into the sandbox. Chat attachments never reach the sandbox: when the user wants you to work on their own file (spreadsheet, PDF, dataset, photo), call this and give them the URL. The page lets them choose or drag several files (up to %s each) with a progress bar; scripts can use curl -T file <url>. Files land in the directory (default %s, created if missing); a file whose name is taken is saved as "name (1).ext", never overwriting anything. The link expires after %s unless expires_in says otherwise. When the user says they are done, run `+"`ls -la <directory>`"+` with execute to see what arrived.`,
-			humanSize(h.MaxUpload), defaultUploadDir, humanDuration(time.Duration(h.LinkTTL)))),
+			human.Size(s.opts.MaxUpload), defaultUploadDir, human.Duration(time.Duration(s.opts.LinkTTL)))),
 		mcp.WithTitleAnnotation("Let the user upload files into the sandbox"),
 		mcp.WithString("directory",
 			mcp.Description("Absolute directory in the sandbox where the files land, e.g. /sandbox/data. Default "+defaultUploadDir+".")),
-		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(h.uploadTTLBound().Seconds()),
+		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(s.uploadTTLBound().Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
-				int(time.Duration(h.LinkTTL).Seconds()), humanDuration(time.Duration(h.LinkTTL)),
-				int(h.uploadTTLBound().Seconds()), humanDuration(h.uploadTTLBound())))),
+				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
+				int(s.uploadTTLBound().Seconds()), human.Duration(s.uploadTTLBound())))),
 		mcp.WithRawOutputSchema([]byte(uploadLinkOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(false),
@@ -70,7 +70,11 @@ func (h *Handler) uploadLinkTool() mcp.Tool {
 }
 
 // uploadLink makes a signed upload page for a directory of the sandbox.
-func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	dir, bad := a.str("directory")
 	if bad != nil {
 		return bad.result(), nil
@@ -82,8 +86,8 @@ func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, 
 		return argError(`upload_link needs "directory": an absolute path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
 	}
 	dir = path.Clean(dir)
-	ttl := time.Duration(h.LinkTTL)
-	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(h.uploadTTLBound().Seconds()))
+	ttl := time.Duration(s.opts.LinkTTL)
+	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(s.uploadTTLBound().Seconds()))
 	if bad != nil {
 		return bad.result(), nil
 	}
@@ -92,31 +96,30 @@ func (h *Handler) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, 
 	}
 	// Creating the directory now lets the model ls it at once and finds a file in the
 	// way before the person tries.
-	if err := h.box.MakeDir(ctx, dir); err != nil {
+	if err := box.MakeDir(ctx, dir); err != nil {
 		switch {
 		case errors.Is(err, sandbox.ErrImageMissing):
-			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
+			return mcp.NewToolResultError(box.ImageMissing()), nil
 		case errors.Is(err, sandbox.ErrNotDir):
 			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
 		}
 		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
 	}
-	link := h.signer.Upload(dir, time.Now().Add(ttl))
+	link, expires := s.opts.Links.Upload(ctx, dir, ttl)
 	out := uploadLinkOutput{
-		URL:       callFrom(ctx).origin + link.Path,
+		URL:       CallerFrom(ctx).Origin + link,
 		Directory: dir,
-		ExpiresAt: link.Expires.UTC(),
-		MaxBytes:  h.MaxUpload,
+		ExpiresAt: expires.UTC(),
+		MaxBytes:  s.opts.MaxUpload,
 	}
 	metricUploadLinks.Inc()
-	id := callFrom(ctx).identity
-	h.recordLink(ctx, console.KindUpload, link, dir)
-	h.logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
+	id := CallerFrom(ctx)
+	s.logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
 		zap.String("directory", dir), zap.Time("expires_at", out.ExpiresAt))
 	return mcp.NewToolResultStructured(out, fmt.Sprintf(
 		"Upload page for %s (files up to %s each, valid until %s). Give this link to the user:\n%s\n"+
 			"They can also run: curl -T <file> '%s'\nWhen they are done, run `ls -la %s` to see what arrived.",
-		dir, humanSize(out.MaxBytes), out.ExpiresAt.Format(time.RFC3339), out.URL, out.URL, shellWord(dir))), nil
+		dir, human.Size(out.MaxBytes), out.ExpiresAt.Format(time.RFC3339), out.URL, out.URL, shellWord(dir))), nil
 }
 
 // shellWord quotes s for a command line only when it needs it.

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // MCP tasks: a task-augmented tools/call of execute runs the same job as a plain call;
@@ -200,12 +201,12 @@ func (s *taskStore) reserve(slot *taskSlot, session string) error {
 			"A task keeps its result until its ttl passes (at most %s after it was created) or its session ends. "+
 			"Fetch the results you need with tasks/result and end the session (HTTP DELETE /mcp) to drop them, "+
 			"cancel running tasks you no longer need with tasks/cancel, or wait for older tasks to expire; "+
-			"execute also works without a task", n, humanDuration(s.maxTTL))
+			"execute also works without a task", n, human.Duration(s.maxTTL))
 	}
 	if n := len(s.tasks) + s.reserved; n >= s.total {
 		return fmt.Errorf("task not created: the server already keeps %d tasks, the most it keeps across sessions (max_tasks). "+
 			"Each is forgotten when its ttl passes (at most %s after it was created): wait for older tasks to expire, "+
-			"or call execute without a task", n, humanDuration(s.maxTTL))
+			"or call execute without a task", n, human.Duration(s.maxTTL))
 	}
 	if slot == nil || slot.reserved {
 		return nil // created counts it

@@ -1,10 +1,9 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // These tests run mcp-go's own MCP server with the task store wired in as the handler
@@ -260,7 +258,7 @@ func TestTaskAdmissionReadsLikeMCPGo(t *testing.T) {
 func TestTaskResultsDroppedWithSession(t *testing.T) {
 	const n, size = 20, 1 << 20
 	h := newTaskHarness(t, time.Hour, n, 1000)
-	base := heapAfterGC()
+	base := testenv.HeapAfterGC()
 	var ids []string
 	for i := 0; i < n; i++ {
 		ids = append(ids, h.task("a", "big", map[string]any{"n": size}, 1e12)["taskId"].(string))
@@ -277,7 +275,7 @@ func TestTaskResultsDroppedWithSession(t *testing.T) {
 		}
 	}
 	other := h.task("b", "big", map[string]any{"n": 10}, 1e12)["taskId"].(string)
-	held := heapAfterGC()
+	held := testenv.HeapAfterGC()
 	// Each result is held at least once; other garbage collected between the two
 	// readings makes the figure a little lower than n*size, so ask for three quarters.
 	if held < base+n*size*3/4 {
@@ -288,7 +286,7 @@ func TestTaskResultsDroppedWithSession(t *testing.T) {
 	}
 
 	h.store.endSession("a")
-	after := heapAfterGC()
+	after := testenv.HeapAfterGC()
 	t.Logf("heap: %d MB before, %d MB with %d results of 1 MiB, %d MB after the session ended", base>>20, held>>20, n, after>>20)
 	if after > base+n*size/4 {
 		t.Errorf("ending the session freed %d of %d MB", (held-after)>>20, (held-base)>>20)
@@ -312,7 +310,7 @@ func TestTaskResultsDroppedWithSession(t *testing.T) {
 func TestTaskResultsExpire(t *testing.T) {
 	const n, size = 10, 1 << 20
 	h := newTaskHarness(t, 5*time.Second, n, 1000)
-	base := heapAfterGC()
+	base := testenv.HeapAfterGC()
 	var ids []string
 	for i := 0; i < n; i++ {
 		task := h.task("a", "big", map[string]any{"n": size}, 1e12)
@@ -324,7 +322,7 @@ func TestTaskResultsExpire(t *testing.T) {
 	if _, msg := h.result("a", ids[0]); msg != "" {
 		t.Fatalf("tasks/result before the ttl: %s", msg)
 	}
-	waitFor(t, 5*time.Second, "the results to be held", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the results to be held", func() bool {
 		h.store.mu.Lock()
 		defer h.store.mu.Unlock()
 		for _, t := range h.store.tasks {
@@ -334,15 +332,15 @@ func TestTaskResultsExpire(t *testing.T) {
 		}
 		return true
 	})
-	held := heapAfterGC()
+	held := testenv.HeapAfterGC()
 	if held < base+n*size*3/4 {
 		t.Fatalf("the heap grew by %d bytes for %d results of %d bytes: the test measures nothing", held-base, n, size)
 	}
 	if _, msg := h.tryTask("a", "big", nil, 1e12); !strings.Contains(msg, "max_tasks") {
 		t.Fatalf("session at its limit: %q", msg)
 	}
-	waitFor(t, 10*time.Second, "the tasks to expire", func() bool { tasks, _, _ := h.counts(); return tasks == 0 })
-	after := heapAfterGC()
+	testenv.WaitFor(t, 10*time.Second, "the tasks to expire", func() bool { tasks, _, _ := h.counts(); return tasks == 0 })
+	after := testenv.HeapAfterGC()
 	t.Logf("heap: %d MB before, %d MB with %d results of 1 MiB, %d MB after their ttl", base>>20, held>>20, n, after>>20)
 	if after > base+n*size/4 {
 		t.Errorf("the ttl freed %d of %d MB", (held-after)>>20, (held-base)>>20)
@@ -368,7 +366,7 @@ func TestTaskCancelFreesItsPlace(t *testing.T) {
 		t.Fatalf("tasks/cancel: %v", m)
 	}
 	h.task("a", "big", map[string]any{"n": 1}, 1e12)
-	waitFor(t, 5*time.Second, "the cancelled tool to stop", func() bool { return h.stopped.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the cancelled tool to stop", func() bool { return h.stopped.Load() == 1 })
 }
 
 // TestTaskResultDroppedWhileRunning: a task whose session ends before its tool returns
@@ -378,7 +376,7 @@ func TestTaskResultDroppedWhileRunning(t *testing.T) {
 	id := h.task("a", "wait", nil, 1e12)["taskId"].(string)
 	h.store.endSession("a")
 	close(h.release)
-	waitFor(t, 5*time.Second, "the task to finish", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the task to finish", func() bool {
 		m := h.send("a", "tasks/get", map[string]any{"taskId": id})
 		return m["result"].(map[string]any)["status"] == "completed"
 	})
@@ -423,80 +421,6 @@ func TestHeldResultEncoding(t *testing.T) {
 	got, _ = json.Marshal(r.handle(res))
 	if !strings.Contains(string(got), "no longer kept: its session ended") || strings.Contains(string(got), "stdout") {
 		t.Errorf("dropped handle encodes as %s", got)
-	}
-}
-
-// TestTaskSettingsCaddyfile: max_tasks takes one or two numbers, max_task_ttl a
-// duration of at least a second; anything else fails with a message that says so.
-func TestTaskSettingsCaddyfile(t *testing.T) {
-	adapt := func(body string) (string, error) {
-		cf := "localhost {\n\tmcp_sandbox {\n\t\tapi_key {env.K}\n\t\t" + body + "\n\t}\n}\n"
-		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
-		return string(out), err
-	}
-	for _, tc := range []struct{ body, want string }{
-		{"max_tasks", "max_tasks takes one or two numbers"},
-		{"max_tasks 1 2 3", "max_tasks takes one or two numbers"},
-		{"max_tasks 0", `max_tasks: "0" is not a whole number of at least 1`},
-		{"max_tasks 10 lots", `max_tasks: "lots" is not a whole number`},
-		{"max_tasks 10\n\t\tmax_tasks 20", "duplicate subdirective max_tasks"},
-		{"max_task_ttl 0", "max_task_ttl: must be at least 1s"},
-		{"max_task_ttl 500ms", "max_task_ttl: must be at least 1s"},
-		{"max_task_ttl soon", `max_task_ttl: "soon" is not a duration`},
-	} {
-		if _, err := adapt(tc.body); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: got %v, want an error containing %q", tc.body, err, tc.want)
-		}
-	}
-	// One number sets the count per session only.
-	out, err := adapt("max_tasks 50")
-	if err != nil || !strings.Contains(out, `"max_tasks":50`) || strings.Contains(out, "max_tasks_total") {
-		t.Errorf("max_tasks 50: %v %s", err, out)
-	}
-}
-
-// TestTaskSettingsValidate: a total below the count per session, or a ttl under a
-// second, is a configuration error naming the setting.
-func TestTaskSettingsValidate(t *testing.T) {
-	const key = "a-long-enough-test-key-0123456789"
-	for _, tc := range []struct {
-		h    *Handler
-		want string
-	}{
-		{&Handler{APIKey: key, MaxTasks: 10, MaxTasksTotal: 5}, "max_tasks: the number in all (5) must be at least the number per session (10)"},
-		{&Handler{APIKey: key, MaxTasks: -1}, "max_tasks must be positive"},
-		{&Handler{APIKey: key, MaxTaskTTL: caddy.Duration(time.Millisecond)}, "max_task_ttl must be at least 1s"},
-	} {
-		if err := tc.h.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("got %v, want an error containing %q", err, tc.want)
-		}
-	}
-	if err := (&Handler{APIKey: key, MaxTasks: 2000, MaxTaskTTL: caddy.Duration(time.Second)}).Validate(); err != nil {
-		t.Errorf("max_tasks 2000 alone (the total defaults to it): %v", err)
-	}
-}
-
-// TestTaskDefaultsDocumented: the README's Caddyfile block, UnmarshalCaddyfile's doc
-// comment and the Handler's field comments state the task defaults the code applies.
-func TestTaskDefaultsDocumented(t *testing.T) {
-	ttl := humanDuration(defaultMaxTaskTTL)
-	ttlLine := regexp.MustCompile(`(?m)^\W*max_task_ttl\s+<duration>\s+# default: ` + regexp.QuoteMeta(ttl) + `;`)
-	tasksLine := regexp.MustCompile(fmt.Sprintf(`(?m)^\W*max_tasks\s+<n> \[<in all>\]\s+# default: %d MCP tasks per session, %d in all$`, defaultMaxTasks, defaultTasksTotal))
-	for _, f := range []string{"README.md", "caddyfile.go"} {
-		b := string(readExample(t, f))
-		if !ttlLine.MatchString(b) || !tasksLine.MatchString(b) {
-			t.Errorf("%s does not state max_task_ttl %s and max_tasks %d / %d in its Caddyfile syntax", f, ttl, defaultMaxTasks, defaultTasksTotal)
-		}
-	}
-	h := string(readExample(t, "handler.go"))
-	for _, want := range []string{
-		"none, is cut to it. Default: " + ttl + ".",
-		fmt.Sprintf("one session holds. Default: %d.", defaultMaxTasks),
-		fmt.Sprintf("across sessions. Default: %d (or", defaultTasksTotal),
-	} {
-		if !strings.Contains(h, want) {
-			t.Errorf("handler.go's field comments lack %q", want)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -21,7 +21,7 @@ var bothReaderHints = []string{"chatgpt", "openai"}
 
 // readsBoth reports whether the caller's model sees text and structuredContent.
 func readsBoth(ctx context.Context) bool {
-	id := callFrom(ctx).identity
+	id := CallerFrom(ctx)
 	names := []string{id.ClientName, id.ClientID}
 	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
 		names = append(names, s.GetClientInfo().Name)
@@ -37,8 +37,8 @@ func readsBoth(ctx context.Context) bool {
 	return false
 }
 
-// pointerText replaces the text of a structured result for clients that read both.
-const pointerText = "The result is in structuredContent."
+// PointerText replaces the text of a structured result for clients that read both.
+const PointerText = "The result is in structuredContent."
 
 // shapeResult removes the duplicate of a structured result's text for clients whose
 // model reads both. Images and other content stay; errors are left whole.
@@ -48,7 +48,7 @@ func shapeResult(ctx context.Context, res *mcp.CallToolResult) *mcp.CallToolResu
 	}
 	for i, c := range res.Content {
 		if _, ok := c.(mcp.TextContent); ok {
-			res.Content[i] = mcp.NewTextContent(pointerText)
+			res.Content[i] = mcp.NewTextContent(PointerText)
 		}
 	}
 	return res

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // toolFunc is a tool handler that receives its arguments already checked against the
@@ -167,7 +168,7 @@ func (a args) boolean(name string) (v, ok bool, err *badArg) {
 func describe(v any) string {
 	switch x := v.(type) {
 	case string:
-		return strconv.Quote(clip(x, 80))
+		return strconv.Quote(human.Clip(x, 80))
 	case float64:
 		return fmtNum(x)
 	case bool:

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -59,7 +60,7 @@ func startProgress(ctx context.Context, token mcp.ProgressToken, idle time.Durat
 				}
 				last = now
 				elapsed := now.Sub(start).Seconds()
-				msg := fmt.Sprintf("running for %.0fs, %s of output so far", elapsed, humanSize(total))
+				msg := fmt.Sprintf("running for %.0fs, %s of output so far", elapsed, human.Size(total))
 				if len(out) > 0 {
 					msg += "\n" + out
 				}

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -19,8 +19,8 @@ import (
 // maxTimeout is the longest timeout a single execute call may ask for.
 const maxTimeout = 24 * time.Hour
 
-// executeOutput is the structured result of execute and of the job tools.
-type executeOutput struct {
+// ExecuteOutput is the structured result of execute and of the job tools.
+type ExecuteOutput struct {
 	Stdout          string  `json:"stdout"`
 	Stderr          string  `json:"stderr"`
 	ExitCode        *int    `json:"exit_code"`
@@ -87,13 +87,13 @@ const shareOutputSchema = `{
   "required": ["url", "path", "name", "size", "expires_at"]
 }`
 
-func (h *Handler) executeTool() mcp.Tool {
-	cfg := h.box.Config()
+func (s *Tools) executeTool() mcp.Tool {
+	cfg := s.cfg
 	ttl := "never (cleanup is off)"
 	if cfg.FileTTL > 0 {
-		ttl = "after " + humanDuration(cfg.FileTTL) + " without changes"
+		ttl = "after " + human.Duration(cfg.FileTTL) + " without changes"
 	}
-	yield := h.yield()
+	yield := s.yield()
 	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d), whichever comes first. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output (each call returns only new output), job_input to answer a prompt, job_kill to stop it; job_list shows all jobs. Use `wait: 0` to start a server or a long build and return at once.", int(yield.Seconds()))
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output, job_input to answer a prompt, job_kill to stop it; job_list shows all jobs."
@@ -109,7 +109,7 @@ How the sandbox behaves:
 - Each output stream returns at most %d bytes (its head and tail, cut at line boundaries); the whole output stays in a file named in the result (kept for the latest 20 commands, at least 10 minutes), to read with grep, sed -n or tail. Pass max_output to get less.
 - A pipeline's status is that of its last command: begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To give the user a file (a report, an image, an archive), write it under /sandbox and call share_file with its path.`,
-		ttl, packagesLine(cfg), waitLine, humanDuration(cfg.ExecTimeout), cfg.MaxOutput)
+		ttl, packagesLine(cfg), waitLine, human.Duration(cfg.ExecTimeout), cfg.MaxOutput)
 	waitMax := yield.Seconds()
 	waitDesc := fmt.Sprintf("Seconds to wait for the command before returning it as a running job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
 	if yield == 0 {
@@ -138,7 +138,6 @@ How the sandbox behaves:
 	)
 }
 
-// yield is the yield_after setting; 0 means off.
 // packagesLine is the description's line on installing software, which an offline
 // sandbox cannot do.
 func packagesLine(cfg sandbox.Config) string {
@@ -148,24 +147,20 @@ func packagesLine(cfg sandbox.Config) string {
 	return "- Packages you install (apt-get, pip, npm, ...) persist between calls. You are root; there is no sudo."
 }
 
-func (h *Handler) yield() time.Duration {
-	if h.YieldAfter == nil {
-		return defaultYield
-	}
-	return time.Duration(*h.YieldAfter)
-}
+// yield is the yield_after setting; 0 means off.
+func (s *Tools) yield() time.Duration { return s.opts.Yield }
 
-func (h *Handler) shareFileTool() mcp.Tool {
+func (s *Tools) shareFileTool() mcp.Tool {
 	return mcp.NewTool("share_file",
 		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. The link works without signing in and expires after %s by default (expires_in sets another lifetime, up to %s). Images, PDFs, audio and video open in the browser; other files download with their name. A directory downloads as <name>.zip, made when downloaded. The link serves the file as it is when downloaded, not a copy: keep it in place until the user has it.`,
-			humanDuration(time.Duration(h.LinkTTL)), humanDuration(time.Duration(h.MaxLinkTTL)))),
+			human.Duration(time.Duration(s.opts.LinkTTL)), human.Duration(time.Duration(s.opts.MaxLinkTTL)))),
 		mcp.WithTitleAnnotation("Share a sandbox file as a download link"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("Absolute path of a file or directory in the sandbox, e.g. /sandbox/report.pdf.")),
-		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(h.MaxLinkTTL).Seconds()),
+		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(s.opts.MaxLinkTTL).Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
-				int64(time.Duration(h.LinkTTL).Seconds()), humanDuration(time.Duration(h.LinkTTL)),
-				int64(time.Duration(h.MaxLinkTTL).Seconds()), humanDuration(time.Duration(h.MaxLinkTTL))))),
+				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
+				int64(time.Duration(s.opts.MaxLinkTTL).Seconds()), human.Duration(time.Duration(s.opts.MaxLinkTTL))))),
 		mcp.WithRawOutputSchema([]byte(shareOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
@@ -175,7 +170,11 @@ func (h *Handler) shareFileTool() mcp.Tool {
 }
 
 // execute runs one command and reports its output live as progress notifications.
-func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) execute(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	command, bad := a.str("command")
 	if bad != nil {
 		return bad.result(), nil
@@ -183,7 +182,7 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	if strings.TrimSpace(command) == "" {
 		return mcp.NewToolResultError(`execute needs "command": a non-empty bash command line, e.g. {"command": "ls -la"}`), nil
 	}
-	cfg := h.box.Config()
+	cfg := s.cfg
 	timeout := cfg.ExecTimeout
 	secs, ok, bad := a.num("timeout", "a number of seconds", 1, maxTimeout.Seconds())
 	if bad != nil {
@@ -192,8 +191,8 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	if ok {
 		timeout = time.Duration(secs * float64(time.Second))
 	}
-	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: h.MaxJobs}
-	if opts.Wait, bad = h.waitArg(a); bad != nil {
+	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs}
+	if opts.Wait, bad = s.waitArg(a); bad != nil {
 		return bad.result(), nil
 	}
 	if a.task {
@@ -223,28 +222,28 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 		opts.MaxOutput = int(mo)
 	}
 
-	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
+	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
 	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()
-	res, err := h.box.Exec(ctx, command, opts)
+	res, err := box.Exec(ctx, command, opts)
 	metricRunning.Dec()
 	prog.stop()
 
-	id := callFrom(ctx).identity
+	id := CallerFrom(ctx)
 	fields := []zap.Field{
 		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID), zap.String("auth", id.Method),
-		zap.String("command", clip(command, 200)),
+		zap.String("command", human.Clip(command, 200)),
 	}
 	if err != nil {
 		switch {
 		case errors.Is(err, sandbox.ErrNoCwd):
 			return mcp.NewToolResultError(fmt.Sprintf("cwd %q is not a directory in the sandbox; create it first (mkdir -p) or leave cwd out to start in /sandbox", opts.Cwd)), nil
 		case errors.Is(err, sandbox.ErrTooManyJobs):
-			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, h.MaxJobs)), nil
+			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, s.opts.MaxJobs)), nil
 		}
 		metricExecutions.WithLabelValues("error").Inc()
-		h.logger.Error("execute failed", append(fields, zap.Error(err))...)
-		return mcp.NewToolResultError(h.execErrorText(err)), nil
+		s.logger.Error("execute failed", append(fields, zap.Error(err))...)
+		return mcp.NewToolResultError(execErrorText(box, err)), nil
 	}
 	outcome := "ok"
 	switch {
@@ -259,17 +258,17 @@ func (h *Handler) execute(ctx context.Context, a args) (*mcp.CallToolResult, err
 	}
 	metricExecutions.WithLabelValues(outcome).Inc()
 	metricDuration.Observe(res.Duration.Seconds())
-	h.logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
+	s.logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = h.note(out, res, timeout, opts.Interactive)
+	out.Note = s.note(out, res, timeout, opts.Interactive)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
 // waitArg reads the wait argument: seconds between 0 and yield_after (when on). Absent,
 // it is yield_after.
-func (h *Handler) waitArg(a args) (time.Duration, *badArg) {
-	yield := h.yield()
+func (s *Tools) waitArg(a args) (time.Duration, *badArg) {
+	yield := s.yield()
 	hi := yield.Seconds()
 	if yield == 0 {
 		hi = maxTimeout.Seconds()
@@ -277,7 +276,7 @@ func (h *Handler) waitArg(a args) (time.Duration, *badArg) {
 	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
 	if bad != nil {
 		if yield > 0 {
-			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so for longer work call job_output again", humanDuration(yield))
+			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so for longer work call job_output again", human.Duration(yield))
 		}
 		return 0, bad
 	}
@@ -290,8 +289,8 @@ func (h *Handler) waitArg(a args) (time.Duration, *badArg) {
 	return time.Duration(w * float64(time.Second)), nil
 }
 
-func toOutput(res *sandbox.ExecResult) executeOutput {
-	out := executeOutput{
+func toOutput(res *sandbox.ExecResult) ExecuteOutput {
+	out := ExecuteOutput{
 		Stdout: res.Stdout, Stderr: res.Stderr, Running: res.Running, JobID: res.JobID,
 		TimedOut: res.TimedOut, Cancelled: res.Cancelled, Killed: res.Killed,
 		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
@@ -323,7 +322,7 @@ func exitText(code int) string {
 
 // outputText is a result as text, for clients that do not read structuredContent, with
 // a footer saying how the command ended, whether output was cut, or how to follow it.
-func outputText(o executeOutput) string {
+func outputText(o ExecuteOutput) string {
 	var b strings.Builder
 	b.WriteString(o.Stdout)
 	if o.Stderr != "" {
@@ -342,12 +341,12 @@ func outputText(o executeOutput) string {
 
 // note is the footer of a result: how the command ended, whether output was cut, or how
 // to follow it.
-func (h *Handler) note(o executeOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
+func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
 	var b strings.Builder
 	b.WriteByte('[')
 	switch {
 	case o.Running:
-		fmt.Fprintf(&b, "still running as job %s after %.0fs; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, o.DurationSeconds, o.JobID, humanDuration(h.pollWait()))
+		fmt.Fprintf(&b, "still running as job %s after %.0fs; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, o.DurationSeconds, o.JobID, human.Duration(s.pollWait()))
 		if interactive {
 			b.WriteString(", job_input to write to its stdin")
 		}
@@ -355,7 +354,7 @@ func (h *Handler) note(o executeOutput, res *sandbox.ExecResult, timeout time.Du
 	case res.Lost:
 		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above")
 	case o.TimedOut:
-		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", humanDuration(timeout), exitText(res.ExitCode))
+		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", human.Duration(timeout), exitText(res.ExitCode))
 	case o.Cancelled:
 		b.WriteString("cancelled: the command and its child processes were killed")
 	case o.Killed:
@@ -381,9 +380,9 @@ func (h *Handler) note(o executeOutput, res *sandbox.ExecResult, timeout time.Du
 	return b.String()
 }
 
-func (h *Handler) execErrorText(err error) string {
+func execErrorText(box Box, err error) string {
 	if errors.Is(err, sandbox.ErrImageMissing) {
-		return h.imageMissing(h.docker, h.host)
+		return box.ImageMissing()
 	}
 	if errors.Is(err, sandbox.ErrOldBash) {
 		return "The sandbox cannot run commands: " + err.Error() + "."
@@ -392,7 +391,11 @@ func (h *Handler) execErrorText(err error) string {
 }
 
 // shareFile makes a signed link for a file or directory in the container.
-func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	path, bad := a.str("path")
 	if bad != nil {
 		return bad.result(), nil
@@ -400,9 +403,9 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 	if !strings.HasPrefix(path, "/") {
 		return mcp.NewToolResultError(fmt.Sprintf(`share_file needs "path": an absolute path such as /sandbox/report.pdf, got %q`, path)), nil
 	}
-	ttl := time.Duration(h.LinkTTL)
-	maxTTL := time.Duration(h.MaxLinkTTL)
-	secs, ok, bad := a.integer("expires_in", fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", humanDuration(maxTTL)), 1, int64(maxTTL.Seconds()))
+	ttl := time.Duration(s.opts.LinkTTL)
+	maxTTL := time.Duration(s.opts.MaxLinkTTL)
+	secs, ok, bad := a.integer("expires_in", fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", human.Duration(maxTTL)), 1, int64(maxTTL.Seconds()))
 	if bad != nil {
 		return bad.result(), nil
 	}
@@ -410,27 +413,26 @@ func (h *Handler) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 		ttl = time.Duration(secs) * time.Second
 	}
 	path = links.CleanPath(path)
-	info, err := h.box.Stat(ctx, path)
+	info, err := box.Stat(ctx, path)
 	dir := errors.Is(err, sandbox.ErrIsDir)
 	if err != nil && !dir {
 		if errors.Is(err, sandbox.ErrImageMissing) {
-			return mcp.NewToolResultError(h.imageMissing(h.docker, h.host)), nil
+			return mcp.NewToolResultError(box.ImageMissing()), nil
 		}
 		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNotRegular) {
-			h.logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
+			s.logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
 		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}
-	link := h.signer.Download(path, time.Now(), ttl)
-	h.recordLink(ctx, console.KindDownload, link, path)
+	link, expires := s.opts.Links.Download(ctx, path, ttl)
 	out := shareOutput{
-		URL:       callFrom(ctx).origin + link.Path,
+		URL:       CallerFrom(ctx).Origin + link,
 		Path:      path,
 		Name:      info.Name,
 		Size:      info.Size,
-		ExpiresAt: link.Expires.UTC(),
+		ExpiresAt: expires.UTC(),
 	}
-	what := humanSize(out.Size)
+	what := human.Size(out.Size)
 	if dir {
 		out.Name, out.Size, out.Directory = sandbox.ZipName(path), 0, true
 		what = "a zip of the directory, made when downloaded"
@@ -451,25 +453,3 @@ func statErrorText(path string, err error) string {
 	}
 	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)
 }
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
-func humanDuration(d time.Duration) string {
-	switch {
-	case d%(24*time.Hour) == 0:
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
-}
-
-// humanSize writes a byte count in binary units, as the console does.
-var humanSize = console.HumanSize

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/imagefit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -21,38 +22,38 @@ import (
 
 // Limits of read_file.
 const (
-	defaultReadLines = 2000
+	DefaultReadLines = 2000
 	maxReadLines     = 20000
-	maxLineBytes     = 2000    // a longer line is cut, with a note
-	maxReadBytes     = 100_000 // text returned by one call
+	MaxLineBytes     = 2000    // a longer line is cut, with a note
+	MaxReadBytes     = 100_000 // text returned by one call
 	sniffBytes       = 8192    // read to tell text from binary
 
 	// Models accept images up to about 1568 px on the long edge and a few MB.
-	maxImageEdge  = 1568
-	maxImageBytes = 3_500_000 // of the image data sent, before base64
+	MaxImageEdge  = 1568
+	MaxImageBytes = 3_500_000 // of the image data sent, before base64
 	maxImageFile  = 48 << 20  // bytes of an image file read at all
 	// What all image reads at once may take in Caddy's memory: the files, the
 	// decoders' allocations, scaling and encoding. An image that would need more is
 	// refused before it is decoded.
-	imageBudget = 160 << 20
+	ImageBudget = 160 << 20
 )
 
 // imageFitter is shared by every handler of the process, so that its budget bounds
 // the memory of all image reads at once, across config reloads.
 var imageFitter = imagefit.New(imagefit.Options{
-	MaxEdge: maxImageEdge, MaxBytes: maxImageBytes, MaxFile: maxImageFile, Budget: imageBudget,
+	MaxEdge: MaxImageEdge, MaxBytes: MaxImageBytes, MaxFile: maxImageFile, Budget: ImageBudget,
 })
 
-func (h *Handler) readFileTool() mcp.Tool {
+func (s *Tools) readFileTool() mcp.Tool {
 	return mcp.NewTool("read_file",
-		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox. Text comes back as numbered lines (%d by default; page through a large file with offset and limit). Images (PNG, JPEG, GIF, WebP) come back as an image you can see, scaled to at most %d px. For other binary files you get their type and size: use share_file to give them to the user, or execute with a suitable tool. Cheaper and clearer than cat or sed through execute.`, defaultReadLines, maxImageEdge)),
+		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox. Text comes back as numbered lines (%d by default; page through a large file with offset and limit). Images (PNG, JPEG, GIF, WebP) come back as an image you can see, scaled to at most %d px. For other binary files you get their type and size: use share_file to give them to the user, or execute with a suitable tool. Cheaper and clearer than cat or sed through execute.`, DefaultReadLines, MaxImageEdge)),
 		mcp.WithTitleAnnotation("Read a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("Absolute path of the file, e.g. /sandbox/notes.txt.")),
 		mcp.WithNumber("offset", mcp.Min(1),
 			mcp.Description("Number of the first line to return, counting from 1. Default 1.")),
 		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(maxReadLines),
-			mcp.Description(fmt.Sprintf("How many lines to return at most. Default %d.", defaultReadLines))),
+			mcp.Description(fmt.Sprintf("How many lines to return at most. Default %d.", DefaultReadLines))),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
@@ -60,7 +61,7 @@ func (h *Handler) readFileTool() mcp.Tool {
 	)
 }
 
-func (h *Handler) writeFileTool() mcp.Tool {
+func (s *Tools) writeFileTool() mcp.Tool {
 	return mcp.NewTool("write_file",
 		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly the given content (no shell, so no quoting or heredocs; missing parent directories are created; an existing file keeps its permissions). To change part of an existing file, use edit_file.`),
 		mcp.WithTitleAnnotation("Write a sandbox file"),
@@ -75,7 +76,7 @@ func (h *Handler) writeFileTool() mcp.Tool {
 	)
 }
 
-func (h *Handler) editFileTool() mcp.Tool {
+func (s *Tools) editFileTool() mcp.Tool {
 	return mcp.NewTool("edit_file",
 		mcp.WithDescription(`Replace one exact piece of text in a file in the sandbox. old_text must occur exactly once, including whitespace and line breaks; otherwise nothing changes and the error says how many matches there are and on which lines (then add surrounding lines to old_text to make it unique). The file keeps its permissions.`),
 		mcp.WithTitleAnnotation("Edit a sandbox file"),
@@ -105,11 +106,11 @@ func filePath(a args) (string, *mcp.CallToolResult) {
 }
 
 // fileErrorResult turns a sandbox error into a result the model can act on.
-func (h *Handler) fileErrorResult(tool, p string, err error) *mcp.CallToolResult {
+func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToolResult {
 	var match *sandbox.MatchError
 	switch {
 	case errors.Is(err, sandbox.ErrImageMissing):
-		return mcp.NewToolResultError(h.imageMissing(h.docker, h.host))
+		return mcp.NewToolResultError(box.ImageMissing())
 	case errors.As(err, &match) && match.Count == 0:
 		return argError("old_text was not found in %s, so nothing changed. Whitespace, indentation and line breaks must match exactly: read the lines with read_file and copy them without the line numbers.", p)
 	case errors.As(err, &match):
@@ -130,7 +131,7 @@ func (h *Handler) fileErrorResult(tool, p string, err error) *mcp.CallToolResult
 	case errors.Is(err, sandbox.ErrNotRegular):
 		return argError("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l.", p)
 	}
-	h.logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
+	s.logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
 }
 
@@ -144,7 +145,11 @@ func joinLines(v []int) string {
 
 // readFile returns text as numbered lines, images as image content, and a short
 // description for other files.
-func (h *Handler) readFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) readFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil
@@ -158,18 +163,18 @@ func (h *Handler) readFile(ctx context.Context, a args) (*mcp.CallToolResult, er
 		return bad.result(), nil
 	}
 	if !ok {
-		limit = defaultReadLines
+		limit = DefaultReadLines
 	}
 	offset = max(offset, 1)
 
-	f, err := h.box.OpenRange(ctx, p, 0, sniffBytes)
+	f, err := box.OpenRange(ctx, p, 0, sniffBytes)
 	if err != nil {
-		return h.fileErrorResult("read_file", p, err), nil
+		return s.fileErrorResult(box, "read_file", p, err), nil
 	}
 	head, err := io.ReadAll(f)
 	f.Close()
 	if err != nil {
-		return h.fileErrorResult("read_file", p, err), nil
+		return s.fileErrorResult(box, "read_file", p, err), nil
 	}
 	info := f.FileInfo
 	if info.Size == 0 {
@@ -178,19 +183,19 @@ func (h *Handler) readFile(ctx context.Context, a args) (*mcp.CallToolResult, er
 	sniffed, _, _ := strings.Cut(http.DetectContentType(head), ";")
 	switch {
 	case sniffed == "image/png" || sniffed == "image/jpeg" || sniffed == "image/gif" || sniffed == "image/webp":
-		return h.readImage(ctx, p, info, sniffed), nil
+		return s.readImage(ctx, p, info, sniffed), nil
 	case bytes.IndexByte(head, 0) >= 0 || !strings.HasPrefix(sniffed, "text/"):
 		kind := sniffed
 		if kind == "application/octet-stream" {
 			kind = "binary data of no type recognised"
 		}
 		return mcp.NewToolResultText(fmt.Sprintf("%s is a binary file (%s, %s), not text, so read_file does not show it. Use share_file to give it to the user, or execute with a tool that understands it (for example file, xxd | head, pdftotext, or python).",
-			p, kind, humanSize(info.Size))), nil
+			p, kind, human.Size(info.Size))), nil
 	}
 
-	lines, err := h.box.ReadLines(ctx, p, offset, limit, maxLineBytes, maxReadBytes)
+	lines, err := box.ReadLines(ctx, p, offset, limit, MaxLineBytes, MaxReadBytes)
 	if err != nil {
-		return h.fileErrorResult("read_file", p, err), nil
+		return s.fileErrorResult(box, "read_file", p, err), nil
 	}
 	return mcp.NewToolResultText(formatLines(p, lines)), nil
 }
@@ -199,23 +204,23 @@ func (h *Handler) readFile(ctx context.Context, a args) (*mcp.CallToolResult, er
 func formatLines(p string, l *sandbox.Lines) string {
 	var b strings.Builder
 	if len(l.Lines) == 0 {
-		return fmt.Sprintf("%s (%s) has no line %d: it ends before that. Read from offset 1, or count its lines with execute (wc -l %s).", p, humanSize(l.Size), l.First, p)
+		return fmt.Sprintf("%s (%s) has no line %d: it ends before that. Read from offset 1, or count its lines with execute (wc -l %s).", p, human.Size(l.Size), l.First, p)
 	}
 	last := l.First + int64(len(l.Lines)) - 1
 	for i, line := range l.Lines {
 		fmt.Fprintf(&b, "%6d\t%s\n", l.First+int64(i), line)
 	}
-	fmt.Fprintf(&b, "[%s, %s: lines %d-%d", p, humanSize(l.Size), l.First, last)
+	fmt.Fprintf(&b, "[%s, %s: lines %d-%d", p, human.Size(l.Size), l.First, last)
 	switch {
 	case l.Capped:
-		fmt.Fprintf(&b, "; stopped at %d KB of text, more follows: continue with offset=%d", maxReadBytes/1000, last+1)
+		fmt.Fprintf(&b, "; stopped at %d KB of text, more follows: continue with offset=%d", MaxReadBytes/1000, last+1)
 	case l.More:
 		fmt.Fprintf(&b, "; more follows: continue with offset=%d", last+1)
 	default:
 		b.WriteString(", the end of the file")
 	}
 	if l.Cut > 0 {
-		fmt.Fprintf(&b, "; %d line(s) longer than %d bytes were cut, see them with execute (e.g. cut -c or fold)", l.Cut, maxLineBytes)
+		fmt.Fprintf(&b, "; %d line(s) longer than %d bytes were cut, see them with execute (e.g. cut -c or fold)", l.Cut, MaxLineBytes)
 	}
 	b.WriteString("]")
 	return b.String()
@@ -223,9 +228,13 @@ func formatLines(p string, l *sandbox.Lines) string {
 
 // readImage returns an image the model can see: the file itself when it is small
 // enough, else a scaled copy, within the memory budget all image reads share.
-func (h *Handler) readImage(ctx context.Context, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
+func (s *Tools) readImage(ctx context.Context, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail
+	}
 	img, err := imageFitter.Fit(ctx, info.Size, func(ctx context.Context, offset, length int64) (io.ReadCloser, error) {
-		return h.box.OpenRange(ctx, p, offset, length)
+		return box.OpenRange(ctx, p, offset, length)
 	})
 	var (
 		readErr  *imagefit.ReadError
@@ -234,18 +243,18 @@ func (h *Handler) readImage(ctx context.Context, p string, info sandbox.FileInfo
 	)
 	switch {
 	case errors.As(err, &readErr):
-		return h.fileErrorResult("read_file", p, readErr.Err)
+		return s.fileErrorResult(box, "read_file", p, readErr.Err)
 	case errors.As(err, &fileSize):
-		return argError("%s is an image of %s, too large to view here (at most %s). %s", p, humanSize(info.Size), humanSize(maxImageFile), smallerCopyHint(p, mimeType))
+		return argError("%s is an image of %s, too large to view here (at most %s). %s", p, human.Size(info.Size), human.Size(maxImageFile), smallerCopyHint(p, mimeType))
 	case errors.As(err, &tooLarge):
 		return argError("%s is too large to view here: %v. %s", p, tooLarge, smallerCopyHint(p, mimeType))
 	case err != nil && ctx.Err() != nil:
 		return mcp.NewToolResultError("read_file was cancelled")
 	case err != nil:
-		return argError("%s looks like an image (%s, %s) but cannot be shown: %v. Check it with execute (file %s), or share_file it.", p, mimeType, humanSize(info.Size), err, p)
+		return argError("%s looks like an image (%s, %s) but cannot be shown: %v. Check it with execute (file %s), or share_file it.", p, mimeType, human.Size(info.Size), err, p)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{
-		mcp.NewTextContent(fmt.Sprintf("%s (%s, %s)", p, humanSize(info.Size), img.Desc)),
+		mcp.NewTextContent(fmt.Sprintf("%s (%s, %s)", p, human.Size(info.Size), img.Desc)),
 		mcp.NewImageContent(base64.StdEncoding.EncodeToString(img.Data), img.MIME),
 	}}
 }
@@ -258,11 +267,15 @@ func smallerCopyHint(p, mimeType string) string {
 		ext = ".jpg"
 	}
 	small := strings.TrimSuffix(p, path.Ext(p)) + "-small" + ext
-	return fmt.Sprintf("Make a smaller copy with execute (e.g. convert %s -resize %dx%d %s, or python3 with PIL) and read that, or use share_file to give the person a link.", p, maxImageEdge, maxImageEdge, small)
+	return fmt.Sprintf("Make a smaller copy with execute (e.g. convert %s -resize %dx%d %s, or python3 with PIL) and read that, or use share_file to give the person a link.", p, MaxImageEdge, MaxImageEdge, small)
 }
 
 // writeFile creates or replaces a file with the given content.
-func (h *Handler) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil
@@ -274,9 +287,9 @@ func (h *Handler) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 	if bad != nil {
 		return bad.result(), nil
 	}
-	fi, created, err := h.box.WriteFile(ctx, p, []byte(content))
+	fi, created, err := box.WriteFile(ctx, p, []byte(content))
 	if err != nil {
-		return h.fileErrorResult("write_file", p, err), nil
+		return s.fileErrorResult(box, "write_file", p, err), nil
 	}
 	verb := "Replaced"
 	if created {
@@ -286,7 +299,11 @@ func (h *Handler) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, e
 }
 
 // editFile replaces one exact, unique piece of text.
-func (h *Handler) editFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) editFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil
@@ -308,9 +325,9 @@ func (h *Handler) editFile(ctx context.Context, a args) (*mcp.CallToolResult, er
 	if oldText == newText {
 		return argError("old_text and new_text are the same, so there is nothing to change."), nil
 	}
-	res, err := h.box.EditFile(ctx, p, oldText, newText)
+	res, err := box.EditFile(ctx, p, oldText, newText)
 	if err != nil {
-		return h.fileErrorResult("edit_file", p, err), nil
+		return s.fileErrorResult(box, "edit_file", p, err), nil
 	}
 	return mcp.NewToolResultText(fmt.Sprintf("Edited %s: replaced %d line(s) starting at line %d with %d line(s); the file now has %d bytes.",
 		p, countLines(oldText), res.Line, countLines(newText), res.Size)), nil

@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcptools
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -47,20 +48,20 @@ const jobListSchema = `{
 
 // pollWait is the default wait of job_output and job_input: yield_after, or a minute
 // when it is off.
-func (h *Handler) pollWait() time.Duration {
-	if y := h.yield(); y > 0 {
+func (s *Tools) pollWait() time.Duration {
+	if y := s.yield(); y > 0 {
 		return y
 	}
 	return defaultPollWaitOff
 }
 
-func (h *Handler) jobIDArg() mcp.ToolOption {
+func (s *Tools) jobIDArg() mcp.ToolOption {
 	return mcp.WithString("job_id", mcp.Required(), mcp.Pattern(`^j[0-9a-f]{12}$`),
 		mcp.Description("The job_id from execute's result (or job_list), e.g. j6940a1f03f2a."))
 }
 
-func (h *Handler) jobWaitArg(what string) mcp.ToolOption {
-	if y := h.yield(); y > 0 {
+func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
+	if y := s.yield(); y > 0 {
 		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(y.Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds()))))
 	}
@@ -68,12 +69,12 @@ func (h *Handler) jobWaitArg(what string) mcp.ToolOption {
 		mcp.Description(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds()))))
 }
 
-func (h *Handler) jobOutputTool() mcp.Tool {
+func (s *Tools) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
 		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
 		mcp.WithTitleAnnotation("Follow a running command"),
-		h.jobIDArg(),
-		h.jobWaitArg("for new output or the end"),
+		s.jobIDArg(),
+		s.jobWaitArg("for new output or the end"),
 		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(false), // it marks the output as delivered
 		mcp.WithDestructiveHintAnnotation(false),
@@ -82,13 +83,13 @@ func (h *Handler) jobOutputTool() mcp.Tool {
 	)
 }
 
-func (h *Handler) jobInputTool() mcp.Tool {
+func (s *Tools) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
 		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
 		mcp.WithTitleAnnotation("Send input to a running command"),
-		h.jobIDArg(),
+		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
-		h.jobWaitArg("for the job's answer"),
+		s.jobWaitArg("for the job's answer"),
 		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
@@ -97,11 +98,11 @@ func (h *Handler) jobInputTool() mcp.Tool {
 	)
 }
 
-func (h *Handler) jobKillTool() mcp.Tool {
+func (s *Tools) jobKillTool() mcp.Tool {
 	return mcp.NewTool("job_kill",
 		mcp.WithDescription(`Stop a job: kills its command and every process it started (not those it detached with setsid), and returns its last output and exit code (137). Use it for a job that hangs, runs away, or is no longer needed; processes you detached with setsid nohup must be stopped with kill.`),
 		mcp.WithTitleAnnotation("Stop a running command"),
-		h.jobIDArg(),
+		s.jobIDArg(),
 		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
@@ -110,9 +111,9 @@ func (h *Handler) jobKillTool() mcp.Tool {
 	)
 }
 
-func (h *Handler) jobListTool() mcp.Tool {
+func (s *Tools) jobListTool() mcp.Tool {
 	return mcp.NewTool("job_list",
-		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, h.MaxJobs)),
+		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, s.opts.MaxJobs)),
 		mcp.WithTitleAnnotation("List running and recent commands"),
 		mcp.WithRawOutputSchema([]byte(jobListSchema)),
 		mcp.WithReadOnlyHintAnnotation(true),
@@ -135,37 +136,37 @@ func jobID(a args) (string, *mcp.CallToolResult) {
 }
 
 // pollWaitArg reads job_output's and job_input's wait.
-func (h *Handler) pollWaitArg(a args) (time.Duration, *badArg) {
+func (s *Tools) pollWaitArg(a args) (time.Duration, *badArg) {
 	hi := maxTimeout.Seconds()
-	if y := h.yield(); y > 0 {
+	if y := s.yield(); y > 0 {
 		hi = y.Seconds()
 	}
 	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
 	if bad != nil {
-		if y := h.yield(); y > 0 {
-			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so call job_output again for longer", humanDuration(y))
+		if y := s.yield(); y > 0 {
+			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so call job_output again for longer", human.Duration(y))
 		}
 		return 0, bad
 	}
 	if !ok {
-		return h.pollWait(), nil
+		return s.pollWait(), nil
 	}
 	return time.Duration(w * float64(time.Second)), nil
 }
 
-func (h *Handler) jobOutput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobOutput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
 	}
-	wait, bad := h.pollWaitArg(a)
+	wait, bad := s.pollWaitArg(a)
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return h.follow(ctx, a, id, wait, nil)
+	return s.follow(ctx, a, id, wait, nil)
 }
 
-func (h *Handler) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
@@ -183,24 +184,28 @@ func (h *Handler) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, er
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}
-	wait, bad := h.pollWaitArg(a)
+	wait, bad := s.pollWaitArg(a)
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return h.follow(ctx, a, id, wait, &input)
+	return s.follow(ctx, a, id, wait, &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
 // progress keep-alive while it waits.
-func (h *Handler) follow(ctx context.Context, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
-	prog := startProgress(ctx, a.progress, time.Duration(h.Keepalive))
-	res, err := h.box.JobOutput(ctx, id, wait, input, 0)
+func (s *Tools) follow(ctx context.Context, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
+	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
+	res, err := box.JobOutput(ctx, id, wait, input, 0)
 	prog.stop()
 	if err != nil && res == nil {
-		return h.jobError(err, id, a.tool), nil
+		return jobError(box, err, id, a.tool), nil
 	}
 	out := toOutput(res)
-	out.Note = h.note(out, res, 0, input != nil)
+	out.Note = s.note(out, res, 0, input != nil)
 	if res.InputWaiting {
 		what := "all of its last input"
 		if input != nil {
@@ -217,29 +222,37 @@ func (h *Handler) follow(ctx context.Context, a args, id string, wait time.Durat
 	return mcp.NewToolResultStructured(out, text), nil
 }
 
-func (h *Handler) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
 	}
-	res, err := h.box.KillJob(ctx, id, 0)
+	res, err := box.KillJob(ctx, id, 0)
 	if err != nil {
-		return h.jobError(err, id, a.tool), nil
+		return jobError(box, err, id, a.tool), nil
 	}
-	ident := callFrom(ctx).identity
-	h.logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
+	ident := CallerFrom(ctx)
+	s.logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
 	out := toOutput(res)
-	out.Note = h.note(out, res, 0, false)
+	out.Note = s.note(out, res, 0, false)
 	if !res.Killed && !res.Running {
 		out.Note += "\n[the job had already ended; nothing was killed]"
 	}
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-func (h *Handler) jobList(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	jobs, err := h.box.ListJobs(ctx)
+func (s *Tools) jobList(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+	box, fail := s.boxFor(ctx)
+	if fail != nil {
+		return fail, nil
+	}
+	jobs, err := box.ListJobs(ctx)
 	if err != nil {
-		return mcp.NewToolResultError(h.execErrorText(err)), nil
+		return mcp.NewToolResultError(execErrorText(box, err)), nil
 	}
 	out := jobListOutput{Jobs: []jobEntry{}}
 	var b strings.Builder
@@ -263,7 +276,7 @@ func (h *Handler) jobList(ctx context.Context, a args) (*mcp.CallToolResult, err
 }
 
 // jobError turns a job function's error into a tool result that says what to do.
-func (h *Handler) jobError(err error, id, tool string) *mcp.CallToolResult {
+func jobError(box Box, err error, id, tool string) *mcp.CallToolResult {
 	switch {
 	case errors.Is(err, sandbox.ErrJobNotFound):
 		return mcp.NewToolResultError(fmt.Sprintf("There is no job %s in the sandbox: finished jobs are forgotten after a day or when 20 newer ones have finished, and a recreated sandbox starts with none. Call job_list to see the jobs.", id))
@@ -274,5 +287,5 @@ func (h *Handler) jobError(err error, id, tool string) *mcp.CallToolResult {
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError(tool + " was cancelled; the job itself goes on")
 	}
-	return mcp.NewToolResultError(h.execErrorText(err))
+	return mcp.NewToolResultError(execErrorText(box, err))
 }

@@ -1,0 +1,98 @@
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
+)
+
+// auditTool records every tool call in the audit log (registered as mcp-go tool
+// middleware, so tools added later are covered without a line of their own).
+func (s *Tools) auditTool(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		res, err := next(ctx, req)
+		s.opts.Audit.Record(AuditEntry(ctx, req, res, err, start))
+		return res, err
+	}
+}
+
+// auditArgLimit is how much of each string argument (the command) the log keeps.
+const auditArgLimit = 1000
+
+// AuditEntry makes the audit entry of one tool call.
+func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) console.Entry {
+	id := CallerFrom(ctx)
+	e := console.Entry{
+		Time: start, Client: id.Label, ClientID: id.ClientID, Subject: id.Subject, Remote: id.Remote,
+		Tool: req.Params.Name, Outcome: console.OutcomeOK,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if m, ok := req.Params.Arguments.(map[string]any); ok && len(m) > 0 {
+		clipped := make(map[string]any, len(m))
+		for k, v := range m {
+			if s, ok := v.(string); ok {
+				v = human.Clip(s, auditArgLimit)
+			}
+			clipped[k] = v
+		}
+		// Not HTML-escaped: the log keeps what was sent; the console escapes on output.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(clipped) == nil {
+			e.Args = strings.TrimSuffix(b.String(), "\n")
+		}
+	}
+	switch {
+	case err != nil:
+		e.Outcome, e.Error = console.OutcomeError, human.Clip(err.Error(), 500)
+	case res == nil:
+	case res.IsError:
+		e.Outcome, e.Error = console.OutcomeError, human.Clip(resultErrorText(res), 500)
+	default:
+		if f, ok := res.StructuredContent.(auditFacter); ok {
+			e.Outcome, e.ExitCode, e.Bytes = f.auditFacts()
+		}
+	}
+	return e
+}
+
+func resultErrorText(res *mcp.CallToolResult) string {
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			return tc.Text
+		}
+	}
+	return "tool error"
+}
+
+// auditFacter is implemented by structured tool results that have an outcome, an exit
+// code or a byte count worth logging.
+type auditFacter interface {
+	auditFacts() (outcome string, exitCode *int, bytes int64)
+}
+
+// auditFacts of execute and the job tools: a job still running is "ok" with no exit
+// code yet.
+func (o ExecuteOutput) auditFacts() (string, *int, int64) {
+	outcome := console.OutcomeOK
+	switch {
+	case o.TimedOut:
+		outcome = console.OutcomeTimeout
+	case o.Cancelled:
+		outcome = console.OutcomeCancelled
+	case o.ExitCode != nil && *o.ExitCode != 0:
+		outcome = console.OutcomeNonZero
+	}
+	return outcome, o.ExitCode, o.StdoutBytes + o.StderrBytes
+}
+
+func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }

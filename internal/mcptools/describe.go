@@ -1,0 +1,83 @@
+package mcptools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// The model is told what its sandbox is like: whether it has a network, its limits,
+// what is preinstalled (Box.Facts, nil until detected). The environment is added to
+// the execute description and the server instructions as soon as it is known.
+
+// environment describes the sandbox to the model in a few short sentences.
+func (s *Tools) environment(ctx context.Context) string {
+	cfg := s.cfg
+	var b strings.Builder
+	fmt.Fprintf(&b, "The sandbox has %s of memory (free and /proc show the host's, not this limit), %s and at most %d processes.",
+		human.Size(cfg.Memory), cpuText(cfg.CPUs), cfg.PidsLimit)
+	if cfg.NetworkMode == "none" {
+		b.WriteString(" It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed.")
+	} else {
+		b.WriteString(" It can reach the network; packages you install persist.")
+	}
+	if box, err := s.opts.Boxes.For(ctx); err == nil {
+		b.WriteString(describeFacts(box.Facts()))
+	}
+	return b.String()
+}
+
+// describeFacts is the sentence on what is installed, empty while that is unknown.
+// It names only programs and modules from the fixed lists detection looks for (see
+// [sandbox.Facts.Known]): nothing the container printed reaches the model as an
+// instruction.
+func describeFacts(f *sandbox.Facts) string {
+	if f == nil {
+		return ""
+	}
+	known := f.Known()
+	f = &known
+	if len(f.Programs) == 0 {
+		return " Installed: only the base system (no python3, node or git)."
+	}
+	progs := make([]string, 0, len(f.Programs))
+	for _, p := range f.Programs {
+		if p == "python3" && len(f.PythonModules) > 0 {
+			p += " (" + strings.Join(f.PythonModules, ", ") + ")"
+		}
+		progs = append(progs, p)
+	}
+	return " Installed: " + strings.Join(progs, ", ") + "."
+}
+
+func cpuText(n float64) string {
+	if n == 1 {
+		return "1 CPU"
+	}
+	return fmt.Sprintf("%g CPUs", n)
+}
+
+// describeTools appends the environment to the execute tool's description as tools
+// are listed, so that the detected tools appear once known.
+func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	env := s.environment(ctx)
+	out := make([]mcp.Tool, len(tools))
+	copy(out, tools)
+	for i := range out {
+		if out[i].Name == "execute" {
+			out[i].Description += "\n\n" + env
+		}
+	}
+	return out
+}
+
+// instructions is the server's instructions with the environment, given at
+// initialize.
+func (s *Tools) instructions(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	res.Instructions = serverInstructions + " " + s.environment(ctx)
+}

@@ -1,0 +1,185 @@
+// Package mcptools is everything the model sees: the MCP tools' definitions, how their
+// arguments are read, how results and notes are written, MCP tasks and progress, and
+// the server's instructions. It knows nothing of Caddy or Docker: the sandbox of a call
+// comes from Boxes, links from Links, previews from Previews, and every call is
+// recorded in Audit. The root package builds those from the configuration.
+package mcptools
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// Box is one sandbox as the tools use it.
+type Box interface {
+	Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error)
+	JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*sandbox.ExecResult, error)
+	KillJob(ctx context.Context, id string, maxOutput int) (*sandbox.ExecResult, error)
+	ListJobs(ctx context.Context) ([]sandbox.JobInfo, error)
+
+	Stat(ctx context.Context, p string) (sandbox.FileInfo, error)
+	OpenRange(ctx context.Context, p string, offset, length int64) (*sandbox.File, error)
+	ReadLines(ctx context.Context, p string, first, n int64, maxLine, maxBytes int) (*sandbox.Lines, error)
+	WriteFile(ctx context.Context, p string, data []byte) (sandbox.FileInfo, bool, error)
+	EditFile(ctx context.Context, p, old, new string) (sandbox.EditResult, error)
+	MakeDir(ctx context.Context, dir string) error
+
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+
+	// Facts is what detection found installed; nil while it is not known.
+	Facts() *sandbox.Facts
+	// ImageMissing is what to tell the model when the sandbox's image is missing: that
+	// it is being built, or what the operator must do.
+	ImageMissing() string
+}
+
+// Boxes finds the sandbox of a call, from its context (the caller's identity).
+type Boxes interface {
+	For(ctx context.Context) (Box, error)
+}
+
+// Links signs the links the tools hand out and remembers them for the console. The
+// paths come back without the origin.
+type Links interface {
+	Download(ctx context.Context, path string, ttl time.Duration) (urlPath string, expires time.Time)
+	Upload(ctx context.Context, dir string, ttl time.Duration) (urlPath string, expires time.Time)
+}
+
+// Previews exposes sandbox ports at their own origins.
+type Previews interface {
+	// Expose makes (or renews) the preview of port; origin is the site's, which the
+	// preview URL follows in scheme and port.
+	Expose(port int, origin string) (url string, expires time.Time)
+	Unexpose(port int) (was bool)
+}
+
+// Audit records each tool call in the operator's activity log.
+type Audit interface {
+	Record(console.Entry)
+}
+
+// Options configure the tools. Durations are the settings of the same names in the
+// Caddyfile, with their defaults applied.
+type Options struct {
+	// Config is the sandbox's configuration, as the descriptions state it.
+	Config   sandbox.Config
+	Boxes    Boxes
+	Links    Links
+	Previews Previews // nil: previews are off, and their tools are not offered
+	Audit    Audit
+	Logger   *zap.Logger
+	Version  string // reported in serverInfo
+
+	LinkTTL, MaxLinkTTL time.Duration
+	MaxUpload           int64
+	// Yield is yield_after; 0 is off.
+	Yield       time.Duration
+	MaxJobs     int
+	Keepalive   time.Duration
+	PreviewAuth bool
+	PreviewTTL  time.Duration
+
+	MaxTaskTTL    time.Duration
+	MaxTasks      int // per session
+	MaxTasksTotal int
+}
+
+// Tools is the MCP server's tool side.
+type Tools struct {
+	opts   Options
+	cfg    sandbox.Config
+	logger *zap.Logger
+	tasks  *taskStore
+	server *server.MCPServer
+}
+
+const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
+
+// New builds the MCP server with the sandbox tools.
+func New(o Options) *Tools {
+	s := &Tools{opts: o, cfg: o.Config, logger: o.Logger}
+	s.tasks = newTaskStore(o.MaxTaskTTL, o.MaxTasks, o.MaxTasksTotal)
+	hooks := &server.Hooks{}
+	hooks.AddAfterInitialize(s.instructions)
+	// The task options come first: their middleware (see tasks.go) replaces a task's
+	// result by a handle, and the audit log must see the result itself.
+	opts := append(s.tasks.serverOptions(hooks),
+		server.WithToolCapabilities(false),
+		server.WithInstructions(serverInstructions),
+		server.WithToolFilter(s.describeTools),
+		server.WithHooks(hooks),
+		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(s.auditTool),
+	)
+	m := server.NewMCPServer("mcp-sandbox", o.Version, opts...)
+	addTool(m, s.executeTool(), s.execute)
+	addTool(m, s.shareFileTool(), s.shareFile)
+	addTool(m, s.jobOutputTool(), s.jobOutput)
+	addTool(m, s.jobInputTool(), s.jobInput)
+	addTool(m, s.jobKillTool(), s.jobKill)
+	addTool(m, s.jobListTool(), s.jobList)
+	addTool(m, s.uploadLinkTool(), s.uploadLink)
+	addTool(m, s.readFileTool(), s.readFile)
+	addTool(m, s.writeFileTool(), s.writeFile)
+	addTool(m, s.editFileTool(), s.editFile)
+	if o.Previews != nil {
+		addTool(m, s.exposePortTool(), s.exposePort)
+		addTool(m, s.unexposePortTool(), s.unexposePort)
+	}
+	s.server = m
+	return s
+}
+
+// MCPServer is the MCP server to serve.
+func (s *Tools) MCPServer() *server.MCPServer { return s.server }
+
+// Request prepares the context of one HTTP request to the MCP endpoint (see
+// tasks.go); call done when mcp-go has answered it.
+func (s *Tools) Request(ctx context.Context) (_ context.Context, done func()) {
+	return s.tasks.request(ctx)
+}
+
+// EndSession drops what the session holds (its tasks' results) once the client ended it.
+func (s *Tools) EndSession(id string) { s.tasks.endSession(id) }
+
+// Close drops every task result held.
+func (s *Tools) Close() { s.tasks.close() }
+
+// boxFor resolves the sandbox of a call. Failing, it gives the tool result to return.
+func (s *Tools) boxFor(ctx context.Context) (Box, *mcp.CallToolResult) {
+	b, err := s.opts.Boxes.For(ctx)
+	if err != nil {
+		return nil, mcp.NewToolResultError("The sandbox for this sign-in is not available: " + err.Error() + ".")
+	}
+	return b, nil
+}
+
+// Caller is what the tools know of who calls them.
+type Caller struct {
+	ClientName, ClientID, Subject string
+	Method                        string // how the caller signed in (oauth.Method*)
+	Label                         string // how the activity log names the caller
+	Origin                        string // the scheme and host links point at
+	Remote                        string // the client's address
+}
+
+type callerKey struct{}
+
+// WithCaller gives a call's context its caller.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom is the caller of a call; empty outside one.
+func CallerFrom(ctx context.Context) Caller {
+	c, _ := ctx.Value(callerKey{}).(Caller)
+	return c
+}
