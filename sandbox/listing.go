@@ -1,11 +1,64 @@
+// ListFiles and the strict reader of what its listing script prints.
+
 package sandbox
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// DirEntry is a file listed by [Sandbox.ListFiles].
+type DirEntry struct {
+	Name    string
+	Size    int64
+	ModTime time.Time
+}
+
+// listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
+// one "size mtime" line each, then a NUL, then their names, each ended by a NUL.
+const listScript = `cd -- "$1" 2>/dev/null || exit 0
+shopt -s nullglob
+files=()
+for f in * .[!.]* ..?*; do
+	[[ $f == ` + tempPrefix + `* ]] && continue
+	[ -f "$f" ] && [ ! -L "$f" ] && files+=("$f")
+	[ ${#files[@]} -ge "$2" ] && break
+done
+[ ${#files[@]} -gt 0 ] || exit 0
+stat -c '%s %Y' -- "${files[@]}" || exit 1
+printf '\0'
+printf '%s\0' "${files[@]}"`
+
+// ListFiles lists up to max regular files of dir (not symbolic links, not unfinished
+// uploads),
+// for showing what a directory holds. A missing directory lists as empty.
+func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
+	if !path.IsAbs(dir) {
+		return nil, fmt.Errorf("%q: %w", dir, ErrRelativePath)
+	}
+	res, err := s.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	if res.ExitCode != 0 || res.StdoutTruncated {
+		return nil, fmt.Errorf("listing %s: exit code %d: %s", dir, res.ExitCode, strings.TrimSpace(res.Stderr))
+	}
+	if res.Stdout == "" {
+		return nil, nil
+	}
+	out, err := parseListing(res.Stdout, max)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
 
 // nameMax is the longest file name Linux allows (NAME_MAX), in bytes.
 const nameMax = 255
