@@ -60,9 +60,6 @@ func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntr
 	return out, nil
 }
 
-// nameMax is the longest file name Linux allows (NAME_MAX), in bytes.
-const nameMax = 255
-
 // errListing is output of the listing script that is not what it prints.
 var errListing = errors.New("unexpected output from the listing")
 
@@ -84,7 +81,7 @@ func parseListing(out string, max int) ([]DirEntry, error) {
 		var line, name string
 		line, stats, _ = strings.Cut(stats, "\n")
 		name, names, ok = strings.Cut(names, "\x00")
-		if !ok || name == "" || len(name) > nameMax || strings.Contains(name, "/") {
+		if !ok || name == "" || len(name) > MaxNameBytes || strings.Contains(name, "/") {
 			return nil, errListing
 		}
 		a, b, _ := strings.Cut(line, " ")

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// MaxNameBytes bounds a file name, as Linux file systems do.
+// MaxNameBytes bounds a file name, as Linux file systems do (NAME_MAX).
 const MaxNameBytes = 255
 
 // SanitizeName turns a name a person or a client sent into a single safe path
