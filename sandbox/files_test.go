@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 func TestStatAndOpenErrors(t *testing.T) {
@@ -112,7 +114,7 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	if len(wantSum) != 64 {
 		t.Fatalf("sha256sum in container: %+v", res)
 	}
-	stop := peakHeap()
+	stop := testenv.HeapPeak(20 * time.Millisecond)
 	start := time.Now()
 	f, err := sb.Open(ctx, "/sandbox/big", 0)
 	if err != nil {

@@ -2,9 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,45 +10,16 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// testImage is the small busybox+bash image built by containers/build-test-image.sh.
-func testImage() string {
-	if img := os.Getenv("SANDBOX_TEST_IMAGE"); img != "" {
-		return img
-	}
-	return "code-sandbox-test:latest"
-}
+// testImage is the image test sandboxes run from; see [testenv.Image].
+func testImage() string { return testenv.Image() }
 
-// dockerClient returns a client for the local engine. When the engine does not answer
-// it fails the test, so a full run never passes by skipping; only under -short, the
-// tier that needs no engine, does it skip.
-func dockerClient(tb testing.TB) *client.Client {
-	tb.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		tb.Fatalf("creating Docker client: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
-		if testing.Short() {
-			tb.Skipf("needs a Docker engine (-short): %v", err)
-		}
-		tb.Fatalf("Docker engine does not answer (%v); run scripts/docker-up.sh and containers/build-test-image.sh", err)
-	}
-	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
-		tb.Fatalf("test image %s is missing (%v); run containers/build-test-image.sh", testImage(), err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-func randomSuffix() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// dockerClient returns a client for the local engine; see [testenv.DockerClient] for
+// when it skips and when it fails.
+func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testenv.DockerClient(tb) }
 
 // testConfig is a small sandbox with unique names and no network.
 func testConfig(tb testing.TB) Config {
@@ -59,7 +27,7 @@ func testConfig(tb testing.TB) Config {
 	if len(sfx) > 30 {
 		sfx = sfx[:30]
 	}
-	sfx += "-" + randomSuffix()
+	sfx += "-" + testenv.RandomHex(4)
 	cfg := DefaultConfig()
 	cfg.Image = testImage()
 	cfg.Container = "mcp-sandbox-test-" + sfx
