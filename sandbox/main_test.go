@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,20 @@ func testImage() string { return testenv.Image() }
 // dockerClient returns a client for the local engine; see [testenv.DockerClient] for
 // when it skips and when it fails.
 func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testenv.DockerClient(tb) }
+
+// sha256Hex reads r to its end and returns the SHA-256 of its bytes in hex, as
+// sha256sum prints it, and how many bytes it read.
+func sha256Hex(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+// sha is the SHA-256 of b in hex.
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
 
 // testConfig is a small sandbox with unique names and no network.
 func testConfig(tb testing.TB) Config {
