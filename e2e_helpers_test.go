@@ -68,9 +68,8 @@ type siteOptions struct {
 	address   string   // site address; default http://127.0.0.1:<port>; %d is the port
 }
 
-// startSite loads a Caddyfile with the plugin on a free loopback port. The container
-// and volume get unique names and are removed when the test ends.
-func startSite(t testing.TB, opts siteOptions) *site {
+// newSite draws a site's names, key, storage and port, and connects to Docker.
+func newSite(t testing.TB) *site {
 	t.Helper()
 	s := &site{
 		t:         t,
@@ -82,6 +81,14 @@ func startSite(t testing.TB, opts siteOptions) *site {
 	}
 	s.volume = s.container + "-data"
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	return s
+}
+
+// startSite loads a Caddyfile with the plugin on a free loopback port. The container
+// and volume get unique names and are removed when the test ends.
+func startSite(t testing.TB, opts siteOptions) *site {
+	t.Helper()
+	s := newSite(t)
 	// Tests share http.DefaultClient: every site starts and ends with no kept-alive
 	// connection in it, so no request goes out over a connection to an earlier site
 	// (a POST over a dead one is not retried).
