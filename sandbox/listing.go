@@ -47,7 +47,7 @@ func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntr
 		return nil, fmt.Errorf("listing %s: %w", dir, err)
 	}
 	if res.ExitCode != 0 || res.StdoutTruncated {
-		return nil, fmt.Errorf("listing %s: exit code %d: %s", dir, res.ExitCode, strings.TrimSpace(res.Stderr))
+		return nil, fmt.Errorf("listing %s: exit code %d: %s", dir, res.ExitCode, clip(strings.TrimSpace(res.Stderr), 300))
 	}
 	if res.Stdout == "" {
 		return nil, nil

@@ -42,9 +42,9 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 	if res.ExitCode != 0 {
 		msg := strings.TrimSpace(res.Stderr)
 		if strings.Contains(msg, "Not a directory") || strings.Contains(msg, "File exists") {
-			return fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, msg)
+			return fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, clip(msg, 300))
 		}
-		return fmt.Errorf("creating %s in the sandbox: exit code %d: %s", dir, res.ExitCode, msg)
+		return fmt.Errorf("creating %s in the sandbox: exit code %d: %s", dir, res.ExitCode, clip(msg, 300))
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, er
 	}
 	code, ok := s.exitCode(ctx, execID, false)
 	if !ok || code != 0 {
-		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, strings.TrimSpace(stderr.String()))
+		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, clip(strings.TrimSpace(stderr.String()), 300))
 	}
 	return n, nil
 }

@@ -82,7 +82,7 @@ type guardExitError struct {
 }
 
 func (e *guardExitError) Error() string {
-	return fmt.Sprintf("exit code %d: %s", e.code, e.stderr)
+	return fmt.Sprintf("exit code %d: %s", e.code, clip(e.stderr, 300))
 }
 
 // startGuard starts guardScript for the directory dir and waits until it is ready; it
@@ -105,7 +105,7 @@ func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []s
 		hj.Close()
 		var exit *guardExitError
 		if errors.As(err, &exit) && (strings.Contains(exit.stderr, "Not a directory") || strings.Contains(exit.stderr, "File exists")) {
-			return nil, "", fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, exit.stderr)
+			return nil, "", fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, clip(exit.stderr, 300))
 		}
 		return nil, "", fmt.Errorf("creating %s in the sandbox: %w", dir, err)
 	}
