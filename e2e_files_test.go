@@ -2,7 +2,6 @@ package mcpsandbox
 
 import (
 	"archive/tar"
-	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -21,7 +20,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -35,6 +33,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -65,32 +64,7 @@ func (s *site) copyInto(t testing.TB, dir, name string, data []byte) {
 }
 
 // filesHeapPeak samples the heap until stop is called and returns its peak growth.
-func filesHeapPeak() (stop func() uint64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak uint64
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > base && ms.HeapInuse-base > peak {
-				peak = ms.HeapInuse - base
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() uint64 { close(done); <-finished; return peak }
-}
+func filesHeapPeak() (stop func() uint64) { return testenv.HeapPeak(10 * time.Millisecond) }
 
 func imageOf(t *testing.T, res *mcp.CallToolResult) (image.Image, string, string) {
 	t.Helper()
@@ -365,28 +339,15 @@ func TestWriteAndEditFile(t *testing.T) {
 // directories).
 func zipTree(t *testing.T, data []byte) map[string]string {
 	t.Helper()
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatalf("the download is not a zip archive: %v", err)
-	}
 	tree := map[string]string{}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
+	for _, f := range testenv.ReadZip(t, data) {
 		switch {
 		case f.Mode().IsDir():
 			tree[strings.TrimSuffix(f.Name, "/")] = "/"
 		case f.Mode()&os.ModeSymlink != 0:
-			tree[f.Name] = "->" + string(b)
+			tree[f.Name] = "->" + string(f.Data)
 		default:
-			sum := sha256.Sum256(b)
+			sum := sha256.Sum256(f.Data)
 			tree[f.Name] = fmt.Sprintf("%x %o", sum, f.Mode().Perm())
 		}
 	}

@@ -2,8 +2,6 @@ package mcpsandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -23,44 +21,20 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // These tests run a real Caddy (in this process, loaded from a Caddyfile through the
 // caddyfile adapter), a real Docker engine and real MCP clients over loopback HTTP.
 
-func testImage() string {
-	if img := os.Getenv("SANDBOX_TEST_IMAGE"); img != "" {
-		return img
-	}
-	return "code-sandbox-test:latest"
-}
+func testImage() string { return testenv.Image() }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func randomHex(n int) string { return testenv.RandomHex(n) }
 
-func dockerClient(t testing.TB) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
-		if testing.Short() { // the tier that needs no engine; a full run fails instead
-			t.Skipf("needs a Docker engine (-short): %v", err)
-		}
-		t.Fatalf("no Docker engine answers (%v): run scripts/docker-up.sh, or make test, which starts one", err)
-	}
-	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
-		t.Fatalf("test image %s is missing (%v): run containers/build-test-image.sh", testImage(), err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
+// dockerClient skips under -short when no engine answers and fails otherwise; see
+// [testenv.DockerClient].
+func dockerClient(t testing.TB) *client.Client { t.Helper(); return testenv.DockerClient(t) }
 
 func freePort(t testing.TB) int {
 	t.Helper()
@@ -94,9 +68,8 @@ type siteOptions struct {
 	address   string   // site address; default http://127.0.0.1:<port>; %d is the port
 }
 
-// startSite loads a Caddyfile with the plugin on a free loopback port. The container
-// and volume get unique names and are removed when the test ends.
-func startSite(t testing.TB, opts siteOptions) *site {
+// newSite draws a site's names, key, storage and port, and connects to Docker.
+func newSite(t testing.TB) *site {
 	t.Helper()
 	s := &site{
 		t:         t,
@@ -108,6 +81,14 @@ func startSite(t testing.TB, opts siteOptions) *site {
 	}
 	s.volume = s.container + "-data"
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	return s
+}
+
+// startSite loads a Caddyfile with the plugin on a free loopback port. The container
+// and volume get unique names and are removed when the test ends.
+func startSite(t testing.TB, opts siteOptions) *site {
+	t.Helper()
+	s := newSite(t)
 	// Tests share http.DefaultClient: every site starts and ends with no kept-alive
 	// connection in it, so no request goes out over a connection to an earlier site
 	// (a POST over a dead one is not retried).

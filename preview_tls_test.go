@@ -24,16 +24,7 @@ import (
 // preview host gets a certificate (issued during the handshake) and serves the app; an
 // unknown label and an unexposed one get no certificate.
 func TestPreviewOnDemandTLS(t *testing.T) {
-	s := &site{
-		t:         t,
-		key:       "test-key-" + randomHex(16),
-		container: "mcp-sandbox-test-" + randomHex(4),
-		storage:   t.TempDir(),
-		port:      freePort(t),
-		docker:    dockerClient(t),
-	}
-	s.volume = s.container + "-data"
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	s := newSite(t)
 	httpsPort := freePort(t)
 	t.Cleanup(func() {
 		_ = caddy.Stop()

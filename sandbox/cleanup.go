@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -57,7 +58,7 @@ func (s *Sandbox) Cleanup(ctx context.Context) ([]string, error) {
 	case res.TimedOut:
 		return paths, fmt.Errorf("cleaning up idle files: timed out after %v", s.cfg.ExecTimeout)
 	case res.ExitCode != 0:
-		return paths, fmt.Errorf("cleaning up idle files: script exited with %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
+		return paths, fmt.Errorf("cleaning up idle files: script exited with %d: %s", res.ExitCode, human.Clip(strings.TrimSpace(res.Stderr), 300))
 	}
 	return paths, nil
 }

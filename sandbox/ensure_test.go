@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 func inspect(t *testing.T, sb *Sandbox) container.InspectResponse {
@@ -175,7 +177,7 @@ func TestEnsureImageChecks(t *testing.T) {
 
 	t.Run("missing image", func(t *testing.T) {
 		cfg := testConfig(t)
-		cfg.Image = "mcp-sandbox-no-such-image:" + randomSuffix()
+		cfg.Image = "mcp-sandbox-no-such-image:" + testenv.RandomHex(4)
 		sb := newTestSandbox(t, cli, cfg)
 		err := sb.Ensure(ctx)
 		if !errors.Is(err, ErrImageMissing) || !strings.Contains(err.Error(), "build") {
@@ -193,7 +195,7 @@ func TestEnsureImageChecks(t *testing.T) {
 		}
 		id := inspect(t, sb).ID
 		// A really different image: the container's filesystem committed under a new tag.
-		other := "mcp-sandbox-test-other:" + randomSuffix()
+		other := "mcp-sandbox-test-other:" + testenv.RandomHex(4)
 		if _, err := cli.ContainerCommit(ctx, cfg.Container, container.CommitOptions{Reference: other}); err != nil {
 			t.Fatal(err)
 		}

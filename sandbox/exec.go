@@ -201,16 +201,8 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	if len(command) > commandEnvLimit {
 		src, env, stdin = "stdin", nil, []byte(command)
 	}
-	_, hj, err := s.startExec(ctx, container.ExecOptions{
-		User:         "root",
-		WorkingDir:   "/",
-		AttachStdin:  stdin != nil,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          env,
-		Cmd: []string{"bash", "-c", jobScript, "mcpjob", "run", JobsDir, id, secondsArg(timeout), waitArg,
-			interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src},
-	})
+	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
+		interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
 	if err != nil {
 		ended = true
 		if ctx.Err() != nil {
@@ -219,16 +211,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		}
 		return nil, err
 	}
-	defer hj.Close()
-	if stdin != nil {
-		go func() {
-			_, _ = hj.Conn.Write(stdin)
-			_ = hj.CloseWrite()
-		}()
-	}
-	out := &scriptOutput{limit: head + tail}
-	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
+	defer run.close()
 
 	stopLive := func() {}
 	if opts.OnOutput != nil && wait > liveInterval {
@@ -238,10 +221,10 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	defer backup.Stop()
 	var readErr error
 	select {
-	case readErr = <-done:
+	case readErr = <-run.done:
 	case <-backup.C:
-		hj.Close()
-		<-done
+		run.close()
+		<-run.done
 		stopLive()
 		return nil, fmt.Errorf("the job runner in the sandbox did not answer within %v; the command may still be running as job %s", wait+runnerGrace, id)
 	case <-ctx.Done():
@@ -252,10 +235,10 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		kres, kerr := s.killJob(kctx, id, maxOutput)
 		cancel()
 		select {
-		case <-done:
+		case <-run.done:
 		case <-time.After(cancelGrace):
 		}
-		hj.Close()
+		run.close()
 		if kerr != nil {
 			s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
 			kres = &ExecResult{JobID: id, ExitCode: -1}
@@ -269,14 +252,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	if readErr != nil {
 		return nil, fmt.Errorf("reading command output: %w", readErr)
 	}
-	if !out.gotHdr {
-		msg := strings.TrimSpace(string(out.err))
-		if msg == "" {
-			msg = "no answer"
-		}
-		return nil, fmt.Errorf("the job runner failed in the sandbox: %s", clip(msg, 500))
-	}
-	h, err := parseHeader(out.line)
+	h, err := run.out.header()
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +260,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		ended = true
 		return nil, err
 	}
-	res = s.result(h, id, out, maxOutput)
+	res = s.result(h, id, run.out, maxOutput)
 	res.Duration = time.Since(begin)
 	ended = !res.Running
 	return res, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 func TestExecBasics(t *testing.T) {
@@ -191,42 +192,13 @@ func TestExecConcurrent(t *testing.T) {
 	}
 }
 
-// peakHeap samples HeapInuse until stop is called and returns the peak above the start.
-func peakHeap() (stop func() uint64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak uint64
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > base && ms.HeapInuse-base > peak {
-				peak = ms.HeapInuse - base
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() uint64 { close(done); <-finished; return peak }
-}
-
 func TestExecHugeOutputBoundedMemory(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	mustExec(t, sb, "true", ExecOptions{})
 	const total = 500_000_000
 	var seen int64
-	stop := peakHeap()
+	stop := testenv.HeapPeak(20 * time.Millisecond)
 	res := mustExec(t, sb, fmt.Sprintf("echo start; yes | head -c %d; echo; echo end", total), ExecOptions{
 		OnOutput: func(_ Stream, p []byte) { seen += int64(len(p)) },
 	})

@@ -16,6 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -140,7 +141,7 @@ func archiveBody(r io.Reader, size int64) (io.Reader, error) {
 		return nil, fmt.Errorf("reading the archive's header: %w", err)
 	}
 	if h.Typeflag != tar.TypeReg || h.Size != size {
-		return nil, fmt.Errorf("the archive holds %q of type %q and %d bytes, not a file of %d bytes", clip(h.Name, 100), h.Typeflag, h.Size, size)
+		return nil, fmt.Errorf("the archive holds %q of type %q and %d bytes, not a file of %d bytes", human.Clip(h.Name, 100), h.Typeflag, h.Size, size)
 	}
 	// The bytes follow, as many as the header says: archive/tar reads no further.
 	hr.N = math.MaxInt64
@@ -218,20 +219,13 @@ func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offs
 		case strings.Contains(stderr, "Is a directory"):
 			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrIsDir)
 		}
-		return nil, fmt.Errorf("reading %s at offset %d in the sandbox (dd exit %d: %s): %w", fi.Path, offset, code, clip(stderr, 200), err)
+		return nil, fmt.Errorf("reading %s at offset %d in the sandbox (dd exit %d: %s): %w", fi.Path, offset, code, human.Clip(stderr, 200), err)
 	}
 	var r io.Reader = br
 	if length >= 0 {
 		r = io.LimitReader(br, length)
 	}
 	return &File{ReadCloser: tarFile{Reader: r, Closer: e}, FileInfo: fi}, nil
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // tarFile reads one file's bytes from an archive and closes the archive stream.

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 func TestStatAndOpenErrors(t *testing.T) {
@@ -112,14 +112,13 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	if len(wantSum) != 64 {
 		t.Fatalf("sha256sum in container: %+v", res)
 	}
-	stop := peakHeap()
+	stop := testenv.HeapPeak(20 * time.Millisecond)
 	start := time.Now()
 	f, err := sb.Open(ctx, "/sandbox/big", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	got, n, err := sha256Hex(f)
 	f.Close()
 	d := time.Since(start)
 	peak := stop()
@@ -127,7 +126,7 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	if err != nil || n != size || f.Size != size {
 		t.Fatalf("read %d bytes, err %v, size %d", n, err, f.Size)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != wantSum {
+	if got != wantSum {
 		t.Errorf("sha256 %s, container says %s", got, wantSum)
 	}
 	if peak > 64<<20 {
@@ -140,10 +139,9 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Reset()
-	_, err = io.Copy(h, f)
+	got, _, err = sha256Hex(f)
 	f.Close()
-	if want, _, _ := strings.Cut(res.Stdout, " "); err != nil || hex.EncodeToString(h.Sum(nil)) != want {
+	if want, _, _ := strings.Cut(res.Stdout, " "); err != nil || got != want {
 		t.Errorf("tail sha256 mismatch (err %v)", err)
 	}
 }
@@ -180,12 +178,12 @@ func TestOpenLeavesExecsFree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
+		got, _, err := sha256Hex(f)
+		if err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
-		if got := hex.EncodeToString(h.Sum(nil)); got != sum(p) {
+		if got != sum(p) {
 			t.Errorf("%s: read sha256 %s, want the file's", p, got)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // wantIsolated checks the isolation settings of the running container, from Docker's
@@ -103,7 +105,7 @@ func copyProbe(t *testing.T, sb *Sandbox) {
 func TestEnsureCreatesNetwork(t *testing.T) {
 	cli := dockerClient(t)
 	cfg := testConfig(t)
-	cfg.NetworkMode = "mcp-sandbox-test-net-" + randomSuffix()
+	cfg.NetworkMode = "mcp-sandbox-test-net-" + testenv.RandomHex(4)
 	sb := newTestSandbox(t, cli, cfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -170,10 +171,18 @@ func budget(maxOutput int) (keep, head, tail int) {
 	return maxOutput, maxOutput/2 + slack, maxOutput - maxOutput/2 + slack
 }
 
-// runScript runs the job script with args, env and optional stdin, and returns its
-// header and payloads. A failure to start or read is an error; the script's own
-// refusals come back in the header.
-func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
+// scriptRun is a started job script whose output is being read into out; done
+// delivers how reading ended, and close closes the exec's connection.
+type scriptRun struct {
+	out   *scriptOutput
+	done  chan error
+	close func()
+}
+
+// startScript starts the job script with args, env and optional stdin (written, then
+// closed, in the background), and reads its output, up to limit bytes a stream. This
+// is the one place that builds the job script's exec.
+func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	cmd := append([]string{"bash", "-c", jobScript, "mcpjob"}, args...)
 	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
@@ -185,9 +194,8 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 		Cmd:          cmd,
 	})
 	if err != nil {
-		return header{}, nil, err
+		return nil, err
 	}
-	defer hj.Close()
 	if stdin != nil {
 		go func() {
 			_, _ = hj.Conn.Write(stdin)
@@ -197,25 +205,46 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 	out := &scriptOutput{limit: limit}
 	done := make(chan error, 1)
 	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
+	return &scriptRun{out: out, done: done, close: hj.Close}, nil
+}
+
+// header parses the header of output read to its end. A script that printed none
+// failed before it could answer; what it wrote to stderr says why.
+func (o *scriptOutput) header() (header, error) {
+	if !o.gotHdr {
+		msg := strings.TrimSpace(string(o.err))
+		if msg == "" {
+			msg = "no answer"
+		}
+		return header{}, fmt.Errorf("the job runner failed in the sandbox: %s", human.Clip(msg, 500))
+	}
+	return parseHeader(o.line)
+}
+
+// runScript runs the job script with args, env and optional stdin, and returns its
+// header and payloads. A failure to start or read is an error; the script's own
+// refusals come back in the header.
+func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
+	run, err := s.startScript(ctx, args, env, stdin, limit)
+	if err != nil {
+		return header{}, nil, err
+	}
+	defer run.close()
 	select {
-	case err = <-done:
+	case err = <-run.done:
 	case <-ctx.Done():
-		hj.Close()
-		<-done
+		run.close()
+		<-run.done
 		return header{}, nil, ctx.Err()
 	}
 	if err != nil {
 		return header{}, nil, fmt.Errorf("reading job runner output: %w", err)
 	}
-	if !out.gotHdr {
-		msg := strings.TrimSpace(string(out.err))
-		if msg == "" {
-			msg = "no answer"
-		}
-		return header{}, nil, fmt.Errorf("job runner failed in the sandbox: %s", clip(msg, 500))
+	h, err := run.out.header()
+	if err != nil {
+		return header{}, nil, err
 	}
-	h, err := parseHeader(out.line)
-	return h, out, err
+	return h, run.out, nil
 }
 
 // heldRunes keeps, per running job and stream, the first bytes of a character that the
@@ -406,18 +435,27 @@ func oldBashError(version string) error {
 	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, ErrOldBash)
 }
 
+// lockJob checks that id is a job id and takes the job's lock, which the caller
+// releases with unlock; it returns maxOutput clamped to Config.MaxOutput (0: that).
+func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(), err error) {
+	if !ValidJobID(id) {
+		return 0, nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	}
+	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
+		maxOutput = s.cfg.MaxOutput
+	}
+	return maxOutput, s.jobs.lock(id), nil
+}
+
 // JobOutput waits up to wait for job id to end or print something, then returns the
 // output produced since the last delivery (never repeated, never skipped), cut to
 // maxOutput bytes per stream (0: Config.MaxOutput). With input != nil, it first writes
 // input to the job's stdin; the job must have been started interactive.
 func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*ExecResult, error) {
-	if !ValidJobID(id) {
-		return nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	maxOutput, unlock, err := s.lockJob(id, maxOutput)
+	if err != nil {
+		return nil, err
 	}
-	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
-		maxOutput = s.cfg.MaxOutput
-	}
-	unlock := s.jobs.lock(id)
 	defer unlock()
 	begin := time.Now()
 	_, head, tail := budget(maxOutput)
@@ -451,13 +489,10 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 // that emptied its environment is found too; one that detached with setsid is not),
 // and returns its last output.
 func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
-	if !ValidJobID(id) {
-		return nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	maxOutput, unlock, err := s.lockJob(id, maxOutput)
+	if err != nil {
+		return nil, err
 	}
-	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
-		maxOutput = s.cfg.MaxOutput
-	}
-	unlock := s.jobs.lock(id)
 	defer unlock()
 	return s.killJob(ctx, id, maxOutput)
 }

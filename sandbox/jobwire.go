@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // The job runner's answers come out of the container, where the model is root: the
@@ -35,7 +37,7 @@ const (
 var errBadAnswer = errors.New("unexpected answer from the job runner")
 
 func badAnswer(line []byte) error {
-	return fmt.Errorf("%w: %q", errBadAnswer, clip(string(line[:min(len(line), 200)]), 200))
+	return fmt.Errorf("%w: %q", errBadAnswer, human.Clip(string(line[:min(len(line), 200)]), 200))
 }
 
 // parseHeader reads the runner's first line (see jobs.sh): "MCPJOB1 <state>" and, for

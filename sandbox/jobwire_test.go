@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/docker/docker/api/types"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // allocated returns the bytes f allocates on the heap (cumulative, freed or not).
@@ -88,7 +89,7 @@ func TestJobHeaderStrict(t *testing.T) {
 	}
 	for _, line := range bad {
 		if h, err := parseHeader([]byte(line)); !errors.Is(err, errBadAnswer) {
-			t.Errorf("parseHeader(%q) = %+v, %v; want an error", clip(line, 80), h, err)
+			t.Errorf("parseHeader(%q) = %+v, %v; want an error", human.Clip(line, 80), h, err)
 		}
 	}
 }
@@ -328,6 +329,6 @@ func FuzzExecFrames(f *testing.F) {
 // so it costs no exec of its own and runs before anything an old bash would get wrong.
 func TestRunnerChecksBashFirst(t *testing.T) {
 	if !strings.HasPrefix(jobScript, "if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then\n") {
-		t.Errorf("the job runner starts with %q", clip(jobScript, 120))
+		t.Errorf("the job runner starts with %q", human.Clip(jobScript, 120))
 	}
 }

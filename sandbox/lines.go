@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // Lines is a run of lines of a text file, as [Sandbox.ReadLines] returns it.
@@ -52,7 +54,7 @@ func (s *Sandbox) ReadLines(ctx context.Context, p string, first, n int64, maxLi
 		// Nothing past the end: tell an empty file from a start beyond the last line.
 		code, stderr, werr := e.wait(ctx)
 		if werr == nil && code != 0 && stderr != "" {
-			return nil, fmt.Errorf("reading %s in the sandbox: %s", fi.Path, clip(stderr, 300))
+			return nil, fmt.Errorf("reading %s in the sandbox: %s", fi.Path, human.Clip(stderr, 300))
 		}
 	}
 	return out, nil

@@ -1,14 +1,66 @@
+// ListFiles and the strict reader of what its listing script prints.
+
 package sandbox
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
-// nameMax is the longest file name Linux allows (NAME_MAX), in bytes.
-const nameMax = 255
+// DirEntry is a file listed by [Sandbox.ListFiles].
+type DirEntry struct {
+	Name    string
+	Size    int64
+	ModTime time.Time
+}
+
+// listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
+// one "size mtime" line each, then a NUL, then their names, each ended by a NUL.
+const listScript = `cd -- "$1" 2>/dev/null || exit 0
+shopt -s nullglob
+files=()
+for f in * .[!.]* ..?*; do
+	[[ $f == ` + tempPrefix + `* ]] && continue
+	[ -f "$f" ] && [ ! -L "$f" ] && files+=("$f")
+	[ ${#files[@]} -ge "$2" ] && break
+done
+[ ${#files[@]} -gt 0 ] || exit 0
+stat -c '%s %Y' -- "${files[@]}" || exit 1
+printf '\0'
+printf '%s\0' "${files[@]}"`
+
+// ListFiles lists up to max regular files of dir (not symbolic links, not unfinished
+// uploads),
+// for showing what a directory holds. A missing directory lists as empty.
+func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
+	if !path.IsAbs(dir) {
+		return nil, fmt.Errorf("%q: %w", dir, ErrRelativePath)
+	}
+	res, err := s.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	if res.ExitCode != 0 || res.StdoutTruncated {
+		return nil, fmt.Errorf("listing %s: exit code %d: %s", dir, res.ExitCode, human.Clip(strings.TrimSpace(res.Stderr), 300))
+	}
+	if res.Stdout == "" {
+		return nil, nil
+	}
+	out, err := parseListing(res.Stdout, max)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
 
 // errListing is output of the listing script that is not what it prints.
 var errListing = errors.New("unexpected output from the listing")
@@ -31,7 +83,7 @@ func parseListing(out string, max int) ([]DirEntry, error) {
 		var line, name string
 		line, stats, _ = strings.Cut(stats, "\n")
 		name, names, ok = strings.Cut(names, "\x00")
-		if !ok || name == "" || len(name) > nameMax || strings.Contains(name, "/") {
+		if !ok || name == "" || len(name) > MaxNameBytes || strings.Contains(name, "/") {
 			return nil, errListing
 		}
 		a, b, _ := strings.Cut(line, " ")

@@ -61,7 +61,7 @@ func FuzzParseListing(f *testing.F) {
 			t.Fatalf("%d entries, max %d", len(list), m)
 		}
 		for _, e := range list {
-			if e.Name == "" || len(e.Name) > nameMax || strings.Contains(e.Name, "/") || e.Size < 0 {
+			if e.Name == "" || len(e.Name) > MaxNameBytes || strings.Contains(e.Name, "/") || e.Size < 0 {
 				t.Errorf("entry %+v", e)
 			}
 		}

@@ -2,9 +2,9 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
-	"os"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -13,44 +13,29 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// testImage is the small busybox+bash image built by containers/build-test-image.sh.
-func testImage() string {
-	if img := os.Getenv("SANDBOX_TEST_IMAGE"); img != "" {
-		return img
-	}
-	return "code-sandbox-test:latest"
+// testImage is the image test sandboxes run from; see [testenv.Image].
+func testImage() string { return testenv.Image() }
+
+// dockerClient returns a client for the local engine; see [testenv.DockerClient] for
+// when it skips and when it fails.
+func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testenv.DockerClient(tb) }
+
+// sha256Hex reads r to its end and returns the SHA-256 of its bytes in hex, as
+// sha256sum prints it, and how many bytes it read.
+func sha256Hex(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
-// dockerClient returns a client for the local engine. When the engine does not answer
-// it fails the test, so a full run never passes by skipping; only under -short, the
-// tier that needs no engine, does it skip.
-func dockerClient(tb testing.TB) *client.Client {
-	tb.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		tb.Fatalf("creating Docker client: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
-		if testing.Short() {
-			tb.Skipf("needs a Docker engine (-short): %v", err)
-		}
-		tb.Fatalf("Docker engine does not answer (%v); run scripts/docker-up.sh and containers/build-test-image.sh", err)
-	}
-	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
-		tb.Fatalf("test image %s is missing (%v); run containers/build-test-image.sh", testImage(), err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-func randomSuffix() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// sha is the SHA-256 of b in hex.
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
 
 // testConfig is a small sandbox with unique names and no network.
@@ -59,7 +44,7 @@ func testConfig(tb testing.TB) Config {
 	if len(sfx) > 30 {
 		sfx = sfx[:30]
 	}
-	sfx += "-" + randomSuffix()
+	sfx += "-" + testenv.RandomHex(4)
 	cfg := DefaultConfig()
 	cfg.Image = testImage()
 	cfg.Container = "mcp-sandbox-test-" + sfx

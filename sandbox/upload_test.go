@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -107,11 +105,6 @@ func upload(t *testing.T, sb *Sandbox, dir, name string, r io.Reader, opts Uploa
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return sb.Upload(ctx, dir, name, r, opts)
-}
-
-func sha(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // failingReader yields n bytes, then an error, as a client that hangs up does.

@@ -13,6 +13,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // WriteFile creates or replaces the file at the absolute path p with data, byte for
@@ -73,7 +74,7 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 		return "", fmt.Errorf("creating %s: %w", dir, err)
 	}
 	if code != 0 {
-		return "", fmt.Errorf("creating %s: %s", dir, clip(stderr, 300))
+		return "", fmt.Errorf("creating %s: %s", dir, human.Clip(stderr, 300))
 	}
 	return p, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -164,7 +165,7 @@ func zipEntries(r io.Reader, zw *zip.Writer, root, dir string, lim zipLimits) ([
 			rel = ""
 		}
 		if rel != "" && (rel != path.Clean(rel) || path.IsAbs(rel) || rel == "." || rel == ".." || strings.HasPrefix(rel, "../")) {
-			return nil, fmt.Errorf("reading the archive: entry %q is not a plain relative path", clip(hdr.Name, 200))
+			return nil, fmt.Errorf("reading the archive: entry %q is not a plain relative path", human.Clip(hdr.Name, 200))
 		}
 		name := root
 		if rel != "" {

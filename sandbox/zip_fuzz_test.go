@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // These tests need no Docker: they feed zipEntries tar streams made here, as a
@@ -128,22 +130,9 @@ func TestZipEntriesKeepsTree(t *testing.T) {
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	zr, err := zip.NewReader(bytes.NewReader(out.Bytes()), int64(out.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
-		got = append(got, f.Name+" "+f.Mode().String()+" "+string(b[:min(len(b), 5)]))
+	for _, f := range testenv.ReadZip(t, out.Bytes()) {
+		got = append(got, f.Name+" "+f.Mode().String()+" "+string(f.Data[:min(len(f.Data), 5)]))
 	}
 	want := []string{"saved/ drwxr-xr-x ", "saved/a.txt -rw-r----- hello", "saved/pic.png -rw-r--r-- png",
 		"saved/link Lrwxrwxrwx a.txt", "saved/" + strings.Repeat("n", 150) + "/ drwx------ ", "saved/hard -rw-r----- again"}

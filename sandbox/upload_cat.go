@@ -1,0 +1,74 @@
+// The general path of an upload: the bytes through the standard input of `cat` in an
+// exec, for streams of unknown length and directories off the volume.
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
+)
+
+// catIn streams r into the file tmp through the standard input of `cat`, for streams
+// whose length is not known in advance and directories off the volume.
+func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, error) {
+	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		Cmd: []string{"bash", "-c", `exec cat > "$1"`, "upload", tmp},
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer hj.Close()
+	stop := context.AfterFunc(ctx, hj.Close)
+	defer stop()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- demux(hj.Reader, func([]byte) {}, func(p []byte) {
+			if stderr.Len() < 4096 {
+				stderr.Write(p)
+			}
+		})
+	}()
+	n, err := io.Copy(hj.Conn, r)
+	if err != nil {
+		// Closing the stream ends cat, which leaves a partial file for the caller to
+		// remove once cat is gone: one that had not started yet when the upload failed
+		// would create the file after the removal.
+		hj.Close()
+		<-done
+		s.waitExecEnd(ctx, execID)
+		return n, fmt.Errorf("reading upload: %w", err)
+	}
+	if err := hj.CloseWrite(); err != nil {
+		return n, fmt.Errorf("ending upload stream: %w", err)
+	}
+	if err := <-done; err != nil {
+		return n, fmt.Errorf("writing into the sandbox: %w", err)
+	}
+	code, ok := s.exitCode(ctx, execID, false)
+	if !ok || code != 0 {
+		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, human.Clip(strings.TrimSpace(stderr.String()), 300))
+	}
+	return n, nil
+}
+
+// waitExecEnd waits (a while at most) until the exec has started and ended.
+func (s *Sandbox) waitExecEnd(ctx context.Context, execID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		ins, err := s.cli.ContainerExecInspect(ctx, execID)
+		if err != nil || (!ins.Running && ins.Pid != 0) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
