@@ -21,71 +21,35 @@ const maxTimeout = 24 * time.Hour
 
 // ExecuteOutput is the structured result of execute and of the job tools.
 type ExecuteOutput struct {
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	ExitCode        *int    `json:"exit_code"`
-	Running         bool    `json:"running"`
-	JobID           string  `json:"job_id"`
+	Stdout          string  `json:"stdout" jsonschema:"Standard output not returned before; when longer than the limit, its head and tail around a marker saying how many bytes and lines were left out and which file holds it all."`
+	Stderr          string  `json:"stderr" jsonschema:"Standard error, like stdout."`
+	ExitCode        *int    `json:"exit_code" jsonschema:"Exit status of the command; 128+n when signal n ended it (137 after a kill: timeout, cancellation, job_kill); null while it runs."`
+	Running         bool    `json:"running" jsonschema:"The command is still running as job job_id; follow it with job_output."`
+	JobID           string  `json:"job_id" jsonschema:"The command's job, for job_output, job_input and job_kill."`
 	TimedOut        bool    `json:"timed_out"`
 	Cancelled       bool    `json:"cancelled"`
-	Killed          bool    `json:"killed"`
-	StdoutBytes     int64   `json:"stdout_bytes"`
+	Killed          bool    `json:"killed" jsonschema:"Stopped by job_kill."`
+	StdoutBytes     int64   `json:"stdout_bytes" jsonschema:"Bytes the command wrote to stdout so far, in total."`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated"`
 	StderrTruncated bool    `json:"stderr_truncated"`
-	StdoutFile      string  `json:"stdout_file"`
+	StdoutFile      string  `json:"stdout_file" jsonschema:"File in the sandbox holding the whole stdout."`
 	StderrFile      string  `json:"stderr_file"`
-	DurationSeconds float64 `json:"duration_seconds"`
-	// Note is the footer of the text: how the command ended, whether output was cut
-	// and where all of it is, how to follow a running job. Some clients give the
-	// model only structuredContent, so it must carry this too.
-	Note string `json:"note"`
+	DurationSeconds float64 `json:"duration_seconds" jsonschema:"Time this call took."`
+	// Note is the footer of the text. Some clients give the model only
+	// structuredContent, so it must carry this too.
+	Note string `json:"note" jsonschema:"How the command ended, whether output was cut and which file holds all of it, or how to follow the running job."`
 }
 
 // shareOutput is the structured result of share_file.
 type shareOutput struct {
-	URL       string    `json:"url"`
-	Path      string    `json:"path"`
-	Name      string    `json:"name"`
-	Size      int64     `json:"size"`
+	URL       string    `json:"url" jsonschema:"Public download link; anyone with it can download the file until it expires."`
+	Path      string    `json:"path" jsonschema:"The path shared, cleaned (no . or .. segments)."`
+	Name      string    `json:"name" jsonschema:"The download's file name; <directory>.zip for a directory."`
+	Size      int64     `json:"size" jsonschema:"Size in bytes when the link was made; 0 for a directory, whose zip is made when downloaded."`
 	ExpiresAt time.Time `json:"expires_at"`
-	Directory bool      `json:"directory,omitempty"`
+	Directory bool      `json:"directory,omitempty" jsonschema:"True when the link serves a directory as a zip archive."`
 }
-
-const executeOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "stdout": {"type": "string", "description": "Standard output not returned before; when longer than the limit, its head and tail around a marker saying how many bytes and lines were left out and which file holds it all."},
-    "stderr": {"type": "string", "description": "Standard error, like stdout."},
-    "exit_code": {"type": ["integer", "null"], "description": "Exit status of the command; 128+n when signal n ended it (137 after a kill: timeout, cancellation, job_kill); null while it runs."},
-    "running": {"type": "boolean", "description": "The command is still running as job job_id; follow it with job_output."},
-    "job_id": {"type": "string", "description": "The command's job, for job_output, job_input and job_kill."},
-    "timed_out": {"type": "boolean"},
-    "cancelled": {"type": "boolean"},
-    "killed": {"type": "boolean", "description": "Stopped by job_kill."},
-    "stdout_bytes": {"type": "integer", "description": "Bytes the command wrote to stdout so far, in total."},
-    "stderr_bytes": {"type": "integer"},
-    "stdout_truncated": {"type": "boolean"},
-    "stderr_truncated": {"type": "boolean"},
-    "stdout_file": {"type": "string", "description": "File in the sandbox holding the whole stdout."},
-    "stderr_file": {"type": "string"},
-    "duration_seconds": {"type": "number", "description": "Time this call took."}
-  },
-  "required": ["stdout", "stderr", "exit_code", "running", "job_id", "timed_out", "cancelled", "killed", "stdout_bytes", "stderr_bytes", "stdout_truncated", "stderr_truncated", "stdout_file", "stderr_file", "duration_seconds"]
-}`
-
-const shareOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "url": {"type": "string", "description": "Public download link; anyone with it can download the file until it expires."},
-    "path": {"type": "string", "description": "The path shared, cleaned (no . or .. segments)."},
-    "name": {"type": "string", "description": "The download's file name; <directory>.zip for a directory."},
-    "size": {"type": "integer", "description": "Size in bytes when the link was made; 0 for a directory, whose zip is made when downloaded."},
-    "expires_at": {"type": "string", "format": "date-time"},
-    "directory": {"type": "boolean", "description": "True when the link serves a directory as a zip archive."}
-  },
-  "required": ["url", "path", "name", "size", "expires_at"]
-}`
 
 func (s *Tools) executeTool() mcp.Tool {
 	cfg := s.cfg
@@ -129,7 +93,7 @@ How the sandbox behaves:
 		mcp.WithString("cwd", mcp.Description("Directory to start in. Default /sandbox.")),
 		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
 			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
-		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		outputSchema[ExecuteOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(false),
@@ -161,7 +125,7 @@ func (s *Tools) shareFileTool() mcp.Tool {
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
 				int64(time.Duration(s.opts.MaxLinkTTL).Seconds()), human.Duration(time.Duration(s.opts.MaxLinkTTL))))),
-		mcp.WithRawOutputSchema([]byte(shareOutputSchema)),
+		outputSchema[shareOutput](),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(false),

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
@@ -22,29 +23,19 @@ type jobListOutput struct {
 	Jobs []jobEntry `json:"jobs"`
 }
 
+// jobStates lists the states a job can be in.
+func jobStates(s *jsonschema.Schema) {
+	s.Properties["jobs"].Items.Properties["state"].Enum = []any{"running", "done", "lost"}
+}
+
 type jobEntry struct {
 	JobID       string    `json:"job_id"`
-	State       string    `json:"state"`
+	State       string    `json:"state" jsonschema:"lost: the sandbox restarted while the job ran."`
 	ExitCode    *int      `json:"exit_code"`
 	StartedAt   time.Time `json:"started_at"`
 	Interactive bool      `json:"interactive"`
-	Command     string    `json:"command"`
+	Command     string    `json:"command" jsonschema:"Start of the command's first line (at most 200 bytes, ending in … when cut)."`
 }
-
-const jobListSchema = `{
-  "type": "object",
-  "properties": {
-    "jobs": {"type": "array", "items": {"type": "object", "properties": {
-      "job_id": {"type": "string"},
-      "state": {"type": "string", "enum": ["running", "done", "lost"], "description": "lost: the sandbox restarted while the job ran."},
-      "exit_code": {"type": ["integer", "null"]},
-      "started_at": {"type": "string", "format": "date-time"},
-      "interactive": {"type": "boolean"},
-      "command": {"type": "string", "description": "Start of the command's first line (at most 200 bytes, ending in … when cut)."}
-    }, "required": ["job_id", "state", "exit_code", "started_at", "interactive", "command"]}}
-  },
-  "required": ["jobs"]
-}`
 
 // pollWait is the default wait of job_output and job_input: yield_after, or a minute
 // when it is off.
@@ -75,7 +66,7 @@ func (s *Tools) jobOutputTool() mcp.Tool {
 		mcp.WithTitleAnnotation("Follow a running command"),
 		s.jobIDArg(),
 		s.jobWaitArg("for new output or the end"),
-		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		outputSchema[ExecuteOutput](),
 		mcp.WithReadOnlyHintAnnotation(false), // it marks the output as delivered
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(false),
@@ -90,7 +81,7 @@ func (s *Tools) jobInputTool() mcp.Tool {
 		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
 		s.jobWaitArg("for the job's answer"),
-		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		outputSchema[ExecuteOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(false),
@@ -103,7 +94,7 @@ func (s *Tools) jobKillTool() mcp.Tool {
 		mcp.WithDescription(`Stop a job: kills its command and every process it started (not those it detached with setsid), and returns its last output and exit code (137). Use it for a job that hangs, runs away, or is no longer needed; processes you detached with setsid nohup must be stopped with kill.`),
 		mcp.WithTitleAnnotation("Stop a running command"),
 		s.jobIDArg(),
-		mcp.WithRawOutputSchema([]byte(executeOutputSchema)),
+		outputSchema[ExecuteOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(true),
@@ -115,7 +106,7 @@ func (s *Tools) jobListTool() mcp.Tool {
 	return mcp.NewTool("job_list",
 		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, s.opts.MaxJobs)),
 		mcp.WithTitleAnnotation("List running and recent commands"),
-		mcp.WithRawOutputSchema([]byte(jobListSchema)),
+		outputSchema[jobListOutput](jobStates),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),

@@ -16,33 +16,19 @@ import (
 // probeTimeout bounds the check whether something already listens on an exposed port.
 const probeTimeout = 10 * time.Second
 
-// exposeOutput is the structured result of expose_port.
-type exposeOutput struct {
-	URL       string    `json:"url"`
-	Port      int       `json:"port"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Listening bool      `json:"listening"`
+// unexposeOutput is the structured result of unexpose_port.
+type unexposeOutput struct {
+	Port       int  `json:"port"`
+	WasExposed bool `json:"was_exposed"`
 }
 
-const exposeOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "url": {"type": "string", "description": "Preview URL for the person to open; its own origin."},
-    "port": {"type": "integer"},
-    "expires_at": {"type": "string", "format": "date-time"},
-    "listening": {"type": "boolean", "description": "Whether something accepted a connection on the port inside the sandbox when the URL was made."}
-  },
-  "required": ["url", "port", "expires_at", "listening"]
-}`
-
-const unexposeOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "port": {"type": "integer"},
-    "was_exposed": {"type": "boolean"}
-  },
-  "required": ["port", "was_exposed"]
-}`
+// exposeOutput is the structured result of expose_port.
+type exposeOutput struct {
+	URL       string    `json:"url" jsonschema:"Preview URL for the person to open; its own origin."`
+	Port      int       `json:"port"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Listening bool      `json:"listening" jsonschema:"Whether something accepted a connection on the port inside the sandbox when the URL was made."`
+}
 
 func (s *Tools) exposePortTool() mcp.Tool {
 	auth := "Anyone with the URL can open it until it expires, so share it only with the user."
@@ -57,7 +43,7 @@ Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on :
 		mcp.WithTitleAnnotation("Expose a sandbox port as a preview URL"),
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000.")),
-		mcp.WithRawOutputSchema([]byte(exposeOutputSchema)),
+		outputSchema[exposeOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
@@ -71,7 +57,7 @@ func (s *Tools) unexposePortTool() mcp.Tool {
 		mcp.WithTitleAnnotation("End a port's preview URL"),
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The port given to expose_port.")),
-		mcp.WithRawOutputSchema([]byte(unexposeOutputSchema)),
+		outputSchema[unexposeOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(true),
@@ -148,5 +134,5 @@ func (s *Tools) unexposePort(ctx context.Context, a args) (*mcp.CallToolResult, 
 	if !was {
 		text = fmt.Sprintf("Port %d was not exposed (or its preview had already expired); nothing to do.", port)
 	}
-	return mcp.NewToolResultStructured(map[string]any{"port": port, "was_exposed": was}, text), nil
+	return mcp.NewToolResultStructured(unexposeOutput{Port: port, WasExposed: was}, text), nil
 }

@@ -17,10 +17,10 @@ import (
 
 // uploadLinkOutput is the structured result of upload_link.
 type uploadLinkOutput struct {
-	URL       string    `json:"url"`
-	Directory string    `json:"directory"`
+	URL       string    `json:"url" jsonschema:"Upload page to give to the user; it also takes curl -T file <url>. Anyone with it can add files until it expires."`
+	Directory string    `json:"directory" jsonschema:"Directory in the sandbox where uploaded files land."`
 	ExpiresAt time.Time `json:"expires_at"`
-	MaxBytes  int64     `json:"max_bytes"`
+	MaxBytes  int64     `json:"max_bytes" jsonschema:"Largest file accepted, in bytes."`
 }
 
 // Upload links' defaults and bounds.
@@ -29,17 +29,6 @@ const (
 	maxUploadLinkTTL = 7 * 24 * time.Hour // when max_link_ttl is not set
 	minUploadLinkTTL = time.Minute
 )
-
-const uploadLinkOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "url": {"type": "string", "description": "Upload page to give to the user; it also takes curl -T file <url>. Anyone with it can add files until it expires."},
-    "directory": {"type": "string", "description": "Directory in the sandbox where uploaded files land."},
-    "expires_at": {"type": "string", "format": "date-time"},
-    "max_bytes": {"type": "integer", "description": "Largest file accepted, in bytes."}
-  },
-  "required": ["url", "directory", "expires_at", "max_bytes"]
-}`
 
 // uploadTTLBound is the longest lifetime an upload link may ask for: max_link_ttl, as
 // for downloads.
@@ -61,7 +50,7 @@ func (s *Tools) uploadLinkTool() mcp.Tool {
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
 				int(s.uploadTTLBound().Seconds()), human.Duration(s.uploadTTLBound())))),
-		mcp.WithRawOutputSchema([]byte(uploadLinkOutputSchema)),
+		outputSchema[uploadLinkOutput](),
 		mcp.WithReadOnlyHintAnnotation(false),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(false),
