@@ -1,0 +1,439 @@
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// These tests drive the tools through mcp-go's server, as a client would, over a fake
+// sandbox: no Docker, milliseconds each. The end-to-end tests in the root package
+// judge the same tools through a real Caddy and container.
+
+// fakeBox answers like a sandbox with one file (/sandbox/a.txt), one directory
+// (/sandbox/d) and one running job (j000000000001). It records what was asked of it.
+type fakeBox struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+const fakeJob = "j000000000001"
+
+func (b *fakeBox) record(call string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, call)
+}
+
+func (b *fakeBox) called() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.calls)
+}
+
+func (b *fakeBox) stat(p string) (sandbox.FileInfo, error) {
+	switch p {
+	case "/sandbox/a.txt":
+		return sandbox.FileInfo{Path: p, Name: "a.txt", Size: 6, ModTime: time.Unix(1_800_000_000, 0)}, nil
+	case "/sandbox", "/sandbox/d":
+		return sandbox.FileInfo{Path: p}, sandbox.ErrIsDir
+	}
+	return sandbox.FileInfo{}, sandbox.ErrNotFound
+}
+
+func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+	b.record("exec " + command)
+	if o.Wait == sandbox.NoWait {
+		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
+	}
+	return &sandbox.ExecResult{JobID: "j000000000002", Stdout: "hi\n", Stderr: "warn\n", ExitCode: 3,
+		StdoutBytes: 3, StderrBytes: 5, StdoutFile: "/f/out", StderrFile: "/f/err", Duration: time.Second}, nil
+}
+
+func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
+	if id != fakeJob {
+		return nil, sandbox.ErrJobNotFound
+	}
+	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
+}
+
+func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, _ int) (*sandbox.ExecResult, error) {
+	b.record("job_output " + id)
+	return b.job(id)
+}
+
+func (b *fakeBox) KillJob(_ context.Context, id string, _ int) (*sandbox.ExecResult, error) {
+	b.record("kill " + id)
+	res, err := b.job(id)
+	if err == nil {
+		res.Running, res.Killed, res.ExitCode = false, true, 137
+	}
+	return res, err
+}
+
+func (b *fakeBox) ListJobs(context.Context) ([]sandbox.JobInfo, error) {
+	b.record("list")
+	return []sandbox.JobInfo{{ID: fakeJob, State: "running", ExitCode: -1, Started: time.Unix(1_800_000_000, 0), Command: "cat"},
+		{ID: "j000000000002", State: "done", ExitCode: 3, Started: time.Unix(1_800_000_000, 0), Command: "exit 3"}}, nil
+}
+
+func (b *fakeBox) Stat(_ context.Context, p string) (sandbox.FileInfo, error) {
+	b.record("stat " + p)
+	return b.stat(p)
+}
+
+func (b *fakeBox) OpenRange(_ context.Context, p string, _, _ int64) (*sandbox.File, error) {
+	b.record("open " + p)
+	if _, err := b.stat(p); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("not in this fake")
+}
+
+func (b *fakeBox) ReadLines(_ context.Context, p string, _, _ int64, _, _ int) (*sandbox.Lines, error) {
+	b.record("read " + p)
+	return nil, errors.New("not in this fake")
+}
+
+func (b *fakeBox) WriteFile(_ context.Context, p string, _ []byte) (sandbox.FileInfo, bool, error) {
+	b.record("write " + p)
+	fi, err := b.stat(p)
+	return fi, false, err
+}
+
+func (b *fakeBox) EditFile(_ context.Context, p, _, _ string) (sandbox.EditResult, error) {
+	b.record("edit " + p)
+	fi, err := b.stat(p)
+	return sandbox.EditResult{FileInfo: fi, Line: 1}, err
+}
+
+func (b *fakeBox) MakeDir(_ context.Context, dir string) error {
+	b.record("mkdir " + dir)
+	return nil
+}
+
+func (b *fakeBox) DialPort(_ context.Context, port int) (net.Conn, error) {
+	b.record("dial")
+	return nil, sandbox.ErrNoListener
+}
+
+func (b *fakeBox) Facts() *sandbox.Facts { return nil }
+func (b *fakeBox) ImageMissing() string  { return "the image is being built" }
+
+type oneBox struct{ b Box }
+
+func (o oneBox) For(context.Context) (Box, error) { return o.b, nil }
+
+type fakeLinks struct{}
+
+func (fakeLinks) Download(_ context.Context, p string, ttl time.Duration) (string, time.Time) {
+	return "/files/1.sig" + p, time.Unix(1_800_000_000, 0).Add(ttl)
+}
+
+func (fakeLinks) Upload(_ context.Context, dir string, ttl time.Duration) (string, time.Time) {
+	return "/uploads/1.sig" + dir + "/", time.Unix(1_800_000_000, 0).Add(ttl)
+}
+
+type fakePreviews struct{}
+
+func (fakePreviews) Expose(port int, origin string) (string, time.Time) {
+	return "http://p8000.localhost", time.Unix(1_800_000_000, 0)
+}
+func (fakePreviews) Unexpose(int) bool { return true }
+
+type fakeAudit struct {
+	mu      sync.Mutex
+	entries []console.Entry
+}
+
+func (a *fakeAudit) Record(e console.Entry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.entries = append(a.entries, e)
+}
+
+// toolsHarness is the tools over a fake box, with yield_after 5s.
+type toolsHarness struct {
+	t     testing.TB
+	tools *Tools
+	box   *fakeBox
+	audit *fakeAudit
+	ids   int
+}
+
+func newToolsHarness(t testing.TB) *toolsHarness {
+	cfg := sandbox.DefaultConfig()
+	cfg.NetworkMode = "none"
+	h := &toolsHarness{t: t, box: &fakeBox{}, audit: &fakeAudit{}}
+	h.tools = New(Options{
+		Config: cfg, Boxes: oneBox{h.box}, Links: fakeLinks{}, Previews: fakePreviews{}, Audit: h.audit,
+		Logger: zap.NewNop(), Version: "test",
+		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30,
+		Yield: 5 * time.Second, MaxJobs: 32, Keepalive: 5 * time.Second, PreviewTTL: 24 * time.Hour,
+		MaxTaskTTL: time.Hour, MaxTasks: 100, MaxTasksTotal: 1000,
+	})
+	t.Cleanup(h.tools.Close)
+	return h
+}
+
+// rpc sends one JSON-RPC request and returns its result (or error) as generic JSON.
+func (h *toolsHarness) rpc(method string, params any) map[string]any {
+	h.t.Helper()
+	h.ids++
+	msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": h.ids, "method": method, "params": params})
+	ctx := WithCaller(context.Background(), Caller{ClientName: "test", Label: "test", Origin: "https://sandbox.example"})
+	ctx, done := h.tools.Request(ctx)
+	resp := h.tools.MCPServer().HandleMessage(ctx, msg)
+	done()
+	b, _ := json.Marshal(resp)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		h.t.Fatal(err)
+	}
+	if r, ok := m["result"].(map[string]any); ok {
+		return r
+	}
+	h.t.Fatalf("%s: %s", method, b)
+	return nil
+}
+
+// call calls a tool and returns whether it failed, its text and its structured result.
+func (h *toolsHarness) call(tool string, args any) (isError bool, text string, structured any) {
+	h.t.Helper()
+	r := h.rpc("tools/call", map[string]any{"name": tool, "arguments": args})
+	for _, c := range r["content"].([]any) {
+		if c, _ := c.(map[string]any); c["type"] == "text" {
+			text += c["text"].(string)
+		}
+	}
+	return r["isError"] == true, text, r["structuredContent"]
+}
+
+// TestArgumentErrors: every argument a tool cannot use is a tool error that names it
+// and says what is accepted, and nothing reaches the sandbox.
+func TestArgumentErrors(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, tc := range []struct {
+		tool string
+		args any
+		want string
+	}{
+		{"execute", map[string]any{}, `execute needs "command": a non-empty bash command line`},
+		{"execute", map[string]any{"command": "   "}, `execute needs "command"`},
+		{"execute", map[string]any{"command": 42}, `"command" must be a string, got 42`},
+		{"execute", map[string]any{"command": "true", "timeout": -1}, `"timeout" must be a number of seconds between 1 and 86400, got -1`},
+		{"execute", map[string]any{"command": "true", "timeout": 1e9}, `"timeout" must be`},
+		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be a number of seconds between 1 and 86400, got "soon"`},
+		{"execute", map[string]any{"command": "true", "timeout": true}, `got true`},
+		{"execute", map[string]any{"command": "true", "timeout": "NaN"}, `"timeout" must be`},
+		{"execute", map[string]any{"command": "true", "wait": 60}, `no call waits longer than 5s (the server's yield_after)`},
+		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds between 0 and 5`},
+		{"execute", map[string]any{"command": "true", "interactive": "yes"}, `"interactive" must be true or false, got "yes"`},
+		{"execute", map[string]any{"command": "true", "max_output": 10}, `"max_output" must be a number of bytes between 1024 and`},
+		{"execute", map[string]any{"command": "true", "max_output": 2048.5}, `a whole number between 1024 and`},
+		{"execute", map[string]any{"command": "true", "cwd": []any{"/"}}, `"cwd" must be a string, got an array`},
+		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts: command, cwd, interactive, max_output, timeout, wait`},
+		{"execute", []any{"ls"}, "execute takes its arguments as a JSON object"},
+		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `share_file does not take the argument "ttl"`},
+		{"share_file", map[string]any{"path": "relative.txt"}, `share_file needs "path": an absolute path such as /sandbox/report.pdf, got "relative.txt"`},
+		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": "7d"}, `"expires_in" must be a number of seconds (at most 7d, the server's max_link_ttl)`},
+		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": 1e9}, "max_link_ttl"},
+		{"job_output", map[string]any{"job_id": "12; rm -rf /"}, "like j6940a1f03f2a"},
+		{"job_output", map[string]any{"job_id": fakeJob, "wait": 99}, "yield_after"},
+		{"job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a"},
+		{"job_kill", map[string]any{}, "job_id"},
+		{"read_file", map[string]any{}, `needs "path"`},
+		{"read_file", map[string]any{"path": "notes.txt"}, "absolute path"},
+		{"read_file", map[string]any{"path": "/etc/passwd", "offset": 0}, `"offset" must be`},
+		{"read_file", map[string]any{"path": "/etc/passwd", "limit": 1e6}, `"limit" must be`},
+		{"read_file", map[string]any{"path": "/etc/passwd", "lines": 5}, `does not take the argument "lines"`},
+		{"write_file", map[string]any{"path": "/sandbox/x.txt"}, `needs "content"`},
+		{"write_file", map[string]any{"path": "/sandbox/x.txt", "content": 5}, `"content" must be a string`},
+		{"write_file", map[string]any{"path": "x.txt", "content": "a"}, "absolute path"},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "", "new_text": "b"}, `needs "old_text"`},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root"}, `needs "new_text"`},
+		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root", "new_text": "root"}, "the same"},
+		{"upload_link", map[string]any{"directory": "data"}, `upload_link needs "directory": an absolute path without control characters`},
+		{"upload_link", map[string]any{"directory": "/sandbox/a\nb"}, "without control characters"},
+		{"upload_link", map[string]any{"expires_in": 10}, `"expires_in" must be a number of seconds between 60 and`},
+		{"expose_port", map[string]any{"port": 0}, "port"},
+		{"expose_port", map[string]any{"port": 70000}, "port"},
+		{"expose_port", map[string]any{"port": "http"}, "port"},
+		{"unexpose_port", map[string]any{}, "port"},
+	} {
+		isErr, text, _ := h.call(tc.tool, tc.args)
+		if !isErr || !strings.Contains(text, tc.want) {
+			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, isErr, text, tc.want)
+		}
+	}
+	if got := h.box.called(); len(got) > 0 {
+		t.Errorf("bad arguments reached the sandbox: %q", got)
+	}
+}
+
+// TestSandboxErrorsSayWhatToDo: errors from the sandbox become results that name the
+// path and the next step.
+func TestSandboxErrorsSayWhatToDo(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, tc := range []struct {
+		tool string
+		args any
+		want string
+	}{
+		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "/sandbox/none-such does not exist in the sandbox; check the path with ls"},
+		{"share_file", map[string]any{"path": "/sandbox/./none-such"}, "/sandbox/none-such does not exist"},
+		{"read_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
+		{"read_file", map[string]any{"path": "/sandbox/d"}, "is a directory"},
+		{"write_file", map[string]any{"path": "/sandbox/d", "content": "a"}, "is a directory"},
+		{"edit_file", map[string]any{"path": "/sandbox/none-such", "old_text": "a", "new_text": "b"}, "does not exist"},
+		{"job_output", map[string]any{"job_id": "j000000000000"}, "no job j000000000000"},
+		{"job_kill", map[string]any{"job_id": "j000000000000"}, "job_list"},
+	} {
+		isErr, text, _ := h.call(tc.tool, tc.args)
+		if !isErr || !strings.Contains(text, tc.want) {
+			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, isErr, text, tc.want)
+		}
+	}
+}
+
+// outputTypes are the structured results, by tool.
+var outputTypes = map[string]reflect.Type{
+	"execute":       reflect.TypeFor[ExecuteOutput](),
+	"job_output":    reflect.TypeFor[ExecuteOutput](),
+	"job_input":     reflect.TypeFor[ExecuteOutput](),
+	"job_kill":      reflect.TypeFor[ExecuteOutput](),
+	"job_list":      reflect.TypeFor[jobListOutput](),
+	"share_file":    reflect.TypeFor[shareOutput](),
+	"upload_link":   reflect.TypeFor[uploadLinkOutput](),
+	"expose_port":   reflect.TypeFor[exposeOutput](),
+	"unexpose_port": reflect.TypeFor[unexposeOutput](),
+}
+
+// jsonFields are the JSON names of a struct's fields, and which of them are omitempty.
+func jsonFields(t reflect.Type) (names, optional []string) {
+	for i := range t.NumField() {
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names = append(names, name)
+		if strings.Contains(opts, "omitempty") {
+			optional = append(optional, name)
+		}
+	}
+	return names, optional
+}
+
+// TestOutputSchemasMatchStructs: each tool's declared outputSchema has a property per
+// field of its result struct and no other, requires every field that is always sent,
+// and the results the tools return carry only declared fields.
+func TestOutputSchemasMatchStructs(t *testing.T) {
+	h := newToolsHarness(t)
+	list := h.rpc("tools/list", map[string]any{})
+	declared := map[string]map[string]any{}
+	for _, tool := range list["tools"].([]any) {
+		tool := tool.(map[string]any)
+		if s, ok := tool["outputSchema"].(map[string]any); ok {
+			declared[tool["name"].(string)] = s
+		}
+	}
+	for name, typ := range outputTypes {
+		s := declared[name]
+		if s == nil {
+			t.Errorf("%s declares no output schema", name)
+			continue
+		}
+		delete(declared, name)
+		names, optional := jsonFields(typ)
+		var props, required []string
+		for p := range s["properties"].(map[string]any) {
+			props = append(props, p)
+		}
+		for _, r := range s["required"].([]any) {
+			required = append(required, r.(string))
+		}
+		var want []string
+		for _, n := range names {
+			if !slices.Contains(optional, n) {
+				want = append(want, n)
+			}
+		}
+		slices.Sort(names)
+		slices.Sort(props)
+		slices.Sort(required)
+		slices.Sort(want)
+		if !slices.Equal(props, names) || !slices.Equal(required, want) || s["additionalProperties"] != false {
+			t.Errorf("%s: schema properties %q (required %q, additionalProperties %v), struct %s has %q (required %q)",
+				name, props, required, s["additionalProperties"], typ, names, want)
+		}
+	}
+	for name := range declared {
+		t.Errorf("%s declares an output schema this test does not know: add it to outputTypes", name)
+	}
+
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"execute", map[string]any{"command": "echo hi"}},
+		{"execute", map[string]any{"command": "cat", "wait": 0}},
+		{"job_output", map[string]any{"job_id": fakeJob}},
+		{"job_kill", map[string]any{"job_id": fakeJob}},
+		{"job_list", nil},
+		{"share_file", map[string]any{"path": "/sandbox/a.txt"}},
+		{"share_file", map[string]any{"path": "/sandbox/d"}},
+		{"upload_link", nil},
+		{"expose_port", map[string]any{"port": 8000}},
+		{"unexpose_port", map[string]any{"port": 8000}},
+	} {
+		isErr, text, st := h.call(c.tool, c.args)
+		if isErr || st == nil {
+			t.Errorf("%s(%v): error %v, structured %v: %s", c.tool, c.args, isErr, st, text)
+			continue
+		}
+		schema := h.schema(c.tool)
+		if extra := testenv.Undeclared(schema, st, c.tool); len(extra) > 0 {
+			t.Errorf("%s returns undeclared fields %q", c.tool, extra)
+		}
+	}
+}
+
+func (h *toolsHarness) schema(tool string) map[string]any {
+	for _, t := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		if t := t.(map[string]any); t["name"] == tool {
+			s, _ := t["outputSchema"].(map[string]any)
+			return s
+		}
+	}
+	return nil
+}
+
+// TestAuditRecordsCalls: every call, refused or not, is one entry in the activity log
+// with the caller, the outcome and the exit code.
+func TestAuditRecordsCalls(t *testing.T) {
+	h := newToolsHarness(t)
+	h.call("execute", map[string]any{"command": "echo hi"})
+	h.call("execute", map[string]any{})
+	h.audit.mu.Lock()
+	defer h.audit.mu.Unlock()
+	if len(h.audit.entries) != 2 {
+		t.Fatalf("%d entries, want 2: %+v", len(h.audit.entries), h.audit.entries)
+	}
+	ran, refused := h.audit.entries[0], h.audit.entries[1]
+	if ran.Client != "test" || ran.Tool != "execute" || ran.Outcome != console.OutcomeNonZero || ran.ExitCode == nil || *ran.ExitCode != 3 || ran.Bytes != 8 {
+		t.Errorf("the run: %+v", ran)
+	}
+	if refused.Outcome != console.OutcomeError || !strings.Contains(refused.Error, "needs") {
+		t.Errorf("the refusal: %+v", refused)
+	}
+}
