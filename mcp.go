@@ -5,10 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/netip"
-	"net/url"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -101,7 +97,7 @@ func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
 	if origin == "" {
 		return true
 	}
-	if !originAllowed(origin, h.publicOrigin, h.allowedOrigins) {
+	if !oauth.OriginAllowed(origin, h.publicOrigin, h.allowedOrigins) {
 		msg := "origin " + origin + " may not call this MCP server; add it to allowed_origins if it is a client you trust"
 		if h.publicOrigin == "" {
 			msg += ", or set public_url if it is this site's own origin"
@@ -117,38 +113,4 @@ func (h *Handler) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
 	hd.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate")
 	hd.Set("Access-Control-Max-Age", "600")
 	return true
-}
-
-// originAllowed is the rule for browser origins on /mcp. An Origin is accepted when it
-// is publicOrigin (public_url), one of allowed (allowed_origins, normalised by
-// oauth.ParseOrigin), or a loopback origin (localhost, *.localhost, 127.0.0.0/8, [::1]):
-// local developer tools such as the MCP Inspector.
-//
-// The site's own origin as derived from the request's Host is deliberately not trusted:
-// under DNS rebinding the attacker's page and the request share one made-up name that
-// resolves to this server, so "Origin equals Host" proves nothing. A page the attacker
-// serves can never carry a loopback or a configured origin, which is why this rule holds
-// whatever the site's address (a catch-all site included). Pages of the site itself that
-// call /mcp need public_url.
-func originAllowed(origin, publicOrigin string, allowed []string) bool {
-	o, err := oauth.ParseOrigin(origin)
-	if err != nil || strings.HasSuffix(origin, "/") {
-		return false // includes "null", sent by sandboxed frames and file: pages
-	}
-	if publicOrigin != "" && o == publicOrigin {
-		return true
-	}
-	if slices.Contains(allowed, o) {
-		return true
-	}
-	u, err := url.Parse(o)
-	if err != nil {
-		return false
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }

@@ -1,4 +1,4 @@
-package mcpsandbox
+package oauth
 
 import "testing"
 
@@ -38,8 +38,8 @@ func TestOriginRules(t *testing.T) {
 		{"https://sandbox.example.com/", public, false},
 		{"https://sandbox.example.com/path", public, false},
 	} {
-		if got := originAllowed(c.origin, c.public, allowed); got != c.want {
-			t.Errorf("originAllowed(%q, public_url %q) = %v, want %v", c.origin, c.public, got, c.want)
+		if got := OriginAllowed(c.origin, c.public, allowed); got != c.want {
+			t.Errorf("OriginAllowed(%q, public_url %q) = %v, want %v", c.origin, c.public, got, c.want)
 		}
 	}
 }
