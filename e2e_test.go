@@ -66,6 +66,10 @@ func TestExecuteThroughCaddy(t *testing.T) {
 	}
 }
 
+// TestExecuteBadArguments: through a real Caddy and sandbox, bad arguments and paths
+// are tool errors that say what to do, and the sandbox works on. Every argument error
+// is also checked without Docker in internal/mcptools (TestArgumentErrors); a few stay
+// here to cover the whole path.
 func TestExecuteBadArguments(t *testing.T) {
 	s := startSite(t, siteOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -76,34 +80,21 @@ func TestExecuteBadArguments(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"execute", map[string]any{}, `needs "command"`},
 		{"execute", map[string]any{"command": "   "}, `needs "command"`},
-		{"execute", map[string]any{"command": "true", "timeout": -1}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "timeout": 1e9}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "timeout": true}, `"timeout" must be`},
 		{"execute", map[string]any{"command": 42}, `"command" must be a string`},
 		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `does not take the argument "cwdd"; it accepts: command,`},
-		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `does not take the argument "ttl"`},
 		{"share_file", map[string]any{"path": "relative.txt"}, "absolute path"},
 		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
 		{"share_file", map[string]any{"path": "/sandbox/./none-such"}, "/sandbox/none-such does not exist"},
 		{"share_file", map[string]any{"path": "/sandbox/a", "expires_in": "7d"}, `"expires_in" must be`},
 		{"share_file", map[string]any{"path": "/sandbox/a", "expires_in": 1e9}, "max_link_ttl"},
-		{"read_file", map[string]any{}, `needs "path"`},
 		{"read_file", map[string]any{"path": "notes.txt"}, "absolute path"},
 		{"read_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
 		{"read_file", map[string]any{"path": "/sandbox"}, "is a directory"},
-		{"read_file", map[string]any{"path": "/etc/passwd", "offset": 0}, `"offset" must be`},
-		{"read_file", map[string]any{"path": "/etc/passwd", "limit": 1e6}, `"limit" must be`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "lines": 5}, `does not take the argument "lines"`},
-		{"write_file", map[string]any{"path": "/sandbox/x.txt"}, `needs "content"`},
-		{"write_file", map[string]any{"path": "/sandbox/x.txt", "content": 5}, `"content" must be a string`},
 		{"write_file", map[string]any{"path": "x.txt", "content": "a"}, "absolute path"},
 		{"write_file", map[string]any{"path": "/sandbox", "content": "a"}, "is a directory"},
 		{"edit_file", map[string]any{"path": "/sandbox/none-such", "old_text": "a", "new_text": "b"}, "does not exist"},
-		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "", "new_text": "b"}, `needs "old_text"`},
-		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root"}, `needs "new_text"`},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root", "new_text": "root"}, "the same"},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "no such text", "new_text": "x"}, "not found"},
 	} {

@@ -62,6 +62,18 @@ func addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 	})
 }
 
+// hints states what a tool does, for clients that ask before risky calls: whether it
+// only reads, may destroy, gives the same result when repeated, and reaches beyond
+// the sandbox.
+func hints(readOnly, destructive, idempotent, openWorld bool) mcp.ToolOption {
+	return func(t *mcp.Tool) {
+		for _, o := range []mcp.ToolOption{mcp.WithReadOnlyHintAnnotation(readOnly), mcp.WithDestructiveHintAnnotation(destructive),
+			mcp.WithIdempotentHintAnnotation(idempotent), mcp.WithOpenWorldHintAnnotation(openWorld)} {
+			o(t)
+		}
+	}
+}
+
 // args are one call's arguments. Its readers accept what models commonly send: numbers
 // as numeric strings, booleans as "true"/"false". A JSON null counts as absent.
 type args struct {

@@ -94,10 +94,7 @@ How the sandbox behaves:
 		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
 			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
 		outputSchema[ExecuteOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(true),
+		hints(false, true, false, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
 }
@@ -126,10 +123,7 @@ func (s *Tools) shareFileTool() mcp.Tool {
 				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
 				int64(time.Duration(s.opts.MaxLinkTTL).Seconds()), human.Duration(time.Duration(s.opts.MaxLinkTTL))))),
 		outputSchema[shareOutput](),
-		mcp.WithReadOnlyHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(true, false, false, false),
 	)
 }
 

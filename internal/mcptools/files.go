@@ -54,10 +54,7 @@ func (s *Tools) readFileTool() mcp.Tool {
 			mcp.Description("Number of the first line to return, counting from 1. Default 1.")),
 		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(maxReadLines),
 			mcp.Description(fmt.Sprintf("How many lines to return at most. Default %d.", DefaultReadLines))),
-		mcp.WithReadOnlyHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(true, false, true, false),
 	)
 }
 
@@ -69,10 +66,7 @@ func (s *Tools) writeFileTool() mcp.Tool {
 			mcp.Description("Absolute path of the file, e.g. /sandbox/app/main.py.")),
 		mcp.WithString("content", mcp.Required(),
 			mcp.Description("The whole new content of the file, byte for byte (add a final newline if you want one).")),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, true, true, false),
 	)
 }
 
@@ -86,10 +80,7 @@ func (s *Tools) editFileTool() mcp.Tool {
 			mcp.Description("The exact text to replace, as it is in the file (copy it from read_file without the line numbers).")),
 		mcp.WithString("new_text", mcp.Required(),
 			mcp.Description("The text to put in its place; empty deletes old_text.")),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, true, false, false),
 	)
 }
 

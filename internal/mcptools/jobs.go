@@ -67,10 +67,7 @@ func (s *Tools) jobOutputTool() mcp.Tool {
 		s.jobIDArg(),
 		s.jobWaitArg("for new output or the end"),
 		outputSchema[ExecuteOutput](),
-		mcp.WithReadOnlyHintAnnotation(false), // it marks the output as delivered
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, false, false, false), // not read-only: it marks the output as delivered
 	)
 }
 
@@ -82,10 +79,7 @@ func (s *Tools) jobInputTool() mcp.Tool {
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
 		s.jobWaitArg("for the job's answer"),
 		outputSchema[ExecuteOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, true, false, false),
 	)
 }
 
@@ -95,10 +89,7 @@ func (s *Tools) jobKillTool() mcp.Tool {
 		mcp.WithTitleAnnotation("Stop a running command"),
 		s.jobIDArg(),
 		outputSchema[ExecuteOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, true, true, false),
 	)
 }
 
@@ -107,10 +98,7 @@ func (s *Tools) jobListTool() mcp.Tool {
 		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, s.opts.MaxJobs)),
 		mcp.WithTitleAnnotation("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
-		mcp.WithReadOnlyHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(true, false, true, false),
 	)
 }
 

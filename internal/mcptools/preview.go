@@ -44,10 +44,7 @@ Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on :
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000.")),
 		outputSchema[exposeOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(true),
+		hints(false, false, true, true),
 	)
 }
 
@@ -58,10 +55,7 @@ func (s *Tools) unexposePortTool() mcp.Tool {
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The port given to expose_port.")),
 		outputSchema[unexposeOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(false, true, true, false),
 	)
 }
 

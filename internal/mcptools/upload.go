@@ -51,10 +51,7 @@ func (s *Tools) uploadLinkTool() mcp.Tool {
 				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
 				int(s.uploadTTLBound().Seconds()), human.Duration(s.uploadTTLBound())))),
 		outputSchema[uploadLinkOutput](),
-		mcp.WithReadOnlyHintAnnotation(false),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithIdempotentHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(true),
+		hints(false, false, false, true),
 	)
 }
 
