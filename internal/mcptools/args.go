@@ -13,15 +13,16 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
-// toolFunc is a tool handler that receives its arguments already checked against the
-// tool's input schema: no unknown names, an object. Returning an error is for the
-// sandbox failing, not for bad input: bad input is a tool result made with argError.
-type toolFunc func(ctx context.Context, a args) (*mcp.CallToolResult, error)
+// toolFunc is a tool handler that receives the sandbox of the call and its arguments
+// already checked against the tool's input schema: no unknown names, an object.
+// Returning an error is for the sandbox failing, not for bad input: bad input is a
+// tool result made with argError.
+type toolFunc func(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error)
 
 // addTool registers a tool whose input schema refuses unknown properties and whose
 // handler sees only arguments the schema names. Every tool goes through here, so the
 // rule lives in one place.
-func addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
+func (t *Tools) addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 	tool.InputSchema.AdditionalProperties = false
 	names := make([]string, 0, len(tool.InputSchema.Properties))
 	for n := range tool.InputSchema.Properties {
@@ -57,7 +58,11 @@ func addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 			return mcp.NewToolResultError(fmt.Sprintf("%s does not take the argument %s; it accepts: %s",
 				tool.Name, strings.Join(unknown, ", "), accepted)), nil
 		}
-		res, err := fn(ctx, a)
+		box, fail := t.boxFor(ctx)
+		if fail != nil {
+			return fail, nil
+		}
+		res, err := fn(ctx, box, a)
 		return shapeResult(ctx, res), err
 	})
 }

@@ -128,11 +128,7 @@ func (s *Tools) shareFileTool() mcp.Tool {
 }
 
 // execute runs one command and reports its output live as progress notifications.
-func (s *Tools) execute(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	command, bad := a.str("command")
 	if bad != nil {
 		return bad.result(), nil
@@ -349,11 +345,7 @@ func execErrorText(box Box, err error) string {
 }
 
 // shareFile makes a signed link for a file or directory in the container.
-func (s *Tools) shareFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	path, bad := a.str("path")
 	if bad != nil {
 		return bad.result(), nil

@@ -136,11 +136,7 @@ func joinLines(v []int) string {
 
 // readFile returns text as numbered lines, images as image content, and a short
 // description for other files.
-func (s *Tools) readFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) readFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil
@@ -174,7 +170,7 @@ func (s *Tools) readFile(ctx context.Context, a args) (*mcp.CallToolResult, erro
 	sniffed, _, _ := strings.Cut(http.DetectContentType(head), ";")
 	switch {
 	case sniffed == "image/png" || sniffed == "image/jpeg" || sniffed == "image/gif" || sniffed == "image/webp":
-		return s.readImage(ctx, p, info, sniffed), nil
+		return s.readImage(ctx, box, p, info, sniffed), nil
 	case bytes.IndexByte(head, 0) >= 0 || !strings.HasPrefix(sniffed, "text/"):
 		kind := sniffed
 		if kind == "application/octet-stream" {
@@ -219,11 +215,7 @@ func formatLines(p string, l *sandbox.Lines) string {
 
 // readImage returns an image the model can see: the file itself when it is small
 // enough, else a scaled copy, within the memory budget all image reads share.
-func (s *Tools) readImage(ctx context.Context, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail
-	}
+func (s *Tools) readImage(ctx context.Context, box Box, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
 	img, err := imageFitter.Fit(ctx, info.Size, func(ctx context.Context, offset, length int64) (io.ReadCloser, error) {
 		return box.OpenRange(ctx, p, offset, length)
 	})
@@ -262,11 +254,7 @@ func smallerCopyHint(p, mimeType string) string {
 }
 
 // writeFile creates or replaces a file with the given content.
-func (s *Tools) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) writeFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil
@@ -290,11 +278,7 @@ func (s *Tools) writeFile(ctx context.Context, a args) (*mcp.CallToolResult, err
 }
 
 // editFile replaces one exact, unique piece of text.
-func (s *Tools) editFile(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) editFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	p, errRes := filePath(a)
 	if errRes != nil {
 		return errRes, nil

@@ -133,7 +133,7 @@ func (s *Tools) pollWaitArg(a args) (time.Duration, *badArg) {
 	return time.Duration(w * float64(time.Second)), nil
 }
 
-func (s *Tools) jobOutput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobOutput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
@@ -142,10 +142,10 @@ func (s *Tools) jobOutput(ctx context.Context, a args) (*mcp.CallToolResult, err
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return s.follow(ctx, a, id, wait, nil)
+	return s.follow(ctx, box, a, id, wait, nil)
 }
 
-func (s *Tools) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
@@ -167,16 +167,12 @@ func (s *Tools) jobInput(ctx context.Context, a args) (*mcp.CallToolResult, erro
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return s.follow(ctx, a, id, wait, &input)
+	return s.follow(ctx, box, a, id, wait, &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
 // progress keep-alive while it waits.
-func (s *Tools) follow(ctx context.Context, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
 	res, err := box.JobOutput(ctx, id, wait, input, 0)
 	prog.stop()
@@ -201,11 +197,7 @@ func (s *Tools) follow(ctx context.Context, a args, id string, wait time.Duratio
 	return mcp.NewToolResultStructured(out, text), nil
 }
 
-func (s *Tools) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	id, errRes := jobID(a)
 	if errRes != nil {
 		return errRes, nil
@@ -224,11 +216,7 @@ func (s *Tools) jobKill(ctx context.Context, a args) (*mcp.CallToolResult, error
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-func (s *Tools) jobList(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	jobs, err := box.ListJobs(ctx)
 	if err != nil {
 		return mcp.NewToolResultError(execErrorText(box, err)), nil

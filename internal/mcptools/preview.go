@@ -73,11 +73,7 @@ func portArg(tool string, a args) (int, *mcp.CallToolResult) {
 
 // exposePort makes (or renews) the preview of a port and says whether something
 // listens there now.
-func (s *Tools) exposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	port, bad := portArg("expose_port", a)
 	if bad != nil {
 		return bad, nil
@@ -118,7 +114,7 @@ func (s *Tools) exposePort(ctx context.Context, a args) (*mcp.CallToolResult, er
 }
 
 // unexposePort ends the preview of a port.
-func (s *Tools) unexposePort(ctx context.Context, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) unexposePort(_ context.Context, _ Box, a args) (*mcp.CallToolResult, error) {
 	port, bad := portArg("unexpose_port", a)
 	if bad != nil {
 		return bad, nil

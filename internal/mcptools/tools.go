@@ -120,19 +120,19 @@ func New(o Options) *Tools {
 		server.WithToolHandlerMiddleware(s.auditTool),
 	)
 	m := server.NewMCPServer("mcp-sandbox", o.Version, opts...)
-	addTool(m, s.executeTool(), s.execute)
-	addTool(m, s.shareFileTool(), s.shareFile)
-	addTool(m, s.jobOutputTool(), s.jobOutput)
-	addTool(m, s.jobInputTool(), s.jobInput)
-	addTool(m, s.jobKillTool(), s.jobKill)
-	addTool(m, s.jobListTool(), s.jobList)
-	addTool(m, s.uploadLinkTool(), s.uploadLink)
-	addTool(m, s.readFileTool(), s.readFile)
-	addTool(m, s.writeFileTool(), s.writeFile)
-	addTool(m, s.editFileTool(), s.editFile)
+	s.addTool(m, s.executeTool(), s.execute)
+	s.addTool(m, s.shareFileTool(), s.shareFile)
+	s.addTool(m, s.jobOutputTool(), s.jobOutput)
+	s.addTool(m, s.jobInputTool(), s.jobInput)
+	s.addTool(m, s.jobKillTool(), s.jobKill)
+	s.addTool(m, s.jobListTool(), s.jobList)
+	s.addTool(m, s.uploadLinkTool(), s.uploadLink)
+	s.addTool(m, s.readFileTool(), s.readFile)
+	s.addTool(m, s.writeFileTool(), s.writeFile)
+	s.addTool(m, s.editFileTool(), s.editFile)
 	if o.Previews != nil {
-		addTool(m, s.exposePortTool(), s.exposePort)
-		addTool(m, s.unexposePortTool(), s.unexposePort)
+		s.addTool(m, s.exposePortTool(), s.exposePort)
+		s.addTool(m, s.unexposePortTool(), s.unexposePort)
 	}
 	s.server = m
 	return s

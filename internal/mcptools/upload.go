@@ -56,11 +56,7 @@ func (s *Tools) uploadLinkTool() mcp.Tool {
 }
 
 // uploadLink makes a signed upload page for a directory of the sandbox.
-func (s *Tools) uploadLink(ctx context.Context, a args) (*mcp.CallToolResult, error) {
-	box, fail := s.boxFor(ctx)
-	if fail != nil {
-		return fail, nil
-	}
+func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
 	dir, bad := a.str("directory")
 	if bad != nil {
 		return bad.result(), nil
