@@ -187,7 +187,9 @@ func TestExecConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if d := time.Since(start); d > 4*time.Second {
+	// One after another they take 8 s; run at once, well under that even on a busy
+	// machine.
+	if d := time.Since(start); d > 6*time.Second {
 		t.Errorf("8 concurrent 1 s commands took %v", d)
 	}
 }
