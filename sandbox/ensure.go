@@ -114,6 +114,9 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
+	if info.Config != nil {
+		s.noteEnv(info.Config.Env)
+	}
 	s.checkImage(ctx, info)
 	if err := s.applyLimits(ctx, info); err != nil {
 		return err
@@ -127,6 +130,27 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// commandEnv is what commands get on top of the environment the container has from its
+// image: PYTHONUNBUFFERED=1, because a command's output goes to files, where Python
+// would otherwise hold it back until it ends. An image that sets PYTHONUNBUFFERED
+// itself keeps its value (an exec's environment overrides the image's).
+func commandEnv(imageEnv []string) []string {
+	for _, kv := range imageEnv {
+		if strings.HasPrefix(kv, "PYTHONUNBUFFERED=") {
+			return nil
+		}
+	}
+	return []string{"PYTHONUNBUFFERED=1"}
+}
+
+// noteEnv keeps the command environment for the container's environment env.
+func (s *Sandbox) noteEnv(env []string) {
+	e := commandEnv(env)
+	s.mu.Lock()
+	s.cmdEnv = e
+	s.mu.Unlock()
 }
 
 // waitGone waits, briefly, until a container being removed is gone.
@@ -223,11 +247,17 @@ func (s *Sandbox) ensureNetwork(ctx context.Context) error {
 // create makes the volume, the network and the container and starts it.
 func (s *Sandbox) create(ctx context.Context) error {
 	c := s.cfg
-	if _, err := s.cli.ImageInspect(ctx, c.Image); err != nil {
+	img, err := s.cli.ImageInspect(ctx, c.Image)
+	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
 		return fmt.Errorf("inspecting sandbox image %s: %w", c.Image, err)
+	}
+	if img.Config != nil {
+		s.noteEnv(img.Config.Env)
+	} else {
+		s.noteEnv(nil)
 	}
 	if err := s.ensureNetwork(ctx); err != nil {
 		return err
