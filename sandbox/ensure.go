@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -315,7 +316,45 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
+	s.setGitIdentity(ctx)
 	return nil
+}
+
+// Git identity of a new container, so that `git commit` works from the start. It is
+// written to the system-level /etc/gitconfig, which the person's own `git config
+// --global` (or a repository's) overrides; environment variables such as
+// GIT_AUTHOR_NAME would override those instead.
+const (
+	gitName  = "Sandbox"
+	gitEmail = "sandbox@localhost"
+)
+
+// gitIdentityScript adds the identity to /etc/gitconfig unless the file already has a
+// [user] section (section names are case-insensitive), which is left as it is.
+const gitIdentityScript = `f=/etc/gitconfig
+shopt -s nocasematch
+if [ -f "$f" ]; then
+	while IFS= read -r l || [ -n "$l" ]; do
+		case $l in *"[user]"* | *"[user "*) exit 0 ;; esac
+	done <"$f"
+fi
+printf '[user]
+	name = %s
+	email = %s
+' "$1" "$2" >>"$f"`
+
+// setGitIdentity gives a new container its git identity. A failure only costs the
+// default identity, so it is logged, not returned.
+func (s *Sandbox) setGitIdentity(ctx context.Context) {
+	// Upkeep: inside ensure, a failed exec must not start another Ensure.
+	var out bytes.Buffer
+	code, err := s.collectExec(upkeep(ctx), []string{"bash", "-c", gitIdentityScript, "gitidentity", gitName, gitEmail}, &out, 1024)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
+	if err != nil {
+		s.log.Warn("writing the default git identity to /etc/gitconfig", zap.Error(err))
+	}
 }
 
 // sysctls are the container's sysctls: the ping range needs a network namespace of the
