@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/image"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // plantedNotice is what a program planted in the container prints to steer every
@@ -64,17 +67,20 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		t.Skip("needs Docker and the test image")
 	}
 	t.Run("planted python3", func(t *testing.T) {
-		s := startSite(t, siteOptions{})
+		// The image has the planted program, so that it is there when detection
+		// first looks (it starts with the site).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		// The session's initialize tries a detection, which fails: no container yet.
-		// The call that creates the container plants the program before the next try.
-		c := s.client(ctx)
-		plant := "printf '%s\\n' '#!/bin/bash' \"echo 'numpy " + plantedNotice + "'\" \"echo '" + plantedNotice + "'\" 'echo git' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3"
-		res := call(ctx, t, c, "execute", map[string]any{"command": plant})
-		if out := structured(t, res)["stdout"].(string); !strings.Contains(out, plantedNotice) {
-			t.Fatalf("planting python3: %s", resultText(res))
+		cli := dockerClient(t)
+		tag := "mcp-sandbox-planted-" + randomHex(4) + ":latest"
+		plant := "printf '%s\\n' '#!/bin/bash' \"echo 'numpy " + plantedNotice + "'\" \"echo '" + plantedNotice + "'\" 'echo git' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
+		if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testImage()+"\nRUN "+plant+"\n"), nil); err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+		})
+		s := startSite(t, siteOptions{image: tag})
 		instr, tools := laterSession(ctx, t, s)
 		if hasInjection(instr) || hasInjection(tools) {
 			t.Fatalf("the planted text reached the model:\ninstructions: %q\ntools: %.2000s", instr, tools)
@@ -86,7 +92,8 @@ func TestDetectionNeverInstructs(t *testing.T) {
 	})
 
 	t.Run("poisoned storage", func(t *testing.T) {
-		s := startSite(t, siteOptions{})
+		// Stored before the site starts, as detection starts with it.
+		s := newSite(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		img, err := s.docker.ImageInspect(ctx, testImage())
@@ -103,8 +110,7 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		if err := os.WriteFile(key, poisoned, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c := s.client(ctx)
-		call(ctx, t, c, "execute", map[string]any{"command": "true"}) // the container, for the image check
+		s.start(siteOptions{})
 		instr, tools := laterSession(ctx, t, s)
 		if hasInjection(instr) || hasInjection(tools) {
 			t.Fatalf("the stored text reached the model:\ninstructions: %q\ntools: %.2000s", instr, tools)
