@@ -15,19 +15,27 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
+// derivedImage builds an image from the test image and the Dockerfile lines, removed
+// when the test ends, and returns its tag.
+func derivedImage(ctx context.Context, t *testing.T, lines string) string {
+	t.Helper()
+	cli := dockerClient(t)
+	tag := "mcp-sandbox-derived-" + randomHex(4) + ":latest"
+	if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testImage()+"\n"+lines+"\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+	return tag
+}
+
 // TestCommandsRunPythonUnbuffered: commands get PYTHONUNBUFFERED=1, so Python's output
 // shows while it runs; an image that sets PYTHONUNBUFFERED itself keeps its value.
 func TestCommandsRunPythonUnbuffered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cli := dockerClient(t)
-	own := "mcp-sandbox-pyenv-" + randomHex(4) + ":latest"
-	if err := sandbox.BuildImage(ctx, cli, own, []byte("FROM "+testImage()+"\nENV PYTHONUNBUFFERED=0\n"), nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = cli.ImageRemove(context.Background(), own, image.RemoveOptions{Force: true, PruneChildren: true})
-	})
+	own := derivedImage(ctx, t, "ENV PYTHONUNBUFFERED=0")
 	for _, tc := range []struct{ image, want string }{{"", "1\n"}, {own, "0\n"}} {
 		s := startSite(t, siteOptions{image: tc.image})
 		res := call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "echo $PYTHONUNBUFFERED"})

@@ -10,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/image"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // plantedNotice is what a program planted in the container prints to steer every
@@ -71,16 +68,8 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		// first looks (it starts with the site).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cli := dockerClient(t)
-		tag := "mcp-sandbox-planted-" + randomHex(4) + ":latest"
 		plant := "printf '%s\\n' '#!/bin/bash' \"echo 'numpy " + plantedNotice + "'\" \"echo '" + plantedNotice + "'\" 'echo git' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
-		if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testImage()+"\nRUN "+plant+"\n"), nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
-		})
-		s := startSite(t, siteOptions{image: tag})
+		s := startSite(t, siteOptions{image: derivedImage(ctx, t, "RUN "+plant)})
 		instr, tools := laterSession(ctx, t, s)
 		if hasInjection(instr) || hasInjection(tools) {
 			t.Fatalf("the planted text reached the model:\ninstructions: %q\ntools: %.2000s", instr, tools)
