@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 // TestConsoleJobs: through a real Caddy and container, a job started with execute
@@ -61,7 +63,15 @@ func TestConsoleJobs(t *testing.T) {
 		}
 	}
 
-	// Looking never starts the container: before the first command there is none.
+	// Looking never starts the container: with the one the site started with
+	// removed, there is none before the next command.
+	waitFor(t, time.Minute, "the container the site starts with", func() bool {
+		info, err := s.docker.ContainerInspect(ctx, s.container)
+		return err == nil && info.State != nil && info.State.Running
+	})
+	if err := s.docker.ContainerRemove(ctx, s.container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
 	if js := listed(); len(js) != 0 {
 		t.Fatalf("jobs before any command: %+v", js)
 	}

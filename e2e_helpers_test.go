@@ -89,6 +89,14 @@ func newSite(t testing.TB) *site {
 func startSite(t testing.TB, opts siteOptions) *site {
 	t.Helper()
 	s := newSite(t)
+	s.start(opts)
+	return s
+}
+
+// start loads the site drawn by newSite; see startSite.
+func (s *site) start(opts siteOptions) {
+	t := s.t
+	t.Helper()
 	// Tests share http.DefaultClient: every site starts and ends with no kept-alive
 	// connection in it, so no request goes out over a connection to an earlier site
 	// (a POST over a dead one is not retried).
@@ -102,7 +110,6 @@ func startSite(t testing.TB, opts siteOptions) *site {
 		_ = s.docker.VolumeRemove(ctx, s.volume, true)
 	})
 	s.load(opts)
-	return s
 }
 
 func (s *site) caddyfile(opts siteOptions) string {

@@ -64,17 +64,12 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		t.Skip("needs Docker and the test image")
 	}
 	t.Run("planted python3", func(t *testing.T) {
-		s := startSite(t, siteOptions{})
+		// The image has the planted program, so that it is there when detection
+		// first looks (it starts with the site).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		// The session's initialize tries a detection, which fails: no container yet.
-		// The call that creates the container plants the program before the next try.
-		c := s.client(ctx)
-		plant := "printf '%s\\n' '#!/bin/bash' \"echo 'numpy " + plantedNotice + "'\" \"echo '" + plantedNotice + "'\" 'echo git' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3"
-		res := call(ctx, t, c, "execute", map[string]any{"command": plant})
-		if out := structured(t, res)["stdout"].(string); !strings.Contains(out, plantedNotice) {
-			t.Fatalf("planting python3: %s", resultText(res))
-		}
+		plant := "printf '%s\\n' '#!/bin/bash' \"echo 'numpy " + plantedNotice + "'\" \"echo '" + plantedNotice + "'\" 'echo git' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
+		s := startSite(t, siteOptions{image: derivedImage(ctx, t, "RUN "+plant)})
 		instr, tools := laterSession(ctx, t, s)
 		if hasInjection(instr) || hasInjection(tools) {
 			t.Fatalf("the planted text reached the model:\ninstructions: %q\ntools: %.2000s", instr, tools)
@@ -86,7 +81,8 @@ func TestDetectionNeverInstructs(t *testing.T) {
 	})
 
 	t.Run("poisoned storage", func(t *testing.T) {
-		s := startSite(t, siteOptions{})
+		// Stored before the site starts, as detection starts with it.
+		s := newSite(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		img, err := s.docker.ImageInspect(ctx, testImage())
@@ -103,8 +99,7 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		if err := os.WriteFile(key, poisoned, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c := s.client(ctx)
-		call(ctx, t, c, "execute", map[string]any{"command": "true"}) // the container, for the image check
+		s.start(siteOptions{})
 		instr, tools := laterSession(ctx, t, s)
 		if hasInjection(instr) || hasInjection(tools) {
 			t.Fatalf("the stored text reached the model:\ninstructions: %q\ntools: %.2000s", instr, tools)

@@ -12,18 +12,25 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
-// What is installed in the sandbox is detected once from the running container (never
-// during provisioning or initialize, which must stay fast), kept with the pooled
-// sandbox across reloads and in Caddy's storage across restarts, and given to the
-// tools (Box.Facts) as soon as it is known.
+// What is installed in the sandbox is detected once from the running container, kept
+// with the pooled sandbox across reloads and in Caddy's storage across restarts, and
+// given to the tools (Box.Facts) as soon as it is known. Detection starts with the app
+// (warmFacts: the container is created or started first), never while provisioning,
+// and initialize waits a little for it (factsWait), so the first session is told what
+// is installed; sessions that began before it finished get tools/list_changed.
 
 // factsCache holds the detected facts of one sandbox.
 type factsCache struct {
 	mu        sync.Mutex
 	facts     *sandbox.Facts
 	detecting bool
+	done      chan struct{} // closed when the detection under way ends
 	failedAt  time.Time
+	missed    bool // someone asked while the facts were unknown
 }
+
+// warmedContainers are the containers (Docker host and name) warmFacts started.
+var warmedContainers sync.Map
 
 // factsRetry is how long a failed detection (most often: no container runs yet, and
 // detection never starts one) waits before it is tried again.
@@ -32,20 +39,56 @@ const factsRetry = 5 * time.Second
 func factsKey(container string) string { return "mcp_sandbox/facts/" + container + ".json" }
 
 // sandboxFacts returns the facts if known. When they are not, it starts one detection
-// in the background (loading them from storage first), so a later session sees them.
-func (h *Handler) sandboxFacts() *sandbox.Facts {
+// in the background (loading them from storage first), so a later session sees them,
+// and waits up to wait (while ctx lasts) for a detection under way.
+func (h *Handler) sandboxFacts(ctx context.Context, wait time.Duration) *sandbox.Facts {
+	c := h.facts
+	c.mu.Lock()
+	if c.facts == nil && !c.detecting && time.Since(c.failedAt) >= factsRetry {
+		h.startDetect(c, false)
+	}
+	known, detecting, done := c.facts != nil, c.detecting, c.done
+	c.mu.Unlock()
+	if !known && detecting && wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.facts == nil {
+		c.missed = true // the detection tells the sessions when it ends
+	}
+	return c.facts
+}
+
+// warmFacts starts detection when the app starts, bringing up the container first, so
+// that the facts are known by the time the first client connects. It does so once per
+// container and process: a config reload leaves the container alone.
+func (h *Handler) warmFacts() {
+	if _, done := warmedContainers.LoadOrStore(h.host+"\x00"+h.box.Config().Container, true); done {
+		return
+	}
 	c := h.facts
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.facts != nil || c.detecting || time.Since(c.failedAt) < factsRetry {
-		return c.facts
+	if c.facts == nil && !c.detecting {
+		h.startDetect(c, true)
 	}
-	c.detecting = true
-	go h.detectFacts(c)
-	return nil
 }
 
-func (h *Handler) detectFacts(c *factsCache) {
+// startDetect starts a detection; c.mu is held.
+func (h *Handler) startDetect(c *factsCache, ensure bool) {
+	c.detecting = true
+	c.done = make(chan struct{})
+	go h.detectFacts(c, ensure)
+}
+
+func (h *Handler) detectFacts(c *factsCache, ensure bool) {
 	var f *sandbox.Facts
 	defer func() {
 		if v := recover(); v != nil {
@@ -53,15 +96,27 @@ func (h *Handler) detectFacts(c *factsCache) {
 		}
 		c.mu.Lock()
 		c.detecting = false
+		close(c.done)
+		notify := false
 		if f != nil {
 			c.facts = f
+			notify, c.missed = c.missed, false
 		} else {
 			c.failedAt = time.Now()
 		}
 		c.mu.Unlock()
+		if notify && h.tools != nil {
+			h.tools.DescriptionsChanged()
+		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if ensure {
+		if err := h.box.Ensure(ctx); err != nil {
+			h.logger.Debug("starting the sandbox to detect its tools", zap.Error(err))
+			return
+		}
+	}
 	key := factsKey(h.box.Config().Container)
 	if b, err := h.storage.Load(ctx, key); err == nil {
 		if stored, stale, ok := decodeStoredFacts(b); ok {

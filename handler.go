@@ -272,6 +272,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
 	h.facts = &entry.facts
+	h.app.addWarmup(h.warmFacts)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err

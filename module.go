@@ -50,6 +50,7 @@ type App struct {
 	entries map[string]*sandboxEntry // pool keys this config holds
 	byName  map[string]sandbox.Config
 	pruners []pruner
+	warmups []func() // started with the app (see facts.go)
 	stop    context.CancelFunc
 	stopped chan struct{}
 }
@@ -98,6 +99,9 @@ func (a *App) Start() error {
 	for _, e := range a.entries {
 		e.startCleanup()
 	}
+	for _, w := range a.warmups {
+		w()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop, a.stopped = cancel, make(chan struct{})
 	go a.pruneLoop(ctx, a.pruners)
@@ -136,6 +140,13 @@ func (a *App) Stop() error {
 		<-a.stopped
 	}
 	return nil
+}
+
+// addWarmup adds a function Start calls; it must return at once.
+func (a *App) addWarmup(w func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.warmups = append(a.warmups, w)
 }
 
 func (a *App) addPruner(p pruner) {

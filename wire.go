@@ -54,8 +54,10 @@ type toolBox struct {
 	h *Handler
 }
 
-func (b toolBox) Facts() *sandbox.Facts { return b.h.sandboxFacts() }
-func (b toolBox) ImageMissing() string  { return b.h.imageMissing(b.h.docker, b.h.host) }
+func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
+	return b.h.sandboxFacts(ctx, wait)
+}
+func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.h.docker, b.h.host) }
 
 // toolLinks signs the tools' links and records them for the console.
 type toolLinks struct{ h *Handler }

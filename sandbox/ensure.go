@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,6 +115,9 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
+	if info.Config != nil {
+		s.noteEnv(info.Config.Env)
+	}
 	s.checkImage(ctx, info)
 	if err := s.applyLimits(ctx, info); err != nil {
 		return err
@@ -127,6 +131,27 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// commandEnv is what commands get on top of the environment the container has from its
+// image: PYTHONUNBUFFERED=1, because a command's output goes to files, where Python
+// would otherwise hold it back until it ends. An image that sets PYTHONUNBUFFERED
+// itself keeps its value (an exec's environment overrides the image's).
+func commandEnv(imageEnv []string) []string {
+	for _, kv := range imageEnv {
+		if strings.HasPrefix(kv, "PYTHONUNBUFFERED=") {
+			return nil
+		}
+	}
+	return []string{"PYTHONUNBUFFERED=1"}
+}
+
+// noteEnv keeps the command environment for the container's environment env.
+func (s *Sandbox) noteEnv(env []string) {
+	e := commandEnv(env)
+	s.mu.Lock()
+	s.cmdEnv = e
+	s.mu.Unlock()
 }
 
 // waitGone waits, briefly, until a container being removed is gone.
@@ -223,11 +248,17 @@ func (s *Sandbox) ensureNetwork(ctx context.Context) error {
 // create makes the volume, the network and the container and starts it.
 func (s *Sandbox) create(ctx context.Context) error {
 	c := s.cfg
-	if _, err := s.cli.ImageInspect(ctx, c.Image); err != nil {
+	img, err := s.cli.ImageInspect(ctx, c.Image)
+	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
 		return fmt.Errorf("inspecting sandbox image %s: %w", c.Image, err)
+	}
+	if img.Config != nil {
+		s.noteEnv(img.Config.Env)
+	} else {
+		s.noteEnv(nil)
 	}
 	if err := s.ensureNetwork(ctx); err != nil {
 		return err
@@ -285,7 +316,45 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
+	s.setGitIdentity(ctx)
 	return nil
+}
+
+// Git identity of a new container, so that `git commit` works from the start. It is
+// written to the system-level /etc/gitconfig, which the person's own `git config
+// --global` (or a repository's) overrides; environment variables such as
+// GIT_AUTHOR_NAME would override those instead.
+const (
+	gitName  = "Sandbox"
+	gitEmail = "sandbox@localhost"
+)
+
+// gitIdentityScript adds the identity to /etc/gitconfig unless the file already has a
+// [user] section (section names are case-insensitive), which is left as it is.
+const gitIdentityScript = `f=/etc/gitconfig
+shopt -s nocasematch
+if [ -f "$f" ]; then
+	while IFS= read -r l || [ -n "$l" ]; do
+		case $l in *"[user]"* | *"[user "*) exit 0 ;; esac
+	done <"$f"
+fi
+printf '[user]
+	name = %s
+	email = %s
+' "$1" "$2" >>"$f"`
+
+// setGitIdentity gives a new container its git identity. A failure only costs the
+// default identity, so it is logged, not returned.
+func (s *Sandbox) setGitIdentity(ctx context.Context) {
+	// Upkeep: inside ensure, a failed exec must not start another Ensure.
+	var out bytes.Buffer
+	code, err := s.collectExec(upkeep(ctx), []string{"bash", "-c", gitIdentityScript, "gitidentity", gitName, gitEmail}, &out, 1024)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
+	if err != nil {
+		s.log.Warn("writing the default git identity to /etc/gitconfig", zap.Error(err))
+	}
 }
 
 // sysctls are the container's sysctls: the ping range needs a network namespace of the

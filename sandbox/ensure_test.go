@@ -279,3 +279,37 @@ func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
 		t.Fatal("cancelling the command brought a container back under the sandbox's name")
 	}
 }
+
+// TestNewContainerHasGitIdentity: a new container gets a git identity in /etc/gitconfig
+// (system level, so the person's own config beats it), added to a config the image
+// ships without one, and never in place of an identity the image already sets.
+func TestNewContainerHasGitIdentity(t *testing.T) {
+	cli := dockerClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ours := "[user]\n\tname = " + gitName + "\n\temail = " + gitEmail + "\n"
+	for _, tc := range []struct{ name, file, want string }{
+		{"none", "", ours},
+		{"other-sections", "[core]\n\teditor = vi\n", "[core]\n\teditor = vi\n" + ours},
+		{"own-identity", "[User]\n\tname = Someone\n", "[User]\n\tname = Someone\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if tc.file != "" {
+				cfg.Image = "mcp-sandbox-gitconfig-" + testenv.RandomHex(4) + ":latest"
+				recipe := "FROM " + testImage() + "\nRUN printf '" + strings.ReplaceAll(strings.ReplaceAll(tc.file, "\t", `\t`), "\n", `\n`) + "' > /etc/gitconfig\n"
+				if err := BuildImage(ctx, cli, cfg.Image, []byte(recipe), nil); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					_, _ = cli.ImageRemove(context.Background(), cfg.Image, image.RemoveOptions{Force: true, PruneChildren: true})
+				})
+			}
+			sb := newTestSandbox(t, cli, cfg)
+			res := mustExec(t, sb, "cat /etc/gitconfig", ExecOptions{})
+			if res.Stdout != tc.want {
+				t.Errorf("/etc/gitconfig is %q, want %q", res.Stdout, tc.want)
+			}
+		})
+	}
+}

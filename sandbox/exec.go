@@ -201,6 +201,9 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	if len(command) > commandEnvLimit {
 		src, env, stdin = "stdin", nil, []byte(command)
 	}
+	s.mu.Lock()
+	env = append(env, s.cmdEnv...)
+	s.mu.Unlock()
 	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
 		interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -13,10 +14,16 @@ import (
 
 // The model is told what its sandbox is like: whether it has a network, its limits,
 // what is preinstalled (Box.Facts, nil until detected). The environment is added to
-// the execute description and the server instructions as soon as it is known.
+// the execute description and the server instructions as soon as it is known:
+// initialize waits up to factsWait for a detection under way, and sessions that began
+// before it ended are sent tools/list_changed (DescriptionsChanged).
 
-// environment describes the sandbox to the model in a few short sentences.
-func (s *Tools) environment(ctx context.Context) string {
+// factsWait bounds how long initialize waits for the installed tools to be detected.
+const factsWait = 3 * time.Second
+
+// environment describes the sandbox to the model in a few short sentences, waiting up
+// to wait for what is installed.
+func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 	cfg := s.cfg
 	var b strings.Builder
 	fmt.Fprintf(&b, "The sandbox has %s of memory (free and /proc show the host's, not this limit), %s and at most %d processes.",
@@ -27,7 +34,7 @@ func (s *Tools) environment(ctx context.Context) string {
 		b.WriteString(" It can reach the network; packages you install persist.")
 	}
 	if box, err := s.opts.Boxes.For(ctx); err == nil {
-		b.WriteString(describeFacts(box.Facts()))
+		b.WriteString(describeFacts(box.Facts(ctx, wait)))
 	}
 	return b.String()
 }
@@ -65,7 +72,7 @@ func cpuText(n float64) string {
 // describeTools appends the environment to the execute tool's description as tools
 // are listed, so that the detected tools appear once known.
 func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-	env := s.environment(ctx)
+	env := s.environment(ctx, 0)
 	out := make([]mcp.Tool, len(tools))
 	copy(out, tools)
 	for i := range out {
@@ -79,5 +86,11 @@ func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool 
 // instructions is the server's instructions with the environment, given at
 // initialize.
 func (s *Tools) instructions(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
-	res.Instructions = serverInstructions + " " + s.environment(ctx)
+	res.Instructions = serverInstructions + " " + s.environment(ctx, factsWait)
+}
+
+// DescriptionsChanged tells the connected clients that the tool descriptions changed
+// (the installed tools became known), so that they list them again.
+func (s *Tools) DescriptionsChanged() {
+	s.server.SendNotificationToAllClients(mcp.MethodNotificationToolsListChanged, nil)
 }

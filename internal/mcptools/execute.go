@@ -71,6 +71,7 @@ How the sandbox behaves:
 %s
 - The command is killed, with every process it started, after the timeout (default %s); exit code 137 means it was killed (128+signal). Processes you detach with `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+` are never killed.
 - Each output stream returns at most %d bytes (its head and tail, cut at line boundaries); the whole output stays in a file named in the result (kept for the latest 20 commands, at least 10 minutes), to read with grep, sed -n or tail. Pass max_output to get less.
+- Output goes to files, not a terminal, so programs may hold it back until they end: Python runs with PYTHONUNBUFFERED=1; for others use `+"`stdbuf -oL cmd`"+`.
 - A pipeline's status is that of its last command: begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To give the user a file (a report, an image, an archive), write it under /sandbox and call share_file with its path.`,
 		ttl, packagesLine(cfg), waitLine, human.Duration(cfg.ExecTimeout), cfg.MaxOutput)

@@ -34,8 +34,9 @@ type Box interface {
 
 	DialPort(ctx context.Context, port int) (net.Conn, error)
 
-	// Facts is what detection found installed; nil while it is not known.
-	Facts() *sandbox.Facts
+	// Facts is what detection found installed; nil while it is not known. It waits up
+	// to wait, while ctx lasts, for a detection under way.
+	Facts(ctx context.Context, wait time.Duration) *sandbox.Facts
 	// ImageMissing is what to tell the model when the sandbox's image is missing: that
 	// it is being built, or what the operator must do.
 	ImageMissing() string
@@ -112,7 +113,7 @@ func New(o Options) *Tools {
 	// The task options come first: their middleware (see tasks.go) replaces a task's
 	// result by a handle, and the audit log must see the result itself.
 	opts := append(s.tasks.serverOptions(hooks),
-		server.WithToolCapabilities(false),
+		server.WithToolCapabilities(true), // list_changed once the installed tools are known (describe.go)
 		server.WithInstructions(serverInstructions),
 		server.WithToolFilter(s.describeTools),
 		server.WithHooks(hooks),

@@ -130,8 +130,9 @@ func (b *fakeBox) DialPort(_ context.Context, port int) (net.Conn, error) {
 	return nil, sandbox.ErrNoListener
 }
 
-func (b *fakeBox) Facts() *sandbox.Facts { return nil }
-func (b *fakeBox) ImageMissing() string  { return "the image is being built" }
+func (b *fakeBox) Facts(context.Context, time.Duration) *sandbox.Facts { return nil }
+
+func (b *fakeBox) ImageMissing() string { return "the image is being built" }
 
 type oneBox struct{ b Box }
 

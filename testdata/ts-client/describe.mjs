@@ -19,7 +19,7 @@ try {
   out.instructions = client.getInstructions() ?? "";
   const first = await client.listTools();
   out.executeFirst = first.tools.find((t) => t.name === "execute")?.description ?? "";
-  // Detection looks into a running sandbox and never starts one: the first command does.
+  // Detection starts with the site (which creates the sandbox for it).
   await client.callTool({ name: "execute", arguments: { command: "true" } });
   // Detection runs in the background once the server first describes the sandbox;
   // a later session sees its result.
