@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
@@ -144,7 +145,7 @@ type Handler struct {
 	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
 	guessKey string
 
-	facts *factsCache // shared with every config that uses this sandbox
+	facts *facts.Cache // shared with every config that uses this sandbox
 
 	console     *console.Console
 	audit       *console.AuditLog

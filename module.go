@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -224,7 +225,7 @@ type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
 	logger *zap.Logger
-	facts  factsCache // what is installed in the container, detected once
+	facts  facts.Cache // what is installed in the container, detected once
 
 	once   sync.Once
 	cancel context.CancelFunc
