@@ -18,6 +18,7 @@ test: testenv
 testenv:
 	scripts/docker-up.sh
 	containers/build-test-image.sh $(TEST_IMAGE)
+	containers/build-debian-image.sh
 	scripts/test-deps.sh
 
 bench: testenv
