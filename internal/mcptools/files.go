@@ -46,8 +46,8 @@ var imageFitter = imagefit.New(imagefit.Options{
 
 func (s *Tools) readFileTool() mcp.Tool {
 	return mcp.NewTool("read_file",
-		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox. Text comes back as numbered lines (%d by default; page through a large file with offset and limit). Images (PNG, JPEG, GIF, WebP) come back as an image you can see, scaled to at most %d px. For other binary files you get their type and size: use share_file to give them to the user, or execute with a suitable tool. Cheaper and clearer than cat or sed through execute.`, DefaultReadLines, MaxImageEdge)),
-		mcp.WithTitleAnnotation("Read a sandbox file"),
+		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox: text as numbered lines (%d by default; page with offset and limit), images (PNG, JPEG, GIF, WebP) as an image you can see, scaled to at most %d px; other files only by type and size. Clearer than cat through execute.`, DefaultReadLines, MaxImageEdge)),
+		title("Read a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("Absolute path of the file, e.g. /sandbox/notes.txt.")),
 		mcp.WithNumber("offset", mcp.Min(1),
@@ -60,8 +60,8 @@ func (s *Tools) readFileTool() mcp.Tool {
 
 func (s *Tools) writeFileTool() mcp.Tool {
 	return mcp.NewTool("write_file",
-		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly the given content (no shell, so no quoting or heredocs; missing parent directories are created; an existing file keeps its permissions). To change part of an existing file, use edit_file.`),
-		mcp.WithTitleAnnotation("Write a sandbox file"),
+		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly content (no shell quoting; missing parent directories are created; an existing file keeps its mode). To change part of a file, use edit_file.`),
+		title("Write a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("Absolute path of the file, e.g. /sandbox/app/main.py.")),
 		mcp.WithString("content", mcp.Required(),
@@ -72,8 +72,8 @@ func (s *Tools) writeFileTool() mcp.Tool {
 
 func (s *Tools) editFileTool() mcp.Tool {
 	return mcp.NewTool("edit_file",
-		mcp.WithDescription(`Replace one exact piece of text in a file in the sandbox. old_text must occur exactly once, including whitespace and line breaks; otherwise nothing changes and the error says how many matches there are and on which lines (then add surrounding lines to old_text to make it unique). The file keeps its permissions.`),
-		mcp.WithTitleAnnotation("Edit a sandbox file"),
+		mcp.WithDescription(`Replace one exact piece of text in a sandbox file. old_text must occur exactly once, whitespace included; otherwise nothing changes and the error says where it matches.`),
+		title("Edit a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("Absolute path of the file, e.g. /sandbox/app/main.py.")),
 		mcp.WithString("old_text", mcp.Required(), mcp.MinLength(1),

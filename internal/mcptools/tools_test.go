@@ -437,3 +437,24 @@ func TestAuditRecordsCalls(t *testing.T) {
 		t.Errorf("the refusal: %+v", refused)
 	}
 }
+
+// TestToolListSmall: every tool has a title, and tools/list with every tool on stays
+// under 20 KB, since a client puts all of it in the model's context in every turn.
+func TestToolListSmall(t *testing.T) {
+	h := newToolsHarness(t)
+	list := h.rpc("tools/list", map[string]any{})
+	tools := list["tools"].([]any)
+	if len(tools) != 12 {
+		t.Errorf("%d tools listed, want all 12", len(tools))
+	}
+	for _, tool := range tools {
+		if tool := tool.(map[string]any); tool["title"] == nil || tool["title"] == "" {
+			t.Errorf("%s has no title", tool["name"])
+		}
+	}
+	b, _ := json.Marshal(list)
+	if len(b) > 20_000 {
+		t.Errorf("tools/list is %d bytes, want at most 20000", len(b))
+	}
+	t.Logf("tools/list: %d bytes", len(b))
+}
