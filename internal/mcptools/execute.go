@@ -88,7 +88,7 @@ func (s *Tools) executeTool() mcp.Tool {
 		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(waitMax), mcp.Description(waitDesc)),
 		mcp.WithBoolean("interactive",
 			mcp.Description("Keep stdin open for job_input (REPLs, prompts, `read`). Default false: stdin is empty.")),
-		mcp.WithString("cwd", mcp.Description("Directory to start in. Default /sandbox.")),
+		mcp.WithString("cwd", pathDesc("Directory to start in (default /sandbox)", "app")),
 		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
 			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
 		outputSchema[ExecuteOutput](),
@@ -106,7 +106,7 @@ func (s *Tools) shareFileTool() mcp.Tool {
 			human.Duration(time.Duration(s.opts.LinkTTL)), human.Duration(time.Duration(s.opts.MaxLinkTTL)))),
 		title("Share a sandbox file as a download link"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of a file or directory in the sandbox, e.g. /sandbox/report.pdf.")),
+			pathDesc("The file or directory", "report.pdf")),
 		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(s.opts.MaxLinkTTL).Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
@@ -154,8 +154,8 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if opts.Cwd, bad = a.str("cwd"); bad != nil {
 		return bad.result(), nil
 	}
-	if opts.Cwd != "" && !strings.HasPrefix(opts.Cwd, "/") {
-		opts.Cwd = sandbox.WorkDir + "/" + opts.Cwd
+	if opts.Cwd != "" {
+		opts.Cwd = inSandbox(opts.Cwd)
 	}
 	mo, ok, bad := a.integer("max_output", "a number of bytes", 1024, int64(cfg.MaxOutput))
 	if bad != nil {
@@ -339,8 +339,8 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if bad != nil {
 		return bad.result(), nil
 	}
-	if !strings.HasPrefix(path, "/") {
-		return mcp.NewToolResultError(fmt.Sprintf(`share_file needs "path": an absolute path such as /sandbox/report.pdf, got %q`, path)), nil
+	if path == "" {
+		return mcp.NewToolResultError(`share_file needs "path": the path of a file or directory, such as report.pdf or /sandbox/report.pdf`), nil
 	}
 	ttl := time.Duration(s.opts.LinkTTL)
 	maxTTL := time.Duration(s.opts.MaxLinkTTL)
@@ -351,7 +351,7 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if ok {
 		ttl = time.Duration(secs) * time.Second
 	}
-	path = links.CleanPath(path)
+	path = links.CleanPath(inSandbox(path))
 	info, err := box.Stat(ctx, path)
 	dir := errors.Is(err, sandbox.ErrIsDir)
 	if err != nil && !dir {

@@ -56,6 +56,9 @@ func (b *fakeBox) stat(p string) (sandbox.FileInfo, error) {
 
 func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions) (*sandbox.ExecResult, error) {
 	b.record("exec " + command)
+	if o.Cwd != "" {
+		b.record("cwd " + o.Cwd)
+	}
 	if o.Wait == sandbox.NoWait {
 		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
 	}
@@ -248,7 +251,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts: command, cwd, interactive, max_output, timeout, wait`},
 		{"execute", []any{"ls"}, "execute takes its arguments as a JSON object"},
 		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `share_file does not take the argument "ttl"`},
-		{"share_file", map[string]any{"path": "relative.txt"}, `share_file needs "path": an absolute path such as /sandbox/report.pdf, got "relative.txt"`},
+		{"share_file", map[string]any{"path": ""}, `share_file needs "path": the path of a file or directory`},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": "7d"}, `"expires_in" must be a number of seconds (at most 7d, the server's max_link_ttl)`},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": 1e9}, "max_link_ttl"},
 		{"job_output", map[string]any{"job_id": "12; rm -rf /"}, "like j6940a1f03f2a"},
@@ -256,17 +259,15 @@ func TestArgumentErrors(t *testing.T) {
 		{"job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a"},
 		{"job_kill", map[string]any{}, "job_id"},
 		{"read_file", map[string]any{}, `needs "path"`},
-		{"read_file", map[string]any{"path": "notes.txt"}, "absolute path"},
+		{"read_file", map[string]any{"path": ""}, `read_file needs "path"`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "offset": 0}, `"offset" must be`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "limit": 1e6}, `"limit" must be`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "lines": 5}, `does not take the argument "lines"`},
 		{"write_file", map[string]any{"path": "/sandbox/x.txt"}, `needs "content"`},
 		{"write_file", map[string]any{"path": "/sandbox/x.txt", "content": 5}, `"content" must be a string`},
-		{"write_file", map[string]any{"path": "x.txt", "content": "a"}, "absolute path"},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "", "new_text": "b"}, `needs "old_text"`},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root"}, `needs "new_text"`},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root", "new_text": "root"}, "the same"},
-		{"upload_link", map[string]any{"directory": "data"}, `upload_link needs "directory": an absolute path without control characters`},
 		{"upload_link", map[string]any{"directory": "/sandbox/a\nb"}, "without control characters"},
 		{"upload_link", map[string]any{"expires_in": 10}, `"expires_in" must be a number of seconds between 60 and`},
 		{"expose_port", map[string]any{"port": 0}, "port"},
@@ -457,4 +458,38 @@ func TestToolListSmall(t *testing.T) {
 		t.Errorf("tools/list is %d bytes, want at most 20000", len(b))
 	}
 	t.Logf("tools/list: %d bytes", len(b))
+}
+
+// TestRelativePaths: every path argument may be relative to /sandbox, and the
+// sandbox is asked for the absolute, cleaned path.
+func TestRelativePaths(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"read_file", map[string]any{"path": "a.txt"}, "open /sandbox/a.txt"},
+		{"write_file", map[string]any{"path": "d/../x.txt", "content": "a"}, "write /sandbox/x.txt"},
+		{"edit_file", map[string]any{"path": "./a.txt", "old_text": "a", "new_text": "b"}, "edit /sandbox/a.txt"},
+		{"share_file", map[string]any{"path": "a.txt"}, "stat /sandbox/a.txt"},
+		{"upload_link", map[string]any{"directory": "data/"}, "mkdir /sandbox/data"},
+		{"execute", map[string]any{"command": "pwd", "cwd": "d"}, "cwd /sandbox/d"},
+		{"read_file", map[string]any{"path": "/etc/hostname"}, "open /etc/hostname"},
+	} {
+		before := len(h.box.called())
+		h.call(tc.tool, tc.args)
+		if got := h.box.called()[before:]; !slices.Contains(got, tc.want) {
+			t.Errorf("%s(%v) asked the sandbox %q, want %q", tc.tool, tc.args, got, tc.want)
+		}
+	}
+	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		tool := tool.(map[string]any)
+		props := tool["inputSchema"].(map[string]any)["properties"].(map[string]any)
+		for _, name := range []string{"path", "directory", "cwd"} {
+			if p, ok := props[name].(map[string]any); ok && !strings.Contains(p["description"].(string), "relative to /sandbox") {
+				t.Errorf("%s: %s says nothing of relative paths: %q", tool["name"], name, p["description"])
+			}
+		}
+	}
 }

@@ -45,7 +45,7 @@ func (s *Tools) uploadLinkTool() mcp.Tool {
 			human.Size(s.opts.MaxUpload), defaultUploadDir, human.Duration(time.Duration(s.opts.LinkTTL)))),
 		title("Let the user upload files into the sandbox"),
 		mcp.WithString("directory",
-			mcp.Description("Absolute directory in the sandbox where the files land, e.g. /sandbox/data. Default "+defaultUploadDir+".")),
+			pathDesc("Where the files land (default "+defaultUploadDir+")", "data")),
 		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(s.uploadTTLBound().Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
@@ -64,10 +64,10 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	if dir == "" {
 		dir = defaultUploadDir
 	}
-	if !strings.HasPrefix(dir, "/") || strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return argError(`upload_link needs "directory": an absolute path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
+	if strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return argError(`upload_link needs "directory": a path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
 	}
-	dir = path.Clean(dir)
+	dir = path.Clean(inSandbox(dir))
 	ttl := time.Duration(s.opts.LinkTTL)
 	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(s.uploadTTLBound().Seconds()))
 	if bad != nil {
