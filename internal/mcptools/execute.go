@@ -19,6 +19,9 @@ import (
 // maxTimeout is the longest timeout a single execute call may ask for.
 const maxTimeout = 24 * time.Hour
 
+// MinOutput is the fewest bytes per stream a call may ask for with max_output.
+const MinOutput = 1024
+
 // ExecuteOutput is the structured result of execute and of the job tools.
 type ExecuteOutput struct {
 	// The descriptions are terse: this schema is listed with four tools.
@@ -68,10 +71,10 @@ func (s *Tools) executeTool() mcp.Tool {
 - Files under /sandbox persist across calls and restarts%s
 %s A command still running then goes on as a job (`+"`running: true`"+`, `+"`job_id`"+`): follow it with job_output, answer prompts with job_input, stop it with job_kill; job_list lists jobs. `+"`wait: 0`"+` returns at once (servers, long builds).
 - The timeout (default %s) kills the command and its children (exit code 137). Detach what must outlive it: `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+`.
-- Each stream returns at most %d bytes (head and tail); the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
+- Each stream returns at most %d bytes (head and tail) unless max_output asks for more; the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To hand the user a file, write it under /sandbox and call share_file.`,
-		ttl, waitLine, human.Duration(cfg.ExecTimeout), cfg.MaxOutput)
+		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput())
 	waitMax := yield.Seconds()
 	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
 	if yield == 0 {
@@ -89,12 +92,21 @@ func (s *Tools) executeTool() mcp.Tool {
 		mcp.WithBoolean("interactive",
 			mcp.Description("Keep stdin open for job_input (REPLs, prompts, `read`). Default false: stdin is empty.")),
 		mcp.WithString("cwd", pathDesc("Directory to start in (default /sandbox)", "app")),
-		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
-			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
+		mcp.WithNumber("max_output", mcp.Min(MinOutput), mcp.Max(float64(cfg.MaxOutput)),
+			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()))),
 		outputSchema[ExecuteOutput](),
 		hints(false, true, false, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
+}
+
+// defaultOutput is default_output: the bytes of each stream a call returns unless it
+// asks for more.
+func (s *Tools) defaultOutput() int {
+	if s.opts.DefaultOutput > 0 {
+		return min(s.opts.DefaultOutput, s.cfg.MaxOutput)
+	}
+	return s.cfg.MaxOutput
 }
 
 // yield is the yield_after setting; 0 means off.
@@ -157,7 +169,8 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if opts.Cwd != "" {
 		opts.Cwd = inSandbox(opts.Cwd)
 	}
-	mo, ok, bad := a.integer("max_output", "a number of bytes", 1024, int64(cfg.MaxOutput))
+	opts.MaxOutput = s.defaultOutput()
+	mo, ok, bad := a.integer("max_output", "a number of bytes", MinOutput, int64(cfg.MaxOutput))
 	if bad != nil {
 		return bad.result(), nil
 	}

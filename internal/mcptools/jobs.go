@@ -174,7 +174,7 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 // progress keep-alive while it waits.
 func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
-	res, err := box.JobOutput(ctx, id, wait, input, 0)
+	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput())
 	prog.stop()
 	if err != nil && res == nil {
 		return jobError(box, err, id, a.tool), nil
@@ -202,7 +202,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if errRes != nil {
 		return errRes, nil
 	}
-	res, err := box.KillJob(ctx, id, 0)
+	res, err := box.KillJob(ctx, id, s.defaultOutput())
 	if err != nil {
 		return jobError(box, err, id, a.tool), nil
 	}

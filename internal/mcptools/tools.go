@@ -80,6 +80,9 @@ type Options struct {
 
 	LinkTTL, MaxLinkTTL time.Duration
 	MaxUpload           int64
+	// DefaultOutput is default_output: the bytes of each stream a call returns unless
+	// its max_output asks for more. 0: the sandbox's max_output.
+	DefaultOutput int
 	// Yield is yield_after; 0 is off.
 	Yield       time.Duration
 	MaxJobs     int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"reflect"
 	"slices"
@@ -59,6 +60,7 @@ func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions)
 	if o.Cwd != "" {
 		b.record("cwd " + o.Cwd)
 	}
+	b.record(fmt.Sprint("max_output ", o.MaxOutput))
 	if o.Wait == sandbox.NoWait {
 		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
 	}
@@ -73,13 +75,15 @@ func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
 	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, _ int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, maxOutput int) (*sandbox.ExecResult, error) {
 	b.record("job_output " + id)
+	b.record(fmt.Sprint("max_output ", maxOutput))
 	return b.job(id)
 }
 
-func (b *fakeBox) KillJob(_ context.Context, id string, _ int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) KillJob(_ context.Context, id string, maxOutput int) (*sandbox.ExecResult, error) {
 	b.record("kill " + id)
+	b.record(fmt.Sprint("max_output ", maxOutput))
 	res, err := b.job(id)
 	if err == nil {
 		res.Running, res.Killed, res.ExitCode = false, true, 137
@@ -184,7 +188,7 @@ func newToolsHarness(t testing.TB) *toolsHarness {
 	h.tools = New(Options{
 		Config: cfg, Boxes: oneBox{h.box}, Links: fakeLinks{}, Previews: fakePreviews{}, Audit: h.audit,
 		Logger: zap.NewNop(), Version: "test",
-		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30,
+		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30, DefaultOutput: 30000,
 		Yield: 5 * time.Second, MaxJobs: 32, Keepalive: 5 * time.Second, PreviewTTL: 24 * time.Hour,
 		MaxTaskTTL: time.Hour, MaxTasks: 100, MaxTasksTotal: 1000,
 	})
@@ -491,5 +495,35 @@ func TestRelativePaths(t *testing.T) {
 				t.Errorf("%s: %s says nothing of relative paths: %q", tool["name"], name, p["description"])
 			}
 		}
+	}
+}
+
+// TestDefaultOutput: a call returns default_output bytes per stream unless its
+// max_output asks for another amount, up to max_output; the job tools return
+// default_output too.
+func TestDefaultOutput(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"execute", map[string]any{"command": "seq 1 300000"}, "max_output 30000"},
+		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 200000}, "max_output 200000"},
+		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 2000}, "max_output 2000"},
+		{"job_output", map[string]any{"job_id": fakeJob}, "max_output 30000"},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "x"}, "max_output 30000"},
+		{"job_kill", map[string]any{"job_id": fakeJob}, "max_output 30000"},
+	} {
+		before := len(h.box.called())
+		if isErr, text, _ := h.call(tc.tool, tc.args); isErr {
+			t.Errorf("%s(%v): %s", tc.tool, tc.args, text)
+		}
+		if got := h.box.called()[before:]; !slices.Contains(got, tc.want) {
+			t.Errorf("%s(%v) asked the sandbox %q, want %q", tc.tool, tc.args, got, tc.want)
+		}
+	}
+	if isErr, text, _ := h.call("execute", map[string]any{"command": "true", "max_output": 300000}); !isErr || !strings.Contains(text, "between 1024 and 200000") {
+		t.Errorf("max_output above the server's: %v %q", isErr, text)
 	}
 }
