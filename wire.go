@@ -2,6 +2,8 @@ package mcpsandbox
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
@@ -56,7 +58,23 @@ type toolBox struct {
 }
 
 func (b toolBox) Facts() *sandbox.Facts { return b.h.sandboxFacts() }
-func (b toolBox) ImageMissing() string  { return b.h.imageMissing(b.h.docker, b.h.host) }
+
+// CPUs is the CPUs the sandbox gets: the smaller of cpus and the engine's CPU count
+// (docker info's NCPU, asked when the container is ensured). Until the engine has been
+// asked, a local engine's count is taken to be this machine's (runtime.NumCPU).
+func (b toolBox) CPUs() float64 {
+	n, known := b.Sandbox.CPUs()
+	if !known && localEngine(b.h.host) {
+		n = min(n, float64(runtime.NumCPU()))
+	}
+	return n
+}
+
+// localEngine reports whether a Docker host address is on this machine.
+func localEngine(host string) bool {
+	return strings.HasPrefix(host, "unix://") || strings.HasPrefix(host, "npipe://")
+}
+func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.h.docker, b.h.host) }
 
 // toolLinks signs the tools' links and records them for the console.
 type toolLinks struct{ h *Handler }

@@ -234,6 +234,7 @@ type Sandbox struct {
 	readyAt     time.Time // last time Ensure saw the container running with our limits
 	warnedImage bool      // the image mismatch is logged once, not on every Ensure
 	warnedCPUs  bool
+	hostCPUs    int // the engine's CPU count (docker info's NCPU); 0 until asked
 
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)

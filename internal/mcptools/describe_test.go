@@ -1,6 +1,7 @@
 package mcptools
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -39,5 +40,25 @@ func TestDescribeFactsOnlyKnownNames(t *testing.T) {
 	}
 	if got := describeFacts(&sandbox.Facts{Programs: []string{plantedNotice}}); got != " Installed: only the base system (no python3, node or git)." {
 		t.Errorf("describeFacts of nothing known = %q", got)
+	}
+}
+
+// TestDescriptionStatesRealCPUs: the description and the instructions state the CPUs
+// the sandbox gets (Box.CPUs: the smaller of cpus and the host's), not the setting.
+func TestDescriptionStatesRealCPUs(t *testing.T) {
+	h := newToolsHarness(t)
+	h.box.cpus = 2 // cpus is 3
+	var desc string
+	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		if tool := tool.(map[string]any); tool["name"] == "execute" {
+			desc = tool["description"].(string)
+		}
+	}
+	init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "test", "version": "1"}})
+	for name, text := range map[string]string{"execute description": desc, "instructions": init["instructions"].(string)} {
+		if !strings.Contains(text, ", 2 CPUs and") || strings.Contains(text, "3 CPUs") {
+			t.Errorf("%s does not say 2 CPUs: %q", name, text)
+		}
 	}
 }

@@ -34,6 +34,8 @@ type Box interface {
 
 	DialPort(ctx context.Context, port int) (net.Conn, error)
 
+	// CPUs is the CPUs the sandbox really gets: the smaller of cpus and the host's.
+	CPUs() float64
 	// Facts is what detection found installed; nil while it is not known.
 	Facts() *sandbox.Facts
 	// ImageMissing is what to tell the model when the sandbox's image is missing: that

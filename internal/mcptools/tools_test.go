@@ -29,6 +29,7 @@ import (
 type fakeBox struct {
 	mu    sync.Mutex
 	calls []string
+	cpus  float64 // what CPUs says; 0: 3, the default cpus
 }
 
 const fakeJob = "j000000000001"
@@ -138,7 +139,13 @@ func (b *fakeBox) DialPort(_ context.Context, port int) (net.Conn, error) {
 }
 
 func (b *fakeBox) Facts() *sandbox.Facts { return nil }
-func (b *fakeBox) ImageMissing() string  { return "the image is being built" }
+func (b *fakeBox) CPUs() float64 {
+	if b.cpus == 0 {
+		return 3
+	}
+	return b.cpus
+}
+func (b *fakeBox) ImageMissing() string { return "the image is being built" }
 
 type oneBox struct{ b Box }
 
