@@ -62,3 +62,22 @@ func TestDescriptionStatesRealCPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestInstructionsFollowNetwork: an offline sandbox is never told that what it
+// installs persists; an online one is, once.
+func TestInstructionsFollowNetwork(t *testing.T) {
+	for _, network := range []string{"none", "bridge"} {
+		h := newToolsHarness(t, func(o *Options) { o.Config.NetworkMode = network })
+		init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "test", "version": "1"}})
+		text := init["instructions"].(string)
+		offline := network == "none"
+		persist := strings.Count(text, "packages persist") + strings.Count(text, "packages you install persist")
+		if offline && (persist > 0 || !strings.Contains(text, "package installs (apt-get, pip, npm) fail")) || !offline && persist != 1 {
+			t.Errorf("network %s: instructions %q", network, text)
+		}
+		if strings.Contains(text, "offline") != offline {
+			t.Errorf("network %s: instructions say offline = %v: %q", network, !offline, text)
+		}
+	}
+}

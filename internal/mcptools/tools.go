@@ -106,7 +106,10 @@ type Tools struct {
 	server *server.MCPServer
 }
 
-const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
+// serverInstructions are the same for every sandbox; what depends on its settings
+// (whether it is online, so that installed packages persist) is the environment added
+// at initialize.
+const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
 
 // New builds the MCP server with the sandbox tools.
 func New(o Options) *Tools {

@@ -188,17 +188,21 @@ type toolsHarness struct {
 	ids   int
 }
 
-func newToolsHarness(t testing.TB) *toolsHarness {
+func newToolsHarness(t testing.TB, tune ...func(*Options)) *toolsHarness {
 	cfg := sandbox.DefaultConfig()
 	cfg.NetworkMode = "none"
 	h := &toolsHarness{t: t, box: &fakeBox{}, audit: &fakeAudit{}}
-	h.tools = New(Options{
+	o := Options{
 		Config: cfg, Boxes: oneBox{h.box}, Links: fakeLinks{}, Previews: fakePreviews{}, Audit: h.audit,
 		Logger: zap.NewNop(), Version: "test",
 		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30, DefaultOutput: 30000,
 		Yield: 5 * time.Second, MaxJobs: 32, Keepalive: 5 * time.Second, PreviewTTL: 24 * time.Hour,
 		MaxTaskTTL: time.Hour, MaxTasks: 100, MaxTasksTotal: 1000,
-	})
+	}
+	for _, f := range tune {
+		f(&o)
+	}
+	h.tools = New(o)
 	t.Cleanup(h.tools.Close)
 	return h
 }
