@@ -336,7 +336,14 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	return b.String()
 }
 
+// engineText is what a tool says when the Docker engine did not answer: nothing the
+// model did is wrong, and the same call may work a little later.
+const engineText = "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds."
+
 func execErrorText(box Box, err error) string {
+	if sandbox.EngineDown(err) {
+		return engineText
+	}
 	if errors.Is(err, sandbox.ErrImageMissing) {
 		return box.ImageMissing()
 	}
@@ -402,6 +409,8 @@ func statErrorText(path string, err error) string {
 		return fmt.Sprintf("%s is a directory; pack it first, e.g. tar czf /sandbox/out.tgz -C %s . and share the archive", path, path)
 	case errors.Is(err, sandbox.ErrNotRegular):
 		return fmt.Sprintf("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l", path)
+	case sandbox.EngineDown(err):
+		return engineText
 	}
 	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)
 }

@@ -138,6 +138,9 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 		return argError("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l.", p)
 	}
 	s.logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
+	if sandbox.EngineDown(err) {
+		return mcp.NewToolResultError(engineText)
+	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
 }
 

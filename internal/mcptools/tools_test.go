@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -536,5 +537,68 @@ func TestDefaultOutput(t *testing.T) {
 	}
 	if isErr, text, _ := h.call("execute", map[string]any{"command": "true", "max_output": 300000}); !isErr || !strings.Contains(text, "between 1024 and 200000") {
 		t.Errorf("max_output above the server's: %v %q", isErr, text)
+	}
+}
+
+// downBox is a sandbox whose engine does not answer: every call fails with err.
+type downBox struct {
+	fakeBox
+	err error
+}
+
+func (b *downBox) Exec(context.Context, string, sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) KillJob(context.Context, string, int) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) ListJobs(context.Context) ([]sandbox.JobInfo, error) { return nil, b.err }
+func (b *downBox) Stat(context.Context, string) (sandbox.FileInfo, error) {
+	return sandbox.FileInfo{}, b.err
+}
+func (b *downBox) OpenRange(context.Context, string, int64, int64) (*sandbox.File, error) {
+	return nil, b.err
+}
+func (b *downBox) WriteFile(context.Context, string, []byte) (sandbox.FileInfo, bool, error) {
+	return sandbox.FileInfo{}, false, b.err
+}
+func (b *downBox) EditFile(context.Context, string, string, string) (sandbox.EditResult, error) {
+	return sandbox.EditResult{}, b.err
+}
+func (b *downBox) MakeDir(context.Context, string) error { return b.err }
+
+// TestEngineDownSaysSo: when the Docker engine does not answer, every tool says so and
+// to try again, instead of the raw error.
+func TestEngineDownSaysSo(t *testing.T) {
+	for _, down := range []error{
+		errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"),
+		fmt.Errorf("starting the job: %w", &net.OpError{Op: "dial", Net: "unix", Err: syscall.ECONNREFUSED}),
+		fmt.Errorf("reading the output: %w", &net.OpError{Op: "read", Net: "unix", Err: syscall.ECONNRESET}),
+		errors.New("the job runner failed in the sandbox: no answer"),
+	} {
+		h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&downBox{err: down}} })
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"execute", map[string]any{"command": "true"}},
+			{"job_output", map[string]any{"job_id": fakeJob}},
+			{"job_input", map[string]any{"job_id": fakeJob, "input": "y"}},
+			{"job_kill", map[string]any{"job_id": fakeJob}},
+			{"job_list", nil},
+			{"read_file", map[string]any{"path": "a.txt"}},
+			{"write_file", map[string]any{"path": "a.txt", "content": "x"}},
+			{"edit_file", map[string]any{"path": "a.txt", "old_text": "a", "new_text": "b"}},
+			{"share_file", map[string]any{"path": "a.txt"}},
+			{"upload_link", nil},
+		} {
+			isErr, text, _ := h.call(c.tool, c.args)
+			if !isErr || text != "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds." {
+				t.Errorf("%s with the engine down (%v): error %v, %q", c.tool, down, isErr, text)
+			}
+		}
 	}
 }

@@ -84,6 +84,8 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 			return mcp.NewToolResultError(box.ImageMissing()), nil
 		case errors.Is(err, sandbox.ErrNotDir):
 			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
+		case sandbox.EngineDown(err):
+			return mcp.NewToolResultError(engineText), nil
 		}
 		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
 	}
