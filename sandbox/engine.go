@@ -8,13 +8,14 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// engineSigns are what errors of an engine that did not answer say, for errors whose
-// chain was lost on the way (formatted with %v, or read back as text): the Docker
-// client's own message, a refused or reset connection to the engine's socket, and the
-// job runner's header that never came because the exec's stream ended first.
+// engineSigns are what errors of an engine that did not answer say, in lower case, for
+// errors whose chain was lost on the way (formatted with %v, or read back as text): the
+// Docker client's own messages (its hijacked connections, for exec, say it in lower
+// case), a refused or reset connection to the engine's socket, and the job runner's
+// header that never came because the exec's stream ended first.
 var engineSigns = []string{
-	"Cannot connect to the Docker daemon",
-	"Is the docker daemon running?",
+	"cannot connect to the docker daemon",
+	"is the docker daemon running?",
 	"connection refused",
 	"connection reset by peer",
 	"the job runner failed in the sandbox: no answer",
@@ -30,7 +31,7 @@ func EngineDown(err error) bool {
 	if client.IsErrConnectionFailed(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
-	msg := err.Error()
+	msg := strings.ToLower(err.Error())
 	for _, s := range engineSigns {
 		if strings.Contains(msg, s) {
 			return true

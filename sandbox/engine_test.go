@@ -33,6 +33,7 @@ func TestEngineDown(t *testing.T) {
 		{&net.OpError{Op: "dial", Net: "unix", Err: syscall.ECONNREFUSED}, true},
 		{fmt.Errorf("reading output: %w", &net.OpError{Op: "read", Net: "unix", Err: syscall.ECONNRESET}), true},
 		{runnerErr, true},
+		{errors.New("cannot connect to the Docker daemon. Is 'docker daemon' running on this host?: dial unix /var/run/docker.sock: connect: no such file or directory"), true},
 		{nil, false},
 		{ErrNotFound, false},
 		{ErrImageMissing, false},
