@@ -476,15 +476,30 @@ func TestToolListSmall(t *testing.T) {
 	t.Logf("tools/list: %d bytes", len(b))
 }
 
+// asked is a call and one thing it must ask the sandbox (as fakeBox records it).
+type asked struct {
+	tool string
+	args map[string]any
+	want string
+}
+
+// checkAsked makes each call and checks what it asked the sandbox.
+func (h *toolsHarness) checkAsked(calls []asked) {
+	h.t.Helper()
+	for _, c := range calls {
+		before := len(h.box.called())
+		h.call(c.tool, c.args)
+		if got := h.box.called()[before:]; !slices.Contains(got, c.want) {
+			h.t.Errorf("%s(%v) asked the sandbox %q, want %q", c.tool, c.args, got, c.want)
+		}
+	}
+}
+
 // TestRelativePaths: every path argument may be relative to /sandbox, and the
 // sandbox is asked for the absolute, cleaned path.
 func TestRelativePaths(t *testing.T) {
 	h := newToolsHarness(t)
-	for _, tc := range []struct {
-		tool string
-		args map[string]any
-		want string
-	}{
+	h.checkAsked([]asked{
 		{"read_file", map[string]any{"path": "a.txt"}, "open /sandbox/a.txt"},
 		{"write_file", map[string]any{"path": "d/../x.txt", "content": "a"}, "write /sandbox/x.txt"},
 		{"edit_file", map[string]any{"path": "./a.txt", "old_text": "a", "new_text": "b"}, "edit /sandbox/a.txt"},
@@ -492,13 +507,7 @@ func TestRelativePaths(t *testing.T) {
 		{"upload_link", map[string]any{"directory": "data/"}, "mkdir /sandbox/data"},
 		{"execute", map[string]any{"command": "pwd", "cwd": "d"}, "cwd /sandbox/d"},
 		{"read_file", map[string]any{"path": "/etc/hostname"}, "open /etc/hostname"},
-	} {
-		before := len(h.box.called())
-		h.call(tc.tool, tc.args)
-		if got := h.box.called()[before:]; !slices.Contains(got, tc.want) {
-			t.Errorf("%s(%v) asked the sandbox %q, want %q", tc.tool, tc.args, got, tc.want)
-		}
-	}
+	})
 	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
 		tool := tool.(map[string]any)
 		props := tool["inputSchema"].(map[string]any)["properties"].(map[string]any)
@@ -515,26 +524,14 @@ func TestRelativePaths(t *testing.T) {
 // default_output too.
 func TestDefaultOutput(t *testing.T) {
 	h := newToolsHarness(t)
-	for _, tc := range []struct {
-		tool string
-		args map[string]any
-		want string
-	}{
+	h.checkAsked([]asked{
 		{"execute", map[string]any{"command": "seq 1 300000"}, "max_output 30000"},
 		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 200000}, "max_output 200000"},
 		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 2000}, "max_output 2000"},
 		{"job_output", map[string]any{"job_id": fakeJob}, "max_output 30000"},
 		{"job_input", map[string]any{"job_id": fakeJob, "input": "x"}, "max_output 30000"},
 		{"job_kill", map[string]any{"job_id": fakeJob}, "max_output 30000"},
-	} {
-		before := len(h.box.called())
-		if isErr, text, _ := h.call(tc.tool, tc.args); isErr {
-			t.Errorf("%s(%v): %s", tc.tool, tc.args, text)
-		}
-		if got := h.box.called()[before:]; !slices.Contains(got, tc.want) {
-			t.Errorf("%s(%v) asked the sandbox %q, want %q", tc.tool, tc.args, got, tc.want)
-		}
-	}
+	})
 	if isErr, text, _ := h.call("execute", map[string]any{"command": "true", "max_output": 300000}); !isErr || !strings.Contains(text, "between 1024 and 200000") {
 		t.Errorf("max_output above the server's: %v %q", isErr, text)
 	}
