@@ -26,13 +26,13 @@ const MinOutput = 1024
 type ExecuteOutput struct {
 	// The descriptions are terse: this schema is listed with four tools.
 	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; head and tail when cut (see note)."`
-	Stderr          string  `json:"stderr" jsonschema:"Like stdout."`
+	Stderr          string  `json:"stderr"`
 	ExitCode        *int    `json:"exit_code" jsonschema:"Null while running; 128+n: ended by signal n."`
 	Running         bool    `json:"running" jsonschema:"Still running as job job_id; follow it with job_output."`
 	JobID           string  `json:"job_id"`
 	TimedOut        bool    `json:"timed_out"`
 	Cancelled       bool    `json:"cancelled"`
-	Killed          bool    `json:"killed" jsonschema:"Stopped by job_kill."`
+	Killed          bool    `json:"killed"`
 	StdoutBytes     int64   `json:"stdout_bytes" jsonschema:"Written so far, in total."`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated"`

@@ -48,7 +48,7 @@ func (s *Tools) pollWait() time.Duration {
 
 func (s *Tools) jobIDArg() mcp.ToolOption {
 	return mcp.WithString("job_id", mcp.Required(), mcp.Pattern(`^j[0-9a-f]{12}$`),
-		mcp.Description("The job_id from execute's result (or job_list), e.g. j6940a1f03f2a."))
+		mcp.Description("From execute's result or job_list."))
 }
 
 func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
