@@ -66,15 +66,19 @@ func (s *Tools) executeTool() mcp.Tool {
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
+	more := ""
+	if s.defaultOutput() < cfg.MaxOutput {
+		more = " unless max_output asks for more"
+	}
 	desc := fmt.Sprintf(`Run a bash command as root (no sudo needed) in a persistent Linux sandbox; returns stdout, stderr and the exit code.
 - Each call is a fresh `+"`bash -c`"+` in /sandbox (or cwd) with empty stdin: cd, exports and functions do not carry over. Chain steps with && or write a script.
 - Files under /sandbox persist across calls and restarts%s
 %s A command still running then goes on as a job (`+"`running: true`"+`, `+"`job_id`"+`): follow it with job_output, answer prompts with job_input, stop it with job_kill; job_list lists jobs. `+"`wait: 0`"+` returns at once (servers, long builds).
 - The timeout (default %s) kills the command and its children (exit code 137). Detach what must outlive it: `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+`.
-- Each stream returns at most %d bytes (head and tail) unless max_output asks for more; the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
+- Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To hand the user a file, write it under /sandbox and call share_file.`,
-		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput())
+		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more)
 	waitMax := yield.Seconds()
 	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
 	if yield == 0 {

@@ -535,6 +535,19 @@ func TestDefaultOutput(t *testing.T) {
 	if isErr, text, _ := h.call("execute", map[string]any{"command": "true", "max_output": 300000}); !isErr || !strings.Contains(text, "between 1024 and 200000") {
 		t.Errorf("max_output above the server's: %v %q", isErr, text)
 	}
+	// The description offers more only when there is more to ask for.
+	for def, want := range map[int]string{30000: "at most 30000 bytes (head and tail) unless max_output asks for more;", 200000: "at most 200000 bytes (head and tail);"} {
+		h := newToolsHarness(t, func(o *Options) { o.DefaultOutput = def })
+		var desc string
+		for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+			if tool := tool.(map[string]any); tool["name"] == "execute" {
+				desc = tool["description"].(string)
+			}
+		}
+		if !strings.Contains(desc, want) {
+			t.Errorf("default_output %d: the description does not say %q: %q", def, want, desc)
+		}
+	}
 }
 
 // downBox is a sandbox whose engine does not answer: every call fails with err.
