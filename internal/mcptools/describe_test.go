@@ -48,12 +48,7 @@ func TestDescribeFactsOnlyKnownNames(t *testing.T) {
 func TestDescriptionStatesRealCPUs(t *testing.T) {
 	h := newToolsHarness(t)
 	h.box.cpus = 2 // cpus is 3
-	var desc string
-	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
-		if tool := tool.(map[string]any); tool["name"] == "execute" {
-			desc = tool["description"].(string)
-		}
-	}
+	desc := h.description("execute")
 	init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "test", "version": "1"}})
 	for name, text := range map[string]string{"execute description": desc, "instructions": init["instructions"].(string)} {

@@ -425,6 +425,16 @@ func TestOutputSchemasMatchStructs(t *testing.T) {
 	}
 }
 
+// description is a tool's description as tools/list gives it.
+func (h *toolsHarness) description(tool string) string {
+	for _, t := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		if t := t.(map[string]any); t["name"] == tool {
+			return t["description"].(string)
+		}
+	}
+	return ""
+}
+
 func (h *toolsHarness) schema(tool string) map[string]any {
 	for _, t := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
 		if t := t.(map[string]any); t["name"] == tool {
@@ -538,13 +548,7 @@ func TestDefaultOutput(t *testing.T) {
 	// The description offers more only when there is more to ask for.
 	for def, want := range map[int]string{30000: "at most 30000 bytes (head and tail) unless max_output asks for more;", 200000: "at most 200000 bytes (head and tail);"} {
 		h := newToolsHarness(t, func(o *Options) { o.DefaultOutput = def })
-		var desc string
-		for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
-			if tool := tool.(map[string]any); tool["name"] == "execute" {
-				desc = tool["description"].(string)
-			}
-		}
-		if !strings.Contains(desc, want) {
+		if desc := h.description("execute"); !strings.Contains(desc, want) {
 			t.Errorf("default_output %d: the description does not say %q: %q", def, want, desc)
 		}
 	}
