@@ -41,6 +41,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
+//		default_output   <bytes>            # default: 30000; what a call returns unless it asks for more (at most max_output)
 //		file_ttl         <duration>         # default: 7d; 0 disables the idle-file cleanup
 //		cleanup_interval <duration>         # default: 1h
 //		link_ttl         <duration>         # default: 24h
@@ -105,6 +106,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "max_output":
 			err = oneInt(d, &h.MaxOutput)
+		case "default_output":
+			err = oneInt(d, &h.DefaultOutput)
 		case "exec_timeout":
 			err = oneDuration(d, &h.ExecTimeout)
 		case "file_ttl":

@@ -51,6 +51,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad cpus", "mcp_sandbox {\n\tcpus zero\n}", `cpus: "zero" is not a positive number`},
 		{"zero cpus", "mcp_sandbox {\n\tcpus 0\n}", `cpus: "0" is not a positive number`},
 		{"negative max_output", "mcp_sandbox {\n\tmax_output -5\n}", `max_output: "-5" is not a non-negative whole number`},
+		{"bad default_output", "mcp_sandbox {\n\tdefault_output 30k\n}", `default_output: "30k" is not a non-negative whole number`},
 		{"bad bearer switch", "mcp_sandbox {\n\tapi_key_bearer maybe\n}", "api_key_bearer: want on or off"},
 		{"inline argument", "mcp_sandbox extra", "wrong argument count"},
 	} {
@@ -76,6 +77,9 @@ func TestProvisionErrors(t *testing.T) {
 		{"short key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key short\n\t}\n}", "shorter than 16 characters"},
 		{"bad memory", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory lots\n\t}\n}", "memory"},
 		{"max_link_ttl below link_ttl", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tlink_ttl 2d\n\t\tmax_link_ttl 1d\n\t}\n}", "max_link_ttl (24h0m0s) must be at least link_ttl (48h0m0s)"},
+		{"default_output above max_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmax_output 100000\n\t\tdefault_output 150000\n\t}\n}", "default_output (150000) must be at most max_output (100000)"},
+		{"default_output above the default max_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 300000\n\t}\n}", "default_output (300000) must be at most max_output (200000)"},
+		{"tiny default_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 100\n\t}\n}", "default_output must be at least 1024 bytes"},
 		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",

@@ -35,10 +35,11 @@ func TestDefaultsStatedOnce(t *testing.T) {
 			f, err := strconv.ParseFloat(v, 64)
 			return err == nil && f == d.CPUs
 		},
-		"pids_limit":   func(v string) bool { return v == strconv.FormatInt(d.PidsLimit, 10) },
-		"max_output":   func(v string) bool { return v == strconv.Itoa(d.MaxOutput) },
-		"exec_timeout": func(v string) bool { return durationIs(v, d.ExecTimeout) },
-		"file_ttl":     func(v string) bool { return durationIs(v, d.FileTTL) },
+		"pids_limit":     func(v string) bool { return v == strconv.FormatInt(d.PidsLimit, 10) },
+		"max_output":     func(v string) bool { return v == strconv.Itoa(d.MaxOutput) },
+		"default_output": func(v string) bool { return v == strconv.Itoa(defaultOutput) },
+		"exec_timeout":   func(v string) bool { return durationIs(v, d.ExecTimeout) },
+		"file_ttl":       func(v string) bool { return durationIs(v, d.FileTTL) },
 		"cleanup_interval": func(v string) bool {
 			return durationIs(v, d.CleanupInterval)
 		},

@@ -568,7 +568,8 @@ func BenchmarkRangeLastByte(b *testing.B) {
 }
 
 // TestShareFileCleansPath: dot segments are removed before signing, so the link is
-// the one browsers and curl will ask for (item 6 of the outside review).
+// the one browsers and curl will ask for (item 6 of the outside review); a path
+// relative to /sandbox is taken from there, by share_file and read_file alike.
 func TestShareFileCleansPath(t *testing.T) {
 	s := startSite(t, siteOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -576,7 +577,10 @@ func TestShareFileCleansPath(t *testing.T) {
 	c := s.client(ctx)
 	call(ctx, t, c, "execute", map[string]any{"command": "true"}) // the container exists from the first call
 	s.containerExec("mkdir -p /sandbox/d && echo hello > /sandbox/a.txt")
-	for _, p := range []string{"/sandbox/./a.txt", "/sandbox/d/../a.txt", "/sandbox//a.txt"} {
+	if text := resultText(call(ctx, t, c, "read_file", map[string]any{"path": "a.txt"})); !strings.Contains(text, "hello") || !strings.Contains(text, "/sandbox/a.txt") {
+		t.Errorf("read_file a.txt: %q", text)
+	}
+	for _, p := range []string{"/sandbox/./a.txt", "/sandbox/d/../a.txt", "/sandbox//a.txt", "a.txt", "d/../a.txt"} {
 		st := structured(t, call(ctx, t, c, "share_file", map[string]any{"path": p}))
 		if st["path"] != "/sandbox/a.txt" {
 			t.Errorf("%s: path %v, want /sandbox/a.txt", p, st["path"])

@@ -62,6 +62,7 @@ type site struct {
 type siteOptions struct {
 	image     string   // default: the test image
 	network   string   // default: none (commands in test sandboxes stay off the network)
+	cpus      string   // default: 1
 	directive []string // extra lines in mcp_sandbox { }
 	site      []string // extra lines in the site block
 	catchAll  bool     // site address http://:port (any Host) instead of http://127.0.0.1:port
@@ -121,6 +122,10 @@ func (s *site) caddyfile(opts siteOptions) string {
 	if network == "" {
 		network = "none"
 	}
+	cpus := opts.cpus
+	if cpus == "" {
+		cpus = "1"
+	}
 	address := fmt.Sprintf("http://%s:%d", siteHost(opts), s.port)
 	if opts.address != "" {
 		address = strings.ReplaceAll(opts.address, "%d", fmt.Sprint(s.port))
@@ -144,13 +149,13 @@ func (s *site) caddyfile(opts siteOptions) string {
 		volume %s
 		network %s
 		memory 1g
-		cpus 1
+		cpus %s
 		%s
 	}
 	%s
 	respond "the next handler" 200
 }
-`, s.storage, s.storage, address, s.key, image, s.container, s.volume, network,
+`, s.storage, s.storage, address, s.key, image, s.container, s.volume, network, cpus,
 		strings.Join(opts.directive, "\n\t\t"), strings.Join(opts.site, "\n\t"))
 }
 

@@ -32,7 +32,7 @@ func TestEngineRestart(t *testing.T) {
 	})
 	// While the engine is down, a call fails with a clear error instead of hanging.
 	res := call(ctx, t, c, "execute", map[string]any{"command": "true"})
-	if !res.IsError || !strings.Contains(resultText(res), "could not run the command") {
+	if !res.IsError || !strings.Contains(resultText(res), "Could not reach the sandbox (the Docker engine did not answer); try again") {
 		t.Fatalf("call with the engine down: %v %q", res.IsError, resultText(res))
 	}
 	if out, err := exec.Command("scripts/docker-up.sh").CombinedOutput(); err != nil {

@@ -3,10 +3,19 @@ package mcpsandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // TestDescriptionsFollowConfig: through a real Caddy and the official TypeScript SDK,
@@ -46,5 +55,70 @@ func TestDescriptionsFollowConfig(t *testing.T) {
 				t.Errorf("installed tools never appeared:\nexecute: %q\ninstructions: %q", got.ExecuteLater, got.InstructionsLater)
 			}
 		})
+	}
+}
+
+// TestDescriptionCapsCPUs: with cpus above the host's CPU count, the description says
+// what the sandbox really gets, before and after the container exists, and the log
+// warns once.
+func TestDescriptionCapsCPUs(t *testing.T) {
+	s := startSite(t, siteOptions{cpus: "64"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := s.docker.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(", %d CPUs and", info.NCPU)
+	if info.NCPU == 1 {
+		want = ", 1 CPU and"
+	}
+	c := s.client(ctx)
+	describe := func() string {
+		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range list.Tools {
+			if tool.Name == "execute" {
+				return tool.Description
+			}
+		}
+		return ""
+	}
+	if d := describe(); !strings.Contains(d, want) {
+		t.Errorf("before the container exists, the description does not say %q: %q", want, d)
+	}
+	call(ctx, t, c, "execute", map[string]any{"command": "true"})
+	call(ctx, t, c, "execute", map[string]any{"command": "true"})
+	if d := describe(); !strings.Contains(d, want) {
+		t.Errorf("the description does not say %q: %q", want, d)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.storage, "caddy.log"))
+	if n := strings.Count(string(log), "sandbox CPU limit is above the host's CPU count"); n != 1 {
+		t.Errorf("the log warns %d times that cpus is above the host's CPU count, want once", n)
+	}
+}
+
+// TestToolBoxCPUs: until the engine has been asked, a local engine's CPU count is this
+// machine's, and a remote engine's is unknown, so cpus is stated as set.
+func TestToolBoxCPUs(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sandbox.DefaultConfig()
+	cfg.CPUs = 1000
+	sb, err := sandbox.New(cli, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]float64{
+		"unix:///var/run/docker.sock": float64(runtime.NumCPU()),
+		"tcp://10.0.0.7:2376":         1000,
+	} {
+		if got := (toolBox{sb, &Handler{host: host}}).CPUs(); got != want {
+			t.Errorf("engine %s: CPUs() = %v, want %v", host, got, want)
+		}
 	}
 }

@@ -31,6 +31,7 @@ const (
 	defaultMaxLinkTTL = 7 * 24 * time.Hour
 	defaultKeepalive  = 5 * time.Second
 	defaultYield      = 45 * time.Second
+	defaultOutput     = 30000 // bytes per stream a call returns unless it asks for more
 	defaultMaxTaskTTL = time.Hour
 	defaultMaxTasks   = 100  // per session
 	defaultTasksTotal = 1000 // in all
@@ -70,6 +71,9 @@ type Handler struct {
 	// MaxOutput is how many bytes of each stream are kept, cut in the middle.
 	// Default: 200000.
 	MaxOutput int `json:"max_output,omitempty"`
+	// DefaultOutput is how many bytes of each stream a tool call returns when it does
+	// not ask for more with max_output. Default: 30000 (or max_output, when smaller).
+	DefaultOutput int `json:"default_output,omitempty"`
 	// FileTTL is how long an idle top-level entry of /sandbox lives; 0 disables the
 	// cleanup. Default: 168h.
 	FileTTL *caddy.Duration `json:"file_ttl,omitempty"`
@@ -262,6 +266,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	cfg, _ := h.sandboxConfig()
+	if h.DefaultOutput == 0 {
+		h.DefaultOutput = min(defaultOutput, cfg.MaxOutput)
+	}
 	appIface, err := ctx.App("mcp_sandbox")
 	if err != nil {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
@@ -360,8 +367,17 @@ func (h *Handler) Validate() error {
 	} else if h.MaxTasksTotal != 0 && h.MaxTasksTotal < h.MaxTasks {
 		errs = append(errs, fmt.Errorf("max_tasks: the number in all (%d) must be at least the number per session (%d)", h.MaxTasksTotal, h.MaxTasks))
 	}
-	if _, err := h.sandboxConfig(); err != nil {
+	cfg, err := h.sandboxConfig()
+	if err != nil {
 		errs = append(errs, err)
+	}
+	switch {
+	case h.DefaultOutput < 0:
+		errs = append(errs, errors.New("default_output must be positive"))
+	case h.DefaultOutput > cfg.MaxOutput:
+		errs = append(errs, fmt.Errorf("default_output (%d) must be at most max_output (%d)", h.DefaultOutput, cfg.MaxOutput))
+	case h.DefaultOutput != 0 && h.DefaultOutput < mcptools.MinOutput:
+		errs = append(errs, fmt.Errorf("default_output must be at least %d bytes", mcptools.MinOutput))
 	}
 	return errors.Join(errs...)
 }

@@ -322,6 +322,25 @@ func TestExecuteOutputShape(t *testing.T) {
 		t.Errorf("max_output above the configured maximum accepted")
 	}
 
+	// default_output: 30,000 bytes per stream unless the call asks for more, up to
+	// max_output. The bytes counted are seq's lines, whatever the marker says.
+	digits := regexp.MustCompile(`(?m)^\d+\n`)
+	kept := func(st map[string]any) int {
+		n := 0
+		for _, l := range digits.FindAllString(st["stdout"].(string), -1) {
+			n += len(l)
+		}
+		return n
+	}
+	st = structured(t, call(ctx, t, c, "execute", map[string]any{"command": "seq 1 300000"}))
+	if n := kept(st); n > 30_000 || n < 29_000 || st["stdout_truncated"] != true {
+		t.Errorf("seq 1 300000 returned %d bytes of its output by default, want at most 30000", n)
+	}
+	st = structured(t, call(ctx, t, c, "execute", map[string]any{"command": "seq 1 300000", "max_output": 200_000}))
+	if n := kept(st); n > 200_000 || n < 195_000 {
+		t.Errorf("seq 1 300000 with max_output 200000 returned %d bytes of its output", n)
+	}
+
 	// cwd.
 	if st = structured(t, call(ctx, t, c, "execute", map[string]any{"command": "pwd", "cwd": "/tmp"})); st["stdout"] != "/tmp\n" {
 		t.Errorf("cwd /tmp: %v", st)

@@ -114,7 +114,7 @@ func TestUploadEndToEnd(t *testing.T) {
 		t.Errorf("upload_link text: %s", resultText(res))
 	}
 	for _, bad := range []map[string]any{
-		{"directory": "relative/dir"}, {"expires_in": 5}, {"expires_in": 8 * 24 * 3600}, {"expires_in": "soon"}, {"dir": "/x"},
+		{"directory": "in\nbox"}, {"expires_in": 5}, {"expires_in": 8 * 24 * 3600}, {"expires_in": "soon"}, {"dir": "/x"},
 	} {
 		if res := call(ctx, t, c, "upload_link", bad); !res.IsError {
 			t.Errorf("upload_link(%v) was accepted", bad)

@@ -2,6 +2,8 @@ package mcpsandbox
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
@@ -23,14 +25,15 @@ func (h *Handler) toolOptions() mcptools.Options {
 		Logger:  h.logger,
 		Version: Version,
 
-		LinkTTL:     time.Duration(h.LinkTTL),
-		MaxLinkTTL:  time.Duration(h.MaxLinkTTL),
-		MaxUpload:   h.MaxUpload,
-		Yield:       time.Duration(*h.YieldAfter),
-		MaxJobs:     h.MaxJobs,
-		Keepalive:   time.Duration(h.Keepalive),
-		PreviewAuth: h.PreviewAuth,
-		PreviewTTL:  time.Duration(h.PreviewTTL),
+		LinkTTL:       time.Duration(h.LinkTTL),
+		MaxLinkTTL:    time.Duration(h.MaxLinkTTL),
+		MaxUpload:     h.MaxUpload,
+		DefaultOutput: h.DefaultOutput,
+		Yield:         time.Duration(*h.YieldAfter),
+		MaxJobs:       h.MaxJobs,
+		Keepalive:     time.Duration(h.Keepalive),
+		PreviewAuth:   h.PreviewAuth,
+		PreviewTTL:    time.Duration(h.PreviewTTL),
 
 		MaxTaskTTL:    time.Duration(h.MaxTaskTTL),
 		MaxTasks:      h.MaxTasks,
@@ -56,6 +59,22 @@ type toolBox struct {
 
 func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
 	return b.h.sandboxFacts(ctx, wait)
+}
+
+// CPUs is the CPUs the sandbox gets: the smaller of cpus and the engine's CPU count
+// (docker info's NCPU, asked when the container is ensured). Until the engine has been
+// asked, a local engine's count is taken to be this machine's (runtime.NumCPU).
+func (b toolBox) CPUs() float64 {
+	n, known := b.Sandbox.CPUs()
+	if !known && localEngine(b.h.host) {
+		n = min(n, float64(runtime.NumCPU()))
+	}
+	return n
+}
+
+// localEngine reports whether a Docker host address is on this machine.
+func localEngine(host string) bool {
+	return strings.HasPrefix(host, "unix://") || strings.HasPrefix(host, "npipe://")
 }
 func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.h.docker, b.h.host) }
 

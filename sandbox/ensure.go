@@ -429,7 +429,22 @@ func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
 	if err != nil {
 		return hostFacts{}, fmt.Errorf("asking Docker for host information: %w", err)
 	}
+	s.mu.Lock()
+	s.hostCPUs = info.NCPU
+	s.mu.Unlock()
 	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != ""}, nil
+}
+
+// CPUs is the container's CPU limit: cpus, or the engine's CPU count when that is
+// smaller. known is false until the engine has been asked (when the container is
+// first ensured); cpus is then the configured value.
+func (s *Sandbox) CPUs() (cpus float64, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hostCPUs <= 0 {
+		return s.cfg.CPUs, false
+	}
+	return min(s.cfg.CPUs, float64(s.hostCPUs)), true
 }
 
 // resources are the limits the container should have on this host. Docker refuses a CPU

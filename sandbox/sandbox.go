@@ -235,6 +235,7 @@ type Sandbox struct {
 	warnedImage bool      // the image mismatch is logged once, not on every Ensure
 	warnedCPUs  bool
 	cmdEnv      []string // what commands get on top of the image's environment (see commandEnv)
+	hostCPUs    int      // the engine's CPU count (docker info's NCPU); 0 until asked
 
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)

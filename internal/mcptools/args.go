@@ -67,6 +67,15 @@ func (t *Tools) addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 	})
 }
 
+// title is the tool's display name, top-level (MCP 2025-06-18) and among the
+// annotations, where clients of earlier versions look for it.
+func title(t string) mcp.ToolOption {
+	return func(tool *mcp.Tool) {
+		tool.Title = t
+		tool.Annotations.Title = t
+	}
+}
+
 // hints states what a tool does, for clients that ask before risky calls: whether it
 // only reads, may destroy, gives the same result when repeated, and reaches beyond
 // the sandbox.

@@ -25,15 +25,20 @@ const factsWait = 3 * time.Second
 // to wait for what is installed.
 func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 	cfg := s.cfg
+	box, err := s.opts.Boxes.For(ctx)
+	cpus := cfg.CPUs
+	if err == nil {
+		cpus = box.CPUs()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "The sandbox has %s of memory (free and /proc show the host's, not this limit), %s and at most %d processes.",
-		human.Size(cfg.Memory), cpuText(cfg.CPUs), cfg.PidsLimit)
+		human.Size(cfg.Memory), cpuText(cpus), cfg.PidsLimit)
 	if cfg.NetworkMode == "none" {
 		b.WriteString(" It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed.")
 	} else {
 		b.WriteString(" It can reach the network; packages you install persist.")
 	}
-	if box, err := s.opts.Boxes.For(ctx); err == nil {
+	if err == nil {
 		b.WriteString(describeFacts(box.Facts(ctx, wait)))
 	}
 	return b.String()

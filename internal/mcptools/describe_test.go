@@ -1,6 +1,7 @@
 package mcptools
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
@@ -36,5 +37,39 @@ func TestDescribeFactsOnlyKnownNames(t *testing.T) {
 	}
 	if got := describeFacts(&sandbox.Facts{Programs: []string{testenv.PlantedNotice}}); got != " Installed: only the base system (no python3, node or git)." {
 		t.Errorf("describeFacts of nothing known = %q", got)
+	}
+}
+
+// TestDescriptionStatesRealCPUs: the description and the instructions state the CPUs
+// the sandbox gets (Box.CPUs: the smaller of cpus and the host's), not the setting.
+func TestDescriptionStatesRealCPUs(t *testing.T) {
+	h := newToolsHarness(t)
+	h.box.cpus = 2 // cpus is 3
+	desc := h.description("execute")
+	init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "test", "version": "1"}})
+	for name, text := range map[string]string{"execute description": desc, "instructions": init["instructions"].(string)} {
+		if !strings.Contains(text, ", 2 CPUs and") || strings.Contains(text, "3 CPUs") {
+			t.Errorf("%s does not say 2 CPUs: %q", name, text)
+		}
+	}
+}
+
+// TestInstructionsFollowNetwork: an offline sandbox is never told that what it
+// installs persists; an online one is, once.
+func TestInstructionsFollowNetwork(t *testing.T) {
+	for _, network := range []string{"none", "bridge"} {
+		h := newToolsHarness(t, func(o *Options) { o.Config.NetworkMode = network })
+		init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "test", "version": "1"}})
+		text := init["instructions"].(string)
+		offline := network == "none"
+		persist := strings.Count(text, "packages persist") + strings.Count(text, "packages you install persist")
+		if offline && (persist > 0 || !strings.Contains(text, "package installs (apt-get, pip, npm) fail")) || !offline && persist != 1 {
+			t.Errorf("network %s: instructions %q", network, text)
+		}
+		if strings.Contains(text, "offline") != offline {
+			t.Errorf("network %s: instructions say offline = %v: %q", network, !offline, text)
+		}
 	}
 }

@@ -19,94 +19,99 @@ import (
 // maxTimeout is the longest timeout a single execute call may ask for.
 const maxTimeout = 24 * time.Hour
 
+// MinOutput is the fewest bytes per stream a call may ask for with max_output.
+const MinOutput = 1024
+
 // ExecuteOutput is the structured result of execute and of the job tools.
 type ExecuteOutput struct {
-	Stdout          string  `json:"stdout" jsonschema:"Standard output not returned before; when longer than the limit, its head and tail around a marker saying how many bytes and lines were left out and which file holds it all."`
-	Stderr          string  `json:"stderr" jsonschema:"Standard error, like stdout."`
-	ExitCode        *int    `json:"exit_code" jsonschema:"Exit status of the command; 128+n when signal n ended it (137 after a kill: timeout, cancellation, job_kill); null while it runs."`
-	Running         bool    `json:"running" jsonschema:"The command is still running as job job_id; follow it with job_output."`
-	JobID           string  `json:"job_id" jsonschema:"The command's job, for job_output, job_input and job_kill."`
+	// The descriptions are terse: this schema is listed with four tools.
+	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; head and tail when cut (see note)."`
+	Stderr          string  `json:"stderr"`
+	ExitCode        *int    `json:"exit_code" jsonschema:"Null while running; 128+n: ended by signal n."`
+	Running         bool    `json:"running" jsonschema:"Still running as job job_id; follow it with job_output."`
+	JobID           string  `json:"job_id"`
 	TimedOut        bool    `json:"timed_out"`
 	Cancelled       bool    `json:"cancelled"`
-	Killed          bool    `json:"killed" jsonschema:"Stopped by job_kill."`
-	StdoutBytes     int64   `json:"stdout_bytes" jsonschema:"Bytes the command wrote to stdout so far, in total."`
+	Killed          bool    `json:"killed"`
+	StdoutBytes     int64   `json:"stdout_bytes" jsonschema:"Written so far, in total."`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated"`
 	StderrTruncated bool    `json:"stderr_truncated"`
-	StdoutFile      string  `json:"stdout_file" jsonschema:"File in the sandbox holding the whole stdout."`
+	StdoutFile      string  `json:"stdout_file" jsonschema:"Holds the whole stdout."`
 	StderrFile      string  `json:"stderr_file"`
-	DurationSeconds float64 `json:"duration_seconds" jsonschema:"Time this call took."`
+	DurationSeconds float64 `json:"duration_seconds"`
 	// Note is the footer of the text. Some clients give the model only
 	// structuredContent, so it must carry this too.
-	Note string `json:"note" jsonschema:"How the command ended, whether output was cut and which file holds all of it, or how to follow the running job."`
+	Note string `json:"note" jsonschema:"How it ended, what was cut, what to do next."`
 }
 
 // shareOutput is the structured result of share_file.
 type shareOutput struct {
-	URL       string    `json:"url" jsonschema:"Public download link; anyone with it can download the file until it expires."`
+	URL       string    `json:"url" jsonschema:"Public download link, valid until expires_at."`
 	Path      string    `json:"path" jsonschema:"The path shared, cleaned (no . or .. segments)."`
 	Name      string    `json:"name" jsonschema:"The download's file name; <directory>.zip for a directory."`
-	Size      int64     `json:"size" jsonschema:"Size in bytes when the link was made; 0 for a directory, whose zip is made when downloaded."`
+	Size      int64     `json:"size" jsonschema:"Bytes; 0 for a directory."`
 	ExpiresAt time.Time `json:"expires_at"`
-	Directory bool      `json:"directory,omitempty" jsonschema:"True when the link serves a directory as a zip archive."`
+	Directory bool      `json:"directory,omitempty" jsonschema:"The link serves a zip of a directory."`
 }
 
 func (s *Tools) executeTool() mcp.Tool {
 	cfg := s.cfg
-	ttl := "never (cleanup is off)"
+	ttl := "."
 	if cfg.FileTTL > 0 {
-		ttl = "after " + human.Duration(cfg.FileTTL) + " without changes"
+		ttl = "; a top-level entry of /sandbox is deleted after " + human.Duration(cfg.FileTTL) + " without changes inside it."
 	}
 	yield := s.yield()
-	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d), whichever comes first. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output (each call returns only new output), job_input to answer a prompt, job_kill to stop it; job_list shows all jobs. Use `wait: 0` to start a server or a long build and return at once.", int(yield.Seconds()))
+	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d).", int(yield.Seconds()))
 	if yield == 0 {
-		waitLine = "- A call waits for the command to end, or for `wait` seconds when given. A command still running then goes on in the background as a job until its timeout: the result has `running: true`, a `job_id` and the output so far. Then call job_output to get its further output, job_input to answer a prompt, job_kill to stop it; job_list shows all jobs."
+		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
-	desc := fmt.Sprintf(`Run a bash command as root in a persistent Linux sandbox and return its stdout, stderr and exit code.
-
-How the sandbox behaves:
-- Each call is a fresh `+"`bash -c`"+` process started in /sandbox (or `+"`cwd`"+`) with empty stdin: `+"`cd`"+`, exported variables and shell functions do not carry over to the next call. Chain steps with && in one command, or write a script file.
-- Files under /sandbox persist between calls and across restarts. A top-level entry of /sandbox (file or directory) is deleted %s anywhere inside it, so keep work you still need in use or share it.
-%s
-%s
-- The command is killed, with every process it started, after the timeout (default %s); exit code 137 means it was killed (128+signal). Processes you detach with `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+` are never killed.
-- Each output stream returns at most %d bytes (its head and tail, cut at line boundaries); the whole output stays in a file named in the result (kept for the latest 20 commands, at least 10 minutes), to read with grep, sed -n or tail. Pass max_output to get less.
+	more := ""
+	if s.defaultOutput() < cfg.MaxOutput {
+		more = " unless max_output asks for more"
+	}
+	desc := fmt.Sprintf(`Run a bash command as root (no sudo needed) in a persistent Linux sandbox; returns stdout, stderr and the exit code.
+- Each call is a fresh `+"`bash -c`"+` in /sandbox (or cwd) with empty stdin: cd, exports and functions do not carry over. Chain steps with && or write a script.
+- Files under /sandbox persist across calls and restarts%s
+%s A command still running then goes on as a job (`+"`running: true`"+`, `+"`job_id`"+`): follow it with job_output, answer prompts with job_input, stop it with job_kill; job_list lists jobs. `+"`wait: 0`"+` returns at once (servers, long builds).
+- The timeout (default %s) kills the command and its children (exit code 137). Detach what must outlive it: `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+`.
+- Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
 - Output goes to files, not a terminal, so programs may hold it back until they end: Python runs with PYTHONUNBUFFERED=1; for others use `+"`stdbuf -oL cmd`"+`.
-- A pipeline's status is that of its last command: begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
-- To give the user a file (a report, an image, an archive), write it under /sandbox and call share_file with its path.`,
-		ttl, packagesLine(cfg), waitLine, human.Duration(cfg.ExecTimeout), cfg.MaxOutput)
+- Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
+- To hand the user a file, write it under /sandbox and call share_file.`,
+		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more)
 	waitMax := yield.Seconds()
-	waitDesc := fmt.Sprintf("Seconds to wait for the command before returning it as a running job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
+	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
 	if yield == 0 {
 		waitMax = maxTimeout.Seconds()
-		waitDesc = "Seconds to wait for the command before returning it as a running job. Default: until it ends."
+		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
 	}
 	return mcp.NewTool("execute",
 		mcp.WithDescription(desc),
-		mcp.WithTitleAnnotation("Run a command in the sandbox"),
+		title("Run a command in the sandbox"),
 		mcp.WithString("command", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("The bash command line to run, e.g. `python3 script.py` or `ls -la && cat notes.txt`.")),
+			mcp.Description("The bash command line, e.g. `python3 script.py`.")),
 		mcp.WithNumber("timeout", mcp.Min(1), mcp.Max(maxTimeout.Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds before the command is killed, also while it runs on as a job. Default %d.", int(cfg.ExecTimeout.Seconds())))),
+			mcp.Description(fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds())))),
 		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(waitMax), mcp.Description(waitDesc)),
 		mcp.WithBoolean("interactive",
-			mcp.Description("Keep the command's stdin open so job_input can feed it (REPLs, prompts, `read`). Default false: stdin is empty.")),
-		mcp.WithString("cwd", mcp.Description("Directory to start in. Default /sandbox.")),
-		mcp.WithNumber("max_output", mcp.Min(1024), mcp.Max(float64(cfg.MaxOutput)),
-			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d (the default).", cfg.MaxOutput))),
+			mcp.Description("Keep stdin open for job_input (REPLs, prompts, `read`). Default false: stdin is empty.")),
+		mcp.WithString("cwd", pathDesc("Directory to start in (default /sandbox)", "app")),
+		mcp.WithNumber("max_output", mcp.Min(MinOutput), mcp.Max(float64(cfg.MaxOutput)),
+			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()))),
 		outputSchema[ExecuteOutput](),
 		hints(false, true, false, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
 }
 
-// packagesLine is the description's line on installing software, which an offline
-// sandbox cannot do.
-func packagesLine(cfg sandbox.Config) string {
-	if cfg.NetworkMode == "none" {
-		return "- You are root; there is no sudo. The sandbox is offline: nothing can be installed or downloaded."
+// defaultOutput is default_output: the bytes of each stream a call returns unless it
+// asks for more.
+func (s *Tools) defaultOutput() int {
+	if s.opts.DefaultOutput > 0 {
+		return min(s.opts.DefaultOutput, s.cfg.MaxOutput)
 	}
-	return "- Packages you install (apt-get, pip, npm, ...) persist between calls. You are root; there is no sudo."
+	return s.cfg.MaxOutput
 }
 
 // yield is the yield_after setting; 0 means off.
@@ -114,11 +119,11 @@ func (s *Tools) yield() time.Duration { return s.opts.Yield }
 
 func (s *Tools) shareFileTool() mcp.Tool {
 	return mcp.NewTool("share_file",
-		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. The link works without signing in and expires after %s by default (expires_in sets another lifetime, up to %s). Images, PDFs, audio and video open in the browser; other files download with their name. A directory downloads as <name>.zip, made when downloaded. The link serves the file as it is when downloaded, not a copy: keep it in place until the user has it.`,
+		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; a directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.`,
 			human.Duration(time.Duration(s.opts.LinkTTL)), human.Duration(time.Duration(s.opts.MaxLinkTTL)))),
-		mcp.WithTitleAnnotation("Share a sandbox file as a download link"),
+		title("Share a sandbox file as a download link"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of a file or directory in the sandbox, e.g. /sandbox/report.pdf.")),
+			pathDesc("The file or directory", "report.pdf")),
 		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(s.opts.MaxLinkTTL).Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
@@ -166,10 +171,11 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if opts.Cwd, bad = a.str("cwd"); bad != nil {
 		return bad.result(), nil
 	}
-	if opts.Cwd != "" && !strings.HasPrefix(opts.Cwd, "/") {
-		opts.Cwd = sandbox.WorkDir + "/" + opts.Cwd
+	if opts.Cwd != "" {
+		opts.Cwd = inSandbox(opts.Cwd)
 	}
-	mo, ok, bad := a.integer("max_output", "a number of bytes", 1024, int64(cfg.MaxOutput))
+	opts.MaxOutput = s.defaultOutput()
+	mo, ok, bad := a.integer("max_output", "a number of bytes", MinOutput, int64(cfg.MaxOutput))
 	if bad != nil {
 		return bad.result(), nil
 	}
@@ -335,7 +341,14 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	return b.String()
 }
 
+// engineText is what a tool says when the Docker engine did not answer: nothing the
+// model did is wrong, and the same call may work a little later.
+const engineText = "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds."
+
 func execErrorText(box Box, err error) string {
+	if sandbox.EngineDown(err) {
+		return engineText
+	}
 	if errors.Is(err, sandbox.ErrImageMissing) {
 		return box.ImageMissing()
 	}
@@ -351,8 +364,8 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if bad != nil {
 		return bad.result(), nil
 	}
-	if !strings.HasPrefix(path, "/") {
-		return mcp.NewToolResultError(fmt.Sprintf(`share_file needs "path": an absolute path such as /sandbox/report.pdf, got %q`, path)), nil
+	if path == "" {
+		return mcp.NewToolResultError(`share_file needs "path": the path of a file or directory, such as report.pdf or /sandbox/report.pdf`), nil
 	}
 	ttl := time.Duration(s.opts.LinkTTL)
 	maxTTL := time.Duration(s.opts.MaxLinkTTL)
@@ -363,7 +376,7 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if ok {
 		ttl = time.Duration(secs) * time.Second
 	}
-	path = links.CleanPath(path)
+	path = links.CleanPath(inSandbox(path))
 	info, err := box.Stat(ctx, path)
 	dir := errors.Is(err, sandbox.ErrIsDir)
 	if err != nil && !dir {
@@ -401,6 +414,8 @@ func statErrorText(path string, err error) string {
 		return fmt.Sprintf("%s is a directory; pack it first, e.g. tar czf /sandbox/out.tgz -C %s . and share the archive", path, path)
 	case errors.Is(err, sandbox.ErrNotRegular):
 		return fmt.Sprintf("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l", path)
+	case sandbox.EngineDown(err):
+		return engineText
 	}
 	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)
 }

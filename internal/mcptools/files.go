@@ -46,10 +46,10 @@ var imageFitter = imagefit.New(imagefit.Options{
 
 func (s *Tools) readFileTool() mcp.Tool {
 	return mcp.NewTool("read_file",
-		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox. Text comes back as numbered lines (%d by default; page through a large file with offset and limit). Images (PNG, JPEG, GIF, WebP) come back as an image you can see, scaled to at most %d px. For other binary files you get their type and size: use share_file to give them to the user, or execute with a suitable tool. Cheaper and clearer than cat or sed through execute.`, DefaultReadLines, MaxImageEdge)),
-		mcp.WithTitleAnnotation("Read a sandbox file"),
+		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox: text as numbered lines (%d by default; page with offset and limit), images (PNG, JPEG, GIF, WebP) as an image you can see, scaled to at most %d px; other files only by type and size. Clearer than cat through execute.`, DefaultReadLines, MaxImageEdge)),
+		title("Read a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of the file, e.g. /sandbox/notes.txt.")),
+			pathDesc("The file", "notes.txt")),
 		mcp.WithNumber("offset", mcp.Min(1),
 			mcp.Description("Number of the first line to return, counting from 1. Default 1.")),
 		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(maxReadLines),
@@ -60,10 +60,10 @@ func (s *Tools) readFileTool() mcp.Tool {
 
 func (s *Tools) writeFileTool() mcp.Tool {
 	return mcp.NewTool("write_file",
-		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly the given content (no shell, so no quoting or heredocs; missing parent directories are created; an existing file keeps its permissions). To change part of an existing file, use edit_file.`),
-		mcp.WithTitleAnnotation("Write a sandbox file"),
+		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly content (no shell quoting; missing parent directories are created; an existing file keeps its mode). To change part of a file, use edit_file.`),
+		title("Write a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of the file, e.g. /sandbox/app/main.py.")),
+			pathDesc("The file", "app/main.py")),
 		mcp.WithString("content", mcp.Required(),
 			mcp.Description("The whole new content of the file, byte for byte (add a final newline if you want one).")),
 		hints(false, true, true, false),
@@ -72,10 +72,10 @@ func (s *Tools) writeFileTool() mcp.Tool {
 
 func (s *Tools) editFileTool() mcp.Tool {
 	return mcp.NewTool("edit_file",
-		mcp.WithDescription(`Replace one exact piece of text in a file in the sandbox. old_text must occur exactly once, including whitespace and line breaks; otherwise nothing changes and the error says how many matches there are and on which lines (then add surrounding lines to old_text to make it unique). The file keeps its permissions.`),
-		mcp.WithTitleAnnotation("Edit a sandbox file"),
+		mcp.WithDescription(`Replace one exact piece of text in a sandbox file. old_text must occur exactly once, whitespace included; otherwise nothing changes and the error says where it matches.`),
+		title("Edit a sandbox file"),
 		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("Absolute path of the file, e.g. /sandbox/app/main.py.")),
+			pathDesc("The file", "app/main.py")),
 		mcp.WithString("old_text", mcp.Required(), mcp.MinLength(1),
 			mcp.Description("The exact text to replace, as it is in the file (copy it from read_file without the line numbers).")),
 		mcp.WithString("new_text", mcp.Required(),
@@ -84,16 +84,31 @@ func (s *Tools) editFileTool() mcp.Tool {
 	)
 }
 
-// filePath reads the "path" argument of the file tools: required, absolute, cleaned.
+// pathDesc describes a path argument; what is one is the tool's own text.
+func pathDesc(what, example string) mcp.PropertyOption {
+	return mcp.Description(what + ", absolute or relative to /sandbox, e.g. " + example + ".")
+}
+
+// inSandbox makes a path given relative to /sandbox absolute, as the shell of execute
+// would find it.
+func inSandbox(p string) string {
+	if strings.HasPrefix(p, "/") {
+		return p
+	}
+	return sandbox.WorkDir + "/" + p
+}
+
+// filePath reads the "path" argument of the file tools: required, absolute or relative
+// to /sandbox, cleaned.
 func filePath(a args) (string, *mcp.CallToolResult) {
 	p, bad := a.str("path")
 	if bad != nil {
 		return "", bad.result()
 	}
-	if !strings.HasPrefix(p, "/") {
-		return "", argError(`%s needs "path": an absolute path such as /sandbox/notes.txt, got %q`, a.tool, p)
+	if p == "" {
+		return "", argError(`%s needs "path": the file's path, such as notes.txt or /sandbox/notes.txt`, a.tool)
 	}
-	return links.CleanPath(p), nil
+	return links.CleanPath(inSandbox(p)), nil
 }
 
 // fileErrorResult turns a sandbox error into a result the model can act on.
@@ -123,6 +138,9 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 		return argError("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l.", p)
 	}
 	s.logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
+	if sandbox.EngineDown(err) {
+		return mcp.NewToolResultError(engineText)
+	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
 }
 

@@ -48,7 +48,7 @@ func (s *Tools) pollWait() time.Duration {
 
 func (s *Tools) jobIDArg() mcp.ToolOption {
 	return mcp.WithString("job_id", mcp.Required(), mcp.Pattern(`^j[0-9a-f]{12}$`),
-		mcp.Description("The job_id from execute's result (or job_list), e.g. j6940a1f03f2a."))
+		mcp.Description("From execute's result or job_list."))
 }
 
 func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
@@ -63,7 +63,7 @@ func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
 func (s *Tools) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
 		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
-		mcp.WithTitleAnnotation("Follow a running command"),
+		title("Follow a running command"),
 		s.jobIDArg(),
 		s.jobWaitArg("for new output or the end"),
 		outputSchema[ExecuteOutput](),
@@ -74,7 +74,7 @@ func (s *Tools) jobOutputTool() mcp.Tool {
 func (s *Tools) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
 		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
-		mcp.WithTitleAnnotation("Send input to a running command"),
+		title("Send input to a running command"),
 		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
 		s.jobWaitArg("for the job's answer"),
@@ -85,8 +85,8 @@ func (s *Tools) jobInputTool() mcp.Tool {
 
 func (s *Tools) jobKillTool() mcp.Tool {
 	return mcp.NewTool("job_kill",
-		mcp.WithDescription(`Stop a job: kills its command and every process it started (not those it detached with setsid), and returns its last output and exit code (137). Use it for a job that hangs, runs away, or is no longer needed; processes you detached with setsid nohup must be stopped with kill.`),
-		mcp.WithTitleAnnotation("Stop a running command"),
+		mcp.WithDescription(`Stop a job: kill its command and every process it started (not those detached with setsid: use kill), and return its last output and exit code (137).`),
+		title("Stop a running command"),
 		s.jobIDArg(),
 		outputSchema[ExecuteOutput](),
 		hints(false, true, true, false),
@@ -95,8 +95,8 @@ func (s *Tools) jobKillTool() mcp.Tool {
 
 func (s *Tools) jobListTool() mcp.Tool {
 	return mcp.NewTool("job_list",
-		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands, and recently finished ones with their exit codes (the newest %d finished jobs of the last day are kept, with their output files). Use it to find a job_id you lost track of, or to see what still runs before starting more (at most %d run at once).`, 20, s.opts.MaxJobs)),
-		mcp.WithTitleAnnotation("List running and recent commands"),
+		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands and the newest %d finished ones of the last day, with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
+		title("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
 		hints(true, false, true, false),
 	)
@@ -174,7 +174,7 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 // progress keep-alive while it waits.
 func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
-	res, err := box.JobOutput(ctx, id, wait, input, 0)
+	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput())
 	prog.stop()
 	if err != nil && res == nil {
 		return jobError(box, err, id, a.tool), nil
@@ -202,7 +202,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if errRes != nil {
 		return errRes, nil
 	}
-	res, err := box.KillJob(ctx, id, 0)
+	res, err := box.KillJob(ctx, id, s.defaultOutput())
 	if err != nil {
 		return jobError(box, err, id, a.tool), nil
 	}

@@ -27,7 +27,7 @@ type exposeOutput struct {
 	URL       string    `json:"url" jsonschema:"Preview URL for the person to open; its own origin."`
 	Port      int       `json:"port"`
 	ExpiresAt time.Time `json:"expires_at"`
-	Listening bool      `json:"listening" jsonschema:"Whether something accepted a connection on the port inside the sandbox when the URL was made."`
+	Listening bool      `json:"listening" jsonschema:"Something accepted a connection on the port when the URL was made."`
 }
 
 func (s *Tools) exposePortTool() mcp.Tool {
@@ -36,11 +36,10 @@ func (s *Tools) exposePortTool() mcp.Tool {
 		auth = "The user signs in once per browser with the sandbox's API key before seeing it."
 	}
 	return mcp.NewTool("expose_port",
-		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API, dashboard or dev server listening on a TCP port inside the sandbox. HTTP, Server-Sent Events and WebSockets work, so dev servers with hot reload work. The URL has an origin of its own and expires after %s; exposing the same port again returns a working URL and renews it. %s
-
-Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on ::1), and start it detached so it outlives the command: `+"`setsid nohup npm run dev -- --host 0.0.0.0 --port 5173 > /sandbox/dev.log 2>&1 &`"+`. Requests arrive with Host "localhost:<port>", which dev servers accept by default. Until something listens, the user sees a page that says so and retries every few seconds. Use unexpose_port when the user no longer needs it.`,
+		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API or dev server listening on a TCP port in the sandbox (HTTP, SSE and WebSockets: hot reload works). The URL has its own origin and expires after %s; exposing the port again renews it. %s
+Bind the server to 0.0.0.0 or 127.0.0.1 (not only ::1) and detach it: `+"`setsid nohup npm run dev -- --host 0.0.0.0 --port 5173 > /sandbox/dev.log 2>&1 &`"+`. Requests arrive with Host "localhost:<port>". Until something listens, the page says so and retries.`,
 			human.Duration(time.Duration(s.opts.PreviewTTL)), auth)),
-		mcp.WithTitleAnnotation("Expose a sandbox port as a preview URL"),
+		title("Expose a sandbox port as a preview URL"),
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000.")),
 		outputSchema[exposeOutput](),
@@ -50,8 +49,8 @@ Make the server listen on 0.0.0.0 or 127.0.0.1 inside the sandbox (not only on :
 
 func (s *Tools) unexposePortTool() mcp.Tool {
 	return mcp.NewTool("unexpose_port",
-		mcp.WithDescription("End the preview URL of a port made by expose_port: afterwards the URL answers 404. The app inside the sandbox keeps running; stop it with execute if needed."),
-		mcp.WithTitleAnnotation("End a port's preview URL"),
+		mcp.WithDescription("End the preview URL of a port made by expose_port (it then answers 404). The app keeps running."),
+		title("End a port's preview URL"),
 		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
 			mcp.Description("The port given to expose_port.")),
 		outputSchema[unexposeOutput](),

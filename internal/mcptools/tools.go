@@ -34,6 +34,8 @@ type Box interface {
 
 	DialPort(ctx context.Context, port int) (net.Conn, error)
 
+	// CPUs is the CPUs the sandbox really gets: the smaller of cpus and the host's.
+	CPUs() float64
 	// Facts is what detection found installed; nil while it is not known. It waits up
 	// to wait, while ctx lasts, for a detection under way.
 	Facts(ctx context.Context, wait time.Duration) *sandbox.Facts
@@ -81,6 +83,9 @@ type Options struct {
 
 	LinkTTL, MaxLinkTTL time.Duration
 	MaxUpload           int64
+	// DefaultOutput is default_output: the bytes of each stream a call returns unless
+	// its max_output asks for more. 0: the sandbox's max_output.
+	DefaultOutput int
 	// Yield is yield_after; 0 is off.
 	Yield       time.Duration
 	MaxJobs     int
@@ -102,7 +107,10 @@ type Tools struct {
 	server *server.MCPServer
 }
 
-const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls; installed packages persist too. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
+// serverInstructions are the same for every sandbox; what depends on its settings
+// (whether it is online, so that installed packages persist) is the environment added
+// at initialize.
+const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
 
 // New builds the MCP server with the sandbox tools.
 func New(o Options) *Tools {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 type fakeBox struct {
 	mu    sync.Mutex
 	calls []string
+	cpus  float64 // what CPUs says; 0: 3, the default cpus
 }
 
 const fakeJob = "j000000000001"
@@ -56,6 +59,10 @@ func (b *fakeBox) stat(p string) (sandbox.FileInfo, error) {
 
 func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions) (*sandbox.ExecResult, error) {
 	b.record("exec " + command)
+	if o.Cwd != "" {
+		b.record("cwd " + o.Cwd)
+	}
+	b.record(fmt.Sprint("max_output ", o.MaxOutput))
 	if o.Wait == sandbox.NoWait {
 		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
 	}
@@ -70,13 +77,15 @@ func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
 	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, _ int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, maxOutput int) (*sandbox.ExecResult, error) {
 	b.record("job_output " + id)
+	b.record(fmt.Sprint("max_output ", maxOutput))
 	return b.job(id)
 }
 
-func (b *fakeBox) KillJob(_ context.Context, id string, _ int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) KillJob(_ context.Context, id string, maxOutput int) (*sandbox.ExecResult, error) {
 	b.record("kill " + id)
+	b.record(fmt.Sprint("max_output ", maxOutput))
 	res, err := b.job(id)
 	if err == nil {
 		res.Running, res.Killed, res.ExitCode = false, true, 137
@@ -132,6 +141,12 @@ func (b *fakeBox) DialPort(_ context.Context, port int) (net.Conn, error) {
 
 func (b *fakeBox) Facts(context.Context, time.Duration) *sandbox.Facts { return nil }
 
+func (b *fakeBox) CPUs() float64 {
+	if b.cpus == 0 {
+		return 3
+	}
+	return b.cpus
+}
 func (b *fakeBox) ImageMissing() string { return "the image is being built" }
 
 type oneBox struct{ b Box }
@@ -175,17 +190,21 @@ type toolsHarness struct {
 	ids   int
 }
 
-func newToolsHarness(t testing.TB) *toolsHarness {
+func newToolsHarness(t testing.TB, tune ...func(*Options)) *toolsHarness {
 	cfg := sandbox.DefaultConfig()
 	cfg.NetworkMode = "none"
 	h := &toolsHarness{t: t, box: &fakeBox{}, audit: &fakeAudit{}}
-	h.tools = New(Options{
+	o := Options{
 		Config: cfg, Boxes: oneBox{h.box}, Links: fakeLinks{}, Previews: fakePreviews{}, Audit: h.audit,
 		Logger: zap.NewNop(), Version: "test",
-		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30,
+		LinkTTL: 24 * time.Hour, MaxLinkTTL: 7 * 24 * time.Hour, MaxUpload: 1 << 30, DefaultOutput: 30000,
 		Yield: 5 * time.Second, MaxJobs: 32, Keepalive: 5 * time.Second, PreviewTTL: 24 * time.Hour,
 		MaxTaskTTL: time.Hour, MaxTasks: 100, MaxTasksTotal: 1000,
-	})
+	}
+	for _, f := range tune {
+		f(&o)
+	}
+	h.tools = New(o)
 	t.Cleanup(h.tools.Close)
 	return h
 }
@@ -249,7 +268,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts: command, cwd, interactive, max_output, timeout, wait`},
 		{"execute", []any{"ls"}, "execute takes its arguments as a JSON object"},
 		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `share_file does not take the argument "ttl"`},
-		{"share_file", map[string]any{"path": "relative.txt"}, `share_file needs "path": an absolute path such as /sandbox/report.pdf, got "relative.txt"`},
+		{"share_file", map[string]any{"path": ""}, `share_file needs "path": the path of a file or directory`},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": "7d"}, `"expires_in" must be a number of seconds (at most 7d, the server's max_link_ttl)`},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": 1e9}, "max_link_ttl"},
 		{"job_output", map[string]any{"job_id": "12; rm -rf /"}, "like j6940a1f03f2a"},
@@ -257,17 +276,15 @@ func TestArgumentErrors(t *testing.T) {
 		{"job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a"},
 		{"job_kill", map[string]any{}, "job_id"},
 		{"read_file", map[string]any{}, `needs "path"`},
-		{"read_file", map[string]any{"path": "notes.txt"}, "absolute path"},
+		{"read_file", map[string]any{"path": ""}, `read_file needs "path"`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "offset": 0}, `"offset" must be`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "limit": 1e6}, `"limit" must be`},
 		{"read_file", map[string]any{"path": "/etc/passwd", "lines": 5}, `does not take the argument "lines"`},
 		{"write_file", map[string]any{"path": "/sandbox/x.txt"}, `needs "content"`},
 		{"write_file", map[string]any{"path": "/sandbox/x.txt", "content": 5}, `"content" must be a string`},
-		{"write_file", map[string]any{"path": "x.txt", "content": "a"}, "absolute path"},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "", "new_text": "b"}, `needs "old_text"`},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root"}, `needs "new_text"`},
 		{"edit_file", map[string]any{"path": "/etc/passwd", "old_text": "root", "new_text": "root"}, "the same"},
-		{"upload_link", map[string]any{"directory": "data"}, `upload_link needs "directory": an absolute path without control characters`},
 		{"upload_link", map[string]any{"directory": "/sandbox/a\nb"}, "without control characters"},
 		{"upload_link", map[string]any{"expires_in": 10}, `"expires_in" must be a number of seconds between 60 and`},
 		{"expose_port", map[string]any{"port": 0}, "port"},
@@ -409,6 +426,16 @@ func TestOutputSchemasMatchStructs(t *testing.T) {
 	}
 }
 
+// description is a tool's description as tools/list gives it.
+func (h *toolsHarness) description(tool string) string {
+	for _, t := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		if t := t.(map[string]any); t["name"] == tool {
+			return t["description"].(string)
+		}
+	}
+	return ""
+}
+
 func (h *toolsHarness) schema(tool string) map[string]any {
 	for _, t := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
 		if t := t.(map[string]any); t["name"] == tool {
@@ -436,5 +463,157 @@ func TestAuditRecordsCalls(t *testing.T) {
 	}
 	if refused.Outcome != console.OutcomeError || !strings.Contains(refused.Error, "needs") {
 		t.Errorf("the refusal: %+v", refused)
+	}
+}
+
+// TestToolListSmall: every tool has a title, and tools/list with every tool on stays
+// under 20 KB, since a client puts all of it in the model's context in every turn.
+func TestToolListSmall(t *testing.T) {
+	h := newToolsHarness(t)
+	list := h.rpc("tools/list", map[string]any{})
+	tools := list["tools"].([]any)
+	if len(tools) != 12 {
+		t.Errorf("%d tools listed, want all 12", len(tools))
+	}
+	for _, tool := range tools {
+		if tool := tool.(map[string]any); tool["title"] == nil || tool["title"] == "" {
+			t.Errorf("%s has no title", tool["name"])
+		}
+	}
+	b, _ := json.Marshal(list)
+	if len(b) > 20_000 {
+		t.Errorf("tools/list is %d bytes, want at most 20000", len(b))
+	}
+	t.Logf("tools/list: %d bytes", len(b))
+}
+
+// asked is a call and one thing it must ask the sandbox (as fakeBox records it).
+type asked struct {
+	tool string
+	args map[string]any
+	want string
+}
+
+// checkAsked makes each call and checks what it asked the sandbox.
+func (h *toolsHarness) checkAsked(calls []asked) {
+	h.t.Helper()
+	for _, c := range calls {
+		before := len(h.box.called())
+		h.call(c.tool, c.args)
+		if got := h.box.called()[before:]; !slices.Contains(got, c.want) {
+			h.t.Errorf("%s(%v) asked the sandbox %q, want %q", c.tool, c.args, got, c.want)
+		}
+	}
+}
+
+// TestRelativePaths: every path argument may be relative to /sandbox, and the
+// sandbox is asked for the absolute, cleaned path.
+func TestRelativePaths(t *testing.T) {
+	h := newToolsHarness(t)
+	h.checkAsked([]asked{
+		{"read_file", map[string]any{"path": "a.txt"}, "open /sandbox/a.txt"},
+		{"write_file", map[string]any{"path": "d/../x.txt", "content": "a"}, "write /sandbox/x.txt"},
+		{"edit_file", map[string]any{"path": "./a.txt", "old_text": "a", "new_text": "b"}, "edit /sandbox/a.txt"},
+		{"share_file", map[string]any{"path": "a.txt"}, "stat /sandbox/a.txt"},
+		{"upload_link", map[string]any{"directory": "data/"}, "mkdir /sandbox/data"},
+		{"execute", map[string]any{"command": "pwd", "cwd": "d"}, "cwd /sandbox/d"},
+		{"read_file", map[string]any{"path": "/etc/hostname"}, "open /etc/hostname"},
+	})
+	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		tool := tool.(map[string]any)
+		props := tool["inputSchema"].(map[string]any)["properties"].(map[string]any)
+		for _, name := range []string{"path", "directory", "cwd"} {
+			if p, ok := props[name].(map[string]any); ok && !strings.Contains(p["description"].(string), "relative to /sandbox") {
+				t.Errorf("%s: %s says nothing of relative paths: %q", tool["name"], name, p["description"])
+			}
+		}
+	}
+}
+
+// TestDefaultOutput: a call returns default_output bytes per stream unless its
+// max_output asks for another amount, up to max_output; the job tools return
+// default_output too.
+func TestDefaultOutput(t *testing.T) {
+	h := newToolsHarness(t)
+	h.checkAsked([]asked{
+		{"execute", map[string]any{"command": "seq 1 300000"}, "max_output 30000"},
+		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 200000}, "max_output 200000"},
+		{"execute", map[string]any{"command": "seq 1 300000", "max_output": 2000}, "max_output 2000"},
+		{"job_output", map[string]any{"job_id": fakeJob}, "max_output 30000"},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "x"}, "max_output 30000"},
+		{"job_kill", map[string]any{"job_id": fakeJob}, "max_output 30000"},
+	})
+	if isErr, text, _ := h.call("execute", map[string]any{"command": "true", "max_output": 300000}); !isErr || !strings.Contains(text, "between 1024 and 200000") {
+		t.Errorf("max_output above the server's: %v %q", isErr, text)
+	}
+	// The description offers more only when there is more to ask for.
+	for def, want := range map[int]string{30000: "at most 30000 bytes (head and tail) unless max_output asks for more;", 200000: "at most 200000 bytes (head and tail);"} {
+		h := newToolsHarness(t, func(o *Options) { o.DefaultOutput = def })
+		if desc := h.description("execute"); !strings.Contains(desc, want) {
+			t.Errorf("default_output %d: the description does not say %q: %q", def, want, desc)
+		}
+	}
+}
+
+// downBox is a sandbox whose engine does not answer: every call fails with err.
+type downBox struct {
+	fakeBox
+	err error
+}
+
+func (b *downBox) Exec(context.Context, string, sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) KillJob(context.Context, string, int) (*sandbox.ExecResult, error) {
+	return nil, b.err
+}
+func (b *downBox) ListJobs(context.Context) ([]sandbox.JobInfo, error) { return nil, b.err }
+func (b *downBox) Stat(context.Context, string) (sandbox.FileInfo, error) {
+	return sandbox.FileInfo{}, b.err
+}
+func (b *downBox) OpenRange(context.Context, string, int64, int64) (*sandbox.File, error) {
+	return nil, b.err
+}
+func (b *downBox) WriteFile(context.Context, string, []byte) (sandbox.FileInfo, bool, error) {
+	return sandbox.FileInfo{}, false, b.err
+}
+func (b *downBox) EditFile(context.Context, string, string, string) (sandbox.EditResult, error) {
+	return sandbox.EditResult{}, b.err
+}
+func (b *downBox) MakeDir(context.Context, string) error { return b.err }
+
+// TestEngineDownSaysSo: when the Docker engine does not answer, every tool says so and
+// to try again, instead of the raw error.
+func TestEngineDownSaysSo(t *testing.T) {
+	for _, down := range []error{
+		errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"),
+		fmt.Errorf("starting the job: %w", &net.OpError{Op: "dial", Net: "unix", Err: syscall.ECONNREFUSED}),
+		fmt.Errorf("reading the output: %w", &net.OpError{Op: "read", Net: "unix", Err: syscall.ECONNRESET}),
+		errors.New("the job runner failed in the sandbox: no answer"),
+	} {
+		h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&downBox{err: down}} })
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"execute", map[string]any{"command": "true"}},
+			{"job_output", map[string]any{"job_id": fakeJob}},
+			{"job_input", map[string]any{"job_id": fakeJob, "input": "y"}},
+			{"job_kill", map[string]any{"job_id": fakeJob}},
+			{"job_list", nil},
+			{"read_file", map[string]any{"path": "a.txt"}},
+			{"write_file", map[string]any{"path": "a.txt", "content": "x"}},
+			{"edit_file", map[string]any{"path": "a.txt", "old_text": "a", "new_text": "b"}},
+			{"share_file", map[string]any{"path": "a.txt"}},
+			{"upload_link", nil},
+		} {
+			isErr, text, _ := h.call(c.tool, c.args)
+			if !isErr || text != "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds." {
+				t.Errorf("%s with the engine down (%v): error %v, %q", c.tool, down, isErr, text)
+			}
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 // uploadLinkOutput is the structured result of upload_link.
 type uploadLinkOutput struct {
-	URL       string    `json:"url" jsonschema:"Upload page to give to the user; it also takes curl -T file <url>. Anyone with it can add files until it expires."`
+	URL       string    `json:"url" jsonschema:"Upload page for the user; anyone with it can add files until it expires."`
 	Directory string    `json:"directory" jsonschema:"Directory in the sandbox where uploaded files land."`
 	ExpiresAt time.Time `json:"expires_at"`
 	MaxBytes  int64     `json:"max_bytes" jsonschema:"Largest file accepted, in bytes."`
@@ -41,11 +41,11 @@ func (s *Tools) uploadTTLBound() time.Duration {
 
 func (s *Tools) uploadLinkTool() mcp.Tool {
 	return mcp.NewTool("upload_link",
-		mcp.WithDescription(fmt.Sprintf(`Make a link the user opens to send files from their device into the sandbox. Chat attachments never reach the sandbox: when the user wants you to work on their own file (spreadsheet, PDF, dataset, photo), call this and give them the URL. The page lets them choose or drag several files (up to %s each) with a progress bar; scripts can use curl -T file <url>. Files land in the directory (default %s, created if missing); a file whose name is taken is saved as "name (1).ext", never overwriting anything. The link expires after %s unless expires_in says otherwise. When the user says they are done, run `+"`ls -la <directory>`"+` with execute to see what arrived.`,
+		mcp.WithDescription(fmt.Sprintf(`Make a link the user opens to send files from their device into the sandbox: chat attachments never reach it, so call this when the user wants you to work on their own file, and give them the URL. They choose or drag files (up to %s each); scripts can use curl -T file <url>. Files land in the directory (default %s, created if missing); a taken name becomes "name (1).ext", never overwriting. The link expires after %s unless expires_in says otherwise. When the user is done, ls the directory.`,
 			human.Size(s.opts.MaxUpload), defaultUploadDir, human.Duration(time.Duration(s.opts.LinkTTL)))),
-		mcp.WithTitleAnnotation("Let the user upload files into the sandbox"),
+		title("Let the user upload files into the sandbox"),
 		mcp.WithString("directory",
-			mcp.Description("Absolute directory in the sandbox where the files land, e.g. /sandbox/data. Default "+defaultUploadDir+".")),
+			pathDesc("Where the files land (default "+defaultUploadDir+")", "data")),
 		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(s.uploadTTLBound().Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
 				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
@@ -64,10 +64,10 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	if dir == "" {
 		dir = defaultUploadDir
 	}
-	if !strings.HasPrefix(dir, "/") || strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return argError(`upload_link needs "directory": an absolute path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
+	if strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return argError(`upload_link needs "directory": a path without control characters, such as %s, got %q`, defaultUploadDir, dir), nil
 	}
-	dir = path.Clean(dir)
+	dir = path.Clean(inSandbox(dir))
 	ttl := time.Duration(s.opts.LinkTTL)
 	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(s.uploadTTLBound().Seconds()))
 	if bad != nil {
@@ -84,6 +84,8 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 			return mcp.NewToolResultError(box.ImageMissing()), nil
 		case errors.Is(err, sandbox.ErrNotDir):
 			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
+		case sandbox.EngineDown(err):
+			return mcp.NewToolResultError(engineText), nil
 		}
 		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
 	}
