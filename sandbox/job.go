@@ -29,6 +29,23 @@ var jobScriptFile string
 // exec, and the common path must cost little more than a bare exec.
 var jobScript = stripComments(jobScriptFile)
 
+// runnerEnv names the environment variable that carries the job runner into its exec.
+// The exec's command line is only runnerBoot and the runner's arguments, so the
+// runner's processes, which live as long as their jobs, show short lines in ps; the
+// script takes the variable out of its environment before it starts anything.
+const runnerEnv = "MCP_SANDBOX_RUNNER"
+
+// runnerBoot is the runner's command line: bash evaluates the script from the
+// environment. No file in the container is involved, so nothing the model changes
+// there alters the runner.
+const runnerBoot = `S=$` + runnerEnv + `; unset ` + runnerEnv + `; eval "$S"`
+
+// runnerExec returns the command and environment that run the job runner with args.
+func runnerExec(args []string, env []string) ([]string, []string) {
+	cmd := append([]string{"bash", "-c", runnerBoot, "mcpjob"}, args...)
+	return cmd, append(append(make([]string, 0, len(env)+1), env...), runnerEnv+"="+jobScript)
+}
+
 func stripComments(script string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(script, "\n") {
@@ -183,7 +200,7 @@ type scriptRun struct {
 // closed, in the background), and reads its output, up to limit bytes a stream. This
 // is the one place that builds the job script's exec.
 func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
-	cmd := append([]string{"bash", "-c", jobScript, "mcpjob"}, args...)
+	cmd, env := runnerExec(args, env)
 	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
@@ -541,9 +558,9 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	cmd := []string{"bash", "-c", jobScript, "mcpjob", "list", JobsDir, "-"}
+	cmd, env := runnerExec([]string{"list", JobsDir, "-"}, nil)
 	var out bytes.Buffer
-	code, err := s.collectExec(ctx, cmd, &out, listOutputMax)
+	code, err := s.collectExecEnv(ctx, cmd, env, &out, listOutputMax)
 	if err != nil {
 		return nil, err
 	}
@@ -555,8 +572,13 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
 
 // collectExec runs an internal command and collects up to limit bytes of its stdout.
 func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buffer, limit int) (int, error) {
+	return s.collectExecEnv(ctx, cmd, nil, out, limit)
+}
+
+// collectExecEnv is collectExec with env added to the exec's environment.
+func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
 	execID, hj, err := s.startExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
+		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
 	if err != nil {
 		return 0, err
@@ -644,7 +666,8 @@ func (s *Sandbox) jobSeen(id string, running bool) {
 		ctx, cancel := context.WithTimeout(upkeep(context.Background()), time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		if _, err := s.collectExec(ctx, []string{"bash", "-c", jobScript, "mcpjob", "prune", JobsDir, "-"}, &out, 4096); err != nil {
+		cmd, env := runnerExec([]string{"prune", JobsDir, "-"}, nil)
+		if _, err := s.collectExecEnv(ctx, cmd, env, &out, 4096); err != nil {
 			s.log.Warn("forgetting old jobs", zap.Error(err))
 		}
 	}()

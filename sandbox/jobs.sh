@@ -1,4 +1,5 @@
-# Job runner for the MCP sandbox. Run as: bash -c "$(this file)" mcpjob <mode> <jobs dir> <id> ...
+# Job runner for the MCP sandbox. Run as: bash -c 'S=$MCP_SANDBOX_RUNNER; unset MCP_SANDBOX_RUNNER; eval "$S"' mcpjob <mode> <jobs dir> <id> ...
+# with this file in MCP_SANDBOX_RUNNER, so the command lines of its processes stay short.
 #
 # Every command runs as a job whose state lives in files inside the container, so it
 # outlives the Docker exec that started it, Caddy and the client:
