@@ -2,6 +2,8 @@ package mcpsandbox
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,4 +30,55 @@ func TestRunnerCommandLinesShort(t *testing.T) {
 	}
 	t.Logf("ps -eo args: %d bytes", len(args))
 	call(ctx, t, c, "job_kill", map[string]any{"job_id": st["job_id"]})
+}
+
+// TestCutMarkerNamesLines: the marker in the middle of a cut output names the lines
+// left out and the read_file call that reads them, for the first delivery of a job and
+// for a later one, which counts on from the lines delivered before; the read_file call
+// it names returns the first line left out.
+func TestCutMarkerNamesLines(t *testing.T) {
+	s := startSite(t, siteOptions{directive: []string{"yield_after 5s", "max_output 20000"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	markerRe := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) \.\.\.\]\n`)
+	check := func(st map[string]any, first int) (from, to int, file string) {
+		t.Helper()
+		out := st["stdout"].(string)
+		m := markerRe.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no marker in %.300q", out)
+		}
+		from, _ = strconv.Atoi(m[1])
+		to, _ = strconv.Atoi(m[2])
+		head, tail, _ := strings.Cut(out, m[0])
+		hl := strings.Split(strings.TrimSuffix(head, "\n"), "\n")
+		tl := strings.Split(strings.TrimSuffix(tail, "\n"), "\n")
+		// seq prints line n as n: the lines around the marker name its numbers.
+		if hl[0] != strconv.Itoa(first) || hl[len(hl)-1] != strconv.Itoa(from-1) || tl[0] != strconv.Itoa(to+1) || m[5] != m[1] {
+			t.Errorf("marker %q between %q and %q (delivery from line %d)", m[0], hl[len(hl)-1], tl[0], first)
+		}
+		return from, to, m[4]
+	}
+	st := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "seq 1 300000"}))
+	from, to, file := check(st, 1)
+	t.Logf("seq 1 300000: lines %d–%d left out", from, to)
+	rf := resultText(call(ctx, t, c, "read_file", map[string]any{"path": file, "offset": from, "limit": 2}))
+	if !strings.Contains(rf, strconv.Itoa(from)) || !strings.Contains(rf, strconv.Itoa(from+1)) {
+		t.Errorf("read_file at the marker's offset: %.200q", rf)
+	}
+	// A job: the first delivery is cut, then a later one counts on.
+	st = structured(t, call(ctx, t, c, "execute", map[string]any{"command": "seq 1 100000; sleep 7; seq 100001 200000", "wait": 3}))
+	if st["running"] != true {
+		t.Fatalf("job not running: %v", st)
+	}
+	check(st, 1)
+	var last map[string]any
+	for i := 0; i < 10; i++ {
+		last = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": st["job_id"]}))
+		if strings.Contains(last["stdout"].(string), "100001\n") {
+			break
+		}
+	}
+	check(last, 100001)
 }

@@ -78,7 +78,7 @@ type ExecResult struct {
 	Running bool
 	// Stdout and Stderr are valid UTF-8: the output not delivered before. When longer
 	// than the output budget, their middle is replaced, at line boundaries, by a line
-	// saying how many bytes and lines were left out and which file holds it all.
+	// naming the lines left out and the read_file call that reads them.
 	Stdout, Stderr string
 	// ExitCode is the command's exit status: 128+n when signal n ended it, so 137
 	// after a kill (timeout, cancellation, KillJob); -1 while it runs.

@@ -107,7 +107,7 @@ func TestExecBoundedOutputUTF8(t *testing.T) {
 		t.Errorf("tail %q", tail)
 	}
 	// head keeps 511 of 512 bytes (\xff + 170*3), tail 511 of 512 (170*3 + \xfe).
-	if marker != "4980 bytes (0 lines) left out; the whole output is in "+res.StdoutFile {
+	if marker != "part of line 1 left out (4980 bytes); read them with read_file path="+res.StdoutFile+" offset=1" {
 		t.Errorf("marker %q", marker)
 	}
 }

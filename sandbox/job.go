@@ -145,6 +145,7 @@ type header struct {
 	outFrom, errFrom   int64 // first byte of this delivery
 	outSent, errSent   int64 // bytes sent
 	outLines, errLines int64 // newlines in the new range when it was cut, else -1
+	outLine, errLine   int64 // line the new range starts in (from 1) when it may be cut, else -1
 	timedOut, killed   bool
 	inputWaiting       bool   // the last input is not all read yet
 	held               string // pid of a process holding the output open
@@ -326,8 +327,8 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		res.ExitCode = -1
 	}
 	var next [2][]byte
-	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, res.Running, keep, head, tail, res.StdoutFile)
-	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, res.Running, keep, head, tail, res.StderrFile)
+	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, h.outLine, res.Running, keep, head, tail, res.StdoutFile)
+	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, h.errLine, res.Running, keep, head, tail, res.StderrFile)
 	return res, next
 }
 
@@ -335,11 +336,13 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 // character cut at the end of the previous delivery) in front. While the job runs,
 // the bytes of a character cut at the end are left out and returned, for the next
 // delivery.
-func cutStream(payload, held []byte, total, lines int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
+func cutStream(payload, held []byte, total, lines, first int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
 	if len(held) > 0 {
 		payload = append(held[:len(held):len(held)], payload...)
 		total += int64(len(held))
 		head += len(held)
+		// The held bytes end the previous delivery's last line, which has no newline
+		// before them: the range still starts in the same line.
 	}
 	var next []byte
 	if running {
@@ -349,16 +352,17 @@ func cutStream(payload, held []byte, total, lines int64, running bool, keep, hea
 			total -= int64(k)
 		}
 	}
-	text, cut := cutOutput(payload, total, lines, keep, head, tail, file)
+	text, cut := cutOutput(payload, total, lines, first, keep, head, tail, file)
 	return text, cut, next
 }
 
 // cutOutput returns the text of a range of total bytes, of which payload holds either
 // everything or (when shorter than total) the first head bytes and the last ones. Text
 // longer than keep is cut in the middle at line boundaries (at character boundaries
-// when lines are too long), and a marker says how many bytes and lines were left out
-// and where the whole output is.
-func cutOutput(payload []byte, total, lines int64, keep, head, tail int, file string) (string, bool) {
+// when lines are too long), and a marker says which lines (first: the number of the
+// line the range starts in, -1 when unknown) and how many bytes were left out, and the
+// read_file call that reads them.
+func cutOutput(payload []byte, total, lines, first int64, keep, head, tail int, file string) (string, bool) {
 	if int64(len(payload)) >= total && len(payload) <= keep {
 		return strings.ToValidUTF8(string(payload), "\uFFFD"), false
 	}
@@ -406,13 +410,35 @@ func cutOutput(payload []byte, total, lines int64, keep, head, tail int, file st
 	if len(headPart) > 0 && headPart[len(headPart)-1] != '\n' {
 		sb.WriteByte('\n')
 	}
-	if lines >= 0 {
-		fmt.Fprintf(&sb, "[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
-	} else {
-		fmt.Fprintf(&sb, "[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
-	}
+	sb.WriteString(cutMarker(omitted, lines, omittedLines, first, headPart, s > 0 && t[s-1] == '\n', file))
 	sb.WriteString(strings.ToValidUTF8(string(tailPart), "\uFFFD"))
 	return sb.String(), true
+}
+
+// cutMarker is the line that stands for the middle left out of an output: omitted
+// bytes holding omittedLines newlines, after headPart, of a range that starts in line
+// first (-1: unknown) and holds lines newlines in all (-1: not counted). endsLine says
+// the part left out ends with a newline.
+func cutMarker(omitted, lines, omittedLines, first int64, headPart []byte, endsLine bool, file string) string {
+	switch {
+	case lines < 0:
+		return fmt.Sprintf("[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
+	case first < 1:
+		return fmt.Sprintf("[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
+	}
+	from := first + int64(bytes.Count(headPart, []byte{'\n'}))
+	to := from + omittedLines
+	if endsLine {
+		to--
+	}
+	what := fmt.Sprintf("lines %d–%d", from, to)
+	if to <= from {
+		what = fmt.Sprintf("part of line %d", from)
+		if endsLine && (len(headPart) == 0 || headPart[len(headPart)-1] == '\n') {
+			what = fmt.Sprintf("line %d", from)
+		}
+	}
+	return fmt.Sprintf("[... %s left out (%d bytes); read them with read_file path=%s offset=%d ...]\n", what, omitted, file, from)
 }
 
 func plural(n int64, word string) string {

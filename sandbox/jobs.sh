@@ -13,10 +13,12 @@
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
 #
 # Output to the caller (Caddy) on stdout: one header line
-#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <flags>
+#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <out line> <err line> <flags>
 # then <out sent> bytes of stdout (the head, then the tail when the new output is longer
 # than the budget), while stderr carries <err sent> bytes of stderr the same way. The
-# lines fields count the newlines of the whole new range when it was cut, else "-".
+# lines fields count the newlines of the whole new range when it was cut, else "-"; the
+# line fields give the number of the line the new range starts in when it is longer
+# than the head (so the caller may cut it), else "-".
 # The flags are "-" or a list of timedout, killed, held:<pid>, inputwaiting, each ended
 # by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
 # nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
@@ -84,7 +86,7 @@ alive() {
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
-	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- flags=
+	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags=
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
@@ -112,8 +114,12 @@ emit() {
 		esend=$((H + T))
 		((en <= 100000000)) && el=$(($(range "$d.err" "$eo" "$en" | wc -l)))
 	fi
+	# The line a range that may be cut starts in, for the marker to name the lines left
+	# out: counted up to 100 MB too.
+	if ((on > H && oo + on <= 100000000)); then of=$(($(range "$d.out" 0 "$oo" | wc -l) + 1)); fi
+	if ((en > H && eo + en <= 100000000)); then ef=$(($(range "$d.err" 0 "$eo" | wc -l) + 1)); fi
 	echo "$os $es" >"$d.off"
-	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el ${flags:--}"
+	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef ${flags:--}"
 	send "$d.out" "$oo" "$on" "$H" "$T"
 	send "$d.err" "$eo" "$en" "$H" "$T" >&2
 }

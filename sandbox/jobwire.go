@@ -41,7 +41,7 @@ func badAnswer(line []byte) error {
 }
 
 // parseHeader reads the runner's first line (see jobs.sh): "MCPJOB1 <state>" and, for
-// done, running and lost, ten fields more; for peek, the two file sizes; for oldbash,
+// done, running and lost, twelve fields more; for peek, the two file sizes; for oldbash,
 // the bash version. Every field is checked; anything else is an error. It allocates
 // no more than a few hundred bytes, whatever line holds.
 func parseHeader(line []byte) (header, error) {
@@ -49,7 +49,7 @@ func parseHeader(line []byte) (header, error) {
 	if len(line) > maxHeaderLine {
 		return h, badAnswer(line)
 	}
-	var f [13][]byte
+	var f [15][]byte
 	n := 0
 	for rest := line; ; n++ {
 		if n == len(f) {
@@ -93,7 +93,7 @@ func parseHeader(line []byte) (header, error) {
 	default:
 		return h, badAnswer(line)
 	}
-	if n != 12 {
+	if n != 14 {
 		return h, badAnswer(line)
 	}
 	ok := true
@@ -108,11 +108,13 @@ func parseHeader(line []byte) (header, error) {
 	h.outFrom, h.errFrom = num(f[5], false), num(f[6], false)
 	h.outSent, h.errSent = num(f[7], false), num(f[8], false)
 	h.outLines, h.errLines = num(f[9], true), num(f[10], true)
+	h.outLine, h.errLine = num(f[11], true), num(f[12], true)
 	// An exit status only once done; what was sent lies inside the files.
 	ok = ok && (exit >= 0) == (h.state == "done") && exit <= 255 &&
 		h.outFrom <= h.outSize && h.errFrom <= h.errSize &&
-		h.outSent <= h.outSize-h.outFrom && h.errSent <= h.errSize-h.errFrom
-	if !ok || !h.parseFlags(f[11]) {
+		h.outSent <= h.outSize-h.outFrom && h.errSent <= h.errSize-h.errFrom &&
+		h.outLine != 0 && h.errLine != 0
+	if !ok || !h.parseFlags(f[13]) {
 		return header{}, badAnswer(line)
 	}
 	return h, nil

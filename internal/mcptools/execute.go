@@ -21,7 +21,7 @@ const maxTimeout = 24 * time.Hour
 
 // ExecuteOutput is the structured result of execute and of the job tools.
 type ExecuteOutput struct {
-	Stdout          string  `json:"stdout" jsonschema:"Standard output not returned before; when longer than the limit, its head and tail around a marker saying how many bytes and lines were left out and which file holds it all."`
+	Stdout          string  `json:"stdout" jsonschema:"Standard output not returned before; when longer than the limit, its head and tail around a marker naming the lines left out and the read_file call that reads them."`
 	Stderr          string  `json:"stderr" jsonschema:"Standard error, like stdout."`
 	ExitCode        *int    `json:"exit_code" jsonschema:"Exit status of the command; 128+n when signal n ended it (137 after a kill: timeout, cancellation, job_kill); null while it runs."`
 	Running         bool    `json:"running" jsonschema:"The command is still running as job job_id; follow it with job_output."`
