@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -81,4 +82,43 @@ func TestCutMarkerNamesLines(t *testing.T) {
 		}
 	}
 	check(last, 100001)
+}
+
+// TestNoteSaysJobTime: a job of about 14 s, followed with job_output, ends with a note
+// giving the job's running time, not the last call's; while it runs, the notes give
+// its age and, apart, how long the call waited.
+func TestNoteSaysJobTime(t *testing.T) {
+	s := jobsSite(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	res := call(ctx, t, c, "execute", map[string]any{"command": "sleep 14; echo done"})
+	st := structured(t, res)
+	if st["running"] != true {
+		t.Fatalf("not running: %v", st)
+	}
+	id := st["job_id"].(string)
+	time.Sleep(2 * time.Second)
+	poll := call(ctx, t, c, "job_output", map[string]any{"job_id": id, "wait": 1})
+	m := regexp.MustCompile(`still running as job ` + id + ` for (\d+)s \(this call waited (\d+)s\)`).FindStringSubmatch(resultText(poll))
+	if m == nil {
+		t.Fatalf("running note: %q", resultText(poll))
+	}
+	if age, _ := strconv.Atoi(m[1]); age < 7 || age > 11 || (m[2] != "1" && m[2] != "2") {
+		t.Errorf("running note %q: want the job about 8s old, the call 1s", m[0])
+	}
+	_, _, last := followJob(ctx, t, c, structured(t, poll))
+	note := last["note"].(string)
+	m = regexp.MustCompile(`^\[exit code 0, ran (\d+\.\d\d)s\]`).FindStringSubmatch(note)
+	if m == nil {
+		t.Fatalf("final note %q", note)
+	}
+	if ran, _ := strconv.ParseFloat(m[1], 64); ran < 13.9 || ran > 15.5 {
+		t.Errorf("final note %q: want about 14 s", note)
+	}
+	t.Logf("final note: %s", note)
+	list := structured(t, call(ctx, t, c, "job_list", nil))
+	if !strings.Contains(fmt.Sprint(list["jobs"]), id) {
+		t.Errorf("job_list lost the job: %v", list)
+	}
 }

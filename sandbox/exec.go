@@ -103,6 +103,9 @@ type ExecResult struct {
 	HeldBy string
 	// Duration is the time from the start of the call to its result.
 	Duration time.Duration
+	// JobDuration is how long the job has run so far (while running) or ran in all
+	// (once ended), as the container measured it; 0 when unknown.
+	JobDuration time.Duration
 }
 
 const (

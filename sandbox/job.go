@@ -146,6 +146,7 @@ type header struct {
 	outSent, errSent   int64 // bytes sent
 	outLines, errLines int64 // newlines in the new range when it was cut, else -1
 	outLine, errLine   int64 // line the new range starts in (from 1) when it may be cut, else -1
+	ranMs              int64 // how long the job has run or ran, in ms, or -1
 	timedOut, killed   bool
 	inputWaiting       bool   // the last input is not all read yet
 	held               string // pid of a process holding the output open
@@ -321,6 +322,9 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		StderrFile:  JobFile(id, Stderr),
 		HeldBy:      h.held,
 		Lost:        h.state == "lost",
+	}
+	if h.ranMs >= 0 {
+		res.JobDuration = time.Duration(h.ranMs) * time.Millisecond
 	}
 	res.InputWaiting = res.Running && h.inputWaiting
 	if res.Running {

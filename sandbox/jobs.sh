@@ -9,16 +9,17 @@
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
 #   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
-#   <id>.exit  exit status, written last; .timedout, .killed and .held say why or what
+#   <id>.exit  exit status and end time, written last; .timedout, .killed and .held say why or what
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
 #
 # Output to the caller (Caddy) on stdout: one header line
-#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <out line> <err line> <flags>
+#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <out line> <err line> <ran> <flags>
 # then <out sent> bytes of stdout (the head, then the tail when the new output is longer
 # than the budget), while stderr carries <err sent> bytes of stderr the same way. The
 # lines fields count the newlines of the whole new range when it was cut, else "-"; the
 # line fields give the number of the line the new range starts in when it is longer
-# than the head (so the caller may cut it), else "-".
+# than the head (so the caller may cut it), else "-". ran is how long the job has run
+# (running) or ran (done), in milliseconds, or "-" when unknown.
 # The flags are "-" or a list of timedout, killed, held:<pid>, inputwaiting, each ended
 # by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
 # nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
@@ -73,6 +74,31 @@ killjob() {
 	kill -KILL -- "-$pg" 2>/dev/null
 }
 
+# usec <time as EPOCHREALTIME gives it, with the locale's decimal point>: sets us to the time in microseconds; fails
+# for anything else (a start or end time read back from a file).
+usec() {
+	[[ $1 =~ ^[0-9]{1,12}[.,][0-9]{6}$ ]] || return 1
+	us=$((10#${1/[.,]/}))
+}
+
+# ran <state>: sets ran to the job's running time in ms, from its start in .meta to its
+# end in .exit (done) or now (running), or "-".
+ran() {
+	local t0 t1 us
+	ran=-
+	read -r t0 _ 2>/dev/null <"$d.meta" && usec "$t0" || return 0
+	t0=$us
+	if [ "$1" = done ]; then
+		read -r _ t1 2>/dev/null <"$d.exit" && usec "$t1" || return 0
+	elif [ "$1" = running ]; then
+		usec "$EPOCHREALTIME"
+	else
+		return 0
+	fi
+	ran=$(((us - t0) / 1000))
+	((ran < 0)) && ran=0
+}
+
 # alive: whether the job's runner still runs (its pid is in .meta and the process
 # still carries the job id in its arguments; a restarted container reuses pids).
 alive() {
@@ -86,7 +112,7 @@ alive() {
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
-	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags=
+	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
@@ -96,7 +122,8 @@ emit() {
 	# A file cut shorter (say, by the command itself) restarts delivery at its end.
 	((oo > os)) && oo=$os
 	((eo > es)) && eo=$es
-	[ "$state" = done ] && { read -r ex <"$d.exit"; ex=${ex:--}; }
+	[ "$state" = done ] && { read -r ex _ <"$d.exit"; ex=${ex:--}; }
+	ran "$state"
 	[ -e "$d.timedout" ] && flags+=timedout,
 	[ -e "$d.killed" ] && flags+=killed,
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
@@ -119,7 +146,7 @@ emit() {
 	if ((on > H && oo + on <= 100000000)); then of=$(($(range "$d.out" 0 "$oo" | wc -l) + 1)); fi
 	if ((en > H && eo + en <= 100000000)); then ef=$(($(range "$d.err" 0 "$eo" | wc -l) + 1)); fi
 	echo "$os $es" >"$d.off"
-	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef ${flags:--}"
+	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}"
 	send "$d.out" "$oo" "$on" "$H" "$T"
 	send "$d.err" "$eo" "$en" "$H" "$T" >&2
 }
@@ -158,7 +185,8 @@ run)
 	# Claim the id (another call may have drawn the same one): .meta names this
 	# script as the runner until the real one starts.
 	set -C
-	if ! echo "${EPOCHREALTIME%.*} $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
+	t0=$EPOCHREALTIME
+	if ! echo "$t0 $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
 		echo "MCPJOB1 taken"
 		exit 0
 	fi
@@ -229,13 +257,13 @@ run)
 			[ -n "$held" ] && echo "$held" >"$d.held"
 		fi
 		[ -n "$held" ] || kill "$w"
-		echo "$e" >"$d.exit"
+		echo "$e $EPOCHREALTIME" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
 	# The listing shows the start of the command, from the file for a long one.
 	P=${C:0:300}
 	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
-	printf '%s %s %s %s %s\n%s\n' "${EPOCHREALTIME%.*}" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
+	printf '%s %s %s %s %s\n%s\n' "$t0" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
 	state=running
 	if [ "$W" = -1 ]; then
 		wait "$r"
@@ -361,7 +389,7 @@ list)
 		{ read -r start to inter r cwd && IFS= read -r cmd; } <"$m"
 		ex=-
 		if [ -s "$J/$j.exit" ]; then
-			read -r ex <"$J/$j.exit"
+			read -r ex _ <"$J/$j.exit"
 			st=done
 		else
 			st=lost
@@ -370,7 +398,7 @@ list)
 				[[ " ${a[*]} " == *" $j "* ]] && st=running
 			fi
 		fi
-		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "$start" "$to" "$inter" "${cmd:0:300}"
+		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "${start%[.,]*}" "$to" "$inter" "${cmd:0:300}"
 	done
 	;;
 prune)

@@ -28,6 +28,8 @@ const (
 	listLineMax = 2048
 	// listOutputMax bounds the bytes of a listing read from the container.
 	listOutputMax = 4 << 20
+	// maxRanMs bounds a job's running time in a header: ten years in milliseconds.
+	maxRanMs = 10 * 366 * 24 * 3600 * 1000
 	// maxFieldNumber bounds every number in a header (sizes, offsets, line counts):
 	// far beyond any disk, and far from overflowing when added.
 	maxFieldNumber = 1 << 50
@@ -41,7 +43,7 @@ func badAnswer(line []byte) error {
 }
 
 // parseHeader reads the runner's first line (see jobs.sh): "MCPJOB1 <state>" and, for
-// done, running and lost, twelve fields more; for peek, the two file sizes; for oldbash,
+// done, running and lost, thirteen fields more; for peek, the two file sizes; for oldbash,
 // the bash version. Every field is checked; anything else is an error. It allocates
 // no more than a few hundred bytes, whatever line holds.
 func parseHeader(line []byte) (header, error) {
@@ -49,7 +51,7 @@ func parseHeader(line []byte) (header, error) {
 	if len(line) > maxHeaderLine {
 		return h, badAnswer(line)
 	}
-	var f [15][]byte
+	var f [16][]byte
 	n := 0
 	for rest := line; ; n++ {
 		if n == len(f) {
@@ -93,7 +95,7 @@ func parseHeader(line []byte) (header, error) {
 	default:
 		return h, badAnswer(line)
 	}
-	if n != 14 {
+	if n != 15 {
 		return h, badAnswer(line)
 	}
 	ok := true
@@ -109,12 +111,13 @@ func parseHeader(line []byte) (header, error) {
 	h.outSent, h.errSent = num(f[7], false), num(f[8], false)
 	h.outLines, h.errLines = num(f[9], true), num(f[10], true)
 	h.outLine, h.errLine = num(f[11], true), num(f[12], true)
+	h.ranMs = num(f[13], true)
 	// An exit status only once done; what was sent lies inside the files.
 	ok = ok && (exit >= 0) == (h.state == "done") && exit <= 255 &&
 		h.outFrom <= h.outSize && h.errFrom <= h.errSize &&
 		h.outSent <= h.outSize-h.outFrom && h.errSent <= h.errSize-h.errFrom &&
-		h.outLine != 0 && h.errLine != 0
-	if !ok || !h.parseFlags(f[13]) {
+		h.outLine != 0 && h.errLine != 0 && h.ranMs <= maxRanMs
+	if !ok || !h.parseFlags(f[14]) {
 		return header{}, badAnswer(line)
 	}
 	return h, nil

@@ -42,17 +42,18 @@ func amplify(p []byte, n int) []byte {
 
 func TestJobHeaderStrict(t *testing.T) {
 	good := map[string]header{
-		"MCPJOB1 done 7 12 3 0 0 12 3 - - - - -":             {state: "done", exit: 7, outSize: 12, errSize: 3, outSent: 12, errSent: 3, outLines: -1, errLines: -1, outLine: -1, errLine: -1},
-		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - held:42,": {state: "running", exit: -1, outSize: 100, outFrom: 40, outSent: 60, outLines: 5, errLines: -1, outLine: -1, errLine: -1, held: "42"},
-		"MCPJOB1 lost - 0 0 0 0 0 0 - - - - -":               {state: "lost", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1},
-		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - timedout,killed,": {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1,
+		"MCPJOB1 done 7 12 3 0 0 12 3 - - - - - -":             {state: "done", exit: 7, outSize: 12, errSize: 3, outSent: 12, errSent: 3, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1},
+		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - - held:42,": {state: "running", exit: -1, outSize: 100, outFrom: 40, outSent: 60, outLines: 5, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, held: "42"},
+		"MCPJOB1 lost - 0 0 0 0 0 0 - - - - - -":               {state: "lost", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1},
+		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - - timedout,killed,": {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
 			timedOut: true, killed: true},
-		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1},
-		"MCPJOB1 running - 0 0 0 0 0 0 - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, inputWaiting: true},
-		"MCPJOB1 peek 10 20":   {state: "peek", outSize: 10, errSize: 20},
-		"MCPJOB1 oldbash 5.0":  {state: "oldbash", extra: "5.0"},
-		"MCPJOB1 unknown":      {state: "unknown"},
-		"MCPJOB1 inputwaiting": {state: "inputwaiting"},
+		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1, ranMs: -1},
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 14012 -":            {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 14012},
+		"MCPJOB1 running - 0 0 0 0 0 0 - - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, inputWaiting: true},
+		"MCPJOB1 peek 10 20":                                    {state: "peek", outSize: 10, errSize: 20},
+		"MCPJOB1 oldbash 5.0":                                   {state: "oldbash", extra: "5.0"},
+		"MCPJOB1 unknown":                                       {state: "unknown"},
+		"MCPJOB1 inputwaiting":                                  {state: "inputwaiting"},
 	}
 	for line, want := range good {
 		got, err := parseHeader([]byte(line))
@@ -66,28 +67,30 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB2 done 0 0 0 0 0 0 0 - - -",
 		"MCPJOB1 pwned",
 		"MCPJOB1 unknown extra",
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - -",     // a field short
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - x", // a field more
-		"MCPJOB1 done 0  0 0 0 0 0 - - - - -",    // an empty field
-		"MCPJOB1 done 0 -5 0 0 0 0 0 - - - - -",  // negative size
-		"MCPJOB1 done 0 +5 0 0 0 0 0 - - - - -",  // sign
-		"MCPJOB1 done 0 05 0 0 0 0 0 - - - - -",  // leading zero
-		"MCPJOB1 done 0 99999999999999999999 0 0 0 0 0 - - - - -",
-		"MCPJOB1 done 0 5 0 9 0 0 0 - - - - -",          // offset past the end of the file
-		"MCPJOB1 done 0 5 0 0 0 9 0 - - - - -",          // more sent than the file holds
-		"MCPJOB1 done - 0 0 0 0 0 0 - - - - -",          // done without an exit status
-		"MCPJOB1 running 0 0 0 0 0 0 0 - - - - -",       // running with one
-		"MCPJOB1 done 256 0 0 0 0 0 0 - - - - -",        // no such exit status
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - held:1;rm,", // a pid that is not a number
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - timedout",   // flags end with a comma
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - sudo,",      // unknown flag
-		"MCPJOB1 done 0 0 0 0 0 0 0 x - - - -",
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - 0 - -", // no line 0
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - -", // a field short
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - - x", // a field more
+		"MCPJOB1 done 0  0 0 0 0 0 - - - - - -",    // an empty field
+		"MCPJOB1 done 0 -5 0 0 0 0 0 - - - - - -",  // negative size
+		"MCPJOB1 done 0 +5 0 0 0 0 0 - - - - - -",  // sign
+		"MCPJOB1 done 0 05 0 0 0 0 0 - - - - - -",  // leading zero
+		"MCPJOB1 done 0 99999999999999999999 0 0 0 0 0 - - - - - -",
+		"MCPJOB1 done 0 5 0 9 0 0 0 - - - - - -",          // offset past the end of the file
+		"MCPJOB1 done 0 5 0 0 0 9 0 - - - - - -",          // more sent than the file holds
+		"MCPJOB1 done - 0 0 0 0 0 0 - - - - - -",          // done without an exit status
+		"MCPJOB1 running 0 0 0 0 0 0 0 - - - - - -",       // running with one
+		"MCPJOB1 done 256 0 0 0 0 0 0 - - - - - -",        // no such exit status
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - held:1;rm,", // a pid that is not a number
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - timedout",   // flags end with a comma
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - sudo,",      // unknown flag
+		"MCPJOB1 done 0 0 0 0 0 0 0 x - - - - -",
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - 0 - - -",               // no line 0
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 999999999999999 -", // runs for longer than ten years
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 1.5 -",
 		"MCPJOB1 oldbash 5.0;reboot",
 		"MCPJOB1 oldbash",
 		"MCPJOB1 peek 1",
 		"MCPJOB1 peek 1 -2",
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - -" + strings.Repeat(" ", maxHeaderLine),
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - -" + strings.Repeat(" ", maxHeaderLine),
 	}
 	for _, line := range bad {
 		if h, err := parseHeader([]byte(line)); !errors.Is(err, errBadAnswer) {
@@ -164,9 +167,9 @@ func TestJobListParse(t *testing.T) {
 // Bound: allocSlack (the error message clips the line to 200 bytes).
 func FuzzJobHeader(f *testing.F) {
 	for _, s := range []string{
-		"MCPJOB1 done 0 12 3 0 0 12 3 - - - - -",
-		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - held:42,timedout,",
-		"MCPJOB1 peek 1 2", "MCPJOB1 oldbash 5.0", "MCPJOB1 taken", "MCPJOB1 done 0 0 0 0 0 0 0 - - - - inputwaiting,",
+		"MCPJOB1 done 0 12 3 0 0 12 3 - - - - - -",
+		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - - held:42,timedout,",
+		"MCPJOB1 peek 1 2", "MCPJOB1 oldbash 5.0", "MCPJOB1 taken", "MCPJOB1 done 0 0 0 0 0 0 0 - - - - - inputwaiting,",
 		strings.Repeat("MCPJOB1 ", 1000),
 	} {
 		f.Add([]byte(s), uint16(1))
@@ -194,10 +197,10 @@ func FuzzJobHeader(f *testing.F) {
 // twice over (the limit, head plus tail of maxOutput), and the result's text: each
 // stream's kept bytes a few times over (copies, U+FFFD for bad bytes, the marker).
 func FuzzScriptOutput(f *testing.F) {
-	f.Add([]byte("MCPJOB1 done 0 5 0 0 0 5 0 - - - - -\nhello"), []byte("oops"), uint16(1), uint16(7), uint16(1000))
-	f.Add([]byte("MCPJOB1 running - 900000 0 0 0 2048 0 20000 - - - -\n"+strings.Repeat("line\n", 400)), []byte(""), uint16(50), uint16(100), uint16(0))
+	f.Add([]byte("MCPJOB1 done 0 5 0 0 0 5 0 - - - - - -\nhello"), []byte("oops"), uint16(1), uint16(7), uint16(1000))
+	f.Add([]byte("MCPJOB1 running - 900000 0 0 0 2048 0 20000 - - - - -\n"+strings.Repeat("line\n", 400)), []byte(""), uint16(50), uint16(100), uint16(0))
 	f.Add([]byte("no header at all"), []byte(strings.Repeat("e", 100)), uint16(200), uint16(30000), uint16(5000))
-	f.Add([]byte("MCPJOB1 done 0 70000 70000 0 0 3000 3000 9 9 - - -\n"+strings.Repeat("\xe2\x82", 1000)), []byte("\xff"), uint16(3), uint16(13), uint16(1))
+	f.Add([]byte("MCPJOB1 done 0 70000 70000 0 0 3000 3000 9 9 - - - -\n"+strings.Repeat("\xe2\x82", 1000)), []byte("\xff"), uint16(3), uint16(13), uint16(1))
 	f.Fuzz(func(t *testing.T, stdout, stderr []byte, rep, chunk, maxOut uint16) {
 		stdout, stderr = amplify(stdout, int(rep)), amplify(stderr, int(rep))
 		maxOutput := minMaxOutput + int(maxOut)

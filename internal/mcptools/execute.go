@@ -300,7 +300,11 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	b.WriteByte('[')
 	switch {
 	case o.Running:
-		fmt.Fprintf(&b, "still running as job %s after %.0fs; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, o.DurationSeconds, o.JobID, human.Duration(s.pollWait()))
+		fmt.Fprintf(&b, "still running as job %s for %s", o.JobID, elapsed(ran(res), false))
+		if ran(res)-res.Duration >= time.Second {
+			fmt.Fprintf(&b, " (this call waited %s)", elapsed(res.Duration, false))
+		}
+		fmt.Fprintf(&b, "; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, human.Duration(s.pollWait()))
 		if interactive {
 			b.WriteString(", job_input to write to its stdin")
 		}
@@ -314,7 +318,7 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	case o.Killed:
 		fmt.Fprintf(&b, "killed by job_kill (%s)", exitText(res.ExitCode))
 	default:
-		fmt.Fprintf(&b, "%s, %.2fs", exitText(res.ExitCode), o.DurationSeconds)
+		fmt.Fprintf(&b, "%s, ran %s", exitText(res.ExitCode), elapsed(ran(res), true))
 	}
 	if o.StdoutTruncated || o.StderrTruncated {
 		b.WriteString("; output was cut, the whole output is in ")
@@ -332,6 +336,28 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 		fmt.Fprintf(&b, "\n[note: this call waited 2s for a background process (pid %s) that still holds the command's output open; what it prints later goes to %s. Detach background work instead: setsid nohup cmd > /sandbox/cmd.log 2>&1 &]", res.HeldBy, o.StdoutFile)
 	}
 	return b.String()
+}
+
+// ran is how long the job of a result has run, or this call's time when the job's is
+// unknown.
+func ran(res *sandbox.ExecResult) time.Duration {
+	if res.JobDuration > 0 {
+		return res.JobDuration
+	}
+	return res.Duration
+}
+
+// elapsed shows a running time: to the second (to the hundredth under a minute when
+// exact), as 1m35s or 2h0m5s past a minute.
+func elapsed(d time.Duration, exact bool) string {
+	r := d.Round(time.Second)
+	switch {
+	case d < time.Minute && exact:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case r < time.Minute:
+		return fmt.Sprintf("%ds", r/time.Second)
+	}
+	return r.String()
 }
 
 func execErrorText(box Box, err error) string {
