@@ -6,8 +6,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // TestRunnerCommandLinesShort: the job runner's processes, which live as long as their
@@ -121,4 +124,59 @@ func TestNoteSaysJobTime(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(list["jobs"]), id) {
 		t.Errorf("job_list lost the job: %v", list)
 	}
+}
+
+// TestJobOutputWaits: job_output waits until the job ends or its wait passes, not until
+// the first new output, and returns everything printed meanwhile; the new output
+// reaches a client that asked for progress while it waits. wait 0 returns at once.
+func TestJobOutputWaits(t *testing.T) {
+	s := startSite(t, siteOptions{directive: []string{"yield_after 8s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	var mu sync.Mutex
+	var msgs []string
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" {
+			mu.Lock()
+			defer mu.Unlock()
+			msg, _ := n.Params.AdditionalFields["message"].(string)
+			msgs = append(msgs, msg)
+		}
+	})
+	st := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "for i in $(seq 1 30); do echo tick-$i; sleep 1; done", "wait": 0}))
+	if st["running"] != true {
+		t.Fatalf("not running: %v", st)
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "job_output"
+	req.Params.Arguments = map[string]any{"job_id": st["job_id"], "wait": 8}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "p-1"}
+	start := time.Now()
+	res, err := c.CallTool(ctx, req)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := structured(t, res)
+	lines := strings.Count(out["stdout"].(string), "\n")
+	t.Logf("job_output(wait 8) returned after %v with %d lines", took, lines)
+	if took < 7500*time.Millisecond || took > 11*time.Second || out["running"] != true {
+		t.Errorf("job_output(wait 8) returned after %v, running %v", took, out["running"])
+	}
+	if lines < 7 || !strings.HasPrefix(out["stdout"].(string), "tick-1\n") {
+		t.Errorf("job_output(wait 8) brought %d lines: %q", lines, out["stdout"])
+	}
+	mu.Lock()
+	joined := strings.Join(msgs, "\n")
+	mu.Unlock()
+	if !strings.Contains(joined, "tick-5") {
+		t.Errorf("no live output in the progress notifications: %q", msgs)
+	}
+	start = time.Now()
+	st = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": st["job_id"], "wait": 0}))
+	if took := time.Since(start); took > 2*time.Second || st["running"] != true {
+		t.Errorf("job_output(wait 0) took %v: %v", took, st)
+	}
+	call(ctx, t, c, "job_kill", map[string]any{"job_id": st["job_id"]})
 }

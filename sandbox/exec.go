@@ -269,14 +269,15 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	return res, nil
 }
 
-// followLive samples the job's new output every liveInterval for onOutput, until the
-// returned stop is called. Each sample is one short exec that reads the files.
+// followLive samples the job's output not delivered yet every liveInterval for
+// onOutput, until the returned stop is called. Each sample is one short exec that
+// reads the files.
 func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Stream, []byte)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		var outOff, errOff int64
+		outOff, errOff := int64(-1), int64(-1) // -1: from what was delivered
 		// The first sample comes early, so a command that prints at once shows it.
 		t := time.NewTimer(liveInterval / 4)
 		defer t.Stop()
@@ -287,8 +288,11 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 			case <-t.C:
 				t.Reset(liveInterval)
 			}
-			h, o, err := s.runScript(ctx, []string{"peek", JobsDir, id, strconv.FormatInt(outOff, 10),
-				strconv.FormatInt(errOff, 10), strconv.Itoa(liveBytes)}, nil, nil, 2*liveBytes)
+			from := []string{"-", "-"}
+			if outOff >= 0 {
+				from = []string{strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10)}
+			}
+			h, o, err := s.runScript(ctx, []string{"peek", JobsDir, id, from[0], from[1], strconv.Itoa(liveBytes)}, nil, nil, 2*liveBytes)
 			if err != nil || h.state != "peek" {
 				continue
 			}

@@ -494,11 +494,12 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 	return maxOutput, s.jobs.lock(id), nil
 }
 
-// JobOutput waits up to wait for job id to end or print something, then returns the
-// output produced since the last delivery (never repeated, never skipped), cut to
-// maxOutput bytes per stream (0: Config.MaxOutput). With input != nil, it first writes
-// input to the job's stdin; the job must have been started interactive.
-func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*ExecResult, error) {
+// JobOutput waits up to wait for job id to end, then returns the output produced since
+// the last delivery (never repeated, never skipped), cut to maxOutput bytes per stream
+// (0: Config.MaxOutput). With input != nil, it first writes input to the job's stdin
+// (the job must have been started interactive) and waits only until the job answers.
+// onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
+func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -515,8 +516,13 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 		env = []string{"MCP_SANDBOX_INPUT=" + *input}
 		mode = "env"
 	}
+	stopLive := func() {}
+	if onOutput != nil && wait > liveInterval {
+		stopLive = s.followLive(ctx, id, onOutput)
+	}
 	h, o, err := s.runScript(ctx, []string{"poll", JobsDir, id, strconv.Itoa(int((wait + time.Second - 1) / time.Second)),
 		strconv.Itoa(head), strconv.Itoa(tail), mode}, env, nil, head+tail)
+	stopLive()
 	if err != nil {
 		return nil, err
 	}

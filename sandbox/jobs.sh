@@ -319,18 +319,17 @@ poll)
 	fi
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
-	# Wait for the end, or for new output and then a while more to gather it: 0.6 s
-	# after input (a prompt's answer), 5 s otherwise (fewer, fuller polls).
-	seen=-1 settle=25
-	[ "$7" = env ] && settle=3
+	# Wait for the end or the wait's end; after input, only until the answer comes and
+	# 0.6 s more to gather it.
+	seen=-1
 	[ -s "$d.exit" ] || alive || W=0
 	for ((i = 0; i < W * 5; i++)); do
 		[ -s "$d.exit" ] && break
-		if ((seen < 0)); then
+		if [ "$7" = env ] && ((seen < 0)); then
 			set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 			if ((${1:-0} > oo || ${2:-0} > eo)); then seen=$i; fi
 		fi
-		((seen >= 0 && i - seen >= settle)) && break
+		((seen >= 0 && i - seen >= 3)) && break
 		read -t 0.2 -u 9
 	done
 	if [ -s "$d.exit" ]; then
@@ -343,8 +342,13 @@ poll)
 	;;
 peek)
 	# peek <dir> <id> <out from> <err from> <max>: the last max bytes of each stream's
-	# output past the offsets, for live progress; nothing is marked delivered.
+	# output past the offsets ("-": past what was delivered), for live progress;
+	# nothing is marked delivered.
 	o=$4 e=$5 M=$6 os=0 es=0
+	if [ "$o" = - ]; then
+		read -r o e 2>/dev/null <"$d.off"
+		[[ $o =~ ^[0-9]{1,15}$ && $e =~ ^[0-9]{1,15}$ ]] || o=0 e=0
+	fi
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
 		set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 		os=${1:-0} es=${2:-0}

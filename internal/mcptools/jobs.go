@@ -62,10 +62,10 @@ func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
 
 func (s *Tools) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
-		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
+		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits until the job ends or wait seconds pass (wait: 0 returns at once), then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
 		mcp.WithTitleAnnotation("Follow a running command"),
 		s.jobIDArg(),
-		s.jobWaitArg("for new output or the end"),
+		s.jobWaitArg("for the job to end"),
 		outputSchema[ExecuteOutput](),
 		hints(false, false, false, false), // not read-only: it marks the output as delivered
 	)
@@ -174,7 +174,7 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 // progress keep-alive while it waits.
 func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
-	res, err := box.JobOutput(ctx, id, wait, input, 0)
+	res, err := box.JobOutput(ctx, id, wait, input, 0, prog.onOutput())
 	prog.stop()
 	if err != nil && res == nil {
 		return jobError(box, err, id, a.tool), nil

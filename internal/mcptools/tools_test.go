@@ -70,7 +70,7 @@ func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
 	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, _ int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, _ int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
 	b.record("job_output " + id)
 	return b.job(id)
 }
