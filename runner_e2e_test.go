@@ -180,3 +180,48 @@ func TestJobOutputWaits(t *testing.T) {
 	}
 	call(ctx, t, c, "job_kill", map[string]any{"job_id": st["job_id"]})
 }
+
+// TestCancelledCallMarked: a call the client gave up on kills its job, and the job says
+// why: job_list shows it cancelled by the client, and so does job_output's note.
+func TestCancelledCallMarked(t *testing.T) {
+	s := jobsSite(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	callCtx, callCancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "execute"
+		req.Params.Arguments = map[string]any{"command": "echo started; sleep 4322"}
+		_, err := c.CallTool(callCtx, req)
+		errc <- err
+	}()
+	waitFor(t, 20*time.Second, "sleep 4322 to start", func() bool {
+		return strings.Contains(s.tryExec("ps -o args"), "sleep 4322")
+	})
+	callCancel()
+	<-errc
+	var job map[string]any
+	waitFor(t, 15*time.Second, "the job to end", func() bool {
+		for _, j := range structured(t, call(ctx, t, c, "job_list", nil))["jobs"].([]any) {
+			if j := j.(map[string]any); strings.Contains(j["command"].(string), "sleep 4322") && j["state"] == "done" {
+				job = j
+				return true
+			}
+		}
+		return false
+	})
+	if job["killed_by"] != "client" || job["exit_code"] != float64(137) {
+		t.Errorf("job_list entry %v", job)
+	}
+	list := resultText(call(ctx, t, c, "job_list", nil))
+	if !strings.Contains(list, "exit code 137: cancelled by the client") {
+		t.Errorf("job_list text %q", list)
+	}
+	res := call(ctx, t, c, "job_output", map[string]any{"job_id": job["job_id"], "wait": 0})
+	st := structured(t, res)
+	if st["cancelled"] != true || !strings.Contains(resultText(res), "[cancelled by the client: the command and its child processes were killed (exit code 137") {
+		t.Errorf("job_output after the cancel: %q, %v", resultText(res), st)
+	}
+}

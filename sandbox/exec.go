@@ -83,7 +83,8 @@ type ExecResult struct {
 	// ExitCode is the command's exit status: 128+n when signal n ended it, so 137
 	// after a kill (timeout, cancellation, KillJob); -1 while it runs.
 	ExitCode int
-	// TimedOut, Cancelled and Killed say why the command was killed, if it was.
+	// TimedOut, Cancelled and Killed say why the command was killed, if it was:
+	// its timeout, a cancelled call (also in later results of its job), or KillJob.
 	TimedOut, Cancelled, Killed bool
 	// StdoutBytes and StderrBytes count every byte each stream produced so far.
 	StdoutBytes, StderrBytes int64
@@ -235,7 +236,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		// Killing is upkeep: a container that went away took the command with it, and
 		// must not be brought back (the caller, or a test's cleanup, may have removed it).
 		kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
-		kres, kerr := s.killJob(kctx, id, maxOutput)
+		kres, kerr := s.killJob(kctx, id, maxOutput, "cancelled")
 		cancel()
 		select {
 		case <-run.done:

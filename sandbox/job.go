@@ -148,6 +148,7 @@ type header struct {
 	outLine, errLine   int64 // line the new range starts in (from 1) when it may be cut, else -1
 	ranMs              int64 // how long the job has run or ran, in ms, or -1
 	timedOut, killed   bool
+	cancelled          bool   // killed because the call that waited for it was cancelled
 	inputWaiting       bool   // the last input is not all read yet
 	held               string // pid of a process holding the output open
 	extra              string // oldbash: the bash version
@@ -316,6 +317,7 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		ExitCode:    h.exit,
 		TimedOut:    h.timedOut,
 		Killed:      h.killed,
+		Cancelled:   h.cancelled,
 		StdoutBytes: h.outSize,
 		StderrBytes: h.errSize,
 		StdoutFile:  JobFile(id, Stdout),
@@ -547,10 +549,12 @@ func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecR
 		return nil, err
 	}
 	defer unlock()
-	return s.killJob(ctx, id, maxOutput)
+	return s.killJob(ctx, id, maxOutput, "killed")
 }
 
-func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+// killJob kills job id and records why: "killed" (KillJob) or "cancelled" (the call
+// that waited for it was cancelled).
+func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*ExecResult, error) {
 	_, head, tail := budget(maxOutput)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -561,7 +565,7 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecR
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
 		}
-		h, o, err := s.runScript(ctx, []string{"kill", JobsDir, id, strconv.Itoa(head), strconv.Itoa(tail)}, nil, nil, head+tail)
+		h, o, err := s.runScript(ctx, []string{"kill", JobsDir, id, strconv.Itoa(head), strconv.Itoa(tail), why}, nil, nil, head+tail)
 		if err != nil {
 			// A command that used up the process limit can make the exec fail to start.
 			lastErr = err
@@ -585,8 +589,16 @@ type JobInfo struct {
 	Started     time.Time
 	Timeout     time.Duration
 	Interactive bool
+	KilledBy    string // KilledByTimeout, KilledByJobKill, KilledByClient, or "" when not killed
 	Command     string // the start of its first line, ending in "…" when cut
 }
+
+// What killed a job, as JobInfo.KilledBy says it.
+const (
+	KilledByTimeout = "timeout"  // its timeout passed
+	KilledByJobKill = "job_kill" // KillJob
+	KilledByClient  = "client"   // the call that waited for it was cancelled
+)
 
 // ListJobs returns the running and the retained finished jobs, oldest first: the
 // newest maxListedJobs (1000) of them, each command cut to its first 200 bytes.

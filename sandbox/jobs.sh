@@ -9,7 +9,8 @@
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
 #   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
-#   <id>.exit  exit status and end time, written last; .timedout, .killed and .held say why or what
+#   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
+#              .cancelled (the call was cancelled) and .held say why or what
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
 #
 # Output to the caller (Caddy) on stdout: one header line
@@ -20,8 +21,8 @@
 # line fields give the number of the line the new range starts in when it is longer
 # than the head (so the caller may cut it), else "-". ran is how long the job has run
 # (running) or ran (done), in milliseconds, or "-" when unknown.
-# The flags are "-" or a list of timedout, killed, held:<pid>, inputwaiting, each ended
-# by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
+# The flags are "-" or a list of timedout, killed, cancelled, held:<pid>, inputwaiting,
+# each ended by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
 # nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
 #
 # Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
@@ -126,6 +127,7 @@ emit() {
 	ran "$state"
 	[ -e "$d.timedout" ] && flags+=timedout,
 	[ -e "$d.killed" ] && flags+=killed,
+	[ -e "$d.cancelled" ] && flags+=cancelled,
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
 	[ -e "$d.inw" ] && [ "$state" = running ] && writer && flags+=inputwaiting,
 	on=$((os - oo)) en=$((es - eo))
@@ -360,15 +362,16 @@ peek)
 	((es > e)) && range "$d.err" "$e" $((es - e)) >&2
 	;;
 kill)
-	# kill <dir> <id> <head> <tail>
-	H=$4 TL=$5
+	# kill <dir> <id> <head> <tail> <why: killed|cancelled>
+	H=$4 TL=$5 why=killed
+	[ "$6" = cancelled ] && why=cancelled
 	if ! [ -e "$d.meta" ]; then
 		echo "MCPJOB1 unknown"
 		exit 0
 	fi
 	tick
 	if ! [ -s "$d.exit" ]; then
-		: >"$d.killed"
+		: >"$d.$why"
 		killjob
 		for ((i = 0; i < 50; i++)); do
 			[ -s "$d.exit" ] && break
@@ -385,7 +388,8 @@ kill)
 	fi
 	;;
 list)
-	# list <dir> -: one line per job: id state exit start timeout interactive, then the command's first line
+	# list <dir> -: one line per job: id state exit start timeout interactive why, then
+	# the command's first line; why is what killed it (timedout, killed, cancelled) or -
 	for m in "$J"/*.meta; do
 		[ -e "$m" ] || continue
 		j=${m##*/}
@@ -402,7 +406,11 @@ list)
 				[[ " ${a[*]} " == *" $j "* ]] && st=running
 			fi
 		fi
-		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "${start%[.,]*}" "$to" "$inter" "${cmd:0:300}"
+		why=-
+		for w in cancelled killed timedout; do
+			[ -e "$J/$j.$w" ] && why=$w && break
+		done
+		printf 'JOB %s %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "${start%[.,]*}" "$to" "$inter" "$why" "${cmd:0:300}"
 	done
 	;;
 prune)

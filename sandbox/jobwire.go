@@ -137,6 +137,8 @@ func (h *header) parseFlags(b []byte) bool {
 			h.timedOut = true
 		case string(fl) == "killed":
 			h.killed = true
+		case string(fl) == "cancelled":
+			h.cancelled = true
 		case string(fl) == "inputwaiting":
 			h.inputWaiting = true
 		case bytes.HasPrefix(fl, []byte("held:")):
@@ -181,7 +183,7 @@ func bashVersion(b []byte) bool {
 }
 
 // parseJobList reads the runner's listing: one line per job, "JOB <id> <state>
-// <exit> <start> <timeout s> <interactive> <command>". It returns the newest maxJobs
+// <exit> <start> <timeout s> <interactive> <why killed> <command>". It returns the newest maxJobs
 // well-formed jobs, oldest first, each command cut to maxCommand bytes (and marked
 // with "…"); lines that are too long or not well formed are left out. Its memory
 // depends on maxJobs and maxCommand, not on the size of out. An old bash in the
@@ -220,12 +222,12 @@ func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
 
 // parseJobLine reads one listing line; see parseJobList.
 func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
-	var f [8][]byte
+	var f [9][]byte
 	rest := line
-	for n := 0; n < 7; n++ {
+	for n := 0; n < 8; n++ {
 		i := bytes.IndexByte(rest, ' ')
 		if i < 0 {
-			if n < 6 {
+			if n < 7 {
 				return JobInfo{}, false
 			}
 			f[n], rest = rest, nil
@@ -233,7 +235,7 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 		}
 		f[n], rest = rest[:i], rest[i+1:]
 	}
-	f[7] = rest
+	f[8] = rest
 	if string(f[0]) != "JOB" || !validJobID(f[1]) {
 		return JobInfo{}, false
 	}
@@ -268,8 +270,19 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 	default:
 		return JobInfo{}, false
 	}
+	switch string(f[7]) {
+	case "-":
+	case "timedout":
+		j.KilledBy = KilledByTimeout
+	case "killed":
+		j.KilledBy = KilledByJobKill
+	case "cancelled":
+		j.KilledBy = KilledByClient
+	default:
+		return JobInfo{}, false
+	}
 	j.ID = string(f[1])
-	cmd := f[7]
+	cmd := f[8]
 	cut := len(cmd) > maxCommand
 	if cut {
 		cmd = trimIncompleteEnd(cmd[:maxCommand])

@@ -47,13 +47,14 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB1 lost - 0 0 0 0 0 0 - - - - - -":               {state: "lost", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1},
 		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - - timedout,killed,": {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
 			timedOut: true, killed: true},
+		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - 3000 cancelled,":  {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 3000, cancelled: true},
 		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1, ranMs: -1},
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 14012 -":            {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 14012},
 		"MCPJOB1 running - 0 0 0 0 0 0 - - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, inputWaiting: true},
-		"MCPJOB1 peek 10 20":                                    {state: "peek", outSize: 10, errSize: 20},
-		"MCPJOB1 oldbash 5.0":                                   {state: "oldbash", extra: "5.0"},
-		"MCPJOB1 unknown":                                       {state: "unknown"},
-		"MCPJOB1 inputwaiting":                                  {state: "inputwaiting"},
+		"MCPJOB1 peek 10 20":   {state: "peek", outSize: 10, errSize: 20},
+		"MCPJOB1 oldbash 5.0":  {state: "oldbash", extra: "5.0"},
+		"MCPJOB1 unknown":      {state: "unknown"},
+		"MCPJOB1 inputwaiting": {state: "inputwaiting"},
 	}
 	for line, want := range good {
 		got, err := parseHeader([]byte(line))
@@ -120,16 +121,19 @@ func TestScriptOutputBounds(t *testing.T) {
 
 func TestJobListParse(t *testing.T) {
 	out := strings.Join([]string{
-		"JOB j0000000100aa done 0 1700000000 300.000 0 echo hi",
-		"JOB j0000000200bb running - 1700000001 2.500 1 python3 -i",
-		"JOB j0000000300cc lost - 1700000002 60.000 0 ",
-		"JOB j0000000400dd done 1 1700000003 60.000 0 " + strings.Repeat("é", 200),
-		"JOB J0000000500ee done 0 1700000004 60.000 0 bad id",
-		"JOB j0000000600ff done -1 1700000005 60.000 0 bad exit",
-		"JOB j0000000700aa done 0 1700000006 1e9 0 bad timeout",
-		"JOB j0000000800aa running - 1700000007 60.000 2 bad interactive",
-		"JOB j0000000900aa done 0 1700000008 60.000 0 " + strings.Repeat("x", listLineMax),
-		"JOB j0000000a00aa done 0 1700000009 60.000 0 \xff\xfe broken text",
+		"JOB j0000000100aa done 0 1700000000 300.000 0 - echo hi",
+		"JOB j0000000200bb running - 1700000001 2.500 1 - python3 -i",
+		"JOB j0000000300cc lost - 1700000002 60.000 0 - ",
+		"JOB j0000000400dd done 1 1700000003 60.000 0 - " + strings.Repeat("é", 200),
+		"JOB J0000000500ee done 0 1700000004 60.000 0 - bad id",
+		"JOB j0000000600ff done -1 1700000005 60.000 0 - bad exit",
+		"JOB j0000000700aa done 0 1700000006 1e9 0 - bad timeout",
+		"JOB j0000000800aa running - 1700000007 60.000 2 - bad interactive",
+		"JOB j0000000900aa done 0 1700000008 60.000 0 - " + strings.Repeat("x", listLineMax),
+		"JOB j0000000a00aa done 0 1700000009 60.000 0 - \xff\xfe broken text",
+		"JOB j0000000b00aa done 137 1700000010 60.000 0 cancelled sleep 100",
+		"JOB j0000000c00aa done 137 1700000011 60.000 0 timedout sleep 100",
+		"JOB j0000000d00aa done 137 1700000012 60.000 0 reboot bad why",
 		"garbage",
 		"",
 	}, "\n")
@@ -139,7 +143,7 @@ func TestJobListParse(t *testing.T) {
 	}
 	var got []string
 	for _, j := range jobs {
-		got = append(got, fmt.Sprintf("%s %s %d %d %v %v %q", j.ID, j.State, j.ExitCode, j.Started.Unix(), j.Timeout, j.Interactive, j.Command))
+		got = append(got, fmt.Sprintf("%s %s %d %d %v %v %q%s", j.ID, j.State, j.ExitCode, j.Started.Unix(), j.Timeout, j.Interactive, j.Command, j.KilledBy))
 	}
 	want := []string{
 		`j0000000100aa done 0 1700000000 5m0s false "echo hi"`,
@@ -147,13 +151,15 @@ func TestJobListParse(t *testing.T) {
 		`j0000000300cc lost -1 1700000002 1m0s false ""`,
 		`j0000000400dd done 1 1700000003 1m0s false "éééééééééé…"`,
 		`j0000000a00aa done 0 1700000009 1m0s false "� broken text"`,
+		`j0000000b00aa done 137 1700000010 1m0s false "sleep 100"client`,
+		`j0000000c00aa done 137 1700000011 1m0s false "sleep 100"timeout`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("parsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The newest are kept.
 	jobs, _ = parseJobList([]byte(out), 2, 20)
-	if len(jobs) != 2 || jobs[0].ID != "j0000000400dd" || jobs[1].ID != "j0000000a00aa" {
+	if len(jobs) != 2 || jobs[0].ID != "j0000000b00aa" || jobs[1].ID != "j0000000c00aa" {
 		t.Errorf("with 2 at most: %+v", jobs)
 	}
 	// An old bash answers with its header.
@@ -254,9 +260,9 @@ func frame(w io.Writer, st byte, p []byte, size int) {
 // Bound: the jobs slice grown by doubling (twice maxJobs entries), and per job its id
 // and its command (a copy, U+FFFD for bad bytes, the "…").
 func FuzzJobList(f *testing.F) {
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 echo hi\nJOB j0000000200bb running - 1700000001 2.500 1 cat\n"), uint16(1), uint8(10), uint16(200))
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 \xff\xfe\xfd\n"), uint16(5000), uint8(3), uint16(50))
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 "+strings.Repeat("x", 2000)+"\n"), uint16(300), uint8(200), uint16(300))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - echo hi\nJOB j0000000200bb running - 1700000001 2.500 1 - cat\n"), uint16(1), uint8(10), uint16(200))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - \xff\xfe\xfd\n"), uint16(5000), uint8(3), uint16(50))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - "+strings.Repeat("x", 2000)+"\n"), uint16(300), uint8(200), uint16(300))
 	f.Add([]byte("garbage line\n"), uint16(60000), uint8(255), uint16(10))
 	f.Add([]byte("MCPJOB1 oldbash 4.4\n"), uint16(1), uint8(1), uint16(1))
 	f.Fuzz(func(t *testing.T, out []byte, rep uint16, maxJobs uint8, maxCommand uint16) {

@@ -314,7 +314,10 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	case o.TimedOut:
 		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", human.Duration(timeout), exitText(res.ExitCode))
 	case o.Cancelled:
-		b.WriteString("cancelled: the command and its child processes were killed")
+		b.WriteString("cancelled by the client: the command and its child processes were killed")
+		if res.ExitCode >= 0 {
+			fmt.Fprintf(&b, " (%s)", exitText(res.ExitCode))
+		}
 	case o.Killed:
 		fmt.Fprintf(&b, "killed by job_kill (%s)", exitText(res.ExitCode))
 	default:

@@ -23,9 +23,10 @@ type jobListOutput struct {
 	Jobs []jobEntry `json:"jobs"`
 }
 
-// jobStates lists the states a job can be in.
+// jobStates lists the states a job can be in, and what may have killed it.
 func jobStates(s *jsonschema.Schema) {
 	s.Properties["jobs"].Items.Properties["state"].Enum = []any{"running", "done", "lost"}
+	s.Properties["jobs"].Items.Properties["killed_by"].Enum = []any{sandbox.KilledByTimeout, sandbox.KilledByJobKill, sandbox.KilledByClient}
 }
 
 type jobEntry struct {
@@ -34,6 +35,7 @@ type jobEntry struct {
 	ExitCode    *int      `json:"exit_code"`
 	StartedAt   time.Time `json:"started_at"`
 	Interactive bool      `json:"interactive"`
+	KilledBy    string    `json:"killed_by,omitempty" jsonschema:"What killed it: timeout, job_kill, or client (the call that waited for it was cancelled)."`
 	Command     string    `json:"command" jsonschema:"Start of the command's first line (at most 200 bytes, ending in … when cut)."`
 }
 
@@ -224,7 +226,7 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	out := jobListOutput{Jobs: []jobEntry{}}
 	var b strings.Builder
 	for _, j := range jobs {
-		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, Command: j.Command}
+		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, KilledBy: j.KilledBy, Command: j.Command}
 		if j.State == "done" {
 			code := j.ExitCode
 			e.ExitCode = &code
@@ -233,6 +235,9 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		state := j.State
 		if e.ExitCode != nil {
 			state = exitText(*e.ExitCode)
+			if why := killedText[j.KilledBy]; why != "" {
+				state = fmt.Sprintf("exit code %d: %s", *e.ExitCode, why)
+			}
 		}
 		fmt.Fprintf(&b, "%s  %s  started %s  %s\n", j.ID, state, j.Started.Format(time.RFC3339), j.Command)
 	}
@@ -240,6 +245,13 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		b.WriteString("No jobs.")
 	}
 	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil
+}
+
+// killedText says what killed a job, by JobInfo.KilledBy.
+var killedText = map[string]string{
+	sandbox.KilledByTimeout: "timed out",
+	sandbox.KilledByJobKill: "killed by job_kill",
+	sandbox.KilledByClient:  "cancelled by the client",
 }
 
 // jobError turns a job function's error into a tool result that says what to do.

@@ -24,6 +24,8 @@ func TestNoteTimes(t *testing.T) {
 		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 3 * time.Second, JobDuration: 120 * time.Second}, "[exit code 0, ran 2m0s]"},
 		{sandbox.ExecResult{JobID: "j1", ExitCode: 2, Duration: 3 * time.Second, JobDuration: 14020 * time.Millisecond}, "[exit code 2, ran 14.02s]"},
 		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 50 * time.Millisecond}, "[exit code 0, ran 0.05s]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: 137, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed (exit code 137: killed by signal 9, SIGKILL)]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed]"},
 	} {
 		res := c.res
 		out := toOutput(&res)
