@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -188,20 +189,7 @@ func TestCancelledCallMarked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := s.client(ctx)
-	callCtx, callCancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		req := mcp.CallToolRequest{}
-		req.Params.Name = "execute"
-		req.Params.Arguments = map[string]any{"command": "echo started; sleep 4322"}
-		_, err := c.CallTool(callCtx, req)
-		errc <- err
-	}()
-	waitFor(t, 20*time.Second, "sleep 4322 to start", func() bool {
-		return strings.Contains(s.tryExec("ps -o args"), "sleep 4322")
-	})
-	callCancel()
-	<-errc
+	cancelCall(ctx, t, s, c, "echo started; sleep 4322", "sleep 4322")
 	var job map[string]any
 	waitFor(t, 15*time.Second, "the job to end", func() bool {
 		for _, j := range structured(t, call(ctx, t, c, "job_list", nil))["jobs"].([]any) {
@@ -224,4 +212,24 @@ func TestCancelledCallMarked(t *testing.T) {
 	if st["cancelled"] != true || !strings.Contains(resultText(res), "[cancelled by the client: the command and its child processes were killed (exit code 137") {
 		t.Errorf("job_output after the cancel: %q, %v", resultText(res), st)
 	}
+}
+
+// cancelCall starts execute(command), waits until a process whose command line holds
+// marker runs in the sandbox, and gives the call up as a client does.
+func cancelCall(ctx context.Context, t *testing.T, s *site, c *mcpclient.Client, command, marker string) {
+	t.Helper()
+	callCtx, callCancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "execute"
+		req.Params.Arguments = map[string]any{"command": command}
+		_, err := c.CallTool(callCtx, req)
+		errc <- err
+	}()
+	waitFor(t, 20*time.Second, marker+" to start", func() bool {
+		return strings.Contains(s.tryExec("ps -o args"), marker)
+	})
+	callCancel()
+	<-errc
 }
