@@ -75,8 +75,8 @@ killjob() {
 	kill -KILL -- "-$pg" 2>/dev/null
 }
 
-# usec <time as EPOCHREALTIME gives it, with the locale's decimal point>: sets us to the time in microseconds; fails
-# for anything else (a start or end time read back from a file).
+# usec <time as EPOCHREALTIME gives it, with the locale's decimal point>: sets us to
+# the time in microseconds; fails for anything else (a time read back from a file).
 usec() {
 	[[ $1 =~ ^[0-9]{1,12}[.,][0-9]{6}$ ]] || return 1
 	us=$((10#${1/[.,]/}))
