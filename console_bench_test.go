@@ -31,7 +31,7 @@ func BenchmarkAuditCost(b *testing.B) {
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "execute"
 	req.Params.Arguments = map[string]any{"command": "true"}
-	res := mcp.NewToolResultStructured(mcptools.ExecuteOutput{ExitCode: new(int), DurationSeconds: 0.05}, "[exit code 0, 0.05s]")
+	res := mcp.NewToolResultStructured(mcptools.ExecuteOutput{ExitCode: new(int), DurationSeconds: 0.05}, "[exit code 0, ran 0.05s]")
 	const perFlush = 20
 
 	var roundTrip, record time.Duration

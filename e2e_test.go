@@ -403,20 +403,7 @@ func TestCancelKillsCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := s.client(ctx)
-	callCtx, callCancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		req := mcp.CallToolRequest{}
-		req.Params.Name = "execute"
-		req.Params.Arguments = map[string]any{"command": "sleep 4321"}
-		_, err := c.CallTool(callCtx, req)
-		errc <- err
-	}()
-	waitFor(t, 20*time.Second, "sleep 4321 to start", func() bool {
-		return strings.Contains(s.tryExec("ps -o args"), "sleep 4321")
-	})
-	callCancel()
-	<-errc
+	cancelCall(ctx, t, s, c, "sleep 4321", "sleep 4321")
 	waitFor(t, 15*time.Second, "sleep 4321 to be killed", func() bool {
 		return !strings.Contains(s.tryExec("ps -o args"), "sleep 4321")
 	})

@@ -132,8 +132,13 @@ func TestJobListLongCommand(t *testing.T) {
 }
 
 // fakeOldBash claims to be bash 5.0 and, like 5.0, knows no `wait -p`; it runs the
-// real bash otherwise. Placed first on the PATH, it is the bash every exec finds.
+// real bash otherwise. Placed first on the PATH, it is the bash every exec finds. The job
+// runner comes in the environment, and is rewritten there.
 const fakeOldBash = `#!/bin/bash
+if [ -n "$MCP_SANDBOX_RUNNER" ]; then
+	r=${MCP_SANDBOX_RUNNER//BASH_VERSINFO/FAKE_VERSINFO}
+	export MCP_SANDBOX_RUNNER=${r//wait -n -p/wait -n -Q}
+fi
 if [ "$1" = -c ]; then
 	s=${2//BASH_VERSINFO/FAKE_VERSINFO}
 	s=${s//wait -n -p/wait -n -Q}

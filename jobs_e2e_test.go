@@ -288,7 +288,7 @@ func TestExecuteOutputShape(t *testing.T) {
 	res := call(ctx, t, c, "execute", map[string]any{"command": "grep row /sandbox/data.txt"})
 	st := structured(t, res)
 	out := st["stdout"].(string)
-	m := regexp.MustCompile(`(?m)^\[\.\.\. (\d+) bytes \((\d+) lines\) left out; the whole output is in (\S+) \.\.\.\]\n`).FindStringSubmatchIndex(out)
+	m := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) \.\.\.\]\n`).FindStringSubmatchIndex(out)
 	if m == nil || st["stdout_truncated"] != true || st["stdout_bytes"] != float64(1_600_000) {
 		t.Fatalf("no marker in the cut output (%v bytes, truncated %v): %.200q", st["stdout_bytes"], st["stdout_truncated"], out)
 	}
@@ -297,11 +297,14 @@ func TestExecuteOutputShape(t *testing.T) {
 	if !lineRe.MatchString(head) || !lineRe.MatchString(tail) {
 		t.Errorf("cut inside a line: head ends %q, tail starts %q", head[max(0, len(head)-30):], tail[:min(30, len(tail))])
 	}
-	omitted, _ := strconv.Atoi(out[m[2]:m[3]])
-	lines, _ := strconv.Atoi(out[m[4]:m[5]])
-	file := out[m[6]:m[7]]
-	if lines != 80000-strings.Count(head, "\n")-strings.Count(tail, "\n") || omitted != lines*20 || len(head)+len(tail) > 200000 {
-		t.Errorf("marker says %d bytes, %d lines; kept %d+%d bytes", omitted, lines, len(head), len(tail))
+	from, _ := strconv.Atoi(out[m[2]:m[3]])
+	to, _ := strconv.Atoi(out[m[4]:m[5]])
+	omitted, _ := strconv.Atoi(out[m[6]:m[7]])
+	file := out[m[8]:m[9]]
+	lines := to - from + 1
+	if from != strings.Count(head, "\n")+1 || out[m[10]:m[11]] != out[m[2]:m[3]] ||
+		lines != 80000-strings.Count(head, "\n")-strings.Count(tail, "\n") || omitted != lines*20 || len(head)+len(tail) > 200000 {
+		t.Errorf("marker %q; kept %d+%d bytes", out[m[0]:m[1]], len(head), len(tail))
 	}
 	if txt := resultText(res); !strings.Contains(txt, "output was cut") || !strings.Contains(txt, file) {
 		t.Errorf("footer does not say the output was cut: %q", txt[max(0, len(txt)-300):])

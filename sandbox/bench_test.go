@@ -167,7 +167,7 @@ func BenchmarkJobOutputVsRaw(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		start := time.Now()
-		r, err := sb.JobOutput(ctx, res.JobID, 0, nil, 0)
+		r, err := sb.JobOutput(ctx, res.JobID, 0, nil, 0, nil)
 		if err != nil || !r.Running {
 			b.Fatal(err, r)
 		}

@@ -78,12 +78,13 @@ type ExecResult struct {
 	Running bool
 	// Stdout and Stderr are valid UTF-8: the output not delivered before. When longer
 	// than the output budget, their middle is replaced, at line boundaries, by a line
-	// saying how many bytes and lines were left out and which file holds it all.
+	// naming the lines left out and the read_file call that reads them.
 	Stdout, Stderr string
 	// ExitCode is the command's exit status: 128+n when signal n ended it, so 137
 	// after a kill (timeout, cancellation, KillJob); -1 while it runs.
 	ExitCode int
-	// TimedOut, Cancelled and Killed say why the command was killed, if it was.
+	// TimedOut, Cancelled and Killed say why the command was killed, if it was:
+	// its timeout, a cancelled call (also in later results of its job), or KillJob.
 	TimedOut, Cancelled, Killed bool
 	// StdoutBytes and StderrBytes count every byte each stream produced so far.
 	StdoutBytes, StderrBytes int64
@@ -103,6 +104,9 @@ type ExecResult struct {
 	HeldBy string
 	// Duration is the time from the start of the call to its result.
 	Duration time.Duration
+	// JobDuration is how long the job has run so far (while running) or ran in all
+	// (once ended), as the container measured it; 0 when unknown.
+	JobDuration time.Duration
 }
 
 const (
@@ -235,7 +239,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		// Killing is upkeep: a container that went away took the command with it, and
 		// must not be brought back (the caller, or a test's cleanup, may have removed it).
 		kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
-		kres, kerr := s.killJob(kctx, id, maxOutput)
+		kres, kerr := s.killJob(kctx, id, maxOutput, "cancelled")
 		cancel()
 		select {
 		case <-run.done:
@@ -269,14 +273,15 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	return res, nil
 }
 
-// followLive samples the job's new output every liveInterval for onOutput, until the
-// returned stop is called. Each sample is one short exec that reads the files.
+// followLive samples the job's output not delivered yet every liveInterval for
+// onOutput, until the returned stop is called. Each sample is one short exec that
+// reads the files.
 func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Stream, []byte)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		var outOff, errOff int64
+		outOff, errOff := int64(-1), int64(-1) // -1: from what was delivered
 		// The first sample comes early, so a command that prints at once shows it.
 		t := time.NewTimer(liveInterval / 4)
 		defer t.Stop()
@@ -287,8 +292,11 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 			case <-t.C:
 				t.Reset(liveInterval)
 			}
-			h, o, err := s.runScript(ctx, []string{"peek", JobsDir, id, strconv.FormatInt(outOff, 10),
-				strconv.FormatInt(errOff, 10), strconv.Itoa(liveBytes)}, nil, nil, 2*liveBytes)
+			from := []string{"-", "-"}
+			if outOff >= 0 {
+				from = []string{strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10)}
+			}
+			h, o, err := s.runScript(ctx, []string{"peek", JobsDir, id, from[0], from[1], strconv.Itoa(liveBytes)}, nil, nil, 2*liveBytes)
 			if err != nil || h.state != "peek" {
 				continue
 			}

@@ -107,7 +107,7 @@ func TestExecBoundedOutputUTF8(t *testing.T) {
 		t.Errorf("tail %q", tail)
 	}
 	// head keeps 511 of 512 bytes (\xff + 170*3), tail 511 of 512 (170*3 + \xfe).
-	if marker != "4980 bytes (0 lines) left out; the whole output is in "+res.StdoutFile {
+	if marker != "part of line 1 left out (4980 bytes); read them with read_file path="+res.StdoutFile+" offset=1" {
 		t.Errorf("marker %q", marker)
 	}
 }
@@ -324,7 +324,7 @@ func TestJobLostWithContainerRestart(t *testing.T) {
 		t.Fatalf("job_list after restart: %+v %v", jobs, err)
 	}
 	start := time.Now()
-	out, err := sb.JobOutput(ctx, res.JobID, 10*time.Second, nil, 0)
+	out, err := sb.JobOutput(ctx, res.JobID, 10*time.Second, nil, 0, nil)
 	if err != nil || !out.Lost || out.Running || time.Since(start) > 3*time.Second {
 		t.Fatalf("poll of a lost job after %v: %+v %v", time.Since(start), out, err)
 	}
@@ -338,7 +338,7 @@ func TestJobOutputSplitCharacter(t *testing.T) {
 	if !res.Running || res.Stdout != "bar " {
 		t.Fatalf("first delivery: %+v", res)
 	}
-	out, err := sb.JobOutput(context.Background(), res.JobID, 10*time.Second, nil, 0)
+	out, err := sb.JobOutput(context.Background(), res.JobID, 10*time.Second, nil, 0, nil)
 	if err != nil || out.Running || out.Stdout != "━ done\n" || out.StdoutBytes != 13 {
 		t.Fatalf("second delivery: %+v %v", out, err)
 	}
@@ -372,7 +372,7 @@ func TestExecJobIDDrawnTwice(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	late, err := sb.JobOutput(ctx, running.JobID, 30*time.Second, nil, 0)
+	late, err := sb.JobOutput(ctx, running.JobID, 30*time.Second, nil, 0, nil)
 	if err != nil || late.Running || late.Stdout != "running-output\n" {
 		t.Errorf("the running job: %+v, %v", late, err)
 	}

@@ -29,6 +29,23 @@ var jobScriptFile string
 // exec, and the common path must cost little more than a bare exec.
 var jobScript = stripComments(jobScriptFile)
 
+// runnerEnv names the environment variable that carries the job runner into its exec.
+// The exec's command line is only runnerBoot and the runner's arguments, so the
+// runner's processes, which live as long as their jobs, show short lines in ps; the
+// script takes the variable out of its environment before it starts anything.
+const runnerEnv = "MCP_SANDBOX_RUNNER"
+
+// runnerBoot is the runner's command line: bash evaluates the script from the
+// environment. No file in the container is involved, so nothing the model changes
+// there alters the runner.
+const runnerBoot = `S=$` + runnerEnv + `; unset ` + runnerEnv + `; eval "$S"`
+
+// runnerExec returns the command and environment that run the job runner with args.
+func runnerExec(args []string, env []string) ([]string, []string) {
+	cmd := append([]string{"bash", "-c", runnerBoot, "mcpjob"}, args...)
+	return cmd, append(append(make([]string, 0, len(env)+1), env...), runnerEnv+"="+jobScript)
+}
+
 func stripComments(script string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(script, "\n") {
@@ -128,7 +145,10 @@ type header struct {
 	outFrom, errFrom   int64 // first byte of this delivery
 	outSent, errSent   int64 // bytes sent
 	outLines, errLines int64 // newlines in the new range when it was cut, else -1
+	outLine, errLine   int64 // line the new range starts in (from 1) when it may be cut, else -1
+	ranMs              int64 // how long the job has run or ran, in ms, or -1
 	timedOut, killed   bool
+	cancelled          bool   // killed because the call that waited for it was cancelled
 	inputWaiting       bool   // the last input is not all read yet
 	held               string // pid of a process holding the output open
 	extra              string // oldbash: the bash version
@@ -183,7 +203,7 @@ type scriptRun struct {
 // closed, in the background), and reads its output, up to limit bytes a stream. This
 // is the one place that builds the job script's exec.
 func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
-	cmd := append([]string{"bash", "-c", jobScript, "mcpjob"}, args...)
+	cmd, env := runnerExec(args, env)
 	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
@@ -297,6 +317,7 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		ExitCode:    h.exit,
 		TimedOut:    h.timedOut,
 		Killed:      h.killed,
+		Cancelled:   h.cancelled,
 		StdoutBytes: h.outSize,
 		StderrBytes: h.errSize,
 		StdoutFile:  JobFile(id, Stdout),
@@ -304,13 +325,16 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		HeldBy:      h.held,
 		Lost:        h.state == "lost",
 	}
+	if h.ranMs >= 0 {
+		res.JobDuration = time.Duration(h.ranMs) * time.Millisecond
+	}
 	res.InputWaiting = res.Running && h.inputWaiting
 	if res.Running {
 		res.ExitCode = -1
 	}
 	var next [2][]byte
-	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, res.Running, keep, head, tail, res.StdoutFile)
-	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, res.Running, keep, head, tail, res.StderrFile)
+	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, h.outLine, res.Running, keep, head, tail, res.StdoutFile)
+	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, h.errLine, res.Running, keep, head, tail, res.StderrFile)
 	return res, next
 }
 
@@ -318,11 +342,13 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 // character cut at the end of the previous delivery) in front. While the job runs,
 // the bytes of a character cut at the end are left out and returned, for the next
 // delivery.
-func cutStream(payload, held []byte, total, lines int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
+func cutStream(payload, held []byte, total, lines, first int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
 	if len(held) > 0 {
 		payload = append(held[:len(held):len(held)], payload...)
 		total += int64(len(held))
 		head += len(held)
+		// The held bytes end the previous delivery's last line, which has no newline
+		// before them: the range still starts in the same line.
 	}
 	var next []byte
 	if running {
@@ -332,16 +358,17 @@ func cutStream(payload, held []byte, total, lines int64, running bool, keep, hea
 			total -= int64(k)
 		}
 	}
-	text, cut := cutOutput(payload, total, lines, keep, head, tail, file)
+	text, cut := cutOutput(payload, total, lines, first, keep, head, tail, file)
 	return text, cut, next
 }
 
 // cutOutput returns the text of a range of total bytes, of which payload holds either
 // everything or (when shorter than total) the first head bytes and the last ones. Text
 // longer than keep is cut in the middle at line boundaries (at character boundaries
-// when lines are too long), and a marker says how many bytes and lines were left out
-// and where the whole output is.
-func cutOutput(payload []byte, total, lines int64, keep, head, tail int, file string) (string, bool) {
+// when lines are too long), and a marker says which lines (first: the number of the
+// line the range starts in, -1 when unknown) and how many bytes were left out, and the
+// read_file call that reads them.
+func cutOutput(payload []byte, total, lines, first int64, keep, head, tail int, file string) (string, bool) {
 	if int64(len(payload)) >= total && len(payload) <= keep {
 		return strings.ToValidUTF8(string(payload), "\uFFFD"), false
 	}
@@ -389,13 +416,35 @@ func cutOutput(payload []byte, total, lines int64, keep, head, tail int, file st
 	if len(headPart) > 0 && headPart[len(headPart)-1] != '\n' {
 		sb.WriteByte('\n')
 	}
-	if lines >= 0 {
-		fmt.Fprintf(&sb, "[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
-	} else {
-		fmt.Fprintf(&sb, "[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
-	}
+	sb.WriteString(cutMarker(omitted, lines, omittedLines, first, headPart, s > 0 && t[s-1] == '\n', file))
 	sb.WriteString(strings.ToValidUTF8(string(tailPart), "\uFFFD"))
 	return sb.String(), true
+}
+
+// cutMarker is the line that stands for the middle left out of an output: omitted
+// bytes holding omittedLines newlines, after headPart, of a range that starts in line
+// first (-1: unknown) and holds lines newlines in all (-1: not counted). endsLine says
+// the part left out ends with a newline.
+func cutMarker(omitted, lines, omittedLines, first int64, headPart []byte, endsLine bool, file string) string {
+	switch {
+	case lines < 0:
+		return fmt.Sprintf("[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
+	case first < 1:
+		return fmt.Sprintf("[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
+	}
+	from := first + int64(bytes.Count(headPart, []byte{'\n'}))
+	to := from + omittedLines
+	if endsLine {
+		to--
+	}
+	what := fmt.Sprintf("lines %d–%d", from, to)
+	if to <= from {
+		what = fmt.Sprintf("part of line %d", from)
+		if endsLine && (len(headPart) == 0 || headPart[len(headPart)-1] == '\n') {
+			what = fmt.Sprintf("line %d", from)
+		}
+	}
+	return fmt.Sprintf("[... %s left out (%d bytes); read them with read_file path=%s offset=%d ...]\n", what, omitted, file, from)
 }
 
 func plural(n int64, word string) string {
@@ -447,11 +496,12 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 	return maxOutput, s.jobs.lock(id), nil
 }
 
-// JobOutput waits up to wait for job id to end or print something, then returns the
-// output produced since the last delivery (never repeated, never skipped), cut to
-// maxOutput bytes per stream (0: Config.MaxOutput). With input != nil, it first writes
-// input to the job's stdin; the job must have been started interactive.
-func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*ExecResult, error) {
+// JobOutput waits up to wait for job id to end, then returns the output produced since
+// the last delivery (never repeated, never skipped), cut to maxOutput bytes per stream
+// (0: Config.MaxOutput). With input != nil, it first writes input to the job's stdin
+// (the job must have been started interactive) and waits only until the job answers.
+// onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
+func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -468,8 +518,13 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 		env = []string{"MCP_SANDBOX_INPUT=" + *input}
 		mode = "env"
 	}
+	stopLive := func() {}
+	if onOutput != nil && wait > liveInterval {
+		stopLive = s.followLive(ctx, id, onOutput)
+	}
 	h, o, err := s.runScript(ctx, []string{"poll", JobsDir, id, strconv.Itoa(int((wait + time.Second - 1) / time.Second)),
 		strconv.Itoa(head), strconv.Itoa(tail), mode}, env, nil, head+tail)
+	stopLive()
 	if err != nil {
 		return nil, err
 	}
@@ -494,10 +549,12 @@ func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecR
 		return nil, err
 	}
 	defer unlock()
-	return s.killJob(ctx, id, maxOutput)
+	return s.killJob(ctx, id, maxOutput, "killed")
 }
 
-func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+// killJob kills job id and records why: "killed" (KillJob) or "cancelled" (the call
+// that waited for it was cancelled).
+func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*ExecResult, error) {
 	_, head, tail := budget(maxOutput)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -508,7 +565,7 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int) (*ExecR
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
 		}
-		h, o, err := s.runScript(ctx, []string{"kill", JobsDir, id, strconv.Itoa(head), strconv.Itoa(tail)}, nil, nil, head+tail)
+		h, o, err := s.runScript(ctx, []string{"kill", JobsDir, id, strconv.Itoa(head), strconv.Itoa(tail), why}, nil, nil, head+tail)
 		if err != nil {
 			// A command that used up the process limit can make the exec fail to start.
 			lastErr = err
@@ -532,8 +589,16 @@ type JobInfo struct {
 	Started     time.Time
 	Timeout     time.Duration
 	Interactive bool
+	KilledBy    string // KilledByTimeout, KilledByJobKill, KilledByClient, or "" when not killed
 	Command     string // the start of its first line, ending in "…" when cut
 }
+
+// What killed a job, as JobInfo.KilledBy says it.
+const (
+	KilledByTimeout = "timeout"  // its timeout passed
+	KilledByJobKill = "job_kill" // KillJob
+	KilledByClient  = "client"   // the call that waited for it was cancelled
+)
 
 // ListJobs returns the running and the retained finished jobs, oldest first: the
 // newest maxListedJobs (1000) of them, each command cut to its first 200 bytes.
@@ -541,9 +606,9 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	cmd := []string{"bash", "-c", jobScript, "mcpjob", "list", JobsDir, "-"}
+	cmd, env := runnerExec([]string{"list", JobsDir, "-"}, nil)
 	var out bytes.Buffer
-	code, err := s.collectExec(ctx, cmd, &out, listOutputMax)
+	code, err := s.collectExecEnv(ctx, cmd, env, &out, listOutputMax)
 	if err != nil {
 		return nil, err
 	}
@@ -555,8 +620,13 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
 
 // collectExec runs an internal command and collects up to limit bytes of its stdout.
 func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buffer, limit int) (int, error) {
+	return s.collectExecEnv(ctx, cmd, nil, out, limit)
+}
+
+// collectExecEnv is collectExec with env added to the exec's environment.
+func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
 	execID, hj, err := s.startExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd,
+		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
 	if err != nil {
 		return 0, err
@@ -644,7 +714,8 @@ func (s *Sandbox) jobSeen(id string, running bool) {
 		ctx, cancel := context.WithTimeout(upkeep(context.Background()), time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		if _, err := s.collectExec(ctx, []string{"bash", "-c", jobScript, "mcpjob", "prune", JobsDir, "-"}, &out, 4096); err != nil {
+		cmd, env := runnerExec([]string{"prune", JobsDir, "-"}, nil)
+		if _, err := s.collectExecEnv(ctx, cmd, env, &out, 4096); err != nil {
 			s.log.Warn("forgetting old jobs", zap.Error(err))
 		}
 	}()

@@ -15,13 +15,13 @@ func cutLike(all string, keep int) (string, bool) {
 	_, head, tail := budget(keep)
 	total := int64(len(all))
 	if len(all) <= head+tail {
-		return cutOutput([]byte(all), total, -1, keep, head, tail, "/f")
+		return cutOutput([]byte(all), total, -1, 1, keep, head, tail, "/f")
 	}
 	payload := all[:head] + all[len(all)-tail:]
-	return cutOutput([]byte(payload), total, int64(strings.Count(all, "\n")), keep, head, tail, "/f")
+	return cutOutput([]byte(payload), total, int64(strings.Count(all, "\n")), 1, keep, head, tail, "/f")
 }
 
-var markerRe = regexp.MustCompile(`\[\.\.\. (\d+) bytes \((\d+) lines?\) left out; the whole output is in /f \.\.\.\]\n`)
+var markerRe = regexp.MustCompile(`\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=/f offset=(\d+) \.\.\.\]\n`)
 
 // TestCutOutputLines: long output is cut at line boundaries, with the counts of what
 // was left out, whether it came whole or as head and tail.
@@ -45,8 +45,14 @@ func TestCutOutputLines(t *testing.T) {
 				t.Fatalf("n=%d keep=%d: no marker in %q", n, keep, got)
 			}
 			head, tail := got[:m[0]], got[m[1]:]
-			bytesOut, _ := strconv.Atoi(got[m[2]:m[3]])
-			linesOut, _ := strconv.Atoi(got[m[4]:m[5]])
+			from, _ := strconv.Atoi(got[m[2]:m[3]])
+			to, _ := strconv.Atoi(got[m[4]:m[5]])
+			bytesOut, _ := strconv.Atoi(got[m[6]:m[7]])
+			offset, _ := strconv.Atoi(got[m[8]:m[9]])
+			linesOut := to - from + 1
+			if from != strings.Count(head, "\n")+1 || offset != from {
+				t.Errorf("n=%d keep=%d: marker names lines %d–%d offset %d after %d lines", n, keep, from, to, offset, strings.Count(head, "\n"))
+			}
 			if !strings.HasPrefix(all, head) || !strings.HasSuffix(all, tail) || !strings.HasSuffix(head, "\n") {
 				t.Errorf("n=%d keep=%d: head or tail not a whole-line part of the output", n, keep)
 			}
@@ -68,7 +74,7 @@ func TestCutOutputLines(t *testing.T) {
 func TestCutOutputLongLines(t *testing.T) {
 	all := strings.Repeat("€", 20000)
 	got, cut := cutLike(all, 5000)
-	if !cut || !utf8.ValidString(got) || strings.Contains(got, "\uFFFD") || !strings.Contains(got, "(0 lines) left out") {
+	if !cut || !utf8.ValidString(got) || strings.Contains(got, "\uFFFD") || !strings.Contains(got, "[... part of line 1 left out (") {
 		t.Errorf("cut %v, %q", cut, got[:100])
 	}
 }
@@ -81,7 +87,7 @@ func deliverLike(rng string, held []byte, running bool, keep int) (string, bool,
 	if len(rng) > head+tail {
 		payload, lines = rng[:head]+rng[len(rng)-tail:], int64(strings.Count(rng, "\n"))
 	}
-	return cutStream([]byte(payload), held, int64(len(rng)), lines, running, keep, head, tail, "/f")
+	return cutStream([]byte(payload), held, int64(len(rng)), lines, 1, running, keep, head, tail, "/f")
 }
 
 // TestCutStreamHoldsSplitCharacter: a delivery of a running job that ends inside a
@@ -118,3 +124,33 @@ func TestCutStreamHoldsSplitCharacter(t *testing.T) {
 }
 
 func clipEnd(s string) string { return s[max(0, len(s)-40):] }
+
+// TestCutMarker: the marker names the lines left out, counted from the line the
+// delivery starts in, and the read_file call that reads them; without a line number
+// it gives counts and the file, and past the counting limit bytes only.
+func TestCutMarker(t *testing.T) {
+	const f = "/var/lib/mcp-sandbox/jobs/j0123456789ab.out"
+	for _, c := range []struct {
+		omitted, lines, omittedLines, first int64
+		head                                string
+		endsLine                            bool
+		want                                string
+	}{
+		{824043, 9300, 7468, 1, strings.Repeat("x\n", 1761), true,
+			"[... lines 1762–9229 left out (824043 bytes); read them with read_file path=" + f + " offset=1762 ...]\n"},
+		{500, 40, 10, 101, "a\nb\n", true,
+			"[... lines 103–112 left out (500 bytes); read them with read_file path=" + f + " offset=103 ...]\n"},
+		{4980, 0, 0, 12, "€€", false,
+			"[... part of line 12 left out (4980 bytes); read them with read_file path=" + f + " offset=12 ...]\n"},
+		{70, 3, 1, 1, "a\n", true,
+			"[... line 2 left out (70 bytes); read them with read_file path=" + f + " offset=2 ...]\n"},
+		{70, 3, 1, 1, "a\nb", false,
+			"[... lines 2–3 left out (70 bytes); read them with read_file path=" + f + " offset=2 ...]\n"},
+		{500, 40, 10, -1, "a\n", true, "[... 500 bytes (10 lines) left out; the whole output is in " + f + " ...]\n"},
+		{500, -1, 0, 7, "a\n", true, "[... 500 bytes left out; the whole output is in " + f + " ...]\n"},
+	} {
+		if got := cutMarker(c.omitted, c.lines, c.omittedLines, c.first, []byte(c.head), c.endsLine, f); got != c.want {
+			t.Errorf("cutMarker(%d, %d, %d, %d, %q, %v) =\n%q, want\n%q", c.omitted, c.lines, c.omittedLines, c.first, c.head, c.endsLine, got, c.want)
+		}
+	}
+}

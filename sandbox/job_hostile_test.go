@@ -22,12 +22,12 @@ func TestJobOutputAfterTruncatedFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mustExec(t, sb, "touch /tmp/cut; until [ -e /tmp/was-cut ]; do sleep 0.1; done", ExecOptions{Timeout: 30 * time.Second})
-	out, err := sb.JobOutput(ctx, res.JobID, 0, nil, 0)
+	out, err := sb.JobOutput(ctx, res.JobID, 0, nil, 0, nil)
 	if err != nil || !out.Running || out.StdoutBytes != 0 {
 		t.Fatalf("poll after the file was emptied: %+v, %v", out, err)
 	}
 	mustExec(t, sb, "touch /tmp/go-on", ExecOptions{})
-	out, err = sb.JobOutput(ctx, res.JobID, 30*time.Second, nil, 0)
+	out, err = sb.JobOutput(ctx, res.JobID, 30*time.Second, nil, 0, nil)
 	if err != nil || out.Running || !strings.HasSuffix(out.Stdout, "after\n") {
 		t.Fatalf("last poll: %+v, %v", out, err)
 	}

@@ -1,4 +1,5 @@
-# Job runner for the MCP sandbox. Run as: bash -c "$(this file)" mcpjob <mode> <jobs dir> <id> ...
+# Job runner for the MCP sandbox. Run as: bash -c 'S=$MCP_SANDBOX_RUNNER; unset MCP_SANDBOX_RUNNER; eval "$S"' mcpjob <mode> <jobs dir> <id> ...
+# with this file in MCP_SANDBOX_RUNNER, so the command lines of its processes stay short.
 #
 # Every command runs as a job whose state lives in files inside the container, so it
 # outlives the Docker exec that started it, Caddy and the client:
@@ -8,16 +9,20 @@
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
 #   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
-#   <id>.exit  exit status, written last; .timedout, .killed and .held say why or what
+#   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
+#              .cancelled (the call was cancelled) and .held say why or what
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
 #
 # Output to the caller (Caddy) on stdout: one header line
-#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <flags>
+#   MCPJOB1 <state> <exit> <out size> <err size> <out from> <err from> <out sent> <err sent> <out lines> <err lines> <out line> <err line> <ran> <flags>
 # then <out sent> bytes of stdout (the head, then the tail when the new output is longer
 # than the budget), while stderr carries <err sent> bytes of stderr the same way. The
-# lines fields count the newlines of the whole new range when it was cut, else "-".
-# The flags are "-" or a list of timedout, killed, held:<pid>, inputwaiting, each ended
-# by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
+# lines fields count the newlines of the whole new range when it was cut, else "-"; the
+# line fields give the number of the line the new range starts in when it is longer
+# than the head (so the caller may cut it), else "-". ran is how long the job has run
+# (running) or ran (done), in milliseconds, or "-" when unknown.
+# The flags are "-" or a list of timedout, killed, cancelled, held:<pid>, inputwaiting,
+# each ended by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
 # nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
 #
 # Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
@@ -70,6 +75,31 @@ killjob() {
 	kill -KILL -- "-$pg" 2>/dev/null
 }
 
+# usec <time as EPOCHREALTIME gives it, with the locale's decimal point>: sets us to
+# the time in microseconds; fails for anything else (a time read back from a file).
+usec() {
+	[[ $1 =~ ^[0-9]{1,12}[.,][0-9]{6}$ ]] || return 1
+	us=$((10#${1/[.,]/}))
+}
+
+# ran <state>: sets ran to the job's running time in ms, from its start in .meta to its
+# end in .exit (done) or now (running), or "-".
+ran() {
+	local t0 t1 us
+	ran=-
+	read -r t0 _ 2>/dev/null <"$d.meta" && usec "$t0" || return 0
+	t0=$us
+	if [ "$1" = done ]; then
+		read -r _ t1 2>/dev/null <"$d.exit" && usec "$t1" || return 0
+	elif [ "$1" = running ]; then
+		usec "$EPOCHREALTIME"
+	else
+		return 0
+	fi
+	ran=$(((us - t0) / 1000))
+	((ran < 0)) && ran=0
+}
+
 # alive: whether the job's runner still runs (its pid is in .meta and the process
 # still carries the job id in its arguments; a restarted container reuses pids).
 alive() {
@@ -83,7 +113,7 @@ alive() {
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
-	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- flags=
+	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
@@ -93,9 +123,11 @@ emit() {
 	# A file cut shorter (say, by the command itself) restarts delivery at its end.
 	((oo > os)) && oo=$os
 	((eo > es)) && eo=$es
-	[ "$state" = done ] && { read -r ex <"$d.exit"; ex=${ex:--}; }
+	[ "$state" = done ] && { read -r ex _ <"$d.exit"; ex=${ex:--}; }
+	ran "$state"
 	[ -e "$d.timedout" ] && flags+=timedout,
 	[ -e "$d.killed" ] && flags+=killed,
+	[ -e "$d.cancelled" ] && flags+=cancelled,
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
 	[ -e "$d.inw" ] && [ "$state" = running ] && writer && flags+=inputwaiting,
 	on=$((os - oo)) en=$((es - eo))
@@ -111,8 +143,12 @@ emit() {
 		esend=$((H + T))
 		((en <= 100000000)) && el=$(($(range "$d.err" "$eo" "$en" | wc -l)))
 	fi
+	# The line a range that may be cut starts in, for the marker to name the lines left
+	# out: counted up to 100 MB too.
+	if ((on > H && oo + on <= 100000000)); then of=$(($(range "$d.out" 0 "$oo" | wc -l) + 1)); fi
+	if ((en > H && eo + en <= 100000000)); then ef=$(($(range "$d.err" 0 "$eo" | wc -l) + 1)); fi
 	echo "$os $es" >"$d.off"
-	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el ${flags:--}"
+	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}"
 	send "$d.out" "$oo" "$on" "$H" "$T"
 	send "$d.err" "$eo" "$en" "$H" "$T" >&2
 }
@@ -151,7 +187,8 @@ run)
 	# Claim the id (another call may have drawn the same one): .meta names this
 	# script as the runner until the real one starts.
 	set -C
-	if ! echo "${EPOCHREALTIME%.*} $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
+	t0=$EPOCHREALTIME
+	if ! echo "$t0 $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
 		echo "MCPJOB1 taken"
 		exit 0
 	fi
@@ -222,13 +259,13 @@ run)
 			[ -n "$held" ] && echo "$held" >"$d.held"
 		fi
 		[ -n "$held" ] || kill "$w"
-		echo "$e" >"$d.exit"
+		echo "$e $EPOCHREALTIME" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
 	# The listing shows the start of the command, from the file for a long one.
 	P=${C:0:300}
 	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
-	printf '%s %s %s %s %s\n%s\n' "${EPOCHREALTIME%.*}" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
+	printf '%s %s %s %s %s\n%s\n' "$t0" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
 	state=running
 	if [ "$W" = -1 ]; then
 		wait "$r"
@@ -284,18 +321,17 @@ poll)
 	fi
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
-	# Wait for the end, or for new output and then a while more to gather it: 0.6 s
-	# after input (a prompt's answer), 5 s otherwise (fewer, fuller polls).
-	seen=-1 settle=25
-	[ "$7" = env ] && settle=3
+	# Wait for the end or the wait's end; after input, only until the answer comes and
+	# 0.6 s more to gather it.
+	seen=-1
 	[ -s "$d.exit" ] || alive || W=0
 	for ((i = 0; i < W * 5; i++)); do
 		[ -s "$d.exit" ] && break
-		if ((seen < 0)); then
+		if [ "$7" = env ] && ((seen < 0)); then
 			set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 			if ((${1:-0} > oo || ${2:-0} > eo)); then seen=$i; fi
 		fi
-		((seen >= 0 && i - seen >= settle)) && break
+		((seen >= 0 && i - seen >= 3)) && break
 		read -t 0.2 -u 9
 	done
 	if [ -s "$d.exit" ]; then
@@ -308,8 +344,13 @@ poll)
 	;;
 peek)
 	# peek <dir> <id> <out from> <err from> <max>: the last max bytes of each stream's
-	# output past the offsets, for live progress; nothing is marked delivered.
+	# output past the offsets ("-": past what was delivered), for live progress;
+	# nothing is marked delivered.
 	o=$4 e=$5 M=$6 os=0 es=0
+	if [ "$o" = - ]; then
+		read -r o e 2>/dev/null <"$d.off"
+		[[ $o =~ ^[0-9]{1,15}$ && $e =~ ^[0-9]{1,15}$ ]] || o=0 e=0
+	fi
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
 		set -- $(stat -c %s "$d.out" "$d.err" 2>/dev/null)
 		os=${1:-0} es=${2:-0}
@@ -321,15 +362,16 @@ peek)
 	((es > e)) && range "$d.err" "$e" $((es - e)) >&2
 	;;
 kill)
-	# kill <dir> <id> <head> <tail>
-	H=$4 TL=$5
+	# kill <dir> <id> <head> <tail> <why: killed|cancelled>
+	H=$4 TL=$5 why=killed
+	[ "$6" = cancelled ] && why=cancelled
 	if ! [ -e "$d.meta" ]; then
 		echo "MCPJOB1 unknown"
 		exit 0
 	fi
 	tick
 	if ! [ -s "$d.exit" ]; then
-		: >"$d.killed"
+		: >"$d.$why"
 		killjob
 		for ((i = 0; i < 50; i++)); do
 			[ -s "$d.exit" ] && break
@@ -346,7 +388,8 @@ kill)
 	fi
 	;;
 list)
-	# list <dir> -: one line per job: id state exit start timeout interactive, then the command's first line
+	# list <dir> -: one line per job: id state exit start timeout interactive why, then
+	# the command's first line; why is what killed it (timedout, killed, cancelled) or -
 	for m in "$J"/*.meta; do
 		[ -e "$m" ] || continue
 		j=${m##*/}
@@ -354,7 +397,7 @@ list)
 		{ read -r start to inter r cwd && IFS= read -r cmd; } <"$m"
 		ex=-
 		if [ -s "$J/$j.exit" ]; then
-			read -r ex <"$J/$j.exit"
+			read -r ex _ <"$J/$j.exit"
 			st=done
 		else
 			st=lost
@@ -363,7 +406,11 @@ list)
 				[[ " ${a[*]} " == *" $j "* ]] && st=running
 			fi
 		fi
-		printf 'JOB %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "$start" "$to" "$inter" "${cmd:0:300}"
+		why=-
+		for w in cancelled killed timedout; do
+			[ -e "$J/$j.$w" ] && why=$w && break
+		done
+		printf 'JOB %s %s %s %s %s %s %s %s\n' "$j" "$st" "$ex" "${start%[.,]*}" "$to" "$inter" "$why" "${cmd:0:300}"
 	done
 	;;
 prune)

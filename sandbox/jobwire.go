@@ -28,6 +28,8 @@ const (
 	listLineMax = 2048
 	// listOutputMax bounds the bytes of a listing read from the container.
 	listOutputMax = 4 << 20
+	// maxRanMs bounds a job's running time in a header: ten years in milliseconds.
+	maxRanMs = 10 * 366 * 24 * 3600 * 1000
 	// maxFieldNumber bounds every number in a header (sizes, offsets, line counts):
 	// far beyond any disk, and far from overflowing when added.
 	maxFieldNumber = 1 << 50
@@ -41,7 +43,7 @@ func badAnswer(line []byte) error {
 }
 
 // parseHeader reads the runner's first line (see jobs.sh): "MCPJOB1 <state>" and, for
-// done, running and lost, ten fields more; for peek, the two file sizes; for oldbash,
+// done, running and lost, thirteen fields more; for peek, the two file sizes; for oldbash,
 // the bash version. Every field is checked; anything else is an error. It allocates
 // no more than a few hundred bytes, whatever line holds.
 func parseHeader(line []byte) (header, error) {
@@ -49,7 +51,7 @@ func parseHeader(line []byte) (header, error) {
 	if len(line) > maxHeaderLine {
 		return h, badAnswer(line)
 	}
-	var f [13][]byte
+	var f [16][]byte
 	n := 0
 	for rest := line; ; n++ {
 		if n == len(f) {
@@ -93,7 +95,7 @@ func parseHeader(line []byte) (header, error) {
 	default:
 		return h, badAnswer(line)
 	}
-	if n != 12 {
+	if n != 15 {
 		return h, badAnswer(line)
 	}
 	ok := true
@@ -108,11 +110,14 @@ func parseHeader(line []byte) (header, error) {
 	h.outFrom, h.errFrom = num(f[5], false), num(f[6], false)
 	h.outSent, h.errSent = num(f[7], false), num(f[8], false)
 	h.outLines, h.errLines = num(f[9], true), num(f[10], true)
+	h.outLine, h.errLine = num(f[11], true), num(f[12], true)
+	h.ranMs = num(f[13], true)
 	// An exit status only once done; what was sent lies inside the files.
 	ok = ok && (exit >= 0) == (h.state == "done") && exit <= 255 &&
 		h.outFrom <= h.outSize && h.errFrom <= h.errSize &&
-		h.outSent <= h.outSize-h.outFrom && h.errSent <= h.errSize-h.errFrom
-	if !ok || !h.parseFlags(f[11]) {
+		h.outSent <= h.outSize-h.outFrom && h.errSent <= h.errSize-h.errFrom &&
+		h.outLine != 0 && h.errLine != 0 && h.ranMs <= maxRanMs
+	if !ok || !h.parseFlags(f[14]) {
 		return header{}, badAnswer(line)
 	}
 	return h, nil
@@ -132,6 +137,8 @@ func (h *header) parseFlags(b []byte) bool {
 			h.timedOut = true
 		case string(fl) == "killed":
 			h.killed = true
+		case string(fl) == "cancelled":
+			h.cancelled = true
 		case string(fl) == "inputwaiting":
 			h.inputWaiting = true
 		case bytes.HasPrefix(fl, []byte("held:")):
@@ -176,7 +183,7 @@ func bashVersion(b []byte) bool {
 }
 
 // parseJobList reads the runner's listing: one line per job, "JOB <id> <state>
-// <exit> <start> <timeout s> <interactive> <command>". It returns the newest maxJobs
+// <exit> <start> <timeout s> <interactive> <why killed> <command>". It returns the newest maxJobs
 // well-formed jobs, oldest first, each command cut to maxCommand bytes (and marked
 // with "…"); lines that are too long or not well formed are left out. Its memory
 // depends on maxJobs and maxCommand, not on the size of out. An old bash in the
@@ -215,12 +222,12 @@ func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
 
 // parseJobLine reads one listing line; see parseJobList.
 func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
-	var f [8][]byte
+	var f [9][]byte
 	rest := line
-	for n := 0; n < 7; n++ {
+	for n := 0; n < 8; n++ {
 		i := bytes.IndexByte(rest, ' ')
 		if i < 0 {
-			if n < 6 {
+			if n < 7 {
 				return JobInfo{}, false
 			}
 			f[n], rest = rest, nil
@@ -228,7 +235,7 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 		}
 		f[n], rest = rest[:i], rest[i+1:]
 	}
-	f[7] = rest
+	f[8] = rest
 	if string(f[0]) != "JOB" || !validJobID(f[1]) {
 		return JobInfo{}, false
 	}
@@ -263,8 +270,19 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 	default:
 		return JobInfo{}, false
 	}
+	switch string(f[7]) {
+	case "-":
+	case "timedout":
+		j.KilledBy = KilledByTimeout
+	case "killed":
+		j.KilledBy = KilledByJobKill
+	case "cancelled":
+		j.KilledBy = KilledByClient
+	default:
+		return JobInfo{}, false
+	}
 	j.ID = string(f[1])
-	cmd := f[7]
+	cmd := f[8]
 	cut := len(cmd) > maxCommand
 	if cut {
 		cmd = trimIncompleteEnd(cmd[:maxCommand])

@@ -42,16 +42,19 @@ func amplify(p []byte, n int) []byte {
 
 func TestJobHeaderStrict(t *testing.T) {
 	good := map[string]header{
-		"MCPJOB1 done 7 12 3 0 0 12 3 - - -":             {state: "done", exit: 7, outSize: 12, errSize: 3, outSent: 12, errSent: 3, outLines: -1, errLines: -1},
-		"MCPJOB1 running - 100 0 40 0 60 0 5 - held:42,": {state: "running", exit: -1, outSize: 100, outFrom: 40, outSent: 60, outLines: 5, errLines: -1, held: "42"},
-		"MCPJOB1 lost - 0 0 0 0 0 0 - - -":               {state: "lost", exit: -1, outLines: -1, errLines: -1},
-		"MCPJOB1 done 137 0 0 0 0 0 0 - - timedout,killed,": {state: "done", exit: 137, outLines: -1, errLines: -1,
+		"MCPJOB1 done 7 12 3 0 0 12 3 - - - - - -":             {state: "done", exit: 7, outSize: 12, errSize: 3, outSent: 12, errSent: 3, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1},
+		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - - held:42,": {state: "running", exit: -1, outSize: 100, outFrom: 40, outSent: 60, outLines: 5, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, held: "42"},
+		"MCPJOB1 lost - 0 0 0 0 0 0 - - - - - -":               {state: "lost", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1},
+		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - - timedout,killed,": {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
 			timedOut: true, killed: true},
-		"MCPJOB1 running - 0 0 0 0 0 0 - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, inputWaiting: true},
-		"MCPJOB1 peek 10 20":                              {state: "peek", outSize: 10, errSize: 20},
-		"MCPJOB1 oldbash 5.0":                             {state: "oldbash", extra: "5.0"},
-		"MCPJOB1 unknown":                                 {state: "unknown"},
-		"MCPJOB1 inputwaiting":                            {state: "inputwaiting"},
+		"MCPJOB1 done 137 0 0 0 0 0 0 - - - - 3000 cancelled,":  {state: "done", exit: 137, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 3000, cancelled: true},
+		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1, ranMs: -1},
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 14012 -":            {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 14012},
+		"MCPJOB1 running - 0 0 0 0 0 0 - - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, inputWaiting: true},
+		"MCPJOB1 peek 10 20":   {state: "peek", outSize: 10, errSize: 20},
+		"MCPJOB1 oldbash 5.0":  {state: "oldbash", extra: "5.0"},
+		"MCPJOB1 unknown":      {state: "unknown"},
+		"MCPJOB1 inputwaiting": {state: "inputwaiting"},
 	}
 	for line, want := range good {
 		got, err := parseHeader([]byte(line))
@@ -65,27 +68,30 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB2 done 0 0 0 0 0 0 0 - - -",
 		"MCPJOB1 pwned",
 		"MCPJOB1 unknown extra",
-		"MCPJOB1 done 0 0 0 0 0 0 0 - -",     // a field short
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - x", // a field more
-		"MCPJOB1 done 0  0 0 0 0 0 - - -",    // an empty field
-		"MCPJOB1 done 0 -5 0 0 0 0 0 - - -",  // negative size
-		"MCPJOB1 done 0 +5 0 0 0 0 0 - - -",  // sign
-		"MCPJOB1 done 0 05 0 0 0 0 0 - - -",  // leading zero
-		"MCPJOB1 done 0 99999999999999999999 0 0 0 0 0 - - -",
-		"MCPJOB1 done 0 5 0 9 0 0 0 - - -",          // offset past the end of the file
-		"MCPJOB1 done 0 5 0 0 0 9 0 - - -",          // more sent than the file holds
-		"MCPJOB1 done - 0 0 0 0 0 0 - - -",          // done without an exit status
-		"MCPJOB1 running 0 0 0 0 0 0 0 - - -",       // running with one
-		"MCPJOB1 done 256 0 0 0 0 0 0 - - -",        // no such exit status
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - held:1;rm,", // a pid that is not a number
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - timedout",   // flags end with a comma
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - sudo,",      // unknown flag
-		"MCPJOB1 done 0 0 0 0 0 0 0 x - -",
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - -", // a field short
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - - x", // a field more
+		"MCPJOB1 done 0  0 0 0 0 0 - - - - - -",    // an empty field
+		"MCPJOB1 done 0 -5 0 0 0 0 0 - - - - - -",  // negative size
+		"MCPJOB1 done 0 +5 0 0 0 0 0 - - - - - -",  // sign
+		"MCPJOB1 done 0 05 0 0 0 0 0 - - - - - -",  // leading zero
+		"MCPJOB1 done 0 99999999999999999999 0 0 0 0 0 - - - - - -",
+		"MCPJOB1 done 0 5 0 9 0 0 0 - - - - - -",          // offset past the end of the file
+		"MCPJOB1 done 0 5 0 0 0 9 0 - - - - - -",          // more sent than the file holds
+		"MCPJOB1 done - 0 0 0 0 0 0 - - - - - -",          // done without an exit status
+		"MCPJOB1 running 0 0 0 0 0 0 0 - - - - - -",       // running with one
+		"MCPJOB1 done 256 0 0 0 0 0 0 - - - - - -",        // no such exit status
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - held:1;rm,", // a pid that is not a number
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - timedout",   // flags end with a comma
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - sudo,",      // unknown flag
+		"MCPJOB1 done 0 0 0 0 0 0 0 x - - - - -",
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - 0 - - -",               // no line 0
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 999999999999999 -", // runs for longer than ten years
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 1.5 -",
 		"MCPJOB1 oldbash 5.0;reboot",
 		"MCPJOB1 oldbash",
 		"MCPJOB1 peek 1",
 		"MCPJOB1 peek 1 -2",
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - -" + strings.Repeat(" ", maxHeaderLine),
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - -" + strings.Repeat(" ", maxHeaderLine),
 	}
 	for _, line := range bad {
 		if h, err := parseHeader([]byte(line)); !errors.Is(err, errBadAnswer) {
@@ -115,16 +121,19 @@ func TestScriptOutputBounds(t *testing.T) {
 
 func TestJobListParse(t *testing.T) {
 	out := strings.Join([]string{
-		"JOB j0000000100aa done 0 1700000000 300.000 0 echo hi",
-		"JOB j0000000200bb running - 1700000001 2.500 1 python3 -i",
-		"JOB j0000000300cc lost - 1700000002 60.000 0 ",
-		"JOB j0000000400dd done 1 1700000003 60.000 0 " + strings.Repeat("é", 200),
-		"JOB J0000000500ee done 0 1700000004 60.000 0 bad id",
-		"JOB j0000000600ff done -1 1700000005 60.000 0 bad exit",
-		"JOB j0000000700aa done 0 1700000006 1e9 0 bad timeout",
-		"JOB j0000000800aa running - 1700000007 60.000 2 bad interactive",
-		"JOB j0000000900aa done 0 1700000008 60.000 0 " + strings.Repeat("x", listLineMax),
-		"JOB j0000000a00aa done 0 1700000009 60.000 0 \xff\xfe broken text",
+		"JOB j0000000100aa done 0 1700000000 300.000 0 - echo hi",
+		"JOB j0000000200bb running - 1700000001 2.500 1 - python3 -i",
+		"JOB j0000000300cc lost - 1700000002 60.000 0 - ",
+		"JOB j0000000400dd done 1 1700000003 60.000 0 - " + strings.Repeat("é", 200),
+		"JOB J0000000500ee done 0 1700000004 60.000 0 - bad id",
+		"JOB j0000000600ff done -1 1700000005 60.000 0 - bad exit",
+		"JOB j0000000700aa done 0 1700000006 1e9 0 - bad timeout",
+		"JOB j0000000800aa running - 1700000007 60.000 2 - bad interactive",
+		"JOB j0000000900aa done 0 1700000008 60.000 0 - " + strings.Repeat("x", listLineMax),
+		"JOB j0000000a00aa done 0 1700000009 60.000 0 - \xff\xfe broken text",
+		"JOB j0000000b00aa done 137 1700000010 60.000 0 cancelled sleep 100",
+		"JOB j0000000c00aa done 137 1700000011 60.000 0 timedout sleep 100",
+		"JOB j0000000d00aa done 137 1700000012 60.000 0 reboot bad why",
 		"garbage",
 		"",
 	}, "\n")
@@ -134,7 +143,7 @@ func TestJobListParse(t *testing.T) {
 	}
 	var got []string
 	for _, j := range jobs {
-		got = append(got, fmt.Sprintf("%s %s %d %d %v %v %q", j.ID, j.State, j.ExitCode, j.Started.Unix(), j.Timeout, j.Interactive, j.Command))
+		got = append(got, fmt.Sprintf("%s %s %d %d %v %v %q%s", j.ID, j.State, j.ExitCode, j.Started.Unix(), j.Timeout, j.Interactive, j.Command, j.KilledBy))
 	}
 	want := []string{
 		`j0000000100aa done 0 1700000000 5m0s false "echo hi"`,
@@ -142,13 +151,15 @@ func TestJobListParse(t *testing.T) {
 		`j0000000300cc lost -1 1700000002 1m0s false ""`,
 		`j0000000400dd done 1 1700000003 1m0s false "éééééééééé…"`,
 		`j0000000a00aa done 0 1700000009 1m0s false "� broken text"`,
+		`j0000000b00aa done 137 1700000010 1m0s false "sleep 100"client`,
+		`j0000000c00aa done 137 1700000011 1m0s false "sleep 100"timeout`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("parsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The newest are kept.
 	jobs, _ = parseJobList([]byte(out), 2, 20)
-	if len(jobs) != 2 || jobs[0].ID != "j0000000400dd" || jobs[1].ID != "j0000000a00aa" {
+	if len(jobs) != 2 || jobs[0].ID != "j0000000b00aa" || jobs[1].ID != "j0000000c00aa" {
 		t.Errorf("with 2 at most: %+v", jobs)
 	}
 	// An old bash answers with its header.
@@ -162,9 +173,9 @@ func TestJobListParse(t *testing.T) {
 // Bound: allocSlack (the error message clips the line to 200 bytes).
 func FuzzJobHeader(f *testing.F) {
 	for _, s := range []string{
-		"MCPJOB1 done 0 12 3 0 0 12 3 - - -",
-		"MCPJOB1 running - 100 0 40 0 60 0 5 - held:42,timedout,",
-		"MCPJOB1 peek 1 2", "MCPJOB1 oldbash 5.0", "MCPJOB1 taken", "MCPJOB1 done 0 0 0 0 0 0 0 - - inputwaiting,",
+		"MCPJOB1 done 0 12 3 0 0 12 3 - - - - - -",
+		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - - held:42,timedout,",
+		"MCPJOB1 peek 1 2", "MCPJOB1 oldbash 5.0", "MCPJOB1 taken", "MCPJOB1 done 0 0 0 0 0 0 0 - - - - - inputwaiting,",
 		strings.Repeat("MCPJOB1 ", 1000),
 	} {
 		f.Add([]byte(s), uint16(1))
@@ -192,10 +203,10 @@ func FuzzJobHeader(f *testing.F) {
 // twice over (the limit, head plus tail of maxOutput), and the result's text: each
 // stream's kept bytes a few times over (copies, U+FFFD for bad bytes, the marker).
 func FuzzScriptOutput(f *testing.F) {
-	f.Add([]byte("MCPJOB1 done 0 5 0 0 0 5 0 - - -\nhello"), []byte("oops"), uint16(1), uint16(7), uint16(1000))
-	f.Add([]byte("MCPJOB1 running - 900000 0 0 0 2048 0 20000 - -\n"+strings.Repeat("line\n", 400)), []byte(""), uint16(50), uint16(100), uint16(0))
+	f.Add([]byte("MCPJOB1 done 0 5 0 0 0 5 0 - - - - - -\nhello"), []byte("oops"), uint16(1), uint16(7), uint16(1000))
+	f.Add([]byte("MCPJOB1 running - 900000 0 0 0 2048 0 20000 - - - - -\n"+strings.Repeat("line\n", 400)), []byte(""), uint16(50), uint16(100), uint16(0))
 	f.Add([]byte("no header at all"), []byte(strings.Repeat("e", 100)), uint16(200), uint16(30000), uint16(5000))
-	f.Add([]byte("MCPJOB1 done 0 70000 70000 0 0 3000 3000 9 9 -\n"+strings.Repeat("\xe2\x82", 1000)), []byte("\xff"), uint16(3), uint16(13), uint16(1))
+	f.Add([]byte("MCPJOB1 done 0 70000 70000 0 0 3000 3000 9 9 - - - -\n"+strings.Repeat("\xe2\x82", 1000)), []byte("\xff"), uint16(3), uint16(13), uint16(1))
 	f.Fuzz(func(t *testing.T, stdout, stderr []byte, rep, chunk, maxOut uint16) {
 		stdout, stderr = amplify(stdout, int(rep)), amplify(stderr, int(rep))
 		maxOutput := minMaxOutput + int(maxOut)
@@ -249,9 +260,9 @@ func frame(w io.Writer, st byte, p []byte, size int) {
 // Bound: the jobs slice grown by doubling (twice maxJobs entries), and per job its id
 // and its command (a copy, U+FFFD for bad bytes, the "…").
 func FuzzJobList(f *testing.F) {
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 echo hi\nJOB j0000000200bb running - 1700000001 2.500 1 cat\n"), uint16(1), uint8(10), uint16(200))
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 \xff\xfe\xfd\n"), uint16(5000), uint8(3), uint16(50))
-	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 "+strings.Repeat("x", 2000)+"\n"), uint16(300), uint8(200), uint16(300))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - echo hi\nJOB j0000000200bb running - 1700000001 2.500 1 - cat\n"), uint16(1), uint8(10), uint16(200))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - \xff\xfe\xfd\n"), uint16(5000), uint8(3), uint16(50))
+	f.Add([]byte("JOB j0000000100aa done 0 1700000000 300.000 0 - "+strings.Repeat("x", 2000)+"\n"), uint16(300), uint8(200), uint16(300))
 	f.Add([]byte("garbage line\n"), uint16(60000), uint8(255), uint16(10))
 	f.Add([]byte("MCPJOB1 oldbash 4.4\n"), uint16(1), uint8(1), uint16(1))
 	f.Fuzz(func(t *testing.T, out []byte, rep uint16, maxJobs uint8, maxCommand uint16) {

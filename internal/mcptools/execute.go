@@ -25,7 +25,7 @@ const MinOutput = 1024
 // ExecuteOutput is the structured result of execute and of the job tools.
 type ExecuteOutput struct {
 	// The descriptions are terse: this schema is listed with four tools.
-	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; head and tail when cut (see note)."`
+	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; head and tail when cut, around a marker naming the lines left out and the read_file call that reads them."`
 	Stderr          string  `json:"stderr"`
 	ExitCode        *int    `json:"exit_code" jsonschema:"Null while running; 128+n: ended by signal n."`
 	Running         bool    `json:"running" jsonschema:"Still running as job job_id; follow it with job_output."`
@@ -307,21 +307,33 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	b.WriteByte('[')
 	switch {
 	case o.Running:
-		fmt.Fprintf(&b, "still running as job %s after %.0fs; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, o.DurationSeconds, o.JobID, human.Duration(s.pollWait()))
+		fmt.Fprintf(&b, "still running as job %s for %s", o.JobID, elapsed(ran(res), false))
+		if ran(res)-res.Duration >= time.Second {
+			fmt.Fprintf(&b, " (this call waited %s)", elapsed(res.Duration, false))
+		}
+		fmt.Fprintf(&b, "; call job_output with job_id %q for its further output (it waits up to %s)", o.JobID, human.Duration(s.pollWait()))
 		if interactive {
 			b.WriteString(", job_input to write to its stdin")
 		}
 		b.WriteString(", job_kill to stop it")
 	case res.Lost:
-		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above")
+		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; ")
+		if o.Stdout == "" && o.Stderr == "" {
+			b.WriteString("no output was captured")
+		} else {
+			b.WriteString("its output so far is above")
+		}
 	case o.TimedOut:
 		fmt.Fprintf(&b, "timed out after %s: the command and its child processes were killed (%s); pass a larger timeout for longer work", human.Duration(timeout), exitText(res.ExitCode))
 	case o.Cancelled:
-		b.WriteString("cancelled: the command and its child processes were killed")
+		b.WriteString("cancelled by the client: the command and its child processes were killed")
+		if res.ExitCode >= 0 {
+			fmt.Fprintf(&b, " (%s)", exitText(res.ExitCode))
+		}
 	case o.Killed:
 		fmt.Fprintf(&b, "killed by job_kill (%s)", exitText(res.ExitCode))
 	default:
-		fmt.Fprintf(&b, "%s, %.2fs", exitText(res.ExitCode), o.DurationSeconds)
+		fmt.Fprintf(&b, "%s, ran %s", exitText(res.ExitCode), elapsed(ran(res), true))
 	}
 	if o.StdoutTruncated || o.StderrTruncated {
 		b.WriteString("; output was cut, the whole output is in ")
@@ -344,6 +356,28 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 // engineText is what a tool says when the Docker engine did not answer: nothing the
 // model did is wrong, and the same call may work a little later.
 const engineText = "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds."
+
+// ran is how long the job of a result has run, or this call's time when the job's is
+// unknown.
+func ran(res *sandbox.ExecResult) time.Duration {
+	if res.JobDuration > 0 {
+		return res.JobDuration
+	}
+	return res.Duration
+}
+
+// elapsed shows a running time: to the second (to the hundredth under a minute when
+// exact), as 1m35s or 2h0m5s past a minute.
+func elapsed(d time.Duration, exact bool) string {
+	r := d.Round(time.Second)
+	switch {
+	case d < time.Minute && exact:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case r < time.Minute:
+		return fmt.Sprintf("%ds", r/time.Second)
+	}
+	return r.String()
+}
 
 func execErrorText(box Box, err error) string {
 	if sandbox.EngineDown(err) {

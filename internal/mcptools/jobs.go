@@ -23,9 +23,10 @@ type jobListOutput struct {
 	Jobs []jobEntry `json:"jobs"`
 }
 
-// jobStates lists the states a job can be in.
+// jobStates lists the states a job can be in, and what may have killed it.
 func jobStates(s *jsonschema.Schema) {
 	s.Properties["jobs"].Items.Properties["state"].Enum = []any{"running", "done", "lost"}
+	s.Properties["jobs"].Items.Properties["killed_by"].Enum = []any{sandbox.KilledByTimeout, sandbox.KilledByJobKill, sandbox.KilledByClient}
 }
 
 type jobEntry struct {
@@ -34,6 +35,7 @@ type jobEntry struct {
 	ExitCode    *int      `json:"exit_code"`
 	StartedAt   time.Time `json:"started_at"`
 	Interactive bool      `json:"interactive"`
+	KilledBy    string    `json:"killed_by,omitempty" jsonschema:"What killed it: timeout, job_kill, or client (the call that waited for it was cancelled)."`
 	Command     string    `json:"command" jsonschema:"Start of the command's first line (at most 200 bytes, ending in … when cut)."`
 }
 
@@ -62,10 +64,10 @@ func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
 
 func (s *Tools) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
-		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits up to wait seconds for the job to print something (then up to 5 s more, to gather a batch) or end, and returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
+		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits until the job ends or wait seconds pass (wait: 0 returns at once), then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
 		title("Follow a running command"),
 		s.jobIDArg(),
-		s.jobWaitArg("for new output or the end"),
+		s.jobWaitArg("for the job to end"),
 		outputSchema[ExecuteOutput](),
 		hints(false, false, false, false), // not read-only: it marks the output as delivered
 	)
@@ -73,7 +75,7 @@ func (s *Tools) jobOutputTool() mcp.Tool {
 
 func (s *Tools) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
-		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output like job_output. A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
+		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
 		title("Send input to a running command"),
 		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
@@ -174,7 +176,7 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 // progress keep-alive while it waits.
 func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
-	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput())
+	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
 	prog.stop()
 	if err != nil && res == nil {
 		return jobError(box, err, id, a.tool), nil
@@ -224,7 +226,7 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	out := jobListOutput{Jobs: []jobEntry{}}
 	var b strings.Builder
 	for _, j := range jobs {
-		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, Command: j.Command}
+		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, KilledBy: j.KilledBy, Command: j.Command}
 		if j.State == "done" {
 			code := j.ExitCode
 			e.ExitCode = &code
@@ -233,6 +235,9 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		state := j.State
 		if e.ExitCode != nil {
 			state = exitText(*e.ExitCode)
+			if why := killedText[j.KilledBy]; why != "" {
+				state = fmt.Sprintf("exit code %d: %s", *e.ExitCode, why)
+			}
 		}
 		fmt.Fprintf(&b, "%s  %s  started %s  %s\n", j.ID, state, j.Started.Format(time.RFC3339), j.Command)
 	}
@@ -240,6 +245,13 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		b.WriteString("No jobs.")
 	}
 	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil
+}
+
+// killedText says what killed a job, by JobInfo.KilledBy.
+var killedText = map[string]string{
+	sandbox.KilledByTimeout: "timed out",
+	sandbox.KilledByJobKill: "killed by job_kill",
+	sandbox.KilledByClient:  "cancelled by the client",
 }
 
 // jobError turns a job function's error into a tool result that says what to do.

@@ -21,7 +21,7 @@ import (
 // Box is one sandbox as the tools use it.
 type Box interface {
 	Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error)
-	JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int) (*sandbox.ExecResult, error)
+	JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error)
 	KillJob(ctx context.Context, id string, maxOutput int) (*sandbox.ExecResult, error)
 	ListJobs(ctx context.Context) ([]sandbox.JobInfo, error)
 

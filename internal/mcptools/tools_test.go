@@ -77,7 +77,7 @@ func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
 	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, maxOutput int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, maxOutput int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
 	b.record("job_output " + id)
 	b.record(fmt.Sprint("max_output ", maxOutput))
 	return b.job(id)
@@ -564,7 +564,7 @@ type downBox struct {
 func (b *downBox) Exec(context.Context, string, sandbox.ExecOptions) (*sandbox.ExecResult, error) {
 	return nil, b.err
 }
-func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int) (*sandbox.ExecResult, error) {
+func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int, func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
 	return nil, b.err
 }
 func (b *downBox) KillJob(context.Context, string, int) (*sandbox.ExecResult, error) {

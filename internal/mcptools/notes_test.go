@@ -1,0 +1,38 @@
+package mcptools
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// TestNoteTimes: a result's note gives the job's own running time and, when it differs,
+// how long this call waited; a finished job's note says how long the job ran, not how
+// long the last call took.
+func TestNoteTimes(t *testing.T) {
+	s := &Tools{opts: Options{Yield: 45 * time.Second}}
+	for _, c := range []struct {
+		res  sandbox.ExecResult
+		want string
+	}{
+		{sandbox.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 48 * time.Second, JobDuration: 95 * time.Second},
+			"[still running as job j1 for 1m35s (this call waited 48s); call job_output"},
+		{sandbox.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 5 * time.Second, JobDuration: 5200 * time.Millisecond},
+			"[still running as job j1 for 5s; call job_output"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 3 * time.Second, JobDuration: 120 * time.Second}, "[exit code 0, ran 2m0s]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: 2, Duration: 3 * time.Second, JobDuration: 14020 * time.Millisecond}, "[exit code 2, ran 14.02s]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 50 * time.Millisecond}, "[exit code 0, ran 0.05s]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: 137, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed (exit code 137: killed by signal 9, SIGKILL)]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true}, "[the job was lost: the sandbox restarted while it ran, so it has no exit code; no output was captured]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true, Stdout: "half\n"}, "[the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above]"},
+	} {
+		res := c.res
+		out := toOutput(&res)
+		if got := s.note(out, &res, 0, false); !strings.HasPrefix(got, c.want) {
+			t.Errorf("note = %q, want it to begin %q", got, c.want)
+		}
+	}
+}
