@@ -100,8 +100,14 @@ type ExecResult struct {
 	// refused with ErrInputWaiting until then.
 	InputWaiting bool
 	// HeldBy is the process id of a process the command left behind that still held
-	// its output open when the result was returned (after a 2 s grace), or "".
+	// its output open when the result was returned, and is killed at the timeout,
+	// or "". It is set only when such processes could not become a job of their own.
 	HeldBy string
+	// Background is the job that took over the processes the command left running
+	// with its output open, or "": it runs without the command's timeout until they
+	// end or KillJob stops it, and delivers their further output. BackgroundPid is
+	// one of them, BackgroundCommand its command line (printable, at most 80 bytes).
+	Background, BackgroundPid, BackgroundCommand string
 	// Duration is the time from the start of the call to its result.
 	Duration time.Duration
 	// JobDuration is how long the job has run so far (while running) or ran in all

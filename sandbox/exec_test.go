@@ -240,7 +240,8 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 	if !strings.Contains(res.Stderr, "fork") {
 		t.Errorf("fork bomb did not hit the limit? stderr %.200q", res.Stderr)
 	}
-	// The bomb's first process exits at once; its group must still have been killed.
+	// The bomb's first process exits at once and the rest goes on as a job of its own;
+	// holding the container at its process limit, it is killed 3 s later.
 	var out *ExecResult
 	for i := 0; i < 20; i++ {
 		out = mustExec(t, sb, "echo ok; "+countBombs, ExecOptions{Timeout: 30 * time.Second})
@@ -263,19 +264,29 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 // itself, job runners, a background prune of old jobs) come and go.
 const countBombs = "ps -o args | grep -c '^bash -c :()'"
 
-// TestExecForkWalkerKilledAtTimeout: a command that leaves a chain of processes each
+// TestExecForkWalkerBecomesJob: a command that leaves a chain of processes each
 // forking the next and exiting at once, all with the command's output open, is never
-// caught in one scan for holders of the output; it must still count as holding it
-// and die at the timeout.
-func TestExecForkWalkerKilledAtTimeout(t *testing.T) {
+// caught in one scan for holders of the output; it must still count as holding it,
+// go on as a job of its own past the command's timeout, and die by KillJob.
+func TestExecForkWalkerBecomesJob(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
+	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		start := time.Now()
-		res := mustExec(t, sb, ":(){ :& };:", ExecOptions{Timeout: 3 * time.Second})
-		t.Logf("walker %d returned after %v: held by %q", i, time.Since(start), res.HeldBy)
-		if res.HeldBy == "" || res.Running || res.ExitCode != 0 {
-			t.Errorf("walker %d: got %+v, want it done and its output held", i, res)
+		res := mustExec(t, sb, ":(){ :& };:", ExecOptions{Timeout: 2 * time.Second})
+		t.Logf("walker %d returned after %v: job %q", i, time.Since(start), res.Background)
+		if res.Background == "" || res.Running || res.ExitCode != 0 {
+			t.Fatalf("walker %d: got %+v, want it done and its leftovers a job", i, res)
+		}
+		if i == 0 {
+			time.Sleep(3 * time.Second)
+			if left := mustExec(t, sb, countBombs, ExecOptions{}).Stdout; left == "0\n" {
+				t.Fatalf("walker %d ended with the command's timeout", i)
+			}
+		}
+		if k, err := sb.KillJob(ctx, res.Background, 0); err != nil || !k.Killed || k.Running {
+			t.Fatalf("walker %d: KillJob: %+v %v", i, k, err)
 		}
 		left := ""
 		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
@@ -284,7 +295,7 @@ func TestExecForkWalkerKilledAtTimeout(t *testing.T) {
 			}
 		}
 		if left != "0\n" {
-			t.Fatalf("walker %d: %q of its processes 10s after its timeout", i, left)
+			t.Fatalf("walker %d: %q of its processes 10s after KillJob", i, left)
 		}
 	}
 }

@@ -151,6 +151,8 @@ type header struct {
 	cancelled          bool   // killed because the call that waited for it was cancelled
 	inputWaiting       bool   // the last input is not all read yet
 	held               string // pid of a process holding the output open
+	bgJob, bgPid       string // the job that took over the processes left holding the output, and one of them
+	bgCmd              string // that process's command line, sanitised
 	extra              string // oldbash: the bash version
 }
 
@@ -312,18 +314,21 @@ func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *E
 func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*ExecResult, [2][]byte) {
 	keep, head, tail := budget(maxOutput)
 	res := &ExecResult{
-		JobID:       id,
-		Running:     h.state == "running",
-		ExitCode:    h.exit,
-		TimedOut:    h.timedOut,
-		Killed:      h.killed,
-		Cancelled:   h.cancelled,
-		StdoutBytes: h.outSize,
-		StderrBytes: h.errSize,
-		StdoutFile:  JobFile(id, Stdout),
-		StderrFile:  JobFile(id, Stderr),
-		HeldBy:      h.held,
-		Lost:        h.state == "lost",
+		JobID:             id,
+		Running:           h.state == "running",
+		ExitCode:          h.exit,
+		TimedOut:          h.timedOut,
+		Killed:            h.killed,
+		Cancelled:         h.cancelled,
+		StdoutBytes:       h.outSize,
+		StderrBytes:       h.errSize,
+		StdoutFile:        JobFile(id, Stdout),
+		StderrFile:        JobFile(id, Stderr),
+		HeldBy:            h.held,
+		Background:        h.bgJob,
+		BackgroundPid:     h.bgPid,
+		BackgroundCommand: h.bgCmd,
+		Lost:              h.state == "lost",
 	}
 	if h.ranMs >= 0 {
 		res.JobDuration = time.Duration(h.ranMs) * time.Millisecond

@@ -11,6 +11,9 @@
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
 #   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
 #              .cancelled (the call was cancelled) and .held say why or what
+#   <id>.bg    "<job id> <pid> <hex of its command>": the job that took over the
+#              processes the command left holding its output (see handover)
+#   <id>.from  in that job: the id of the job it took over from
 #   .tick      a FIFO nobody writes to: `read -t N -u 9` on it sleeps without a process
 #
 # Output to the caller (Caddy) on stdout: one header line
@@ -22,8 +25,9 @@
 # than the head (so the caller may cut it), else "-". ran is how long the job has run
 # (running) or ran (done), in milliseconds, or "-" when unknown.
 # The flags are "-" or a list of timedout, killed, cancelled, held:<pid>, inputwaiting,
-# each ended by a comma. A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive,
-# nocwd, taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
+# bg:<job id>:<pid>:<hex of up to 80 bytes of its command line>, each ended by a comma.
+# A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive, nocwd,
+# taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
 #
 # Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
 # run when there is output to send.
@@ -50,6 +54,13 @@ pstat() {
 	pstate=$1 pgrp=$3
 }
 
+# holds <dir in /proc>: whether the process has the job's output open as its stdout or
+# stderr.
+holds() {
+	[ "$1/fd/1" -ef "$d.out" ] || [ "$1/fd/2" -ef "$d.err" ] ||
+		[ "$1/fd/1" -ef "$d.err" ] || [ "$1/fd/2" -ef "$d.out" ]
+}
+
 # writer: whether the process writing the job's last input still runs (its pid is in
 # .inw and it carries "mcpjob-input <id>" in its arguments); sets wp to its pid.
 writer() {
@@ -62,17 +73,74 @@ writer() {
 
 # killjob kills the job's process group (found by its id, so a command that emptied
 # its environment is found too), twice, around a scan for group members that a
-# fork-heavy command may have started meanwhile, and the writer of its input.
+# fork-heavy command may have started meanwhile (and, for a job handed over, for
+# processes holding its output), and the writer of its input.
 killjob() {
-	local pg p pstate pgrp wp
+	local pg p pstate pgrp wp h=
 	writer && kill -KILL "$wp" 2>/dev/null
 	read -r pg 2>/dev/null <"$d.pid" || return 0
 	[ -n "$pg" ] || return 0
+	[ -e "$d.from" ] && h=1
 	kill -KILL -- "-$pg" 2>/dev/null
 	for p in /proc/[0-9]*; do
-		pstat "$p" && [ "$pgrp" = "$pg" ] && kill -KILL "${p#/proc/}" 2>/dev/null
+		{ pstat "$p" && [ "$pgrp" = "$pg" ]; } || { [ -n "$h" ] && holds "$p"; } && kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	kill -KILL -- "-$pg" 2>/dev/null
+}
+
+# members <pgid>: whether a process of the group (one scan may miss a process that
+# forks and exits over and over, a signal does not) or one holding the job's output
+# still runs.
+members() {
+	local p
+	kill -0 -- "-$1" 2>/dev/null && return 0
+	for p in /proc/[0-9]*; do
+		holds "$p" && return 0
+	done
+	return 1
+}
+
+# pids: sets m and n to the container's process limit and count; fails when unknown.
+pids() {
+	{ read -r m <"/sys/fs/cgroup/pids.max" && read -r n <"/sys/fs/cgroup/pids.current"; } 2>/dev/null ||
+		{ read -r m <"/sys/fs/cgroup/pids/pids.max" && read -r n <"/sys/fs/cgroup/pids/pids.current"; } 2>/dev/null
+	[[ $m =~ ^[0-9]{1,9}$ && $n =~ ^[0-9]{1,9}$ ]]
+}
+
+# full <pgid>: whether the container is at its process limit, half of it in the group.
+full() {
+	local m n k=0 p pstate pgrp
+	pids && ((n + 10 >= m)) || return 1
+	for p in /proc/[0-9]*; do
+		pstat "$p" && [ "$pgrp" = "$1" ] && ((++k))
+	done
+	((2 * k >= m))
+}
+
+# handover <pid>: makes what the command left running with its output open (its
+# process group, and processes holding the output, pid among them) a job of its own
+# with no timeout, whose runner is the timeout's process turned to "watch". Records it
+# in .bg; fails when it cannot. It starts no process: at the container's process
+# limit (a fork bomb) that would fail and end the runner.
+handover() {
+	local b i a cmd hex= x t0=$EPOCHREALTIME LC_ALL=C
+	[ -e "$d.timedout" ] && return 1
+	for ((i = 0; i < 3; i++)); do
+		printf -v b 'j%08x%04x' "$EPOCHSECONDS" $(((RANDOM << 1 ^ RANDOM) & 65535))
+		set -C
+		echo "$t0 0 0 $w $cwd" 2>/dev/null >"$J/$b.meta" && break
+		b=
+	done
+	set +C
+	[ -n "$b" ] && : >>"$d.off" && echo "$c" >"$J/$b.pid" && echo "$id" >"$J/$b.from" || return 1
+	mapfile -d '' a 2>/dev/null <"/proc/$1/cmdline"
+	cmd=${a[*]}
+	printf '%s 0 0 %s %s\n%.300s\n' "$t0" "$w" "$cwd" "${cmd:-$C}" >"$J/$b.meta"
+	for ((i = 0; i < ${#cmd} && i < 80; i++)); do
+		printf -v x %02x "'${cmd:i:1}"
+		hex+=${x: -2}
+	done
+	echo "$b $1 $hex" >"$d.bg" && kill -USR1 "$w"
 }
 
 # usec <time as EPOCHREALTIME gives it, with the locale's decimal point>: sets us to
@@ -113,7 +181,7 @@ alive() {
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
-	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran
+	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran b p x
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
@@ -129,6 +197,7 @@ emit() {
 	[ -e "$d.killed" ] && flags+=killed,
 	[ -e "$d.cancelled" ] && flags+=cancelled,
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
+	[ -s "$d.bg" ] && { read -r b p x <"$d.bg"; flags+=bg:$b:$p:$x,; }
 	[ -e "$d.inw" ] && [ "$state" = running ] && writer && flags+=inputwaiting,
 	on=$((os - oo)) en=$((es - eo))
 	((on < 0)) && on=0
@@ -218,6 +287,9 @@ run)
 		c=$!
 		echo "$c" >"$d.pid"
 		(
+			# handover turns it into the runner of the job that takes over.
+			trap 'read -r b _ <"$d.bg" && export MCP_SANDBOX_RUNNER=$S &&
+				exec bash -c "S=\$MCP_SANDBOX_RUNNER; unset MCP_SANDBOX_RUNNER; eval \"\$S\"" mcpjob watch "$J" "$b" "$c"' USR1
 			read -t "$T" -u 9
 			: >"$d.timedout"
 			killjob
@@ -228,21 +300,21 @@ run)
 		exec 3>&-
 		# Input nobody will read: a writer still waiting on the pipe goes too.
 		[ "$I" = 1 ] && writer && kill -KILL "$wp" 2>/dev/null
-		# A process the command left behind may still hold its output open; give it
-		# up to 2 s to finish (as an exec stream would), then note who it was. Such
-		# leftovers are still killed at the timeout; others (detached, or with their
-		# output redirected) are not. One scan can miss processes that live for
-		# moments (a command that forks and exits, over and over): while the group
-		# lives on and a scan finds no process of it that stays without the output,
-		# the scan is repeated, and after 2 s the leftovers count as holding it.
+		# A process the command left behind may still hold its output open: when it
+		# still does 0.2 s later, it and the rest of the group go on as a job of their
+		# own (handover), without the timeout; failing that, they are noted and
+		# killed at the timeout. Others (detached, or with their output redirected)
+		# live on. One scan can miss processes that live for moments (a command that
+		# forks and exits, over and over): while the group lives on and a scan finds
+		# no process of it that stays without the output, the scan is repeated, and
+		# after 2 s the leftovers count as holding it.
 		held=
 		if kill -0 -- "-$c" 2>/dev/null; then
 			seen=
 			for ((i = 0; i < 20; i++)); do
 				held= quiet=
 				for p in /proc/[0-9]*; do
-					if [ "$p/fd/1" -ef "$d.out" ] || [ "$p/fd/2" -ef "$d.err" ] ||
-						[ "$p/fd/1" -ef "$d.err" ] || [ "$p/fd/2" -ef "$d.out" ]; then
+					if holds "$p"; then
 						held=${p#/proc/} seen=$held
 						break
 					fi
@@ -253,12 +325,15 @@ run)
 					[ -n "$quiet" ] && break
 					kill -0 -- "-$c" 2>/dev/null || break
 					held=${seen:-$c}
+				elif ((i >= 2)); then
+					break
 				fi
 				read -t 0.1 -u 9
 			done
+			[ -n "$held" ] && handover "$held" && held= w=
 			[ -n "$held" ] && echo "$held" >"$d.held"
 		fi
-		[ -n "$held" ] || kill "$w"
+		[ -z "$held" ] && [ -n "$w" ] && kill "$w"
 		echo "$e $EPOCHREALTIME" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
@@ -280,6 +355,34 @@ run)
 		fi
 	fi
 	emit "$state" "$H" "$TL"
+	;;
+watch)
+	# watch <dir> <id> <pgid>: the runner of a job handed over (see handover): it ends
+	# when no process of the group runs and none holds the output. Their exit codes
+	# are not known: 0, or 137 when killed. A group that keeps the container at its
+	# process limit (a fork bomb) leaves nothing else able to start, job_kill
+	# included: after 3 s of it, it is killed.
+	# Its files are links to those of the job it took over from (delivered offsets
+	# shared), made once the container has room for the processes that make them.
+	tick
+	f=0 linked=
+	read -r o <"$d.from"
+	[[ $o =~ ^j[0-9a-f]{12}$ ]] || o=$id
+	links() { ln -f "$J/$o.out" "$d.out" && ln -f "$J/$o.err" "$d.err" && ln -f "$J/$o.off" "$d.off"; linked=1; }
+	full "$4" || links
+	while members "$4"; do
+		if full "$4"; then
+			((++f >= 10)) && killjob
+		else
+			f=0
+			[ -n "$linked" ] || links
+		fi
+		read -t 0.3 -u 9
+	done
+	[ -n "$linked" ] || links
+	e=0
+	[ -e "$d.killed" ] || ((f >= 10)) && e=137
+	echo "$e $EPOCHREALTIME" >"$d.exit"
 	;;
 poll)
 	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> ; input comes in MCP_SANDBOX_INPUT
@@ -370,7 +473,8 @@ kill)
 		exit 0
 	fi
 	tick
-	if ! [ -s "$d.exit" ]; then
+	# Processes left holding the output of an ended command (.held) are killed too.
+	if ! [ -s "$d.exit" ] || { [ -s "$d.held" ] && ! [ -e "$d.timedout" ]; }; then
 		: >"$d.$why"
 		killjob
 		for ((i = 0; i < 50; i++)); do
@@ -437,6 +541,8 @@ prune)
 		j=${m##*/}
 		j=${j%.meta}
 		[ -e "$J/$j.exit" ] && continue
+		id=$j d=$J/$j
+		alive && continue
 		(((now - 16#${j:1:8}) > 86400)) && gone+=("$J/$j".*)
 	done
 	((${#gone[@]})) && rm -f -- "${gone[@]}"

@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
@@ -141,6 +143,10 @@ func (h *header) parseFlags(b []byte) bool {
 			h.cancelled = true
 		case string(fl) == "inputwaiting":
 			h.inputWaiting = true
+		case bytes.HasPrefix(fl, []byte("bg:")):
+			if !h.parseBackground(fl[len("bg:"):]) {
+				return false
+			}
 		case bytes.HasPrefix(fl, []byte("held:")):
 			pid := fl[len("held:"):]
 			if _, ok := fieldNumber(pid, false); !ok || len(pid) > 10 {
@@ -152,6 +158,39 @@ func (h *header) parseFlags(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// maxBackgroundCommand bounds the bytes of a background process's command line in a
+// header: the runner sends at most 80, hex-encoded.
+const maxBackgroundCommand = 80
+
+// parseBackground reads the flag "bg:<job id>:<pid>:<hex of its command line>".
+func (h *header) parseBackground(b []byte) bool {
+	f := bytes.SplitN(b, []byte{':'}, 3)
+	if len(f) != 3 || !validJobID(f[0]) || len(f[1]) > 10 || len(f[2]) > 2*maxBackgroundCommand {
+		return false
+	}
+	if _, ok := fieldNumber(f[1], false); !ok {
+		return false
+	}
+	cmd := make([]byte, hex.DecodedLen(len(f[2])))
+	if _, err := hex.Decode(cmd, f[2]); err != nil {
+		return false
+	}
+	h.bgJob, h.bgPid, h.bgCmd = string(f[0]), string(f[1]), printable(cmd)
+	return true
+}
+
+// printable returns b as valid UTF-8 without control characters (each becomes a
+// space) and without spaces at either end.
+func printable(b []byte) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(trimIncompleteEnd(b)), "\uFFFD"))
+	return strings.TrimSpace(s)
 }
 
 // fieldNumber reads a decimal number of at most maxFieldNumber, or "-" (as -1) when

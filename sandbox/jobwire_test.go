@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 	"unsafe"
 
@@ -51,6 +52,14 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1, ranMs: -1},
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 14012 -":            {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 14012},
 		"MCPJOB1 running - 0 0 0 0 0 0 - - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, inputWaiting: true},
+		// The command line of a background process: hex, controls and bidi overrides
+		// shown as spaces, an incomplete character at the end dropped.
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:1628:707974686f6e33206170702e7079,": {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
+			bgJob: "j0123456789ab", bgPid: "1628", bgCmd: "python3 app.py"},
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7:611b5b326a0ae280ae62e2,": {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
+			bgJob: "j0123456789ab", bgPid: "7", bgCmd: "a [2j  b"},
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7:,": {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,
+			bgJob: "j0123456789ab", bgPid: "7"},
 		"MCPJOB1 peek 10 20":   {state: "peek", outSize: 10, errSize: 20},
 		"MCPJOB1 oldbash 5.0":  {state: "oldbash", extra: "5.0"},
 		"MCPJOB1 unknown":      {state: "unknown"},
@@ -75,14 +84,20 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB1 done 0 +5 0 0 0 0 0 - - - - - -",  // sign
 		"MCPJOB1 done 0 05 0 0 0 0 0 - - - - - -",  // leading zero
 		"MCPJOB1 done 0 99999999999999999999 0 0 0 0 0 - - - - - -",
-		"MCPJOB1 done 0 5 0 9 0 0 0 - - - - - -",          // offset past the end of the file
-		"MCPJOB1 done 0 5 0 0 0 9 0 - - - - - -",          // more sent than the file holds
-		"MCPJOB1 done - 0 0 0 0 0 0 - - - - - -",          // done without an exit status
-		"MCPJOB1 running 0 0 0 0 0 0 0 - - - - - -",       // running with one
-		"MCPJOB1 done 256 0 0 0 0 0 0 - - - - - -",        // no such exit status
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - held:1;rm,", // a pid that is not a number
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - timedout",   // flags end with a comma
-		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - sudo,",      // unknown flag
+		"MCPJOB1 done 0 5 0 9 0 0 0 - - - - - -",                                                    // offset past the end of the file
+		"MCPJOB1 done 0 5 0 0 0 9 0 - - - - - -",                                                    // more sent than the file holds
+		"MCPJOB1 done - 0 0 0 0 0 0 - - - - - -",                                                    // done without an exit status
+		"MCPJOB1 running 0 0 0 0 0 0 0 - - - - - -",                                                 // running with one
+		"MCPJOB1 done 256 0 0 0 0 0 0 - - - - - -",                                                  // no such exit status
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - held:1;rm,",                                           // a pid that is not a number
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - timedout",                                             // flags end with a comma
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123:7:61,",                                       // not a job id
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:x:61,",                               // not a pid
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7:6,",                                // odd hex
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7:zz,",                               // not hex
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7,",                                  // no command
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:7:" + strings.Repeat("61", 81) + ",", // too long
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - sudo,",                                                // unknown flag
 		"MCPJOB1 done 0 0 0 0 0 0 0 x - - - - -",
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - 0 - - -",               // no line 0
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 999999999999999 -", // runs for longer than ten years
@@ -175,6 +190,7 @@ func FuzzJobHeader(f *testing.F) {
 	for _, s := range []string{
 		"MCPJOB1 done 0 12 3 0 0 12 3 - - - - - -",
 		"MCPJOB1 running - 100 0 40 0 60 0 5 - - - - held:42,timedout,",
+		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:1628:707974686f6e33,",
 		"MCPJOB1 peek 1 2", "MCPJOB1 oldbash 5.0", "MCPJOB1 taken", "MCPJOB1 done 0 0 0 0 0 0 0 - - - - - inputwaiting,",
 		strings.Repeat("MCPJOB1 ", 1000),
 	} {
@@ -191,7 +207,8 @@ func FuzzJobHeader(f *testing.F) {
 			return
 		}
 		if len(line) > maxHeaderLine || h.outFrom > h.outSize || h.errFrom > h.errSize || h.outSize > maxFieldNumber ||
-			h.outSent > h.outSize-h.outFrom || h.errSent > h.errSize-h.errFrom || h.outSent < 0 || h.errSent < 0 || len(h.held) > 10 {
+			h.outSent > h.outSize-h.outFrom || h.errSent > h.errSize-h.errFrom || h.outSent < 0 || h.errSent < 0 || len(h.held) > 10 ||
+			len(h.bgCmd) > 3*maxBackgroundCommand || strings.ContainsFunc(h.bgCmd, unicode.IsControl) {
 			t.Fatalf("accepted %q as %+v", line, h)
 		}
 	})

@@ -40,6 +40,7 @@ type ExecuteOutput struct {
 	StdoutFile      string  `json:"stdout_file" jsonschema:"Holds the whole stdout."`
 	StderrFile      string  `json:"stderr_file"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	BackgroundJobID string  `json:"background_job_id,omitempty"`
 	// Note is the footer of the text. Some clients give the model only
 	// structuredContent, so it must carry this too.
 	Note string `json:"note" jsonschema:"How it ended, what was cut, what to do next."`
@@ -258,6 +259,7 @@ func toOutput(res *sandbox.ExecResult) ExecuteOutput {
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutFile: res.StdoutFile, StderrFile: res.StderrFile,
 		DurationSeconds: math.Round(res.Duration.Seconds()*1000) / 1000,
+		BackgroundJobID: res.Background,
 	}
 	if !res.Running && res.ExitCode >= 0 {
 		code := res.ExitCode
@@ -348,7 +350,14 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 	}
 	b.WriteByte(']')
 	if res.HeldBy != "" && !o.Running {
-		fmt.Fprintf(&b, "\n[note: this call waited 2s for a background process (pid %s) that still holds the command's output open; what it prints later goes to %s. Detach background work instead: setsid nohup cmd > /sandbox/cmd.log 2>&1 &]", res.HeldBy, o.StdoutFile)
+		fmt.Fprintf(&b, "\n[note: a background process (pid %s) still holds the command's output open; it is killed at the timeout, or now by job_kill with job_id %q. Detach background work instead: setsid nohup cmd > /sandbox/cmd.log 2>&1 &]", res.HeldBy, o.JobID)
+	}
+	if res.Background != "" && !o.Running {
+		what := ""
+		if res.BackgroundCommand != "" {
+			what = " (" + human.Clip(res.BackgroundCommand, 60) + ")"
+		}
+		fmt.Fprintf(&b, "\n[note: pid %s%s runs on in the background as job %s; its output: job_output with job_id %q; stop it: job_kill]", res.BackgroundPid, what, res.Background, res.Background)
 	}
 	return b.String()
 }

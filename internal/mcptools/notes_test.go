@@ -36,3 +36,25 @@ func TestNoteTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestNoteBackground: a command that left processes running with its output open
+// names the job they became and how to follow and stop it; the structured result
+// carries the job too. Processes that could not become a job are named as killed at
+// the timeout.
+func TestNoteBackground(t *testing.T) {
+	s := &Tools{opts: Options{Yield: 45 * time.Second}}
+	res := sandbox.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "1628", BackgroundCommand: "python3 app.py"}
+	out := toOutput(&res)
+	want := "[exit code 0, ran 0.00s]\n[note: pid 1628 (python3 app.py) runs on in the background as job j2; its output: job_output with job_id \"j2\"; stop it: job_kill]"
+	if got := s.note(out, &res, 0, false); got != want || out.BackgroundJobID != "j2" {
+		t.Errorf("note = %q, background_job_id %q; want %q and j2", got, out.BackgroundJobID, want)
+	}
+	res = sandbox.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "7"}
+	if got := s.note(toOutput(&res), &res, 0, false); !strings.HasSuffix(got, "[note: pid 7 runs on in the background as job j2; its output: job_output with job_id \"j2\"; stop it: job_kill]") {
+		t.Errorf("without a command: %q", got)
+	}
+	res = sandbox.ExecResult{JobID: "j1", ExitCode: 0, HeldBy: "7"}
+	if got := s.note(toOutput(&res), &res, 0, false); !strings.Contains(got, "pid 7) still holds the command's output open; it is killed at the timeout, or now by job_kill with job_id \"j1\"") {
+		t.Errorf("held: %q", got)
+	}
+}
