@@ -216,6 +216,9 @@ func formatLines(p string, l *sandbox.Lines) string {
 		fmt.Fprintf(&b, "%6d\t%s\n", l.First+int64(i), line)
 	}
 	fmt.Fprintf(&b, "[%s, %s: lines %d-%d", p, human.Size(l.Size), l.First, last)
+	if !l.Capped && !l.More {
+		fmt.Fprintf(&b, " of %d", last) // the whole count, known at the end
+	}
 	switch {
 	case l.Capped:
 		fmt.Fprintf(&b, "; stopped at %d KB of text, more follows: continue with offset=%d", MaxReadBytes/1000, last+1)

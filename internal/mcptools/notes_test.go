@@ -58,3 +58,20 @@ func TestNoteBackground(t *testing.T) {
 		t.Errorf("held: %q", got)
 	}
 }
+
+// TestReadFileFooter: the footer says where to go on, and at the end of the file how
+// many lines it has.
+func TestReadFileFooter(t *testing.T) {
+	for _, c := range []struct {
+		l    sandbox.Lines
+		want string
+	}{
+		{sandbox.Lines{First: 266, Lines: []string{"a", "b"}, More: true}, "lines 266-267; more follows: continue with offset=268]"},
+		{sandbox.Lines{First: 9, Lines: []string{"a", "b"}}, "lines 9-10 of 10, the end of the file]"},
+		{sandbox.Lines{First: 1, Lines: []string{"a"}, Capped: true}, "lines 1-1; stopped at 100 KB of text, more follows: continue with offset=2]"},
+	} {
+		if got := formatLines("/sandbox/f", &c.l); !strings.HasSuffix(got, c.want) {
+			t.Errorf("footer %q, want it to end %q", got, c.want)
+		}
+	}
+}

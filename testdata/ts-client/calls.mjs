@@ -1,8 +1,10 @@
 // Makes tool calls the way a model's client does, with the official TypeScript SDK and
 // claude.ai's deadline (every request times out after 60 s; progress does not reset it).
 // Usage: node calls.mjs <base-url> <api-key>  with the calls on stdin as JSON:
-//   [{"tool": "execute", "args": {...}}, ...]
-// An argument "$job" is replaced by the job_id of the latest result that had one.
+//   [{"tool": "execute", "args": {...}, "follow": true}, ...]
+// An argument "$job" is replaced by the job_id of the latest result that had one. With
+// "follow", a result that says running is followed with job_output until the job ends
+// (at most 30 calls), each call recorded as a result of its own.
 // Prints one JSON object: the instructions, the tools (name, title, description), and
 // each call's duration, error flag, text and structured result.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -23,23 +25,30 @@ try {
   out.tools = listed.tools.map((t) => ({ name: t.name, title: t.title, description: t.description }));
   let job = "";
   for (const c of calls) {
-    const args = Object.fromEntries(Object.entries(c.args || {}).map(([k, v]) => [k, v === "$job" ? job : v]));
-    const t0 = Date.now();
-    let r;
-    try {
-      r = await client.callTool({ name: c.tool, arguments: args }, undefined, opts);
-    } catch (e) {
-      out.results.push({ ms: Date.now() - t0, error: String(e) });
-      continue;
+    for (let i = 0; i < (c.follow ? 30 : 1); i++) {
+      const tool = i === 0 ? c.tool : "job_output";
+      const given = i === 0 ? c.args || {} : { job_id: "$job" };
+      const args = Object.fromEntries(Object.entries(given).map(([k, v]) => [k, v === "$job" ? job : v]));
+      const t0 = Date.now();
+      let r;
+      try {
+        r = await client.callTool({ name: tool, arguments: args }, undefined, opts);
+      } catch (e) {
+        out.results.push({ tool, ms: Date.now() - t0, error: String(e) });
+        break;
+      }
+      const sc = r.structuredContent;
+      if (sc && sc.job_id) job = sc.job_id;
+      out.results.push({
+        tool,
+        ms: Date.now() - t0,
+        isError: !!r.isError,
+        text: (r.content || []).filter((x) => x.type === "text").map((x) => x.text).join("\n"),
+        images: (r.content || []).filter((x) => x.type === "image").length,
+        structured: sc,
+      });
+      if (!sc || !sc.running) break;
     }
-    const sc = r.structuredContent;
-    if (sc && sc.job_id) job = sc.job_id;
-    out.results.push({
-      ms: Date.now() - t0,
-      isError: !!r.isError,
-      text: (r.content || []).filter((x) => x.type === "text").map((x) => x.text).join("\n"),
-      structured: sc,
-    });
   }
   await client.close();
   console.log(JSON.stringify(out));
