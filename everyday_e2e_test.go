@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // TestEverydayTasks drives seven everyday tasks the way a model would, with the
@@ -20,6 +23,27 @@ import (
 // the model saw to testdata/artifacts/everyday-tasks.txt.
 func TestEverydayTasks(t *testing.T) {
 	s := realisticSite(t, siteOptions{address: "http://:%d", directive: []string{"yield_after 45s", "previews localhost"}})
+	// With every tool on and a rich image's "Installed:" sentence, tools/list stays
+	// under 20 KB.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	var list *mcp.ListToolsResult
+	var listed []byte
+	for range 60 { // tools/list does not wait for detection: ask until it is done
+		var err error
+		if list, err = c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if listed, _ = json.Marshal(list); strings.Contains(string(listed), "Installed: python3 (") {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(list.Tools) != 12 || len(listed) >= 20_000 || !strings.Contains(string(listed), "Installed: python3 (") {
+		t.Errorf("tools/list: %d tools, %d bytes (want 12 tools, under 20,000 bytes, naming what is installed)", len(list.Tools), len(listed))
+	}
+	t.Logf("tools/list: %d bytes", len(listed))
 	var transcript strings.Builder
 	session := func(name string, calls ...tsCall) []tsCallResult {
 		t.Helper()
