@@ -24,7 +24,7 @@ const factsWait = 3 * time.Second
 // environment describes the sandbox to the model in a few short sentences, waiting up
 // to wait for what is installed.
 func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
-	cfg := s.cfg
+	cfg := s.opts.Config
 	box, err := s.opts.Boxes.For(ctx)
 	cpus := cfg.CPUs
 	if err == nil {

@@ -57,12 +57,12 @@ type shareOutput struct {
 }
 
 func (s *Tools) executeTool() mcp.Tool {
-	cfg := s.cfg
+	cfg := s.opts.Config
 	ttl := "."
 	if cfg.FileTTL > 0 {
 		ttl = "; a top-level entry of /sandbox is deleted after " + human.Duration(cfg.FileTTL) + " without changes inside it."
 	}
-	yield := s.yield()
+	yield := s.opts.Yield
 	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d).", int(yield.Seconds()))
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
@@ -110,13 +110,10 @@ func (s *Tools) executeTool() mcp.Tool {
 // asks for more.
 func (s *Tools) defaultOutput() int {
 	if s.opts.DefaultOutput > 0 {
-		return min(s.opts.DefaultOutput, s.cfg.MaxOutput)
+		return min(s.opts.DefaultOutput, s.opts.Config.MaxOutput)
 	}
-	return s.cfg.MaxOutput
+	return s.opts.Config.MaxOutput
 }
-
-// yield is the yield_after setting; 0 means off.
-func (s *Tools) yield() time.Duration { return s.opts.Yield }
 
 func (s *Tools) shareFileTool() mcp.Tool {
 	return mcp.NewTool("share_file",
@@ -143,7 +140,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if strings.TrimSpace(command) == "" {
 		return mcp.NewToolResultError(`execute needs "command": a non-empty bash command line, e.g. {"command": "ls -la"}`), nil
 	}
-	cfg := s.cfg
+	cfg := s.opts.Config
 	timeout := cfg.ExecTimeout
 	secs, ok, bad := a.num("timeout", "a number of seconds", 1, maxTimeout.Seconds())
 	if bad != nil {
@@ -204,7 +201,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, s.opts.MaxJobs)), nil
 		}
 		metricExecutions.WithLabelValues("error").Inc()
-		s.logger.Error("execute failed", append(fields, zap.Error(err))...)
+		s.opts.Logger.Error("execute failed", append(fields, zap.Error(err))...)
 		return mcp.NewToolResultError(execErrorText(box, err)), nil
 	}
 	outcome := "ok"
@@ -220,7 +217,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	}
 	metricExecutions.WithLabelValues(outcome).Inc()
 	metricDuration.Observe(res.Duration.Seconds())
-	s.logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
+	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
 	out.Note = s.note(out, res, timeout, opts.Interactive)
@@ -230,7 +227,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 // waitArg reads the wait argument: seconds between 0 and yield_after (when on). Absent,
 // it is yield_after.
 func (s *Tools) waitArg(a args) (time.Duration, *badArg) {
-	yield := s.yield()
+	yield := s.opts.Yield
 	hi := yield.Seconds()
 	if yield == 0 {
 		hi = maxTimeout.Seconds()
@@ -427,7 +424,7 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 			return mcp.NewToolResultError(box.ImageMissing()), nil
 		}
 		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNotRegular) {
-			s.logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
+			s.opts.Logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
 		}
 		return mcp.NewToolResultError(statErrorText(path, err)), nil
 	}

@@ -137,7 +137,7 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 	case errors.Is(err, sandbox.ErrNotRegular):
 		return argError("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l.", p)
 	}
-	s.logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
+	s.opts.Logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
 	if sandbox.EngineDown(err) {
 		return mcp.NewToolResultError(engineText)
 	}

@@ -42,7 +42,7 @@ type jobEntry struct {
 // pollWait is the default wait of job_output and job_input: yield_after, or a minute
 // when it is off.
 func (s *Tools) pollWait() time.Duration {
-	if y := s.yield(); y > 0 {
+	if y := s.opts.Yield; y > 0 {
 		return y
 	}
 	return defaultPollWaitOff
@@ -54,7 +54,7 @@ func (s *Tools) jobIDArg() mcp.ToolOption {
 }
 
 func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
-	if y := s.yield(); y > 0 {
+	if y := s.opts.Yield; y > 0 {
 		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(y.Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds()))))
 	}
@@ -119,12 +119,12 @@ func jobID(a args) (string, *mcp.CallToolResult) {
 // pollWaitArg reads job_output's and job_input's wait.
 func (s *Tools) pollWaitArg(a args) (time.Duration, *badArg) {
 	hi := maxTimeout.Seconds()
-	if y := s.yield(); y > 0 {
+	if y := s.opts.Yield; y > 0 {
 		hi = y.Seconds()
 	}
 	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
 	if bad != nil {
-		if y := s.yield(); y > 0 {
+		if y := s.opts.Yield; y > 0 {
 			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so call job_output again for longer", human.Duration(y))
 		}
 		return 0, bad
@@ -209,7 +209,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		return jobError(box, err, id, a.tool), nil
 	}
 	ident := CallerFrom(ctx)
-	s.logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
+	s.opts.Logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
 	out := toOutput(res)
 	out.Note = s.note(out, res, 0, false)
 	if !res.Killed && !res.Running {

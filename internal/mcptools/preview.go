@@ -88,7 +88,7 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	case errors.Is(err, sandbox.ErrImageMissing):
 		return mcp.NewToolResultError(box.ImageMissing()), nil
 	case !errors.Is(err, sandbox.ErrNoListener):
-		s.logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
+		s.opts.Logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
 	}
 	url, expires := s.opts.Previews.Expose(port, CallerFrom(ctx).Origin)
 	out := exposeOutput{
@@ -98,7 +98,7 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 		Listening: listening,
 	}
 	id := CallerFrom(ctx)
-	s.logger.Info("expose_port", zap.Int("port", port), zap.Bool("listening", listening),
+	s.opts.Logger.Info("expose_port", zap.Int("port", port), zap.Bool("listening", listening),
 		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID))
 	text := fmt.Sprintf("Preview of port %d, valid until %s:\n%s\n", port, out.ExpiresAt.Format(time.RFC3339), out.URL)
 	if listening {

@@ -101,8 +101,6 @@ type Options struct {
 // Tools is the MCP server's tool side.
 type Tools struct {
 	opts   Options
-	cfg    sandbox.Config
-	logger *zap.Logger
 	tasks  *taskStore
 	server *server.MCPServer
 }
@@ -114,7 +112,7 @@ const serverInstructions = `This server gives you a persistent Linux sandbox (a 
 
 // New builds the MCP server with the sandbox tools.
 func New(o Options) *Tools {
-	s := &Tools{opts: o, cfg: o.Config, logger: o.Logger}
+	s := &Tools{opts: o}
 	s.tasks = newTaskStore(o.MaxTaskTTL, o.MaxTasks, o.MaxTasksTotal)
 	hooks := &server.Hooks{}
 	hooks.AddAfterInitialize(s.instructions)
