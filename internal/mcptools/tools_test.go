@@ -242,15 +242,29 @@ func (h *toolsHarness) call(tool string, args any) (isError bool, text string, s
 	return r["isError"] == true, text, r["structuredContent"]
 }
 
+// errorCase is a call and a text its tool error must contain.
+type errorCase struct {
+	tool string
+	args any
+	want string
+}
+
+// wantErrors makes each call and checks it fails with a text containing want.
+func (h *toolsHarness) wantErrors(t *testing.T, cases []errorCase) {
+	t.Helper()
+	for _, tc := range cases {
+		isErr, text, _ := h.call(tc.tool, tc.args)
+		if !isErr || !strings.Contains(text, tc.want) {
+			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, isErr, text, tc.want)
+		}
+	}
+}
+
 // TestArgumentErrors: every argument a tool cannot use is a tool error that names it
 // and says what is accepted, and nothing reaches the sandbox.
 func TestArgumentErrors(t *testing.T) {
 	h := newToolsHarness(t)
-	for _, tc := range []struct {
-		tool string
-		args any
-		want string
-	}{
+	h.wantErrors(t, []errorCase{
 		{"execute", map[string]any{}, `execute needs "command": a non-empty bash command line`},
 		{"execute", map[string]any{"command": "   "}, `execute needs "command"`},
 		{"execute", map[string]any{"command": 42}, `"command" must be a string, got 42`},
@@ -291,12 +305,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"expose_port", map[string]any{"port": 70000}, "port"},
 		{"expose_port", map[string]any{"port": "http"}, "port"},
 		{"unexpose_port", map[string]any{}, "port"},
-	} {
-		isErr, text, _ := h.call(tc.tool, tc.args)
-		if !isErr || !strings.Contains(text, tc.want) {
-			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, isErr, text, tc.want)
-		}
-	}
+	})
 	if got := h.box.called(); len(got) > 0 {
 		t.Errorf("bad arguments reached the sandbox: %q", got)
 	}
@@ -306,11 +315,7 @@ func TestArgumentErrors(t *testing.T) {
 // path and the next step.
 func TestSandboxErrorsSayWhatToDo(t *testing.T) {
 	h := newToolsHarness(t)
-	for _, tc := range []struct {
-		tool string
-		args any
-		want string
-	}{
+	h.wantErrors(t, []errorCase{
 		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "/sandbox/none-such does not exist in the sandbox; check the path with ls"},
 		{"share_file", map[string]any{"path": "/sandbox/./none-such"}, "/sandbox/none-such does not exist"},
 		{"read_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
@@ -319,12 +324,7 @@ func TestSandboxErrorsSayWhatToDo(t *testing.T) {
 		{"edit_file", map[string]any{"path": "/sandbox/none-such", "old_text": "a", "new_text": "b"}, "does not exist"},
 		{"job_output", map[string]any{"job_id": "j000000000000"}, "no job j000000000000"},
 		{"job_kill", map[string]any{"job_id": "j000000000000"}, "job_list"},
-	} {
-		isErr, text, _ := h.call(tc.tool, tc.args)
-		if !isErr || !strings.Contains(text, tc.want) {
-			t.Errorf("%s(%v) = error %v %q, want a tool error containing %q", tc.tool, tc.args, isErr, text, tc.want)
-		}
-	}
+	})
 }
 
 // outputTypes are the structured results, by tool.
