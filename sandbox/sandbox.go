@@ -239,6 +239,9 @@ type Sandbox struct {
 
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)
+
+	agentMu  sync.Mutex
+	agentBin string // the agent's binary in the container; "" while no agent runs
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
