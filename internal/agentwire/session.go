@@ -1,0 +1,575 @@
+package agentwire
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// HelloMsg is what each side says first.
+type HelloMsg struct {
+	Version int    `json:"version"`
+	PID     int    `json:"pid,omitempty"`   // the agent's pid in the container
+	Build   string `json:"build,omitempty"` // the agent's build, for logs
+}
+
+// Chunk is what a stream delivers: bytes of a channel, or the end of a channel.
+type Chunk struct {
+	Ch   byte
+	Data []byte
+	EOF  bool
+}
+
+// Control is a Signal or Resize frame received by the agent.
+type Control struct {
+	Signal     int // 0 for a resize
+	Rows, Cols uint16
+}
+
+// ErrClosed is the error of a stream or session closed on this side.
+var ErrClosed = errors.New("agent channel closed")
+
+// writeTimeout bounds one frame's write: a peer that stops reading ends the session.
+const writeTimeout = 10 * time.Second
+
+// maxStreams bounds the streams open at once in each direction.
+const maxStreams = 4096
+
+type deadliner interface{ SetWriteDeadline(time.Time) error }
+
+// Session is one channel between Caddy and an agent.
+type Session struct {
+	agent  bool // this side is the agent
+	maxIn  int
+	r      io.Reader
+	closer io.Closer
+
+	wmu  sync.Mutex
+	w    io.Writer
+	wbuf []byte
+
+	mu       sync.Mutex
+	streams  map[uint32]*Stream
+	next     uint32 // the id of this side's next stream
+	lastPeer uint32 // the highest id the peer opened
+	peerOpen int    // peer-opened streams not yet ended
+	err      error
+	done     chan struct{}
+	handler  func(*Stream)
+	peer     HelloMsg
+}
+
+func newSession(agent bool, r io.Reader, w io.Writer, closer io.Closer, handler func(*Stream)) *Session {
+	s := &Session{agent: agent, r: r, w: w, closer: closer, handler: handler,
+		streams: map[uint32]*Stream{}, done: make(chan struct{})}
+	if agent {
+		s.maxIn, s.next = MaxFromCaddy, 2
+	} else {
+		s.maxIn, s.next = MaxFromAgent, 1
+	}
+	return s
+}
+
+// Client starts Caddy's side of a session: it sends Hello, waits for the agent's and
+// checks its version, then reads frames in the background. handler (nil: none) serves
+// streams the agent opens. closer closes the transport; the caller bounds the handshake
+// by closing it.
+func Client(r io.Reader, w io.Writer, closer io.Closer, hello HelloMsg, handler func(*Stream)) (*Session, error) {
+	s := newSession(false, r, w, closer, handler)
+	if err := s.handshake(hello); err != nil {
+		s.fail(err)
+		return nil, err
+	}
+	go s.readLoop()
+	return s, nil
+}
+
+// Serve runs the agent's side of a session until the transport ends: it waits for
+// Caddy's Hello, answers with hello, and calls handler in a goroutine of its own for each
+// stream Caddy opens. It returns nil when Caddy closes the channel.
+func Serve(r io.Reader, w io.Writer, hello HelloMsg, handler func(*Stream)) error {
+	s := newSession(true, r, w, nil, handler)
+	if err := s.handshake(hello); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.readLoop()
+	if errors.Is(s.err, io.EOF) {
+		return nil
+	}
+	return s.err
+}
+
+func (s *Session) handshake(hello HelloMsg) error {
+	hello.Version = Version
+	b, _ := json.Marshal(hello)
+	if !s.agent {
+		if err := s.write(Hello, 0, b); err != nil {
+			return err
+		}
+	}
+	var hdr [headerSize]byte
+	f, err := readFrame(s.r, &hdr, maxHello)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("the agent ended before its greeting: %w", io.ErrUnexpectedEOF)
+		}
+		return err
+	}
+	if f.typ != Hello || f.stream != 0 {
+		return protoErr("first frame is type %d, not a greeting", f.typ)
+	}
+	var peer HelloMsg
+	if err := json.Unmarshal(f.payload, &peer); err != nil {
+		return protoErr("greeting: %v", err)
+	}
+	if peer.Version != Version {
+		return fmt.Errorf("%w: the peer speaks version %d, this side %d", ErrVersion, peer.Version, Version)
+	}
+	peer.Build = clean(peer.Build, 100)
+	s.peer = peer
+	if s.agent {
+		return s.write(Hello, 0, b)
+	}
+	return nil
+}
+
+// ErrVersion is the handshake's error when the two sides speak different versions.
+var ErrVersion = errors.New("agent protocol version mismatch")
+
+// Peer returns what the other side said in its greeting.
+func (s *Session) Peer() HelloMsg { return s.peer }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the session ended, or nil while it runs.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the session and every stream on it.
+func (s *Session) Close() error {
+	s.fail(ErrClosed)
+	return nil
+}
+
+// Streams returns how many streams are open.
+func (s *Session) Streams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
+// Open starts a stream with a request the peer's handler reads.
+func (s *Session) Open(req []byte) (*Stream, error) {
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	if len(s.streams) >= maxStreams {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("agent channel: %d streams open already", maxStreams)
+	}
+	st := s.newStream(s.next, req)
+	s.next += 2
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	if err := s.write(Open, st.id, req); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *Session) newStream(id uint32, req []byte) *Stream {
+	st := &Stream{s: s, id: id, req: req, sendWin: InitialWindow, done: make(chan struct{})}
+	st.cond = sync.NewCond(&st.mu)
+	if s.agent {
+		st.controls = make(chan Control, 16)
+	}
+	return st
+}
+
+// write sends one frame; a write that cannot finish within writeTimeout ends the session.
+func (s *Session) write(typ byte, id uint32, payload ...[]byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	s.wbuf = appendFrame(s.wbuf[:0], typ, id, payload...)
+	if d, ok := s.w.(deadliner); ok {
+		_ = d.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
+	if _, err := s.w.Write(s.wbuf); err != nil {
+		err = fmt.Errorf("writing to the agent channel: %w", err)
+		s.fail(err)
+		return err
+	}
+	if cap(s.wbuf) > 64<<10 {
+		s.wbuf = nil
+	}
+	return nil
+}
+
+// fail ends the session with err (the first error wins) and every stream with it.
+func (s *Session) fail(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	streams := s.streams
+	s.streams = map[uint32]*Stream{}
+	s.mu.Unlock()
+	if s.closer != nil {
+		_ = s.closer.Close()
+	}
+	for _, st := range streams {
+		st.end(false, 0, err)
+	}
+	close(s.done)
+}
+
+func (s *Session) readLoop() {
+	var hdr [headerSize]byte
+	for {
+		f, err := readFrame(s.r, &hdr, s.maxIn)
+		if err == nil {
+			err = s.dispatch(f)
+		}
+		if err != nil {
+			s.fail(err)
+			return
+		}
+	}
+}
+
+func (s *Session) stream(id uint32) *Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+// peerParity reports whether id is one the peer may open.
+func (s *Session) peerParity(id uint32) bool { return id != 0 && (id%2 == 1) == s.agent }
+
+func (s *Session) dispatch(f frame) error {
+	if f.typ == Hello {
+		return protoErr("a second greeting")
+	}
+	if f.stream == 0 {
+		switch f.typ {
+		case Ping:
+			return s.write(Pong, 0, f.payload)
+		case Pong:
+			return nil
+		}
+		return protoErr("frame type %d on stream 0", f.typ)
+	}
+	if f.typ == Open {
+		return s.accept(f)
+	}
+	if (f.typ == Signal || f.typ == Resize) && !s.agent {
+		return protoErr("frame type %d sent to Caddy", f.typ)
+	}
+	st := s.stream(f.stream)
+	if st == nil {
+		// A stream this side has closed or that has ended: what is still on its way is
+		// dropped. A stream that never existed is the peer's error.
+		s.mu.Lock()
+		known := f.stream < s.next || (s.peerParity(f.stream) && f.stream <= s.lastPeer)
+		s.mu.Unlock()
+		if !known {
+			return protoErr("frame type %d for stream %d, which was never opened", f.typ, f.stream)
+		}
+		return nil
+	}
+	return st.receive(f)
+}
+
+func (s *Session) accept(f frame) error {
+	s.mu.Lock()
+	if !s.peerParity(f.stream) || f.stream <= s.lastPeer {
+		s.mu.Unlock()
+		return protoErr("stream %d opened out of order", f.stream)
+	}
+	s.lastPeer = f.stream
+	if s.handler == nil || s.peerOpen >= maxStreams {
+		s.mu.Unlock()
+		return s.write(Reset, f.stream, []byte("not accepted"))
+	}
+	st := s.newStream(f.stream, f.payload)
+	st.peerOpened = true
+	s.streams[st.id] = st
+	s.peerOpen++
+	s.mu.Unlock()
+	go s.handler(st)
+	return nil
+}
+
+// forget removes an ended stream.
+func (s *Session) forget(st *Stream) {
+	s.mu.Lock()
+	if s.streams[st.id] == st {
+		delete(s.streams, st.id)
+		if st.peerOpened {
+			s.peerOpen--
+		}
+	}
+	s.mu.Unlock()
+}
+
+// clean makes text from the peer printable and short.
+func clean(b string, max int) string {
+	if len(b) > max {
+		b = b[:max]
+	}
+	b = strings.ToValidUTF8(b, "?")
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, b)
+}
+
+// Stream is one piece of work on a session: a command, later a file or a connection.
+type Stream struct {
+	s          *Session
+	id         uint32
+	req        []byte
+	peerOpened bool
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	q        []Chunk
+	qBytes   int     // data bytes received and not read yet
+	unacked  int     // data bytes read and not yet credited back
+	peerEOF  [3]bool // channels the peer has ended
+	sendWin  int
+	finished bool  // Exit or Reset seen, or closed here
+	exited   bool  // ended by Exit
+	code     int32 // the Exit status
+	err      error // why it ended otherwise
+	done     chan struct{}
+	controls chan Control
+}
+
+// ID returns the stream's id.
+func (st *Stream) ID() uint32 { return st.id }
+
+// Request returns the Open frame's payload.
+func (st *Stream) Request() []byte { return st.req }
+
+// Controls delivers the signals and resizes Caddy sends (on the agent's side).
+func (st *Stream) Controls() <-chan Control { return st.controls }
+
+// Done is closed when the stream has ended.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+func (st *Stream) receive(f frame) error {
+	switch f.typ {
+	case Data, EOF:
+		ch := f.payload[0]
+		if ch > Stderr {
+			return protoErr("channel %d", ch)
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.peerEOF[ch] {
+			return protoErr("stream %d: frame after the end of channel %d", st.id, ch)
+		}
+		if f.typ == EOF {
+			st.peerEOF[ch] = true
+			st.q = append(st.q, Chunk{Ch: ch, EOF: true})
+		} else {
+			n := len(f.payload) - 1
+			if st.qBytes+st.unacked+n > InitialWindow {
+				return protoErr("stream %d: %d bytes beyond its window", st.id, st.qBytes+st.unacked+n-InitialWindow)
+			}
+			st.qBytes += n
+			st.q = append(st.q, Chunk{Ch: ch, Data: f.payload[1:]})
+		}
+		st.cond.Broadcast()
+	case Window:
+		inc := binary.BigEndian.Uint32(f.payload)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if inc == 0 || int64(st.sendWin)+int64(inc) > InitialWindow {
+			return protoErr("stream %d: credit of %d beyond the window", st.id, inc)
+		}
+		st.sendWin += int(inc)
+		st.cond.Broadcast()
+	case Exit:
+		st.end(true, int32(binary.BigEndian.Uint32(f.payload)), nil)
+	case Reset:
+		st.end(false, 0, fmt.Errorf("agent: %s", clean(string(f.payload), maxReason)))
+	case Signal:
+		select {
+		case st.controls <- Control{Signal: int(f.payload[0])}:
+		default:
+		}
+	case Resize:
+		select {
+		case st.controls <- Control{Rows: binary.BigEndian.Uint16(f.payload), Cols: binary.BigEndian.Uint16(f.payload[2:])}:
+		default:
+		}
+	}
+	return nil
+}
+
+// end marks the stream ended; what was received stays readable.
+func (st *Stream) end(exited bool, code int32, err error) {
+	st.mu.Lock()
+	if st.finished {
+		st.mu.Unlock()
+		return
+	}
+	st.finished, st.exited, st.code, st.err = true, exited, code, err
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	close(st.done)
+	st.s.forget(st)
+}
+
+// ReadChunk returns the next chunk the peer sent; io.EOF after the stream's Exit, or the
+// reason it was reset.
+func (st *Stream) ReadChunk() (Chunk, error) {
+	st.mu.Lock()
+	for len(st.q) == 0 && !st.finished {
+		st.cond.Wait()
+	}
+	if len(st.q) == 0 {
+		err := st.err
+		if err == nil {
+			err = io.EOF
+		}
+		st.mu.Unlock()
+		return Chunk{}, err
+	}
+	c := st.q[0]
+	st.q[0] = Chunk{}
+	st.q = st.q[1:]
+	if len(st.q) == 0 {
+		st.q = nil
+	}
+	st.qBytes -= len(c.Data)
+	st.unacked += len(c.Data)
+	var credit int
+	if st.unacked >= InitialWindow/4 && !st.finished {
+		credit, st.unacked = st.unacked, 0
+	}
+	st.mu.Unlock()
+	if credit > 0 {
+		_ = st.s.write(Window, st.id, binary.BigEndian.AppendUint32(nil, uint32(credit)))
+	}
+	return c, nil
+}
+
+// Write sends p on channel ch, waiting for credit as the peer reads.
+func (st *Stream) Write(ch byte, p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		st.mu.Lock()
+		for st.sendWin == 0 && !st.finished {
+			st.cond.Wait()
+		}
+		if st.finished {
+			err := st.err
+			if err == nil || st.exited {
+				err = ErrClosed
+			}
+			st.mu.Unlock()
+			return written, err
+		}
+		n := min(len(p), st.sendWin, MaxData-1)
+		st.sendWin -= n
+		st.mu.Unlock()
+		if err := st.s.write(Data, st.id, []byte{ch}, p[:n]); err != nil {
+			return written, err
+		}
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// CloseChannel tells the peer nothing more comes on ch (stdin's end, for a command).
+func (st *Stream) CloseChannel(ch byte) error {
+	if st.isFinished() {
+		return nil
+	}
+	return st.s.write(EOF, st.id, []byte{ch})
+}
+
+// Signal asks the agent to send sig to the stream's process.
+func (st *Stream) Signal(sig int) error {
+	if sig < 1 || sig > 64 {
+		return fmt.Errorf("signal %d out of range", sig)
+	}
+	return st.s.write(Signal, st.id, []byte{byte(sig)})
+}
+
+// Resize sets the size of the stream's terminal.
+func (st *Stream) Resize(rows, cols uint16) error {
+	var b [4]byte
+	binary.BigEndian.PutUint16(b[:], rows)
+	binary.BigEndian.PutUint16(b[2:], cols)
+	return st.s.write(Resize, st.id, b[:])
+}
+
+// Exit ends the stream with a status (the agent's side, after the last data).
+func (st *Stream) Exit(code int32) error {
+	if st.isFinished() {
+		return nil
+	}
+	err := st.s.write(Exit, st.id, binary.BigEndian.AppendUint32(nil, uint32(code)))
+	st.end(true, code, nil)
+	return err
+}
+
+// Reset aborts the stream, telling the peer why.
+func (st *Stream) Reset(reason string) error {
+	if st.isFinished() {
+		return nil
+	}
+	err := st.s.write(Reset, st.id, []byte(clean(reason, maxReason)))
+	st.end(false, 0, ErrClosed)
+	return err
+}
+
+// Close aborts the stream unless it has ended already.
+func (st *Stream) Close() error { return st.Reset("closed") }
+
+func (st *Stream) isFinished() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.finished
+}
+
+// Status returns the stream's Exit status once it has ended: ok is false while it runs
+// and when it was reset or its session ended.
+func (st *Stream) Status() (code int, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return int(st.code), st.exited
+}
+
+// Err returns why the stream was reset, or nil.
+func (st *Stream) Err() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}

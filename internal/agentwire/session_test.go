@@ -1,0 +1,256 @@
+package agentwire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pair connects a client session to an agent session over two pipes; handler serves
+// the agent's streams.
+func pair(t *testing.T, handler func(*Stream)) (*Session, func()) {
+	t.Helper()
+	cr, aw := io.Pipe() // agent → client
+	ar, cw := io.Pipe() // client → agent
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ar, aw, HelloMsg{PID: 7, Build: "test"}, handler)
+		aw.Close()
+	}()
+	s, err := Client(cr, cw, closers{cr, cw}, HelloMsg{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Peer().PID != 7 || s.Peer().Build != "test" {
+		t.Fatalf("peer greeting %+v", s.Peer())
+	}
+	return s, func() {
+		cw.Close()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("agent side ended with %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("agent side did not end when its input closed")
+		}
+	}
+}
+
+type closers []io.Closer
+
+func (c closers) Close() error {
+	for _, x := range c {
+		x.Close()
+	}
+	return nil
+}
+
+// echo answers each stream with its request on stdout, then what arrives on stdin,
+// then Exit 3.
+func echo(st *Stream) {
+	st.Write(Stdout, st.Request())
+	for {
+		c, err := st.ReadChunk()
+		if err != nil || c.EOF {
+			break
+		}
+		st.Write(Stdout, c.Data)
+	}
+	st.Exit(3)
+}
+
+func readAll(t *testing.T, st *Stream) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	for {
+		c, err := st.ReadChunk()
+		if err == io.EOF {
+			return b.Bytes()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(c.Data)
+	}
+}
+
+func TestStreamRoundTrip(t *testing.T) {
+	s, stop := pair(t, echo)
+	defer stop()
+	st, err := s.Open([]byte("hello "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), 3*InitialWindow+5)
+	go func() {
+		st.Write(Stdin, big)
+		st.CloseChannel(Stdin)
+	}()
+	got := readAll(t, st)
+	if want := append([]byte("hello "), big...); !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want %d", len(got), len(want))
+	}
+	if code, ok := st.Status(); !ok || code != 3 {
+		t.Fatalf("status %d %v, want 3", code, ok)
+	}
+	if n := s.Streams(); n != 0 {
+		t.Fatalf("%d streams left open", n)
+	}
+}
+
+// A stream whose reader stalls holds at most its window and never delays another.
+func TestStalledStreamDoesNotBlockOthers(t *testing.T) {
+	flood := func(st *Stream) {
+		if string(st.Request()) == "flood" {
+			for {
+				if _, err := st.Write(Stdout, make([]byte, 32<<10)); err != nil {
+					return
+				}
+			}
+		}
+		echo(st)
+	}
+	s, stop := pair(t, flood)
+	defer stop()
+	stalled, err := s.Open([]byte("flood"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 20; i++ {
+		st, err := s.Open([]byte("quick"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.CloseChannel(Stdin)
+		done := make(chan []byte)
+		go func() { done <- readAll(t, st) }()
+		select {
+		case got := <-done:
+			if string(got) != "quick" {
+				t.Fatalf("got %q", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a stream waited behind a stalled one")
+		}
+	}
+	stalled.mu.Lock()
+	held := stalled.qBytes
+	stalled.mu.Unlock()
+	if held > InitialWindow {
+		t.Fatalf("stalled stream holds %d bytes, more than its window", held)
+	}
+	stalled.Close()
+}
+
+// rawAgent is a hostile agent: it greets correctly, then writes raw bytes.
+func rawAgent(t *testing.T, after []byte) (*Session, error) {
+	cr, aw := io.Pipe()
+	ar, cw := io.Pipe()
+	go io.Copy(io.Discard, ar)
+	go func() {
+		var hello bytes.Buffer
+		hello.Write(appendFrame(nil, Hello, 0, []byte(`{"version":1}`)))
+		hello.Write(after)
+		aw.Write(hello.Bytes())
+	}()
+	t.Cleanup(func() { cw.Close(); aw.Close() })
+	return Client(cr, cw, closers{cr, cw}, HelloMsg{}, nil)
+}
+
+func TestHostileFramesEndTheSession(t *testing.T) {
+	huge := binary.BigEndian.AppendUint32(nil, 1<<30)
+	huge = append(huge, Data, 0, 0, 0, 1)
+	overWindow := []byte{}
+	for i := 0; i < InitialWindow/(32<<10)+1; i++ {
+		overWindow = appendFrame(overWindow, Data, 1, []byte{Stdout}, make([]byte, 32<<10))
+	}
+	cases := map[string][]byte{
+		"a frame declaring 1 GB":  huge,
+		"unknown type":            appendFrame(nil, 99, 1, nil),
+		"data on unopened stream": appendFrame(nil, Data, 41, []byte{Stdout, 'x'}),
+		"data beyond the window":  overWindow,
+		"signal sent to Caddy":    appendFrame(nil, Signal, 1, []byte{9}),
+		"channel 7":               appendFrame(nil, Data, 1, []byte{7, 'x'}),
+		"second greeting":         appendFrame(nil, Hello, 0, []byte(`{"version":1}`)),
+		"window overflow":         appendFrame(nil, Window, 1, binary.BigEndian.AppendUint32(nil, 1<<31)),
+		"exit of the wrong size":  appendFrame(nil, Exit, 1, []byte{1}),
+		"stream opened by parity": appendFrame(nil, Open, 3, []byte("x")),
+	}
+	for name, raw := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, err := rawAgent(t, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := s.Open([]byte("x")) // may fail: the session can end first
+			select {
+			case <-s.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the session survived a bad frame")
+			}
+			if !errors.Is(s.Err(), ErrProtocol) {
+				t.Fatalf("session error %v, want a protocol error", s.Err())
+			}
+			if st != nil {
+				if _, err := st.ReadChunk(); err != nil && !errors.Is(err, ErrProtocol) {
+					t.Fatalf("stream error %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestVersionMismatch(t *testing.T) {
+	cr, aw := io.Pipe()
+	ar, cw := io.Pipe()
+	go io.Copy(io.Discard, ar)
+	go aw.Write(appendFrame(nil, Hello, 0, []byte(`{"version":2}`)))
+	defer cw.Close()
+	if _, err := Client(cr, cw, closers{cr, cw}, HelloMsg{}, nil); !errors.Is(err, ErrVersion) {
+		t.Fatalf("got %v, want ErrVersion", err)
+	}
+}
+
+func TestSessionEndFailsStreams(t *testing.T) {
+	var mu sync.Mutex
+	block := make(chan struct{})
+	s, stop := pair(t, func(st *Stream) { mu.Lock(); mu.Unlock(); <-block })
+	st, _ := s.Open([]byte("x"))
+	s.Close()
+	if _, err := st.ReadChunk(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("got %v", err)
+	}
+	close(block)
+	stop()
+}
+
+func FuzzClientFrames(f *testing.F) {
+	f.Add(appendFrame(nil, Data, 1, []byte{Stdout, 'a'}))
+	f.Add(appendFrame(appendFrame(nil, Exit, 1, []byte{0, 0, 0, 1}), Ping, 0, make([]byte, 8)))
+	f.Add(appendFrame(nil, Reset, 1, []byte("\x1b[31mboom\n")))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		s := newSession(false, bytes.NewReader(raw), io.Discard, nil, nil)
+		st := s.newStream(1, nil)
+		s.streams[1] = st
+		s.next = 3
+		s.readLoop()
+		if s.Err() == nil {
+			t.Fatal("read loop ended without an error")
+		}
+		for {
+			c, err := st.ReadChunk()
+			if err != nil {
+				break
+			}
+			if len(c.Data) > MaxData {
+				t.Fatalf("chunk of %d bytes", len(c.Data))
+			}
+		}
+	})
+}
