@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+)
+
+// agent runs serve in this process over pipes and returns Caddy's side.
+func agent(t *testing.T) *agentwire.Session {
+	t.Helper()
+	cr, aw := io.Pipe()
+	ar, cw := io.Pipe()
+	go func() { serve(ar, aw); aw.Close() }()
+	s, err := agentwire.Client(cr, cw, cw, agentwire.HelloMsg{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cw.Close() })
+	return s
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+	ok             bool
+}
+
+func run(t *testing.T, s *agentwire.Session, req agentwire.Request, input string) result {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	st, err := s.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Stdin {
+		go func() {
+			st.Write(agentwire.Stdin, []byte(input))
+			st.CloseChannel(agentwire.Stdin)
+		}()
+	}
+	var out [3]bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		for {
+			c, err := st.ReadChunk()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				done <- err
+				return
+			}
+			out[c.Ch].Write(c.Data)
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end")
+	}
+	code, ok := st.Status()
+	return result{out[1].String(), out[2].String(), code, ok}
+}
+
+func TestExec(t *testing.T) {
+	s := agent(t)
+	r := run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "echo out; echo err >&2; pwd; echo $FOO; exit 7"},
+		Env: []string{"FOO=bar"}, Dir: "/tmp"}, "")
+	if r.stdout != "out\n/tmp\nbar\n" || r.stderr != "err\n" || r.code != 7 || !r.ok {
+		t.Fatalf("%+v", r)
+	}
+	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"cat"}, Stdin: true}, "fed through stdin")
+	if r.stdout != "fed through stdin" || r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"no-such-program-here"}}, "")
+	if r.code != agentwire.ExitNotFound || !strings.Contains(r.stderr, "no-such-program-here") {
+		t.Fatalf("%+v", r)
+	}
+	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sleep", "30"}, TimeoutMS: 200}, "")
+	if r.code != 128+9 {
+		t.Fatalf("timeout: %+v", r)
+	}
+	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "tty; [ -t 0 ] && echo interactive; echo $TERM"}, TTY: true}, "")
+	if !strings.Contains(r.stdout, "/dev/pts/") || !strings.Contains(r.stdout, "interactive") || !strings.Contains(r.stdout, "dumb") {
+		t.Fatalf("tty: %+v", r)
+	}
+}
+
+func TestSignalAndLargeOutput(t *testing.T) {
+	s := agent(t)
+	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"sleep", "30"}})
+	st, _ := s.Open(b)
+	time.Sleep(100 * time.Millisecond)
+	st.Signal(15)
+	select {
+	case <-st.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the signal did not end the program")
+	}
+	if code, _ := st.Status(); code != 128+15 {
+		t.Fatalf("code %d", code)
+	}
+	r := run(t, s, agentwire.Request{Op: "exec", Argv: []string{"head", "-c", "5000000", "/dev/zero"}}, "")
+	if len(r.stdout) != 5000000 || r.code != 0 {
+		t.Fatalf("got %d bytes, code %d", len(r.stdout), r.code)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	s := agent(t)
+	for _, req := range []string{`{`, `{"op":"format-disk"}`, `{"op":"exec"}`} {
+		st, _ := s.Open([]byte(req))
+		if _, err := st.ReadChunk(); err == nil || err == io.EOF {
+			t.Fatalf("%s: got %v, want a reset", req, err)
+		}
+	}
+}
