@@ -125,3 +125,25 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// A stream Caddy closes still reports when its program ends.
+func TestClosedStreamReportsTheEnd(t *testing.T) {
+	s := agent(t)
+	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "sleep 0.3; exit 4"}})
+	st, _ := s.Open(b)
+	st.Close()
+	if _, err := st.ReadChunk(); err != agentwire.ErrClosed {
+		t.Fatalf("read after close: %v", err)
+	}
+	select {
+	case <-st.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the program's end was not reported")
+	}
+	if code, ok := st.Status(); !ok || code != 4 {
+		t.Fatalf("status %d %v", code, ok)
+	}
+	if n := s.Streams(); n != 0 {
+		t.Fatalf("%d streams left", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -359,7 +360,13 @@ type Stream struct {
 	unacked  int     // data bytes read and not yet credited back
 	peerEOF  [3]bool // channels the peer has ended
 	sendWin  int
-	finished bool  // Exit or Reset seen, or closed here
+	deadline time.Time // for ReadChunk; zero: none
+	timer    *time.Timer
+	// abandoned: Caddy closed the stream; what still arrives is dropped, but the stream
+	// stays known until the agent's Exit, so the program's end can still be awaited.
+	abandoned bool
+	sentEnd   bool  // this side sent Exit or Reset
+	finished  bool  // Exit or Reset seen, or ended here
 	exited   bool  // ended by Exit
 	code     int32 // the Exit status
 	err      error // why it ended otherwise
@@ -388,6 +395,9 @@ func (st *Stream) receive(f frame) error {
 		}
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		if st.abandoned {
+			return nil
+		}
 		if st.peerEOF[ch] {
 			return protoErr("stream %d: frame after the end of channel %d", st.id, ch)
 		}
@@ -448,8 +458,16 @@ func (st *Stream) end(exited bool, code int32, err error) {
 // reason it was reset.
 func (st *Stream) ReadChunk() (Chunk, error) {
 	st.mu.Lock()
-	for len(st.q) == 0 && !st.finished {
+	for len(st.q) == 0 && !st.finished && !st.abandoned {
+		if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+			st.mu.Unlock()
+			return Chunk{}, os.ErrDeadlineExceeded
+		}
 		st.cond.Wait()
+	}
+	if st.abandoned {
+		st.mu.Unlock()
+		return Chunk{}, ErrClosed
 	}
 	if len(st.q) == 0 {
 		err := st.err
@@ -483,8 +501,12 @@ func (st *Stream) Write(ch byte, p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		st.mu.Lock()
-		for st.sendWin == 0 && !st.finished {
+		for st.sendWin == 0 && !st.finished && !st.abandoned {
 			st.cond.Wait()
+		}
+		if st.abandoned {
+			st.mu.Unlock()
+			return written, ErrClosed
 		}
 		if st.finished {
 			err := st.err
@@ -530,9 +552,10 @@ func (st *Stream) Resize(rows, cols uint16) error {
 	return st.s.write(Resize, st.id, b[:])
 }
 
-// Exit ends the stream with a status (the agent's side, after the last data).
+// Exit ends the stream with a status (the agent's side, after the last data). It is
+// sent even when Caddy has closed the stream: Caddy may wait for the program's end.
 func (st *Stream) Exit(code int32) error {
-	if st.isFinished() {
+	if !st.markSent() {
 		return nil
 	}
 	err := st.s.write(Exit, st.id, binary.BigEndian.AppendUint32(nil, uint32(code)))
@@ -540,9 +563,9 @@ func (st *Stream) Exit(code int32) error {
 	return err
 }
 
-// Reset aborts the stream, telling the peer why.
+// Reset aborts the stream, telling the peer why (the agent's side).
 func (st *Stream) Reset(reason string) error {
-	if st.isFinished() {
+	if !st.markSent() {
 		return nil
 	}
 	err := st.s.write(Reset, st.id, []byte(clean(reason, maxReason)))
@@ -550,8 +573,48 @@ func (st *Stream) Reset(reason string) error {
 	return err
 }
 
-// Close aborts the stream unless it has ended already.
-func (st *Stream) Close() error { return st.Reset("closed") }
+func (st *Stream) markSent() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sentEnd {
+		return false
+	}
+	st.sentEnd = true
+	return true
+}
+
+// Close abandons the stream (Caddy's side): reads and writes end at once, the agent is
+// told to stop relaying, and Done still closes when the program ends.
+func (st *Stream) Close() error {
+	st.mu.Lock()
+	if st.finished || st.abandoned {
+		st.mu.Unlock()
+		return nil
+	}
+	st.abandoned, st.q, st.qBytes = true, nil, 0
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	return st.s.write(Reset, st.id, []byte("closed"))
+}
+
+// SetReadDeadline makes ReadChunk fail with os.ErrDeadlineExceeded after t.
+func (st *Stream) SetReadDeadline(t time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.deadline = t
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	if !t.IsZero() {
+		st.timer = time.AfterFunc(time.Until(t), func() {
+			st.mu.Lock()
+			st.cond.Broadcast()
+			st.mu.Unlock()
+		})
+	}
+	st.cond.Broadcast()
+}
 
 func (st *Stream) isFinished() bool {
 	st.mu.Lock()
