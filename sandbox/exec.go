@@ -406,6 +406,13 @@ func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (st
 }
 
 func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+	if sess := s.agentSession(ctx); sess != nil {
+		if id, hj, err := s.agentExec(sess, opts); err == nil {
+			return id, hj, nil
+		}
+		// The channel ended under this call: it takes a Docker exec; the next starts a
+		// new agent.
+	}
 	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, opts)
 	if err != nil {
 		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
@@ -423,6 +430,9 @@ func (s *Sandbox) exitCode(ctx context.Context, execID string, killed bool) (int
 	wait := 2 * time.Second
 	if killed {
 		wait = 500 * time.Millisecond
+	}
+	if st, ok := s.agentStream(execID); ok {
+		return agentExitCode(ctx, st, wait)
 	}
 	deadline := time.Now().Add(wait)
 	for {

@@ -59,6 +59,9 @@ type Config struct {
 	// or the name of a network. A named network that does not exist is created as a
 	// bridge with inter-container traffic off. "" means DefaultNetwork.
 	NetworkMode string
+	// NoAgent runs every command as a Docker exec of its own, without the agent inside
+	// the container (agent.go).
+	NoAgent bool
 
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
@@ -242,6 +245,7 @@ type Sandbox struct {
 
 	agentMu  sync.Mutex
 	agentBin string // the agent's binary in the container; "" while no agent runs
+	agent    agentState
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call

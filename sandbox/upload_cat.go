@@ -64,6 +64,10 @@ func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, er
 func (s *Sandbox) waitExecEnd(ctx context.Context, execID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
+	if st, ok := s.agentStream(execID); ok {
+		agentExitCode(ctx, st, uploadStepTimeout)
+		return
+	}
 	for ctx.Err() == nil {
 		ins, err := s.cli.ContainerExecInspect(ctx, execID)
 		if err != nil || (!ins.Running && ins.Pid != 0) {

@@ -1,0 +1,300 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+)
+
+// The agent: one `docker exec -i <agent> serve` per sandbox, kept open, carries every
+// command as a stream of the agentwire protocol instead of a Docker exec each. Where it
+// cannot run (no binary for the architecture, a read-only or noexec filesystem, no
+// space) the sandbox falls back by itself to one Docker exec per call, logs it once and
+// tries again after agentRetryAfter or when the container is replaced.
+
+// agentRetryAfter is how long a sandbox runs without its agent after it failed to start.
+const agentRetryAfter = 5 * time.Minute
+
+// agentStartTimeout bounds copying the agent in, starting it and its greeting.
+const agentStartTimeout = 10 * time.Second
+
+// agentExecPrefix starts the ids of commands run by the agent, where Docker's exec ids
+// are hex.
+const agentExecPrefix = "agent/"
+
+type agentState struct {
+	group   singleflight.Group
+	sess    *agentwire.Session
+	off     string    // why the agent does not run; "" when it runs or was not tried
+	retry   time.Time // no new try before then
+	logged  string    // the last reason logged
+	started int       // agents started
+	seq     atomic.Uint64
+	exits   sync.Map // exec id → *agentwire.Stream, a minute past its end
+}
+
+// AgentStatus tells whether commands go through the agent, and if not, why.
+func (s *Sandbox) AgentStatus() (running bool, why string) {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	if s.agent.sess != nil && s.agent.sess.Err() == nil {
+		return true, ""
+	}
+	return false, s.agent.off
+}
+
+// agentSession returns the running agent's channel, starting an agent when none runs;
+// nil means "use a Docker exec for this call".
+func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
+	if s.cfg.NoAgent {
+		return nil
+	}
+	s.agentMu.Lock()
+	sess, retry := s.agent.sess, s.agent.retry
+	s.agentMu.Unlock()
+	if sess != nil && sess.Err() == nil {
+		return sess
+	}
+	if time.Now().Before(retry) {
+		return nil
+	}
+	ch := s.agent.group.DoChan("start", func() (any, error) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentStartTimeout)
+		defer cancel()
+		return s.startAgent(sctx)
+	})
+	select {
+	case r := <-ch:
+		sess, _ := r.Val.(*agentwire.Session)
+		return sess
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// startAgent copies the agent in afresh, starts it and checks its greeting.
+func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
+	path, err := s.installAgent(ctx)
+	if err != nil {
+		if !containerGone(err) && !EngineDown(err) && ctx.Err() == nil {
+			s.agentFailed("copying the agent into the container: " + err.Error())
+		}
+		return nil, err
+	}
+	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
+		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		Cmd: []string{path, "serve"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := &agentOutput{r: hj.Reader, stderr: &boundedBuffer{max: 2048}}
+	stop := context.AfterFunc(ctx, hj.Close)
+	sess, err := agentwire.Client(out, hj.Conn, agentCloser{hj}, agentwire.HelloMsg{}, nil)
+	if !stop() && err == nil {
+		sess.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		hj.Close()
+		code, _ := s.exitCode(context.WithoutCancel(ctx), resp.ID, true)
+		if ctx.Err() == nil || code != 0 {
+			s.agentFailed(fmt.Sprintf("the agent did not start (%v, exit code %d): %s", err, code, human.Clip(out.stderr.String(), 300)))
+		}
+		return nil, err
+	}
+	s.setAgentBinary(path)
+	s.agentMu.Lock()
+	s.agent.sess, s.agent.off, s.agent.logged = sess, "", ""
+	s.agent.started++
+	s.agentMu.Unlock()
+	s.log.Info("sandbox agent started", zap.String("container", s.cfg.Container), zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
+	go func() {
+		<-sess.Done()
+		s.log.Info("sandbox agent channel ended; the next call starts a new agent", zap.String("container", s.cfg.Container), zap.Error(sess.Err()))
+	}()
+	return sess, nil
+}
+
+// agentFailed records why the agent cannot run, logging each new reason once.
+func (s *Sandbox) agentFailed(why string) {
+	s.setAgentBinary("")
+	s.agentMu.Lock()
+	s.agent.off, s.agent.retry = why, time.Now().Add(agentRetryAfter)
+	fresh := s.agent.logged != why
+	s.agent.logged = why
+	s.agentMu.Unlock()
+	if fresh {
+		s.log.Warn("the sandbox agent cannot run in this container; commands use one Docker exec each",
+			zap.String("container", s.cfg.Container), zap.String("reason", why))
+	}
+}
+
+// agentReset forgets why the agent failed (the container was replaced).
+func (s *Sandbox) agentReset() {
+	s.agentMu.Lock()
+	if s.agent.sess != nil {
+		s.agent.sess.Close()
+		s.agent.sess = nil
+	}
+	s.agent.off, s.agent.retry = "", time.Time{}
+	s.agentMu.Unlock()
+}
+
+// agentExec starts a command on the agent, in the shape of a Docker exec: its output in
+// Docker's multiplexed format, its stdin as the connection's writes.
+func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+	req, err := json.Marshal(agentwire.Request{Op: agentwire.OpExec, Argv: opts.Cmd, Env: opts.Env,
+		Dir: opts.WorkingDir, Stdin: opts.AttachStdin, TTY: opts.Tty})
+	if err != nil {
+		return "", types.HijackedResponse{}, err
+	}
+	st, err := sess.Open(req)
+	if err != nil {
+		return "", types.HijackedResponse{}, err
+	}
+	id := agentExecPrefix + strconv.FormatUint(s.agent.seq.Add(1), 10)
+	s.agent.exits.Store(id, st)
+	go func() {
+		<-st.Done()
+		time.AfterFunc(time.Minute, func() { s.agent.exits.Delete(id) })
+	}()
+	conn := &agentConn{st: st}
+	return id, types.HijackedResponse{Conn: conn, Reader: bufio.NewReaderSize(conn, 32<<10)}, nil
+}
+
+// agentStream returns the stream of a command the agent runs.
+func (s *Sandbox) agentStream(execID string) (*agentwire.Stream, bool) {
+	if !strings.HasPrefix(execID, agentExecPrefix) {
+		return nil, false
+	}
+	v, ok := s.agent.exits.Load(execID)
+	if !ok {
+		return nil, true
+	}
+	return v.(*agentwire.Stream), true
+}
+
+// agentExitCode waits up to wait for a command's end and returns its status.
+func agentExitCode(ctx context.Context, st *agentwire.Stream, wait time.Duration) (int, bool) {
+	if st == nil {
+		return 0, false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-st.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return st.Status()
+}
+
+// agentOutput reads the agent's stdout out of Docker's multiplexed stream and keeps the
+// start of its stderr (for the reason it failed).
+type agentOutput struct {
+	r      io.Reader
+	left   int
+	hdr    [8]byte
+	stderr *boundedBuffer
+}
+
+func (o *agentOutput) Read(p []byte) (int, error) {
+	for o.left == 0 {
+		if _, err := io.ReadFull(o.r, o.hdr[:]); err != nil {
+			return 0, err
+		}
+		size := int(binary.BigEndian.Uint32(o.hdr[4:]))
+		switch o.hdr[0] {
+		case 0, 1:
+			o.left = size
+		case 2:
+			if _, err := io.CopyN(o.stderr, o.r, int64(size)); err != nil {
+				return 0, io.ErrUnexpectedEOF
+			}
+		default:
+			return 0, fmt.Errorf("unknown stream %d in the agent's output", o.hdr[0])
+		}
+	}
+	n, err := o.r.Read(p[:min(len(p), o.left)])
+	o.left -= n
+	if err == io.EOF && o.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+type agentCloser struct{ hj types.HijackedResponse }
+
+func (c agentCloser) Close() error {
+	c.hj.Close()
+	return nil
+}
+
+// agentConn is a command on the agent seen as a Docker exec's hijacked connection.
+type agentConn struct {
+	st     *agentwire.Stream
+	hdr    [8]byte
+	hdrOff int    // header bytes of the current frame returned so far
+	data   []byte // the current frame's data not returned yet
+}
+
+func (c *agentConn) Read(p []byte) (int, error) {
+	for c.data == nil {
+		ch, err := c.st.ReadChunk()
+		if err != nil {
+			return 0, err
+		}
+		if ch.EOF || len(ch.Data) == 0 {
+			continue
+		}
+		c.hdr = [8]byte{ch.Ch}
+		binary.BigEndian.PutUint32(c.hdr[4:], uint32(len(ch.Data)))
+		c.hdrOff, c.data = 0, ch.Data
+	}
+	if c.hdrOff < len(c.hdr) {
+		n := copy(p, c.hdr[c.hdrOff:])
+		c.hdrOff += n
+		return n, nil
+	}
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	if len(c.data) == 0 {
+		c.data = nil
+	}
+	return n, nil
+}
+
+func (c *agentConn) Write(p []byte) (int, error)        { return c.st.Write(agentwire.Stdin, p) }
+func (c *agentConn) CloseWrite() error                  { return c.st.CloseChannel(agentwire.Stdin) }
+func (c *agentConn) Close() error                       { return c.st.Close() }
+func (c *agentConn) LocalAddr() net.Addr                { return agentAddr{} }
+func (c *agentConn) RemoteAddr() net.Addr               { return agentAddr{} }
+func (c *agentConn) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
+func (c *agentConn) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
+func (c *agentConn) SetWriteDeadline(t time.Time) error { return nil }
+
+type agentAddr struct{}
+
+func (agentAddr) Network() string { return "sandbox-agent" }
+func (agentAddr) String() string  { return "sandbox-agent" }
