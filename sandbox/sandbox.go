@@ -246,6 +246,8 @@ type Sandbox struct {
 	agentMu  sync.Mutex
 	agentBin string // the agent's binary in the container; "" while no agent runs
 	agent    agentState
+
+	agentArch containerArch // the container's image architecture, for installAgent (under mu)
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
