@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,8 @@ func testConfig(tb testing.TB) Config {
 	cfg.PidsLimit = 512
 	cfg.NetworkMode = "none"
 	cfg.ExecTimeout = 2 * time.Minute
+	// MCP_SANDBOX_TEST_NO_AGENT=1 runs the tests on the fallback: a Docker exec per call.
+	cfg.NoAgent = os.Getenv("MCP_SANDBOX_TEST_NO_AGENT") == "1"
 	return cfg
 }
 

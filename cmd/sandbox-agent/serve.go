@@ -29,7 +29,9 @@ const drainAfterExit = 100 * time.Millisecond
 // serveMain speaks the protocol over stdin and stdout until Caddy closes stdin. Programs
 // it started keep running when it ends: jobs keep their state in files, not here.
 func serveMain(args []string) int {
-	if err := serve(os.Stdin, os.Stdout); err != nil {
+	startReaper()
+	makeThreads(spareThreads)
+	if err := serve(pollable(0, "stdin"), pollable(1, "stdout")); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
 		return 1
 	}
@@ -133,6 +135,7 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 		f.Close()
 	}
 	pid := cmd.Process.Pid
+	ended := children.register(pid)
 	if req.TimeoutMS > 0 {
 		t := time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { syscall.Kill(-pid, syscall.SIGKILL) })
 		defer t.Stop()
@@ -161,7 +164,8 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 			}
 		}
 	}()
-	waitErr := cmd.Wait()
+	status := <-ended
+	cmd.Process.Release()
 	for _, f := range outs {
 		_ = f.SetReadDeadline(time.Now().Add(drainAfterExit))
 	}
@@ -169,7 +173,7 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 	for _, f := range outs {
 		f.Close()
 	}
-	st.Exit(exitStatus(cmd.ProcessState, waitErr))
+	st.Exit(exitStatus(status))
 }
 
 // relayOutput sends what f gives on channel ch until it ends; when the stream is gone it
@@ -223,14 +227,11 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser) {
 
 func isTerminalMaster(f *os.File) bool { return f.Name() == "/dev/ptmx" }
 
-func exitStatus(ps *os.ProcessState, err error) int32 {
-	if ps == nil {
-		return agentwire.ExitCannotRun
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitStatus(ws syscall.WaitStatus) int32 {
+	if ws.Signaled() {
 		return 128 + int32(ws.Signal())
 	}
-	return int32(ps.ExitCode())
+	return int32(ws.ExitStatus())
 }
 
 // mergeEnv returns base with extra's entries added, an entry of extra replacing one of
