@@ -24,7 +24,7 @@ var version = strconv.Itoa(agentwire.Version)
 // drainAfterExit is how long output is still read after a program has exited: what it
 // wrote is in the pipe already; a process it left behind holding the pipe does not keep
 // the stream open longer.
-const drainAfterExit = 100 * time.Millisecond
+const drainAfterExit = 10 * time.Millisecond
 
 // serveMain speaks the protocol over stdin and stdout until Caddy closes stdin. Programs
 // it started keep running when it ends: jobs keep their state in files, not here.
