@@ -33,6 +33,10 @@ import (
 // the local engine and its containerd are never touched. When the test binary ends,
 // however it ends, a small reaper process stops the engine and removes its directory;
 // a directory left by a run whose reaper was killed is removed by the next run.
+//
+// It answers about 1.5 s after Start (dockerd 20.10 waits 1 s before it serves plain
+// TCP) and stops in about 1 s. What stops every dockerd by name (pkill -x dockerd, as
+// TestEngineRestart does) stops it too.
 type Engine struct {
 	dir  string
 	port int
