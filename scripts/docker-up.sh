@@ -20,7 +20,15 @@ if [ -n "${DOCKER_HOST:-}" ] && [ "${DOCKER_HOST#unix://}" = "$DOCKER_HOST" ]; t
 	exit 1
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
+# The engine of /var/run/docker.pid, not any dockerd: tests run second engines of their
+# own (internal/testenv), which must not pass for this one.
+main_runs() {
+	local pid
+	pid=$(cat /var/run/docker.pid 2>/dev/null) || return 1
+	[ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]
+}
+
+if ! main_runs; then
 	echo "docker-up: starting dockerd (log: /var/log/dockerd.log)" >&2
 	# Give containerd and dockerd their own session so they outlive this script.
 	setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null &

@@ -1,6 +1,7 @@
 // Package testenv holds what the tests of this module that run against Docker share:
 // the test image, a client for the local engine that tells the two test tiers apart,
-// and small measuring and reading helpers. Only tests import it.
+// a second engine on TCP loopback ([SecondEngine]), a proxy that counts connections
+// ([CountingProxy]), and small measuring and reading helpers. Only tests import it.
 //
 // The tiers: under -short, the tier that needs no engine, a test that needs Docker is
 // skipped when no engine answers; in a full run it fails, so a full run never passes
