@@ -271,6 +271,7 @@ func (e *sandboxEntry) Destruct() error {
 	e.buildMu.Unlock()
 	e.builds.Wait()
 	e.sb.CloseTransfers()
+	e.sb.CloseAgent()
 	return e.cli.Close()
 }
 

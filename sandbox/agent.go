@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,6 +35,16 @@ const agentRetryAfter = 5 * time.Minute
 // agentStartTimeout bounds copying the agent in, starting it and its greeting.
 const agentStartTimeout = 10 * time.Second
 
+// Test hooks: a container setting no configuration can ask for (a read-only root), and
+// another program in the agent's place (a hostile one).
+var (
+	hostConfigForTest func(*container.HostConfig)
+	agentArgvForTest  func(path string) []string
+)
+
+// agentGreetTimeout bounds the wait for the agent's greeting.
+const agentGreetTimeout = 5 * time.Second
+
 // agentExecPrefix starts the ids of commands run by the agent, where Docker's exec ids
 // are hex.
 const agentExecPrefix = "agent/"
@@ -45,6 +56,7 @@ type agentState struct {
 	retry   time.Time // no new try before then
 	logged  string    // the last reason logged
 	started int       // agents started
+	broken  []time.Time // when recent agents broke the protocol
 	seq     atomic.Uint64
 	exits   sync.Map // exec id → *agentwire.Stream, a minute past its end
 }
@@ -97,9 +109,13 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		}
 		return nil, err
 	}
+	argv := []string{path, "serve"}
+	if agentArgvForTest != nil {
+		argv = agentArgvForTest(path)
+	}
 	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Cmd: []string{path, "serve"},
+		Cmd: argv,
 	})
 	if err != nil {
 		return nil, err
@@ -109,18 +125,24 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		return nil, err
 	}
 	out := &agentOutput{r: hj.Reader, stderr: &boundedBuffer{max: 2048}}
-	stop := context.AfterFunc(ctx, hj.Close)
+	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
+	defer cancel()
+	stop := context.AfterFunc(hctx, hj.Close)
 	sess, err := agentwire.Client(out, hj.Conn, agentCloser{hj}, agentwire.HelloMsg{}, nil)
-	if !stop() && err == nil {
-		sess.Close()
-		err = ctx.Err()
+	if !stop() {
+		if err == nil {
+			sess.Close()
+		}
+		err = fmt.Errorf("no greeting within %v", agentGreetTimeout)
 	}
 	if err != nil {
 		hj.Close()
-		code, _ := s.exitCode(context.WithoutCancel(ctx), resp.ID, true)
-		if ctx.Err() == nil || code != 0 {
-			s.agentFailed(fmt.Sprintf("the agent did not start (%v, exit code %d): %s", err, code, human.Clip(out.stderr.String(), 300)))
+		code, ok := s.exitCode(context.WithoutCancel(ctx), resp.ID, true)
+		exit := "still running"
+		if ok {
+			exit = "exit code " + strconv.Itoa(code)
 		}
+		s.agentFailed(fmt.Sprintf("the agent did not start (%v; %s): %s", err, exit, human.Clip(out.stderr.String(), 300)))
 		return nil, err
 	}
 	s.setAgentBinary(path)
@@ -131,9 +153,36 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	s.log.Info("sandbox agent started", zap.String("container", s.cfg.Container), zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
 	go func() {
 		<-sess.Done()
-		s.log.Info("sandbox agent channel ended; the next call starts a new agent", zap.String("container", s.cfg.Container), zap.Error(sess.Err()))
+		err := sess.Err()
+		s.log.Info("sandbox agent channel ended; the next call starts a new agent", zap.String("container", s.cfg.Container), zap.Error(err))
+		if errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
+			s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
+		}
 	}()
 	return sess, nil
+}
+
+// agentMaxBroken agents that break the protocol within agentBrokenWindow make the
+// sandbox fall back for agentRetryAfter: something in the container keeps answering in
+// the agent's place.
+const (
+	agentMaxBroken    = 3
+	agentBrokenWindow = 10 * time.Minute
+)
+
+// agentBroke records an agent that broke the protocol and reports whether too many did.
+func (s *Sandbox) agentBroke() bool {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	now := time.Now()
+	recent := s.agent.broken[:0]
+	for _, t := range s.agent.broken {
+		if now.Sub(t) < agentBrokenWindow {
+			recent = append(recent, t)
+		}
+	}
+	s.agent.broken = append(recent, now)
+	return len(s.agent.broken) >= agentMaxBroken
 }
 
 // agentFailed records why the agent cannot run, logging each new reason once.
@@ -150,15 +199,16 @@ func (s *Sandbox) agentFailed(why string) {
 	}
 }
 
-// agentReset forgets why the agent failed (the container was replaced).
-func (s *Sandbox) agentReset() {
+// CloseAgent ends the channel to the agent, which then exits; running jobs go on. The
+// next command starts a new agent.
+func (s *Sandbox) CloseAgent() {
 	s.agentMu.Lock()
-	if s.agent.sess != nil {
-		s.agent.sess.Close()
-		s.agent.sess = nil
-	}
-	s.agent.off, s.agent.retry = "", time.Time{}
+	sess := s.agent.sess
+	s.agent.sess = nil
 	s.agentMu.Unlock()
+	if sess != nil {
+		sess.Close()
+	}
 }
 
 // agentExec starts a command on the agent, in the shape of a Docker exec: its output in

@@ -279,6 +279,19 @@ func (s *Sandbox) create(ctx context.Context) error {
 	pids := c.PidsLimit
 	res.PidsLimit = &pids
 	init := host.hasInit
+	hc := &container.HostConfig{
+		Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: WorkDir}},
+		NetworkMode:   container.NetworkMode(c.network()),
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+		Init:          &init,
+		Resources:     res,
+		CapDrop:       capDrop,
+		SecurityOpt:   securityOpts,
+		Sysctls:       s.sysctls(),
+	}
+	if hostConfigForTest != nil {
+		hostConfigForTest(hc)
+	}
 	resp, err := s.cli.ContainerCreate(ctx,
 		&container.Config{
 			Image:      c.Image,
@@ -291,17 +304,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 			Cmd:        []string{"mcp-sandbox"},
 			Labels:     map[string]string{labelManaged: "true", labelVolume: c.Volume},
 		},
-		&container.HostConfig{
-			Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: WorkDir}},
-			NetworkMode:   container.NetworkMode(c.network()),
-			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
-			Init:          &init,
-			Resources:     res,
-			CapDrop:       capDrop,
-			SecurityOpt:   securityOpts,
-			Sysctls:       s.sysctls(),
-		},
-		nil, nil, c.Container)
+		hc, nil, nil, c.Container)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"go.uber.org/zap"
 )
 
@@ -262,6 +263,13 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		return kres, nil
 	}
 	stopLive()
+	if errors.Is(readErr, agentwire.ErrLost) {
+		// The agent went (the command may have killed it): the job lives in its files,
+		// and a new agent follows it for what is left of the wait.
+		s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(readErr))
+		rest := max(wait-time.Since(begin), 0)
+		return s.JobOutput(ctx, id, rest, nil, maxOutput, opts.OnOutput)
+	}
 	if readErr != nil {
 		return nil, fmt.Errorf("reading command output: %w", readErr)
 	}

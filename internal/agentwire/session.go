@@ -36,6 +36,10 @@ type Control struct {
 // ErrClosed is the error of a stream or session closed on this side.
 var ErrClosed = errors.New("agent channel closed")
 
+// ErrLost is the error of the streams of a session that ended while they ran; the
+// programs they started may still run.
+var ErrLost = errors.New("agent channel lost")
+
 // writeTimeout bounds one frame's write: a peer that stops reading ends the session.
 const writeTimeout = 10 * time.Second
 
@@ -237,8 +241,9 @@ func (s *Session) fail(err error) {
 	if s.closer != nil {
 		_ = s.closer.Close()
 	}
+	lost := fmt.Errorf("%w: %w", ErrLost, err)
 	for _, st := range streams {
-		st.end(false, 0, err)
+		st.end(false, 0, lost)
 	}
 	close(s.done)
 }

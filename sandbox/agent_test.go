@@ -1,0 +1,231 @@
+package sandbox
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+)
+
+// execCounter counts the Docker execs a sandbox creates.
+type execCounter struct {
+	client.APIClient
+	n atomic.Int64
+}
+
+func (c *execCounter) ContainerExecCreate(ctx context.Context, name string, opts container.ExecOptions) (container.ExecCreateResponse, error) {
+	c.n.Add(1)
+	return c.APIClient.ContainerExecCreate(ctx, name, opts)
+}
+
+func agentTestSandbox(t *testing.T, cfg Config) (*Sandbox, *execCounter) {
+	t.Helper()
+	if cfg.NoAgent {
+		t.Skip("the agent is off (MCP_SANDBOX_TEST_NO_AGENT)")
+	}
+	cli := &execCounter{APIClient: dockerClient(t)}
+	return newTestSandbox(t, cli, cfg), cli
+}
+
+// Once the agent runs, commands create no Docker exec at all.
+func TestAgentCarriesCommands(t *testing.T) {
+	sb, cli := agentTestSandbox(t, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	if ok, why := sb.AgentStatus(); !ok {
+		t.Fatalf("agent not running: %s", why)
+	}
+	before := cli.n.Load()
+	for i := 0; i < 20; i++ {
+		res := mustExec(t, sb, "echo $((6*7)); echo err >&2; exit 3", ExecOptions{})
+		if res.Stdout != "42\n" || res.Stderr != "err\n" || res.ExitCode != 3 {
+			t.Fatalf("%+v", res)
+		}
+	}
+	if n := cli.n.Load() - before; n != 0 {
+		t.Fatalf("20 commands created %d Docker execs", n)
+	}
+}
+
+// agentPID returns the pid of the running agent in the container.
+func agentPID(t *testing.T, sb *Sandbox) int {
+	sb.agentMu.Lock()
+	defer sb.agentMu.Unlock()
+	if sb.agent.sess == nil {
+		t.Fatal("no agent")
+	}
+	return sb.agent.sess.Peer().PID
+}
+
+// recoverAfter runs `echo ok` until it works and returns how long that took.
+func recoverAfter(t *testing.T, sb *Sandbox) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 30*time.Second {
+		res, err := sb.Exec(context.Background(), "echo ok", ExecOptions{})
+		if err == nil && res.Stdout == "ok\n" {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the sandbox did not recover")
+	return 0
+}
+
+// A job keeps running when the model kills the agent, and the next call works at once
+// through a new agent.
+func TestAgentKilledJobGoesOn(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	job := mustExec(t, sb, "for i in $(seq 1 15); do echo line $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
+	pid := agentPID(t, sb)
+	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid), ExecOptions{})
+	t.Logf("the killing call: %+v, %v", res, err)
+	took := recoverAfter(t, sb)
+	t.Logf("recovered in %v", took)
+	if took > 2*time.Second {
+		t.Errorf("recovery took %v", took)
+	}
+	if newPID := agentPID(t, sb); newPID == pid {
+		t.Fatal("the same agent still answers")
+	}
+	out, err := sb.JobOutput(context.Background(), job.JobID, 30*time.Second, nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := job.Stdout + out.Stdout
+	if out.Running || out.ExitCode != 0 || !strings.HasSuffix(all, "line 15\n") || strings.Count(all, "\n") != 15 {
+		t.Fatalf("job after the agent's death: %+v (first part %q)", out, job.Stdout)
+	}
+}
+
+// kill -9 -1 kills everything in the container, the agent included: the next call
+// works within a second or two, and the jobs it killed are reported as ended with their
+// output so far.
+func TestKillAllRecovers(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	job := mustExec(t, sb, "echo started; sleep 600", ExecOptions{Wait: time.Second})
+	res, err := sb.Exec(context.Background(), "kill -9 -1", ExecOptions{})
+	t.Logf("kill -9 -1: %+v, %v", res, err)
+	took := recoverAfter(t, sb)
+	t.Logf("recovered in %v", took)
+	if took > 3*time.Second {
+		t.Errorf("recovery took %v", took)
+	}
+	out, err := sb.JobOutput(context.Background(), job.JobID, 10*time.Second, nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Running || !strings.Contains(job.Stdout+out.Stdout, "started") {
+		t.Fatalf("killed job: %+v (first part %q)", out, job.Stdout)
+	}
+}
+
+// Where the agent cannot run (a read-only root and noexec writable places), commands
+// fall back to a Docker exec each, and the sandbox says why.
+func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
+	hostConfigForTest = func(hc *container.HostConfig) {
+		hc.ReadonlyRootfs = true
+		hc.Tmpfs = map[string]string{"/tmp": "rw,noexec,nosuid,size=64m", "/var/lib/mcp-sandbox": "rw,noexec,nosuid,size=64m"}
+	}
+	t.Cleanup(func() { hostConfigForTest = nil })
+	sb, cli := agentTestSandbox(t, testConfig(t))
+	res := mustExec(t, sb, "echo fallback; exit 5", ExecOptions{})
+	if res.Stdout != "fallback\n" || res.ExitCode != 5 {
+		t.Fatalf("%+v", res)
+	}
+	ok, why := sb.AgentStatus()
+	t.Logf("agent: %v, %s", ok, why)
+	if ok || !strings.Contains(why, "read-only") {
+		t.Fatalf("status %v %q", ok, why)
+	}
+	before := cli.n.Load()
+	mustExec(t, sb, "true", ExecOptions{})
+	if cli.n.Load() == before {
+		t.Fatal("a command on the fallback created no Docker exec")
+	}
+	// Copied by hand into the noexec place, the agent cannot start either.
+	sb.agentMu.Lock()
+	sb.agent.retry = time.Time{}
+	sb.agentMu.Unlock()
+	agentArgvForTest = func(string) []string { return []string{"/tmp/sandbox-agent", "serve"} }
+	t.Cleanup(func() { agentArgvForTest = nil })
+	mustExec(t, sb, "cp /bin/busybox /tmp/sandbox-agent", ExecOptions{})
+	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// A program answering in the agent's place with garbage, or with a frame that declares
+// 1 GB, leaves Caddy bounded; commands still run, and after a few such agents the
+// sandbox falls back.
+func TestHostileAgent(t *testing.T) {
+	cases := map[string]string{
+		"garbage":  `head -c 100000 /dev/urandom; sleep 5`,
+		"1 GB":     `printf '\000\000\000\015\001\000\000\000\000{"version":1}\100\000\000\000\003\000\000\000\001'; cat >/dev/null`,
+		"silence":  `sleep 600`,
+		"wrong v":  `printf '\000\000\000\015\001\000\000\000\000{"version":9}'; sleep 5`,
+		"no hello": `exit 0`,
+	}
+	for name, script := range cases {
+		t.Run(name, func(t *testing.T) {
+			agentArgvForTest = func(string) []string { return []string{"sh", "-c", script} }
+			t.Cleanup(func() { agentArgvForTest = nil })
+			sb, _ := agentTestSandbox(t, testConfig(t))
+			heap0 := testenv.HeapAfterGC()
+			for i := 0; i < 4; i++ {
+				res := mustExec(t, sb, "echo ok", ExecOptions{})
+				if res.Stdout != "ok\n" {
+					t.Fatalf("call %d: %+v", i, res)
+				}
+			}
+			if grew := int64(testenv.HeapAfterGC()) - int64(heap0); grew > 32<<20 {
+				t.Errorf("heap grew by %d MB", grew>>20)
+			}
+			ok, why := sb.AgentStatus()
+			t.Logf("agent %v: %s", ok, why)
+			if ok {
+				t.Fatal("a hostile agent counts as running")
+			}
+			if runtime.NumGoroutine() > 500 {
+				t.Errorf("%d goroutines", runtime.NumGoroutine())
+			}
+		})
+	}
+}
+
+// A new Caddy (a new Sandbox on the same container, with another agent binary) takes
+// over from the old agent without losing the running job.
+func TestAgentReplacedKeepsJobs(t *testing.T) {
+	cfg := testConfig(t)
+	old, _ := agentTestSandbox(t, cfg)
+	job := mustExec(t, old, "for i in $(seq 1 10); do echo $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
+	oldPID := agentPID(t, old)
+	old.CloseAgent() // the old Caddy exits: its channel closes, its agent ends
+	agentArgvForTest = func(path string) []string {
+		return []string{"sh", "-c", `cp "$1" "$1-next" && exec "$1-next" serve`, "sh", path}
+	}
+	t.Cleanup(func() { agentArgvForTest = nil })
+	next, err := New(dockerClient(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := next.JobOutput(context.Background(), job.JobID, 30*time.Second, nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := job.Stdout + out.Stdout; out.Running || !strings.HasSuffix(all, "10\n") || strings.Count(all, "\n") != 10 {
+		t.Fatalf("job after the agent was replaced: %+v", out)
+	}
+	ps := mustExec(t, next, "ps -o pid,args | grep '[s]andbox-agent'", ExecOptions{})
+	if strings.Contains(ps.Stdout, strconv.Itoa(oldPID)+" ") || strings.Count(ps.Stdout, "serve") != 1 {
+		t.Fatalf("agents running: %q (old pid %d)", ps.Stdout, oldPID)
+	}
+	next.CloseAgent()
+}
