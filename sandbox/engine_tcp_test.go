@@ -11,8 +11,9 @@ import (
 )
 
 // maxEngineConnsPer100 bounds the TCP connections 100 Exec calls may open to the
-// engine.
-const maxEngineConnsPer100 = 1000
+// engine: through the agent, whose channel is open already, none (one per call on the
+// fallback: 101 measured).
+const maxEngineConnsPer100 = 2
 
 // TestExecConnectionsOverTCP runs 100 commands in a sandbox on an engine reached over
 // TCP (DOCKER_HOST=tcp://...), through a proxy that counts the connections the
@@ -37,7 +38,7 @@ func TestExecConnectionsOverTCP(t *testing.T) {
 	n := count() - before
 	t.Logf("100 calls opened %d connections to the engine (in %v; %d with the container's creation)",
 		n, time.Since(start).Round(time.Millisecond), count())
-	if n > maxEngineConnsPer100 {
+	if n > maxEngineConnsPer100 && !sb.cfg.NoAgent {
 		t.Errorf("100 calls opened %d connections to the engine, more than %d", n, maxEngineConnsPer100)
 	}
 }
