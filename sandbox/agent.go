@@ -150,11 +150,12 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	s.agent.sess, s.agent.off, s.agent.logged = sess, "", ""
 	s.agent.started++
 	s.agentMu.Unlock()
-	s.log.Info("sandbox agent started", zap.String("container", s.cfg.Container), zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
+	s.log.Info("sandbox agent started", zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
 	go func() {
 		<-sess.Done()
 		err := sess.Err()
-		s.log.Info("sandbox agent channel ended; the next call starts a new agent", zap.String("container", s.cfg.Container), zap.Error(err))
+		s.log.Info("sandbox agent channel ended; the next call starts a new agent",
+			zap.Error(err), zap.String("agent_stderr", human.Clip(out.stderr.String(), 500)))
 		if errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
 			s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
 		}
