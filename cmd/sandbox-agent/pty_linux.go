@@ -128,24 +128,22 @@ func runPTY(argv []string, rows, cols uint16, stdin io.Reader, stdout, stderr io
 	// job_kill or the timeout), the command is killed with it; what it started is hung
 	// up when the master closes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	// Signals asking the holder to end go to the command's process group instead.
+	// Caught here, they start out with their default action in the command even when
+	// the holder was started ignoring them (the job runner ignores SIGHUP): as on any
+	// terminal, what the command leaves running gets SIGHUP when it ends.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 	// Pdeathsig follows the thread that started the command: keep it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		slave.Close()
+		signal.Stop(sigs)
 		return fail(err)
 	}
 	slave.Close()
 
-	// Signals asking the holder to end go to the command's process group instead.
-	// Signals the holder was started ignoring (the job runner ignores SIGHUP) stay
-	// ignored, as they are for the command.
-	sigs := make(chan os.Signal, 4)
-	for _, sig := range []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
-		if !signal.Ignored(sig) {
-			signal.Notify(sigs, sig)
-		}
-	}
 	go func() {
 		for sig := range sigs {
 			_ = syscall.Kill(-cmd.Process.Pid, sig.(syscall.Signal))
