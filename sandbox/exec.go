@@ -51,6 +51,10 @@ type ExecOptions struct {
 	Wait time.Duration
 	// Interactive keeps the command's stdin open for JobInput; otherwise stdin is empty.
 	Interactive bool
+	// TTY runs the command under a pseudo-terminal held by the sandbox agent (ErrNoTTY
+	// without it), its stdout and stderr both going to stdout; it implies Interactive,
+	// JobInput writing to the terminal.
+	TTY bool
 	// Cwd is the directory the command starts in; "" means WorkDir.
 	Cwd string
 	// MaxOutput is the bytes kept per stream in the result; 0 or more than
@@ -134,7 +138,8 @@ const (
 
 // Exec runs `bash -c command` as root in its own session and process group, as a job
 // whose output goes to files inside the container (see JobsDir), and returns what it
-// printed, cut to the output budget at line boundaries.
+// printed, cut to the output budget at line boundaries. With opts.TTY the agent's
+// "pty" mode runs it under a pseudo-terminal and holds the terminal.
 //
 // It waits for the command to end, or for opts.Wait; a command still running then is
 // returned with Running set and goes on until its timeout, in the container, whatever
@@ -167,6 +172,12 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 			return &ExecResult{ExitCode: -1, Cancelled: true}, nil
 		}
 		return nil, err
+	}
+	if opts.TTY {
+		if s.agentSession(ctx); s.agentBinary() == "" {
+			return nil, ErrNoTTY
+		}
+		opts.Interactive = true
 	}
 	for attempt := 0; ; attempt++ {
 		res, err := s.execJob(ctx, newJobID(), command, opts, begin)
@@ -202,7 +213,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	default:
 		wait = timeout
 	}
-	interactive := "0"
+	interactive, tty := "0", "0"
 	if opts.Interactive {
 		interactive = "1"
 	}
@@ -212,11 +223,15 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	if len(command) > commandEnvLimit {
 		src, env, stdin = "stdin", nil, []byte(command)
 	}
+	if opts.TTY {
+		tty = "1"
+		env = append(env, agentEnv+"="+s.agentBinary())
+	}
 	s.mu.Lock()
 	env = append(env, s.cmdEnv...)
 	s.mu.Unlock()
 	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
-		interactive, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
+		interactive, tty, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
 	if err != nil {
 		ended = true
 		if ctx.Err() != nil {

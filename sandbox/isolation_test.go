@@ -1,12 +1,7 @@
 package sandbox
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -67,36 +62,13 @@ func TestEnsureIsolation(t *testing.T) {
 	// The test image's busybox ping knows only raw sockets, so a small probe does what
 	// iputils ping (the production image's) does without NET_RAW: an unprivileged ICMP
 	// echo. Loopback only: the test container has no network.
-	copyProbe(t, sb)
+	installProgram(t, sb, "./testdata/pingprobe", "/tmp/pingprobe")
 	res := mustExec(t, sb, "/tmp/pingprobe", ExecOptions{})
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "ping: ok") {
 		t.Errorf("ping without NET_RAW: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	if !strings.Contains(res.Stdout, "raw: operation not permitted") {
 		t.Errorf("a raw socket was not refused:\n%s", res.Stdout)
-	}
-}
-
-// copyProbe builds testdata/pingprobe and copies it into the container's /tmp.
-func copyProbe(t *testing.T, sb *Sandbox) {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pingprobe")
-	cmd := exec.Command("go", "build", "-o", bin, "./testdata/pingprobe")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the probe: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	_ = tw.WriteHeader(&tar.Header{Name: "pingprobe", Mode: 0o755, Size: int64(len(data))})
-	_, _ = tw.Write(data)
-	_ = tw.Close()
-	if err := sb.cli.CopyToContainer(context.Background(), sb.cfg.Container, "/tmp", &buf, container.CopyToContainerOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -96,6 +96,9 @@ var (
 	ErrNoCwd             = errors.New("working directory does not exist")
 	// ErrInputWaiting: the program has not read the job's earlier input yet.
 	ErrInputWaiting = errors.New("the program has not read its input yet")
+	// ErrNoTTY: ExecOptions.TTY needs the sandbox agent, which does not run in the
+	// container.
+	ErrNoTTY = errors.New("tty needs the sandbox agent, which cannot run in this container; run the command without tty (for example with `script -qc` if the image has it)")
 	// ErrOldBash: the container's bash is older than the job runner needs.
 	ErrOldBash = errors.New("commands need bash 5.1 or newer")
 	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
@@ -478,6 +481,8 @@ func scriptError(h header, id string) error {
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)
 	case "inputwaiting":
 		return fmt.Errorf("%w: %s", ErrInputWaiting, id)
+	case "notty":
+		return ErrNoTTY
 	case "oldbash":
 		return oldBashError(h.extra)
 	}

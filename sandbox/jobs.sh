@@ -7,6 +7,8 @@
 #   <id>.out   stdout (whole)       <id>.err   stderr (whole)
 #   <id>.pid   process group id of the command (its pid)
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
+#   <id>.tty   present for a tty job: the command runs under a pseudo-terminal held
+#              by "$MCP_SANDBOX_AGENT pty", in a session of its own
 #   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
 #   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
@@ -27,7 +29,7 @@
 # The flags are "-" or a list of timedout, killed, cancelled, held:<pid>, inputwaiting,
 # bg:<job id>:<pid>:<hex of up to 80 bytes of its command line>, each ended by a comma.
 # A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive, nocwd,
-# taken, inputwaiting). Caddy reads all of it strictly (jobwire.go).
+# taken, inputwaiting, notty). Caddy reads all of it strictly (jobwire.go).
 #
 # Only bash builtins run on the common path; a few small programs (stat, head, tail, wc)
 # run when there is output to send.
@@ -45,13 +47,13 @@ d=$J/$id
 
 tick() { exec 9<>"$J/.tick"; }
 
-# pstat <dir in /proc>: sets pstate and pgrp from the process's stat (the part after
-# the command name, which may hold spaces); fails when the process is gone.
+# pstat <dir in /proc>: sets pstate, pppid, pgrp and psid from the process's stat (the
+# part after the command name, which may hold spaces); fails when the process is gone.
 pstat() {
 	local line
 	read -r line 2>/dev/null <"$1/stat" || return 1
 	set -- ${line##*) }
-	pstate=$1 pgrp=$3
+	pstate=$1 pppid=$2 pgrp=$3 psid=$4
 }
 
 # holds <dir in /proc>: whether the process has the job's output open as its stdout or
@@ -74,16 +76,22 @@ writer() {
 # killjob kills the job's process group (found by its id, so a command that emptied
 # its environment is found too), twice, around a scan for group members that a
 # fork-heavy command may have started meanwhile (and, for a job handed over, for
-# processes holding its output), and the writer of its input.
+# processes holding its output), and the writer of its input. For a tty job, the
+# session of the terminal goes too: the holder's child leads it.
 killjob() {
-	local pg p pstate pgrp wp h=
+	local pg p pstate pppid pgrp psid wp h= ts=-
 	writer && kill -KILL "$wp" 2>/dev/null
 	read -r pg 2>/dev/null <"$d.pid" || return 0
 	[ -n "$pg" ] || return 0
 	[ -e "$d.from" ] && h=1
+	if [ -e "$d.tty" ]; then
+		for p in /proc/[0-9]*; do
+			pstat "$p" && [ "$pppid" = "$pg" ] && [ "$psid" = "${p#/proc/}" ] && ts=$psid && break
+		done
+	fi
 	kill -KILL -- "-$pg" 2>/dev/null
 	for p in /proc/[0-9]*; do
-		{ pstat "$p" && [ "$pgrp" = "$pg" ]; } || { [ -n "$h" ] && holds "$p"; } && kill -KILL "${p#/proc/}" 2>/dev/null
+		{ pstat "$p" && { [ "$pgrp" = "$pg" ] || [ "$psid" = "$ts" ]; }; } || { [ -n "$h" ] && holds "$p"; } && kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	kill -KILL -- "-$pg" 2>/dev/null
 }
@@ -109,7 +117,7 @@ pids() {
 
 # full <pgid>: whether the container is at its process limit, half of it in the group.
 full() {
-	local m n k=0 p pstate pgrp
+	local m n k=0 p pstate pppid pgrp psid
 	pids && ((n + 10 >= m)) || return 1
 	for p in /proc/[0-9]*; do
 		pstat "$p" && [ "$pgrp" = "$1" ] && ((++k))
@@ -245,8 +253,15 @@ send() {
 
 case $mode in
 run)
-	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <cwd> <head> <tail> <cmd from: env|stdin>
-	T=$4 W=$5 I=$6 cwd=$7 H=$8 TL=$9 src=${10}
+	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <tty 0|1> <cwd> <head> <tail> <cmd from: env|stdin>
+	# A tty job runs its command under "$MCP_SANDBOX_AGENT pty" (the agent's binary).
+	T=$4 W=$5 I=$6 Y=$7 cwd=$8 H=$9 TL=${10} src=${11}
+	A=$MCP_SANDBOX_AGENT
+	unset MCP_SANDBOX_AGENT
+	if [ "$Y" = 1 ] && ! [ -x "$A" ]; then
+		echo "MCPJOB1 notty"
+		exit 0
+	fi
 	if ! [ -d "$J" ]; then mkdir -p "$J" || exit 3; fi
 	if ! [ -p "$J/.tick" ]; then mkfifo "$J/.tick" 2>/dev/null || [ -p "$J/.tick" ] || exit 3; fi
 	if ! cd -- "$cwd" 2>/dev/null; then
@@ -279,10 +294,14 @@ run)
 		if [ "$I" = 1 ]; then
 			mkfifo "$d.in" && exec 3<>"$d.in" && inp=$d.in
 		fi
+		# The holder of a tty job's terminal puts its output on stdout; its stderr
+		# gets only its own errors.
+		pty=()
+		[ "$Y" = 1 ] && : >"$d.tty" && pty=("$A" pty --)
 		if [ "$src" = stdin ]; then
-			bash "$d.cmd" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+			"${pty[@]}" bash "$d.cmd" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
 		else
-			bash -c "$C" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
+			"${pty[@]}" bash -c "$C" <"$inp" >"$d.out" 2>"$d.err" 3<&- 9<&- &
 		fi
 		c=$!
 		echo "$c" >"$d.pid"

@@ -73,7 +73,7 @@ func parseHeader(line []byte) (header, error) {
 	switch string(f[1]) {
 	case "done", "running", "lost":
 		h.state = string(f[1])
-	case "unknown", "notinteractive", "nocwd", "taken", "inputwaiting":
+	case "unknown", "notinteractive", "nocwd", "taken", "inputwaiting", "notty":
 		if n != 2 {
 			return h, badAnswer(line)
 		}

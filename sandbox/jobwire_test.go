@@ -64,6 +64,7 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB1 oldbash 5.0":  {state: "oldbash", extra: "5.0"},
 		"MCPJOB1 unknown":      {state: "unknown"},
 		"MCPJOB1 inputwaiting": {state: "inputwaiting"},
+		"MCPJOB1 notty":        {state: "notty"},
 	}
 	for line, want := range good {
 		got, err := parseHeader([]byte(line))

@@ -1,12 +1,18 @@
 package sandbox
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,4 +115,49 @@ func dummyClient(tb testing.TB) *client.Client {
 		tb.Fatal(err)
 	}
 	return cli
+}
+
+// goBinaries caches the programs goProgram built, by package: once per test binary.
+var goBinaries sync.Map // package → func() ([]byte, error)
+
+// goProgram builds the Go package pkg (a path relative to this directory) as a static
+// binary and returns it.
+func goProgram(tb testing.TB, pkg string) []byte {
+	tb.Helper()
+	build, _ := goBinaries.LoadOrStore(pkg, sync.OnceValues(func() ([]byte, error) {
+		dir, err := os.MkdirTemp("", "sandbox-test-bin")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "prog")
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
+		return os.ReadFile(bin)
+	}))
+	data, err := build.(func() ([]byte, error))()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+// installProgram builds the Go package pkg and copies it into the container as the
+// executable file path, making its directory.
+func installProgram(tb testing.TB, sb *Sandbox, pkg, path string) {
+	tb.Helper()
+	data := goProgram(tb, pkg)
+	dir, name := filepath.Split(path)
+	mustExec(tb, sb, "mkdir -p "+dir, ExecOptions{})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))})
+	_, _ = tw.Write(data)
+	_ = tw.Close()
+	if err := sb.cli.CopyToContainer(context.Background(), sb.cfg.Container, dir, &buf, container.CopyToContainerOptions{}); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -173,7 +173,7 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 	for _, f := range outs {
 		f.Close()
 	}
-	st.Exit(exitStatus(status))
+	st.Exit(waitStatusCode(status))
 }
 
 // relayOutput sends what f gives on channel ch until it ends; when the stream is gone it
@@ -227,7 +227,7 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser) {
 
 func isTerminalMaster(f *os.File) bool { return f.Name() == "/dev/ptmx" }
 
-func exitStatus(ws syscall.WaitStatus) int32 {
+func waitStatusCode(ws syscall.WaitStatus) int32 {
 	if ws.Signaled() {
 		return 128 + int32(ws.Signal())
 	}

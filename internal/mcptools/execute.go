@@ -72,12 +72,12 @@ func (s *Tools) executeTool() mcp.Tool {
 		more = " unless max_output asks for more"
 	}
 	desc := fmt.Sprintf(`Run a bash command as root (no sudo needed) in a persistent Linux sandbox; returns stdout, stderr and the exit code.
-- Each call is a fresh `+"`bash -c`"+` in /sandbox (or cwd) with empty stdin: cd, exports and functions do not carry over. Chain steps with && or write a script.
+- Each call is a fresh `+"`bash -c`"+` in /sandbox (or cwd) with empty stdin: cd and exports do not carry over.
 - Files under /sandbox persist across calls and restarts%s
-%s A command still running then goes on as a job (`+"`running: true`"+`, `+"`job_id`"+`): follow it with job_output, answer prompts with job_input, stop it with job_kill; job_list lists jobs. `+"`wait: 0`"+` returns at once (servers, long builds).
+%s A command still running then goes on as a job (`+"`running: true`"+`, `+"`job_id`"+`): follow it with job_output, answer prompts with job_input, stop it with job_kill. `+"`wait: 0`"+` returns at once (servers, long builds).
 - The timeout (default %s) kills the command and its children (exit code 137). Detach what must outlive it: `+"`setsid nohup cmd > /sandbox/cmd.log 2>&1 &`"+`.
-- Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (for the latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
-- Output goes to files, not a terminal, so programs may hold it back until they end: Python runs with PYTHONUNBUFFERED=1; for others use `+"`stdbuf -oL cmd`"+`.
+- Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
+- Output goes to files, not a terminal (unless tty), so programs may buffer it: Python runs with PYTHONUNBUFFERED=1; else use `+"`stdbuf -oL cmd`"+`.
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To hand the user a file, write it under /sandbox and call share_file.`,
 		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more)
@@ -96,7 +96,9 @@ func (s *Tools) executeTool() mcp.Tool {
 			mcp.Description(fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds())))),
 		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(waitMax), mcp.Description(waitDesc)),
 		mcp.WithBoolean("interactive",
-			mcp.Description("Keep stdin open for job_input (REPLs, prompts, `read`). Default false: stdin is empty.")),
+			mcp.Description("Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty.")),
+		mcp.WithBoolean("tty",
+			mcp.Description("Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout.")),
 		mcp.WithString("cwd", pathDesc("Directory to start in (default /sandbox)", "app")),
 		mcp.WithNumber("max_output", mcp.Min(MinOutput), mcp.Max(float64(cfg.MaxOutput)),
 			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()))),
@@ -166,6 +168,9 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if opts.Interactive, _, bad = a.boolean("interactive"); bad != nil {
 		return bad.result(), nil
 	}
+	if opts.TTY, _, bad = a.boolean("tty"); bad != nil {
+		return bad.result(), nil
+	}
 	if opts.Cwd, bad = a.str("cwd"); bad != nil {
 		return bad.result(), nil
 	}
@@ -197,6 +202,8 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		switch {
 		case errors.Is(err, sandbox.ErrNoCwd):
 			return mcp.NewToolResultError(fmt.Sprintf("cwd %q is not a directory in the sandbox; create it first (mkdir -p) or leave cwd out to start in /sandbox", opts.Cwd)), nil
+		case errors.Is(err, sandbox.ErrNoTTY):
+			return mcp.NewToolResultError("The command was not started: " + err.Error() + "."), nil
 		case errors.Is(err, sandbox.ErrTooManyJobs):
 			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, s.opts.MaxJobs)), nil
 		}
@@ -220,7 +227,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 

@@ -63,6 +63,12 @@ func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions)
 		b.record("cwd " + o.Cwd)
 	}
 	b.record(fmt.Sprint("max_output ", o.MaxOutput))
+	if o.TTY {
+		if command == "no-agent" {
+			return nil, sandbox.ErrNoTTY
+		}
+		b.record("tty")
+	}
 	if o.Wait == sandbox.NoWait {
 		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
 	}
@@ -276,10 +282,11 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "true", "wait": 60}, `no call waits longer than 5s (the server's yield_after)`},
 		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds between 0 and 5`},
 		{"execute", map[string]any{"command": "true", "interactive": "yes"}, `"interactive" must be true or false, got "yes"`},
+		{"execute", map[string]any{"command": "true", "tty": 1}, `"tty" must be true or false, got 1`},
 		{"execute", map[string]any{"command": "true", "max_output": 10}, `"max_output" must be a number of bytes between 1024 and`},
 		{"execute", map[string]any{"command": "true", "max_output": 2048.5}, `a whole number between 1024 and`},
 		{"execute", map[string]any{"command": "true", "cwd": []any{"/"}}, `"cwd" must be a string, got an array`},
-		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts: command, cwd, interactive, max_output, timeout, wait`},
+		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts: command, cwd, interactive, max_output, timeout, tty, wait`},
 		{"execute", []any{"ls"}, "execute takes its arguments as a JSON object"},
 		{"share_file", map[string]any{"path": "/sandbox/a", "ttl": "7d"}, `share_file does not take the argument "ttl"`},
 		{"share_file", map[string]any{"path": ""}, `share_file needs "path": the path of a file or directory`},
@@ -316,6 +323,7 @@ func TestArgumentErrors(t *testing.T) {
 func TestSandboxErrorsSayWhatToDo(t *testing.T) {
 	h := newToolsHarness(t)
 	h.wantErrors(t, []errorCase{
+		{"execute", map[string]any{"command": "no-agent", "tty": true}, "The command was not started: tty needs the sandbox agent, which cannot run in this container; run the command without tty"},
 		{"share_file", map[string]any{"path": "/sandbox/none-such"}, "/sandbox/none-such does not exist in the sandbox; check the path with ls"},
 		{"share_file", map[string]any{"path": "/sandbox/./none-such"}, "/sandbox/none-such does not exist"},
 		{"read_file", map[string]any{"path": "/sandbox/none-such"}, "does not exist"},
@@ -517,6 +525,7 @@ func TestRelativePaths(t *testing.T) {
 		{"share_file", map[string]any{"path": "a.txt"}, "stat /sandbox/a.txt"},
 		{"upload_link", map[string]any{"directory": "data/"}, "mkdir /sandbox/data"},
 		{"execute", map[string]any{"command": "pwd", "cwd": "d"}, "cwd /sandbox/d"},
+		{"execute", map[string]any{"command": "vi", "tty": true}, "tty"},
 		{"read_file", map[string]any{"path": "/etc/hostname"}, "open /etc/hostname"},
 	})
 	for _, tool := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
