@@ -176,6 +176,9 @@ func (s *Session) Streams() int {
 
 // Open starts a stream with a request the peer's handler reads.
 func (s *Session) Open(req []byte) (*Stream, error) {
+	// Ids go out in order: the peer refuses a stream opened after a higher one.
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -190,7 +193,7 @@ func (s *Session) Open(req []byte) (*Stream, error) {
 	s.next += 2
 	s.streams[st.id] = st
 	s.mu.Unlock()
-	if err := s.write(Open, st.id, req); err != nil {
+	if err := s.writeLocked(Open, st.id, req); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -209,6 +212,10 @@ func (s *Session) newStream(id uint32, req []byte) *Stream {
 func (s *Session) write(typ byte, id uint32, payload ...[]byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	return s.writeLocked(typ, id, payload...)
+}
+
+func (s *Session) writeLocked(typ byte, id uint32, payload ...[]byte) error {
 	if err := s.Err(); err != nil {
 		return err
 	}

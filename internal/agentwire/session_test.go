@@ -254,3 +254,27 @@ func FuzzClientFrames(f *testing.F) {
 		}
 	})
 }
+
+// Streams opened at once from many goroutines reach the peer in order.
+func TestConcurrentOpens(t *testing.T) {
+	s, stop := pair(t, echo)
+	defer stop()
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := s.Open([]byte("x"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			st.CloseChannel(Stdin)
+			readAll(t, st)
+		}()
+	}
+	wg.Wait()
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
