@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +185,63 @@ func BenchmarkJobOutputVsRaw(b *testing.B) {
 	b.ReportMetric(float64(pollTime.Nanoseconds())/n, "poll-ns/op")
 	b.ReportMetric(float64(rawTime.Nanoseconds())/n, "raw-ns/op")
 	b.ReportMetric(float64(pollTime)/float64(rawTime), "ratio")
+}
+
+// BenchmarkAgentChannels20 opens the agent's channel in 20 sandboxes (20 containers)
+// and reports this process's resident memory with all of them open, and while each runs
+// a command at once (the target: under 256 MB).
+func BenchmarkAgentChannels20(b *testing.B) {
+	cli := dockerClient(b)
+	var sbs []*Sandbox
+	for i := 0; i < 20; i++ {
+		sb := newTestSandbox(b, cli, testConfig(b))
+		sbs = append(sbs, sb)
+	}
+	ctx := context.Background()
+	parallelDo(b, sbs, func(sb *Sandbox) error { return sandboxExecTrue(ctx, sb) })
+	for _, sb := range sbs {
+		if ok, why := sb.AgentStatus(); !ok && !sb.cfg.NoAgent {
+			b.Fatalf("agent not running: %s", why)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		parallelDo(b, sbs, func(sb *Sandbox) error {
+			res, err := sb.Exec(ctx, "head -c 1000000 /dev/zero | tr '\\0' x; echo", ExecOptions{})
+			if err == nil && res.StdoutBytes != 1000001 {
+				err = fmt.Errorf("got %d bytes", res.StdoutBytes)
+			}
+			return err
+		})
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(rssBytes(b))/(1<<20), "rss-MiB")
+}
+
+func parallelDo(b *testing.B, sbs []*Sandbox, f func(*Sandbox) error) {
+	errs := make(chan error, len(sbs))
+	for _, sb := range sbs {
+		go func() { errs <- f(sb) }()
+	}
+	for range sbs {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// rssBytes is this process's resident memory.
+func rssBytes(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
