@@ -52,10 +52,10 @@ const agentExecPrefix = "agent/"
 type agentState struct {
 	group   singleflight.Group
 	sess    *agentwire.Session
-	off     string    // why the agent does not run; "" when it runs or was not tried
-	retry   time.Time // no new try before then
-	logged  string    // the last reason logged
-	started int       // agents started
+	off     string      // why the agent does not run; "" when it runs or was not tried
+	retry   time.Time   // no new try before then
+	logged  string      // the last reason logged
+	started int         // agents started
 	broken  []time.Time // when recent agents broke the protocol
 	seq     atomic.Uint64
 	exits   sync.Map // exec id → *agentwire.Stream, a minute past its end
@@ -215,8 +215,12 @@ func (s *Sandbox) CloseAgent() {
 // agentExec starts a command on the agent, in the shape of a Docker exec: its output in
 // Docker's multiplexed format, its stdin as the connection's writes.
 func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (string, types.HijackedResponse, error) {
-	req, err := json.Marshal(agentwire.Request{Op: agentwire.OpExec, Argv: opts.Cmd, Env: opts.Env,
+	return s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: opts.Cmd, Env: opts.Env,
 		Dir: opts.WorkingDir, Stdin: opts.AttachStdin, TTY: opts.Tty})
+}
+
+func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (string, types.HijackedResponse, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
 		return "", types.HijackedResponse{}, err
 	}
@@ -232,6 +236,26 @@ func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions)
 	}()
 	conn := &agentConn{st: st}
 	return id, types.HijackedResponse{Conn: conn, Reader: bufio.NewReaderSize(conn, 32<<10)}, nil
+}
+
+// agentRunner starts the job runner with args and env on the agent, served by a spare
+// runner started ahead of need (the script parsed already) when one is ready: the
+// arguments and environment travel on its stdin (jobs.sh, "spare").
+func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (types.HijackedResponse, error) {
+	var prefix []byte
+	field := func(v string) { prefix = append(append(prefix, v...), 0) }
+	field(strconv.Itoa(len(env)))
+	for _, e := range env {
+		field(e)
+	}
+	field(strconv.Itoa(len(args)))
+	for _, a := range args {
+		field(a)
+	}
+	cmd, spareEnv := runnerExec([]string{"spare"}, nil)
+	_, hj, err := s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: cmd, Env: spareEnv,
+		Dir: "/", Stdin: stdin, Spare: true, Prefix: prefix})
+	return hj, err
 }
 
 // agentStream returns the stream of a command the agent runs.

@@ -31,7 +31,7 @@ func noexecContainer(t *testing.T) string {
 			NetworkMode:    "none",
 			ReadonlyRootfs: true,
 			Tmpfs: map[string]string{
-				"/tmp":              "rw,noexec,nosuid,size=64m",
+				"/tmp":             "rw,noexec,nosuid,size=64m",
 				path.Dir(agentDir): "rw,noexec,nosuid,size=64m",
 			},
 		}, nil, nil, name)

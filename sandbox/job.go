@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -208,6 +209,11 @@ type scriptRun struct {
 // closed, in the background), and reads its output, up to limit bytes a stream. This
 // is the one place that builds the job script's exec.
 func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+	if sess := s.agentSession(ctx); sess != nil {
+		if hj, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
+			return s.readScript(hj, stdin, limit), nil
+		}
+	}
 	cmd, env := runnerExec(args, env)
 	_, hj, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
@@ -221,6 +227,11 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 	if err != nil {
 		return nil, err
 	}
+	return s.readScript(hj, stdin, limit), nil
+}
+
+// readScript writes the job script's stdin and reads its output.
+func (s *Sandbox) readScript(hj types.HijackedResponse, stdin []byte, limit int) *scriptRun {
 	if stdin != nil {
 		go func() {
 			_, _ = hj.Conn.Write(stdin)
@@ -230,7 +241,7 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 	out := &scriptOutput{limit: limit}
 	done := make(chan error, 1)
 	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
-	return &scriptRun{out: out, done: done, close: hj.Close}, nil
+	return &scriptRun{out: out, done: done, close: hj.Close}
 }
 
 // header parses the header of output read to its end. A script that printed none

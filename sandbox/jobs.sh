@@ -3,7 +3,7 @@
 #
 # Every command runs as a job whose state lives in files inside the container, so it
 # outlives the Docker exec that started it, Caddy and the client:
-#   <id>.cmd   a long command       <id>.meta  start time, timeout, flags, runner pid, cwd, command
+#   <id>.cmd   a long command       <id>.meta  start time, timeout, flags, runner (pid, or pid:start time), cwd, command
 #   <id>.out   stdout (whole)       <id>.err   stderr (whole)
 #   <id>.pid   process group id of the command (its pid)
 #   <id>.in    FIFO feeding stdin (interactive jobs only)
@@ -41,9 +41,6 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
 	echo "MCPJOB1 oldbash ${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}"
 	exit 0
 fi
-
-mode=$1 J=$2 id=$3
-d=$J/$id
 
 tick() { exec 9<>"$J/.tick"; }
 
@@ -179,11 +176,33 @@ ran() {
 # alive: whether the job's runner still runs (its pid is in .meta and the process
 # still carries the job id in its arguments; a restarted container reuses pids).
 alive() {
-	local start to inter r a
+	local start to inter r
 	read -r start to inter r _ 2>/dev/null <"$d.meta" || return 1
-	[ -r "/proc/$r/cmdline" ] || return 1
-	mapfile -d '' a 2>/dev/null <"/proc/$r/cmdline"
-	[[ " ${a[*]} " == *" $id "* ]]
+	runs "$r" "$id"
+}
+
+# runs <runner> <id>: whether the runner .meta names still runs. A runner is named by
+# "<pid>:<start time>" (a runner forked from a spare, whose command line does not name
+# the job; the start time, in clock ticks since boot, tells a reused pid apart) or by
+# its pid alone (its command line names the job).
+runs() {
+	local a pst
+	if [[ $1 == *:* ]]; then
+		pstart "${1%%:*}" && [ "$pst" = "${1#*:}" ]
+		return
+	fi
+	[ -r "/proc/$1/cmdline" ] || return 1
+	mapfile -d '' a 2>/dev/null <"/proc/$1/cmdline"
+	[[ " ${a[*]} " == *" $2 "* ]]
+}
+
+# pstart <pid>: sets pst to the process's start time; fails when it is gone.
+pstart() {
+	local line
+	read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+	set -- ${line##*) }
+	pst=${20}
+	[ -n "$pst" ]
 }
 
 # emit <state> <head> <tail>: sends the output produced since the last delivery and
@@ -251,6 +270,11 @@ send() {
 	fi
 }
 
+# main runs a mode. It is a function so that a spare runner (below) has parsed all of
+# the script before its request comes.
+main() {
+mode=$1 J=$2 id=$3
+d=$J/$id
 case $mode in
 run)
 	# run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <tty 0|1> <cwd> <head> <tail> <cmd from: env|stdin>
@@ -272,7 +296,9 @@ run)
 	# script as the runner until the real one starts.
 	set -C
 	t0=$EPOCHREALTIME
-	if ! echo "$t0 $T $I $$ $cwd" 2>/dev/null >"$d.meta"; then
+	me=$$
+	pstart "$me" && me=$me:$pst
+	if ! echo "$t0 $T $I $me $cwd" 2>/dev/null >"$d.meta"; then
 		echo "MCPJOB1 taken"
 		exit 0
 	fi
@@ -356,10 +382,12 @@ run)
 		echo "$e $EPOCHREALTIME" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
+	rm=$r
+	pstart "$r" && rm=$r:$pst
 	# The listing shows the start of the command, from the file for a long one.
 	P=${C:0:300}
 	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
-	printf '%s %s %s %s %s\n%s\n' "$t0" "$T" "$I" "$r" "$cwd" "$P" >"$d.meta"
+	printf '%s %s %s %s %s\n%s\n' "$t0" "$T" "$I" "$rm" "$cwd" "$P" >"$d.meta"
 	state=running
 	if [ "$W" = -1 ]; then
 		wait "$r"
@@ -524,10 +552,7 @@ list)
 			st=done
 		else
 			st=lost
-			if [ -r "/proc/$r/cmdline" ]; then
-				mapfile -d '' a <"/proc/$r/cmdline"
-				[[ " ${a[*]} " == *" $j "* ]] && st=running
-			fi
+			runs "$r" "$j" && st=running
 		fi
 		why=-
 		for w in cancelled killed timedout; do
@@ -567,4 +592,26 @@ prune)
 	((${#gone[@]})) && rm -f -- "${gone[@]}"
 	;;
 esac
+}
+
+# A spare runner is started ahead of need, with `spare` as its only argument; its
+# environment and arguments then come on stdin as NUL-ended fields: the number of
+# environment entries, the entries, the number of arguments, the arguments. What
+# follows on stdin is the mode's own input.
+if [ "$1" = spare ]; then
+	IFS= read -r -d '' n && [[ $n =~ ^[0-9]{1,4}$ ]] || exit 0
+	for ((i = 0; i < n; i++)); do
+		IFS= read -r -d '' kv || exit 0
+		export "$kv"
+	done
+	IFS= read -r -d '' n && [[ $n =~ ^[0-9]{1,4}$ ]] || exit 0
+	args=()
+	for ((i = 0; i < n; i++)); do
+		IFS= read -r -d '' a || exit 0
+		args+=("$a")
+	done
+	set -- "${args[@]}"
+	unset args kv n i
+fi
+main "$@"
 exit 0

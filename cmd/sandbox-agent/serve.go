@@ -61,119 +61,201 @@ func handle(st *agentwire.Stream) {
 	}
 }
 
-// runExec runs one program and relays its stdin, output, signals and exit status.
-func runExec(st *agentwire.Stream, req agentwire.Request) {
+// proc is a program the agent started.
+type proc struct {
+	cmd   *exec.Cmd
+	pid   int
+	outs  []*os.File     // what the agent reads: the pipes' or the terminal's side
+	stdin io.WriteCloser // nil: the program reads /dev/null
+	term  *os.File       // the terminal's master side, for a tty
+	ended <-chan syscall.WaitStatus
+}
+
+// startProc starts req's program.
+func startProc(req agentwire.Request) (*proc, error) {
 	env := mergeEnv(os.Environ(), req.Env)
 	cmd := &exec.Cmd{Path: lookPath(req.Argv[0], env), Args: req.Argv, Env: env, Dir: req.Dir}
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
 	}
-	var outs []*os.File // what the agent reads: the pipes' or the terminal's side
-	var stdin io.WriteCloser
-	var term *os.File
+	p := &proc{cmd: cmd}
 	var closeAfterStart []*os.File
-	fail := func(err error) {
-		for _, f := range append(outs, closeAfterStart...) {
+	fail := func(err error) (*proc, error) {
+		for _, f := range append(p.outs, closeAfterStart...) {
 			f.Close()
 		}
-		code := int32(agentwire.ExitCannotRun)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
-			code = agentwire.ExitNotFound
+		if p.stdin != nil && p.term == nil {
+			p.stdin.Close()
 		}
-		st.Write(agentwire.Stderr, []byte("sandbox-agent: "+err.Error()+"\n"))
-		st.Exit(code)
+		return nil, err
 	}
 	if req.TTY {
 		m, s, err := openPTY()
 		if err != nil {
-			fail(fmt.Errorf("opening a terminal: %w", err))
-			return
+			return fail(fmt.Errorf("opening a terminal: %w", err))
 		}
 		rows, cols := req.Rows, req.Cols
 		if rows == 0 || cols == 0 {
 			rows, cols = 24, 80
 		}
 		_ = setWinsize(m, rows, cols)
-		term, outs, closeAfterStart = m, []*os.File{m}, []*os.File{s}
+		p.term, p.outs, closeAfterStart = m, []*os.File{m}, []*os.File{s}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s, s, s
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 		if !hasEnv(req.Env, "TERM") {
 			cmd.Env = mergeEnv(cmd.Env, []string{"TERM=dumb"})
 		}
 		if req.Stdin {
-			stdin = m
+			p.stdin = m
 		}
 	} else {
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
-				fail(err)
-				return
+				return fail(err)
 			}
-			outs, closeAfterStart = append(outs, r), append(closeAfterStart, w)
+			p.outs, closeAfterStart = append(p.outs, r), append(closeAfterStart, w)
 		}
 		cmd.Stdout, cmd.Stderr = closeAfterStart[0], closeAfterStart[1]
-		if req.Stdin {
+		if req.Stdin || req.Spare {
 			r, w, err := os.Pipe()
 			if err != nil {
-				fail(err)
-				return
+				return fail(err)
 			}
-			cmd.Stdin, stdin, closeAfterStart = r, w, append(closeAfterStart, r)
+			cmd.Stdin, p.stdin, closeAfterStart = r, w, append(closeAfterStart, r)
 		}
 		// Its own process group: a command's `kill 0` does not reach the agent.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	if err := cmd.Start(); err != nil {
-		if stdin != nil && stdin != term {
-			stdin.Close()
-		}
-		fail(err)
-		return
+		return fail(err)
 	}
 	for _, f := range closeAfterStart {
 		f.Close()
 	}
-	pid := cmd.Process.Pid
-	ended := children.register(pid)
+	p.pid = cmd.Process.Pid
+	p.ended = children.register(p.pid)
+	return p, nil
+}
+
+// runExec runs one program and relays its stdin, output, signals and exit status.
+func runExec(st *agentwire.Stream, req agentwire.Request) {
+	var p *proc
+	if req.Spare && !req.TTY {
+		p = spares.take(req)
+		go spares.fill(req)
+	}
+	if p == nil {
+		var err error
+		if p, err = startProc(req); err != nil {
+			code := int32(agentwire.ExitCannotRun)
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+				code = agentwire.ExitNotFound
+			}
+			st.Write(agentwire.Stderr, []byte("sandbox-agent: "+err.Error()+"\n"))
+			st.Exit(code)
+			return
+		}
+	}
+	pid := p.pid
 	if req.TimeoutMS > 0 {
 		t := time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { syscall.Kill(-pid, syscall.SIGKILL) })
 		defer t.Stop()
 	}
 
 	var copies sync.WaitGroup
-	for i, f := range outs {
+	for i, f := range p.outs {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
 			relayOutput(st, byte(i+1), f)
 		}()
 	}
-	go relayInput(st, stdin)
+	go relayInput(st, p.stdin, req.Prefix, req.Stdin)
 	go func() {
 		for {
 			select {
 			case c := <-st.Controls():
 				if c.Signal != 0 {
 					syscall.Kill(-pid, syscall.Signal(c.Signal))
-				} else if term != nil {
-					_ = setWinsize(term, c.Rows, c.Cols)
+				} else if p.term != nil {
+					_ = setWinsize(p.term, c.Rows, c.Cols)
 				}
 			case <-st.Done():
 				return
 			}
 		}
 	}()
-	status := <-ended
-	cmd.Process.Release()
-	for _, f := range outs {
+	status := <-p.ended
+	p.cmd.Process.Release()
+	for _, f := range p.outs {
 		_ = f.SetReadDeadline(time.Now().Add(drainAfterExit))
 	}
 	copies.Wait()
-	for _, f := range outs {
+	for _, f := range p.outs {
 		f.Close()
 	}
 	st.Exit(waitStatusCode(status))
+}
+
+// spares holds programs started ahead of need (a job runner that has read its script
+// already, waiting for its request on stdin): one per request shape, a few shapes.
+var spares = sparePool{ready: map[string]*proc{}, filling: map[string]bool{}}
+
+const maxSpareShapes = 4
+
+type sparePool struct {
+	mu      sync.Mutex
+	ready   map[string]*proc
+	filling map[string]bool
+}
+
+// spareKey is what must match for a spare to serve a request.
+func spareKey(req agentwire.Request) string {
+	b, _ := json.Marshal([]any{req.Argv, req.Env, req.Dir})
+	return string(b)
+}
+
+// take returns a running spare for req, or nil.
+func (sp *sparePool) take(req agentwire.Request) *proc {
+	key := spareKey(req)
+	sp.mu.Lock()
+	p := sp.ready[key]
+	delete(sp.ready, key)
+	sp.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.ended: // killed while it waited
+		p.cmd.Process.Release()
+		p.stdin.Close()
+		for _, f := range p.outs {
+			f.Close()
+		}
+		return nil
+	default:
+		return p
+	}
+}
+
+// fill starts a spare for req unless one is ready or starting.
+func (sp *sparePool) fill(req agentwire.Request) {
+	key := spareKey(req)
+	sp.mu.Lock()
+	if sp.ready[key] != nil || sp.filling[key] || len(sp.ready)+len(sp.filling) >= maxSpareShapes {
+		sp.mu.Unlock()
+		return
+	}
+	sp.filling[key] = true
+	sp.mu.Unlock()
+	p, err := startProc(req)
+	sp.mu.Lock()
+	delete(sp.filling, key)
+	if err == nil {
+		sp.ready[key] = p
+	}
+	sp.mu.Unlock()
 }
 
 // relayOutput sends what f gives on channel ch until it ends; when the stream is gone it
@@ -194,34 +276,49 @@ func relayOutput(st *agentwire.Stream, ch byte, f *os.File) {
 	}
 }
 
-// relayInput writes channel 0 to the program's stdin, closing it at the channel's end.
-func relayInput(st *agentwire.Stream, stdin io.WriteCloser) {
+// relayInput writes prefix, then channel 0 (when the program reads it), to the
+// program's stdin, closing it at the channel's end.
+func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay bool) {
+	if stdin == nil {
+		return
+	}
+	if len(prefix) > 0 {
+		if _, err := stdin.Write(prefix); err != nil {
+			stdin.Close()
+			return
+		}
+	}
+	if !relay {
+		stdin.Close()
+		return
+	}
+	master, _ := stdin.(*os.File)
+	isTerm := master != nil && isTerminalMaster(master)
 	for {
 		c, err := st.ReadChunk()
 		if err != nil {
 			break
 		}
-		if c.Ch != agentwire.Stdin || stdin == nil {
+		if c.Ch != agentwire.Stdin {
 			continue
 		}
 		if c.EOF {
-			if f, ok := stdin.(*os.File); ok && isTerminalMaster(f) {
-				f.Write([]byte{4}) // ^D: the terminal's end of input
+			if isTerm {
+				master.Write([]byte{4}) // ^D: the terminal's end of input
 				continue
 			}
 			stdin.Close()
-			stdin = nil
-			continue
+			return
 		}
 		if _, err := stdin.Write(c.Data); err != nil {
-			stdin.Close()
-			stdin = nil
+			if !isTerm {
+				stdin.Close()
+			}
+			return
 		}
 	}
-	if stdin != nil {
-		if f, ok := stdin.(*os.File); !ok || !isTerminalMaster(f) {
-			stdin.Close()
-		}
+	if !isTerm {
+		stdin.Close()
 	}
 }
 

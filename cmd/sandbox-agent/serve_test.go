@@ -147,3 +147,35 @@ func TestClosedStreamReportsTheEnd(t *testing.T) {
 		t.Fatalf("%d streams left", n)
 	}
 }
+
+// A spare is started ahead of need and serves the next request of the same shape, its
+// request arriving as the prefix of its stdin.
+func TestSpare(t *testing.T) {
+	s := agent(t)
+	req := agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", `read -r x; echo "got $x pid $$"`}, Spare: true}
+	pids := map[string]bool{}
+	for i, word := range []string{"one", "two", "three"} {
+		req.Prefix = []byte(word + "\n")
+		r := run(t, s, req, "")
+		if !strings.HasPrefix(r.stdout, "got "+word+" pid ") || r.code != 0 {
+			t.Fatalf("%+v", r)
+		}
+		pids[strings.Fields(r.stdout)[3]] = true
+		if i == 0 {
+			deadline := time.Now().Add(5 * time.Second)
+			for spares.take(req) == nil && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			spares.fill(req) // the one taken above is dropped; a new one is made
+		}
+	}
+	if len(pids) != 3 {
+		t.Fatalf("pids %v", pids)
+	}
+	spares.mu.Lock()
+	ready := len(spares.ready)
+	spares.mu.Unlock()
+	if ready != 1 {
+		t.Fatalf("%d spares ready, want 1", ready)
+	}
+}

@@ -14,6 +14,12 @@ type Request struct {
 	Rows, Cols uint16 `json:",omitempty"`
 	// TimeoutMS kills the program's process group after that long; 0 is none.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Spare: the agent keeps a copy of this program (same argv, env and dir) started
+	// ahead of need, and serves the next such request with it; the program must wait
+	// for its request on stdin. Prefix is written to the program's stdin before
+	// channel 0 (with Stdin false, stdin then ends).
+	Spare  bool   `json:"spare,omitempty"`
+	Prefix []byte `json:"prefix,omitempty"`
 }
 
 // OpExec starts a program.

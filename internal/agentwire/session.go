@@ -379,11 +379,11 @@ type Stream struct {
 	abandoned bool
 	sentEnd   bool  // this side sent Exit or Reset
 	finished  bool  // Exit or Reset seen, or ended here
-	exited   bool  // ended by Exit
-	code     int32 // the Exit status
-	err      error // why it ended otherwise
-	done     chan struct{}
-	controls chan Control
+	exited    bool  // ended by Exit
+	code      int32 // the Exit status
+	err       error // why it ended otherwise
+	done      chan struct{}
+	controls  chan Control
 }
 
 // ID returns the stream's id.
