@@ -118,7 +118,14 @@ func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, erro
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, RestartCount: s.RestartCount,
 		CPU: s.CPU, CPULimit: s.CPULimit, Memory: s.Memory, MemoryLimit: s.MemoryLimit,
 		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed,
+		Agent: c.agent(),
 	}, err
+}
+
+// agent tells whether commands go through the agent, and if not, why.
+func (c consoleSandbox) agent() console.Agent {
+	running, why := c.sb.AgentStatus()
+	return console.Agent{Running: running, Disabled: c.sb.Config().NoAgent, Reason: why}
 }
 
 func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restart(ctx) }

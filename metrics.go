@@ -32,11 +32,64 @@ var (
 	})
 )
 
+// agentCollector reports, per sandbox container, whether its commands run through the
+// agent inside it and how many agents it has started. It reads the pooled sandboxes
+// when scraped, so a sandbox counts while some config holds it.
+type agentCollector struct{}
+
+var (
+	descAgentRunning = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "agent_running"),
+		"1 when the sandbox's commands run through the agent in its container, 0 on the fallback (one Docker exec per call).",
+		[]string{"container"}, nil)
+	descAgentStarts = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "agent_starts_total"),
+		"Agents the sandbox has started in its container.",
+		[]string{"container"}, nil)
+)
+
+func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descAgentRunning
+	ch <- descAgentStarts
+}
+
+func (agentCollector) Collect(ch chan<- prometheus.Metric) {
+	// A reload with new settings briefly holds two sandboxes of one container: they
+	// are reported as one (running if either runs, their starts added).
+	type agent struct {
+		running bool
+		starts  int
+	}
+	byName := map[string]*agent{}
+	sandboxes.Range(func(_, v any) bool {
+		e, ok := v.(*sandboxEntry)
+		if !ok {
+			return true
+		}
+		name := e.sb.Config().Container
+		a := byName[name]
+		if a == nil {
+			a = &agent{}
+			byName[name] = a
+		}
+		running, _ := e.sb.AgentStatus()
+		a.running = a.running || running
+		a.starts += e.sb.AgentStarts()
+		return true
+	})
+	for name, a := range byName {
+		v := 0.0
+		if a.running {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descAgentRunning, prometheus.GaugeValue, v, name)
+		ch <- prometheus.MustNewConstMetric(descAgentStarts, prometheus.CounterValue, float64(a.starts), name)
+	}
+}
+
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes}
+	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, agentCollector{}}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

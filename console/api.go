@@ -128,7 +128,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 	case "GET sandbox":
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
-		st, err := c.opts.Sandbox.Status(ctx)
+		st, err := c.sandboxStatus(ctx)
 		if err != nil {
 			writeJSONError(w, http.StatusBadGateway, "reading the sandbox status: "+err.Error())
 			return

@@ -52,7 +52,22 @@ type SandboxStatus struct {
 	PIDs         int64     `json:"pids"`
 	PIDsLimit    int64     `json:"pids_limit"`
 	DiskUsed     int64     `json:"disk_used_bytes"` // -1 when unknown
+	Agent        Agent     `json:"agent"`
 }
+
+// Agent tells whether commands run through the agent inside the container or, on the
+// fallback, as one Docker exec each.
+type Agent struct {
+	Running bool `json:"running"`
+	// Disabled: the configuration turns the agent off.
+	Disabled bool `json:"disabled,omitempty"`
+	// Reason is why the agent does not run: an error text that may hold what the
+	// container printed, so untrusted. Empty while no command has started one yet.
+	Reason string `json:"reason,omitempty"`
+}
+
+// maxAgentReason bounds the reason shown, in characters.
+const maxAgentReason = 300
 
 // Sandbox is the container the console watches and controls.
 type Sandbox interface {
@@ -61,6 +76,14 @@ type Sandbox interface {
 	Restart(ctx context.Context) error
 	// Recreate makes a new container from the image, keeping the /sandbox volume.
 	Recreate(ctx context.Context) error
+}
+
+// sandboxStatus reads the sandbox's status for the page and the API, the agent's
+// reason clipped.
+func (c *Console) sandboxStatus(ctx context.Context) (SandboxStatus, error) {
+	st, err := c.opts.Sandbox.Status(ctx)
+	st.Agent.Reason = clip(maxAgentReason, st.Agent.Reason)
+	return st, err
 }
 
 // Client is a registered OAuth client.

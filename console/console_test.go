@@ -1,7 +1,9 @@
 package console
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/certmagic"
 )
@@ -400,5 +403,63 @@ func TestBackgroundLoops(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not return")
+	}
+}
+
+type agentSandbox struct{ agent Agent }
+
+func (s agentSandbox) Status(context.Context) (SandboxStatus, error) {
+	return SandboxStatus{Container: "box", State: "running", Exists: true, Agent: s.agent}, nil
+}
+func (agentSandbox) Restart(context.Context) error  { return nil }
+func (agentSandbox) Recreate(context.Context) error { return nil }
+
+// TestOverviewAgent: the overview page and GET /console/api/sandbox say whether
+// commands run through the agent and, if not, why; the reason (the container's text)
+// is clipped, escaped and its control characters made visible.
+func TestOverviewAgent(t *testing.T) {
+	hostile := "copying the agent into the container: <script>alert(1)</script>\x1b[31m read-only " + strings.Repeat("x", 1000)
+	cases := []struct {
+		name  string
+		agent Agent
+		json  string // the agent field of the API answer, or its start
+		page  string
+	}{
+		{"running", Agent{Running: true}, `"agent":{"running":true}`, "running <span class=\"muted\">(commands go through the agent"},
+		{"off", Agent{Reason: hostile}, `"agent":{"running":false,"reason":"copying the agent into the container: \u003cscript\u003e`,
+			"off (fallback: one Docker exec per call) — <span class=\"error-text\">copying the agent into the container: &lt;script&gt;alert(1)&lt;/script&gt;\\x1b[31m read-only xxx"},
+		{"disabled", Agent{Disabled: true}, `"agent":{"running":false,"disabled":true}`, "off by configuration"},
+		{"not yet", Agent{}, `"agent":{"running":false}`, "not running <span class=\"muted\">(the next command starts it)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestConsole(t, fullLog(t))
+			c.opts.Sandbox = agentSandbox{tc.agent}
+			req := httptest.NewRequest("GET", "http://console.test/console/api/sandbox", nil)
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			rec := httptest.NewRecorder()
+			c.ServeHTTP(rec, req)
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, rec.Body.Bytes()); rec.Code != 200 || err != nil || !strings.Contains(compact.String(), tc.json) {
+				t.Fatalf("API: %d %s, want %s", rec.Code, rec.Body, tc.json)
+			}
+			var st SandboxStatus
+			if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if n := utf8.RuneCountInString(st.Agent.Reason); n > maxAgentReason+1 {
+				t.Fatalf("reason of %d characters", n)
+			}
+
+			req = httptest.NewRequest("GET", "http://console.test/console", nil)
+			req.AddCookie(signedIn(t, c))
+			rec = httptest.NewRecorder()
+			c.ServeHTTP(rec, req)
+			page := rec.Body.String()
+			if rec.Code != 200 || !strings.Contains(page, "<dt>Agent</dt><dd>"+tc.page) || strings.Contains(page, "<script>") ||
+				strings.Contains(page, "\x1b") || strings.Contains(page, strings.Repeat("x", 400)) {
+				t.Fatalf("overview: %d, want %q in %s", rec.Code, tc.page, page)
+			}
+		})
 	}
 }

@@ -128,7 +128,7 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 	var o overview
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	st, err := c.opts.Sandbox.Status(ctx)
+	st, err := c.sandboxStatus(ctx)
 	o.Status = st
 	if err != nil {
 		o.StatusErr = err.Error()

@@ -71,6 +71,13 @@ func (s *Sandbox) AgentStatus() (running bool, why string) {
 	return false, s.agent.off
 }
 
+// AgentStarts counts the agents this sandbox has started.
+func (s *Sandbox) AgentStarts() int {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	return s.agent.started
+}
+
 // agentSession returns the running agent's channel, starting an agent when none runs;
 // nil means "use a Docker exec for this call".
 func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {

@@ -1,0 +1,70 @@
+package mcpsandbox
+
+import (
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// scrape returns the text a Prometheus scrape of reg reads.
+func scrape(t testing.TB, reg *prometheus.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	b, _ := io.ReadAll(rec.Body)
+	if rec.Code != 200 {
+		t.Fatalf("scrape: %d %s", rec.Code, b)
+	}
+	return string(b)
+}
+
+// TestAgentOffByConfiguration: a sandbox configured without the agent shows in the
+// console as off by configuration, and in the metrics as 0 with no start, without
+// Docker.
+func TestAgentOffByConfiguration(t *testing.T) {
+	cfg := sandbox.DefaultConfig()
+	cfg.Image = "example/image"
+	cfg.Container = "mcp-sandbox-test-" + testenv.RandomHex(4)
+	cfg.Volume = cfg.Container + "-data"
+	cfg.NoAgent = true
+	cli, err := newDockerClient("unix:///nonexistent.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(cli, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "test\x00" + cfg.Container
+	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) { return newSandboxEntry(sb, cli, nil), nil }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = sandboxes.Delete(key) })
+
+	if got := (consoleSandbox{sb}).agent(); got != (console.Agent{Disabled: true}) {
+		t.Fatalf("console agent: %+v", got)
+	}
+	reg := prometheus.NewRegistry()
+	if err := registerMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	out := scrape(t, reg)
+	for _, want := range []string{
+		fmt.Sprintf("caddy_mcp_sandbox_agent_running{container=%q} 0\n", cfg.Container),
+		fmt.Sprintf("caddy_mcp_sandbox_agent_starts_total{container=%q} 0\n", cfg.Container),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}
