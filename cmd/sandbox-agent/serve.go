@@ -143,7 +143,9 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 	var p *proc
 	if req.Spare && !req.TTY {
 		p = spares.take(req)
-		go spares.fill(req)
+		// The next spare starts once this program has ended, not while it runs: in a
+		// container held to one CPU it would take that CPU from this call.
+		defer func() { go spares.fill(req) }()
 	}
 	if p == nil {
 		var err error
