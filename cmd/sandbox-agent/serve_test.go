@@ -172,9 +172,12 @@ func TestSpare(t *testing.T) {
 	if len(pids) != 3 {
 		t.Fatalf("pids %v", pids)
 	}
-	spares.mu.Lock()
-	ready := len(spares.ready)
-	spares.mu.Unlock()
+	ready := 0
+	for deadline := time.Now().Add(5 * time.Second); ready == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		spares.mu.Lock()
+		ready = len(spares.ready)
+		spares.mu.Unlock()
+	}
 	if ready != 1 {
 		t.Fatalf("%d spares ready, want 1", ready)
 	}
