@@ -57,8 +57,10 @@ type agentState struct {
 	logged  string      // the last reason logged
 	started int         // agents started
 	broken  []time.Time // when recent agents broke the protocol
-	seq     atomic.Uint64
-	exits   sync.Map // exec id → *agentwire.Stream, a minute past its end
+	// listeners are ListenPort's listeners, by the id of their stream.
+	listeners map[uint32]listener
+	seq       atomic.Uint64
+	exits     sync.Map // exec id → *agentwire.Stream, a minute past its end
 }
 
 // AgentStatus tells whether commands go through the agent, and if not, why.
@@ -135,7 +137,7 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
-	sess, err := agentwire.Client(out, hj.Conn, agentCloser{hj}, agentwire.HelloMsg{}, nil)
+	sess, err := agentwire.Client(out, hj.Conn, agentCloser{hj}, agentwire.HelloMsg{}, s.agentAccept)
 	if !stop() {
 		if err == nil {
 			sess.Close()

@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -228,4 +230,37 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 		t.Fatalf("agents running: %q (old pid %d)", ps.Stdout, oldPID)
 	}
 	next.CloseAgent()
+}
+
+// A program in the container connects to a port the agent listens on, and the plugin
+// receives the connection.
+func TestListenPort(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	ctx := context.Background()
+	got := make(chan string, 1)
+	stop, done, err := sb.ListenPort(ctx, 3128, func(c net.Conn) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		got <- line
+		c.Write([]byte("world\n"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128; echo hello >&3; read -r x <&3; echo "answer: $x"`, ExecOptions{Timeout: 20 * time.Second})
+	if res.Stdout != "answer: world\n" {
+		t.Fatalf("%+v", res)
+	}
+	if line := <-got; line != "hello\n" {
+		t.Fatalf("the plugin received %q", line)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the listener did not end")
+	}
+	if res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128 && echo connected`, ExecOptions{}); res.Stdout != "" {
+		t.Fatalf("the port still accepts after stop: %+v", res)
+	}
 }

@@ -56,6 +56,10 @@ func handle(st *agentwire.Stream) {
 			return
 		}
 		runExec(st, req)
+	case agentwire.OpDial:
+		runDial(st, req)
+	case agentwire.OpListen:
+		runListen(st, req)
 	default:
 		st.Reset(fmt.Sprintf("unknown operation %q", req.Op))
 	}

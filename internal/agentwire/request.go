@@ -20,10 +20,31 @@ type Request struct {
 	// channel 0 (with Stdin false, stdin then ends).
 	Spare  bool   `json:"spare,omitempty"`
 	Prefix []byte `json:"prefix,omitempty"`
+
+	Port     int    `json:"port,omitempty"`     // dial, listen
+	Listener uint32 `json:"listener,omitempty"` // accept: the listen stream's id
+	Remote   string `json:"remote,omitempty"`   // accept: the peer's address
 }
 
-// OpExec starts a program.
-const OpExec = "exec"
+// Operations.
+const (
+	// OpExec starts a program.
+	OpExec = "exec"
+	// OpDial connects to Port on the container's loopback (127.0.0.1, then ::1). The
+	// agent ends channel 2 once connected (Connected); then channel 0 carries bytes to
+	// the connection and channel 1 bytes from it, each ended by EOF (a half-close).
+	OpDial = "dial"
+	// OpListen listens on Port on the container's loopback (127.0.0.1) for as long as
+	// the stream stays open, ending channel 2 once listening. For each connection it
+	// accepts, the agent opens a stream of its own to Caddy with an Accept request,
+	// carrying the connection as OpDial's stream does.
+	OpListen = "listen"
+	// OpAccept is the request of a stream the agent opens for an accepted connection.
+	OpAccept = "accept"
+)
+
+// Connected is the channel whose end tells that a dial or a listen succeeded.
+const Connected = Stderr
 
 // Exit statuses the agent gives when it could not start the program, as Docker does.
 const (

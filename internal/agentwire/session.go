@@ -386,6 +386,9 @@ type Stream struct {
 	controls  chan Control
 }
 
+// Session returns the session the stream belongs to.
+func (st *Stream) Session() *Session { return st.s }
+
 // ID returns the stream's id.
 func (st *Stream) ID() uint32 { return st.id }
 

@@ -1,0 +1,158 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+)
+
+// agentDial connects to port on the container's loopback over the agent's channel: a
+// stream, no exec.
+func (s *Sandbox) agentDial(ctx context.Context, sess *agentwire.Session, port int) (net.Conn, error) {
+	st, err := openNet(ctx, sess, agentwire.Request{Op: agentwire.OpDial, Port: port})
+	if err != nil {
+		if errors.Is(err, errRefused) {
+			return nil, fmt.Errorf("connecting to port %d in the sandbox: %w (%v)", port, ErrNoListener, err)
+		}
+		return nil, err
+	}
+	return &streamConn{st: st, port: port}, nil
+}
+
+var errRefused = errors.New("refused")
+
+// openNet opens a dial or listen stream and waits until the agent says it is connected
+// (or listening).
+func openNet(ctx context.Context, sess *agentwire.Session, r agentwire.Request) (*agentwire.Stream, error) {
+	req, _ := json.Marshal(r)
+	st, err := sess.Open(req)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	c, err := st.ReadChunk()
+	if err == nil && c.Ch == agentwire.Connected && c.EOF {
+		return st, nil
+	}
+	st.Close()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil && !errors.Is(err, agentwire.ErrLost) {
+		return nil, fmt.Errorf("%w: %v", errRefused, err)
+	}
+	if err == nil {
+		err = fmt.Errorf("unexpected answer on channel %d", c.Ch)
+	}
+	return nil, err
+}
+
+// ListenPort listens on port on the container's loopback (127.0.0.1) through the agent
+// and calls accept, in a goroutine of its own, with each connection a program in the
+// container makes to it. The listener lasts until stop is called or the agent's channel
+// ends (done is closed then). It needs the agent: on the fallback it fails.
+func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn)) (stop func(), done <-chan struct{}, err error) {
+	if port < 1 || port > 65535 {
+		return nil, nil, fmt.Errorf("port %d is out of range 1-65535", port)
+	}
+	if err := s.Ensure(ctx); err != nil {
+		return nil, nil, err
+	}
+	sess := s.agentSession(ctx)
+	if sess == nil {
+		_, why := s.AgentStatus()
+		return nil, nil, fmt.Errorf("listening in the sandbox needs its agent, which does not run: %s", why)
+	}
+	st, err := openNet(ctx, sess, agentwire.Request{Op: agentwire.OpListen, Port: port})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w", port, err)
+	}
+	s.agentMu.Lock()
+	if s.agent.listeners == nil {
+		s.agent.listeners = map[uint32]listener{}
+	}
+	s.agent.listeners[st.ID()] = listener{sess: sess, accept: accept, port: port}
+	s.agentMu.Unlock()
+	go func() {
+		<-st.Done()
+		s.agentMu.Lock()
+		delete(s.agent.listeners, st.ID())
+		s.agentMu.Unlock()
+	}()
+	return func() { st.Close() }, st.Done(), nil
+}
+
+type listener struct {
+	sess   *agentwire.Session
+	accept func(net.Conn)
+	port   int
+}
+
+// agentAccept serves a stream the agent opens: a connection accepted by one of our
+// listeners; anything else is refused.
+func (s *Sandbox) agentAccept(st *agentwire.Stream) {
+	var r agentwire.Request
+	if err := json.Unmarshal(st.Request(), &r); err != nil || r.Op != agentwire.OpAccept {
+		st.Reset("not accepted")
+		return
+	}
+	s.agentMu.Lock()
+	l, ok := s.agent.listeners[r.Listener]
+	s.agentMu.Unlock()
+	if !ok || l.sess != st.Session() {
+		st.Reset("no such listener")
+		return
+	}
+	l.accept(&streamConn{st: st, port: l.port})
+}
+
+// streamConn is a TCP connection inside the container carried by a stream: channel 0
+// to it, channel 1 from it.
+type streamConn struct {
+	st   *agentwire.Stream
+	port int
+	data []byte
+	eof  bool
+}
+
+func (c *streamConn) Read(p []byte) (int, error) {
+	for len(c.data) == 0 {
+		if c.eof {
+			return 0, io.EOF
+		}
+		ch, err := c.st.ReadChunk()
+		if err != nil {
+			return 0, err
+		}
+		if ch.Ch != agentwire.Stdout {
+			continue
+		}
+		if ch.EOF {
+			c.eof = true
+			continue
+		}
+		c.data = ch.Data
+	}
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+func (c *streamConn) Write(p []byte) (int, error) { return c.st.Write(agentwire.Stdin, p) }
+func (c *streamConn) CloseWrite() error           { return c.st.CloseChannel(agentwire.Stdin) }
+
+// Close ends the connection. A stream the agent opened (an accepted connection) is
+// reset through the session, as Caddy's own streams are.
+func (c *streamConn) Close() error                       { return c.st.Close() }
+func (c *streamConn) LocalAddr() net.Addr                { return agentAddr{} }
+func (c *streamConn) RemoteAddr() net.Addr               { return relayAddr(c.port) }
+func (c *streamConn) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
+func (c *streamConn) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return nil }
