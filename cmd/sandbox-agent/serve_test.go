@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,49 @@ func TestSpare(t *testing.T) {
 	}
 	if ready != 1 {
 		t.Fatalf("%d spares ready, want 1", ready)
+	}
+}
+
+// A dial reaches a loopback port; a refused one is reset with the reason.
+func TestDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(c) // until the half-close
+		c.Write(append([]byte("echo: "), b...))
+		c.Close()
+	}()
+	s := agent(t)
+	port := ln.Addr().(*net.TCPAddr).Port
+	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpDial, Port: port})
+	st, _ := s.Open(b)
+	if c, err := st.ReadChunk(); err != nil || !c.EOF || c.Ch != agentwire.Connected {
+		t.Fatalf("%+v %v", c, err)
+	}
+	st.Write(agentwire.Stdin, []byte("ping"))
+	st.CloseChannel(agentwire.Stdin)
+	var got bytes.Buffer
+	for {
+		c, err := st.ReadChunk()
+		if err != nil {
+			break
+		}
+		got.Write(c.Data)
+	}
+	if got.String() != "echo: ping" {
+		t.Fatalf("got %q", got.String())
+	}
+	ln.Close()
+	b, _ = json.Marshal(agentwire.Request{Op: agentwire.OpDial, Port: port})
+	st, _ = s.Open(b)
+	if _, err := st.ReadChunk(); err == nil || !strings.Contains(err.Error(), "nothing listens") {
+		t.Fatalf("refused dial: %v", err)
 	}
 }
