@@ -39,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cpus             <number>           # default: 3
 //		pids_limit       <number>           # default: 4096
 //		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
+//		agent            on|off             # default: on; off runs each command as a Docker exec of its own
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
 //		default_output   <bytes>            # default: 30000; what a call returns unless it asks for more (at most max_output)
@@ -167,6 +168,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.MaxTasks = n[0]
 			if len(n) == 2 {
 				h.MaxTasksTotal = n[1]
+			}
+		case "agent":
+			var s string
+			if err = oneString(d, &s); err == nil {
+				switch s {
+				case "on":
+					h.Agent = nil
+				case "off":
+					off := false
+					h.Agent = &off
+				default:
+					return d.Errf("agent: want on or off, got %q", s)
+				}
 			}
 		case "api_key_bearer":
 			var s string
