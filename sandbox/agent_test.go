@@ -79,14 +79,18 @@ func recoverAfter(t *testing.T, sb *Sandbox) time.Duration {
 	return 0
 }
 
-// A job keeps running when the model kills the agent, and the next call works at once
-// through a new agent.
+// A job keeps running when the model kills the agent, the killing command's output is
+// not lost, and the next call works at once through a new agent.
 func TestAgentKilledJobGoesOn(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
 	job := mustExec(t, sb, "for i in $(seq 1 15); do echo line $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
 	pid := agentPID(t, sb)
-	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid), ExecOptions{})
+	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid)+"; echo killed", ExecOptions{})
 	t.Logf("the killing call: %+v, %v", res, err)
+	// Its own output, sent to the dead agent, comes through the new one.
+	if err != nil || res.ExitCode != 0 || res.Stdout != "killed\n" {
+		t.Errorf("the killing call: %+v, %v", res, err)
+	}
 	took := recoverAfter(t, sb)
 	t.Logf("recovered in %v", took)
 	if took > 2*time.Second {
