@@ -97,8 +97,9 @@ type ExecResult struct {
 	StdoutTruncated, StderrTruncated bool
 	// StdoutFile and StderrFile hold each stream's whole output inside the container.
 	StdoutFile, StderrFile string
-	// Lost says the job's runner is gone without an exit status: the container
-	// restarted while the command ran. Its output so far is still delivered.
+	// Lost says the job's runner is gone without an exit status: it was killed (say,
+	// by kill -9 -1) or the container restarted while the command ran. Its output so
+	// far is still delivered.
 	Lost bool
 	// InputWaiting says the program, still running, has not read all of the last
 	// input of JobInput yet: the rest goes to it as it reads, and further input is
