@@ -1,0 +1,184 @@
+package mcpsandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// agentOpts is the site of TestAgentEndToEnd; the restart loads it again.
+var agentOpts = siteOptions{directive: []string{"yield_after 10s"}}
+
+// TestAgentEndToEnd drives the in-container agent the way a model does, with the
+// official TypeScript SDK through a real Caddy on the realistic image: a command under
+// a tty, a Python REPL typed into through job_input, a job that outlives a killed agent
+// and `kill -9 -1`, and a job that outlives a Caddy restart (after which one agent
+// runs). One site serves every step, in this order.
+func TestAgentEndToEnd(t *testing.T) {
+	s := realisticSite(t, agentOpts)
+	stdout := func(r tsCallResult) string { o, _ := r.Structured["stdout"].(string); return o }
+	all := func(rs []tsCallResult) string {
+		var b strings.Builder
+		for _, r := range rs {
+			b.WriteString(stdout(r))
+		}
+		return b.String()
+	}
+	failed := func(rs []tsCallResult) string {
+		for _, r := range rs {
+			if r.Error != "" {
+				return r.Tool + ": " + r.Error
+			}
+		}
+		return ""
+	}
+	agents := func() string { return s.tryExec("ps -eo pid,args | grep '[s]andbox-agent.* serve' || true") }
+
+	t.Run("tty", func(t *testing.T) {
+		cmd := "tty; [ -t 0 ] && echo is-a-tty"
+		r := runTSCalls(t, s,
+			tsCall{Tool: "execute", Args: map[string]any{"command": cmd, "tty": true}},
+			tsCall{Tool: "execute", Args: map[string]any{"command": cmd}},
+		).Results
+		if on := stdout(r[0]); r[0].IsError || !strings.Contains(on, "/dev/pts/") || !strings.Contains(on, "is-a-tty") {
+			t.Errorf("with tty: %q", r[0].Text)
+		}
+		if off := stdout(r[1]); r[1].IsError || strings.Contains(off, "/dev/pts/") || strings.Contains(off, "is-a-tty") {
+			t.Errorf("without tty: %q", r[1].Text)
+		}
+	})
+
+	t.Run("python REPL under a tty", func(t *testing.T) {
+		r := runTSCalls(t, s,
+			tsCall{Tool: "execute", Args: map[string]any{"command": "python3 -q", "tty": true, "wait": 1}},
+			tsCall{Tool: "job_input", Args: map[string]any{"job_id": "$job", "input": "print(6*7)\n", "wait": 3}},
+			tsCall{Tool: "job_input", Args: map[string]any{"job_id": "$job", "input": "import sys; sys.exit(3)\n", "wait": 3}},
+			tsCall{Tool: "job_output", Args: map[string]any{"job_id": "$job", "wait": 10}, Follow: true},
+		).Results
+		last := r[len(r)-1]
+		if e := failed(r); e != "" || r[0].Structured["running"] != true {
+			t.Fatalf("REPL: %s; start %q", e, r[0].Text)
+		}
+		if !strings.Contains(stdout(r[1]), "42") {
+			t.Errorf("print(6*7) answered %q", r[1].Text)
+		}
+		if last.Structured["running"] != false || last.Structured["exit_code"] != float64(3) {
+			t.Errorf("after sys.exit(3): %q", last.Text)
+		}
+		t.Logf("the REPL's terminal: %q", all(r))
+	})
+
+	t.Run("a job outlives a killed agent", func(t *testing.T) {
+		before := agents()
+		r := runTSCalls(t, s, tsCall{Tool: "execute", Args: map[string]any{"command": "for i in $(seq 1 20); do echo count-$i; sleep 0.2; done", "wait": 0}}).Results
+		id, _ := r[0].Structured["job_id"].(string)
+		if r[0].Structured["running"] != true || id == "" {
+			t.Fatalf("the counter: %q", r[0].Text)
+		}
+		// [t] keeps the pattern from matching the shell that runs pkill.
+		r2 := runTSCalls(t, s,
+			tsCall{Tool: "execute", Args: map[string]any{"command": "pkill -9 -f 'sandbox-agen[t].* serve'; echo killed"}},
+			tsCall{Tool: "execute", Args: map[string]any{"command": "echo next"}},
+			tsCall{Tool: "job_output", Args: map[string]any{"job_id": id, "wait": 10}, Follow: true},
+		).Results
+		t.Logf("the killing call took %.0f ms, the next one %.0f ms", r2[0].MS, r2[1].MS)
+		// The killing call's own output comes through the new agent.
+		if stdout(r2[0]) != "killed\n" || r2[0].Structured["exit_code"] != float64(0) {
+			t.Errorf("the killing call: %q, stdout %q", r2[0].Text+r2[0].Error, stdout(r2[0]))
+		}
+		if stdout(r2[1]) != "next\n" || r2[1].MS > 3000 {
+			t.Errorf("the next call after the kill (%.0f ms): %q", r2[1].MS, r2[1].Text+r2[1].Error)
+		}
+		out := stdout(r[0]) + all(r2[2:])
+		var want strings.Builder
+		for i := 1; i <= 20; i++ {
+			fmt.Fprintf(&want, "count-%d\n", i)
+		}
+		last := r2[len(r2)-1]
+		if e := failed(r2[2:]); e != "" || out != want.String() || last.Structured["exit_code"] != float64(0) {
+			t.Errorf("the counter after the agent's death (%s): %q, last %q", e, out, last.Text)
+		}
+		if after := agents(); after == before || strings.Count(after, "serve") != 1 {
+			t.Errorf("agents before the kill %q, after %q: want one new one", before, after)
+		}
+	})
+
+	t.Run("kill -9 -1", func(t *testing.T) {
+		r := runTSCalls(t, s, tsCall{Tool: "execute", Args: map[string]any{"command": "echo started; sleep 600", "wait": 1}}).Results
+		id, _ := r[0].Structured["job_id"].(string)
+		if r[0].Structured["running"] != true || id == "" {
+			t.Fatalf("the sleeper: %q", r[0].Text)
+		}
+		r2 := runTSCalls(t, s,
+			tsCall{Tool: "execute", Args: map[string]any{"command": "kill -9 -1"}},
+			tsCall{Tool: "execute", Args: map[string]any{"command": "echo alive"}},
+			tsCall{Tool: "job_output", Args: map[string]any{"job_id": id, "wait": 10}},
+		).Results
+		t.Logf("kill -9 -1 (%.0f ms): %q; the killed job: %q", r2[0].MS, r2[0].Text+r2[0].Error, r2[2].Text)
+		t.Logf("the next call took %.0f ms", r2[1].MS)
+		if stdout(r2[1]) != "alive\n" || r2[1].MS > 3000 {
+			t.Errorf("the next call after kill -9 -1 (%.0f ms): %q", r2[1].MS, r2[1].Text+r2[1].Error)
+		}
+		if j := r2[2]; j.Error != "" || j.IsError || j.Structured["running"] != false || !strings.Contains(j.Text, "killed with its runner") || !strings.Contains(stdout(r[0])+stdout(j), "started") {
+			t.Errorf("the killed job: %q (first part %q)", j.Text+j.Error, r[0].Text)
+		}
+	})
+
+	t.Run("a job outlives a Caddy restart", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := s.client(ctx)
+		st := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "for i in $(seq 1 20); do echo line-$i; sleep 0.2; done", "wait": 0}))
+		id, _ := st["job_id"].(string)
+		if st["running"] != true || id == "" {
+			t.Fatalf("start: %v", st)
+		}
+		before := agents()
+		stopped := time.Now()
+		if err := caddy.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		s.load(agentOpts)
+		t.Logf("Caddy down for %v; agents before %q", time.Since(stopped), before)
+		c2 := s.client(ctx)
+		got, _, last := followJob(ctx, t, c2, structured(t, call(ctx, t, c2, "job_output", map[string]any{"job_id": id, "wait": 10})))
+		var want strings.Builder
+		for i := 1; i <= 20; i++ {
+			fmt.Fprintf(&want, "line-%d\n", i)
+		}
+		if got = st["stdout"].(string) + got; got != want.String() || last["exit_code"] != float64(0) {
+			t.Errorf("across the restart: %q, last %v", got, last)
+		}
+		var after string
+		waitFor(t, 10*time.Second, "one agent to run", func() bool {
+			after = agents()
+			return strings.Count(after, "serve") == 1
+		})
+		if after == before {
+			t.Errorf("the old agent %q still serves", before)
+		}
+	})
+}
+
+// TestAgentOff: with `agent off`, every command is a Docker exec of its own: execute
+// works, no agent runs, and tty is refused with a text that says why.
+func TestAgentOff(t *testing.T) {
+	s := realisticSite(t, siteOptions{directive: []string{"agent off"}})
+	r := runTSCalls(t, s,
+		tsCall{Tool: "execute", Args: map[string]any{"command": "echo plain; [ -t 0 ] || echo no-tty"}},
+		tsCall{Tool: "execute", Args: map[string]any{"command": "tty", "tty": true}},
+	).Results
+	if out, _ := r[0].Structured["stdout"].(string); r[0].IsError || out != "plain\nno-tty\n" {
+		t.Errorf("execute without the agent: %q", r[0].Text+r[0].Error)
+	}
+	if !r[1].IsError || !strings.Contains(r[1].Text, "tty needs the sandbox agent") {
+		t.Errorf("tty without the agent: error %v, %q", r[1].IsError, r[1].Text+r[1].Error)
+	}
+	if ps := s.containerExec("ps -eo args | grep '[s]andbox-agent' || true"); ps != "" {
+		t.Errorf("an agent runs with agent off: %q", ps)
+	}
+}
