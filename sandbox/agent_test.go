@@ -228,7 +228,13 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 		t.Fatalf("job after the agent was replaced: %+v", out)
 	}
 	ps := mustExec(t, next, "ps -o pid,args | grep '[s]andbox-agent'", ExecOptions{})
-	if strings.Contains(ps.Stdout, strconv.Itoa(oldPID)+" ") || strings.Count(ps.Stdout, "serve") != 1 {
+	oldRuns := false
+	for _, line := range strings.Split(ps.Stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == strconv.Itoa(oldPID) {
+			oldRuns = true
+		}
+	}
+	if oldRuns || strings.Count(ps.Stdout, "serve") != 1 {
 		t.Fatalf("agents running: %q (old pid %d)", ps.Stdout, oldPID)
 	}
 	next.CloseAgent()
