@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -238,4 +240,28 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 		t.Fatalf("agents running: %q (old pid %d)", ps.Stdout, oldPID)
 	}
 	next.CloseAgent()
+}
+
+// An agent that goes after taking a command's request but before running it: the
+// command is started again through the next agent, and runs once.
+func TestAgentGoneBeforeCommandStarts(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	sb.CloseAgent()
+	// The next agent greets, reads Caddy's hello and the first byte of the command's
+	// request, and exits; the one after it is the real agent.
+	hello, _ := json.Marshal(agentwire.HelloMsg{Version: agentwire.Version})
+	agentArgvForTest = func(path string) []string {
+		return []string{"sh", "-c", `if mkdir /tmp/agent-gone-once 2>/dev/null; then
+	printf '\000\000\000\015\001\000\000\000\000{"version":1}'
+	dd bs=1 count=$2 >/dev/null 2>&1
+	exit 0
+fi
+exec "$1" serve`, "sh", path, strconv.Itoa(9 + len(hello) + 1)}
+	}
+	t.Cleanup(func() { agentArgvForTest = nil })
+	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", ExecOptions{})
+	if err != nil || res.ExitCode != 0 || res.Stdout != "run\n" {
+		t.Fatalf("the command through an agent that went: %+v, %v", res, err)
+	}
 }
