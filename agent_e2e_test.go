@@ -72,35 +72,51 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Logf("the REPL's terminal: %q", all(r))
 	})
 
-	t.Run("a job outlives a killed agent", func(t *testing.T) {
-		before := agents()
-		r := runTSCalls(t, s, tsCall{Tool: "execute", Args: map[string]any{"command": "for i in $(seq 1 20); do echo count-$i; sleep 0.2; done", "wait": 0}}).Results
-		id, _ := r[0].Structured["job_id"].(string)
-		if r[0].Structured["running"] != true || id == "" {
-			t.Fatalf("the counter: %q", r[0].Text)
+	// startJob starts command in a session of its own and returns it running.
+	startJob := func(t *testing.T, command string, wait int) (tsCallResult, string) {
+		t.Helper()
+		r := runTSCalls(t, s, tsCall{Tool: "execute", Args: map[string]any{"command": command, "wait": wait}}).Results[0]
+		id, _ := r.Structured["job_id"].(string)
+		if r.Structured["running"] != true || id == "" {
+			t.Fatalf("%s: %q", command, r.Text)
 		}
-		// [t] keeps the pattern from matching the shell that runs pkill.
-		r2 := runTSCalls(t, s,
-			tsCall{Tool: "execute", Args: map[string]any{"command": "pkill -9 -f 'sandbox-agen[t].* serve'; echo killed"}},
+		return r, id
+	}
+	// killThen runs kill, then a command that must work within 3 s, then follows job
+	// id to its end, in one session.
+	killThen := func(t *testing.T, kill, id string) []tsCallResult {
+		t.Helper()
+		r := runTSCalls(t, s,
+			tsCall{Tool: "execute", Args: map[string]any{"command": kill}},
 			tsCall{Tool: "execute", Args: map[string]any{"command": "echo next"}},
 			tsCall{Tool: "job_output", Args: map[string]any{"job_id": id, "wait": 10}, Follow: true},
 		).Results
-		t.Logf("the killing call took %.0f ms, the next one %.0f ms", r2[0].MS, r2[1].MS)
+		t.Logf("%s took %.0f ms (%q), the next call %.0f ms", kill, r[0].MS, r[0].Text+r[0].Error, r[1].MS)
+		if stdout(r[1]) != "next\n" || r[1].MS > 3000 {
+			t.Errorf("the next call after %s (%.0f ms): %q", kill, r[1].MS, r[1].Text+r[1].Error)
+		}
+		if e := failed(r[2:]); e != "" {
+			t.Errorf("following the job: %s", e)
+		}
+		return r
+	}
+
+	t.Run("a job outlives a killed agent", func(t *testing.T) {
+		before := agents()
+		first, id := startJob(t, "for i in $(seq 1 20); do echo count-$i; sleep 0.2; done", 0)
+		// [t] keeps the pattern from matching the shell that runs pkill.
+		r := killThen(t, "pkill -9 -f 'sandbox-agen[t].* serve'; echo killed", id)
 		// The killing call's own output comes through the new agent.
-		if stdout(r2[0]) != "killed\n" || r2[0].Structured["exit_code"] != float64(0) {
-			t.Errorf("the killing call: %q, stdout %q", r2[0].Text+r2[0].Error, stdout(r2[0]))
+		if stdout(r[0]) != "killed\n" || r[0].Structured["exit_code"] != float64(0) {
+			t.Errorf("the killing call: %q, stdout %q", r[0].Text+r[0].Error, stdout(r[0]))
 		}
-		if stdout(r2[1]) != "next\n" || r2[1].MS > 3000 {
-			t.Errorf("the next call after the kill (%.0f ms): %q", r2[1].MS, r2[1].Text+r2[1].Error)
-		}
-		out := stdout(r[0]) + all(r2[2:])
+		out := stdout(first) + all(r[2:])
 		var want strings.Builder
 		for i := 1; i <= 20; i++ {
 			fmt.Fprintf(&want, "count-%d\n", i)
 		}
-		last := r2[len(r2)-1]
-		if e := failed(r2[2:]); e != "" || out != want.String() || last.Structured["exit_code"] != float64(0) {
-			t.Errorf("the counter after the agent's death (%s): %q, last %q", e, out, last.Text)
+		if last := r[len(r)-1]; out != want.String() || last.Structured["exit_code"] != float64(0) {
+			t.Errorf("the counter after the agent's death: %q, last %q", out, last.Text)
 		}
 		if after := agents(); after == before || strings.Count(after, "serve") != 1 {
 			t.Errorf("agents before the kill %q, after %q: want one new one", before, after)
@@ -108,23 +124,10 @@ func TestAgentEndToEnd(t *testing.T) {
 	})
 
 	t.Run("kill -9 -1", func(t *testing.T) {
-		r := runTSCalls(t, s, tsCall{Tool: "execute", Args: map[string]any{"command": "echo started; sleep 600", "wait": 1}}).Results
-		id, _ := r[0].Structured["job_id"].(string)
-		if r[0].Structured["running"] != true || id == "" {
-			t.Fatalf("the sleeper: %q", r[0].Text)
-		}
-		r2 := runTSCalls(t, s,
-			tsCall{Tool: "execute", Args: map[string]any{"command": "kill -9 -1"}},
-			tsCall{Tool: "execute", Args: map[string]any{"command": "echo alive"}},
-			tsCall{Tool: "job_output", Args: map[string]any{"job_id": id, "wait": 10}},
-		).Results
-		t.Logf("kill -9 -1 (%.0f ms): %q; the killed job: %q", r2[0].MS, r2[0].Text+r2[0].Error, r2[2].Text)
-		t.Logf("the next call took %.0f ms", r2[1].MS)
-		if stdout(r2[1]) != "alive\n" || r2[1].MS > 3000 {
-			t.Errorf("the next call after kill -9 -1 (%.0f ms): %q", r2[1].MS, r2[1].Text+r2[1].Error)
-		}
-		if j := r2[2]; j.Error != "" || j.IsError || j.Structured["running"] != false || !strings.Contains(j.Text, "killed with its runner") || !strings.Contains(stdout(r[0])+stdout(j), "started") {
-			t.Errorf("the killed job: %q (first part %q)", j.Text+j.Error, r[0].Text)
+		first, id := startJob(t, "echo started; sleep 600", 1)
+		r := killThen(t, "kill -9 -1", id)
+		if j := r[len(r)-1]; j.IsError || j.Structured["running"] != false || !strings.Contains(j.Text, "killed with its runner") || !strings.Contains(stdout(first)+all(r[2:]), "started") {
+			t.Errorf("the killed job: %q (first part %q)", j.Text+j.Error, first.Text)
 		}
 	})
 
