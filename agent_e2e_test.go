@@ -168,7 +168,7 @@ func TestAgentEndToEnd(t *testing.T) {
 }
 
 // TestAgentOff: with `agent off`, every command is a Docker exec of its own: execute
-// works, no agent runs, and tty is refused with a text that says why.
+// works, no agent runs, and tty is refused with a text that says why and what to do.
 func TestAgentOff(t *testing.T) {
 	s := realisticSite(t, siteOptions{directive: []string{"agent off"}})
 	r := runTSCalls(t, s,
@@ -178,7 +178,7 @@ func TestAgentOff(t *testing.T) {
 	if out, _ := r[0].Structured["stdout"].(string); r[0].IsError || out != "plain\nno-tty\n" {
 		t.Errorf("execute without the agent: %q", r[0].Text+r[0].Error)
 	}
-	if !r[1].IsError || !strings.Contains(r[1].Text, "tty needs the sandbox agent") {
+	if !r[1].IsError || !strings.Contains(r[1].Text, "tty needs the sandbox agent") || !strings.Contains(r[1].Text, "run the command without tty") {
 		t.Errorf("tty without the agent: error %v, %q", r[1].IsError, r[1].Text+r[1].Error)
 	}
 	if ps := s.containerExec("ps -eo args | grep '[s]andbox-agent' || true"); ps != "" {
