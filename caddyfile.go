@@ -39,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cpus             <number>           # default: 3
 //		pids_limit       <number>           # default: 4096
 //		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
+//		agent            on|off             # default: on; off runs each command as a Docker exec of its own
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
 //		default_output   <bytes>            # default: 30000; what a call returns unless it asks for more (at most max_output)
@@ -168,18 +169,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(n) == 2 {
 				h.MaxTasksTotal = n[1]
 			}
+		case "agent":
+			var on bool
+			if err = oneSwitch(d, &on); err == nil {
+				h.Agent = offOnly(on)
+			}
 		case "api_key_bearer":
-			var s string
-			if err = oneString(d, &s); err == nil {
-				switch s {
-				case "on":
-					h.APIKeyBearer = nil
-				case "off":
-					off := false
-					h.APIKeyBearer = &off
-				default:
-					return d.Errf("api_key_bearer: want on or off, got %q", s)
-				}
+			var on bool
+			if err = oneSwitch(d, &on); err == nil {
+				h.APIKeyBearer = offOnly(on)
 			}
 		case "allowed_origins":
 			args := d.RemainingArgs()
@@ -192,17 +190,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "preview_ttl":
 			err = oneDuration(d, &h.PreviewTTL)
 		case "preview_auth":
-			var s string
-			if err = oneString(d, &s); err == nil {
-				switch s {
-				case "on":
-					h.PreviewAuth = true
-				case "off":
-					h.PreviewAuth = false
-				default:
-					return d.Errf("preview_auth: want on or off, got %q", s)
-				}
-			}
+			err = oneSwitch(d, &h.PreviewAuth)
 		case "allow_private_client_metadata":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -242,6 +230,32 @@ func oneString(d *caddyfile.Dispenser, dst *string) error {
 		return d.Errf("%s takes one value, got more: %s", name, d.Val())
 	}
 	return nil
+}
+
+// oneSwitch reads on or off.
+func oneSwitch(d *caddyfile.Dispenser, on *bool) error {
+	name := d.Val()
+	var s string
+	if err := oneString(d, &s); err != nil {
+		return err
+	}
+	switch s {
+	case "on":
+		*on = true
+	case "off":
+		*on = false
+	default:
+		return d.Errf("%s: want on or off, got %q", name, s)
+	}
+	return nil
+}
+
+// offOnly is a default-on setting as stored: nil for on, false for off.
+func offOnly(on bool) *bool {
+	if on {
+		return nil
+	}
+	return &on
 }
 
 func oneInt(d *caddyfile.Dispenser, dst *int) error {

@@ -52,6 +52,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"zero cpus", "mcp_sandbox {\n\tcpus 0\n}", `cpus: "0" is not a positive number`},
 		{"negative max_output", "mcp_sandbox {\n\tmax_output -5\n}", `max_output: "-5" is not a non-negative whole number`},
 		{"bad default_output", "mcp_sandbox {\n\tdefault_output 30k\n}", `default_output: "30k" is not a non-negative whole number`},
+		{"bad agent switch", "mcp_sandbox {\n\tagent no\n}", "agent: want on or off"},
 		{"bad bearer switch", "mcp_sandbox {\n\tapi_key_bearer maybe\n}", "api_key_bearer: want on or off"},
 		{"inline argument", "mcp_sandbox extra", "wrong argument count"},
 	} {
@@ -115,4 +116,45 @@ func mustConfig(t *testing.T, raw []byte) *caddy.Config {
 		t.Fatal(err)
 	}
 	return &cfg
+}
+
+// TestAgentSwitch: `agent off` reaches the sandbox as NoAgent; on, or absent, keeps the
+// agent.
+func TestAgentSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		noAgent bool
+	}{{"", false}, {"agent on", false}, {"agent off", true}} {
+		cf := "localhost {\nmcp_sandbox {\n\tapi_key 0123456789abcdef0123\n\t" + tc.line + "\n}\n}\n"
+		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Apps struct {
+				HTTP struct {
+					Servers map[string]struct {
+						Routes []struct {
+							Handle []struct {
+								Routes []struct {
+									Handle []json.RawMessage
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(cfg, &doc); err != nil {
+			t.Fatal(err)
+		}
+		var h Handler
+		if err := json.Unmarshal(doc.Apps.HTTP.Servers["srv0"].Routes[0].Handle[0].Routes[0].Handle[0], &h); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := h.sandboxConfig()
+		if err != nil || sc.NoAgent != tc.noAgent {
+			t.Errorf("%q: NoAgent %v (%v), want %v", tc.line, sc.NoAgent, err, tc.noAgent)
+		}
+	}
 }

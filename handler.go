@@ -61,6 +61,9 @@ type Handler struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// PidsLimit caps the number of processes in the container. Default: 4096.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// Agent runs commands through the sandbox agent, one long-lived process in the
+	// container; false runs each command as a Docker exec of its own. Default: true.
+	Agent *bool `json:"agent,omitempty"`
 	// Network is the container's Docker network: "none" cuts it off, "bridge" is
 	// Docker's default bridge, any other name is a network created when missing (a
 	// bridge without inter-container traffic). Default: mcp-sandbox.
@@ -174,6 +177,7 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.Container, h.Container)
 	setIf(&cfg.Volume, h.Volume)
 	setIf(&cfg.NetworkMode, h.Network)
+	cfg.NoAgent = h.Agent != nil && !*h.Agent
 	if h.Memory != "" {
 		m, err := sandbox.ParseMemory(h.Memory)
 		if err != nil {

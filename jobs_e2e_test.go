@@ -121,13 +121,8 @@ func TestJobInput(t *testing.T) {
 	if r["stdout"] != "bye\n" || r["running"] != false || r["exit_code"] != float64(4) {
 		t.Fatalf("quit: %v", r)
 	}
-	// A terminal needs the sandbox agent; without it the model is told what to do.
-	res := call(ctx, t, c, "execute", map[string]any{"command": "tty", "tty": true})
-	if !res.IsError || !strings.Contains(resultText(res), "run the command without tty") {
-		t.Errorf("tty without the agent: %v %q", res.IsError, resultText(res))
-	}
 	// Input to a job that has ended.
-	res = call(ctx, t, c, "job_input", map[string]any{"job_id": id, "input": "more"})
+	res := call(ctx, t, c, "job_input", map[string]any{"job_id": id, "input": "more"})
 	if !res.IsError || !strings.Contains(resultText(res), "already ended") {
 		t.Errorf("input to a finished job: %v %q", res.IsError, resultText(res))
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"runtime"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -81,14 +83,18 @@ func recoverAfter(t *testing.T, sb *Sandbox) time.Duration {
 	return 0
 }
 
-// A job keeps running when the model kills the agent, and the next call works at once
-// through a new agent.
+// A job keeps running when the model kills the agent, the killing command's output is
+// not lost, and the next call works at once through a new agent.
 func TestAgentKilledJobGoesOn(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
 	job := mustExec(t, sb, "for i in $(seq 1 15); do echo line $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
 	pid := agentPID(t, sb)
-	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid), ExecOptions{})
+	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid)+"; echo killed", ExecOptions{})
 	t.Logf("the killing call: %+v, %v", res, err)
+	// Its own output, sent to the dead agent, comes through the new one.
+	if err != nil || res.ExitCode != 0 || res.Stdout != "killed\n" {
+		t.Errorf("the killing call: %+v, %v", res, err)
+	}
 	took := recoverAfter(t, sb)
 	t.Logf("recovered in %v", took)
 	if took > 2*time.Second {
@@ -226,7 +232,13 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 		t.Fatalf("job after the agent was replaced: %+v", out)
 	}
 	ps := mustExec(t, next, "ps -o pid,args | grep '[s]andbox-agent'", ExecOptions{})
-	if strings.Contains(ps.Stdout, strconv.Itoa(oldPID)+" ") || strings.Count(ps.Stdout, "serve") != 1 {
+	oldRuns := false
+	for _, line := range strings.Split(ps.Stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == strconv.Itoa(oldPID) {
+			oldRuns = true
+		}
+	}
+	if oldRuns || strings.Count(ps.Stdout, "serve") != 1 {
 		t.Fatalf("agents running: %q (old pid %d)", ps.Stdout, oldPID)
 	}
 	next.CloseAgent()
@@ -262,5 +274,29 @@ func TestListenPort(t *testing.T) {
 	}
 	if res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128 && echo connected`, ExecOptions{}); res.Stdout != "" {
 		t.Fatalf("the port still accepts after stop: %+v", res)
+	}
+}
+
+// An agent that goes after taking a command's request but before running it: the
+// command is started again through the next agent, and runs once.
+func TestAgentGoneBeforeCommandStarts(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	sb.CloseAgent()
+	// The next agent greets, reads Caddy's hello and the first byte of the command's
+	// request, and exits; the one after it is the real agent.
+	hello, _ := json.Marshal(agentwire.HelloMsg{Version: agentwire.Version})
+	agentArgvForTest = func(path string) []string {
+		return []string{"sh", "-c", `if mkdir /tmp/agent-gone-once 2>/dev/null; then
+	printf '\000\000\000\015\001\000\000\000\000{"version":1}'
+	dd bs=1 count=$2 >/dev/null 2>&1
+	exit 0
+fi
+exec "$1" serve`, "sh", path, strconv.Itoa(9 + len(hello) + 1)}
+	}
+	t.Cleanup(func() { agentArgvForTest = nil })
+	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", ExecOptions{})
+	if err != nil || res.ExitCode != 0 || res.Stdout != "run\n" {
+		t.Fatalf("the command through an agent that went: %+v, %v", res, err)
 	}
 }

@@ -68,6 +68,8 @@ type ExecOptions struct {
 	// goroutine (calls never overlap). It must not retain chunk. It serves progress
 	// reports; the result carries the output itself.
 	OnOutput func(stream Stream, chunk []byte)
+
+	rerun bool // the agent went before the runner claimed the job's id: started again
 }
 
 // NoWait as ExecOptions.Wait starts the command and returns at once.
@@ -97,8 +99,9 @@ type ExecResult struct {
 	StdoutTruncated, StderrTruncated bool
 	// StdoutFile and StderrFile hold each stream's whole output inside the container.
 	StdoutFile, StderrFile string
-	// Lost says the job's runner is gone without an exit status: the container
-	// restarted while the command ran. Its output so far is still delivered.
+	// Lost says the job's runner is gone without an exit status: it was killed (say,
+	// by kill -9 -1) or the container restarted while the command ran. Its output so
+	// far is still delivered.
 	Lost bool
 	// InputWaiting says the program, still running, has not read all of the last
 	// input of JobInput yet: the rest goes to it as it reads, and further input is
@@ -282,8 +285,25 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		// The agent went (the command may have killed it): the job lives in its files,
 		// and a new agent follows it for what is left of the wait.
 		s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(readErr))
-		rest := max(wait-time.Since(begin), 0)
-		return s.JobOutput(ctx, id, rest, nil, maxOutput, opts.OnOutput)
+		// The new agent may break too (a program in the agent's place): each try
+		// starts another, until the sandbox falls back to Docker execs.
+		var res *ExecResult
+		err := readErr
+		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
+			res, err = s.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
+		}
+		if errors.Is(err, ErrJobNotFound) && !opts.rerun {
+			// No runner claimed the id: the agent went before it ran the command.
+			// Start it again under the same id: a first runner that claims it late
+			// makes this start answer "taken" (and is followed instead), so the
+			// command never runs twice.
+			s.log.Info("the agent went before the command started; starting it again", zap.String("job", id))
+			run.close()
+			s.jobSeen(id, false)
+			opts.rerun = true
+			return s.execJob(ctx, id, command, opts, begin)
+		}
+		return res, err
 	}
 	if readErr != nil {
 		return nil, fmt.Errorf("reading command output: %w", readErr)
@@ -293,6 +313,9 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		return nil, err
 	}
 	if err := scriptError(h, id); err != nil {
+		if opts.rerun && errors.Is(err, errJobIDTaken) {
+			return s.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
+		}
 		ended = true
 		return nil, err
 	}

@@ -205,7 +205,7 @@ pstart() {
 	[ -n "$pst" ]
 }
 
-# emit <state> <head> <tail>: sends the output produced since the last delivery and
+# emit <state> <head> <tail>: sends the output produced since the last delivery, then
 # records it as delivered. head and tail are the bytes kept of each end of a long range.
 emit() {
 	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran b p x
@@ -243,10 +243,12 @@ emit() {
 	# out: counted up to 100 MB too.
 	if ((on > H && oo + on <= 100000000)); then of=$(($(range "$d.out" 0 "$oo" | wc -l) + 1)); fi
 	if ((en > H && eo + en <= 100000000)); then ef=$(($(range "$d.err" 0 "$eo" | wc -l) + 1)); fi
-	echo "$os $es" >"$d.off"
-	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}"
-	send "$d.out" "$oo" "$on" "$H" "$T"
-	send "$d.err" "$eo" "$en" "$H" "$T" >&2
+	# Recorded as delivered only once sent: a runner whose reader went (the agent was
+	# killed while the command ran) leaves its output to the next poll.
+	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}" &&
+		send "$d.out" "$oo" "$on" "$H" "$T" &&
+		send "$d.err" "$eo" "$en" "$H" "$T" >&2 &&
+		echo "$os $es" >"$d.off"
 }
 
 # range <file> <from> <n>: n bytes of file from offset from.

@@ -323,7 +323,7 @@ func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Dura
 		}
 		b.WriteString(", job_kill to stop it")
 	case res.Lost:
-		b.WriteString("the job was lost: the sandbox restarted while it ran, so it has no exit code; ")
+		b.WriteString("the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; ")
 		if o.Stdout == "" && o.Stderr == "" {
 			b.WriteString("no output was captured")
 		} else {

@@ -31,7 +31,7 @@ func jobStates(s *jsonschema.Schema) {
 
 type jobEntry struct {
 	JobID       string    `json:"job_id"`
-	State       string    `json:"state" jsonschema:"lost: the sandbox restarted while the job ran."`
+	State       string    `json:"state" jsonschema:"lost: the job was killed with its runner, or the sandbox restarted, while it ran."`
 	ExitCode    *int      `json:"exit_code"`
 	StartedAt   time.Time `json:"started_at"`
 	Interactive bool      `json:"interactive"`

@@ -26,8 +26,8 @@ func TestNoteTimes(t *testing.T) {
 		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 50 * time.Millisecond}, "[exit code 0, ran 0.05s]"},
 		{sandbox.ExecResult{JobID: "j1", ExitCode: 137, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed (exit code 137: killed by signal 9, SIGKILL)]"},
 		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true}, "[the job was lost: the sandbox restarted while it ran, so it has no exit code; no output was captured]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true, Stdout: "half\n"}, "[the job was lost: the sandbox restarted while it ran, so it has no exit code; its output so far is above]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; no output was captured]"},
+		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true, Stdout: "half\n"}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; its output so far is above]"},
 	} {
 		res := c.res
 		out := toOutput(&res)
