@@ -247,6 +247,11 @@ func (e *Engine) Start() error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "--- starting at %s\n", begin.Format(time.RFC3339Nano))
+	// A bridge of its own, not --bridge=none: a dockerd without a bridge deletes the
+	// interface docker0 on start, the main engine's, which its image builds need.
+	if err := ensureBridge(engineBridge); err != nil {
+		return err
+	}
 	cmd := exec.Command("dockerd",
 		"--config-file", e.path("daemon.json"),
 		"--data-root", e.path("data"),
@@ -255,7 +260,7 @@ func (e *Engine) Start() error {
 		"-H", "unix://"+e.path("docker.sock"),
 		"-H", e.Host(),
 		"--tls=false", // loopback only; newer dockerd refuses plain TCP unless told
-		"--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
+		"--bridge="+engineBridge, "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
 		"--userland-proxy=false",
 		// Should a system containerd run, dockerd uses it instead of starting its
 		// own: namespaces of its own keep the local engine's containers apart.
@@ -369,4 +374,25 @@ func (e *Engine) logTail() string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// engineBridge is the second engine's bridge interface. It carries no traffic: the
+// engine's containers use network "none".
+const engineBridge = "mcp-eng2"
+
+// ensureBridge creates the bridge interface name, with an address of its own (dockerd
+// takes its subnet from it), unless it exists.
+func ensureBridge(name string) error {
+	if _, err := net.InterfaceByName(name); err == nil {
+		return nil
+	}
+	for _, args := range [][]string{
+		{"link", "add", name, "type", "bridge"},
+		{"addr", "add", "10.213.77.1/24", "dev", name},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("creating the second engine's bridge: ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
 }

@@ -2,10 +2,10 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,12 +64,17 @@ func TestSecondEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	// Its default bridge is an interface of its own, and the main engine's docker0
+	// (which a dockerd without a bridge would delete) is still there.
 	for _, n := range nets {
-		names = append(names, n.Name)
+		if n.Name == "bridge" && n.Options["com.docker.network.bridge.name"] != engineBridge {
+			t.Errorf("the second engine's bridge is %q, not %s", n.Options["com.docker.network.bridge.name"], engineBridge)
+		}
 	}
-	if slices.Contains(names, "bridge") {
-		t.Errorf("the second engine has a bridge network: %q", names)
+	if ln, err := local.NetworkInspect(ctx, "bridge", network.InspectOptions{}); err == nil && ln.Options["com.docker.network.bridge.name"] == "docker0" {
+		if _, err := net.InterfaceByName("docker0"); err != nil {
+			t.Errorf("the main engine's docker0 is gone: %v", err)
+		}
 	}
 	runTrue(t, cli)
 
