@@ -218,7 +218,9 @@ emit() {
 	# A file cut shorter (say, by the command itself) restarts delivery at its end.
 	((oo > os)) && oo=$os
 	((eo > es)) && eo=$es
-	[ "$state" = done ] && { read -r ex _ <"$d.exit"; ex=${ex:--}; }
+	# A runner that could not write its status (killed, or at the process limit) leaves
+	# a job that ended without one: lost.
+	[ "$state" = done ] && { read -r ex _ 2>/dev/null <"$d.exit"; [[ $ex =~ ^[0-9]{1,3}$ ]] || ex=- state=lost; }
 	ran "$state"
 	[ -e "$d.timedout" ] && flags+=timedout,
 	[ -e "$d.killed" ] && flags+=killed,
