@@ -87,11 +87,19 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 		return nil
 	}
 	s.agentMu.Lock()
-	sess, retry := s.agent.sess, s.agent.retry
+	sess := s.agent.sess
 	s.agentMu.Unlock()
 	if sess != nil && sess.Err() == nil {
 		return sess
 	}
+	if sess != nil {
+		// Its end is accounted for before another agent starts: it may be the one that
+		// sends the sandbox to the fallback.
+		s.agentEnded(sess)
+	}
+	s.agentMu.Lock()
+	retry := s.agent.retry
+	s.agentMu.Unlock()
 	if time.Now().Before(retry) {
 		return nil
 	}
@@ -162,14 +170,26 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	s.log.Info("sandbox agent started", zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
 	go func() {
 		<-sess.Done()
-		err := sess.Err()
 		s.log.Info("sandbox agent channel ended; the next call starts a new agent",
-			zap.Error(err), zap.String("agent_stderr", human.Clip(out.stderr.String(), 500)))
-		if errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
-			s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
-		}
+			zap.Error(sess.Err()), zap.String("agent_stderr", human.Clip(out.stderr.String(), 500)))
+		s.agentEnded(sess)
 	}()
 	return sess, nil
+}
+
+// agentEnded accounts, once, for the end of an agent's channel: after agentMaxBroken
+// agents that broke the protocol, the sandbox falls back.
+func (s *Sandbox) agentEnded(sess *agentwire.Session) {
+	s.agentMu.Lock()
+	if s.agent.sess != sess {
+		s.agentMu.Unlock()
+		return
+	}
+	s.agent.sess = nil
+	s.agentMu.Unlock()
+	if err := sess.Err(); errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
+		s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
+	}
 }
 
 // agentMaxBroken agents that break the protocol within agentBrokenWindow make the
