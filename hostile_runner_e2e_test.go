@@ -167,6 +167,8 @@ func TestOldBashRefused(t *testing.T) {
 	if got := s.containerExec(`echo "${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}"`); got != "5.0\n" {
 		t.Fatalf("the fake bash reports %q", got)
 	}
+	// The agent's spare runner was started with the earlier bash: it serves one call.
+	call(ctx, t, c, "execute", map[string]any{"command": "true"})
 	want := "the sandbox image's bash is 5.0; commands need bash 5.1 or newer"
 	for _, tc := range []struct {
 		tool string

@@ -143,6 +143,8 @@ func (p *previewSite) copyIn(t testing.TB) {
 func (p *previewSite) startServer(t testing.TB, port int) {
 	t.Helper()
 	p.containerExec(fmt.Sprintf("setsid nohup /usr/local/bin/previewserver -addr 127.0.0.1:%d -dir /sandbox/site > /tmp/previewserver-%d.log 2>&1 < /dev/null &", port, port))
+	// Listening before the test goes on: a preview answers 503 until then.
+	p.containerExec(fmt.Sprintf("for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && break; sleep 0.1; done", port))
 }
 
 // expose calls expose_port and returns its structured result.
@@ -198,10 +200,11 @@ func (p *previewSite) waitFor(t testing.TB, u string, want int) string {
 	}
 }
 
-// relays counts the relay processes running in the container.
+// relays counts the connections open to port 8000 inside the container (each is a
+// relay: a stream of the agent, or an exec on the fallback).
 func (p *previewSite) relays(t testing.TB) int {
 	t.Helper()
-	out := p.containerExec(`ps -o args | grep -c '^bash -c exec 3<>' || true`)
+	out := p.containerExec(`grep -cE '^ *[0-9]+: [0-9A-F]+:1F40 [0-9A-F]+:[0-9A-F]+ 01 ' /proc/net/tcp || true`)
 	var n int
 	fmt.Sscan(strings.TrimSpace(out), &n)
 	return n

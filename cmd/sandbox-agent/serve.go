@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -170,11 +171,12 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 	}
 
 	var copies sync.WaitGroup
+	var exited atomic.Bool
 	for i, f := range p.outs {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
-			relayOutput(st, byte(i+1), f)
+			relayOutput(st, byte(i+1), f, &exited)
 		}()
 	}
 	go relayInput(st, p.stdin, req.Prefix, req.Stdin)
@@ -194,6 +196,7 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 	}()
 	status := <-p.ended
 	p.cmd.Process.Release()
+	exited.Store(true)
 	for _, f := range p.outs {
 		_ = f.SetReadDeadline(time.Now().Add(drainAfterExit))
 	}
@@ -265,10 +268,15 @@ func (sp *sparePool) fill(req agentwire.Request) {
 }
 
 // relayOutput sends what f gives on channel ch until it ends; when the stream is gone it
-// closes f, so the program's next write fails as it would on a closed pipe.
-func relayOutput(st *agentwire.Stream, ch byte, f *os.File) {
+// closes f, so the program's next write fails as it would on a closed pipe. Once the
+// program has exited, it stops when nothing more comes for drainAfterExit (a process
+// left behind may hold the pipe open), however long sending what came takes.
+func relayOutput(st *agentwire.Stream, ch byte, f *os.File, exited *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	for {
+		if exited.Load() {
+			_ = f.SetReadDeadline(time.Now().Add(drainAfterExit))
+		}
 		n, err := f.Read(buf)
 		if n > 0 {
 			if _, werr := st.Write(ch, buf[:n]); werr != nil {

@@ -227,3 +227,23 @@ func TestDial(t *testing.T) {
 		t.Fatalf("refused dial: %v", err)
 	}
 }
+
+// Output still in the pipe when the program exits all arrives, however slowly Caddy
+// reads it.
+func TestSlowReaderGetsAllOutput(t *testing.T) {
+	s := agent(t)
+	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"head", "-c", "1000000", "/dev/zero"}})
+	st, _ := s.Open(b)
+	n := 0
+	for {
+		c, err := st.ReadChunk()
+		if err != nil {
+			break
+		}
+		n += len(c.Data)
+		time.Sleep(20 * time.Millisecond) // a reader slower than the drain time per chunk
+	}
+	if n != 1000000 {
+		t.Fatalf("got %d bytes, want 1000000", n)
+	}
+}
