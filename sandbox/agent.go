@@ -38,9 +38,16 @@ const agentStartTimeout = 10 * time.Second
 // Test hooks: a container setting no configuration can ask for (a read-only root), and
 // another program in the agent's place (a hostile one).
 var (
-	hostConfigForTest func(*container.HostConfig)
-	agentArgvForTest  func(path string) []string
+	hostConfigForTest testHook[func(*container.HostConfig)]
+	agentArgvForTest  testHook[func(path string) []string]
 )
+
+// testHook is a function a test sets while the sandbox's goroutines may read it.
+type testHook[F any] struct{ p atomic.Pointer[F] }
+
+func (h *testHook[F]) Set(f F) { h.p.Store(&f) }
+func (h *testHook[F]) Clear()  { h.p.Store(nil) }
+func (h *testHook[F]) Get() *F { return h.p.Load() }
 
 // agentGreetTimeout bounds the wait for the agent's greeting.
 const agentGreetTimeout = 5 * time.Second
@@ -127,8 +134,8 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		return nil, err
 	}
 	argv := []string{path, "serve"}
-	if agentArgvForTest != nil {
-		argv = agentArgvForTest(path)
+	if f := agentArgvForTest.Get(); f != nil {
+		argv = (*f)(path)
 	}
 	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,

@@ -138,11 +138,11 @@ func TestKillAllRecovers(t *testing.T) {
 // Where the agent cannot run (a read-only root and noexec writable places), commands
 // fall back to a Docker exec each, and the sandbox says why.
 func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
-	hostConfigForTest = func(hc *container.HostConfig) {
+	hostConfigForTest.Set(func(hc *container.HostConfig) {
 		hc.ReadonlyRootfs = true
 		hc.Tmpfs = map[string]string{"/tmp": "rw,noexec,nosuid,size=64m", "/var/lib/mcp-sandbox": "rw,noexec,nosuid,size=64m"}
-	}
-	t.Cleanup(func() { hostConfigForTest = nil })
+	})
+	t.Cleanup(func() { hostConfigForTest.Clear() })
 	sb, cli := agentTestSandbox(t, testConfig(t))
 	res := mustExec(t, sb, "echo fallback; exit 5", ExecOptions{})
 	if res.Stdout != "fallback\n" || res.ExitCode != 5 {
@@ -162,8 +162,8 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 	sb.agentMu.Lock()
 	sb.agent.retry = time.Time{}
 	sb.agentMu.Unlock()
-	agentArgvForTest = func(string) []string { return []string{"/tmp/sandbox-agent", "serve"} }
-	t.Cleanup(func() { agentArgvForTest = nil })
+	agentArgvForTest.Set(func(string) []string { return []string{"/tmp/sandbox-agent", "serve"} })
+	t.Cleanup(func() { agentArgvForTest.Clear() })
 	mustExec(t, sb, "cp /bin/busybox /tmp/sandbox-agent", ExecOptions{})
 	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
 		t.Fatalf("%+v", res)
@@ -183,8 +183,8 @@ func TestHostileAgent(t *testing.T) {
 	}
 	for name, script := range cases {
 		t.Run(name, func(t *testing.T) {
-			agentArgvForTest = func(string) []string { return []string{"sh", "-c", script} }
-			t.Cleanup(func() { agentArgvForTest = nil })
+			agentArgvForTest.Set(func(string) []string { return []string{"sh", "-c", script} })
+			t.Cleanup(func() { agentArgvForTest.Clear() })
 			sb, _ := agentTestSandbox(t, testConfig(t))
 			heap0 := testenv.HeapAfterGC()
 			for i := 0; i < 4; i++ {
@@ -216,10 +216,10 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 	job := mustExec(t, old, "for i in $(seq 1 10); do echo $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
 	oldPID := agentPID(t, old)
 	old.CloseAgent() // the old Caddy exits: its channel closes, its agent ends
-	agentArgvForTest = func(path string) []string {
+	agentArgvForTest.Set(func(path string) []string {
 		return []string{"sh", "-c", `cp "$1" "$1-next" && exec "$1-next" serve`, "sh", path}
-	}
-	t.Cleanup(func() { agentArgvForTest = nil })
+	})
+	t.Cleanup(func() { agentArgvForTest.Clear() })
 	next, err := New(dockerClient(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -286,15 +286,15 @@ func TestAgentGoneBeforeCommandStarts(t *testing.T) {
 	// The next agent greets, reads Caddy's hello and the first byte of the command's
 	// request, and exits; the one after it is the real agent.
 	hello, _ := json.Marshal(agentwire.HelloMsg{Version: agentwire.Version})
-	agentArgvForTest = func(path string) []string {
+	agentArgvForTest.Set(func(path string) []string {
 		return []string{"sh", "-c", `if mkdir /tmp/agent-gone-once 2>/dev/null; then
 	printf '\000\000\000\015\001\000\000\000\000{"version":1}'
 	dd bs=1 count=$2 >/dev/null 2>&1
 	exit 0
 fi
 exec "$1" serve`, "sh", path, strconv.Itoa(9 + len(hello) + 1)}
-	}
-	t.Cleanup(func() { agentArgvForTest = nil })
+	})
+	t.Cleanup(func() { agentArgvForTest.Clear() })
 	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", ExecOptions{})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "run\n" {
 		t.Fatalf("the command through an agent that went: %+v, %v", res, err)

@@ -289,8 +289,8 @@ func (s *Sandbox) create(ctx context.Context) error {
 		SecurityOpt:   securityOpts,
 		Sysctls:       s.sysctls(),
 	}
-	if hostConfigForTest != nil {
-		hostConfigForTest(hc)
+	if f := hostConfigForTest.Get(); f != nil {
+		(*f)(hc)
 	}
 	resp, err := s.cli.ContainerCreate(ctx,
 		&container.Config{

@@ -290,7 +290,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		var res *ExecResult
 		err := readErr
 		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
-			res, err = s.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
+			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
 		}
 		if errors.Is(err, ErrJobNotFound) && !opts.rerun {
 			// No runner claimed the id: the agent went before it ran the command.

@@ -523,6 +523,12 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 // (the job must have been started interactive) and waits only until the job answers.
 // onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
 func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
+	return s.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
+}
+
+// jobOutput is JobOutput; with again, the last delivery did not arrive (its agent died
+// before reading it) and is sent again.
+func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte), again bool) (*ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -543,8 +549,12 @@ func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, 
 	if onOutput != nil && wait > liveInterval {
 		stopLive = s.followLive(ctx, id, onOutput)
 	}
-	h, o, err := s.runScript(ctx, []string{"poll", JobsDir, id, strconv.Itoa(int((wait + time.Second - 1) / time.Second)),
-		strconv.Itoa(head), strconv.Itoa(tail), mode}, env, nil, head+tail)
+	args := []string{"poll", JobsDir, id, strconv.Itoa(int((wait + time.Second - 1) / time.Second)),
+		strconv.Itoa(head), strconv.Itoa(tail), mode}
+	if again {
+		args = append(args, "again")
+	}
+	h, o, err := s.runScript(ctx, args, env, nil, head+tail)
 	stopLive()
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@
 #              by "$MCP_SANDBOX_AGENT pty", in a session of its own
 #   <id>.inw   pid of the process writing the last input to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
+#   <id>.prev  the offsets before and after the last delivery (to send it again)
 #   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
 #              .cancelled (the call was cancelled) and .held say why or what
 #   <id>.bg    "<job id> <pid> <hex of its command>": the job that took over the
@@ -247,9 +248,12 @@ emit() {
 	if ((en > H && eo + en <= 100000000)); then ef=$(($(range "$d.err" 0 "$eo" | wc -l) + 1)); fi
 	# Recorded as delivered only once sent: a runner whose reader went (the agent was
 	# killed while the command ran) leaves its output to the next poll.
+	# .prev keeps the offsets before and after it: a delivery written into the pipe of an
+	# agent that died before reading it is sent again by "poll ... again".
 	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}" &&
 		send "$d.out" "$oo" "$on" "$H" "$T" &&
 		send "$d.err" "$eo" "$en" "$H" "$T" >&2 &&
+		echo "$oo $eo $os $es" >"$d.prev" &&
 		echo "$os $es" >"$d.off"
 }
 
@@ -436,11 +440,16 @@ watch)
 	echo "$e $EPOCHREALTIME" >"$d.exit"
 	;;
 poll)
-	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> ; input comes in MCP_SANDBOX_INPUT
+	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> [again]; input comes in
+	# MCP_SANDBOX_INPUT; again: the last delivery did not arrive, send it again
 	W=$4 H=$5 TL=$6
 	if ! [ -e "$d.meta" ]; then
 		echo "MCPJOB1 unknown"
 		exit 0
+	fi
+	if [ "$8" = again ] && read -r a b c e 2>/dev/null <"$d.prev" && read -r x y 2>/dev/null <"$d.off" &&
+		[ "$c $e" = "$x $y" ]; then
+		echo "$a $b" >"$d.off"
 	fi
 	tick
 	if [ "$7" = env ]; then
