@@ -152,7 +152,8 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
-	sess, err := agentwire.Client(out, hj.Conn, agentCloser{hj}, agentwire.HelloMsg{}, s.agentAccept)
+	closer := closerFunc(func() error { hj.Close(); return nil })
+	sess, err := agentwire.Client(out, hj.Conn, closer, agentwire.HelloMsg{}, s.agentAccept)
 	if !stop() {
 		if err == nil {
 			sess.Close()
@@ -270,7 +271,7 @@ func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (stri
 		<-st.Done()
 		time.AfterFunc(time.Minute, func() { s.agent.exits.Delete(id) })
 	}()
-	conn := &agentConn{st: st}
+	conn := &agentConn{streamEnd: streamEnd{st}}
 	return id, types.HijackedResponse{Conn: conn, Reader: bufio.NewReaderSize(conn, 32<<10)}, nil
 }
 
@@ -355,16 +356,9 @@ func (o *agentOutput) Read(p []byte) (int, error) {
 	return n, err
 }
 
-type agentCloser struct{ hj types.HijackedResponse }
-
-func (c agentCloser) Close() error {
-	c.hj.Close()
-	return nil
-}
-
 // agentConn is a command on the agent seen as a Docker exec's hijacked connection.
 type agentConn struct {
-	st     *agentwire.Stream
+	streamEnd
 	hdr    [8]byte
 	hdrOff int    // header bytes of the current frame returned so far
 	data   []byte // the current frame's data not returned yet
@@ -396,14 +390,19 @@ func (c *agentConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *agentConn) Write(p []byte) (int, error)        { return c.st.Write(agentwire.Stdin, p) }
-func (c *agentConn) CloseWrite() error                  { return c.st.CloseChannel(agentwire.Stdin) }
-func (c *agentConn) Close() error                       { return c.st.Close() }
-func (c *agentConn) LocalAddr() net.Addr                { return agentAddr{} }
-func (c *agentConn) RemoteAddr() net.Addr               { return agentAddr{} }
-func (c *agentConn) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
-func (c *agentConn) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
-func (c *agentConn) SetWriteDeadline(t time.Time) error { return nil }
+func (c *agentConn) RemoteAddr() net.Addr { return agentAddr{} }
+
+// streamEnd is what the connections carried by a stream share: writes go to channel 0,
+// CloseWrite ends it, Close abandons the stream, deadlines bound reads only.
+type streamEnd struct{ st *agentwire.Stream }
+
+func (c streamEnd) Write(p []byte) (int, error)        { return c.st.Write(agentwire.Stdin, p) }
+func (c streamEnd) CloseWrite() error                  { return c.st.CloseChannel(agentwire.Stdin) }
+func (c streamEnd) Close() error                       { return c.st.Close() }
+func (c streamEnd) LocalAddr() net.Addr                { return agentAddr{} }
+func (c streamEnd) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
+func (c streamEnd) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
+func (c streamEnd) SetWriteDeadline(t time.Time) error { return nil }
 
 type agentAddr struct{}
 

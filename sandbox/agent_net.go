@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
@@ -22,7 +21,7 @@ func (s *Sandbox) agentDial(ctx context.Context, sess *agentwire.Session, port i
 		}
 		return nil, err
 	}
-	return &streamConn{st: st, port: port}, nil
+	return &streamConn{streamEnd: streamEnd{st}, port: port}, nil
 }
 
 var errRefused = errors.New("refused")
@@ -110,13 +109,13 @@ func (s *Sandbox) agentAccept(st *agentwire.Stream) {
 		st.Reset("no such listener")
 		return
 	}
-	l.accept(&streamConn{st: st, port: l.port})
+	l.accept(&streamConn{streamEnd: streamEnd{st}, port: l.port})
 }
 
 // streamConn is a TCP connection inside the container carried by a stream: channel 0
 // to it, channel 1 from it.
 type streamConn struct {
-	st   *agentwire.Stream
+	streamEnd
 	port int
 	data []byte
 	eof  bool
@@ -145,14 +144,4 @@ func (c *streamConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *streamConn) Write(p []byte) (int, error) { return c.st.Write(agentwire.Stdin, p) }
-func (c *streamConn) CloseWrite() error           { return c.st.CloseChannel(agentwire.Stdin) }
-
-// Close ends the connection. A stream the agent opened (an accepted connection) is
-// reset through the session, as Caddy's own streams are.
-func (c *streamConn) Close() error                       { return c.st.Close() }
-func (c *streamConn) LocalAddr() net.Addr                { return agentAddr{} }
-func (c *streamConn) RemoteAddr() net.Addr               { return relayAddr(c.port) }
-func (c *streamConn) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
-func (c *streamConn) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
-func (c *streamConn) SetWriteDeadline(t time.Time) error { return nil }
+func (c *streamConn) RemoteAddr() net.Addr { return relayAddr(c.port) }

@@ -179,7 +179,7 @@ func runExec(st *agentwire.Stream, req agentwire.Request) {
 			relayOutput(st, byte(i+1), f, &exited)
 		}()
 	}
-	go relayInput(st, p.stdin, req.Prefix, req.Stdin)
+	go relayInput(st, p.stdin, req.Prefix, req.Stdin, p.term != nil)
 	go func() {
 		for {
 			select {
@@ -292,7 +292,7 @@ func relayOutput(st *agentwire.Stream, ch byte, f *os.File, exited *atomic.Bool)
 
 // relayInput writes prefix, then channel 0 (when the program reads it), to the
 // program's stdin, closing it at the channel's end.
-func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay bool) {
+func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay, isTerm bool) {
 	if stdin == nil {
 		return
 	}
@@ -306,8 +306,6 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay
 		stdin.Close()
 		return
 	}
-	master, _ := stdin.(*os.File)
-	isTerm := master != nil && isTerminalMaster(master)
 	for {
 		c, err := st.ReadChunk()
 		if err != nil {
@@ -318,7 +316,7 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay
 		}
 		if c.EOF {
 			if isTerm {
-				master.Write([]byte{4}) // ^D: the terminal's end of input
+				stdin.Write([]byte{4}) // ^D: the terminal's end of input
 				continue
 			}
 			stdin.Close()
@@ -335,8 +333,6 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay
 		stdin.Close()
 	}
 }
-
-func isTerminalMaster(f *os.File) bool { return f.Name() == "/dev/ptmx" }
 
 func waitStatusCode(ws syscall.WaitStatus) int32 {
 	if ws.Signaled() {
