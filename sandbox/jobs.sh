@@ -319,6 +319,8 @@ run)
 	C=$MCP_SANDBOX_CMD
 	unset MCP_SANDBOX_CMD
 	tick
+	# The input FIFO exists before the runner answers: job_input may come at once.
+	if [ "$I" = 1 ]; then mkfifo "$d.in"; fi
 	(
 		trap '' HUP
 		# Job control gives the command a process group of its own (its id is the
@@ -326,7 +328,7 @@ run)
 		set -m
 		inp=/dev/null
 		if [ "$I" = 1 ]; then
-			mkfifo "$d.in" && exec 3<>"$d.in" && inp=$d.in
+			[ -p "$d.in" ] && exec 3<>"$d.in" && inp=$d.in
 		fi
 		# The holder of a tty job's terminal puts its output on stdout; its stderr
 		# gets only its own errors.
