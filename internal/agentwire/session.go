@@ -465,8 +465,8 @@ func (st *Stream) end(exited bool, code int32, err error) {
 	st.finished, st.exited, st.code, st.err = true, exited, code, err
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	st.s.forget(st) // before done, so whoever waits on Done sees the stream gone
 	close(st.done)
-	st.s.forget(st)
 }
 
 // ReadChunk returns the next chunk the peer sent; io.EOF after the stream's Exit, or the
