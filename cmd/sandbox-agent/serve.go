@@ -61,6 +61,8 @@ func handle(st *agentwire.Stream) {
 		runDial(st, req)
 	case agentwire.OpListen:
 		runListen(st, req)
+	case agentwire.OpStat, agentwire.OpRead, agentwire.OpWrite, agentwire.OpList, agentwire.OpTar:
+		runFile(st, req)
 	default:
 		st.Reset(fmt.Sprintf("unknown operation %q", req.Op))
 	}

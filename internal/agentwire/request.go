@@ -24,6 +24,16 @@ type Request struct {
 	Port     int    `json:"port,omitempty"`     // dial, listen
 	Listener uint32 `json:"listener,omitempty"` // accept: the listen stream's id
 	Remote   string `json:"remote,omitempty"`   // accept: the peer's address
+
+	// File operations (files.go).
+	Path   string `json:"path,omitempty"`
+	Offset int64  `json:"offset,omitempty"` // read: where to start
+	Length int64  `json:"length,omitempty"` // read: how many bytes (-1: to the end); list: how many files at most
+	Max    int64  `json:"max,omitempty"`    // write: the largest file accepted; 0 is no limit
+	Mode   uint32 `json:"mode,omitempty"`   // write: a new file's mode (an fs.FileMode); 0 is 0644
+	Mkdir  bool   `json:"mkdir,omitempty"`  // write: create missing parent directories
+	Excl   bool   `json:"excl,omitempty"`   // write: the file must not exist yet
+	Hide   string `json:"hide,omitempty"`   // list: names starting with this are left out
 }
 
 // Operations.
