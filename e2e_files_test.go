@@ -840,7 +840,11 @@ func TestShareFileExpiresIn(t *testing.T) {
 // through a share link, the model's commands run as usual; the bytes that arrive are
 // the file's.
 func TestSlowDownloadLeavesExecuteFree(t *testing.T) {
-	s := startSite(t, siteOptions{})
+	withAndWithoutAgent(t, testSlowDownloadLeavesExecuteFree)
+}
+
+func testSlowDownloadLeavesExecuteFree(t *testing.T, opts siteOptions) {
+	s := startSite(t, opts)
 	ctx := context.Background()
 	c := s.client(ctx)
 	call(ctx, t, c, "execute", map[string]any{"command": "head -c 16000000 /dev/urandom > /sandbox/large.bin"})

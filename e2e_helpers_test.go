@@ -69,6 +69,12 @@ type siteOptions struct {
 	address   string   // site address; default http://127.0.0.1:<port>; %d is the port
 }
 
+// withAndWithoutAgent runs f with the agent and with `agent off` (the fallback).
+func withAndWithoutAgent(t *testing.T, f func(t *testing.T, opts siteOptions)) {
+	t.Run("agent", func(t *testing.T) { f(t, siteOptions{}) })
+	t.Run("fallback", func(t *testing.T) { f(t, siteOptions{directive: []string{"agent off"}}) })
+}
+
 // newSite draws a site's names, key, storage and port, and connects to Docker.
 func newSite(t testing.TB) *site {
 	t.Helper()

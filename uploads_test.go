@@ -528,13 +528,17 @@ func TestUploadLinkInConsole(t *testing.T) {
 // link (curl at 256 KB/s), the model's commands run as usual, and the file arrives
 // whole.
 func TestSlowUploadLeavesExecuteFree(t *testing.T) {
+	withAndWithoutAgent(t, testSlowUploadLeavesExecuteFree)
+}
+
+func testSlowUploadLeavesExecuteFree(t *testing.T, opts siteOptions) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		t.Fatalf("curl is required (scripts/test-deps.sh installs it): %v", err)
 	}
 	file := filepath.Join(t.TempDir(), "slow.bin")
 	want := writeRandomFile(t, file, 2<<20)
-	s := startSite(t, siteOptions{})
+	s := startSite(t, opts)
 	ctx := context.Background()
 	c := s.client(ctx)
 	link := uploadLinkFor(ctx, t, s, map[string]any{"directory": "/sandbox/slow"})["url"].(string)

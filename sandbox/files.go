@@ -72,6 +72,14 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 	if offset < 0 {
 		return nil, fmt.Errorf("opening %s: negative offset %d", p, offset)
 	}
+	if sess, err := s.fileAgent(ctx, p); err != nil {
+		return nil, err
+	} else if sess != nil {
+		f, err := agentOpen(ctx, sess, path.Clean(p), offset, length)
+		if !agentGone(ctx, err) {
+			return f, err
+		}
+	}
 	fi, target, err := s.statRegular(ctx, p)
 	if err != nil {
 		return nil, err
@@ -243,6 +251,19 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (FileInfo, string, 
 	p = path.Clean(p)
 	if err := s.Ensure(ctx); err != nil {
 		return FileInfo{}, "", err
+	}
+	if sess := s.agentSession(ctx); sess != nil {
+		fi, err := agentStat(ctx, sess, p)
+		if !agentGone(ctx, err) {
+			switch {
+			case err != nil:
+			case fi.Mode.IsDir():
+				err = fmt.Errorf("%s: %w", p, ErrIsDir)
+			case !fi.Mode.IsRegular():
+				err = fmt.Errorf("%s: %w", p, ErrNotRegular)
+			}
+			return fi, p, err
+		}
 	}
 	st, target, err := s.statFollow(ctx, p)
 	if cerrdefs.IsNotFound(err) && s.containerMissing(ctx) {

@@ -165,8 +165,12 @@ func TestOpenRecreatesRemovedContainer(t *testing.T) {
 // file's bytes, also when a directory on the way is a symbolic link off the volume
 // (where a transfer container would see a different root).
 func TestOpenLeavesExecsFree(t *testing.T) {
+	withAndWithoutAgent(t, testOpenLeavesExecsFree)
+}
+
+func testOpenLeavesExecsFree(t *testing.T, cfg Config) {
 	cli := dockerClient(t)
-	sb := newTestSandbox(t, cli, testConfig(t))
+	sb := newTestSandbox(t, cli, cfg)
 	ctx := context.Background()
 	mustExec(t, sb, `mkdir -p /sandbox/d /tmp/off && head -c 9000000 /dev/urandom > /sandbox/d/big.bin &&
 		head -c 6000000 /dev/urandom > /tmp/off/big.bin && ln -s /tmp/off /sandbox/lnk`, ExecOptions{})

@@ -41,25 +41,35 @@ printf '%s\0' "${files[@]}"`
 // uploads),
 // for showing what a directory holds. A missing directory lists as empty.
 func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
-	if !path.IsAbs(dir) {
-		return nil, fmt.Errorf("%q: %w", dir, ErrRelativePath)
-	}
-	res, err := s.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", dir, err)
-	}
-	if res.ExitCode != 0 || res.StdoutTruncated {
-		return nil, fmt.Errorf("listing %s: exit code %d: %s", dir, res.ExitCode, human.Clip(strings.TrimSpace(res.Stderr), 300))
-	}
-	if res.Stdout == "" {
-		return nil, nil
-	}
-	out, err := parseListing(res.Stdout, max)
+	out, err := s.listFiles(ctx, dir, max)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", dir, err)
 	}
 	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// listFiles lists through the agent, else with listScript in an exec.
+func (s *Sandbox) listFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
+	if sess, err := s.fileAgent(ctx, dir); err != nil {
+		return nil, err
+	} else if sess != nil {
+		out, err := agentList(ctx, sess, path.Clean(dir), max)
+		if !agentGone(ctx, err) {
+			return out, err
+		}
+	}
+	res, err := s.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 || res.StdoutTruncated {
+		return nil, fmt.Errorf("exit code %d: %s", res.ExitCode, human.Clip(strings.TrimSpace(res.Stderr), 300))
+	}
+	if res.Stdout == "" {
+		return nil, nil
+	}
+	return parseListing(res.Stdout, max)
 }
 
 // errListing is output of the listing script that is not what it prints.

@@ -66,6 +66,22 @@ func testConfig(tb testing.TB) Config {
 	return cfg
 }
 
+// withAndWithoutAgent runs f with the agent and on the fallback (only the latter when
+// MCP_SANDBOX_TEST_NO_AGENT=1), each with a config of its own.
+func withAndWithoutAgent(t *testing.T, f func(t *testing.T, cfg Config)) {
+	for _, noAgent := range []bool{false, true} {
+		name := map[bool]string{false: "agent", true: "fallback"}[noAgent]
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if cfg.NoAgent && !noAgent {
+				t.Skip("MCP_SANDBOX_TEST_NO_AGENT=1")
+			}
+			cfg.NoAgent = noAgent
+			f(t, cfg)
+		})
+	}
+}
+
 // newTestSandbox makes a sandbox whose container and volume are removed after the test.
 func newTestSandbox(tb testing.TB, cli client.APIClient, cfg Config) *Sandbox {
 	tb.Helper()

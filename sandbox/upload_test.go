@@ -377,8 +377,12 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 // archive streams, so the upload must not stream into the sandbox's own container.
 // Directories reached through a symbolic link off the volume get their bytes too.
 func TestUploadLeavesExecsFree(t *testing.T) {
+	withAndWithoutAgent(t, testUploadLeavesExecsFree)
+}
+
+func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 	cli := dockerClient(t)
-	sb := newTestSandbox(t, cli, testConfig(t))
+	sb := newTestSandbox(t, cli, cfg)
 	mustExec(t, sb, "true", ExecOptions{})
 	for _, dir := range []string{"/sandbox/slow", "/sandbox/off"} {
 		t.Run(path.Base(dir), func(t *testing.T) {
@@ -423,14 +427,14 @@ func TestUploadLeavesExecsFree(t *testing.T) {
 			}
 		})
 	}
-	// The transfer containers go with the Sandbox, and never ran.
+	// The transfer containers go with the Sandbox, and never ran. The agent needs none.
 	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+sb.Config().Container))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].State != "created" {
-		t.Errorf("transfer containers: %+v, want one, created and never started", list)
+	if want := map[bool]int{false: 0, true: 1}[cfg.NoAgent]; len(list) != want || want == 1 && list[0].State != "created" {
+		t.Errorf("transfer containers: %+v, want %d, created and never started", list, want)
 	}
 	sb.CloseTransfers()
 	list, _ = cli.ContainerList(context.Background(), container.ListOptions{All: true,

@@ -13,11 +13,13 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // WriteFile creates or replaces the file at the absolute path p with data, byte for
-// byte, through Docker's archive API (no shell, no quoting). Missing parent directories
+// byte, in place through the agent, else through Docker's archive API (no shell, no
+// quoting). Missing parent directories
 // are created. A file that exists keeps its permission bits (a new one gets 0644), and
 // a symbolic link is written through, as a shell redirection would. It fails with
 // [ErrIsDir] when p is a directory and [ErrNotRegular] when it is something else.
@@ -27,6 +29,19 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi File
 		return FileInfo{}, false, fmt.Errorf("%q: %w", p, ErrRelativePath)
 	}
 	p = path.Clean(p)
+	if sess, err := s.fileAgent(ctx, p); err != nil {
+		return FileInfo{}, false, err
+	} else if sess != nil {
+		rep, _, err := agentWrite(ctx, sess, agentwire.Request{Path: p, Mkdir: true}, bytes.NewReader(data))
+		if !agentGone(ctx, err) {
+			if err != nil {
+				return FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
+			}
+			fi := replyInfo(p, rep)
+			fi.Mode &= fs.ModePerm
+			return fi, rep.Created, nil
+		}
+	}
 	fi, target, err := s.statRegular(ctx, p)
 	mode := fs.FileMode(0o644)
 	switch {
@@ -77,6 +92,18 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 		return "", fmt.Errorf("creating %s: %s", dir, human.Clip(stderr, 300))
 	}
 	return p, nil
+}
+
+// writeBack replaces the bytes of the existing file target: in place through the agent,
+// else with putFile.
+func (s *Sandbox) writeBack(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
+	if sess := s.agentSession(ctx); sess != nil {
+		_, _, err := agentWrite(ctx, sess, agentwire.Request{Path: target}, bytes.NewReader(data))
+		if !agentGone(ctx, err) {
+			return err
+		}
+	}
+	return s.putFile(ctx, target, data, mode)
 }
 
 // putFile copies one file into the container with a one-entry archive.
@@ -196,7 +223,7 @@ func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (EditResult,
 	if now.Size != fi.Size || !now.ModTime.Equal(fi.ModTime) {
 		return EditResult{}, fmt.Errorf("%s changed while it was being edited; read it again and retry", fi.Path)
 	}
-	if err := s.putFile(ctx, target, []byte(edited), now.Mode); err != nil {
+	if err := s.writeBack(ctx, target, []byte(edited), now.Mode); err != nil {
 		return EditResult{}, fmt.Errorf("writing %s: %w", fi.Path, err)
 	}
 	fi.Size, fi.ModTime, fi.Mode = int64(len(edited)), time.Now(), now.Mode

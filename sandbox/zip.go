@@ -70,34 +70,15 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 		return fmt.Errorf("%q: %w", p, ErrRelativePath)
 	}
 	p = path.Clean(p)
-	if err := s.Ensure(ctx); err != nil {
-		return err
-	}
-	st, target, err := s.statFollow(ctx, p)
-	switch {
-	case cerrdefs.IsNotFound(err):
-		return fmt.Errorf("stat %s: %w", p, ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("%s: %w", p, ErrNotRegular)
-	case !st.Mode.IsDir():
-		return fmt.Errorf("%s is not a directory", p)
-	}
-	// tar in the container rather than Docker's archive API: the engine holds the
-	// container's lock while an archive stream is open, which would stall every other
-	// file operation for as long as a slow download lasts.
-	dir, base := path.Dir(target), path.Base(target)
-	if target == "/" {
-		dir, base = "/", "."
-	}
-	rc, err := s.startStream(ctx, "/", []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil)
+	rc, dir, wait, err := s.tarDir(ctx, p)
 	if err != nil {
-		return fmt.Errorf("archiving %s in the sandbox: %w", p, err)
+		return err
 	}
 	defer rc.Close()
 
 	zw := zip.NewWriter(w)
 	zw.RegisterCompressor(zip.Deflate, newFlateWriter)
-	links, err := zipEntries(rc, zw, strings.TrimSuffix(ZipName(p), ".zip"), path.Dir(target), zipLimit)
+	links, err := zipEntries(rc, zw, strings.TrimSuffix(ZipName(p), ".zip"), dir, zipLimit)
 	if errors.Is(err, errZipLimit) {
 		// Say it where an operator looks: the person downloading only sees the
 		// transfer end early.
@@ -106,10 +87,7 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("archiving %s: %w", p, err)
 	}
-	if code, stderr, err := rc.wait(ctx); err == nil && code != 0 {
-		// tar goes on past files it cannot read; so does the archive.
-		s.log.Warn("archiving a directory for a zip download skipped entries", zap.String("path", p), zap.Int("exit_code", code), zap.String("stderr", stderr))
-	}
+	wait()
 	rc.Close()
 	// The bytes of a hard link went by with the file's first name. They are read again
 	// now that the stream has ended: the engine answers nothing else about the container
@@ -127,6 +105,48 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 		}
 	}
 	return zw.Close()
+}
+
+// tarDir starts a tar stream of the directory p (symbolic links to it followed): from
+// the agent, else from tar in the container. It returns the directory the entries'
+// paths start in, and wait, to call once the stream is read, which logs what tar
+// skipped.
+func (s *Sandbox) tarDir(ctx context.Context, p string) (rc io.ReadCloser, dir string, wait func(), err error) {
+	if err := s.Ensure(ctx); err != nil {
+		return nil, "", nil, err
+	}
+	if sess := s.agentSession(ctx); sess != nil {
+		rc, real, err := agentTar(ctx, sess, p)
+		if !agentGone(ctx, err) {
+			return rc, path.Dir(real), func() {}, err
+		}
+	}
+	st, target, err := s.statFollow(ctx, p)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil, "", nil, fmt.Errorf("stat %s: %w", p, ErrNotFound)
+	case err != nil:
+		return nil, "", nil, fmt.Errorf("%s: %w", p, ErrNotRegular)
+	case !st.Mode.IsDir():
+		return nil, "", nil, fmt.Errorf("%s is not a directory", p)
+	}
+	// tar in the container rather than Docker's archive API: the engine holds the
+	// container's lock while an archive stream is open, which would stall every other
+	// file operation for as long as a slow download lasts.
+	dir, base := path.Dir(target), path.Base(target)
+	if target == "/" {
+		dir, base = "/", "."
+	}
+	e, err := s.startStream(ctx, "/", []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("archiving %s in the sandbox: %w", p, err)
+	}
+	return e, path.Dir(target), func() {
+		if code, stderr, err := e.wait(ctx); err == nil && code != 0 {
+			// tar goes on past files it cannot read; so does the archive.
+			s.log.Warn("archiving a directory for a zip download skipped entries", zap.String("path", p), zap.Int("exit_code", code), zap.String("stderr", stderr))
+		}
+	}, nil
 }
 
 // hardLink is a zip entry whose bytes are those of the file at source.
