@@ -289,7 +289,8 @@ func TestUploadEndToEnd(t *testing.T) {
 
 // TestUploadLargeWithCurl sends a 1 GB file with curl -T through Caddy and checks its
 // SHA-256 inside the sandbox and the process's peak memory meanwhile (Caddy runs in
-// this process); then an announced upload over max_upload gets 413 and leaves nothing.
+// this process), then downloads it with curl through a share link under the same
+// bound; then an announced upload over max_upload gets 413 and leaves nothing.
 func TestUploadLargeWithCurl(t *testing.T) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
@@ -328,6 +329,23 @@ func TestUploadLargeWithCurl(t *testing.T) {
 	got := s.containerExec("sha256sum /sandbox/big/big.bin; ls -A /sandbox/big")
 	if !strings.HasPrefix(got, want) || strings.Contains(got, ".mcp-upload") {
 		t.Errorf("in the sandbox: %q, want sha256 %s", got, want)
+	}
+
+	// Back out through a share link: the download holds no more than the upload did.
+	share := structured(t, call(ctx, t, s.client(ctx), "share_file", map[string]any{"path": "/sandbox/big/big.bin"}))["url"].(string)
+	before = procStatus(t)
+	resetPeakRSS(t)
+	t0 = time.Now()
+	out, err = runCmd(curl, "-sS", "--fail", "-o", "/dev/null", "-w", "%{size_download}", share)
+	elapsed = time.Since(t0)
+	after = procStatus(t)
+	if err != nil || out != "1073741824" {
+		t.Fatalf("curl: %v: %s", err, out)
+	}
+	t.Logf("1 GiB out of Caddy with curl in %v (%.0f MB/s); VmRSS before %d MB; VmHWM during the download %d MB (reset just before)",
+		elapsed.Round(time.Millisecond), size/1e6/elapsed.Seconds(), before["VmRSS"]>>10, after["VmHWM"]>>10)
+	if grown := after["VmHWM"] - before["VmRSS"]; grown >= 64<<10 {
+		t.Errorf("peak RSS grew by %d MB during the download, want under 64 MB", grown>>10)
 	}
 
 	// Announced over the cap: 413 before the body is sent (curl waits for 100-continue,

@@ -31,6 +31,9 @@ func agentFile(ctx context.Context, sess *agentwire.Session, r agentwire.Request
 		return nil, agentwire.FileReply{}, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { st.Close() })
+	if r.Op == agentwire.OpRead || r.Op == agentwire.OpTar {
+		_ = st.SetReceiveWindow(agentwire.FileWindow)
+	}
 	if r.Op == agentwire.OpWrite {
 		return st, agentwire.FileReply{}, stop, nil
 	}

@@ -212,6 +212,7 @@ func runWrite(st *agentwire.Stream, req agentwire.Request) {
 		abort(err)
 		return
 	}
+	st.SetReceiveWindow(agentwire.FileWindow)
 	var n int64
 	for {
 		c, err := st.ReadChunk()
@@ -463,3 +464,12 @@ func (zeros) Read(p []byte) (int, error) {
 type streamWriter struct{ st *agentwire.Stream }
 
 func (w *streamWriter) Write(p []byte) (int, error) { return w.st.Write(agentwire.Stdout, p) }
+
+// growPipes makes the pipes of the agent's channel hold more than the default 64 KiB,
+// so that a transfer does not wait on Docker's copy for every other frame.
+func growPipes() {
+	const size = 1 << 20
+	for _, fd := range []uintptr{0, 1} {
+		syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_SETPIPE_SZ, size)
+	}
+}

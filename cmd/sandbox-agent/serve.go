@@ -32,6 +32,7 @@ const drainAfterExit = 10 * time.Millisecond
 func serveMain(args []string) int {
 	startReaper()
 	makeThreads(spareThreads)
+	growPipes()
 	if err := serve(pollable(0, "stdin"), pollable(1, "stdout")); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
 		return 1

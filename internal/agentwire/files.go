@@ -48,5 +48,9 @@ const (
 	FileFailed     = "failed"
 )
 
+// FileWindow is the window of a file's bytes, each way: a transfer is not held to a
+// round trip per InitialWindow.
+const FileWindow = 4 << 20
+
 // MaxFileReply bounds a FileReply as Caddy reads it.
 const MaxFileReply = 8 << 10

@@ -14,7 +14,7 @@
 // MaxData long. Each stream has its own flow control per direction: a sender may have at
 // most InitialWindow bytes unacknowledged, and the receiver returns credit with Window
 // frames as its reader consumes them, so a stalled reader of one stream never blocks
-// another. Exit ends a stream with a status; Reset aborts it with a reason.
+// another; a receiver may grant more (at most MaxWindow) for a bulk transfer. Exit ends a stream with a status; Reset aborts it with a reason.
 //
 // The agent runs in a container the model controls, so Caddy treats every frame as
 // hostile: lengths are capped (MaxFromAgent), every field is checked, a peer that sends
@@ -65,6 +65,9 @@ const (
 	MaxFromCaddy = 1 << 20
 	// InitialWindow is what either side may send on a stream before credit returns.
 	InitialWindow = 256 << 10
+	// MaxWindow bounds the window a receiver may raise a stream's to
+	// (Stream.SetReceiveWindow), for bulk transfers.
+	MaxWindow = 16 << 20
 	// maxReason bounds a Reset's reason.
 	maxReason = 1024
 	// maxHello bounds a Hello.

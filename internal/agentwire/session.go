@@ -200,7 +200,7 @@ func (s *Session) Open(req []byte) (*Stream, error) {
 }
 
 func (s *Session) newStream(id uint32, req []byte) *Stream {
-	st := &Stream{s: s, id: id, req: req, sendWin: InitialWindow, done: make(chan struct{})}
+	st := &Stream{s: s, id: id, req: req, sendWin: InitialWindow, recvWin: InitialWindow, done: make(chan struct{})}
 	st.cond = sync.NewCond(&st.mu)
 	if s.agent {
 		st.controls = make(chan Control, 16)
@@ -372,6 +372,7 @@ type Stream struct {
 	unacked  int     // data bytes read and not yet credited back
 	peerEOF  [3]bool // channels the peer has ended
 	sendWin  int
+	recvWin  int // what the peer may have in flight: InitialWindow, or more when raised
 	deadline time.Time // for ReadChunk; zero: none
 	timer    *time.Timer
 	// abandoned: Caddy closed the stream; what still arrives is dropped, but the stream
@@ -421,8 +422,8 @@ func (st *Stream) receive(f frame) error {
 			st.q = append(st.q, Chunk{Ch: ch, EOF: true})
 		} else {
 			n := len(f.payload) - 1
-			if st.qBytes+st.unacked+n > InitialWindow {
-				return protoErr("stream %d: %d bytes beyond its window", st.id, st.qBytes+st.unacked+n-InitialWindow)
+			if st.qBytes+st.unacked+n > st.recvWin {
+				return protoErr("stream %d: %d bytes beyond its window", st.id, st.qBytes+st.unacked+n-st.recvWin)
 			}
 			st.qBytes += n
 			st.q = append(st.q, Chunk{Ch: ch, Data: f.payload[1:]})
@@ -432,7 +433,7 @@ func (st *Stream) receive(f frame) error {
 		inc := binary.BigEndian.Uint32(f.payload)
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if inc == 0 || int64(st.sendWin)+int64(inc) > InitialWindow {
+		if inc == 0 || int64(st.sendWin)+int64(inc) > MaxWindow {
 			return protoErr("stream %d: credit of %d beyond the window", st.id, inc)
 		}
 		st.sendWin += int(inc)
@@ -501,7 +502,7 @@ func (st *Stream) ReadChunk() (Chunk, error) {
 	st.qBytes -= len(c.Data)
 	st.unacked += len(c.Data)
 	var credit int
-	if st.unacked >= InitialWindow/4 && !st.finished {
+	if st.unacked >= st.recvWin/4 && !st.finished {
 		credit, st.unacked = st.unacked, 0
 	}
 	st.mu.Unlock()
@@ -541,6 +542,23 @@ func (st *Stream) Write(ch byte, p []byte) (int, error) {
 		p = p[n:]
 	}
 	return written, nil
+}
+
+// SetReceiveWindow raises to n (at most MaxWindow) how many bytes the peer may have in
+// flight on the stream, for a bulk transfer whose round trips would otherwise bound
+// its throughput; this side then holds up to that much of the stream. It never lowers
+// the window.
+func (st *Stream) SetReceiveWindow(n int) error {
+	n = min(n, MaxWindow)
+	st.mu.Lock()
+	inc := n - st.recvWin
+	if inc <= 0 || st.finished || st.abandoned {
+		st.mu.Unlock()
+		return nil
+	}
+	st.recvWin = n
+	st.mu.Unlock()
+	return st.s.write(Window, st.id, binary.BigEndian.AppendUint32(nil, uint32(inc)))
 }
 
 // CloseChannel tells the peer nothing more comes on ch (stdin's end, for a command).

@@ -278,3 +278,40 @@ func TestConcurrentOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A receiver that raises a stream's window lets the peer send that much without
+// credit, and holds no more: a byte beyond it still ends the session.
+func TestSetReceiveWindow(t *testing.T) {
+	const win = 1 << 20
+	sent := make(chan error, 1)
+	s, end := pair(t, func(st *Stream) {
+		_, err := st.Write(Stdout, make([]byte, win))
+		sent <- err
+		st.Exit(0)
+	})
+	defer end()
+	st, err := s.Open([]byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetReceiveWindow(win)
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender waited for credit within the raised window")
+	}
+	n := 0
+	for {
+		c, err := st.ReadChunk()
+		if err != nil {
+			break
+		}
+		n += len(c.Data)
+	}
+	if n != win {
+		t.Fatalf("read %d bytes, want %d", n, win)
+	}
+}
