@@ -63,9 +63,9 @@ const rangeBlock = 64 << 10
 // Errors are those of [Sandbox.Stat], plus an error for an offset beyond the end of the
 // file. Reading fewer than length bytes means the file shrank meanwhile.
 //
-// Reads run dd in the container, except whole files of at least archiveMin bytes on
-// the volume, which come through Docker's archive API (faster) from a transfer
-// container. Never from the sandbox's own container: the archive API cannot seek and
+// Reads go through the agent, or run dd in the container without it, except whole
+// files of at least archiveMin bytes on the volume, which come through Docker's archive
+// API (faster than either) from a transfer container. Never from the sandbox's own container: the archive API cannot seek and
 // holds the lock of the container it reads while its stream is open, so one slow
 // download would stall every exec behind it.
 func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64) (*File, error) {
@@ -75,7 +75,18 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 	if sess, err := s.fileAgent(ctx, p); err != nil {
 		return nil, err
 	} else if sess != nil {
-		f, err := agentOpen(ctx, sess, path.Clean(p), offset, length)
+		p = path.Clean(p)
+		if offset == 0 {
+			// A large whole file on the volume still comes through a transfer
+			// container: Docker's archive API outruns the agent's exec stream.
+			fi, err := agentStat(ctx, sess, p)
+			if err == nil && fi.Mode.IsRegular() && fi.Size >= archiveMin && (length < 0 || length >= fi.Size) {
+				if f, ok := s.openArchive(ctx, fi, p); ok {
+					return f, nil
+				}
+			}
+		}
+		f, err := agentOpen(ctx, sess, p, offset, length)
 		if !agentGone(ctx, err) {
 			return f, err
 		}

@@ -54,10 +54,10 @@ type UploadResult struct {
 // taken and reported. When r fails, ends early, or passes opts.Max bytes
 // ([ErrTooLarge]), nothing is left behind.
 //
-// The bytes go through the agent when it runs (a stream of their own, which leaves the
-// sandbox's commands free however slowly they come). Without it, a stream of known
-// length into a directory on the volume goes through Docker's archive API and a
-// transfer container, anything else through the standard input of `cat` in an exec. The container is created or repaired first, as for Exec.
+// A stream of known length into a directory on the volume goes through Docker's archive
+// API and a transfer container (the fastest path, and one that leaves the sandbox's
+// execs free however slowly the bytes come); anything else through the agent when it
+// runs (a stream of its own), else through the standard input of `cat` in an exec. The container is created or repaired first, as for Exec.
 func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opts UploadOptions) (UploadResult, error) {
 	if !path.IsAbs(dir) {
 		return UploadResult{}, fmt.Errorf("%q: %w", dir, ErrRelativePath)
@@ -82,7 +82,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		release func(ok bool)
 	}
 	var picked chan pick
-	if sess == nil && opts.Size >= 0 && onVolume(dir) {
+	if opts.Size >= 0 && onVolume(dir) {
 		picked = make(chan pick, 1)
 		go func() {
 			id, release := s.transferTarget(ctx)
@@ -111,11 +111,11 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	src := &limitedReader{r: r, max: opts.Max}
 	var n int64
 	switch {
-	case sess != nil:
-		n, err = s.agentUpload(ctx, sess, tmp, src, opts.Size)
 	case via.id != "":
 		n, err = s.copyIn(ctx, via.id, realDir, tmpName, src, opts.Size)
 		via.release(!cerrdefs.IsNotFound(err))
+	case sess != nil:
+		n, err = s.agentUpload(ctx, sess, tmp, src, opts.Size)
 	default:
 		n, err = s.catIn(ctx, tmp, src)
 		if err == nil {

@@ -372,7 +372,7 @@ type Stream struct {
 	unacked  int     // data bytes read and not yet credited back
 	peerEOF  [3]bool // channels the peer has ended
 	sendWin  int
-	recvWin  int // what the peer may have in flight: InitialWindow, or more when raised
+	recvWin  int       // what the peer may have in flight: InitialWindow, or more when raised
 	deadline time.Time // for ReadChunk; zero: none
 	timer    *time.Timer
 	// abandoned: Caddy closed the stream; what still arrives is dropped, but the stream
