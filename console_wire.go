@@ -212,6 +212,8 @@ func clientLabel(id oauth.Identity) string {
 	switch {
 	case id.Method == oauth.MethodAPIKey:
 		return "API key"
+	case id.Method == oauth.MethodPersonKey:
+		return id.Person + "'s key"
 	case id.ClientName != "":
 		return id.ClientName
 	case id.ClientID != "":

@@ -151,7 +151,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 			}
 			limit = n
 		}
-		entries := c.opts.Audit.Query(Filter{Client: q.Get("client"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: limit})
+		entries := c.opts.Audit.Query(Filter{Client: q.Get("client"), Person: q.Get("person"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: limit})
 		if q.Get("format") == "jsonl" {
 			writeJSONLines(w, entries)
 			return
