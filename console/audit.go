@@ -31,8 +31,8 @@ type Entry struct {
 	Subject string `json:"subject,omitempty"`
 	// Person is whose sandbox was used; "" for the operator's.
 	Person string `json:"person,omitempty"`
-	Remote  string `json:"remote,omitempty"`
-	Tool    string `json:"tool"`
+	Remote string `json:"remote,omitempty"`
+	Tool   string `json:"tool"`
 	// Args are the arguments as compact JSON, long strings clipped.
 	Args string `json:"args,omitempty"`
 	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error

@@ -100,7 +100,7 @@ type taskStore struct {
 type heldTask struct {
 	slot    *taskSlot
 	session string
-	owner   string // the person whose call made it ("" for the operator)
+	owner   string      // the person whose call made it ("" for the operator)
 	live    bool        // counts against its session: neither cancelled nor dropped
 	dropped string      // why its result was dropped; "" while it is kept
 	result  *taskResult // set when the tool returns
