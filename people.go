@@ -174,15 +174,14 @@ func (h *Handler) previewOwner(person string) string {
 // previewOwners tells the preview server whose previews it serves, and the key that
 // opens each (the operator's API key, or the person's own).
 func (h *Handler) previewOwners(owner string) (key string, ok bool) {
-	if owner == h.previewOwner("") {
+	person, ok := h.personOfOwner(owner)
+	switch {
+	case !ok:
+		return "", false
+	case person == "":
 		return h.APIKey, true
 	}
-	for _, p := range h.People {
-		if owner == h.previewOwner(p.Name) {
-			return p.Key, true
-		}
-	}
-	return "", false
+	return h.person(person).Key, true
 }
 
 // personOfOwner is the person whose preview owner is owner.

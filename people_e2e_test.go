@@ -3,9 +3,7 @@ package mcpsandbox
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,14 +47,7 @@ func startPeopleSite(t testing.TB, people []string, directives ...string) *peopl
 		}
 	})
 	s.start(siteOptions{address: "http://:%d", directive: append(lines, directives...)})
-	dialer := &net.Dialer{}
-	p.web = &http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", s.port))
-		}},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       60 * time.Second,
-	}
+	p.web = anyHostClient(s.port)
 	return p
 }
 
