@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -149,14 +150,17 @@ type Handler struct {
 	poolKey string
 	entry   *sandboxEntry // the operator's sandbox
 	boxes   personBoxes   // the people's (fleet.go)
-	box     *sandbox.Sandbox
-	docker  *client.Client
-	host    string
-	auth    *oauth.Server
-	mcp     *server.StreamableHTTPServer
-	tools   *mcptools.Tools
-	signer  *links.Signer
-	links   *links.Server
+
+	ownersOnce sync.Once
+	owners     map[string]string // preview owner -> person (people.go)
+	box        *sandbox.Sandbox
+	docker     *client.Client
+	host       string
+	auth       *oauth.Server
+	mcp        *server.StreamableHTTPServer
+	tools      *mcptools.Tools
+	signer     *links.Signer
+	links      *links.Server
 
 	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
 	guessKey string

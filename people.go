@@ -184,17 +184,17 @@ func (h *Handler) previewOwners(owner string) (key string, ok bool) {
 	return h.person(person).Key, true
 }
 
-// personOfOwner is the person whose preview owner is owner.
+// personOfOwner is the person whose preview owner is owner. Every preview request
+// asks, so the owners are listed once.
 func (h *Handler) personOfOwner(owner string) (string, bool) {
-	if owner == h.previewOwner("") {
-		return "", true
-	}
-	for _, p := range h.People {
-		if owner == h.previewOwner(p.Name) {
-			return p.Name, true
+	h.ownersOnce.Do(func() {
+		h.owners = map[string]string{h.previewOwner(""): ""}
+		for _, p := range h.People {
+			h.owners[h.previewOwner(p.Name)] = p.Name
 		}
-	}
-	return "", false
+	})
+	person, ok := h.owners[owner]
+	return person, ok
 }
 
 // linkFiles is the sandbox a link of owner reaches: the person's, who must still be

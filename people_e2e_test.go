@@ -23,8 +23,9 @@ import (
 // peopleSite is a site with `person` lines; keys are by person, "" the operator's.
 type peopleSite struct {
 	*site
-	keys map[string]string
-	web  *http.Client // dials Caddy whatever the host name (preview hosts)
+	keys  map[string]string
+	extra []string     // directives besides the person lines
+	web   *http.Client // dials Caddy whatever the host name (preview hosts)
 }
 
 // startPeopleSite starts a site (any host, previews under localhost) with the given
@@ -32,11 +33,9 @@ type peopleSite struct {
 func startPeopleSite(t testing.TB, people []string, directives ...string) *peopleSite {
 	t.Helper()
 	s := newSite(t)
-	p := &peopleSite{site: s, keys: map[string]string{"": s.key}}
-	var lines []string
+	p := &peopleSite{site: s, keys: map[string]string{"": s.key}, extra: directives}
 	for _, name := range people {
 		p.keys[name] = name + "-key-" + randomHex(16)
-		lines = append(lines, "person "+name+" "+p.keys[name])
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -46,9 +45,18 @@ func startPeopleSite(t testing.TB, people []string, directives ...string) *peopl
 			_ = s.docker.VolumeRemove(ctx, s.volume+"-"+name, true)
 		}
 	})
-	s.start(siteOptions{address: "http://:%d", directive: append(lines, directives...)})
+	s.start(p.options(people))
 	p.web = anyHostClient(s.port)
 	return p
+}
+
+// options are the site's with person lines for people.
+func (p *peopleSite) options(people []string) siteOptions {
+	var lines []string
+	for _, name := range people {
+		lines = append(lines, "person "+name+" "+p.keys[name])
+	}
+	return siteOptions{address: "http://:%d", directive: append(lines, p.extra...)}
 }
 
 // client is an initialized MCP client signed in with person's key as bearer.
@@ -339,6 +347,25 @@ func TestPeople(t *testing.T) {
 		// alice was not touched: her job still runs.
 		if got := list()["alice"]; got["state"] != "running" || got["jobs"].(float64) < 1 {
 			t.Errorf("alice's sandbox after bob's were acted on: %v", got)
+		}
+	})
+	t.Run("a person removed from the config loses everything at once", func(t *testing.T) {
+		mustOK(do(bob, "write_file", map[string]any{"path": "/sandbox/b.txt", "content": "bob's"}))
+		link := mustOK(do(bob, "share_file", map[string]any{"path": "/sandbox/b.txt"}))["url"].(string)
+		p.load(p.options([]string{"alice"}))
+		if resp, _ := p.request(t, "POST", p.url+"/mcp", p.keys["bob"], strings.NewReader("{}")); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("bob's key after he was removed: %d, want 401", resp.StatusCode)
+		}
+		if resp, _ := p.request(t, "GET", link, "", nil); resp.StatusCode != http.StatusGone {
+			t.Errorf("bob's link after he was removed: %d, want 410", resp.StatusCode)
+		}
+		if resp, body := p.request(t, "GET", share, "", nil); resp.StatusCode != 200 || body != "alice's secret" {
+			t.Errorf("alice's link after bob was removed: %d %q", resp.StatusCode, body)
+		}
+		var out struct{ Sandboxes []map[string]any }
+		apiCall(t, p.site, "GET", "/sandboxes", &out)
+		if len(out.Sandboxes) != 2 {
+			t.Errorf("sandboxes after bob was removed: %v", out.Sandboxes)
 		}
 	})
 }
