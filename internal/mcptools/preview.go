@@ -33,7 +33,7 @@ type exposeOutput struct {
 func (s *Tools) exposePortTool() mcp.Tool {
 	auth := "Anyone with the URL can open it until it expires, so share it only with the user."
 	if s.opts.PreviewAuth {
-		auth = "The user signs in once per browser with the sandbox's API key before seeing it."
+		auth = "The user signs in once per browser with their key before seeing it."
 	}
 	return mcp.NewTool("expose_port",
 		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API or dev server listening on a TCP port in the sandbox (HTTP, SSE and WebSockets: hot reload works). The URL has its own origin and expires after %s; exposing the port again renews it. %s
