@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A site with the operator and two people, alice and bob, through a real Caddy and real
@@ -347,6 +348,29 @@ func TestPeople(t *testing.T) {
 		// alice was not touched: her job still runs.
 		if got := list()["alice"]; got["state"] != "running" || got["jobs"].(float64) < 1 {
 			t.Errorf("alice's sandbox after bob's were acted on: %v", got)
+		}
+	})
+
+	t.Run("metrics: sandboxes by state, calls by person", func(t *testing.T) {
+		for _, person := range []string{"alice", "bob", "-"} {
+			if counterValue(t, metricPersonCalls.WithLabelValues(person)) < 1 {
+				t.Errorf("no calls counted for %s", person)
+			}
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(sandboxCollector{})
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 {
+			t.Fatalf("gathering: %v %v", mfs, err)
+		}
+		running := 0.0
+		for _, m := range mfs[0].GetMetric() {
+			if m.GetLabel()[0].GetValue() == "running" {
+				running = m.GetGauge().GetValue()
+			}
+		}
+		if running < 3 {
+			t.Errorf("%v sandboxes running, want the operator's, alice's and bob's: %v", running, mfs[0])
 		}
 	})
 	t.Run("a person removed from the config loses everything at once", func(t *testing.T) {
