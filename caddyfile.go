@@ -60,6 +60,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		previews         <domain>           # e.g. preview.example.com or localhost; absent: off
 //		preview_auth     on|off             # default: off (preview URLs are capability URLs)
 //		preview_ttl      <duration>         # default: 24h
+//		person <name> <key> [{              # one sandbox per person, signed in with their key; repeatable
+//			memory <size>                   # the site's memory unless given
+//			cpus   <number>                 # the site's cpus unless given
+//			pids   <number>                 # the site's pids_limit unless given
+//		}]
+//		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -72,7 +78,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		name := d.Val()
-		if seen[name] && name != "allowed_origins" {
+		if seen[name] && name != "allowed_origins" && name != "person" {
 			return d.Errf("duplicate subdirective %s", name)
 		}
 		seen[name] = true
@@ -93,12 +99,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "network":
 			err = oneString(d, &h.Network)
 		case "cpus":
-			var s string
-			if err = oneString(d, &s); err == nil {
-				h.CPUs, err = strconv.ParseFloat(s, 64)
-				if err != nil || h.CPUs <= 0 {
-					return d.Errf("cpus: %q is not a positive number", s)
-				}
+			err = positiveFloat(d, &h.CPUs)
+		case "person":
+			var p Person
+			if p, err = parsePerson(d); err == nil {
+				h.People = append(h.People, p)
+			}
+		case "max_sandboxes":
+			if err = oneInt(d, &h.MaxSandboxes); err == nil && h.MaxSandboxes == 0 {
+				return d.Errf("max_sandboxes: must be at least 1")
 			}
 		case "pids_limit":
 			var n int
@@ -256,6 +265,21 @@ func offOnly(on bool) *bool {
 		return nil
 	}
 	return &on
+}
+
+// positiveFloat reads a number above 0.
+func positiveFloat(d *caddyfile.Dispenser, dst *float64) error {
+	name := d.Val()
+	var s string
+	if err := oneString(d, &s); err != nil {
+		return err
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 {
+		return d.Errf("%s: %q is not a positive number", name, s)
+	}
+	*dst = v
+	return nil
 }
 
 func oneInt(d *caddyfile.Dispenser, dst *int) error {

@@ -55,6 +55,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad agent switch", "mcp_sandbox {\n\tagent no\n}", "agent: want on or off"},
 		{"bad bearer switch", "mcp_sandbox {\n\tapi_key_bearer maybe\n}", "api_key_bearer: want on or off"},
 		{"inline argument", "mcp_sandbox extra", "wrong argument count"},
+		{"person without key", "mcp_sandbox {\n\tperson alice\n}", "person takes a name and a key"},
+		{"person limit unknown", "mcp_sandbox {\n\tperson alice k {\n\t\tdisk 1g\n\t}\n}", "person alice: unrecognized subdirective disk"},
+		{"person bad cpus", "mcp_sandbox {\n\tperson alice k {\n\t\tcpus -1\n\t}\n}", `cpus: "-1" is not a positive number`},
+		{"bad max_sandboxes", "mcp_sandbox {\n\tmax_sandboxes 0\n}", "max_sandboxes: must be at least 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cf := "localhost {\n" + tc.body + "\n}\n"
@@ -82,6 +86,14 @@ func TestProvisionErrors(t *testing.T) {
 		{"default_output above the default max_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 300000\n\t}\n}", "default_output (300000) must be at most max_output (200000)"},
 		{"tiny default_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 100\n\t}\n}", "default_output must be at least 1024 bytes"},
 		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
+		{"bad person name", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson Alice " + key + "-a\n\t}\n}", `person "Alice": a name is 1 to 32 lower-case letters`},
+		{"long person name", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson " + strings.Repeat("a", 33) + " " + key + "-a\n\t}\n}", "a name is 1 to 32"},
+		{"person twice", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "-a\n\t\tperson alice " + key + "-b\n\t}\n}", "person alice is configured twice"},
+		{"person empty key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice {env.MCP_SANDBOX_TEST_EMPTY}\n\t}\n}", "person alice: the key is empty"},
+		{"person short key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice short\n\t}\n}", "person alice: the key is shorter than 16 characters"},
+		{"person with the api_key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "\n\t}\n}", "person alice: the key is the api_key"},
+		{"two people, one key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "-a\n\t\tperson bob " + key + "-a\n\t}\n}", "person bob: the key is also person alice's"},
+		{"person bad memory", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "-a {\n\t\t\tmemory lots\n\t\t}\n\t}\n}", "person alice: memory"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

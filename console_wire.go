@@ -81,6 +81,10 @@ func (h *Handler) provisionConsole() error {
 	h.consoleKeys = append(h.consoleKeys, linksKey)
 	h.linkReg = v.(linkState).reg
 
+	var sandboxes console.Sandboxes
+	if len(h.People) > 0 {
+		sandboxes = consoleSandboxes{h}
+	}
 	h.console, err = console.New(console.Options{
 		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
@@ -88,6 +92,7 @@ func (h *Handler) provisionConsole() error {
 		Access:     consoleAccess{h.auth},
 		Links:      consoleLinks{h.linkReg},
 		Jobs:       consoleJobs{h.box},
+		Sandboxes:  sandboxes,
 		Audit:      h.audit,
 		Origin:     h.auth.Origin,
 		ClientIP:   clientIP,
@@ -212,6 +217,8 @@ func clientLabel(id oauth.Identity) string {
 	switch {
 	case id.Method == oauth.MethodAPIKey:
 		return "API key"
+	case id.Method == oauth.MethodPersonKey:
+		return id.Person + "'s key"
 	case id.ClientName != "":
 		return id.ClientName
 	case id.ClientID != "":

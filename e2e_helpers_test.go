@@ -251,8 +251,14 @@ func (s *site) client(ctx context.Context) *mcpclient.Client {
 
 func (s *site) clientWith(ctx context.Context, base, version string) *mcpclient.Client {
 	s.t.Helper()
+	return s.clientAs(ctx, base, version, s.key)
+}
+
+// clientAs is clientWith with key as the bearer token (a person's key).
+func (s *site) clientAs(ctx context.Context, base, version, key string) *mcpclient.Client {
+	s.t.Helper()
 	c, err := mcpclient.NewStreamableHttpClient(base+"/mcp",
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.key}))
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -18,10 +18,10 @@ import (
 // warmedContainers are the containers (Docker host and name) warmFacts started.
 var warmedContainers sync.Map
 
-// factsDeps is what this configuration brings to a detection.
-func (h *Handler) factsDeps() facts.Deps {
+// factsDeps is what this configuration brings to a detection in the sandbox of e.
+func (h *Handler) factsDeps(e *sandboxEntry) facts.Deps {
 	return facts.Deps{
-		Source: h.box, Store: h.storage, Key: facts.Key(h.box.Config().Container), Logger: h.logger,
+		Source: e.sb, Store: h.storage, Key: facts.Key(e.sb.Config().Container), Logger: h.logger,
 		Changed: func() {
 			if h.tools != nil {
 				h.tools.DescriptionsChanged()
@@ -30,15 +30,16 @@ func (h *Handler) factsDeps() facts.Deps {
 	}
 }
 
-// sandboxFacts returns the facts if known, waiting up to wait for a detection under way.
-func (h *Handler) sandboxFacts(ctx context.Context, wait time.Duration) *sandbox.Facts {
-	return h.facts.Get(ctx, h.factsDeps(), wait)
+// sandboxFacts returns the facts of the sandbox of e if known, waiting up to wait for
+// a detection under way.
+func (h *Handler) sandboxFacts(ctx context.Context, e *sandboxEntry, wait time.Duration) *sandbox.Facts {
+	return e.facts.Get(ctx, h.factsDeps(e), wait)
 }
 
 // warmFacts starts detection when the app starts, once per container and process: a
 // config reload leaves the container alone.
 func (h *Handler) warmFacts() {
 	if _, done := warmedContainers.LoadOrStore(h.host+"\x00"+h.box.Config().Container, true); !done {
-		h.facts.Warm(h.factsDeps())
+		h.facts.Warm(h.factsDeps(h.entry))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -132,6 +133,14 @@ type Handler struct {
 	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
 	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
 
+	// People are the `person` lines: each person signs in with a key of their own and
+	// gets a sandbox of their own. Absent: everyone signs in with the API key and
+	// shares one sandbox.
+	People []Person `json:"people,omitempty"`
+	// MaxSandboxes caps the people's sandboxes this site keeps (the operator's is not
+	// counted). Default: no cap.
+	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
 
@@ -139,15 +148,19 @@ type Handler struct {
 	logger  *zap.Logger
 	app     *App
 	poolKey string
-	entry   *sandboxEntry
-	box     *sandbox.Sandbox
-	docker  *client.Client
-	host    string
-	auth    *oauth.Server
-	mcp     *server.StreamableHTTPServer
-	tools   *mcptools.Tools
-	signer  *links.Signer
-	links   *links.Server
+	entry   *sandboxEntry // the operator's sandbox
+	boxes   personBoxes   // the people's (fleet.go)
+
+	ownersOnce sync.Once
+	owners     map[string]string // preview owner -> person (people.go)
+	box        *sandbox.Sandbox
+	docker     *client.Client
+	host       string
+	auth       *oauth.Server
+	mcp        *server.StreamableHTTPServer
+	tools      *mcptools.Tools
+	signer     *links.Signer
+	links      *links.Server
 
 	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
 	guessKey string
@@ -220,6 +233,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
 	h.APIKey = strings.TrimSpace(repl.ReplaceAll(h.APIKey, ""))
+	for i := range h.People {
+		h.People[i].Key = strings.TrimSpace(repl.ReplaceAll(h.People[i].Key, ""))
+	}
 	h.PublicURL = repl.ReplaceAll(h.PublicURL, "")
 	h.publicOrigin, _ = oauth.ParseOrigin(h.PublicURL)
 	if h.LinkTTL == 0 {
@@ -291,6 +307,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.auth, err = oauth.New(oauth.Options{
 		APIKey:                         h.APIKey,
+		People:                         h.peopleKeys(),
 		Storage:                        h.storage,
 		PublicURL:                      h.publicOrigin,
 		ResourcePath:                   mcpPath,
@@ -315,7 +332,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.signer = links.NewSigner(h.APIKey)
 	h.links = links.New(links.Options{
-		Signer: h.signer, Files: h.box, MaxUpload: h.MaxUpload,
+		Signer: h.signer, FilesOf: h.linkFiles, MaxUpload: h.MaxUpload,
 		Revoked: h.linkReg.Revoked, Audit: h.audit,
 		Origin: h.auth.Origin, ClientIP: clientIP, Logger: h.logger.Named("links"),
 	})
@@ -375,6 +392,7 @@ func (h *Handler) Validate() error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, h.validatePeople()...)
 	switch {
 	case h.DefaultOutput < 0:
 		errs = append(errs, errors.New("default_output must be positive"))
@@ -408,7 +426,7 @@ func (h *Handler) Cleanup() error {
 	if h.tools != nil {
 		h.tools.Close()
 	}
-	return errors.Join(h.releaseConsole(), h.releaseGuesses(), release(h.poolKey))
+	return errors.Join(h.releaseConsole(), h.releaseGuesses(), h.releaseSandboxes(), release(h.poolKey))
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

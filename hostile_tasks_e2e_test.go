@@ -26,6 +26,7 @@ import (
 type rawMCP struct {
 	t   testing.TB
 	s   *site
+	key string // the bearer token: the site's API key unless set
 	sid string
 	ids atomic.Int64
 }
@@ -38,7 +39,13 @@ type rpcError struct {
 
 func (s *site) rawSession(t testing.TB) *rawMCP {
 	t.Helper()
-	c := &rawMCP{t: t, s: s}
+	return s.rawSessionAs(t, s.key)
+}
+
+// rawSessionAs is rawSession with key as the bearer token (a person's key).
+func (s *site) rawSessionAs(t testing.TB, key string) *rawMCP {
+	t.Helper()
+	c := &rawMCP{t: t, s: s, key: key}
 	resp, _, rerr := c.post("initialize", map[string]any{
 		"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "hostile-tasks", "version": "1"},
@@ -65,7 +72,7 @@ func (c *rawMCP) post(method string, params any) (*http.Response, json.RawMessag
 	id := c.ids.Add(1)
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	req, _ := http.NewRequest("POST", c.s.url+"/mcp", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+c.s.key)
+	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if c.sid != "" {
@@ -109,7 +116,7 @@ func (c *rawMCP) post(method string, params any) (*http.Response, json.RawMessag
 func (c *rawMCP) end() {
 	c.t.Helper()
 	req, _ := http.NewRequest("DELETE", c.s.url+"/mcp", nil)
-	req.Header.Set("Authorization", "Bearer "+c.s.key)
+	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Mcp-Session-Id", c.sid)
 	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	resp, err := http.DefaultClient.Do(req)

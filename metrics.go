@@ -1,9 +1,15 @@
 package mcpsandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
@@ -26,6 +32,10 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_requests_total",
 		Help: "Requests to preview hosts, by result (ok, not_found, no_listener, unauthorized, error).",
 	}, []string{"result"})
+	metricPersonCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "person_calls_total",
+		Help: "Tool calls, by the person whose sandbox they used (- for the operator's).",
+	}, []string{"person"})
 	metricPreviewBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
 		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
@@ -85,11 +95,63 @@ func (agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// sandboxCollector counts the pooled sandboxes (the operator's and every person's a
+// config holds) by their container's state: running, exited, created, ..., or missing.
+// It asks each Docker engine once per scrape, with one container listing.
+type sandboxCollector struct{}
+
+var descSandboxes = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "sandboxes"),
+	"Sandboxes in use by the configuration, by the state of their container (missing: not created yet).",
+	[]string{"state"}, nil)
+
+func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSandboxes }
+
+func (sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	byEngine := map[*client.Client]map[string]bool{}
+	sandboxes.Range(func(_, v any) bool {
+		if e, ok := v.(*sandboxEntry); ok {
+			if byEngine[e.cli] == nil {
+				byEngine[e.cli] = map[string]bool{}
+			}
+			byEngine[e.cli][e.sb.Config().Container] = true
+		}
+		return true
+	})
+	counts := map[string]float64{}
+	for cli, names := range byEngine {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		args := filters.NewArgs()
+		for n := range names {
+			args.Add("name", n)
+		}
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+		cancel()
+		if err != nil {
+			counts["unknown"] += float64(len(names))
+			continue
+		}
+		found := 0
+		for _, c := range list {
+			for _, n := range c.Names {
+				if names[strings.TrimPrefix(n, "/")] {
+					counts[c.State]++
+					found++
+				}
+			}
+		}
+		counts["missing"] += float64(len(names) - found)
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, n, state)
+	}
+}
+
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, agentCollector{}}
+	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes,
+		metricPersonCalls, agentCollector{}, sandboxCollector{}}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

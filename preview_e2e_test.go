@@ -88,11 +88,18 @@ func startPreviewSiteAt(t testing.TB, address string, directives ...string) *pre
 		t.Fatal(resultText(res)) // creates the container
 	}
 	p.copyIn(t)
+	p.web = anyHostClient(s.port)
+	return p
+}
+
+// anyHostClient dials Caddy on port whatever the host name (preview hosts, as
+// *.localhost does), and follows no redirects.
+func anyHostClient(port int) *http.Client {
 	dialer := &net.Dialer{}
-	p.web = &http.Client{
+	return &http.Client{
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				return dialer.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", s.port))
+				return dialer.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))
 			},
 			MaxIdleConnsPerHost: 16,
 			DisableCompression:  true,
@@ -102,7 +109,6 @@ func startPreviewSiteAt(t testing.TB, address string, directives ...string) *pre
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       60 * time.Second,
 	}
-	return p
 }
 
 // copyIn puts the server binary in /usr/local/bin and the page in /sandbox/site.

@@ -40,7 +40,7 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 	}
 	srv, err := preview.New(preview.Options{
 		Domain:   h.Previews,
-		Owner:    h.host + "\x00" + h.box.Config().Container,
+		Owners:   h.previewOwners,
 		TTL:      time.Duration(h.PreviewTTL),
 		Dial:     h.dialPreview,
 		Auth:     h.PreviewAuth,
@@ -68,9 +68,17 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 }
 
 // dialPreview opens one upstream connection of the preview proxy: a relay into the
-// container's loopback, made through the Docker API.
-func (h *Handler) dialPreview(ctx context.Context, port int) (net.Conn, error) {
-	c, err := h.box.DialPort(ctx, port)
+// loopback of the owner's container, made through the Docker API.
+func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.Conn, error) {
+	person, ok := h.personOfOwner(owner)
+	if !ok {
+		return nil, errors.New("the preview's sandbox is no longer on this server")
+	}
+	e, err := h.sandboxFor(ctx, person)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.sb.DialPort(ctx, port)
 	if errors.Is(err, sandbox.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}

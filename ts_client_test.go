@@ -26,9 +26,19 @@ type tsResult struct {
 // runTSClient drives the site with the official TypeScript MCP SDK.
 func runTSClient(t *testing.T, s *site, mode string) tsResult {
 	t.Helper()
+	res, err := tsClient(s, mode, s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// tsClient runs testdata/ts-client/run.mjs with key (the API key or a person's), in
+// mode bearer or oauth; it is safe to run several at once.
+func tsClient(s *site, mode, key string) (tsResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "testdata/ts-client/run.mjs", s.url, mode, s.key)
+	cmd := exec.CommandContext(ctx, "node", "testdata/ts-client/run.mjs", s.url, mode, key)
 	out, err := cmd.Output()
 	var res tsResult
 	if jerr := json.Unmarshal(out, &res); jerr != nil {
@@ -36,12 +46,12 @@ func runTSClient(t *testing.T, s *site, mode string) tsResult {
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("TypeScript client (%v) printed %q: %v\n%s\n(run scripts/test-deps.sh if the SDK is missing)", err, out, jerr, stderr)
+		return res, fmt.Errorf("TypeScript client (%v) printed %q: %v\n%s\n(run scripts/test-deps.sh if the SDK is missing)", err, out, jerr, stderr)
 	}
 	if err != nil || res.Error != "" {
-		t.Fatalf("TypeScript client failed: %v\n%s\nsteps: %v", err, res.Error, res.Steps)
+		return res, fmt.Errorf("TypeScript client failed: %v\n%s\nsteps: %v", err, res.Error, res.Steps)
 	}
-	return res
+	return res, nil
 }
 
 func checkTSResult(t *testing.T, res tsResult) {

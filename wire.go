@@ -8,7 +8,6 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -19,7 +18,7 @@ import (
 func (h *Handler) toolOptions() mcptools.Options {
 	o := mcptools.Options{
 		Config:  h.box.Config(),
-		Boxes:   boxes{toolBox{h.box, h}},
+		Boxes:   boxes{h},
 		Links:   toolLinks{h},
 		Audit:   h.audit,
 		Logger:  h.logger,
@@ -40,25 +39,34 @@ func (h *Handler) toolOptions() mcptools.Options {
 		MaxTasksTotal: h.MaxTasksTotal,
 	}
 	if h.previews != nil {
-		o.Previews = toolPreviews{h.previews}
+		o.Previews = toolPreviews{h}
 	}
 	return o
 }
 
-// boxes resolves the sandbox of a call. Every caller shares the one sandbox of this
-// configuration.
-type boxes struct{ box toolBox }
+// boxes resolves the sandbox of a call: the caller's person's (fleet.go), the
+// operator's for the API key and its sign-ins.
+type boxes struct{ h *Handler }
 
-func (b boxes) For(context.Context) (mcptools.Box, error) { return b.box, nil }
+func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
+	caller := mcptools.CallerFrom(ctx)
+	e, err := b.h.sandboxFor(ctx, caller.Person)
+	if err != nil {
+		return nil, err
+	}
+	metricPersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	return toolBox{e.sb, e, b.h}, nil
+}
 
 // toolBox is a pooled sandbox as the tools use it.
 type toolBox struct {
 	*sandbox.Sandbox
+	e *sandboxEntry
 	h *Handler
 }
 
 func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
-	return b.h.sandboxFacts(ctx, wait)
+	return b.h.sandboxFacts(ctx, b.e, wait)
 }
 
 // CPUs is the CPUs the sandbox gets: the smaller of cpus and the engine's CPU count
@@ -82,23 +90,25 @@ func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.h.docker, b.h
 type toolLinks struct{ h *Handler }
 
 func (l toolLinks) Download(ctx context.Context, p string, ttl time.Duration) (string, time.Time) {
-	link := l.h.signer.Download(p, time.Now(), ttl)
+	link := l.h.signer.As(mcptools.CallerFrom(ctx).Person).Download(p, time.Now(), ttl)
 	l.h.recordLink(ctx, console.KindDownload, link, p)
 	return link.Path, link.Expires
 }
 
 func (l toolLinks) Upload(ctx context.Context, dir string, ttl time.Duration) (string, time.Time) {
-	link := l.h.signer.Upload(dir, time.Now().Add(ttl))
+	link := l.h.signer.As(mcptools.CallerFrom(ctx).Person).Upload(dir, time.Now().Add(ttl))
 	l.h.recordLink(ctx, console.KindUpload, link, dir)
 	return link.Path, link.Expires
 }
 
-// toolPreviews exposes ports through the preview server.
-type toolPreviews struct{ srv *preview.Server }
+// toolPreviews exposes ports of the caller's sandbox through the preview server.
+type toolPreviews struct{ h *Handler }
 
-func (p toolPreviews) Expose(port int, origin string) (string, time.Time) {
-	pv := p.srv.Expose(port)
-	return p.srv.URL(pv, origin), pv.Expires
+func (p toolPreviews) Expose(ctx context.Context, port int, origin string) (string, time.Time) {
+	pv := p.h.previews.Expose(p.h.previewOwner(mcptools.CallerFrom(ctx).Person), port)
+	return p.h.previews.URL(pv, origin), pv.Expires
 }
 
-func (p toolPreviews) Unexpose(port int) bool { return p.srv.Unexpose(port) }
+func (p toolPreviews) Unexpose(ctx context.Context, port int) bool {
+	return p.h.previews.Unexpose(p.h.previewOwner(mcptools.CallerFrom(ctx).Person), port)
+}

@@ -50,6 +50,8 @@ func (c *Console) act(r *http.Request, actor, action, id string) error {
 	case actKillJob:
 		args = `{"id":` + strconv.Quote(id) + `}`
 		err = c.opts.Jobs.KillJob(ctx, id)
+	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate:
+		args, err = c.actSandbox(ctx, action, id)
 	default:
 		return errUnknownAction
 	}
@@ -120,6 +122,10 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 		method = http.MethodGet
 	}
 	coll, id, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+	if coll == "sandboxes" {
+		c.serveSandboxes(w, r, actor, method, id)
+		return
+	}
 	route := method + " " + coll
 	if id != "" {
 		route += "/{id}"
@@ -151,7 +157,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 			}
 			limit = n
 		}
-		entries := c.opts.Audit.Query(Filter{Client: q.Get("client"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: limit})
+		entries := c.opts.Audit.Query(Filter{Client: q.Get("client"), Person: q.Get("person"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: limit})
 		if q.Get("format") == "jsonl" {
 			writeJSONLines(w, entries)
 			return
@@ -194,6 +200,8 @@ func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, 
 	switch {
 	case errors.Is(err, ErrNotFound) && action == actKillJob:
 		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs lists the running ones")
+	case errors.Is(err, ErrNotFound) && strings.HasPrefix(action, "sandbox_"):
+		writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them")
 	case errors.Is(err, ErrNotFound):
 		writeJSONError(w, http.StatusNotFound, "no such "+strings.TrimPrefix(action, "revoke_")+" (it may have expired)")
 	case errors.Is(err, ErrTooManyRevoked):

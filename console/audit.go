@@ -29,8 +29,10 @@ type Entry struct {
 	ClientID string `json:"client_id,omitempty"`
 	// Subject is the sign-in (OAuth grant id) the call was made with.
 	Subject string `json:"subject,omitempty"`
-	Remote  string `json:"remote,omitempty"`
-	Tool    string `json:"tool"`
+	// Person is whose sandbox was used; "" for the operator's.
+	Person string `json:"person,omitempty"`
+	Remote string `json:"remote,omitempty"`
+	Tool   string `json:"tool"`
 	// Args are the arguments as compact JSON, long strings clipped.
 	Args string `json:"args,omitempty"`
 	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error
@@ -201,6 +203,7 @@ func (l *AuditLog) Len() int {
 // Filter selects entries; empty fields match everything.
 type Filter struct {
 	Client  string // matches Client or ClientID exactly, case-insensitively
+	Person  string // matches Person exactly; "-" matches the operator's entries
 	Tool    string
 	Outcome string
 	Limit   int // 0 means all
@@ -208,6 +211,9 @@ type Filter struct {
 
 func (f Filter) match(e *Entry) bool {
 	if f.Client != "" && !strings.EqualFold(f.Client, e.Client) && f.Client != e.ClientID {
+		return false
+	}
+	if f.Person != "" && f.Person != e.Person && (f.Person != "-" || e.Person != "") {
 		return false
 	}
 	if f.Tool != "" && f.Tool != e.Tool {

@@ -154,7 +154,9 @@ type Options struct {
 	Access     Access
 	Links      Links
 	Jobs       Jobs
-	Audit      *AuditLog
+	// Sandboxes, when set, are the people's sandboxes (and the operator's).
+	Sandboxes Sandboxes
+	Audit     *AuditLog
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.
 	Origin func(r *http.Request) string

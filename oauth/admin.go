@@ -30,6 +30,7 @@ type GrantInfo struct {
 	ID         string    `json:"id"`
 	ClientID   string    `json:"client_id"`
 	ClientName string    `json:"client_name,omitempty"`
+	Person     string    `json:"person,omitempty"` // "" for the operator
 	Resource   string    `json:"resource"`
 	Scope      string    `json:"scope"`
 	CreatedAt  time.Time `json:"created_at"`
@@ -74,7 +75,10 @@ func (s *Server) Grants(ctx context.Context) ([]GrantInfo, error) {
 		if err := s.store.load(ctx, kindGrants, id, &g); err != nil || !now.Before(g.ExpiresAt) {
 			continue
 		}
-		out = append(out, GrantInfo{ID: g.ID, ClientID: g.ClientID, ClientName: g.ClientName, Resource: g.Resource,
+		if !s.personHolds(g.Person, g.PersonKey) {
+			continue // the person was removed, or has a new key: the sign-in no longer holds
+		}
+		out = append(out, GrantInfo{ID: g.ID, ClientID: g.ClientID, ClientName: g.ClientName, Person: g.Person, Resource: g.Resource,
 			Scope: g.Scope, CreatedAt: g.CreatedAt, RefreshedAt: g.ExpiresAt.Add(-s.opts.RefreshTokenTTL), ExpiresAt: g.ExpiresAt})
 	}
 	slices.SortFunc(out, func(a, b GrantInfo) int { return b.CreatedAt.Compare(a.CreatedAt) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -218,8 +217,8 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 			fmt.Sprintf("Too many wrong keys were tried from your address. Try again in %s.", roundUp(retry))})
 		return
 	}
-	given := sha256.Sum256([]byte(req.params.Get("api_key")))
-	if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) != 1 {
+	person, good := s.whoseKey(req.params.Get("api_key"))
+	if !good {
 		s.log.Info("wrong API key on the sign-in page", zap.String("remote", ip), zap.Int("failures", n))
 		if d := signinDelay(n); d > 0 {
 			s.sleep(r, d)
@@ -240,6 +239,8 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 		Resource:         req.resource,
 		Scope:            Scope,
 		ExpiresAt:        now.Add(s.opts.CodeTTL).UTC(),
+		Person:           person,
+		PersonKey:        s.keyPrint(person),
 	}
 	if err := s.store.save(r.Context(), kindCodes, hashSecret(code), rec); err != nil {
 		s.log.Error("storing an authorization code", zap.Error(err))
@@ -249,7 +250,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 	if !req.client.metadataDocument {
 		s.touchClient(r.Context(), req.client.ID, now)
 	}
-	s.log.Info("signed in", zap.String("client_id", req.client.ID), zap.String("client_name", rec.ClientName), zap.String("remote", ip))
+	s.log.Info("signed in", zap.String("client_id", req.client.ID), zap.String("client_name", rec.ClientName), zap.String("person", person), zap.String("remote", ip))
 	s.redirect(w, r, req.redirectURI, url.Values{"code": {code}}, req.state)
 }
 

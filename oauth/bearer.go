@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -25,8 +24,11 @@ type Identity struct {
 	// ClientID and ClientName name the application (empty for the API key).
 	ClientID   string
 	ClientName string
-	// Method is "oauth" or "api_key".
+	// Method is "oauth", "api_key" or "person_key".
 	Method string
+	// Person is the person the request acts for ("" for the operator): the owner of
+	// the key it signed in with.
+	Person string
 }
 
 // Identity methods.
@@ -111,9 +113,10 @@ func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 	}
 	ip := s.clientKey(r)
 	if s.opts.APIKeyBearer && s.guesses.Blocked(ip) == 0 {
-		given := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) == 1 {
+		if person, ok := s.whoseKey(token); ok && person == "" {
 			return Identity{Subject: "api_key", Method: MethodAPIKey}, true
+		} else if ok {
+			return Identity{Subject: "person:" + person, Method: MethodPersonKey, Person: person}, true
 		}
 	}
 	id, err := s.checkAccessToken(r.Context(), token, s.resourceURL(r))
@@ -211,10 +214,10 @@ func (s *Server) checkAccessToken(ctx context.Context, token, resource string) (
 		}
 		return Identity{}, err
 	}
-	if !now.Before(grant.ExpiresAt) || grant.ClientID != rec.ClientID {
+	if !now.Before(grant.ExpiresAt) || grant.ClientID != rec.ClientID || !s.personHolds(grant.Person, grant.PersonKey) {
 		return Identity{}, errInvalidToken
 	}
-	id := Identity{Subject: grant.ID, ClientID: grant.ClientID, ClientName: grant.ClientName, Method: MethodOAuth}
+	id := Identity{Subject: grant.ID, ClientID: grant.ClientID, ClientName: grant.ClientName, Method: MethodOAuth, Person: grant.Person}
 	s.tokens.put(hash, cachedToken{
 		identity: id,
 		resource: rec.Resource,

@@ -80,11 +80,17 @@ func discoverAndRegister(t *testing.T, e *testEnv, redirectURL string) *flowClie
 // authorize runs the browser part: sign-in page, key, redirect; and exchanges the code.
 func (c *flowClient) authorize(t *testing.T, e *testEnv) *oauth2.Token {
 	t.Helper()
+	return c.authorizeWith(t, e, testKey)
+}
+
+// authorizeWith is authorize with the key typed on the sign-in page.
+func (c *flowClient) authorizeWith(t *testing.T, e *testEnv, key string) *oauth2.Token {
+	t.Helper()
 	verifier := oauth2.GenerateVerifier()
 	state := "state-" + randomID()
 	authURL := c.cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier),
 		oauth2.SetAuthURLParam("resource", c.resource))
-	loc := e.signIn(authURL, testKey)
+	loc := e.signIn(authURL, key)
 	q := loc.Query()
 	if got := loc.Scheme + "://" + loc.Host + loc.Path; got != c.cfg.RedirectURL {
 		t.Fatalf("redirected to %s, want %s", got, c.cfg.RedirectURL)

@@ -48,8 +48,11 @@ const (
 
 // Options configures a [Server]. Zero values mean the documented defaults.
 type Options struct {
-	// APIKey is the secret a person types on the sign-in page. Required.
+	// APIKey is the operator's secret, typed on the sign-in page. Required.
 	APIKey string
+	// People maps each person's name to the key they sign in with, on the sign-in page
+	// and (with APIKeyBearer) as a bearer token. Their identities carry the name.
+	People map[string]string
 	// Storage keeps clients, codes, grants and tokens. Required.
 	Storage certmagic.Storage
 	// StoragePrefix is where state lives in Storage (default "mcp_sandbox/oauth"). The
@@ -102,6 +105,7 @@ type Server struct {
 	log       *zap.Logger
 	store     *store
 	keyHash   [32]byte // sha256 of the API key, for constant-time comparison
+	people    people   // the keys of Options.People
 	formKey   []byte   // HMAC key that binds the sign-in form to its request
 	publicURL string   // normalised Options.PublicURL, "" when derived per request
 
@@ -196,6 +200,10 @@ func New(opts Options) (*Server, error) {
 		httpClient = &c
 	}
 
+	ppl, err := newPeople(opts.APIKey, opts.People)
+	if err != nil {
+		return nil, err
+	}
 	guesses := opts.Guesses
 	if guesses == nil {
 		guesses = NewGuessLimiter(opts.Now)
@@ -204,6 +212,7 @@ func New(opts Options) (*Server, error) {
 		opts:            opts,
 		log:             log,
 		keyHash:         sha256.Sum256([]byte(opts.APIKey)),
+		people:          ppl,
 		formKey:         DeriveKey(opts.APIKey, "oauth sign-in form v1"),
 		publicURL:       publicURL,
 		httpClient:      httpClient,

@@ -77,6 +77,10 @@ type codeRecord struct {
 	ExpiresAt        time.Time `json:"expires_at"`
 	// UsedGrant is the grant the code was redeemed for; a second redemption revokes it.
 	UsedGrant string `json:"used_grant,omitempty"`
+	// Person signed in with their key ("" for the operator); PersonKey is its
+	// fingerprint.
+	Person    string `json:"person,omitempty"`
+	PersonKey string `json:"person_key,omitempty"`
 }
 
 // grantRecord is one sign-in. Revoking it (deleting it) kills every token it issued,
@@ -98,6 +102,10 @@ type grantRecord struct {
 	Retry           string    `json:"retry,omitempty"`
 	// AccessHashes are the unexpired access tokens issued under the grant, deleted with it.
 	AccessHashes []tokenRef `json:"access_tokens,omitempty"`
+	// Person and PersonKey are the code's: the grant holds only while the person keeps
+	// that key (see personHolds).
+	Person    string `json:"person,omitempty"`
+	PersonKey string `json:"person_key,omitempty"`
 }
 
 type tokenRef struct {

@@ -246,6 +246,8 @@ func (s *Server) redeemCode(r *http.Request, form url.Values, client *clientReco
 		Resource:   rec.Resource,
 		Scope:      rec.Scope,
 		CreatedAt:  now.UTC(),
+		Person:     rec.Person,
+		PersonKey:  rec.PersonKey,
 	}
 	// The code is marked used before any token exists, so that a failure below can
 	// only lose this sign-in, never let the code be redeemed twice.
@@ -331,7 +333,7 @@ func (s *Server) refresh(r *http.Request, form url.Values, client *clientRecord)
 		}
 		return nil, invalid
 	}
-	if !now.Before(grant.ExpiresAt) {
+	if !now.Before(grant.ExpiresAt) || !s.personHolds(grant.Person, grant.PersonKey) {
 		return nil, invalid
 	}
 	if subtle.ConstantTimeCompare([]byte(grant.RefreshHash), []byte(hash)) != 1 {

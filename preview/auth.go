@@ -54,8 +54,10 @@ func cookieNameFor(r *http.Request) string {
 	return cookieName
 }
 
-func (s *Server) cookieMAC(label string, exp int64) string {
-	m := hmac.New(sha256.New, []byte(s.opts.APIKey))
+// cookieMAC is keyed with the key of the preview's owner, so a cookie made for one
+// owner's preview never opens another's.
+func (s *Server) cookieMAC(key, label string, exp int64) string {
+	m := hmac.New(sha256.New, []byte(key))
 	m.Write([]byte("mcp-sandbox preview\x00" + label + "\x00" + strconv.FormatInt(exp, 10)))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -67,6 +69,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, p Preview) b
 		s.signin(w, r, p)
 		return false
 	}
+	key, _ := s.opts.Owners(p.Owner)
 	for _, c := range r.Cookies() {
 		if c.Name != cookieNameFor(r) {
 			continue
@@ -74,7 +77,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, p Preview) b
 		expStr, mac, ok := strings.Cut(c.Value, ".")
 		exp, good := expiry.Parse(expStr)
 		if ok && good && time.Now().Unix() < exp &&
-			hmac.Equal([]byte(mac), []byte(s.cookieMAC(p.Label, exp))) {
+			hmac.Equal([]byte(mac), []byte(s.cookieMAC(key, p.Label, exp))) {
 			return true
 		}
 	}
@@ -103,8 +106,10 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, p Preview) {
 		showSignin(w, r, next, "Too many wrong keys from your address; try again later.", http.StatusTooManyRequests)
 		return
 	}
-	a, b := sha256.Sum256([]byte(r.PostForm.Get("key"))), sha256.Sum256([]byte(s.opts.APIKey))
-	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+	// Only the key of the preview's owner opens it: another person's key is a wrong key.
+	key, _ := s.opts.Owners(p.Owner)
+	a, b := sha256.Sum256([]byte(r.PostForm.Get("key"))), sha256.Sum256([]byte(key))
+	if key == "" || subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
 		if failures > signinSlowAfter {
 			delay := min(time.Duration(failures-signinSlowAfter)*500*time.Millisecond, signinMaxDelay)
 			select {
@@ -121,7 +126,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, p Preview) {
 	exp := time.Now().Add(cookieLife).Unix()
 	http.SetCookie(w, &http.Cookie{
 		Name:     cookieNameFor(r),
-		Value:    strconv.FormatInt(exp, 10) + "." + s.cookieMAC(p.Label, exp),
+		Value:    strconv.FormatInt(exp, 10) + "." + s.cookieMAC(key, p.Label, exp),
 		Path:     "/",
 		Expires:  time.Unix(exp, 0),
 		HttpOnly: true,
@@ -169,11 +174,11 @@ button{margin-top:1em;padding:.5em 1.2em;font-size:1em}
 </style></head>
 <body>
 <h1>Sign in to see this preview</h1>
-<p>This preview shows an app running in your sandbox. Enter the sandbox's API key once; this browser then stays signed in for this preview.</p>
+<p>This preview shows an app running in your sandbox. Enter your key once (the API key, or your own key if you have one); this browser then stays signed in for this preview.</p>
 {{if .Error}}<p class="error" id="error">{{.Error}}</p>{{end}}
 <form method="post" action="{{.Action}}">
 <input type="hidden" name="next" value="{{.Next}}">
-<label for="key">API key</label>
+<label for="key">Key</label>
 <input type="password" id="key" name="key" autocomplete="current-password" autofocus required>
 <button type="submit" id="submit">Sign in</button>
 </form>
@@ -186,7 +191,7 @@ func showSignin(w http.ResponseWriter, r *http.Request, next, errText string, st
 	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(status)
-		_, _ = w.Write([]byte("sign in at " + signinPath + " with the sandbox's API key to see this preview\n"))
+		_, _ = w.Write([]byte("sign in at " + signinPath + " with your key to see this preview\n"))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -167,7 +167,7 @@ func TestNotFoundWithoutDocker(t *testing.T) {
 	reg, clk := testRegistry()
 	srv, err := New(Options{
 		Domain: "localhost", Owner: "box", TTL: time.Minute, Registry: reg,
-		Dial: func(context.Context, int) (net.Conn, error) {
+		Dial: func(context.Context, string, int) (net.Conn, error) {
 			t.Error("Dial called for a request that must be refused")
 			return nil, errors.New("no")
 		},
@@ -175,14 +175,14 @@ func TestNotFoundWithoutDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := srv.Expose(8000)
-	unexposed := srv.Expose(8001)
-	srv.Unexpose(8001)
+	live := srv.Expose("box", 8000)
+	unexposed := srv.Expose("box", 8001)
+	srv.Unexpose("box", 8001)
 	foreign := reg.Expose("another-box", "localhost", 8000, time.Hour)
 	other := reg.Expose("box", "preview.example.com", 8000, time.Hour)
-	expired := srv.Expose(8002)
+	expired := srv.Expose("box", 8002)
 	clk.t = clk.t.Add(2 * time.Minute)
-	srv.Expose(8000) // renewed; 8002 is not
+	srv.Expose("box", 8000) // renewed; 8002 is not
 	_ = live
 
 	for _, host := range []string{

@@ -33,21 +33,29 @@ const (
 	relayIdleTime  = 60 * time.Second
 )
 
-// portVar is the request variable that carries the preview's port to the reverse
-// proxy's upstream address.
-const portVar = "mcp_sandbox_preview_port"
+// portVar and labelVar are the request variables that carry the preview's port and
+// label to the reverse proxy's upstream address, <label>:<port>: the dialer finds the
+// preview's owner by its label, and each preview's relays are pooled apart.
+const (
+	portVar  = "mcp_sandbox_preview_port"
+	labelVar = "mcp_sandbox_preview_label"
+)
 
 // Options configure a [Server].
 type Options struct {
 	// Domain is the previews domain (see [NormalizeDomain]).
 	Domain string
-	// Owner names the sandbox whose ports this server previews.
+	// Owner names the sandbox whose ports this server previews, and APIKey (with
+	// Auth) is the key that opens them; Owners, when set, serves several instead.
 	Owner string
+	// Owners reports whether this server previews the ports of owner, and the key
+	// that opens them with Auth: a key opens only its own owner's previews.
+	Owners func(owner string) (key string, ok bool)
 	// TTL is how long an exposed port stays reachable.
 	TTL time.Duration
-	// Dial opens a connection to port inside the sandbox. When nothing listens it
-	// returns an error wrapping ErrNoListener.
-	Dial func(ctx context.Context, port int) (net.Conn, error)
+	// Dial opens a connection to port inside owner's sandbox. When nothing listens
+	// it returns an error wrapping ErrNoListener.
+	Dial func(ctx context.Context, owner string, port int) (net.Conn, error)
 	// Auth, when set, makes the person sign in with APIKey once per browser and
 	// preview host; wrong keys count in Guesses, which Auth requires.
 	Auth    bool
@@ -86,7 +94,11 @@ func New(opts Options) (*Server, error) {
 	if opts.TTL <= 0 {
 		return nil, errors.New("preview lifetime must be positive")
 	}
-	if opts.Auth && (opts.APIKey == "" || opts.Guesses == nil) {
+	if opts.Owners == nil {
+		owner, key := opts.Owner, opts.APIKey
+		opts.Owners = func(o string) (string, bool) { return key, o == owner }
+	}
+	if opts.Auth && ((opts.APIKey == "" && opts.Owner != "") || opts.Guesses == nil) {
 		return nil, errors.New("preview_auth needs the API key and a counter of wrong keys")
 	}
 	if opts.Registry == nil {
@@ -112,7 +124,7 @@ func (s *Server) Domain() string { return s.opts.Domain }
 // so a page with many assets does not pay for a new relay per request.
 func (s *Server) Provision(ctx caddy.Context) error {
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
-		_, p, err := net.SplitHostPort(addr)
+		label, p, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +132,11 @@ func (s *Server) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("bad upstream port %q", p)
 		}
-		return s.opts.Dial(ctx, port)
+		pv, ok := s.reg.Lookup(label)
+		if !ok || pv.Port != port {
+			return nil, errors.New("the preview was closed")
+		}
+		return s.opts.Dial(ctx, pv.Owner, port)
 	}
 	s.direct = newDirectTransport(dial, maxRelays, relayIdleTime)
 	s.transport = &http.Transport{
@@ -142,7 +158,7 @@ func (s *Server) Provision(ctx caddy.Context) error {
 		WriteBufferSize:     64 << 10,
 	}
 	s.proxy = &reverseproxy.Handler{
-		Upstreams: reverseproxy.UpstreamPool{{Dial: "127.0.0.1:{http.vars." + portVar + "}"}},
+		Upstreams: reverseproxy.UpstreamPool{{Dial: "{http.vars." + labelVar + "}:{http.vars." + portVar + "}"}},
 		Transport: relayTransport{s.direct, s.transport},
 	}
 	if err := s.proxy.Provision(ctx); err != nil {
@@ -194,17 +210,17 @@ func (s *Server) Cleanup() error {
 	return nil
 }
 
-// Expose makes port live (or renews it) and returns the preview.
-func (s *Server) Expose(port int) Preview {
-	p := s.reg.Expose(s.opts.Owner, s.opts.Domain, port, s.opts.TTL)
+// Expose makes port of owner's sandbox live (or renews it) and returns the preview.
+func (s *Server) Expose(owner string, port int) Preview {
+	p := s.reg.Expose(owner, s.opts.Domain, port, s.opts.TTL)
 	s.log.Info("port exposed", zap.Int("port", port), zap.String("host", p.Host()), zap.Time("expires", p.Expires))
 	return p
 }
 
-// Unexpose ends the preview of port; it reports whether one was live. Pooled
-// connections to the port are closed.
-func (s *Server) Unexpose(port int) bool {
-	ok := s.reg.Unexpose(s.opts.Owner, port)
+// Unexpose ends the preview of port of owner's sandbox; it reports whether one was
+// live. Pooled connections to the port are closed.
+func (s *Server) Unexpose(owner string, port int) bool {
+	ok := s.reg.Unexpose(owner, port)
 	if ok {
 		s.log.Info("port unexposed", zap.Int("port", port))
 		s.closeIdle()
@@ -244,7 +260,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	if label != "" {
 		p, ok = s.reg.Lookup(label)
 	}
-	if !ok || p.Owner != s.opts.Owner || p.Domain != s.opts.Domain {
+	if ok {
+		_, ok = s.opts.Owners(p.Owner)
+	}
+	if !ok || p.Domain != s.opts.Domain {
 		s.observe("not_found", 0)
 		notFound(w)
 		return nil
@@ -266,6 +285,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 
 	cw := &countingWriter{ResponseWriter: w}
 	caddyhttp.SetVar(r.Context(), portVar, strconv.Itoa(p.Port))
+	caddyhttp.SetVar(r.Context(), labelVar, p.Label)
 	err := s.proxy.ServeHTTP(cw, r, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
 	if ferr := cw.finish(); err == nil {
 		err = ferr

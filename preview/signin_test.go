@@ -46,13 +46,13 @@ func authServer(t *testing.T, g Guesses) (*Server, Preview) {
 	reg, _ := testRegistry()
 	srv, err := New(Options{
 		Domain: "localhost", Owner: "box", TTL: time.Hour, Registry: reg, Auth: true, APIKey: testKey, Guesses: g,
-		Dial: func(context.Context, int) (net.Conn, error) { return nil, errors.New("no app in this test") },
+		Dial: func(context.Context, string, int) (net.Conn, error) { return nil, errors.New("no app in this test") },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.now = time.Now // cookies and previews on the real clock
-	return srv, srv.Expose(8000)
+	return srv, srv.Expose("box", 8000)
 }
 
 func signinPost(t *testing.T, srv *Server, p Preview, key string) *httptest.ResponseRecorder {
@@ -89,7 +89,7 @@ func TestSigninCountsInGuesses(t *testing.T) {
 		t.Fatalf("the right key from a refused address: %d %v, want 429 and no cookie", w.Code, w.Header())
 	}
 	if _, err := New(Options{Domain: "localhost", TTL: time.Hour, Auth: true, APIKey: testKey,
-		Dial: func(context.Context, int) (net.Conn, error) { return nil, nil }}); err == nil {
+		Dial: func(context.Context, string, int) (net.Conn, error) { return nil, nil }}); err == nil {
 		t.Fatal("preview_auth without a Guesses was accepted")
 	}
 }
@@ -99,7 +99,7 @@ func TestSigninCountsInGuesses(t *testing.T) {
 func TestCookieExpiryStrict(t *testing.T) {
 	srv, p := authServer(t, &countingGuesses{limit: 10, n: map[string]int{}})
 	exp := time.Now().Add(time.Hour).Unix()
-	mac := srv.cookieMAC(p.Label, exp)
+	mac := srv.cookieMAC(testKey, p.Label, exp)
 	e := strconv.FormatInt(exp, 10)
 	for value, want := range map[string]bool{
 		e + "." + mac:         true,
@@ -107,7 +107,7 @@ func TestCookieExpiryStrict(t *testing.T) {
 		"0" + e + "." + mac:   false,
 		"000" + e + "." + mac: false,
 		e + "." + mac + "x":   false,
-		strconv.FormatInt(exp-7200, 10) + "." + srv.cookieMAC(p.Label, exp-7200): false, // expired
+		strconv.FormatInt(exp-7200, 10) + "." + srv.cookieMAC(testKey, p.Label, exp-7200): false, // expired
 	} {
 		r := httptest.NewRequest(http.MethodGet, "http://"+p.Host()+"/", nil)
 		r.AddCookie(&http.Cookie{Name: cookieName, Value: value})

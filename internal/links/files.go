@@ -63,7 +63,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		linkPage(w, http.StatusMethodNotAllowed, "Method not allowed", "Download links answer GET and HEAD only.")
 		return
 	}
-	p, link, err := s.signer.verifyDownload(r.URL.Path, time.Now())
+	owner, p, link, err := s.signer.verifyDownload(r.URL.Path, time.Now())
 	switch {
 	case errors.Is(err, errLinkExpired):
 		metricDownloads.WithLabelValues("expired").Inc()
@@ -83,6 +83,10 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	fs := s.filesOf(w, r, owner, func(status int, title, text string) { linkPage(w, status, title, text) })
+	if fs == nil {
+		return
+	}
 	release, ok := s.downloads.acquire(r.URL.Path)
 	if !ok {
 		metricDownloads.WithLabelValues("busy").Inc()
@@ -93,9 +97,9 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 
-	info, err := s.opts.Files.Stat(r.Context(), p)
+	info, err := fs.Stat(r.Context(), p)
 	if errors.Is(err, sandbox.ErrIsDir) {
-		s.serveZip(w, r, p)
+		s.serveZip(w, r, fs, p)
 		return
 	}
 	if err != nil {
@@ -107,7 +111,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
 	hd.Set("Accept-Ranges", "bytes")
 	hd.Set("Cache-Control", "private, max-age=0, must-revalidate")
-	ctype, inline := s.contentType(r, p, info, etag)
+	ctype, inline := s.contentType(r, fs, owner, p, info, etag)
 	disposition := "attachment"
 	if inline {
 		disposition = "inline"
@@ -138,7 +142,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f, err := s.opts.Files.OpenRange(r.Context(), p, start, length)
+	f, err := fs.OpenRange(r.Context(), p, start, length)
 	if err != nil {
 		hd.Del("Content-Length")
 		hd.Del("Content-Range")
@@ -250,7 +254,7 @@ func linkPage(w http.ResponseWriter, status int, title, text string) {
 
 // serveZip streams the directory p as a zip archive made while it is sent. Its size is
 // not known beforehand, so there are no ranges.
-func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, p string) {
+func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, fs Files, p string) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/zip")
 	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": sandbox.ZipName(p)}))
@@ -262,7 +266,7 @@ func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, p string) {
 		return
 	}
 	cw := &byteCounter{w: w}
-	err := s.opts.Files.WriteZip(r.Context(), p, cw)
+	err := fs.WriteZip(r.Context(), p, cw)
 	metricDownloadBytes.Add(float64(cw.n))
 	switch {
 	case err == nil:
@@ -298,17 +302,17 @@ const inlineSniffBytes = 512
 // may show it (inline) rather than save it. Only images, PDFs, audio and video open
 // inline, and only when the first bytes agree with the name; the sniffed types are
 // cached per file version, so seeking in a video does not read the start again.
-func (s *Server) contentType(r *http.Request, p string, info sandbox.FileInfo, etag string) (string, bool) {
+func (s *Server) contentType(r *http.Request, fs Files, owner, p string, info sandbox.FileInfo, etag string) (string, bool) {
 	if _, ok := inlineFamily(extType(info.Name)); !ok {
 		return attachmentType(info.Name), false
 	}
-	key := p + "\x00" + etag
+	key := owner + "\x00" + p + "\x00" + etag
 	if v, ok := s.sniffed.Load(key); ok {
 		c := v.(sniffResult)
 		return c.ctype, c.inline
 	}
 	var head []byte
-	if f, err := s.opts.Files.OpenRange(r.Context(), p, 0, inlineSniffBytes); err == nil {
+	if f, err := fs.OpenRange(r.Context(), p, 0, inlineSniffBytes); err == nil {
 		head, _ = io.ReadAll(io.LimitReader(f, inlineSniffBytes))
 		f.Close()
 	}

@@ -10,7 +10,7 @@ import (
 
 // verifyPath checks a download link and returns the container path and its expiry.
 func verifyPath(s *Signer, urlPath string, now time.Time) (string, time.Time, error) {
-	p, l, err := s.verifyDownload(urlPath, now)
+	_, p, l, err := s.verifyDownload(urlPath, now)
 	return p, l.Expires, err
 }
 
@@ -133,7 +133,7 @@ func TestLinkSignatures(t *testing.T) {
 		}
 	}
 	// Another key signs other links; a lifetime of one's own is signed too.
-	if _, _, err := NewSigner("another-key-0123456789").verifyDownload(decoded(link), now); !errors.Is(err, errLinkInvalid) {
+	if _, _, _, err := NewSigner("another-key-0123456789").verifyDownload(decoded(link), now); !errors.Is(err, errLinkInvalid) {
 		t.Errorf("other key: %v", err)
 	}
 	week := l.Download(p, now, 7*24*time.Hour)
@@ -326,10 +326,10 @@ func TestUploadSigner(t *testing.T) {
 		}
 	}
 	// A download link's key is not an upload link's key.
-	if u.mac(downloadKind, exp.Unix(), "/sandbox/uploads") == u.mac(uploadKind, exp.Unix(), "/sandbox/uploads") {
+	if u.mac(downloadKind, exp.Unix(), "", "/sandbox/uploads") == u.mac(uploadKind, exp.Unix(), "", "/sandbox/uploads") {
 		t.Error("download and upload links share a key")
 	}
-	if other := NewSigner(key + "x"); other.mac(uploadKind, 1, "/") == u.mac(uploadKind, 1, "/") {
+	if other := NewSigner(key + "x"); other.mac(uploadKind, 1, "", "/") == u.mac(uploadKind, 1, "", "/") {
 		t.Error("the key does not depend on the API key")
 	}
 }

@@ -3,6 +3,7 @@ package links
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -34,10 +36,16 @@ type Audit interface {
 	Record(console.Entry)
 }
 
+// ErrNoOwner is what FilesOf returns for a link whose owner has no sandbox here (a
+// person since removed from the configuration): the link is not valid any more.
+var ErrNoOwner = errors.New("the link's owner has no sandbox here")
+
 // Options configure a Server. Every field is required.
 type Options struct {
-	Signer    *Signer
-	Files     Files
+	Signer *Signer
+	// FilesOf finds the sandbox of a link's owner: the person it was made for, "" for
+	// the operator. A link reaches no other sandbox.
+	FilesOf   func(ctx context.Context, owner string) (Files, error)
 	MaxUpload int64 // bytes per uploaded file
 	// Revoked reports whether the operator revoked the link with this id.
 	Revoked func(id string) bool
@@ -79,6 +87,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serveUpload(w, r)
 }
 
+// filesOf finds the sandbox of a link's owner; failing, it answers the request and
+// returns nil.
+func (s *Server) filesOf(w http.ResponseWriter, r *http.Request, owner string, problem func(status int, title, text string)) Files {
+	fs, err := s.opts.FilesOf(r.Context(), owner)
+	switch {
+	case errors.Is(err, ErrNoOwner):
+		problem(http.StatusGone, "This link is no longer valid",
+			"The sandbox it leads to is no longer on this server. Ask for a new link.")
+	case err != nil:
+		s.logger.Warn("finding the sandbox of a link", zap.String("owner", owner), zap.Error(err))
+		problem(http.StatusServiceUnavailable, "The sandbox is not reachable", human.Clip(err.Error(), 300)+". Try again later.")
+	default:
+		return fs
+	}
+	return nil
+}
+
 // countingWriter notes the status and body size of a response.
 type countingWriter struct {
 	http.ResponseWriter
@@ -111,12 +136,13 @@ func (s *Server) serveFileAudited(w http.ResponseWriter, r *http.Request) {
 	s.serveFile(cw, r)
 	_, p, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, FilesPrefix), "/")
 	args := map[string]string{"path": "/" + p, "link": DownloadID(r.URL.Path)}
+	_, _, owner, _, _ := token(downloadKind, r.URL.Path)
 	if r.Method != http.MethodGet {
 		args["method"] = r.Method
 	}
 	b, _ := json.Marshal(args)
 	e := console.Entry{
-		Time: start, Client: "link", Remote: s.opts.ClientIP(r), Tool: "download", Args: string(b),
+		Time: start, Client: "link", Person: owner, Remote: s.opts.ClientIP(r), Tool: "download", Args: string(b),
 		Outcome: console.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}
 	switch {

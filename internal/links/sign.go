@@ -45,15 +45,23 @@ var (
 
 // Signer makes and checks the two kinds of links:
 //
-//	/files/<expiry unix seconds>.<signature>/<file path, escaped segment by segment>
-//	/uploads/<expiry unix seconds>.<signature>/<directory, escaped segment by segment>/
+//	/files/<expiry unix seconds>.<signature>[.<owner>]/<file path, escaped segment by segment>
+//	/uploads/<expiry unix seconds>.<signature>[.<owner>]/<directory, escaped segment by segment>/
 //
-// The signature is an HMAC-SHA256 over the expiry and the path, with a key derived from
-// the API key under the kind's own label, so rotating the key invalidates every link.
-// A link is a capability: whoever holds it may download that file, or add files to that
-// one directory, until it expires.
+// The signature is an HMAC-SHA256 over the expiry, the owner and the path, with a key
+// derived from the API key under the kind's own label, so rotating the key invalidates
+// every link. The owner is the person whose sandbox the link reaches (none for the
+// operator's): a link opens only its owner's sandbox, and changing the owner breaks the
+// signature. A link is a capability: whoever holds it may download that file, or add
+// files to that one directory, until it expires.
 type Signer struct {
-	keys map[kind][]byte
+	keys  map[kind][]byte
+	owner string // the person links are made for; "" for the operator
+}
+
+// As returns a signer that makes links to person's sandbox ("" for the operator's).
+func (s *Signer) As(person string) *Signer {
+	return &Signer{keys: s.keys, owner: person}
 }
 
 // NewSigner derives the link keys from the API key.
@@ -64,18 +72,29 @@ func NewSigner(apiKey string) *Signer {
 	}}
 }
 
-func (s *Signer) mac(k kind, exp int64, p string) string {
+// mac signs a link of owner. The operator's links sign what they always did; an
+// owner's name comes first, marked by '@', where a path (always starting with '/')
+// never could.
+func (s *Signer) mac(k kind, exp int64, owner, p string) string {
 	m := hmac.New(sha256.New, s.keys[k])
-	fmt.Fprintf(m, "%d\n%s", exp, p)
+	if owner == "" {
+		fmt.Fprintf(m, "%d\n%s", exp, p)
+	} else {
+		fmt.Fprintf(m, "%d\n@%s\n%s", exp, owner, p)
+	}
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // sign makes the link of kind k to the clean absolute path p, valid until exp.
 func (s *Signer) sign(k kind, p string, exp time.Time) Link {
 	exp = exp.Truncate(time.Second)
-	sig := s.mac(k, exp.Unix(), p)
+	sig := s.mac(k, exp.Unix(), s.owner, p)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s%d.%s/", k.prefix, exp.Unix(), sig)
+	fmt.Fprintf(&b, "%s%d.%s", k.prefix, exp.Unix(), sig)
+	if s.owner != "" {
+		b.WriteString("." + s.owner)
+	}
+	b.WriteString("/")
 	b.WriteString(escapePath(p))
 	return Link{Path: b.String(), ID: linkID(k, sig), Expires: exp}
 }
@@ -132,51 +151,52 @@ var (
 	errLinkExpired = errors.New("link expired")
 )
 
-// token splits the path after a kind's prefix into its expiry, its signature and the
-// rest.
-func token(k kind, urlPath string) (exp int64, sig, rest string, ok bool) {
+// token splits the path after a kind's prefix into its expiry, its signature, its
+// owner and the rest.
+func token(k kind, urlPath string) (exp int64, sig, owner, rest string, ok bool) {
 	tok, rest, ok := strings.Cut(strings.TrimPrefix(urlPath, k.prefix), "/")
 	if !ok {
-		return 0, "", "", false
+		return 0, "", "", "", false
 	}
 	expStr, sig, ok := strings.Cut(tok, ".")
+	sig, owner, named := strings.Cut(sig, ".")
 	exp, good := expiry.Parse(expStr)
-	return exp, sig, rest, ok && good
+	return exp, sig, owner, rest, ok && good && (!named || owner != "")
 }
 
-// valid checks sig against the path p of kind k.
-func (s *Signer) valid(k kind, exp int64, sig, p string) bool {
-	return hmac.Equal([]byte(sig), []byte(s.mac(k, exp, p)))
+// valid checks sig against the owner and path p of kind k.
+func (s *Signer) valid(k kind, exp int64, sig, owner, p string) bool {
+	return hmac.Equal([]byte(sig), []byte(s.mac(k, exp, owner, p)))
 }
 
-// verifyDownload checks a request path below /files/ and returns the link with the
-// container path it names.
-func (s *Signer) verifyDownload(urlPath string, now time.Time) (string, Link, error) {
-	exp, sig, p, ok := token(downloadKind, urlPath)
+// verifyDownload checks a request path below /files/ and returns the link with its
+// owner and the container path it names.
+func (s *Signer) verifyDownload(urlPath string, now time.Time) (owner, p string, l Link, err error) {
+	exp, sig, owner, p, ok := token(downloadKind, urlPath)
 	if !ok || p == "" {
-		return "", Link{}, errLinkInvalid
+		return "", "", Link{}, errLinkInvalid
 	}
 	p = "/" + p
-	if !s.valid(downloadKind, exp, sig, p) {
-		return "", Link{}, errLinkInvalid
+	if !s.valid(downloadKind, exp, sig, owner, p) {
+		return "", "", Link{}, errLinkInvalid
 	}
-	l := Link{Path: urlPath, ID: linkID(downloadKind, sig), Expires: time.Unix(exp, 0)}
+	l = Link{Path: urlPath, ID: linkID(downloadKind, sig), Expires: time.Unix(exp, 0)}
 	if now.After(l.Expires) {
-		return p, l, errLinkExpired
+		return owner, p, l, errLinkExpired
 	}
-	return p, l, nil
+	return owner, p, l, nil
 }
 
 // DownloadID is the id of the download link whose path is urlPath, as Download gave it.
 func DownloadID(urlPath string) string {
-	tok, _, _ := strings.Cut(strings.TrimPrefix(urlPath, FilesPrefix), "/")
-	_, sig, _ := strings.Cut(tok, ".")
+	_, sig, _, _, _ := token(downloadKind, urlPath)
 	return linkID(downloadKind, sig)
 }
 
 // uploadTarget is what a request below /uploads/ asks for.
 type uploadTarget struct {
 	id     string    // names the link in the console, from its signature
+	owner  string    // whose sandbox; "" for the operator's
 	dir    string    // the signed directory
 	name   string    // the raw file name after the directory ("" for the page)
 	expiry time.Time // when the link expires
@@ -187,7 +207,7 @@ type uploadTarget struct {
 // fails and the path does not end in '/', it also tries the whole path as the
 // directory, so that redirect can fix a link pasted without its final slash.
 func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget, slashless bool, err error) {
-	exp, sig, p, ok := token(uploadKind, escapedPath)
+	exp, sig, owner, p, ok := token(uploadKind, escapedPath)
 	if !ok {
 		return t, false, errLinkInvalid
 	}
@@ -200,7 +220,7 @@ func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget
 	}
 	check := func(dirSegs []string) (string, bool) {
 		dir := path.Clean("/" + strings.Join(dirSegs, "/"))
-		return dir, s.valid(uploadKind, exp, sig, dir)
+		return dir, s.valid(uploadKind, exp, sig, owner, dir)
 	}
 	dir, good := check(segs[:len(segs)-1])
 	name := segs[len(segs)-1]
@@ -212,7 +232,7 @@ func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget
 	if !good {
 		return t, false, errLinkInvalid
 	}
-	t = uploadTarget{id: linkID(uploadKind, sig), dir: dir, name: name, expiry: time.Unix(exp, 0)}
+	t = uploadTarget{id: linkID(uploadKind, sig), owner: owner, dir: dir, name: name, expiry: time.Unix(exp, 0)}
 	if now.After(t.expiry) {
 		return t, slashless, errLinkExpired
 	}

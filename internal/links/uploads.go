@@ -95,15 +95,19 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	fs := s.filesOf(w, r, t.owner, func(status int, title, text string) { uploadProblem(w, r, status, title, text) })
+	if fs == nil {
+		return
+	}
 	switch {
 	case r.Method == http.MethodPut && t.name != "" && !slashless:
-		s.receiveUpload(w, r, t)
+		s.receiveUpload(w, r, fs, t)
 	case r.Method == http.MethodPut:
 		uploadProblem(w, r, http.StatusBadRequest, "A file name is needed",
 			"PUT the file to the link followed by its name, as `curl -T file.csv <link>` does.")
 	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && t.name == "":
 		if _, list := r.URL.Query()["list"]; list {
-			s.serveUploadList(w, r, t)
+			s.serveUploadList(w, r, fs, t)
 			return
 		}
 		s.serveUploadPage(w, r, t)
@@ -170,8 +174,8 @@ type UploadedFile struct {
 	Modified time.Time `json:"modified"`
 }
 
-func (s *Server) serveUploadList(w http.ResponseWriter, r *http.Request, t uploadTarget) {
-	list, err := s.opts.Files.ListFiles(r.Context(), t.dir, uploadListMax)
+func (s *Server) serveUploadList(w http.ResponseWriter, r *http.Request, fs Files, t uploadTarget) {
+	list, err := fs.ListFiles(r.Context(), t.dir, uploadListMax)
 	if err != nil {
 		s.logger.Warn("listing upload directory", zap.String("directory", t.dir), zap.Error(err))
 		uploadProblem(w, r, http.StatusServiceUnavailable, "The sandbox is not reachable", "The directory could not be listed right now. Try again in a minute.")
@@ -195,7 +199,7 @@ type UploadResult struct {
 }
 
 // receiveUpload streams one PUT body into the sandbox.
-func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, t uploadTarget) {
+func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files, t uploadTarget) {
 	fields := []zap.Field{zap.String("directory", t.dir), zap.String("client_ip", s.opts.ClientIP(r))}
 	if r.ContentLength > s.opts.MaxUpload {
 		// Refused before reading a byte: with Expect: 100-continue the body is never sent.
@@ -218,7 +222,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, t uploadT
 
 	begin := time.Now()
 	body := &watchedBody{r: r.Body}
-	res, err := s.opts.Files.Upload(r.Context(), t.dir, name, body, sandbox.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
+	res, err := fs.Upload(r.Context(), t.dir, name, body, sandbox.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
 	elapsed := time.Since(begin)
 	fields = append(fields, zap.String("name", name), zap.Duration("duration", elapsed))
 	if err != nil {
@@ -303,7 +307,7 @@ func (s *Server) auditUpload(r *http.Request, t uploadTarget, path, outcome, err
 	}
 	b, _ := json.Marshal(args)
 	s.opts.Audit.Record(console.Entry{
-		Time: start, Client: "link", Remote: s.opts.ClientIP(r), Tool: "upload", Args: string(b),
+		Time: start, Client: "link", Person: t.owner, Remote: s.opts.ClientIP(r), Tool: "upload", Args: string(b),
 		Outcome: outcome, Error: human.Clip(errText, 300), Bytes: size, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	})
 }

@@ -31,7 +31,7 @@ const auditArgLimit = 1000
 func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) console.Entry {
 	id := CallerFrom(ctx)
 	e := console.Entry{
-		Time: start, Client: id.Label, ClientID: id.ClientID, Subject: id.Subject, Remote: id.Remote,
+		Time: start, Client: id.Label, ClientID: id.ClientID, Subject: id.Subject, Person: id.Person, Remote: id.Remote,
 		Tool: req.Params.Name, Outcome: console.OutcomeOK,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}

@@ -33,7 +33,7 @@ type exposeOutput struct {
 func (s *Tools) exposePortTool() mcp.Tool {
 	auth := "Anyone with the URL can open it until it expires, so share it only with the user."
 	if s.opts.PreviewAuth {
-		auth = "The user signs in once per browser with the sandbox's API key before seeing it."
+		auth = "The user signs in once per browser with their key before seeing it."
 	}
 	return mcp.NewTool("expose_port",
 		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API or dev server listening on a TCP port in the sandbox (HTTP, SSE and WebSockets: hot reload works). The URL has its own origin and expires after %s; exposing the port again renews it. %s
@@ -90,7 +90,7 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	case !errors.Is(err, sandbox.ErrNoListener):
 		s.opts.Logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
 	}
-	url, expires := s.opts.Previews.Expose(port, CallerFrom(ctx).Origin)
+	url, expires := s.opts.Previews.Expose(ctx, port, CallerFrom(ctx).Origin)
 	out := exposeOutput{
 		URL:       url,
 		Port:      port,
@@ -107,18 +107,18 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 		text += "Nothing listens on the port yet: start the server bound to 0.0.0.0 or 127.0.0.1 (detached with setsid nohup). Until then the URL shows a page that retries every few seconds."
 	}
 	if s.opts.PreviewAuth {
-		text += " The user signs in with the sandbox's API key the first time."
+		text += " The user signs in with their key the first time."
 	}
 	return mcp.NewToolResultStructured(out, text), nil
 }
 
 // unexposePort ends the preview of a port.
-func (s *Tools) unexposePort(_ context.Context, _ Box, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) unexposePort(ctx context.Context, _ Box, a args) (*mcp.CallToolResult, error) {
 	port, bad := portArg("unexpose_port", a)
 	if bad != nil {
 		return bad, nil
 	}
-	was := s.opts.Previews.Unexpose(port)
+	was := s.opts.Previews.Unexpose(ctx, port)
 	text := fmt.Sprintf("Port %d is no longer exposed; its preview URL now answers 404.", port)
 	if !was {
 		text = fmt.Sprintf("Port %d was not exposed (or its preview had already expired); nothing to do.", port)

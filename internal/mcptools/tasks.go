@@ -3,6 +3,7 @@ package mcptools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -99,6 +100,7 @@ type taskStore struct {
 type heldTask struct {
 	slot    *taskSlot
 	session string
+	owner   string      // the person whose call made it ("" for the operator)
 	live    bool        // counts against its session: neither cancelled nor dropped
 	dropped string      // why its result was dropped; "" while it is kept
 	result  *taskResult // set when the tool returns
@@ -117,6 +119,7 @@ func newTaskStore(maxTTL time.Duration, perSession, total int) *taskStore {
 func (s *taskStore) serverOptions(hooks *server.Hooks) []server.ServerOption {
 	hooks.AddOnRequestInitialization(s.admit)
 	hooks.AddBeforeCallTool(s.capTTL)
+	hooks.AddAfterListTasks(s.listOwn)
 	th := &server.TaskHooks{}
 	th.AddOnTaskCreated(s.created)
 	th.AddOnTaskCancelled(s.cancelled)
@@ -167,17 +170,57 @@ func (s *taskStore) admit(ctx context.Context, _ any, message any) error {
 		if asksForTask(raw) {
 			return s.reserve(slotFrom(ctx), sessionOf(ctx))
 		}
-	case string(mcp.MethodTasksResult):
+	case string(mcp.MethodTasksResult), string(mcp.MethodTasksGet), string(mcp.MethodTasksCancel):
 		var msg struct {
 			Params struct {
 				TaskID string `json:"taskId"`
 			} `json:"params"`
 		}
-		if json.Unmarshal(raw, &msg) == nil {
+		if json.Unmarshal(raw, &msg) != nil {
+			return nil // mcp-go answers that
+		}
+		if err := s.checkOwner(msg.Params.TaskID, CallerFrom(ctx).Person); err != nil {
+			return err
+		}
+		if head.Method == string(mcp.MethodTasksResult) {
 			return s.checkKept(msg.Params.TaskID, sessionOf(ctx))
 		}
 	}
 	return nil
+}
+
+// errTaskNotFound is what a person asking for a task of another person's is told: the
+// same as for a task that does not exist.
+var errTaskNotFound = errors.New("task not found")
+
+// checkOwner refuses a task to anyone but the person whose call made it. mcp-go keeps
+// tasks apart by session only when a request has a session id (protocol 2026-07-28
+// has none), and a session id is no proof of who calls.
+func (s *taskStore) checkOwner(taskID, person string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tasks[taskID]; t != nil && t.owner != person {
+		return errTaskNotFound
+	}
+	return nil
+}
+
+// listOwn removes from a tasks/list answer every task not made by the caller's person
+// (and any this store does not know, which mcp-go is about to forget).
+func (s *taskStore) listOwn(ctx context.Context, _ any, _ *mcp.ListTasksRequest, res *mcp.ListTasksResult) {
+	if res == nil {
+		return
+	}
+	person := CallerFrom(ctx).Person
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	own := res.Tasks[:0]
+	for _, task := range res.Tasks {
+		if t := s.tasks[task.TaskId]; t != nil && t.owner == person {
+			own = append(own, task)
+		}
+	}
+	res.Tasks = own
 }
 
 // asksForTask reports whether a tools/call message asks for a task: whenever mcp-go
@@ -264,7 +307,7 @@ func (s *taskStore) created(ctx context.Context, m server.TaskMetrics) {
 		s.unreserve(slot)
 		slot.taskID = m.TaskID
 	}
-	t := &heldTask{slot: slot, session: m.SessionID, live: true}
+	t := &heldTask{slot: slot, session: m.SessionID, owner: CallerFrom(ctx).Person, live: true}
 	s.sessions[m.SessionID]++
 	s.tasks[m.TaskID] = t
 	t.timer = time.AfterFunc(ttl, func() { s.expire(m.TaskID, t) })

@@ -85,7 +85,25 @@ func (h *taskHarness) send(session, method string, params any) map[string]any {
 
 func (h *taskHarness) sendRaw(session string, msg []byte) map[string]any {
 	h.t.Helper()
-	ctx := h.srv.WithContext(context.Background(), fakeSession{session})
+	return h.sendRawAs("", session, msg)
+}
+
+// sendAs is send by person ("" for the operator).
+func (h *taskHarness) sendAs(person, session, method string, params any) map[string]any {
+	h.t.Helper()
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": h.ids.Add(1), "method": method, "params": params})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.sendRawAs(person, session, msg)
+}
+
+func (h *taskHarness) sendRawAs(person, session string, msg []byte) map[string]any {
+	h.t.Helper()
+	ctx := WithCaller(context.Background(), Caller{Person: person})
+	if session != "" {
+		ctx = h.srv.WithContext(ctx, fakeSession{session})
+	}
 	ctx, done := h.store.request(ctx)
 	resp := h.srv.HandleMessage(ctx, msg)
 	done()

@@ -56,12 +56,12 @@ type Links interface {
 	Upload(ctx context.Context, dir string, ttl time.Duration) (urlPath string, expires time.Time)
 }
 
-// Previews exposes sandbox ports at their own origins.
+// Previews exposes ports of the caller's sandbox at their own origins.
 type Previews interface {
 	// Expose makes (or renews) the preview of port; origin is the site's, which the
 	// preview URL follows in scheme and port.
-	Expose(port int, origin string) (url string, expires time.Time)
-	Unexpose(port int) (was bool)
+	Expose(ctx context.Context, port int, origin string) (url string, expires time.Time)
+	Unexpose(ctx context.Context, port int) (was bool)
 }
 
 // Audit records each tool call in the operator's activity log.
@@ -173,6 +173,7 @@ func (s *Tools) boxFor(ctx context.Context) (Box, *mcp.CallToolResult) {
 type Caller struct {
 	ClientName, ClientID, Subject string
 	Method                        string // how the caller signed in (oauth.Method*)
+	Person                        string // whose sandbox the call uses; "" for the operator
 	Label                         string // how the activity log names the caller
 	Origin                        string // the scheme and host links point at
 	Remote                        string // the client's address

@@ -171,10 +171,10 @@ func (fakeLinks) Upload(_ context.Context, dir string, ttl time.Duration) (strin
 
 type fakePreviews struct{}
 
-func (fakePreviews) Expose(port int, origin string) (string, time.Time) {
+func (fakePreviews) Expose(_ context.Context, port int, origin string) (string, time.Time) {
 	return "http://p8000.localhost", time.Unix(1_800_000_000, 0)
 }
-func (fakePreviews) Unexpose(int) bool { return true }
+func (fakePreviews) Unexpose(context.Context, int) bool { return true }
 
 type fakeAudit struct {
 	mu      sync.Mutex

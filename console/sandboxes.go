@@ -1,0 +1,99 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// With `person` lines every person has a sandbox of their own; the operator sees them
+// all at GET /console/api/sandboxes and acts on one at
+// POST /console/api/sandboxes/{person}/stop|start|restart|recreate. The operator's own
+// sandbox is listed with person "" and addressed as "-".
+
+// Sandbox actions beyond restart and recreate.
+const (
+	actStop  = "stop"
+	actStart = "start"
+)
+
+// OperatorPath is how the operator's own sandbox is named in a sandboxes path.
+const OperatorPath = "-"
+
+// SandboxInfo is one sandbox as GET /console/api/sandboxes lists it.
+type SandboxInfo struct {
+	Person      string  `json:"person"` // "" for the operator's
+	Container   string  `json:"container"`
+	State       string  `json:"state"` // running, exited, missing, ...
+	CPU         float64 `json:"cpu"`   // CPUs in use
+	Memory      int64   `json:"memory"`
+	MemoryLimit int64   `json:"memory_limit"`
+	DiskUsed    int64   `json:"disk_used"` // bytes under /sandbox; -1 when not known
+	Jobs        int     `json:"jobs"`      // running
+	// LastActivity is the newest entry of the activity log made in this sandbox.
+	LastActivity time.Time `json:"last_activity,omitzero"`
+	Error        string    `json:"error,omitempty"` // why the status is not complete
+}
+
+// Sandboxes are the sandboxes of a site with people.
+type Sandboxes interface {
+	List(ctx context.Context) ([]SandboxInfo, error)
+	// Act stops, starts, restarts or recreates person's sandbox ("" for the
+	// operator's); it returns ErrNotFound for a person who is not configured.
+	Act(ctx context.Context, person, action string) error
+}
+
+// serveSandboxes answers GET /console/api/sandboxes and POST .../{person}/{action}.
+func (c *Console) serveSandboxes(w http.ResponseWriter, r *http.Request, actor, method, rest string) {
+	if c.opts.Sandboxes == nil {
+		writeJSONError(w, http.StatusNotFound, "this site has no person lines: its one sandbox is at /console/api/sandbox")
+		return
+	}
+	switch {
+	case method == http.MethodGet && rest == "":
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		list, err := c.opts.Sandboxes.List(ctx)
+		if err != nil {
+			writeJSONError(w, http.StatusBadGateway, "reading the sandboxes: "+err.Error())
+			return
+		}
+		for i := range list {
+			f := Filter{Person: list[i].Person, Limit: 1}
+			if f.Person == "" {
+				f.Person = OperatorPath
+			}
+			if e := c.opts.Audit.Query(f); len(e) == 1 {
+				list[i].LastActivity = e[0].Time
+			}
+			list[i].Error = clip(maxAgentReason, list[i].Error)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"sandboxes": list})
+	case method == http.MethodPost:
+		person, action, ok := strings.Cut(rest, "/")
+		switch action {
+		case actStop, actStart, actRestart, actRecreate:
+		default:
+			ok = false
+		}
+		if !ok || person == "" {
+			writeJSONError(w, http.StatusNotFound, "use POST /console/api/sandboxes/{person}/stop, start, restart or recreate ("+OperatorPath+" for the operator's own)")
+			return
+		}
+		c.apiAct(w, r, actor, "sandbox_"+action, person)
+	default:
+		writeJSONError(w, http.StatusNotFound, "use GET /console/api/sandboxes, or POST /console/api/sandboxes/{person}/{action}")
+	}
+}
+
+// actSandbox runs a sandbox action on a person's sandbox; args is what the audit log
+// records.
+func (c *Console) actSandbox(ctx context.Context, action, person string) (args string, err error) {
+	args = `{"person":` + strconv.Quote(person) + `}`
+	if person == OperatorPath {
+		person = ""
+	}
+	return args, c.opts.Sandboxes.Act(ctx, person, strings.TrimPrefix(action, "sandbox_"))
+}

@@ -1,0 +1,90 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeSandboxes struct {
+	mu   sync.Mutex
+	acts []string
+}
+
+func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
+	return []SandboxInfo{{Person: "", State: "running"}, {Person: "alice", State: "exited"}, {Person: "bob", State: "missing"}}, nil
+}
+
+func (f *fakeSandboxes) Act(_ context.Context, person, action string) error {
+	if person != "" && person != "alice" && person != "bob" {
+		return ErrNotFound
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acts = append(f.acts, person+":"+action)
+	return nil
+}
+
+// TestSandboxesAPI: the operator lists every sandbox with its last activity and acts on
+// each; an unknown person or action is a 404, a person's key is not the operator's, and
+// the activity log filters by person.
+func TestSandboxesAPI(t *testing.T) {
+	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	audit.Record(Entry{Time: t0, Client: "c", Person: "alice", Tool: "execute", Outcome: OutcomeOK})
+	audit.Record(Entry{Time: t0.Add(time.Second), Client: "c", Tool: "execute", Outcome: OutcomeOK})
+	c := newTestConsole(t, audit)
+	fs := &fakeSandboxes{}
+	c.opts.Sandboxes = fs
+	do := func(method, path, key string) (int, map[string]any) {
+		req := httptest.NewRequest(method, "http://console.test"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		var m map[string]any
+		_ = json.Unmarshal(rec.Body.Bytes(), &m)
+		return rec.Code, m
+	}
+	code, m := do("GET", "/console/api/sandboxes", testKey)
+	list, _ := m["sandboxes"].([]any)
+	if code != 200 || len(list) != 3 {
+		t.Fatalf("list: %d %v", code, m)
+	}
+	alice := list[1].(map[string]any)
+	if alice["person"] != "alice" || alice["last_activity"] == nil {
+		t.Errorf("alice's sandbox: %v", alice)
+	}
+	if bob := list[2].(map[string]any); bob["last_activity"] != nil {
+		t.Errorf("bob never acted, yet: %v", bob)
+	}
+	for _, p := range []string{"alice/stop", "alice/start", "bob/restart", "-/recreate"} {
+		if code, m := do("POST", "/console/api/sandboxes/"+p, testKey); code != 200 {
+			t.Errorf("POST %s: %d %v", p, code, m)
+		}
+	}
+	if strings.Join(fs.acts, " ") != "alice:stop alice:start bob:restart :recreate" {
+		t.Errorf("acts: %v", fs.acts)
+	}
+	for _, p := range []string{"carol/stop", "alice/delete", "alice"} {
+		if code, _ := do("POST", "/console/api/sandboxes/"+p, testKey); code != 404 {
+			t.Errorf("POST %s: %d, want 404", p, code)
+		}
+	}
+	if code, _ := do("GET", "/console/api/sandboxes", "alice's own key, not the operator's"); code != http.StatusUnauthorized {
+		t.Errorf("a key that is not the operator's: %d", code)
+	}
+	_, m = do("GET", "/console/api/activity?person=alice", testKey)
+	entries, _ := m["entries"].([]any)
+	if len(entries) != 1 || entries[0].(map[string]any)["person"] != "alice" {
+		t.Errorf("activity of alice: %v", m)
+	}
+	_, m = do("GET", "/console/api/activity?person=-&tool=execute", testKey)
+	if entries, _ := m["entries"].([]any); len(entries) != 1 {
+		t.Errorf("activity of the operator: %v", m)
+	}
+}

@@ -1,0 +1,109 @@
+package mcpsandbox
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// consoleSandboxes shows the operator every sandbox of a site with people (the
+// operator's own first) and acts on one.
+type consoleSandboxes struct{ h *Handler }
+
+// statusParallel bounds the sandboxes whose status is read at once: each takes a CPU
+// sample of about a second.
+const statusParallel = 8
+
+func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
+	people := []string{""}
+	for _, p := range c.h.People {
+		people = append(people, p.Name)
+	}
+	out := make([]console.SandboxInfo, len(people))
+	slots := make(chan struct{}, statusParallel)
+	var wg sync.WaitGroup
+	for i, p := range people {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			out[i] = c.h.sandboxInfo(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// observed returns person's sandbox to look at: the one held, or, for a person whose
+// sandbox this config has not used, one made only to be looked at (Status never starts
+// anything).
+func (h *Handler) observed(person string) (*sandbox.Sandbox, error) {
+	if e := h.heldSandbox(person); e != nil {
+		return e.sb, nil
+	}
+	cfg, err := h.sandboxConfigFor(person)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.New(h.docker, cfg, h.logger.Named("sandbox"))
+}
+
+// sandboxInfo reads the status of person's sandbox. The jobs of a running one are
+// counted through the pooled sandbox, which then counts as held (it exists).
+func (h *Handler) sandboxInfo(ctx context.Context, person string) console.SandboxInfo {
+	info := console.SandboxInfo{Person: person, State: "unknown", DiskUsed: -1}
+	sb, err := h.observed(person)
+	if err != nil {
+		info.Error = err.Error()
+		return info
+	}
+	st, err := sb.Status(ctx)
+	info.Container, info.State, info.CPU = st.Container, st.State, st.CPU
+	info.Memory, info.MemoryLimit, info.DiskUsed = st.Memory, st.MemoryLimit, st.DiskUsed
+	if err != nil {
+		info.Error = err.Error()
+		return info
+	}
+	if st.State == "running" {
+		e, err := h.sandboxFor(ctx, person)
+		if err == nil {
+			var jobs []sandbox.JobInfo
+			jobs, err = e.sb.RunningJobs(ctx)
+			info.Jobs = len(jobs)
+		}
+		if err != nil {
+			info.Error = err.Error()
+		}
+	}
+	return info
+}
+
+func (c consoleSandboxes) Act(ctx context.Context, person, action string) error {
+	h := c.h
+	if person != "" && h.person(person) == nil {
+		return console.ErrNotFound
+	}
+	if action == "stop" {
+		sb, err := h.observed(person)
+		if err != nil {
+			return err
+		}
+		return sb.Stop(ctx)
+	}
+	e, err := h.sandboxFor(ctx, person)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "start":
+		return e.sb.Ensure(ctx)
+	case "restart":
+		return e.sb.Restart(ctx)
+	case "recreate":
+		return e.sb.Recreate(ctx)
+	}
+	return console.ErrNotFound
+}
