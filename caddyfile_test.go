@@ -55,6 +55,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad agent switch", "mcp_sandbox {\n\tagent no\n}", "agent: want on or off"},
 		{"bad bearer switch", "mcp_sandbox {\n\tapi_key_bearer maybe\n}", "api_key_bearer: want on or off"},
 		{"inline argument", "mcp_sandbox extra", "wrong argument count"},
+		{"engine without address", "mcp_sandbox {\n\tengine big\n}", "engine takes a name and an address"},
+		{"engine setting", "mcp_sandbox {\n\tengine big tcp://h:2376 {\n\t\ttls_verify on\n\t}\n}", "engine big: unrecognized setting tls_verify"},
+		{"bad idle_stop", "mcp_sandbox {\n\tidle_stop later\n}", `idle_stop: "later" is not a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cf := "localhost {\n" + tc.body + "\n}\n"
@@ -82,6 +85,14 @@ func TestProvisionErrors(t *testing.T) {
 		{"default_output above the default max_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 300000\n\t}\n}", "default_output (300000) must be at most max_output (200000)"},
 		{"tiny default_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 100\n\t}\n}", "default_output must be at least 1024 bytes"},
 		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
+		{"idle_stop below 1s", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tidle_stop 500ms\n\t}\n}", "idle_stop must be at least 1s"},
+		{"engine named twice", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a unix:///x.sock\n\t\tengine a unix:///y.sock\n\t}\n}", `engine "a" is named twice`},
+		{"engine name", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine Big unix:///x.sock\n\t}\n}", `engine "Big": a name is 1 to 32`},
+		{"engine address", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a ftp://x\n\t}\n}", `engine a: address "ftp://x"`},
+		{"TLS on a socket", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a unix:///x.sock {\n\t\t\ttls_ca /ca.pem\n\t\t}\n\t}\n}", "engine a: TLS needs a tcp:// address"},
+		{"TLS without CA", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_cert /c.pem\n\t\t\ttls_key /k.pem\n\t\t}\n\t}\n}", "engine a: tls_ca is missing"},
+		{"TLS cert without key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /ca.pem\n\t\t\ttls_cert /c.pem\n\t\t}\n\t}\n}", "engine a: tls_cert and tls_key go together"},
+		{"TLS files missing", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /nonexistent/ca.pem\n\t\t}\n\t}\n}", "creating Docker client for engine a (tcp://h:2376)"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -122,6 +123,15 @@ type Handler struct {
 	// it share their sign-ins.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
+	// Engines are the Docker engines sandboxes are placed on (`engine` lines): a
+	// person's on the one with the fewest sandboxes when it is first made, the
+	// operator's on the first. Empty: the app's docker_host.
+	Engines []Engine `json:"engines,omitempty"`
+	// IdleStop stops a sandbox's container after this long without tool calls,
+	// previews, uploads, downloads or job output; the next call starts it again with
+	// its files. 0: never.
+	IdleStop caddy.Duration `json:"idle_stop,omitempty"`
+
 	// Previews is the domain under which exposed ports are served, each at
 	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
 	// Empty: previews are off.
@@ -160,6 +170,14 @@ type Handler struct {
 	consoleKeys []string
 
 	previews *preview.Server // nil when previews are off
+
+	fleetMu    sync.Mutex
+	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
+	placedKeys []string                 // their pool keys
+
+	idleMu     sync.Mutex
+	idleCancel context.CancelFunc
+	idleDone   chan struct{}
 }
 
 // CaddyModule returns the Caddy module information.
@@ -253,6 +271,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxTasksTotal == 0 {
 		h.MaxTasksTotal = max(defaultTasksTotal, h.MaxTasks)
 	}
+	for i := range h.Engines {
+		h.Engines[i].resolve(repl)
+	}
 	h.storage = ctx.Storage()
 	if h.StorageRaw != nil {
 		val, err := ctx.LoadModule(h, "StorageRaw")
@@ -278,13 +299,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
 	}
 	h.app = appIface.(*App)
-	entry, key, err := h.app.acquire(cfg)
+	var eng Engine // the operator's sandbox is on the first engine
+	if len(h.Engines) > 0 {
+		eng = h.Engines[0]
+	}
+	cfg.Engine = eng.Name
+	entry, key, err := h.app.acquire(eng, cfg)
 	if err != nil {
 		return err
 	}
-	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
+	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, entry.engine.Host
 	h.facts = &entry.facts
 	h.app.addWarmup(h.warmFacts)
+	h.app.addWarmup(h.startIdleStops)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err
@@ -315,7 +342,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.signer = links.NewSigner(h.APIKey)
 	h.links = links.New(links.Options{
-		Signer: h.signer, Files: h.box, MaxUpload: h.MaxUpload,
+		Signer: h.signer, Files: linkFiles{h}, MaxUpload: h.MaxUpload,
 		Revoked: h.linkReg.Revoked, Audit: h.audit,
 		Origin: h.auth.Origin, ClientIP: clientIP, Logger: h.logger.Named("links"),
 	})
@@ -371,6 +398,12 @@ func (h *Handler) Validate() error {
 	} else if h.MaxTasksTotal != 0 && h.MaxTasksTotal < h.MaxTasks {
 		errs = append(errs, fmt.Errorf("max_tasks: the number in all (%d) must be at least the number per session (%d)", h.MaxTasksTotal, h.MaxTasks))
 	}
+	if h.IdleStop < 0 || h.IdleStop > 0 && h.IdleStop < caddy.Duration(time.Second) {
+		errs = append(errs, errors.New("idle_stop must be at least 1s (or 0: never)"))
+	}
+	if err := validateEngines(h.Engines); err != nil {
+		errs = append(errs, err)
+	}
 	cfg, err := h.sandboxConfig()
 	if err != nil {
 		errs = append(errs, err)
@@ -397,6 +430,7 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	h.stopIdleStops()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}
@@ -408,7 +442,7 @@ func (h *Handler) Cleanup() error {
 	if h.tools != nil {
 		h.tools.Close()
 	}
-	return errors.Join(h.releaseConsole(), h.releaseGuesses(), release(h.poolKey))
+	return errors.Join(h.releaseConsole(), h.releaseGuesses(), h.releaseFleet(), release(h.poolKey))
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

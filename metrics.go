@@ -30,7 +30,48 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
 		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
 	})
+	metricIdleStops = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "idle_stops_total",
+		Help: "Sandbox containers stopped after idle_stop without use.",
+	})
 )
+
+// sandboxCollector reports the sandboxes by engine and state: running, or stopped
+// (for idleness; the next call starts it again). It reads the pooled sandboxes when
+// scraped, so a sandbox counts while some config holds it.
+type sandboxCollector struct{}
+
+var descSandboxes = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "sandboxes"),
+	"Sandboxes this Caddy uses, by engine (\"\" without engine lines) and state (running, stopped for idleness).",
+	[]string{"engine", "state"}, nil)
+
+func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSandboxes }
+
+func (sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ engine, state string }
+	n := map[key]int{}
+	seen := map[string]bool{} // a reload briefly holds two entries of one container
+	sandboxes.Range(func(_, v any) bool {
+		e, ok := v.(*sandboxEntry)
+		if !ok {
+			return true
+		}
+		id := e.engine.Name + "\x00" + e.engine.Host + "\x00" + e.sb.Config().Container
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+		state := "running"
+		if e.idle.stopped.Load() {
+			state = "stopped"
+		}
+		n[key{e.engine.Name, state}]++
+		return true
+	})
+	for k, v := range n {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(v), k.engine, k.state)
+	}
+}
 
 // agentCollector reports, per sandbox container, whether its commands run through the
 // agent inside it and how many agents it has started. It reads the pooled sandboxes
@@ -89,7 +130,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, agentCollector{}}
+	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, metricIdleStops, agentCollector{}, sandboxCollector{}}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

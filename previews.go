@@ -48,6 +48,7 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
+			h.entry.Touch() // a preview request is a use of the sandbox
 			metricPreviewRequests.WithLabelValues(result).Inc()
 			metricPreviewBytes.Add(float64(n))
 		},
@@ -68,9 +69,13 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 }
 
 // dialPreview opens one upstream connection of the preview proxy: a relay into the
-// container's loopback, made through the Docker API.
+// container's loopback, made through the Docker API. It is a use of the sandbox.
 func (h *Handler) dialPreview(ctx context.Context, port int) (net.Conn, error) {
-	c, err := h.box.DialPort(ctx, port)
+	e, err := h.sandboxFor(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.sb.DialPort(ctx, port)
 	if errors.Is(err, sandbox.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
