@@ -134,9 +134,13 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	if person == "" {
 		return h.entry, nil
 	}
-	h.fleetMu.Lock()
-	defer h.fleetMu.Unlock()
-	if e := h.placed[person]; e != nil {
+	if e := h.placedNow(person); e != nil {
+		return e, nil
+	}
+	// Placements run one at a time, without holding up the people already placed.
+	h.placeMu.Lock()
+	defer h.placeMu.Unlock()
+	if e := h.placedNow(person); e != nil {
 		return e, nil
 	}
 	cfg, err := h.sandboxConfigFor(person)
@@ -155,12 +159,21 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 		return nil, err
 	}
 	e.startCleanup()
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
 	if h.placed == nil {
 		h.placed = map[string]*sandboxEntry{}
 	}
 	h.placed[person] = e
 	h.placedKeys = append(h.placedKeys, key)
 	return e, nil
+}
+
+// placedNow is the sandbox of person if it is placed already.
+func (h *Handler) placedNow(person string) *sandboxEntry {
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
+	return h.placed[person]
 }
 
 // placement is what storage records of a sandbox container.

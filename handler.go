@@ -171,6 +171,7 @@ type Handler struct {
 
 	previews *preview.Server // nil when previews are off
 
+	placeMu    sync.Mutex // one placement at a time
 	fleetMu    sync.Mutex
 	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
 	placedKeys []string                 // their pool keys
