@@ -82,24 +82,6 @@ func sandboxesByState(t testing.TB, engine, state string) float64 {
 	return n
 }
 
-// rawStart is how long the engine takes to start a bare container of the test image:
-// the baseline of a resume.
-func rawStart(t testing.TB, cli client.APIClient) time.Duration {
-	t.Helper()
-	ctx := context.Background()
-	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: testImage(), Entrypoint: []string{"sleep", "60"}},
-		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
-	begin := time.Now()
-	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return time.Since(begin)
-}
-
 // TestIdleStopAndResume: with idle_stop, a sandbox whose only job waits silently (a
 // dev server) is stopped; a job that prints keeps it running; the next call starts it
 // again, quickly, with its files.
@@ -123,7 +105,7 @@ func TestIdleStopAndResume(t *testing.T) {
 		return !containerRunning(t, s.docker, s.container) && sandboxesByState(t, "", "stopped") >= 1
 	})
 
-	raw := rawStart(t, s.docker)
+	raw := testenv.BareStart(t, s.docker)
 	begin := time.Now()
 	res := call(ctx, t, c, "execute", map[string]any{"command": "cat /sandbox/f; ps -eo comm= | grep -c '^sleep$' || true"})
 	took := time.Since(begin)
@@ -132,10 +114,8 @@ func TestIdleStopAndResume(t *testing.T) {
 	if res.IsError || structured(t, res)["stdout"] != "kept\n1\n" {
 		t.Fatalf("after the idle stop: %v %q", res.IsError, resultText(res))
 	}
-	// Under 3s; on an engine that itself takes over a second to start a bare
-	// container (a loaded machine), at most 2s more than that.
-	if took > 3*time.Second && (raw < time.Second || took > raw+2*time.Second) {
-		t.Errorf("the first call after the idle stop took %v, more than 3s (a bare container starts in %v)", took, raw)
+	if bound := testenv.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
+		t.Errorf("the first call after the idle stop took %v, more than %v (a bare container starts in %v)", took, bound, raw)
 	}
 	if n := sandboxesByState(t, "", "stopped"); n != 0 {
 		t.Errorf("sandboxes{state=stopped} = %v after the start", n)
