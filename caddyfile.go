@@ -66,6 +66,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			pids   <number>                 # the site's pids_limit unless given
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
+//		idle_stop        <duration>         # default: 0 (never); stop a sandbox unused this long, files kept
+//		engine <name> <address> {           # repeated: the engines sandboxes are placed on; default: docker_host
+//			tls_ca   <file>                 # Docker's --tlscacert, --tlscert, --tlskey
+//			tls_cert <file>
+//			tls_key  <file>
+//		}
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -78,7 +84,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		name := d.Val()
-		if seen[name] && name != "allowed_origins" && name != "person" {
+		if seen[name] && name != "allowed_origins" && name != "person" && name != "engine" {
 			return d.Errf("duplicate subdirective %s", name)
 		}
 		seen[name] = true
@@ -194,6 +200,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowedOrigins = append(h.AllowedOrigins, args...)
+		case "engine":
+			var e Engine
+			if e, err = parseEngine(d); err == nil {
+				h.Engines = append(h.Engines, e)
+			}
+		case "idle_stop":
+			err = oneDuration(d, &h.IdleStop)
 		case "previews":
 			err = oneString(d, &h.Previews)
 		case "preview_ttl":
@@ -227,6 +240,32 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// parseEngine reads `engine <name> <address> [{ tls_ca <file> tls_cert <file> tls_key <file> }]`.
+func parseEngine(d *caddyfile.Dispenser) (Engine, error) {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return Engine{}, d.Errf("engine takes a name and an address, e.g. engine big tcp://10.0.0.7:2376")
+	}
+	e := Engine{Name: args[0], Host: args[1]}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "tls_ca":
+			err = oneString(d, &e.TLSCA)
+		case "tls_cert":
+			err = oneString(d, &e.TLSCert)
+		case "tls_key":
+			err = oneString(d, &e.TLSKey)
+		default:
+			return Engine{}, d.Errf("engine %s: unrecognized setting %s (tls_ca, tls_cert, tls_key)", e.Name, d.Val())
+		}
+		if err != nil {
+			return Engine{}, err
+		}
+	}
+	return e, nil
 }
 
 func oneString(d *caddyfile.Dispenser, dst *string) error {

@@ -59,6 +59,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"person limit unknown", "mcp_sandbox {\n\tperson alice k {\n\t\tdisk 1g\n\t}\n}", "person alice: unrecognized subdirective disk"},
 		{"person bad cpus", "mcp_sandbox {\n\tperson alice k {\n\t\tcpus -1\n\t}\n}", `cpus: "-1" is not a positive number`},
 		{"bad max_sandboxes", "mcp_sandbox {\n\tmax_sandboxes 0\n}", "max_sandboxes: must be at least 1"},
+		{"engine without address", "mcp_sandbox {\n\tengine big\n}", "engine takes a name and an address"},
+		{"engine setting", "mcp_sandbox {\n\tengine big tcp://h:2376 {\n\t\ttls_verify on\n\t}\n}", "engine big: unrecognized setting tls_verify"},
+		{"bad idle_stop", "mcp_sandbox {\n\tidle_stop later\n}", `idle_stop: "later" is not a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cf := "localhost {\n" + tc.body + "\n}\n"
@@ -94,6 +97,14 @@ func TestProvisionErrors(t *testing.T) {
 		{"person with the api_key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "\n\t}\n}", "person alice: the key is the api_key"},
 		{"two people, one key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "-a\n\t\tperson bob " + key + "-a\n\t}\n}", "person bob: the key is also person alice's"},
 		{"person bad memory", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tperson alice " + key + "-a {\n\t\t\tmemory lots\n\t\t}\n\t}\n}", "person alice: memory"},
+		{"idle_stop below 1s", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tidle_stop 500ms\n\t}\n}", "idle_stop must be at least 1s"},
+		{"engine named twice", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a unix:///x.sock\n\t\tengine a unix:///y.sock\n\t}\n}", `engine "a" is named twice`},
+		{"engine name", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine Big unix:///x.sock\n\t}\n}", `engine "Big": a name is 1 to 32`},
+		{"engine address", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a ftp://x\n\t}\n}", `engine a: address "ftp://x"`},
+		{"TLS on a socket", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a unix:///x.sock {\n\t\t\ttls_ca /ca.pem\n\t\t}\n\t}\n}", "engine a: TLS needs a tcp:// address"},
+		{"TLS without CA", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_cert /c.pem\n\t\t\ttls_key /k.pem\n\t\t}\n\t}\n}", "engine a: tls_ca is missing"},
+		{"TLS cert without key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /ca.pem\n\t\t\ttls_cert /c.pem\n\t\t}\n\t}\n}", "engine a: tls_cert and tls_key go together"},
+		{"TLS files missing", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /nonexistent/ca.pem\n\t\t}\n\t}\n}", "creating Docker client for engine a (tcp://h:2376)"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

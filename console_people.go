@@ -55,6 +55,9 @@ func (h *Handler) observed(person string) (*sandbox.Sandbox, error) {
 // counted through the pooled sandbox, which then counts as held (it exists).
 func (h *Handler) sandboxInfo(ctx context.Context, person string) console.SandboxInfo {
 	info := console.SandboxInfo{Person: person, State: "unknown", DiskUsed: -1}
+	if e := h.heldSandbox(person); e != nil {
+		info.Engine = e.engine.Name
+	}
 	sb, err := h.observed(person)
 	if err != nil {
 		info.Error = err.Error()
@@ -68,7 +71,8 @@ func (h *Handler) sandboxInfo(ctx context.Context, person string) console.Sandbo
 		return info
 	}
 	if st.State == "running" {
-		e, err := h.sandboxFor(ctx, person)
+		// Placed, not used: looking from the console keeps no sandbox from idling.
+		e, err := h.placedEntry(ctx, person)
 		if err == nil {
 			var jobs []sandbox.JobInfo
 			jobs, err = e.sb.RunningJobs(ctx)

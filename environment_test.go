@@ -117,7 +117,7 @@ func TestToolBoxCPUs(t *testing.T) {
 		"unix:///var/run/docker.sock": float64(runtime.NumCPU()),
 		"tcp://10.0.0.7:2376":         1000,
 	} {
-		if got := (toolBox{sb, nil, &Handler{host: host}}).CPUs(); got != want {
+		if got := (toolBox{Sandbox: sb, e: &sandboxEntry{engine: Engine{Host: host}}}).CPUs(); got != want {
 			t.Errorf("engine %s: CPUs() = %v, want %v", host, got, want)
 		}
 	}

@@ -2,76 +2,386 @@ package mcpsandbox
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
-// This file resolves the sandbox of a request from its person: the operator's is the
-// one Provision acquired; a person's is acquired from the pool on their first call
-// (no Docker I/O: the container is created by the first command), and kept until the
-// config is cleaned up.
+// This file resolves the sandbox of a person: the engine it is placed on (engine
+// lines), its activity, and stopping it when idle (idle_stop) and starting it again.
 
-// personBoxes are the people's sandboxes a handler holds.
-type personBoxes struct {
-	mu      sync.Mutex
-	entries map[string]*sandboxEntry // by person
-	keys    []string                 // pool keys to release
+// placementPrefix is where Caddy's storage records which engine each sandbox
+// container is on: <prefix>/<container>.
+const placementPrefix = "mcp_sandbox/placement/"
+
+// engineProbeTimeout bounds asking one engine, while placing, whether it has a
+// container or how many: an engine that does not answer in time is left out.
+const engineProbeTimeout = 5 * time.Second
+
+// idleState is a sandbox's activity: when it was last used, the calls under way, and
+// whether this process stopped it for idleness.
+type idleState struct {
+	last atomic.Int64 // Unix nanoseconds of the last use
+	busy atomic.Int32 // commands under way (execute, job_output)
+
+	mu      sync.Mutex  // held while the container is stopped or started again
+	stopped atomic.Bool // by this process, for idleness (set under mu)
 }
 
-// sandboxFor returns the sandbox of person ("" for the operator). A person beyond
-// max_sandboxes gets an error that names the setting.
-func (h *Handler) sandboxFor(_ context.Context, person string) (*sandboxEntry, error) {
+// Touch records a use of the sandbox: a tool call, a preview request, an upload or a
+// download.
+func (e *sandboxEntry) Touch() { e.idle.last.Store(time.Now().UnixNano()) }
+
+// idleFor is how long the sandbox has not been used; 0 while a command runs.
+func (e *sandboxEntry) idleFor() time.Duration {
+	if e.idle.busy.Load() > 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, e.idle.last.Load()))
+}
+
+// begin counts a command under way until the returned function is called.
+func (e *sandboxEntry) begin() func() {
+	e.Touch()
+	e.idle.busy.Add(1)
+	return func() { e.Touch(); e.idle.busy.Add(-1) }
+}
+
+// resume starts the container again if it was stopped for idleness.
+func (e *sandboxEntry) resume(ctx context.Context) error {
+	e.idle.mu.Lock()
+	defer e.idle.mu.Unlock()
+	if !e.idle.stopped.Load() {
+		return nil
+	}
+	begin := time.Now()
+	if err := e.sb.Start(ctx); err != nil {
+		return e.engineError(err)
+	}
+	e.idle.stopped.Store(false)
+	e.logger.Info("started an idle-stopped sandbox again", zap.String("container", e.sb.Config().Container),
+		zap.String("engine", e.engine.Name), zap.Duration("took", time.Since(begin)))
+	return nil
+}
+
+// stopIfIdle stops the container when it has been idle for d and no job wrote output
+// in that time. It reports whether it stopped it.
+func (e *sandboxEntry) stopIfIdle(ctx context.Context, d time.Duration) (bool, error) {
+	if e.idleFor() < d {
+		return false, nil
+	}
+	e.idle.mu.Lock()
+	defer e.idle.mu.Unlock()
+	if e.idle.stopped.Load() {
+		return false, nil
+	}
+	busy, err := e.sb.JobOutputSince(ctx, time.Now().Add(-d))
+	if err != nil {
+		return false, err
+	}
+	if busy {
+		e.Touch()
+		return false, nil
+	}
+	if e.idleFor() < d { // used while job output was looked for
+		return false, nil
+	}
+	if err := e.sb.Stop(ctx); err != nil {
+		return false, err
+	}
+	e.idle.stopped.Store(true)
+	return true, nil
+}
+
+// engineError says which engine did not answer, when that is what err means.
+func (e *sandboxEntry) engineError(err error) error {
+	if !sandbox.EngineDown(err) {
+		return err
+	}
+	name := e.engine.Name
+	if name == "" {
+		name = e.engine.Host
+	}
+	return fmt.Errorf("its Docker engine %s does not answer (the operator must bring it back; try again later): %w", name, err)
+}
+
+// sandboxFor returns the sandbox of person ("" is the operator's), placing it on an
+// engine when it has none yet and starting it again when it was stopped for
+// idleness. It counts as a use of the sandbox.
+func (h *Handler) sandboxFor(ctx context.Context, person string) (*sandboxEntry, error) {
+	e, err := h.placedEntry(ctx, person)
+	if err != nil {
+		return nil, err
+	}
+	e.Touch()
+	if err := e.resume(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// placedEntry finds the pooled sandbox of person, placing it the first time. The
+// operator's sandbox is the handler's own, on the first engine.
+func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry, error) {
 	if person == "" {
 		return h.entry, nil
 	}
-	b := &h.boxes
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e := b.entries[person]; e != nil {
+	if e := h.placedNow(person); e != nil {
 		return e, nil
 	}
-	if h.MaxSandboxes > 0 && len(b.entries) >= h.MaxSandboxes {
-		return nil, fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes); ask the operator to raise max_sandboxes", len(b.entries))
+	// Placements run one at a time, without holding up the people already placed.
+	h.placeMu.Lock()
+	defer h.placeMu.Unlock()
+	if e := h.placedNow(person); e != nil {
+		return e, nil
+	}
+	if n := h.placedCount(); h.MaxSandboxes > 0 && n >= h.MaxSandboxes {
+		return nil, fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes); ask the operator to raise max_sandboxes", n)
 	}
 	cfg, err := h.sandboxConfigFor(person)
 	if err != nil {
 		return nil, err
 	}
-	e, key, err := h.app.acquire(cfg)
+	eng := Engine{}
+	if len(h.Engines) > 0 {
+		if eng, err = h.place(ctx, cfg.Container); err != nil {
+			return nil, err
+		}
+	}
+	cfg.Engine = eng.Name
+	e, key, err := h.app.acquire(eng, cfg)
 	if err != nil {
 		return nil, err
 	}
 	e.startCleanup()
-	if b.entries == nil {
-		b.entries = map[string]*sandboxEntry{}
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
+	if h.placed == nil {
+		h.placed = map[string]*sandboxEntry{}
 	}
-	b.entries[person] = e
-	b.keys = append(b.keys, key)
+	h.placed[person] = e
+	h.placedKeys = append(h.placedKeys, key)
 	return e, nil
 }
 
+// placedNow is the sandbox of person if it is placed already.
+func (h *Handler) placedNow(person string) *sandboxEntry {
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
+	return h.placed[person]
+}
+
+// placedCount is how many people's sandboxes this handler holds.
+func (h *Handler) placedCount() int {
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
+	return len(h.placed)
+}
+
 // heldSandbox returns person's sandbox if this handler holds it already, without
-// acquiring one.
+// placing one or counting a use.
 func (h *Handler) heldSandbox(person string) *sandboxEntry {
 	if person == "" {
 		return h.entry
 	}
-	h.boxes.mu.Lock()
-	defer h.boxes.mu.Unlock()
-	return h.boxes.entries[person]
+	return h.placedNow(person)
 }
 
-// releaseSandboxes gives back the people's sandboxes.
-func (h *Handler) releaseSandboxes() error {
-	h.boxes.mu.Lock()
-	keys := h.boxes.keys
-	h.boxes.keys, h.boxes.entries = nil, nil
-	h.boxes.mu.Unlock()
-	var err error
-	for _, k := range keys {
-		if e := release(k); e != nil && err == nil {
-			err = e
+// placement is what storage records of a sandbox container.
+type placement struct {
+	Engine string    `json:"engine"`
+	Placed time.Time `json:"placed"`
+}
+
+// place finds the engine of the sandbox container name: the one storage records,
+// else one that has the container (its label says so too: storage was lost, or the
+// container was made by hand), else the engine with the fewest sandboxes among those
+// that answer, which is then recorded.
+func (h *Handler) place(ctx context.Context, name string) (Engine, error) {
+	key := placementPrefix + name
+	// Instances sharing the storage place each sandbox once.
+	if err := h.storage.Lock(ctx, key); err != nil {
+		return Engine{}, fmt.Errorf("locking the placement of %s: %w", name, err)
+	}
+	defer func() {
+		if err := h.storage.Unlock(context.WithoutCancel(ctx), key); err != nil {
+			h.logger.Warn("unlocking a placement", zap.String("container", name), zap.Error(err))
+		}
+	}()
+	b, err := h.storage.Load(ctx, key)
+	switch {
+	case err == nil:
+		var p placement
+		if err := json.Unmarshal(b, &p); err != nil {
+			return Engine{}, fmt.Errorf("reading the placement of %s: %w", name, err)
+		}
+		for _, e := range h.Engines {
+			if e.Name == p.Engine {
+				return e, nil
+			}
+		}
+		return Engine{}, fmt.Errorf("this sandbox is on the Docker engine %q, which the configuration no longer names; the operator must add its engine line back", p.Engine)
+	case !errors.Is(err, fs.ErrNotExist):
+		return Engine{}, fmt.Errorf("reading the placement of %s: %w", name, err)
+	}
+	probes := make([]engineProbe, len(h.Engines))
+	var wg sync.WaitGroup
+	for i, eng := range h.Engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[i] = h.probeEngine(ctx, eng, name)
+		}()
+	}
+	wg.Wait()
+	best := -1
+	for i, p := range probes {
+		if p.err != nil {
+			h.logger.Warn("engine left out of placement", zap.String("engine", h.Engines[i].Name), zap.Error(p.err))
+			continue
+		}
+		if p.exists {
+			best = i
+			break
+		}
+		if best < 0 || p.count < probes[best].count {
+			best = i
 		}
 	}
-	return err
+	if best < 0 {
+		return Engine{}, errors.New("none of the configured Docker engines answers; try again later")
+	}
+	eng := h.Engines[best]
+	b, _ = json.Marshal(placement{Engine: eng.Name, Placed: time.Now().UTC()})
+	if err := h.storage.Store(ctx, key, b); err != nil {
+		return Engine{}, fmt.Errorf("recording the placement of %s: %w", name, err)
+	}
+	h.logger.Info("placed a sandbox", zap.String("container", name), zap.String("engine", eng.Name),
+		zap.Bool("existed", probes[best].exists), zap.Int("sandboxes_there", probes[best].count))
+	return eng, nil
+}
+
+// engineProbe is what placing learnt of an engine.
+type engineProbe struct {
+	exists bool // it has the container
+	count  int  // the sandboxes it holds
+	err    error
+}
+
+// probeEngine asks an engine whether it has the container name and how many sandboxes
+// it holds.
+func (h *Handler) probeEngine(ctx context.Context, eng Engine, name string) (p engineProbe) {
+	cli, err := newEngineClient(eng)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
+	defer cancel()
+	if p.exists, p.err = sandbox.Exists(ctx, cli, name); p.err != nil || p.exists {
+		return p
+	}
+	p.count, p.err = sandbox.Count(ctx, cli)
+	return p
+}
+
+// releaseFleet gives back the people's sandboxes this handler placed.
+func (h *Handler) releaseFleet() error {
+	h.fleetMu.Lock()
+	keys := h.placedKeys
+	h.placed, h.placedKeys = nil, nil
+	h.fleetMu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		errs = append(errs, release(k))
+	}
+	return errors.Join(errs...)
+}
+
+// fleetEntries are the sandboxes this handler uses: the operator's and the people's.
+func (h *Handler) fleetEntries() []*sandboxEntry {
+	h.fleetMu.Lock()
+	defer h.fleetMu.Unlock()
+	out := []*sandboxEntry{h.entry}
+	for _, e := range h.placed {
+		if e != h.entry {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// idleCheckEvery is how often idle sandboxes are looked for: a quarter of idle_stop,
+// between 1s and a minute.
+func idleCheckEvery(d time.Duration) time.Duration {
+	return min(max(d/4, time.Second), time.Minute)
+}
+
+// startIdleStops starts the loop that stops idle sandboxes, when idle_stop is set.
+// Cleanup ends it.
+func (h *Handler) startIdleStops() {
+	if h.IdleStop <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	h.idleMu.Lock()
+	h.idleCancel, h.idleDone = cancel, done
+	h.idleMu.Unlock()
+	d := time.Duration(h.IdleStop)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(idleCheckEvery(d))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, e := range h.fleetEntries() {
+				h.stopIdle(ctx, e, d)
+			}
+		}
+	}()
+}
+
+func (h *Handler) stopIdle(ctx context.Context, e *sandboxEntry, d time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			h.logger.Error("panic while stopping an idle sandbox", zap.Any("panic", v))
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	stopped, err := e.stopIfIdle(sctx, d)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		h.logger.Warn("checking an idle sandbox", zap.String("container", e.sb.Config().Container), zap.Error(err))
+	case stopped:
+		metricIdleStops.Inc()
+		h.logger.Info("stopped an idle sandbox; /sandbox is kept, the next call starts it again",
+			zap.String("container", e.sb.Config().Container), zap.String("engine", e.engine.Name), zap.Duration("idle_stop", d))
+	}
+}
+
+// stopIdleStops ends the idle loop.
+func (h *Handler) stopIdleStops() {
+	h.idleMu.Lock()
+	cancel, done := h.idleCancel, h.idleDone
+	h.idleCancel, h.idleDone = nil, nil
+	h.idleMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 }

@@ -123,6 +123,15 @@ type Handler struct {
 	// it share their sign-ins.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
+	// Engines are the Docker engines sandboxes are placed on (`engine` lines): a
+	// person's on the one with the fewest sandboxes when it is first made, the
+	// operator's on the first. Empty: the app's docker_host.
+	Engines []Engine `json:"engines,omitempty"`
+	// IdleStop stops a sandbox's container after this long without tool calls,
+	// previews, uploads, downloads or job output; the next call starts it again with
+	// its files. 0: never.
+	IdleStop caddy.Duration `json:"idle_stop,omitempty"`
+
 	// Previews is the domain under which exposed ports are served, each at
 	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
 	// Empty: previews are off.
@@ -149,7 +158,6 @@ type Handler struct {
 	app     *App
 	poolKey string
 	entry   *sandboxEntry // the operator's sandbox
-	boxes   personBoxes   // the people's (fleet.go)
 
 	ownersOnce sync.Once
 	owners     map[string]string // preview owner -> person (people.go)
@@ -173,6 +181,15 @@ type Handler struct {
 	consoleKeys []string
 
 	previews *preview.Server // nil when previews are off
+
+	placeMu    sync.Mutex // one placement at a time
+	fleetMu    sync.Mutex
+	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
+	placedKeys []string                 // their pool keys
+
+	idleMu     sync.Mutex
+	idleCancel context.CancelFunc
+	idleDone   chan struct{}
 }
 
 // CaddyModule returns the Caddy module information.
@@ -269,6 +286,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxTasksTotal == 0 {
 		h.MaxTasksTotal = max(defaultTasksTotal, h.MaxTasks)
 	}
+	for i := range h.Engines {
+		h.Engines[i].resolve(repl)
+	}
 	h.storage = ctx.Storage()
 	if h.StorageRaw != nil {
 		val, err := ctx.LoadModule(h, "StorageRaw")
@@ -294,13 +314,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
 	}
 	h.app = appIface.(*App)
-	entry, key, err := h.app.acquire(cfg)
+	var eng Engine // the operator's sandbox is on the first engine
+	if len(h.Engines) > 0 {
+		eng = h.Engines[0]
+	}
+	cfg.Engine = eng.Name
+	entry, key, err := h.app.acquire(eng, cfg)
 	if err != nil {
 		return err
 	}
-	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
+	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, entry.engine.Host
 	h.facts = &entry.facts
 	h.app.addWarmup(h.warmFacts)
+	h.app.addWarmup(h.startIdleStops)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err
@@ -388,6 +414,12 @@ func (h *Handler) Validate() error {
 	} else if h.MaxTasksTotal != 0 && h.MaxTasksTotal < h.MaxTasks {
 		errs = append(errs, fmt.Errorf("max_tasks: the number in all (%d) must be at least the number per session (%d)", h.MaxTasksTotal, h.MaxTasks))
 	}
+	if h.IdleStop < 0 || h.IdleStop > 0 && h.IdleStop < caddy.Duration(time.Second) {
+		errs = append(errs, errors.New("idle_stop must be at least 1s (or 0: never)"))
+	}
+	if err := validateEngines(h.Engines); err != nil {
+		errs = append(errs, err)
+	}
 	cfg, err := h.sandboxConfig()
 	if err != nil {
 		errs = append(errs, err)
@@ -415,6 +447,7 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	h.stopIdleStops()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}
@@ -426,7 +459,7 @@ func (h *Handler) Cleanup() error {
 	if h.tools != nil {
 		h.tools.Close()
 	}
-	return errors.Join(h.releaseConsole(), h.releaseGuesses(), h.releaseSandboxes(), release(h.poolKey))
+	return errors.Join(h.releaseConsole(), h.releaseGuesses(), h.releaseFleet(), release(h.poolKey))
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

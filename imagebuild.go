@@ -44,15 +44,16 @@ type imageBuild struct {
 	err   error
 }
 
-// imageMissing answers a tool call or download that found the image missing: it starts
-// the background build when it may, and says what is happening and what to do.
-func (h *Handler) imageMissing(cli client.APIClient, host string) string {
-	image := h.box.Config().Image
+// imageMissing answers a tool call or download that found the image missing on e's
+// engine: it starts the background build there when it may, and says what is
+// happening and what to do.
+func (h *Handler) imageMissing(e *sandboxEntry) string {
+	image := e.sb.Config().Image
 	manual := sandbox.ImageBuildHint(image)
 	if !autoBuildImages[image] {
 		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)
 	}
-	b := h.entry.startImageBuild(cli, image)
+	b := e.startImageBuild(e.cli, image)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {

@@ -40,6 +40,10 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
 		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
 	})
+	metricIdleStops = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "idle_stops_total",
+		Help: "Sandbox containers stopped after idle_stop without use.",
+	})
 )
 
 // agentCollector reports, per sandbox container, whether its commands run through the
@@ -96,53 +100,67 @@ func (agentCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // sandboxCollector counts the pooled sandboxes (the operator's and every person's a
-// config holds) by their container's state: running, exited, created, ..., or missing.
-// It asks each Docker engine once per scrape, with one container listing.
+// config holds) by engine and by their container's state: running, exited, created,
+// ..., missing (not created yet), or stopped (for idleness; the next call starts it
+// again). It asks each Docker engine once per scrape, with one container listing.
 type sandboxCollector struct{}
 
 var descSandboxes = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "sandboxes"),
-	"Sandboxes in use by the configuration, by the state of their container (missing: not created yet).",
-	[]string{"state"}, nil)
+	"Sandboxes in use by the configuration, by engine (\"\" without engine lines) and the state of their container (stopped: for idleness; missing: not created yet).",
+	[]string{"engine", "state"}, nil)
 
 func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSandboxes }
 
 func (sandboxCollector) Collect(ch chan<- prometheus.Metric) {
-	byEngine := map[*client.Client]map[string]bool{}
+	type engineKey struct {
+		cli  *client.Client
+		name string
+	}
+	byEngine := map[engineKey]map[string]bool{} // container -> stopped for idleness
 	sandboxes.Range(func(_, v any) bool {
 		if e, ok := v.(*sandboxEntry); ok {
-			if byEngine[e.cli] == nil {
-				byEngine[e.cli] = map[string]bool{}
+			k := engineKey{e.cli, e.engine.Name}
+			if byEngine[k] == nil {
+				byEngine[k] = map[string]bool{}
 			}
-			byEngine[e.cli][e.sb.Config().Container] = true
+			name := e.sb.Config().Container
+			byEngine[k][name] = byEngine[k][name] || e.idle.stopped.Load()
 		}
 		return true
 	})
-	counts := map[string]float64{}
-	for cli, names := range byEngine {
+	type countKey struct{ engine, state string }
+	counts := map[countKey]float64{}
+	for k, names := range byEngine {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		args := filters.NewArgs()
 		for n := range names {
 			args.Add("name", n)
 		}
-		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+		list, err := k.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 		cancel()
 		if err != nil {
-			counts["unknown"] += float64(len(names))
+			counts[countKey{k.name, "unknown"}] += float64(len(names))
 			continue
 		}
 		found := 0
 		for _, c := range list {
 			for _, n := range c.Names {
-				if names[strings.TrimPrefix(n, "/")] {
-					counts[c.State]++
-					found++
+				idle, ok := names[strings.TrimPrefix(n, "/")]
+				if !ok {
+					continue
 				}
+				state := c.State
+				if idle && state != "running" {
+					state = "stopped"
+				}
+				counts[countKey{k.name, state}]++
+				found++
 			}
 		}
-		counts["missing"] += float64(len(names) - found)
+		counts[countKey{k.name, "missing"}] += float64(len(names) - found)
 	}
-	for state, n := range counts {
-		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, n, state)
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, n, k.engine, k.state)
 	}
 }
 
@@ -151,7 +169,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes,
-		metricPersonCalls, agentCollector{}, sandboxCollector{}}
+		metricPersonCalls, metricIdleStops, agentCollector{}, sandboxCollector{}}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

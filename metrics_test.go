@@ -46,7 +46,7 @@ func TestAgentOffByConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "test\x00" + cfg.Container
-	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) { return newSandboxEntry(sb, cli, nil), nil }); err != nil {
+	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) { return newSandboxEntry(sb, cli, Engine{}, nil), nil }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = sandboxes.Delete(key) })

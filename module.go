@@ -156,20 +156,27 @@ func (a *App) addPruner(p pruner) {
 	a.pruners = append(a.pruners, p)
 }
 
-// acquire returns the sandbox for cfg, shared with any earlier config that uses the
+// acquire returns the sandbox for cfg on the engine eng (the default engine, from
+// docker_host, when eng has no name), shared with any earlier config that uses the
 // same container with the same settings. Two handlers of one config that name the same
 // container with different settings are a configuration error. The caller must
 // release the returned key when it is cleaned up.
-func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
+func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if prev, ok := a.byName[cfg.Container]; ok && prev != cfg {
 		return nil, "", fmt.Errorf("container %q is configured twice with different settings (%+v vs %+v); give each site its own container or the same settings", cfg.Container, prev, cfg)
 	}
-	host := a.dockerHost()
-	key := fmt.Sprintf("%s\x00%+v", host, cfg)
+	if eng.Host == "" {
+		eng.Host = a.dockerHost()
+	}
+	key := fmt.Sprintf("%+v\x00%+v", eng, cfg)
 	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-		cli, err := newDockerClient(host)
+		newClient := newEngineClient
+		if eng.Name == "" {
+			newClient = func(e Engine) (*client.Client, error) { return newDockerClient(e.Host) }
+		}
+		cli, err := newClient(eng)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +185,7 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 			cli.Close()
 			return nil, err
 		}
-		return newSandboxEntry(sb, cli, a.logger), nil
+		return newSandboxEntry(sb, cli, eng, a.logger), nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
@@ -224,8 +231,11 @@ func newDockerClient(host string) (*client.Client, error) {
 type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
+	engine Engine // the engine the container is on (no name: the default engine)
 	logger *zap.Logger
 	facts  facts.Cache // what is installed in the container, detected once
+
+	idle idleState // activity and idle stops (fleet.go)
 
 	once   sync.Once
 	cancel context.CancelFunc
@@ -238,9 +248,11 @@ type sandboxEntry struct {
 	builds      sync.WaitGroup
 }
 
-func newSandboxEntry(sb *sandbox.Sandbox, cli *client.Client, logger *zap.Logger) *sandboxEntry {
+func newSandboxEntry(sb *sandbox.Sandbox, cli *client.Client, eng Engine, logger *zap.Logger) *sandboxEntry {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sandboxEntry{sb: sb, cli: cli, logger: logger, buildCtx: ctx, buildCancel: cancel}
+	e := &sandboxEntry{sb: sb, cli: cli, engine: eng, logger: logger, buildCtx: ctx, buildCancel: cancel}
+	e.Touch()
+	return e
 }
 
 func (e *sandboxEntry) startCleanup() {

@@ -43,7 +43,7 @@ func TestMaxSandboxes(t *testing.T) {
 		app: app, Container: "max-sandboxes-test", MaxSandboxes: 1,
 		People: []Person{{Name: "alice", Key: "k"}, {Name: "bob", Key: "k2"}},
 	}
-	t.Cleanup(func() { _ = h.releaseSandboxes() })
+	t.Cleanup(func() { _ = h.releaseFleet() })
 	a, err := h.sandboxFor(t.Context(), "alice")
 	if err != nil || a.sb.Config().Container != "max-sandboxes-test-alice" {
 		t.Fatalf("alice: %v", err)

@@ -48,6 +48,7 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
+			h.entry.Touch() // a preview request is a use of the sandbox
 			metricPreviewRequests.WithLabelValues(result).Inc()
 			metricPreviewBytes.Add(float64(n))
 		},
@@ -68,7 +69,8 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 }
 
 // dialPreview opens one upstream connection of the preview proxy: a relay into the
-// loopback of the owner's container, made through the Docker API.
+// loopback of the owner's container, made through the Docker API. It is a use of the
+// sandbox.
 func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.Conn, error) {
 	person, ok := h.personOfOwner(owner)
 	if !ok {

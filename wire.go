@@ -33,6 +33,7 @@ func (h *Handler) toolOptions() mcptools.Options {
 		Keepalive:     time.Duration(h.Keepalive),
 		PreviewAuth:   h.PreviewAuth,
 		PreviewTTL:    time.Duration(h.PreviewTTL),
+		IdleStop:      time.Duration(h.IdleStop),
 
 		MaxTaskTTL:    time.Duration(h.MaxTaskTTL),
 		MaxTasks:      h.MaxTasks,
@@ -55,7 +56,7 @@ func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
 		return nil, err
 	}
 	metricPersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
-	return toolBox{e.sb, e, b.h}, nil
+	return toolBox{Sandbox: e.sb, e: e, h: b.h}, nil
 }
 
 // toolBox is a pooled sandbox as the tools use it.
@@ -63,6 +64,17 @@ type toolBox struct {
 	*sandbox.Sandbox
 	e *sandboxEntry
 	h *Handler
+}
+
+// Exec and JobOutput keep the sandbox from idling while they run.
+func (b toolBox) Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+	defer b.e.begin()()
+	return b.Sandbox.Exec(ctx, command, opts)
+}
+
+func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+	defer b.e.begin()()
+	return b.Sandbox.JobOutput(ctx, id, wait, input, maxOutput, onOutput)
 }
 
 func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
@@ -74,7 +86,7 @@ func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
 // asked, a local engine's count is taken to be this machine's (runtime.NumCPU).
 func (b toolBox) CPUs() float64 {
 	n, known := b.Sandbox.CPUs()
-	if !known && localEngine(b.h.host) {
+	if !known && localEngine(b.e.engine.Host) {
 		n = min(n, float64(runtime.NumCPU()))
 	}
 	return n
@@ -84,7 +96,7 @@ func (b toolBox) CPUs() float64 {
 func localEngine(host string) bool {
 	return strings.HasPrefix(host, "unix://") || strings.HasPrefix(host, "npipe://")
 }
-func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.h.docker, b.h.host) }
+func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.e) }
 
 // toolLinks signs the tools' links and records them for the console.
 type toolLinks struct{ h *Handler }

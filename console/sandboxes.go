@@ -26,6 +26,7 @@ const OperatorPath = "-"
 type SandboxInfo struct {
 	Person      string  `json:"person"` // "" for the operator's
 	Container   string  `json:"container"`
+	Engine      string  `json:"engine,omitempty"` // its engine line's name, once placed
 	State       string  `json:"state"` // running, exited, missing, ...
 	CPU         float64 `json:"cpu"`   // CPUs in use
 	Memory      int64   `json:"memory"`

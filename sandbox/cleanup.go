@@ -64,7 +64,9 @@ func (s *Sandbox) Cleanup(ctx context.Context) ([]string, error) {
 }
 
 // RunCleanup runs [Sandbox.Cleanup] every Config.CleanupInterval until ctx is done,
-// calling onDeleted (if not nil) with the paths of each pass that deleted something. It
+// calling onDeleted (if not nil) with the paths of each pass that deleted something. A
+// pass that finds the container stopped is skipped and run again as soon as Ensure
+// starts the container. It
 // returns at once when FileTTL is 0. Errors and panics of a pass are logged, never fatal.
 func (s *Sandbox) RunCleanup(ctx context.Context, onDeleted func(paths []string)) {
 	if s.cfg.FileTTL <= 0 || s.cfg.CleanupInterval <= 0 {
@@ -77,6 +79,7 @@ func (s *Sandbox) RunCleanup(ctx context.Context, onDeleted func(paths []string)
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-s.cleanupKick:
 		}
 		s.cleanupPass(ctx, onDeleted)
 	}
@@ -93,6 +96,7 @@ func (s *Sandbox) cleanupPass(ctx context.Context, onDeleted func([]string)) {
 	paths, err := s.Cleanup(upkeep(ctx))
 	switch {
 	case errors.Is(err, errNotRunning):
+		s.noteCleanupSkipped()
 		s.log.Debug("sandbox cleanup skipped", zap.Error(err))
 	case err != nil && ctx.Err() == nil:
 		s.log.Error("sandbox cleanup failed", zap.Error(err))

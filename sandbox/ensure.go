@@ -31,6 +31,7 @@ const (
 
 	labelManaged = "mcp-sandbox.managed"
 	labelVolume  = "mcp-sandbox.volume"
+	labelEngine  = "mcp-sandbox.engine"
 )
 
 // keepAlive is the container's main process: it only has to stay up (commands come in
@@ -302,7 +303,7 @@ func (s *Sandbox) create(ctx context.Context) error {
 			// entrypoint might exit or expect a terminal.
 			Entrypoint: []string{"bash", "-c", keepAlive},
 			Cmd:        []string{"mcp-sandbox"},
-			Labels:     map[string]string{labelManaged: "true", labelVolume: c.Volume},
+			Labels:     s.labels(),
 		},
 		hc, nil, nil, c.Container)
 	if err != nil {
@@ -321,6 +322,15 @@ func (s *Sandbox) create(ctx context.Context) error {
 	}
 	s.setGitIdentity(ctx)
 	return nil
+}
+
+// labels are a new container's: ours, its volume, and the engine it is placed on.
+func (s *Sandbox) labels() map[string]string {
+	l := map[string]string{labelManaged: "true", labelVolume: s.cfg.Volume}
+	if s.cfg.Engine != "" {
+		l[labelEngine] = s.cfg.Engine
+	}
+	return l
 }
 
 // Git identity of a new container, so that `git commit` works from the start. It is
@@ -392,6 +402,7 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 		return fmt.Errorf("starting sandbox container %s: %w", name, err)
 	}
 	s.log.Info("started stopped sandbox container", zap.String("id", info.ID))
+	s.started()
 	return nil
 }
 

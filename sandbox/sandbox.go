@@ -62,6 +62,9 @@ type Config struct {
 	// NoAgent runs every command as a Docker exec of its own, without the agent inside
 	// the container (agent.go).
 	NoAgent bool
+	// Engine is the name of the Docker engine the container is placed on, recorded in
+	// its label mcp-sandbox.engine ("" records none).
+	Engine string
 
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
@@ -240,6 +243,9 @@ type Sandbox struct {
 	cmdEnv      []string // what commands get on top of the image's environment (see commandEnv)
 	hostCPUs    int      // the engine's CPU count (docker info's NCPU); 0 until asked
 
+	cleanupMissed bool          // a cleanup pass found the container stopped (under mu)
+	cleanupKick   chan struct{} // runs the missed pass when the container starts again
+
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)
 
@@ -262,7 +268,8 @@ func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error)
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Sandbox{cli: cli, cfg: cfg, log: logger.With(zap.String("container", cfg.Container))}, nil
+	return &Sandbox{cli: cli, cfg: cfg, log: logger.With(zap.String("container", cfg.Container)),
+		cleanupKick: make(chan struct{}, 1)}, nil
 }
 
 // Config returns the configuration the Sandbox was made with.

@@ -217,20 +217,6 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the container: every process in it ends, while /sandbox and the
-// container's own filesystem stay. The next command starts it again. A missing
-// container is no error.
-func (s *Sandbox) Stop(ctx context.Context) error {
-	defer s.invalidate()
-	timeout := restartStopTimeout
-	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("stopping sandbox container %s: %w", s.cfg.Container, err)
-	}
-	s.log.Info("stopped sandbox container")
-	return nil
-}
-
 // Recreate removes the container and creates it again from the configured image with
 // the configured limits, keeping the volume: /sandbox survives, while processes,
 // installed packages and anything else outside /sandbox are gone.

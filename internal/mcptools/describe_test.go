@@ -3,6 +3,7 @@ package mcptools
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -71,5 +72,17 @@ func TestInstructionsFollowNetwork(t *testing.T) {
 		if strings.Contains(text, "offline") != offline {
 			t.Errorf("network %s: instructions say offline = %v: %q", network, !offline, text)
 		}
+	}
+}
+
+// TestDescriptionStatesIdleStop: with idle_stop, execute says what a stop keeps (files)
+// and what it ends (processes); without it, nothing.
+func TestDescriptionStatesIdleStop(t *testing.T) {
+	if desc := newToolsHarness(t).description("execute"); strings.Contains(desc, "stops") {
+		t.Errorf("without idle_stop: %q", desc)
+	}
+	desc := newToolsHarness(t, func(o *Options) { o.IdleStop = 30 * time.Minute }).description("execute")
+	if !strings.Contains(desc, "After 30m without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again.") {
+		t.Errorf("with idle_stop 30m: %q", desc)
 	}
 }

@@ -56,11 +56,19 @@ type shareOutput struct {
 	Directory bool      `json:"directory,omitempty" jsonschema:"The link serves a zip of a directory."`
 }
 
+// idleStopText says what an idle stop keeps and what it ends.
+func idleStopText(d time.Duration) string {
+	return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again."
+}
+
 func (s *Tools) executeTool() mcp.Tool {
 	cfg := s.opts.Config
 	ttl := "."
 	if cfg.FileTTL > 0 {
 		ttl = "; a top-level entry of /sandbox is deleted after " + human.Duration(cfg.FileTTL) + " without changes inside it."
+	}
+	if s.opts.IdleStop > 0 {
+		ttl += "\n- " + idleStopText(s.opts.IdleStop)
 	}
 	yield := s.opts.Yield
 	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d).", int(yield.Seconds()))

@@ -92,6 +92,8 @@ type Options struct {
 	Keepalive   time.Duration
 	PreviewAuth bool
 	PreviewTTL  time.Duration
+	// IdleStop is idle_stop: a sandbox unused this long is stopped; 0 never.
+	IdleStop time.Duration
 
 	MaxTaskTTL    time.Duration
 	MaxTasks      int // per session

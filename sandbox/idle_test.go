@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+)
+
+// TestStopAndStartAgain stops the container and starts it again with Ensure: the files
+// in /sandbox are there, processes are not, and a job that prints counts as output
+// while a silent one does not.
+func TestStopAndStartAgain(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	ctx := context.Background()
+	mustExec(t, sb, "echo kept > /sandbox/f", ExecOptions{})
+
+	silent := mustExec(t, sb, "cp /bin/sleep /tmp/silent; exec /tmp/silent 300", ExecOptions{Wait: NoWait})
+	since := time.Now()
+	time.Sleep(1100 * time.Millisecond) // the check has whole seconds
+	if busy, err := sb.JobOutputSince(ctx, time.Now().Add(-time.Second)); err != nil || busy {
+		t.Fatalf("a silent job (%s) counts as output: %v %v", silent.JobID, busy, err)
+	}
+	loud := mustExec(t, sb, "while :; do echo tick; sleep 0.3; done", ExecOptions{Wait: NoWait})
+	time.Sleep(1100 * time.Millisecond)
+	if busy, err := sb.JobOutputSince(ctx, since); err != nil || !busy {
+		t.Fatalf("a printing job (%s) does not count as output: %v %v", loud.JobID, busy, err)
+	}
+
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := sb.Running(ctx); err != nil || run {
+		t.Fatalf("after Stop: running %v, %v", run, err)
+	}
+	if busy, err := sb.JobOutputSince(ctx, since); err != nil || busy {
+		t.Fatalf("a stopped sandbox has output: %v %v", busy, err)
+	}
+	raw := testenv.BareStart(t, cli)
+	begin := time.Now()
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := mustExec(t, sb, "cat /sandbox/f; for p in /proc/[0-9]*; do readlink $p/exe; done | grep -c /tmp/silent", ExecOptions{})
+	took := time.Since(begin)
+	t.Logf("the first command after the stop took %v (a bare container starts in %v)", took.Round(time.Millisecond), raw.Round(time.Millisecond))
+	if res.Stdout != "kept\n0\n" {
+		t.Fatalf("after the start: %q %q", res.Stdout, res.Stderr)
+	}
+	if bound := testenv.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
+		t.Errorf("starting the stopped sandbox took %v, more than %v (a bare container starts in %v)", took, bound, raw)
+	}
+}
+
+// TestCleanupCatchesUpAfterStart: a cleanup pass that finds the container stopped runs
+// again as soon as the container starts, before the next interval.
+func TestCleanupCatchesUpAfterStart(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.FileTTL = time.Hour
+	cfg.CleanupInterval = 8 * time.Second
+	sb := newTestSandbox(t, cli, cfg)
+	mustExec(t, sb, `echo x > old.txt; touch -d "@$(( $(date +%s) - 7200 ))" old.txt`, ExecOptions{})
+	ctx := context.Background()
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deleted := make(chan time.Time, 4)
+	loop := time.Now()
+	go sb.RunCleanup(lctx, func([]string) { deleted <- time.Now() })
+	time.Sleep(cfg.CleanupInterval + 500*time.Millisecond) // one pass skipped
+	select {
+	case <-deleted:
+		t.Fatal("a pass deleted files in a stopped container")
+	default:
+	}
+	if err := sb.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	next := loop.Add(2 * cfg.CleanupInterval) // the next tick's pass
+	if started.After(next) {
+		t.Skipf("starting the container took until after the next interval (%v): nothing to tell apart", started.Sub(loop))
+	}
+	select {
+	case at := <-deleted:
+		t.Logf("the missed pass ran %v after the start", at.Sub(started).Round(time.Millisecond))
+		if at.After(next) {
+			t.Errorf("the missed pass ran only with the next interval (%v after the start)", at.Sub(started))
+		}
+	case <-time.After(time.Until(next) + 5*time.Second):
+		t.Fatal("no pass ran after the start")
+	}
+}
