@@ -27,8 +27,8 @@ type SandboxInfo struct {
 	Person      string  `json:"person"` // "" for the operator's
 	Container   string  `json:"container"`
 	Engine      string  `json:"engine,omitempty"` // its engine line's name, once placed
-	State       string  `json:"state"` // running, exited, missing, ...
-	CPU         float64 `json:"cpu"`   // CPUs in use
+	State       string  `json:"state"`            // running, exited, missing, ...
+	CPU         float64 `json:"cpu"`              // CPUs in use
 	Memory      int64   `json:"memory"`
 	MemoryLimit int64   `json:"memory_limit"`
 	DiskUsed    int64   `json:"disk_used"` // bytes under /sandbox; -1 when not known
