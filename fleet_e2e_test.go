@@ -135,7 +135,8 @@ func TestTwoEngines(t *testing.T) {
 		localHost = client.DefaultDockerHost
 	}
 	s := newSite(t)
-	opts := siteOptions{directive: []string{"engine local " + localHost, "engine two " + eng.Host()}}
+	opts := siteOptions{directive: []string{"engine local " + localHost, "engine two " + eng.Host(),
+		"person p1 two-engines-key-of-p1", "person p2 two-engines-key-of-p2"}}
 	for _, p := range []struct {
 		cli    *client.Client
 		person string

@@ -365,8 +365,10 @@ func TestPeople(t *testing.T) {
 		}
 		running := 0.0
 		for _, m := range mfs[0].GetMetric() {
-			if m.GetLabel()[0].GetValue() == "running" {
-				running = m.GetGauge().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "state" && l.GetValue() == "running" {
+					running += m.GetGauge().GetValue()
+				}
 			}
 		}
 		if running < 3 {
