@@ -55,6 +55,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad agent switch", "mcp_sandbox {\n\tagent no\n}", "agent: want on or off"},
 		{"bad bearer switch", "mcp_sandbox {\n\tapi_key_bearer maybe\n}", "api_key_bearer: want on or off"},
 		{"inline argument", "mcp_sandbox extra", "wrong argument count"},
+		{"egress unknown", "mcp_sandbox {\n\tegress {\n\t\tallowed x.com\n\t}\n}", "unrecognized egress subdirective allowed"},
+		{"egress empty allow", "mcp_sandbox {\n\tegress {\n\t\tallow\n\t}\n}", "egress allow needs at least one host"},
+		{"egress host", "mcp_sandbox {\n\tegress {\n\t\thost a.example\n\t}\n}", "egress host takes a name and an address"},
+		{"egress host twice", "mcp_sandbox {\n\tegress {\n\t\thost a.example 10.0.0.1\n\t\thost a.example 10.0.0.2\n\t}\n}", "mapped twice"},
+		{"egress credential", "mcp_sandbox {\n\tegress {\n\t\tcredential https://a.example token x\n\t}\n}", "egress credential takes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cf := "localhost {\n" + tc.body + "\n}\n"
@@ -71,6 +76,7 @@ func TestCaddyfileErrors(t *testing.T) {
 // a message that says what to do.
 func TestProvisionErrors(t *testing.T) {
 	t.Setenv("MCP_SANDBOX_TEST_EMPTY", "")
+	t.Setenv("MCP_SANDBOX_TEST_SECRET", "Bearer s3cret")
 	const key = "a-long-enough-test-key-0123456789"
 	for _, tc := range []struct{ name, sites, want string }{
 		{"missing key", "a.localhost {\n\tmcp_sandbox\n}", "api_key is empty"},
@@ -82,6 +88,11 @@ func TestProvisionErrors(t *testing.T) {
 		{"default_output above the default max_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 300000\n\t}\n}", "default_output (300000) must be at most max_output (200000)"},
 		{"tiny default_output", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tdefault_output 100\n\t}\n}", "default_output must be at least 1024 bytes"},
 		{"public_url with path", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tpublic_url https://x.example/mcp\n\t}\n}", "must be an origin"},
+		{"egress with a network", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tnetwork bridge\n\t\tegress {\n\t\t\tallow a.example\n\t\t}\n\t}\n}", "network bridge and egress exclude each other"},
+		{"egress odd wildcard", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.*.example\n\t\t}\n\t}\n}", "egress: allow a.*.example: a wildcard is allowed only as the whole first label"},
+		{"egress private address", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow 10.0.0.5\n\t\t}\n\t}\n}", "host NAME 10.0.0.5 and allow NAME"},
+		{"egress credential for a host not allowed", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://b.example header Authorization {env.MCP_SANDBOX_TEST_SECRET}\n\t\t}\n\t}\n}", "credential https://b.example: b.example:443 is not allowed"},
+		{"egress empty credential", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://a.example header Authorization {env.MCP_SANDBOX_TEST_EMPTY}\n\t\t}\n\t}\n}", "the value is empty"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
@@ -132,6 +133,10 @@ type Handler struct {
 	// PreviewTTL is how long an exposed port stays reachable. Default: 24h.
 	PreviewTTL caddy.Duration `json:"preview_ttl,omitempty"`
 
+	// Egress, when set, takes the sandbox off the network: it reaches only the hosts
+	// the block allows, through Caddy, which can add credentials the sandbox never sees.
+	Egress *EgressConfig `json:"egress,omitempty"`
+
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
 
@@ -178,6 +183,9 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.Volume, h.Volume)
 	setIf(&cfg.NetworkMode, h.Network)
 	cfg.NoAgent = h.Agent != nil && !*h.Agent
+	if h.Egress != nil {
+		cfg.NetworkMode, cfg.ProxyPort = "none", egressPort
+	}
 	if h.Memory != "" {
 		m, err := sandbox.ParseMemory(h.Memory)
 		if err != nil {
@@ -284,6 +292,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
 	h.facts = &entry.facts
+	if entry.egress != nil {
+		pol, _ := egress.Compile(h.Egress.rules()) // Validate compiled it
+		entry.egress.policy.Store(pol)
+	}
 	h.app.addWarmup(h.warmFacts)
 
 	if err := h.provisionGuesses(); err != nil {
@@ -374,6 +386,19 @@ func (h *Handler) Validate() error {
 	cfg, err := h.sandboxConfig()
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if h.Egress != nil {
+		if h.Network != "" && h.Network != "none" {
+			errs = append(errs, fmt.Errorf("network %s and egress exclude each other: with egress the sandbox has no network of its own and reaches only the allowed hosts, through Caddy", h.Network))
+		}
+		if _, err := egress.Compile(h.Egress.rules()); err != nil {
+			errs = append(errs, fmt.Errorf("egress: %w", err))
+		}
+		for _, c := range h.Egress.Credentials {
+			if strings.HasPrefix(c.Prefix, "https://") {
+				errs = append(errs, fmt.Errorf("egress: credential %s: credentials for https:// are not supported yet, only http://", c.Prefix))
+			}
+		}
 	}
 	switch {
 	case h.DefaultOutput < 0:

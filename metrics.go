@@ -89,7 +89,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, agentCollector{}}
+	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes, metricEgressRefused, agentCollector{}}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

@@ -99,6 +99,9 @@ func (a *App) Start() error {
 	defer a.mu.Unlock()
 	for _, e := range a.entries {
 		e.startCleanup()
+		if e.egress != nil {
+			e.egress.start()
+		}
 	}
 	for _, w := range a.warmups {
 		w()
@@ -178,7 +181,11 @@ func (a *App) acquire(cfg sandbox.Config) (*sandboxEntry, string, error) {
 			cli.Close()
 			return nil, err
 		}
-		return newSandboxEntry(sb, cli, a.logger), nil
+		e := newSandboxEntry(sb, cli, a.logger)
+		if cfg.ProxyPort != 0 {
+			e.egress = newEgressState(sb, a.logger)
+		}
+		return e, nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
@@ -225,7 +232,8 @@ type sandboxEntry struct {
 	sb     *sandbox.Sandbox
 	cli    *client.Client
 	logger *zap.Logger
-	facts  facts.Cache // what is installed in the container, detected once
+	facts  facts.Cache  // what is installed in the container, detected once
+	egress *egressState // the egress proxy; nil without an egress block
 
 	once   sync.Once
 	cancel context.CancelFunc
@@ -270,6 +278,9 @@ func (e *sandboxEntry) Destruct() error {
 	e.buildCancel() // a build can no longer start
 	e.buildMu.Unlock()
 	e.builds.Wait()
+	if e.egress != nil {
+		e.egress.Destruct()
+	}
 	e.sb.CloseTransfers()
 	e.sb.CloseAgent()
 	return e.cli.Close()

@@ -59,6 +59,9 @@ type Config struct {
 	// or the name of a network. A named network that does not exist is created as a
 	// bridge with inter-container traffic off. "" means DefaultNetwork.
 	NetworkMode string
+	// ProxyPort, when set, is the port on the container's loopback where the plugin's
+	// egress proxy listens: commands get the proxy variables (see proxyEnv).
+	ProxyPort int
 	// NoAgent runs every command as a Docker exec of its own, without the agent inside
 	// the container (agent.go).
 	NoAgent bool
@@ -121,6 +124,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.NetworkMode, " \t\r\n") {
 		bad("network %q contains whitespace", c.NetworkMode)
+	}
+	if c.ProxyPort < 0 || c.ProxyPort > 65535 {
+		bad("the egress proxy's port %d is out of range 1-65535", c.ProxyPort)
 	}
 	if c.Memory < minMemory {
 		bad("memory %d bytes is below Docker's minimum of 6 MiB", c.Memory)
@@ -267,3 +273,19 @@ func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error)
 
 // Config returns the configuration the Sandbox was made with.
 func (s *Sandbox) Config() Config { return s.cfg }
+
+// proxyEnv is what points a command at the egress proxy: the usual variables in both
+// cases (curl reads only the lower-case http_proxy), loopback left direct, and Node's
+// built-in fetch told to honour them. The proxy URL carries the job id as its user
+// name, sent back as Proxy-Authorization, so a refusal is tied to its command.
+func (c Config) proxyEnv(jobID string) []string {
+	if c.ProxyPort == 0 {
+		return nil
+	}
+	u := "http://" + jobID + "@127.0.0.1:" + strconv.Itoa(c.ProxyPort)
+	env := make([]string, 0, 10)
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env = append(env, k+"="+u, strings.ToLower(k)+"="+u)
+	}
+	return append(env, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1", "NODE_USE_ENV_PROXY=1")
+}

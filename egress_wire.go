@@ -1,0 +1,251 @@
+package mcpsandbox
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// Egress: with an `egress` block the sandbox has no network of its own (network none)
+// and reaches the outside only through the plugin's proxy (package egress). The agent
+// listens on egressPort on the container's loopback and hands each connection to
+// Caddy as a stream; commands find the proxy in their environment.
+
+// egressPort is where the proxy listens inside the container.
+const egressPort = 3128
+
+// EgressConfig is the `egress` block: what the sandbox may reach, through Caddy.
+type EgressConfig struct {
+	// Allow lists the reachable hosts: example.com, *.example.com (subdomains),
+	// example.com:8443 (that port; without one, 80 and 443), or * (every public host).
+	Allow []string `json:"allow,omitempty"`
+	// Deny lists hosts refused even when allowed, in the same forms.
+	Deny []string `json:"deny,omitempty"`
+	// Hosts maps names to addresses instead of DNS; the only way to reach a private or
+	// loopback address.
+	Hosts map[string]string `json:"hosts,omitempty"`
+	// Credentials are added by Caddy to requests whose URL starts with their prefix;
+	// the values never enter the sandbox.
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+}
+
+// EgressCredential is one `credential` line: a header (Header and Value) or Basic
+// credentials (User and Password) for a URL prefix. Values may hold placeholders such
+// as {env.GITHUB_TOKEN}.
+type EgressCredential struct {
+	Prefix   string `json:"prefix"`
+	Header   string `json:"header,omitempty"`
+	Value    string `json:"value,omitempty"`
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// rules are the block's rules with placeholders resolved.
+func (c *EgressConfig) rules() egress.Rules {
+	repl := caddy.NewReplacer()
+	r := egress.Rules{Allow: c.Allow, Deny: c.Deny, Hosts: c.Hosts}
+	for _, cr := range c.Credentials {
+		ec := egress.Credential{Prefix: cr.Prefix, Header: cr.Header, Value: repl.ReplaceAll(cr.Value, "")}
+		if cr.User != "" || cr.Password != "" {
+			user, pass := repl.ReplaceAll(cr.User, ""), repl.ReplaceAll(cr.Password, "")
+			ec.Header, ec.Value = "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+		}
+		r.Credentials = append(r.Credentials, ec)
+	}
+	return r
+}
+
+// egressState is a pooled sandbox's proxy: it outlives config reloads with the
+// sandbox, and each config that provisions sets the policy in force.
+type egressState struct {
+	sb     *sandbox.Sandbox
+	logger *zap.Logger
+	policy atomic.Pointer[egress.Policy]
+	proxy  *egress.Proxy
+	down   atomic.Pointer[string] // why the proxy cannot listen, nil while it can
+
+	mu      sync.Mutex
+	blocked map[string][]string // refusals by job id, until the job's result shows them
+	jobs    []string            // ids in blocked, oldest first
+	counts  map[string]int64    // refusals by host
+	once    sync.Once
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Bounds on what refusals the plugin remembers: a hostile command can make many.
+const (
+	maxBlockedJobs    = 1000
+	maxBlockedPerJob  = 8
+	maxRefusedHosts   = 200
+	egressRetryMin    = 2 * time.Second
+	egressRetryMax    = time.Minute
+	otherRefusedHosts = "(other)"
+)
+
+func newEgressState(sb *sandbox.Sandbox, logger *zap.Logger) *egressState {
+	e := &egressState{sb: sb, logger: logger.Named("egress"), blocked: map[string][]string{}, counts: map[string]int64{}}
+	e.policy.Store(&egress.Policy{}) // nothing allowed until a config sets its rules
+	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused}
+	if sb.Config().NoAgent {
+		why := "the agent is off (agent off), and the egress proxy needs it"
+		e.down.Store(&why)
+	}
+	return e
+}
+
+// refused records a refusal for the job that asked (the proxy user name), the
+// console and the metrics, and logs it.
+func (e *egressState) refused(user string, r *egress.Refusal) {
+	if !sandbox.ValidJobID(user) {
+		user = ""
+	}
+	e.mu.Lock()
+	host := r.Host
+	if _, ok := e.counts[host]; !ok && len(e.counts) >= maxRefusedHosts {
+		host = otherRefusedHosts
+	}
+	e.counts[host]++
+	if user != "" {
+		list, ok := e.blocked[user]
+		if !ok {
+			if len(e.jobs) >= maxBlockedJobs {
+				delete(e.blocked, e.jobs[0])
+				e.jobs = e.jobs[1:]
+			}
+			e.jobs = append(e.jobs, user)
+		}
+		line := fmt.Sprintf("%s (%s)", r.Host, r.Reason)
+		if len(list) < maxBlockedPerJob && !contains(list, line) {
+			e.blocked[user] = append(list, line)
+		} else if !ok {
+			e.blocked[user] = list
+		}
+	}
+	e.mu.Unlock()
+	metricEgressRefused.WithLabelValues(host).Inc()
+	e.logger.Info("egress refused", zap.String("host", r.Host), zap.Int("port", r.Port), zap.String("reason", r.Reason), zap.String("job", user))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// takeBlocked returns, once, the refusals of a job's commands.
+func (e *egressState) takeBlocked(job string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	list := e.blocked[job]
+	if len(list) > 0 {
+		e.blocked[job] = nil
+	}
+	return list
+}
+
+// refusedCounts is the refusals by host, most first.
+func (e *egressState) refusedCounts() []hostCount {
+	e.mu.Lock()
+	out := make([]hostCount, 0, len(e.counts))
+	for h, n := range e.counts {
+		out = append(out, hostCount{Host: h, Count: n})
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Host < out[j].Host
+	})
+	return out
+}
+
+type hostCount struct {
+	Host  string `json:"host"`
+	Count int64  `json:"count"`
+}
+
+// start keeps the proxy listening in the container: the listener ends with the agent,
+// and the next agent gets a new one. Where the agent cannot run, the sandbox stays
+// offline, and the loop tries again now and then.
+func (e *egressState) start() {
+	e.once.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.cancel, e.done = cancel, make(chan struct{})
+		go e.listen(ctx)
+	})
+}
+
+func (e *egressState) listen(ctx context.Context) {
+	defer close(e.done)
+	defer func() {
+		if v := recover(); v != nil {
+			e.logger.Error("panic in the egress listener", zap.Any("panic", v))
+		}
+	}()
+	wait := egressRetryMin
+	for ctx.Err() == nil {
+		began := time.Now()
+		stop, done, err := e.sb.ListenPort(ctx, egressPort, func(c net.Conn) { e.proxy.ServeConn(c) })
+		if err == nil {
+			e.down.Store(nil)
+			select {
+			case <-done:
+			case <-ctx.Done():
+				stop()
+				return
+			}
+			if time.Since(began) > egressRetryMax {
+				wait = egressRetryMin
+			}
+		} else if ctx.Err() == nil {
+			why := err.Error()
+			if prev := e.down.Swap(&why); prev == nil || *prev != why {
+				e.logger.Warn("the egress proxy cannot listen in the sandbox, which stays offline", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, egressRetryMax)
+	}
+}
+
+// Destruct stops listening; tunnels already open run to their end.
+func (e *egressState) Destruct() {
+	e.once.Do(func() {})
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
+	e.proxy.Close()
+}
+
+// info is the egress as the tools describe it.
+func (e *egressState) info() *mcptools.Egress {
+	return &mcptools.Egress{Hosts: e.policy.Load().Summary(), Offline: e.down.Load() != nil}
+}
+
+var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "egress_refused_total",
+	Help: "Connections the egress proxy refused, by host (at most 200 hosts, then (other)).",
+}, []string{"host"})
