@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -31,10 +33,17 @@ type Proxy struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// DialTimeout bounds one dial (default 15s).
 	DialTimeout time.Duration
+	// Issuer, if set, signs the certificates shown for hosts an https:// credential
+	// names, which are then intercepted; nil: every CONNECT is a plain tunnel.
+	Issuer Issuer
+	// UpstreamRoots verify intercepted hosts (nil: the system's roots). Read once, at
+	// the first connection.
+	UpstreamRoots *x509.CertPool
 
 	once      sync.Once
-	ln        *connListener
+	ln, tlsLn *connListener
 	srv       *http.Server
+	tlsSrv    *http.Server
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
 }
@@ -48,8 +57,9 @@ const (
 
 func (p *Proxy) init() {
 	p.once.Do(func() {
-		p.ln = newConnListener()
+		p.ln, p.tlsLn = newConnListener(), newConnListener()
 		p.transport = &http.Transport{
+			TLSClientConfig:        &tls.Config{RootCAs: p.UpstreamRoots, MinVersion: tls.VersionTLS12},
 			Proxy:                  nil,
 			DialContext:            p.dialContext,
 			ForceAttemptHTTP2:      false,
@@ -75,7 +85,18 @@ func (p *Proxy) init() {
 			IdleTimeout:       idleTimeout,
 			ErrorLog:          log.New(io.Discard, "", 0),
 		}
-		go p.srv.Serve(p.ln) //nolint:errcheck // ends with Close
+		p.tlsSrv = &http.Server{
+			Handler:           http.HandlerFunc(p.serveIntercepted),
+			MaxHeaderBytes:    maxHeaderBytes,
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          log.New(io.Discard, "", 0),
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				return context.WithValue(ctx, interceptKey{}, c.(*interceptConn))
+			},
+		}
+		go p.srv.Serve(p.ln)       //nolint:errcheck // ends with Close
+		go p.tlsSrv.Serve(p.tlsLn) //nolint:errcheck // ends with Close
 	})
 }
 
@@ -92,8 +113,9 @@ func (p *Proxy) ServeConn(c net.Conn) {
 func (p *Proxy) Close() error {
 	p.init()
 	p.ln.Close()
+	p.tlsLn.Close()
 	p.transport.CloseIdleConnections()
-	return p.srv.Close()
+	return errors.Join(p.srv.Close(), p.tlsSrv.Close())
 }
 
 // ServeHTTP answers one proxy request.
@@ -113,7 +135,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.refuse(w, user, err.(*Refusal))
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), reqKey{}, &reqInfo{pol: pol, user: user, host: host, port: port}))
+		r = r.WithContext(context.WithValue(r.Context(), reqKey{}, &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http"}))
 		p.rp.ServeHTTP(w, r)
 	case r.URL.IsAbs():
 		plain(w, http.StatusBadRequest, "this proxy forwards http:// URLs; use CONNECT for https")
@@ -125,9 +147,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type reqKey struct{}
 
 type reqInfo struct {
-	pol        *Policy
-	user, host string
-	port       int
+	pol                *Policy
+	user, host, scheme string
+	port               int
 }
 
 // targetOf parses a request's host[:port] strictly, with def as the port when absent.
@@ -173,6 +195,18 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 	}
 	if err := pol.Check(host, port); err != nil {
 		p.refuse(w, user, err.(*Refusal))
+		return
+	}
+	if p.Issuer != nil && pol.Intercepts(host, port) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			c.Close()
+			return
+		}
+		p.intercept(bufferedConn{c, brw.Reader}, host, port, user)
 		return
 	}
 	up, err := p.dial(r.Context(), pol, host, port)
@@ -236,9 +270,10 @@ func closeWrite(c net.Conn) {
 // among them).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	info := pr.In.Context().Value(reqKey{}).(*reqInfo)
+	pr.Out.URL.Scheme = info.scheme
 	pr.Out.URL.Host = net.JoinHostPort(info.host, strconv.Itoa(info.port))
 	pr.Out.Host = pr.In.Host
-	if c := info.pol.credentialFor("http", info.host, info.port, pr.Out.URL.Path); c != nil {
+	if c := info.pol.credentialFor(info.scheme, info.host, info.port, pr.Out.URL.Path); c != nil {
 		pr.Out.Header.Set(c.header, c.value)
 	}
 }
@@ -384,6 +419,14 @@ func shortErr(err error) string {
 	}
 	return clip(err.Error())
 }
+
+// bufferedConn reads what the HTTP server buffered first.
+type bufferedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // connListener is a net.Listener fed connections by ServeConn.
 type connListener struct {

@@ -29,6 +29,10 @@ type proxyFixture struct {
 }
 
 func newProxyFixture(t testing.TB, r Rules) *proxyFixture {
+	return newProxyFixtureWith(t, r, nil)
+}
+
+func newProxyFixtureWith(t testing.TB, r Rules, tune func(*Proxy)) *proxyFixture {
 	t.Helper()
 	f := &proxyFixture{}
 	f.policy.Store(mustCompile(t, r))
@@ -42,6 +46,9 @@ func newProxyFixture(t testing.TB, r Rules) *proxyFixture {
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return nil, errors.New("tests resolve no names")
 		},
+	}
+	if tune != nil {
+		tune(px)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
