@@ -66,6 +66,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			credential <url prefix> header <name> <value>
 //			credential <url prefix> basic <user> <password>
 //			host       <name> <address>     # instead of DNS; the only way to a private address
+//			trust_ca   <pem file...>        # extra roots for upstream TLS of intercepted hosts
 //		}
 //	}
 //
@@ -259,6 +260,12 @@ func parseEgress(d *caddyfile.Dispenser) (*EgressConfig, error) {
 				return nil, d.Errf("egress host %s is mapped twice", args[0])
 			}
 			e.Hosts[args[0]] = args[1]
+		case "trust_ca":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.Errf("egress trust_ca needs a PEM file")
+			}
+			e.TrustCA = append(e.TrustCA, args...)
 		case "credential":
 			args := d.RemainingArgs()
 			if len(args) != 4 || (args[1] != "header" && args[1] != "basic") {

@@ -93,6 +93,7 @@ func TestProvisionErrors(t *testing.T) {
 		{"egress private address", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow 10.0.0.5\n\t\t}\n\t}\n}", "host NAME 10.0.0.5 and allow NAME"},
 		{"egress credential for a host not allowed", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://b.example header Authorization {env.MCP_SANDBOX_TEST_SECRET}\n\t\t}\n\t}\n}", "credential https://b.example: b.example:443 is not allowed"},
 		{"egress empty credential", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://a.example header Authorization {env.MCP_SANDBOX_TEST_EMPTY}\n\t\t}\n\t}\n}", "the value is empty"},
+		{"egress trust_ca missing", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\ttrust_ca /nonexistent/ca.pem\n\t\t}\n\t}\n}", "egress: trust_ca: open /nonexistent/ca.pem"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

@@ -2,11 +2,22 @@ package mcpsandbox
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +27,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 )
 
 // egressUpstream is a loopback HTTP server that records the requests it gets.
@@ -166,4 +178,87 @@ func TestEgressWithoutAgentIsOffline(t *testing.T) {
 	if desc := s.executeDescription(ctx, s.client(ctx)); !strings.Contains(desc, "It is offline") || strings.Contains(desc, "allowed.test") {
 		t.Fatalf("execute description: %q", desc)
 	}
+}
+
+// HTTPS through a real Caddy and the Debian image: a credential host is intercepted
+// (a program trusting only the system bundle succeeds, the upstream gets the header),
+// an allowed host without a credential passes through untouched (a program trusting
+// only the upstream's own CA succeeds, nothing added).
+func TestEgressHTTPSThroughCaddy(t *testing.T) {
+	upCA, upRoot := egressTestCA(t)
+	got := make(chan http.Header, 8)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		fmt.Fprintf(w, "tls hello from %s%s\n", r.Host, r.URL.Path)
+	}))
+	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return upCA.Certificate(h.ServerName) }}
+	up.StartTLS()
+	defer up.Close()
+	pu, _ := url.Parse(up.URL)
+	port := pu.Port()
+	trust := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(trust, upRoot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := "egress-tls-secret-" + randomHex(12)
+	t.Setenv("EGRESS_TEST_SECRET", secret)
+	s := startSite(t, siteOptions{image: "code-sandbox-debian:latest", directive: []string{fmt.Sprintf(`egress {
+			allow cred.test:%[1]s plain.test:%[1]s
+			host cred.test 127.0.0.1
+			host plain.test 127.0.0.1
+			credential https://cred.test:%[1]s/api header Authorization {env.EGRESS_TEST_SECRET}
+			trust_ca %[2]s
+		}`, port, trust)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	run := func(cmd string) map[string]any {
+		t.Helper()
+		return structured(t, call(ctx, t, c, "execute", map[string]any{"command": cmd}))
+	}
+	run(`for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null && [ -s /var/lib/mcp-sandbox/egress/ca-bundle.pem ] && break; sleep 0.1; done`)
+	fetch := `python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode(), end="")' `
+
+	out := run(fetch + "https://cred.test:" + port + "/api/x")
+	if out["stdout"] != "tls hello from cred.test:"+port+"/api/x\n" {
+		t.Fatalf("intercepted host: %v", out)
+	}
+	if h := <-got; h.Get("Authorization") != secret {
+		t.Fatalf("the upstream got %v", h)
+	}
+
+	call(ctx, t, c, "write_file", map[string]any{"path": "/sandbox/upstream-ca.pem", "content": string(upRoot)})
+	out = run("SSL_CERT_FILE=/sandbox/upstream-ca.pem " + fetch + "https://plain.test:" + port + "/api/x")
+	if out["stdout"] != "tls hello from plain.test:"+port+"/api/x\n" {
+		t.Fatalf("pass-through host: %v", out)
+	}
+	if h := <-got; h.Get("Authorization") != "" {
+		t.Fatalf("the pass-through upstream got %v", h)
+	}
+	// The bundle holds the image's roots and ours; the secret is nowhere.
+	half := len(secret) / 2
+	out = run(fmt.Sprintf(`grep -c 'BEGIN CERTIFICATE' /var/lib/mcp-sandbox/egress/ca-bundle.pem; a=%q; b=%q; printf '%%s%%s\n' "$a" "$b" >/dev/shm/p; { ls -d /proc/[0-9]*/environ /proc/[0-9]*/cmdline; find /etc /sandbox /tmp /var/lib/mcp-sandbox -type f; } 2>/dev/null | xargs grep -l -F -f /dev/shm/p 2>/dev/null; rm /dev/shm/p; echo done`, secret[:half], secret[half:]))
+	lines := strings.Split(out["stdout"].(string), "\n")
+	if n, _ := strconv.Atoi(lines[0]); n < 50 || out["stdout"] != lines[0]+"\ndone\n" {
+		t.Fatalf("bundle and secret: %q", out["stdout"])
+	}
+}
+
+// egressTestCA is a CA for test upstreams, and its root in PEM.
+func egressTestCA(t *testing.T) (*egress.CAIssuer, []byte) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egress test upstream CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return egress.NewCAIssuer([]*x509.Certificate{cert}, key), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

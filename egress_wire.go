@@ -1,16 +1,26 @@
 package mcpsandbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
+	"os"
+	"path"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddypki"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -40,6 +50,9 @@ type EgressConfig struct {
 	// Credentials are added by Caddy to requests whose URL starts with their prefix;
 	// the values never enter the sandbox.
 	Credentials []EgressCredential `json:"credentials,omitempty"`
+	// TrustCA lists PEM files of extra roots that upstream TLS of intercepted hosts is
+	// verified with, on top of the system's.
+	TrustCA []string `json:"trust_ca,omitempty"`
 }
 
 // EgressCredential is one `credential` line: a header (Header and Value) or Basic
@@ -71,11 +84,14 @@ func (c *EgressConfig) rules() egress.Rules {
 // egressState is a pooled sandbox's proxy: it outlives config reloads with the
 // sandbox, and each config that provisions sets the policy in force.
 type egressState struct {
-	sb     *sandbox.Sandbox
-	logger *zap.Logger
-	policy atomic.Pointer[egress.Policy]
-	proxy  *egress.Proxy
-	down   atomic.Pointer[string] // why the proxy cannot listen, nil while it can
+	sb      *sandbox.Sandbox
+	logger  *zap.Logger
+	policy  atomic.Pointer[egress.Policy]
+	proxy   *egress.Proxy
+	down    atomic.Pointer[string] // why the proxy cannot listen, nil while it can
+	issuer  atomic.Pointer[egress.CAIssuer]
+	roots   atomic.Pointer[x509.CertPool]
+	rootPEM atomic.Pointer[[]byte]
 
 	mu      sync.Mutex
 	blocked map[string][]string // refusals by job id, until the job's result shows them
@@ -99,7 +115,7 @@ const (
 func newEgressState(sb *sandbox.Sandbox, logger *zap.Logger) *egressState {
 	e := &egressState{sb: sb, logger: logger.Named("egress"), blocked: map[string][]string{}, counts: map[string]int64{}}
 	e.policy.Store(&egress.Policy{}) // nothing allowed until a config sets its rules
-	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused}
+	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused, Issuer: issuerOf{e}, UpstreamRoots: e.roots.Load}
 	if sb.Config().NoAgent {
 		why := "the agent is off (agent off), and the egress proxy needs it"
 		e.down.Store(&why)
@@ -206,6 +222,9 @@ func (e *egressState) listen(ctx context.Context) {
 		stop, done, err := e.sb.ListenPort(ctx, egressPort, func(c net.Conn) { e.proxy.ServeConn(c) })
 		if err == nil {
 			e.down.Store(nil)
+			if err := e.installCA(ctx); err != nil && ctx.Err() == nil {
+				e.logger.Warn("installing the egress CA in the sandbox", zap.Error(err))
+			}
 			select {
 			case <-done:
 			case <-ctx.Done():
@@ -249,3 +268,123 @@ var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "egress_refused_total",
 	Help: "Connections the egress proxy refused, by host (at most 200 hosts, then (other)).",
 }, []string{"host"})
+
+// The plugin's own CA for intercepted hosts, in Caddy's storage under
+// pki/authorities/<egressCAID>: never Caddy's `local` CA, which `tls internal` shares,
+// and never installed in the host's trust store.
+const (
+	egressCAID = "mcp_sandbox_egress"
+	// egressBundle is the CA bundle commands are pointed at: the image's roots plus ours.
+	egressBundle = "/var/lib/mcp-sandbox/egress/ca-bundle.pem"
+	// maxSystemBundle bounds the image's bundle read back from the container.
+	maxSystemBundle = 8 << 20
+	// egressCARenew: the intermediate is made anew when less than this is left of it.
+	egressCARenew = 2 * 24 * time.Hour
+)
+
+// systemBundles are where images keep their CA bundle (Debian and Ubuntu, RHEL and
+// Fedora, Alpine).
+var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// provisionEgressCA loads or creates the CA, making its intermediate anew when it is
+// about to expire (Caddy renews only the CAs of its pki app).
+func provisionEgressCA(ctx caddy.Context, logger *zap.Logger) (*caddypki.CA, error) {
+	for attempt := 0; ; attempt++ {
+		off := false
+		ca := &caddypki.CA{
+			Name: "MCP sandbox egress", RootCommonName: "MCP sandbox egress root",
+			IntermediateCommonName: "MCP sandbox egress intermediate", InstallTrust: &off,
+		}
+		if err := ca.Provision(ctx, egressCAID, logger); err != nil {
+			return nil, fmt.Errorf("setting up the egress CA: %w", err)
+		}
+		chain := ca.IntermediateCertificateChain()
+		if attempt > 0 || len(chain) == 0 || time.Until(chain[0].NotAfter) > egressCARenew {
+			return ca, nil
+		}
+		prefix := path.Join("pki", "authorities", egressCAID)
+		for _, k := range []string{"intermediate.crt", "intermediate.key"} {
+			if err := ctx.Storage().Delete(ctx, path.Join(prefix, k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("renewing the egress CA's intermediate: %w", err)
+			}
+		}
+	}
+}
+
+// setCA makes ca the one intercepted hosts are shown, and trustCA (PEM files) the extra
+// roots upstreams are verified with, on top of the system's.
+func (e *egressState) setCA(ca *caddypki.CA, trustCA []string) error {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	for _, f := range trustCA {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("trust_ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(data) {
+			return fmt.Errorf("trust_ca %s: no PEM certificate in it", f)
+		}
+	}
+	e.roots.Store(roots)
+	e.issuer.Store(egress.NewCAIssuer(ca.IntermediateCertificateChain(), ca.IntermediateKey()))
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.RootCertificate().Raw})
+	e.rootPEM.Store(&rootPEM)
+	return nil
+}
+
+// issuerOf is the proxy's Issuer: the CA of the latest config.
+type issuerOf struct{ e *egressState }
+
+func (i issuerOf) Certificate(host string) (*tls.Certificate, error) {
+	is := i.e.issuer.Load()
+	if is == nil {
+		return nil, errors.New("no egress CA")
+	}
+	return is.Certificate(host)
+}
+
+// installCA writes the bundle commands are pointed at (the image's roots plus ours)
+// and adds our root to the image's own bundle, for programs that read only that.
+// What it reads from the container is bounded and only written back into it.
+func (e *egressState) installCA(ctx context.Context) error {
+	rp := e.rootPEM.Load()
+	if rp == nil {
+		return nil
+	}
+	ours := *rp
+	var system []byte
+	sysPath := ""
+	for _, p := range systemBundles {
+		f, err := e.sb.Open(ctx, p, 0)
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxSystemBundle+1))
+		f.Close()
+		if err == nil && len(b) <= maxSystemBundle {
+			system, sysPath = b, p
+			break
+		}
+	}
+	withOurs := func(b []byte) []byte {
+		if bytes.Contains(b, ours) {
+			return b
+		}
+		out := append([]byte(nil), b...)
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		return append(out, ours...)
+	}
+	if _, _, err := e.sb.WriteFile(ctx, egressBundle, withOurs(system)); err != nil {
+		return fmt.Errorf("writing the CA bundle: %w", err)
+	}
+	if sysPath != "" && !bytes.Contains(system, ours) {
+		if _, _, err := e.sb.WriteFile(ctx, sysPath, withOurs(system)); err != nil {
+			return fmt.Errorf("adding the egress CA to %s: %w", sysPath, err)
+		}
+	}
+	return nil
+}

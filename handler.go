@@ -184,7 +184,7 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.NetworkMode, h.Network)
 	cfg.NoAgent = h.Agent != nil && !*h.Agent
 	if h.Egress != nil {
-		cfg.NetworkMode, cfg.ProxyPort = "none", egressPort
+		cfg.NetworkMode, cfg.ProxyPort, cfg.CABundle = "none", egressPort, egressBundle
 	}
 	if h.Memory != "" {
 		m, err := sandbox.ParseMemory(h.Memory)
@@ -293,6 +293,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, h.app.dockerHost()
 	h.facts = &entry.facts
 	if entry.egress != nil {
+		ca, err := provisionEgressCA(ctx, h.logger.Named("egress"))
+		if err != nil {
+			return err
+		}
+		if err := entry.egress.setCA(ca, h.Egress.TrustCA); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
 		pol, _ := egress.Compile(h.Egress.rules()) // Validate compiled it
 		entry.egress.policy.Store(pol)
 	}
@@ -394,11 +401,7 @@ func (h *Handler) Validate() error {
 		if _, err := egress.Compile(h.Egress.rules()); err != nil {
 			errs = append(errs, fmt.Errorf("egress: %w", err))
 		}
-		for _, c := range h.Egress.Credentials {
-			if strings.HasPrefix(c.Prefix, "https://") {
-				errs = append(errs, fmt.Errorf("egress: credential %s: credentials for https:// are not supported yet, only http://", c.Prefix))
-			}
-		}
+
 	}
 	switch {
 	case h.DefaultOutput < 0:

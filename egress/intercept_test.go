@@ -64,7 +64,7 @@ func TestInterceptAddsCredential(t *testing.T) {
 		Allow:       []string{"cred.test:" + port, "plain.test:" + port},
 		Hosts:       map[string]string{"cred.test": "127.0.0.1", "plain.test": "127.0.0.1"},
 		Credentials: []Credential{{Prefix: "https://cred.test:" + port + "/api", Header: "Authorization", Value: "Bearer s3cret"}},
-	}, func(p *Proxy) { p.Issuer, p.UpstreamRoots = ours, upRoots })
+	}, func(p *Proxy) { p.Issuer, p.UpstreamRoots = ours, func() *x509.CertPool { return upRoots } })
 
 	// The program trusts only our CA: the credential host is intercepted and works.
 	c := f.client("j0123456789ab")
@@ -128,7 +128,7 @@ func TestInterceptRefusesMismatches(t *testing.T) {
 		Allow:       []string{"cred.test:" + port, "other.test:" + port},
 		Hosts:       map[string]string{"cred.test": "127.0.0.1", "other.test": "127.0.0.1"},
 		Credentials: []Credential{{Prefix: "https://cred.test:" + port, Header: "Authorization", Value: "Bearer s3cret"}},
-	}, func(p *Proxy) { p.Issuer, p.UpstreamRoots = ours, otherRoots })
+	}, func(p *Proxy) { p.Issuer, p.UpstreamRoots = ours, func() *x509.CertPool { return otherRoots } })
 
 	// SNI that is not the CONNECT target: no handshake.
 	if _, err := connectTLS(t, f, "cred.test:"+port, "other.test", ourRoots); err == nil {

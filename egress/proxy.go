@@ -36,9 +36,9 @@ type Proxy struct {
 	// Issuer, if set, signs the certificates shown for hosts an https:// credential
 	// names, which are then intercepted; nil: every CONNECT is a plain tunnel.
 	Issuer Issuer
-	// UpstreamRoots verify intercepted hosts (nil: the system's roots). Read once, at
-	// the first connection.
-	UpstreamRoots *x509.CertPool
+	// UpstreamRoots returns the roots that verify intercepted hosts, asked per
+	// connection (nil, or a nil pool: the system's roots).
+	UpstreamRoots func() *x509.CertPool
 
 	once      sync.Once
 	ln, tlsLn *connListener
@@ -59,7 +59,7 @@ func (p *Proxy) init() {
 	p.once.Do(func() {
 		p.ln, p.tlsLn = newConnListener(), newConnListener()
 		p.transport = &http.Transport{
-			TLSClientConfig:        &tls.Config{RootCAs: p.UpstreamRoots, MinVersion: tls.VersionTLS12},
+			DialTLSContext:         p.dialTLS,
 			Proxy:                  nil,
 			DialContext:            p.dialContext,
 			ForceAttemptHTTP2:      false,
@@ -290,6 +290,26 @@ func (p *Proxy) dialContext(ctx context.Context, _, addr string) (net.Conn, erro
 		return nil, err
 	}
 	return p.dial(ctx, p.Policy(), host, port)
+}
+
+// dialTLS is the transport's dialer for intercepted hosts: the policy checked again,
+// then TLS verified against the upstream roots.
+func (p *Proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := p.dialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	cfg := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	if p.UpstreamRoots != nil {
+		cfg.RootCAs = p.UpstreamRoots()
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // dial connects to host:port after checking the policy and the address: a name mapped
