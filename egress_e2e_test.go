@@ -2,16 +2,10 @@ package mcpsandbox
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -28,6 +22,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // egressUpstream is a loopback HTTP server that records the requests it gets.
@@ -185,7 +180,8 @@ func TestEgressWithoutAgentIsOffline(t *testing.T) {
 // an allowed host without a credential passes through untouched (a program trusting
 // only the upstream's own CA succeeds, nothing added).
 func TestEgressHTTPSThroughCaddy(t *testing.T) {
-	upCA, upRoot := egressTestCA(t)
+	upCert, upKey, upRoot := testenv.CA(t, "egress test upstream CA")
+	upCA := egress.NewCAIssuer([]*x509.Certificate{upCert}, upKey)
 	got := make(chan http.Header, 8)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Clone()
@@ -242,23 +238,4 @@ func TestEgressHTTPSThroughCaddy(t *testing.T) {
 	if n, _ := strconv.Atoi(lines[0]); n < 50 || out["stdout"] != lines[0]+"\ndone\n" {
 		t.Fatalf("bundle and secret: %q", out["stdout"])
 	}
-}
-
-// egressTestCA is a CA for test upstreams, and its root in PEM.
-func egressTestCA(t *testing.T) (*egress.CAIssuer, []byte) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egress test upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return egress.NewCAIssuer([]*x509.Certificate{cert}, key), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -3,43 +3,17 @@ package egress
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 const benchBytes = 200 << 20
-
-// bareRelay is the baseline: a listener that relays each connection to target, with
-// no HTTP at all.
-func bareRelay(tb testing.TB, target string) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					c.Close()
-					return
-				}
-				relay(c, c, up)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 func bigUpstream(tb testing.TB) *httptest.Server {
 	zeros := make([]byte, 256<<10)
@@ -83,7 +57,8 @@ func BenchmarkEgress(b *testing.B) {
 	f := newProxyFixture(b, Rules{Allow: []string{"big.test:" + pu.Port()}, Hosts: map[string]string{"big.test": "127.0.0.1"}})
 	viaProxy := f.client("")
 	direct := &http.Client{Transport: &http.Transport{}}
-	relayURL := "http://" + bareRelay(b, pu.Host) + "/"
+	relay, _ := testenv.CountingProxy(b, pu.Host) // the baseline: a bare TCP relay, no HTTP
+	relayURL := "http://" + relay + "/"
 	proxyURL := "http://big.test:" + pu.Port() + "/"
 	const small = 200
 	var proxyBig, relayBig, proxySmall, relaySmall time.Duration

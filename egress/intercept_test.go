@@ -2,39 +2,23 @@ package egress
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// testCA is a self-signed CA that signs directly (no intermediate).
+// testCA is a CA for the tests, as an Issuer and as the roots that trust it.
 func testCA(t testing.TB, name string) (*CAIssuer, *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour * 24 * 30),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
+	cert, key, _ := testenv.CA(t, name)
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return NewCAIssuer([]*x509.Certificate{cert}, key), pool
