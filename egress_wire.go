@@ -92,6 +92,8 @@ type egressState struct {
 	issuer  atomic.Pointer[egress.CAIssuer]
 	roots   atomic.Pointer[x509.CertPool]
 	rootPEM atomic.Pointer[[]byte]
+	// renewCA provisions the CA again with the latest config (set by each config).
+	renewCA atomic.Pointer[func() error]
 
 	mu      sync.Mutex
 	blocked map[string][]string // refusals by job id, until the job's result shows them
@@ -205,12 +207,50 @@ func (e *egressState) start() {
 	e.once.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
-		go e.listen(ctx)
+		maintained := make(chan struct{})
+		go e.maintainCA(ctx, maintained)
+		go func() {
+			defer close(e.done)
+			e.listen(ctx)
+			<-maintained
+		}()
 	})
 }
 
+// maintainCA makes the CA's intermediate anew, with the latest config, when it nears
+// expiry: Caddy renews only the CAs of its own pki app.
+func (e *egressState) maintainCA(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	defer func() {
+		if v := recover(); v != nil {
+			e.logger.Error("panic while renewing the egress CA", zap.Any("panic", v))
+		}
+	}()
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := e.renewIfDue(time.Now()); err != nil {
+			e.logger.Error("renewing the egress CA", zap.Error(err))
+		}
+	}
+}
+
+// renewIfDue provisions the CA again when its intermediate has less than
+// egressCARenew left at now.
+func (e *egressState) renewIfDue(now time.Time) error {
+	is, renew := e.issuer.Load(), e.renewCA.Load()
+	if is == nil || renew == nil || is.NotAfter().Sub(now) > egressCARenew {
+		return nil
+	}
+	return (*renew)()
+}
+
 func (e *egressState) listen(ctx context.Context) {
-	defer close(e.done)
 	defer func() {
 		if v := recover(); v != nil {
 			e.logger.Error("panic in the egress listener", zap.Any("panic", v))

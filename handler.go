@@ -300,6 +300,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := entry.egress.setCA(ca, h.Egress.TrustCA); err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
+		logger, trust, state := h.logger.Named("egress"), h.Egress.TrustCA, entry.egress
+		renew := func() error {
+			ca, err := provisionEgressCA(ctx, logger)
+			if err != nil {
+				return err
+			}
+			return state.setCA(ca, trust)
+		}
+		entry.egress.renewCA.Store(&renew)
 		pol, _ := egress.Compile(h.Egress.rules()) // Validate compiled it
 		entry.egress.policy.Store(pol)
 	}

@@ -56,6 +56,14 @@ func NewCAIssuer(chain []*x509.Certificate, key crypto.Signer) *CAIssuer {
 	return &CAIssuer{chain: chain, key: key, cache: map[string]*tls.Certificate{}}
 }
 
+// NotAfter is when the signing certificate expires.
+func (c *CAIssuer) NotAfter() time.Time {
+	if len(c.chain) == 0 {
+		return time.Time{}
+	}
+	return c.chain[0].NotAfter
+}
+
 // Certificate returns a leaf for host (a normalized name or IP literal).
 func (c *CAIssuer) Certificate(host string) (*tls.Certificate, error) {
 	c.once.Do(func() { c.leafKey, c.err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader) })
