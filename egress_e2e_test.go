@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -237,5 +239,80 @@ func TestEgressHTTPSThroughCaddy(t *testing.T) {
 	lines := strings.Split(out["stdout"].(string), "\n")
 	if n, _ := strconv.Atoi(lines[0]); n < 50 || out["stdout"] != lines[0]+"\ndone\n" {
 		t.Fatalf("bundle and secret: %q", out["stdout"])
+	}
+}
+
+// git clone over HTTPS from a host whose Basic credentials the proxy adds: the
+// repository is cloned, the server saw the credentials, and the clone's config holds
+// none.
+func TestEgressGitCloneWithBasicCredentials(t *testing.T) {
+	backend, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git on this machine")
+	}
+	repos := t.TempDir()
+	for _, args := range [][]string{
+		{"init", "-q", "--bare", filepath.Join(repos, "r.git")},
+		{"-C", filepath.Join(repos, "r.git"), "config", "http.receivepack", "false"},
+	} {
+		if out, err := exec.Command(backend, args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	work := t.TempDir()
+	for _, args := range [][]string{
+		{"-C", work, "init", "-q"},
+		{"-C", work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "hello through the proxy"},
+		{"-C", work, "push", "-q", filepath.Join(repos, "r.git"), "HEAD:refs/heads/main"},
+		{"-C", filepath.Join(repos, "r.git"), "symbolic-ref", "HEAD", "refs/heads/main"},
+	} {
+		if out, err := exec.Command(backend, args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	upCert, upKey, upRoot := testenv.CA(t, "egress test git CA")
+	upCA := egress.NewCAIssuer([]*x509.Certificate{upCert}, upKey)
+	auth := make(chan string, 64)
+	gitHandler := &cgi.Handler{Path: backend, Args: []string{"http-backend"},
+		Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		select {
+		case auth <- user + ":" + pass:
+		default:
+		}
+		if !ok || user != "x-access-token" || pass != os.Getenv("EGRESS_TEST_SECRET") {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "who are you", http.StatusUnauthorized)
+			return
+		}
+		gitHandler.ServeHTTP(w, r)
+	}))
+	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return upCA.Certificate(h.ServerName) }}
+	up.StartTLS()
+	defer up.Close()
+	pu, _ := url.Parse(up.URL)
+	trust := filepath.Join(t.TempDir(), "git-ca.pem")
+	if err := os.WriteFile(trust, upRoot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := "egress-git-secret-" + randomHex(12)
+	t.Setenv("EGRESS_TEST_SECRET", secret)
+	s := startSite(t, siteOptions{image: "code-sandbox-debian:latest", directive: []string{fmt.Sprintf(`egress {
+			allow git.test:%[1]s
+			host git.test 127.0.0.1
+			credential https://git.test:%[1]s basic x-access-token {env.EGRESS_TEST_SECRET}
+			trust_ca %[2]s
+		}`, pu.Port(), trust)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	out := structured(t, call(ctx, t, c, "execute", map[string]any{"command": `for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null && [ -s /var/lib/mcp-sandbox/egress/ca-bundle.pem ] && break; sleep 0.1; done
+git clone -q https://git.test:` + pu.Port() + `/r.git /sandbox/r && git -C /sandbox/r log --format=%s && cat /sandbox/r/.git/config`}))
+	if !strings.HasPrefix(out["stdout"].(string), "hello through the proxy\n") || strings.Contains(out["stdout"].(string), "x-access-token") {
+		t.Fatalf("git clone: %v", out)
+	}
+	if got := <-auth; got != "x-access-token:"+secret {
+		t.Fatalf("the git server got %q", got)
 	}
 }
