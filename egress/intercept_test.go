@@ -144,3 +144,51 @@ func TestInterceptRefusesMismatches(t *testing.T) {
 	}
 	_ = upRoots
 }
+
+// A WebSocket (any HTTP upgrade) works through an intercepted host, with the
+// credential on its handshake.
+func TestInterceptWebSocket(t *testing.T) {
+	auth := make(chan string, 1)
+	up, upRoots := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", 400)
+			return
+		}
+		auth <- r.Header.Get("Authorization")
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(brw, buf); err == nil {
+			c.Write(buf)
+		}
+	}))
+	port := portOf(t, up.URL)
+	ours, ourRoots := testCA(t, "sandbox CA")
+	f := newProxyFixtureWith(t, Rules{
+		Allow:       []string{"ws.test:" + port},
+		Hosts:       map[string]string{"ws.test": "127.0.0.1"},
+		Credentials: []Credential{{Prefix: "https://ws.test:" + port, Header: "Authorization", Value: "Bearer s3cret"}},
+	}, func(p *Proxy) { p.Issuer, p.UpstreamRoots = ours, func() *x509.CertPool { return upRoots } })
+	tc, err := connectTLS(t, f, "ws.test:"+port, "ws.test", ourRoots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: ws.test:%s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", port)
+	br := bufio.NewReader(tc)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	if got := <-auth; got != "Bearer s3cret" {
+		t.Fatalf("the upstream got %q", got)
+	}
+	tc.Write([]byte("ping"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo %q %v", buf, err)
+	}
+}
