@@ -137,6 +137,14 @@ func TestEgressThroughCaddy(t *testing.T) {
 		t.Fatalf("a direct connection worked: %q", o)
 	}
 
+	// When the agent goes (the model killed it), the proxy listens again through the
+	// next one.
+	run("pkill -9 -f 'sandbox-agen[t].* serve'; echo killed")
+	_, out = run("for i in $(seq 100); do wget -q -O - http://allowed.test:" + up.port + "/again 2>/dev/null && break; sleep 0.1; done")
+	if out["stdout"] != "hello from allowed.test:"+up.port+"/again\n" {
+		t.Fatalf("after the agent was killed: %v", out)
+	}
+
 	// A reload with new rules applies to the running sandbox.
 	id := s.containerID()
 	s.load(siteOptions{directive: egressDirective(up.port, "allowed.test:"+up.port, "refused.test:"+up.port)})

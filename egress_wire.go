@@ -111,6 +111,7 @@ const (
 	maxRefusedHosts   = 200
 	egressRetryMin    = 2 * time.Second
 	egressRetryMax    = time.Minute
+	egressSteady      = 10 * time.Second // a listener that lasted this long was no failure
 	otherRefusedHosts = "(other)"
 )
 
@@ -271,8 +272,11 @@ func (e *egressState) listen(ctx context.Context) {
 				stop()
 				return
 			}
-			if time.Since(began) > egressRetryMax {
+			// The agent went (killed, or the container restarted): listen again at
+			// once through the next one, unless agents keep going quickly.
+			if time.Since(began) > egressSteady {
 				wait = egressRetryMin
+				continue
 			}
 		} else if ctx.Err() == nil {
 			why := err.Error()
