@@ -74,7 +74,8 @@ func (p *Proxy) init() {
 		p.rp = &httputil.ReverseProxy{
 			Rewrite:       p.rewrite,
 			Transport:     p.transport,
-			FlushInterval: -1,
+			FlushInterval: 0,
+			BufferPool:    copyBuffers{},
 			ErrorLog:      log.New(io.Discard, "", 0),
 			ErrorHandler:  p.forwardError,
 		}
@@ -439,6 +440,15 @@ func shortErr(err error) string {
 	}
 	return clip(err.Error())
 }
+
+// copyBuffers are ReverseProxy's copy buffers: large, so a download reaches the
+// sandbox's stream in few frames.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // bufferedConn reads what the HTTP server buffered first.
 type bufferedConn struct {
