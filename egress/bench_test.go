@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"testing"
@@ -14,23 +13,6 @@ import (
 )
 
 const benchBytes = 200 << 20
-
-func bigUpstream(tb testing.TB) *httptest.Server {
-	zeros := make([]byte, 256<<10)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-		w.Header().Set("Content-Length", strconv.Itoa(n))
-		for n > 0 {
-			k := min(n, len(zeros))
-			if _, err := w.Write(zeros[:k]); err != nil {
-				return
-			}
-			n -= k
-		}
-	}))
-	tb.Cleanup(srv.Close)
-	return srv
-}
 
 // fetch downloads n bytes through c and returns how long it took.
 func fetch(tb testing.TB, c *http.Client, u string, n int) time.Duration {
@@ -52,7 +34,7 @@ func fetch(tb testing.TB, c *http.Client, u string, n int) time.Duration {
 // same run. It reports each side's throughput, their ratio, and the time the proxy
 // adds per small request.
 func BenchmarkEgress(b *testing.B) {
-	up := bigUpstream(b)
+	up := testenv.ZerosServer(b)
 	pu, _ := url.Parse(up.URL)
 	f := newProxyFixture(b, Rules{Allow: []string{"big.test:" + pu.Port()}, Hosts: map[string]string{"big.test": "127.0.0.1"}})
 	viaProxy := f.client("")

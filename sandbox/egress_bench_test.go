@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // BenchmarkEgressInSandbox runs the egress proxy where it really runs, on a listener
@@ -23,19 +22,7 @@ import (
 func BenchmarkEgressInSandbox(b *testing.B) {
 	sb, _ := benchSandbox(b)
 	ctx := context.Background()
-	zeros := make([]byte, 256<<10)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-		w.Header().Set("Content-Length", strconv.Itoa(n))
-		for n > 0 {
-			k := min(n, len(zeros))
-			if _, err := w.Write(zeros[:k]); err != nil {
-				return
-			}
-			n -= k
-		}
-	}))
-	defer up.Close()
+	up := testenv.ZerosServer(b)
 	pu, _ := url.Parse(up.URL)
 	pol, err := egress.Compile(egress.Rules{Allow: []string{"big.test:" + pu.Port()}, Hosts: map[string]string{"big.test": "127.0.0.1"}})
 	if err != nil {
