@@ -72,6 +72,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			tls_cert <file>
 //			tls_key  <file>
 //		}
+//		egress {                            # absent: network as configured; present: no network but these hosts, through Caddy
+//			allow      <host[:port]...>     # example.com, *.example.com, example.com:8443, *; ports 80 and 443 by default
+//			deny       <host[:port]...>     # wins over allow
+//			credential <url prefix> header <name> <value>
+//			credential <url prefix> basic <user> <password>
+//			host       <name> <address>     # instead of DNS; the only way to a private address
+//			trust_ca   <pem file...>        # extra roots for upstream TLS of intercepted hosts
+//		}
 //	}
 //
 // Durations take Caddy's forms (90s, 1h, 7d). The API key both signs people in and
@@ -218,6 +226,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowPrivateClientMetadata = true
+		case "egress":
+			h.Egress, err = parseEgress(d)
 		case "storage":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -263,6 +273,61 @@ func parseEngine(d *caddyfile.Dispenser) (Engine, error) {
 		}
 		if err != nil {
 			return Engine{}, err
+		}
+	}
+	return e, nil
+}
+
+// parseEgress reads the egress block; the rules themselves are checked by Validate.
+func parseEgress(d *caddyfile.Dispenser) (*EgressConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	e := &EgressConfig{}
+	for nest := d.Nesting(); d.NextBlock(nest); {
+		switch sub := d.Val(); sub {
+		case "allow", "deny":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.Errf("egress %s needs at least one host", sub)
+			}
+			if sub == "allow" {
+				e.Allow = append(e.Allow, args...)
+			} else {
+				e.Deny = append(e.Deny, args...)
+			}
+		case "host":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.Errf("egress host takes a name and an address: host git.internal.example 10.0.0.5")
+			}
+			if e.Hosts == nil {
+				e.Hosts = map[string]string{}
+			}
+			if _, dup := e.Hosts[args[0]]; dup {
+				return nil, d.Errf("egress host %s is mapped twice", args[0])
+			}
+			e.Hosts[args[0]] = args[1]
+		case "trust_ca":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.Errf("egress trust_ca needs a PEM file")
+			}
+			e.TrustCA = append(e.TrustCA, args...)
+		case "credential":
+			args := d.RemainingArgs()
+			if len(args) != 4 || (args[1] != "header" && args[1] != "basic") {
+				return nil, d.Errf("egress credential takes <url prefix> header <name> <value>, or <url prefix> basic <user> <password>")
+			}
+			c := EgressCredential{Prefix: args[0]}
+			if args[1] == "header" {
+				c.Header, c.Value = args[2], args[3]
+			} else {
+				c.User, c.Password = args[2], args[3]
+			}
+			e.Credentials = append(e.Credentials, c)
+		default:
+			return nil, d.Errf("unrecognized egress subdirective %s", sub)
 		}
 	}
 	return e, nil

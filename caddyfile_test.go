@@ -62,6 +62,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"engine without address", "mcp_sandbox {\n\tengine big\n}", "engine takes a name and an address"},
 		{"engine setting", "mcp_sandbox {\n\tengine big tcp://h:2376 {\n\t\ttls_verify on\n\t}\n}", "engine big: unrecognized setting tls_verify"},
 		{"bad idle_stop", "mcp_sandbox {\n\tidle_stop later\n}", `idle_stop: "later" is not a duration`},
+		{"egress unknown", "mcp_sandbox {\n\tegress {\n\t\tallowed x.com\n\t}\n}", "unrecognized egress subdirective allowed"},
+		{"egress empty allow", "mcp_sandbox {\n\tegress {\n\t\tallow\n\t}\n}", "egress allow needs at least one host"},
+		{"egress host", "mcp_sandbox {\n\tegress {\n\t\thost a.example\n\t}\n}", "egress host takes a name and an address"},
+		{"egress host twice", "mcp_sandbox {\n\tegress {\n\t\thost a.example 10.0.0.1\n\t\thost a.example 10.0.0.2\n\t}\n}", "mapped twice"},
+		{"egress credential", "mcp_sandbox {\n\tegress {\n\t\tcredential https://a.example token x\n\t}\n}", "egress credential takes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cf := "localhost {\n" + tc.body + "\n}\n"
@@ -78,6 +83,7 @@ func TestCaddyfileErrors(t *testing.T) {
 // a message that says what to do.
 func TestProvisionErrors(t *testing.T) {
 	t.Setenv("MCP_SANDBOX_TEST_EMPTY", "")
+	t.Setenv("MCP_SANDBOX_TEST_SECRET", "Bearer s3cret")
 	const key = "a-long-enough-test-key-0123456789"
 	for _, tc := range []struct{ name, sites, want string }{
 		{"missing key", "a.localhost {\n\tmcp_sandbox\n}", "api_key is empty"},
@@ -105,6 +111,12 @@ func TestProvisionErrors(t *testing.T) {
 		{"TLS without CA", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_cert /c.pem\n\t\t\ttls_key /k.pem\n\t\t}\n\t}\n}", "engine a: tls_ca is missing"},
 		{"TLS cert without key", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /ca.pem\n\t\t\ttls_cert /c.pem\n\t\t}\n\t}\n}", "engine a: tls_cert and tls_key go together"},
 		{"TLS files missing", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tengine a tcp://h:2376 {\n\t\t\ttls_ca /nonexistent/ca.pem\n\t\t}\n\t}\n}", "creating Docker client for engine a (tcp://h:2376)"},
+		{"egress with a network", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tnetwork bridge\n\t\tegress {\n\t\t\tallow a.example\n\t\t}\n\t}\n}", "network bridge and egress exclude each other"},
+		{"egress odd wildcard", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.*.example\n\t\t}\n\t}\n}", "egress: allow a.*.example: a wildcard is allowed only as the whole first label"},
+		{"egress private address", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow 10.0.0.5\n\t\t}\n\t}\n}", "host NAME 10.0.0.5 and allow NAME"},
+		{"egress credential for a host not allowed", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://b.example header Authorization {env.MCP_SANDBOX_TEST_SECRET}\n\t\t}\n\t}\n}", "credential https://b.example: b.example:443 is not allowed"},
+		{"egress empty credential", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\tcredential https://a.example header Authorization {env.MCP_SANDBOX_TEST_EMPTY}\n\t\t}\n\t}\n}", "the value is empty"},
+		{"egress trust_ca missing", "a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tegress {\n\t\t\tallow a.example\n\t\t\ttrust_ca /nonexistent/ca.pem\n\t\t}\n\t}\n}", "egress: trust_ca: open /nonexistent/ca.pem"},
 		{"same container, different settings",
 			"a.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 1g\n\t}\n}\nb.localhost {\n\tmcp_sandbox {\n\t\tapi_key " + key + "\n\t\tmemory 2g\n\t}\n}",
 			`container "mcp-sandbox-persistent" is configured twice with different settings`},

@@ -88,7 +88,7 @@ func (h *Handler) provisionConsole() error {
 	h.console, err = console.New(console.Options{
 		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
-		Sandbox:    consoleSandbox{h.box},
+		Sandbox:    consoleSandbox{h.box, h.entry.egress},
 		Access:     consoleAccess{h.auth},
 		Links:      consoleLinks{h.linkReg},
 		Jobs:       consoleJobs{h.box},
@@ -114,7 +114,10 @@ func (h *Handler) releaseConsole() error {
 }
 
 // consoleSandbox shows the sandbox container to the console.
-type consoleSandbox struct{ sb *sandbox.Sandbox }
+type consoleSandbox struct {
+	sb     *sandbox.Sandbox
+	egress *egressState // nil without an egress block
+}
 
 func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, error) {
 	s, err := c.sb.Status(ctx)
@@ -123,8 +126,20 @@ func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, erro
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, RestartCount: s.RestartCount,
 		CPU: s.CPU, CPULimit: s.CPULimit, Memory: s.Memory, MemoryLimit: s.MemoryLimit,
 		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed,
-		Agent: c.agent(),
+		Agent: c.agent(), Egress: c.egressStatus(),
 	}, err
+}
+
+func (c consoleSandbox) egressStatus() *console.Egress {
+	if c.egress == nil {
+		return nil
+	}
+	info := c.egress.info()
+	e := &console.Egress{Allowed: info.Hosts, Offline: info.Offline, Refused: []console.HostCount{}}
+	for _, r := range c.egress.refusedCounts() {
+		e.Refused = append(e.Refused, console.HostCount(r))
+	}
+	return e
 }
 
 // agent tells whether commands go through the agent, and if not, why.

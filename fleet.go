@@ -161,7 +161,13 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	if err != nil {
 		return nil, err
 	}
+	if err := h.setupEgress(e); err != nil {
+		return nil, errors.Join(err, release(key))
+	}
 	e.startCleanup()
+	if e.egress != nil {
+		e.egress.start()
+	}
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()
 	if h.placed == nil {

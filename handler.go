@@ -17,7 +17,9 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
+	"github.com/caddyserver/caddy/v2/modules/caddypki"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
@@ -149,6 +151,9 @@ type Handler struct {
 	// MaxSandboxes caps the people's sandboxes this site keeps (the operator's is not
 	// counted). Default: no cap.
 	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+	// Egress, when set, takes the sandbox off the network: it reaches only the hosts
+	// the block allows, through Caddy, which can add credentials the sandbox never sees.
+	Egress *EgressConfig `json:"egress,omitempty"`
 
 	publicOrigin   string   // PublicURL normalised, "" when unset
 	allowedOrigins []string // AllowedOrigins normalised
@@ -182,6 +187,9 @@ type Handler struct {
 
 	previews *preview.Server // nil when previews are off
 
+	egressCA  *caddypki.CA  // the egress proxy's own CA; nil without an egress block
+	egressCtx caddy.Context // the config's, for renewing that CA
+
 	placeMu    sync.Mutex // one placement at a time
 	fleetMu    sync.Mutex
 	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
@@ -208,6 +216,9 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.Volume, h.Volume)
 	setIf(&cfg.NetworkMode, h.Network)
 	cfg.NoAgent = h.Agent != nil && !*h.Agent
+	if h.Egress != nil {
+		cfg.NetworkMode, cfg.ProxyPort, cfg.CABundle = "none", egressPort, egressBundle
+	}
 	if h.Memory != "" {
 		m, err := sandbox.ParseMemory(h.Memory)
 		if err != nil {
@@ -325,6 +336,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, entry.engine.Host
 	h.facts = &entry.facts
+	if entry.egress != nil {
+		if h.egressCA, err = provisionEgressCA(ctx, h.logger.Named("egress")); err != nil {
+			return err
+		}
+		h.egressCtx = ctx
+		if err := h.setupEgress(entry); err != nil {
+			return err
+		}
+	}
 	h.app.addWarmup(h.warmFacts)
 	h.app.addWarmup(h.startIdleStops)
 
@@ -425,6 +445,15 @@ func (h *Handler) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, h.validatePeople()...)
+	if h.Egress != nil {
+		if h.Network != "" && h.Network != "none" {
+			errs = append(errs, fmt.Errorf("network %s and egress exclude each other: with egress the sandbox has no network of its own and reaches only the allowed hosts, through Caddy", h.Network))
+		}
+		if _, err := egress.Compile(h.Egress.rules()); err != nil {
+			errs = append(errs, fmt.Errorf("egress: %w", err))
+		}
+
+	}
 	switch {
 	case h.DefaultOutput < 0:
 		errs = append(errs, errors.New("default_output must be positive"))

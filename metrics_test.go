@@ -51,7 +51,7 @@ func TestAgentOffByConfiguration(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = sandboxes.Delete(key) })
 
-	if got := (consoleSandbox{sb}).agent(); got != (console.Agent{Disabled: true}) {
+	if got := (consoleSandbox{sb: sb}).agent(); got != (console.Agent{Disabled: true}) {
 		t.Fatalf("console agent: %+v", got)
 	}
 	reg := prometheus.NewRegistry()

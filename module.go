@@ -99,6 +99,9 @@ func (a *App) Start() error {
 	defer a.mu.Unlock()
 	for _, e := range a.entries {
 		e.startCleanup()
+		if e.egress != nil {
+			e.egress.start()
+		}
 	}
 	for _, w := range a.warmups {
 		w()
@@ -185,7 +188,11 @@ func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, er
 			cli.Close()
 			return nil, err
 		}
-		return newSandboxEntry(sb, cli, eng, a.logger), nil
+		e := newSandboxEntry(sb, cli, eng, a.logger)
+		if cfg.ProxyPort != 0 {
+			e.egress = newEgressState(sb, a.logger)
+		}
+		return e, nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
@@ -233,7 +240,8 @@ type sandboxEntry struct {
 	cli    *client.Client
 	engine Engine // the engine the container is on (no name: the default engine)
 	logger *zap.Logger
-	facts  facts.Cache // what is installed in the container, detected once
+	facts  facts.Cache  // what is installed in the container, detected once
+	egress *egressState // the egress proxy; nil without an egress block
 
 	idle idleState // activity and idle stops (fleet.go)
 
@@ -282,6 +290,9 @@ func (e *sandboxEntry) Destruct() error {
 	e.buildCancel() // a build can no longer start
 	e.buildMu.Unlock()
 	e.builds.Wait()
+	if e.egress != nil {
+		e.egress.Destruct()
+	}
 	e.sb.CloseTransfers()
 	e.sb.CloseAgent()
 	return e.cli.Close()

@@ -96,6 +96,23 @@ func (b toolBox) CPUs() float64 {
 func localEngine(host string) bool {
 	return strings.HasPrefix(host, "unix://") || strings.HasPrefix(host, "npipe://")
 }
+
+// Egress is the sandbox's way out through the proxy; nil without an egress block.
+func (b toolBox) Egress() *mcptools.Egress {
+	if b.e.egress == nil {
+		return nil
+	}
+	return b.e.egress.info()
+}
+
+// Blocked returns, once, what the proxy refused to a job's commands.
+func (b toolBox) Blocked(job string) []string {
+	if b.e.egress == nil {
+		return nil
+	}
+	return b.e.egress.takeBlocked(job)
+}
+
 func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.e) }
 
 // toolLinks signs the tools' links and records them for the console.

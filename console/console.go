@@ -53,6 +53,23 @@ type SandboxStatus struct {
 	PIDsLimit    int64     `json:"pids_limit"`
 	DiskUsed     int64     `json:"disk_used_bytes"` // -1 when unknown
 	Agent        Agent     `json:"agent"`
+	Egress       *Egress   `json:"egress,omitempty"` // nil: no egress policy
+}
+
+// Egress is the sandbox's way out through the plugin's proxy.
+type Egress struct {
+	Allowed string `json:"allowed"` // the allow list, "" when nothing is allowed
+	// Offline: the proxy cannot listen in the sandbox (its agent does not run).
+	Offline bool `json:"offline,omitempty"`
+	// Refused counts refused connections by host (normalized names, or quoted text
+	// when the container asked for something that is no host), most first.
+	Refused []HostCount `json:"refused"`
+}
+
+// HostCount is one host's number of refusals.
+type HostCount struct {
+	Host  string `json:"host"`
+	Count int64  `json:"count"`
 }
 
 // Agent tells whether commands run through the agent inside the container or, on the

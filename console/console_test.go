@@ -406,6 +406,13 @@ func TestBackgroundLoops(t *testing.T) {
 	}
 }
 
+type egressSandbox struct{ agentSandbox }
+
+func (egressSandbox) Status(context.Context) (SandboxStatus, error) {
+	return SandboxStatus{Container: "box", State: "running", Exists: true,
+		Egress: &Egress{Allowed: "pypi.org", Refused: []HostCount{{"gist.github.com", 3}, {`"<b>"`, 1}}}}, nil
+}
+
 type agentSandbox struct{ agent Agent }
 
 func (s agentSandbox) Status(context.Context) (SandboxStatus, error) {
@@ -431,6 +438,19 @@ func TestOverviewAgent(t *testing.T) {
 		{"disabled", Agent{Disabled: true}, `"agent":{"running":false,"disabled":true}`, "off by configuration"},
 		{"not yet", Agent{}, `"agent":{"running":false}`, "not running <span class=\"muted\">(the next command starts it)"},
 	}
+	// The egress line: allowed hosts and refusals, the container's text escaped.
+	t.Run("egress", func(t *testing.T) {
+		c := newTestConsole(t, fullLog(t))
+		c.opts.Sandbox = egressSandbox{}
+		req := httptest.NewRequest("GET", "http://console.test/console", nil)
+		req.AddCookie(signedIn(t, c))
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		page := rec.Body.String()
+		if !strings.Contains(page, "<dt>Egress</dt><dd>pypi.org<br>refused: <code>gist.github.com</code> ×3, <code>&#34;&lt;b&gt;&#34;</code> ×1</dd>") {
+			t.Fatalf("overview: %s", page)
+		}
+	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestConsole(t, fullLog(t))

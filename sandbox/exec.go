@@ -233,6 +233,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 	s.mu.Lock()
 	env = append(env, s.cmdEnv...)
 	s.mu.Unlock()
+	env = append(env, s.cfg.proxyEnv(id)...)
 	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
 		interactive, tty, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
 	if err != nil {

@@ -59,6 +59,13 @@ type Config struct {
 	// or the name of a network. A named network that does not exist is created as a
 	// bridge with inter-container traffic off. "" means DefaultNetwork.
 	NetworkMode string
+	// ProxyPort, when set, is the port on the container's loopback where the plugin's
+	// egress proxy listens: commands get the proxy variables (see proxyEnv).
+	ProxyPort int
+	// CABundle, when set with ProxyPort, is the CA bundle in the container that
+	// commands are pointed at (SSL_CERT_FILE and the like): the image's roots plus the
+	// egress proxy's.
+	CABundle string
 	// NoAgent runs every command as a Docker exec of its own, without the agent inside
 	// the container (agent.go).
 	NoAgent bool
@@ -124,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.NetworkMode, " \t\r\n") {
 		bad("network %q contains whitespace", c.NetworkMode)
+	}
+	if c.ProxyPort < 0 || c.ProxyPort > 65535 {
+		bad("the egress proxy's port %d is out of range 1-65535", c.ProxyPort)
 	}
 	if c.Memory < minMemory {
 		bad("memory %d bytes is below Docker's minimum of 6 MiB", c.Memory)
@@ -274,3 +284,26 @@ func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error)
 
 // Config returns the configuration the Sandbox was made with.
 func (s *Sandbox) Config() Config { return s.cfg }
+
+// proxyEnv is what points a command at the egress proxy: the usual variables in both
+// cases (curl reads only the lower-case http_proxy), loopback left direct, and Node's
+// built-in fetch told to honour them. The proxy URL carries the job id as its user
+// name, sent back as Proxy-Authorization, so a refusal is tied to its command (with a
+// password, "x": Python's urllib sends no credentials without one).
+func (c Config) proxyEnv(jobID string) []string {
+	if c.ProxyPort == 0 {
+		return nil
+	}
+	u := "http://" + jobID + ":x@127.0.0.1:" + strconv.Itoa(c.ProxyPort)
+	env := make([]string, 0, 10)
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env = append(env, k+"="+u, strings.ToLower(k)+"="+u)
+	}
+	env = append(env, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1", "NODE_USE_ENV_PROXY=1")
+	if c.CABundle != "" {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+			env = append(env, k+"="+c.CABundle)
+		}
+	}
+	return env
+}

@@ -104,3 +104,21 @@ func TestNewDoesNoIO(t *testing.T) {
 		t.Error("New accepted a nil client")
 	}
 }
+
+// With an egress proxy, commands get the proxy variables with their job id as the
+// proxy's user name; without one, nothing.
+func TestProxyEnv(t *testing.T) {
+	cfg := DefaultConfig()
+	if env := cfg.proxyEnv("j0123456789ab"); env != nil {
+		t.Fatalf("without a proxy: %q", env)
+	}
+	cfg.ProxyPort, cfg.CABundle = 3128, "/b.pem"
+	env := strings.Join(cfg.proxyEnv("j0123456789ab"), " ")
+	for _, want := range []string{"HTTP_PROXY=http://j0123456789ab:x@127.0.0.1:3128", "http_proxy=http://j0123456789ab:x@127.0.0.1:3128",
+		"HTTPS_PROXY=", "https_proxy=", "ALL_PROXY=", "all_proxy=", "NO_PROXY=localhost,127.0.0.1", "no_proxy=", "NODE_USE_ENV_PROXY=1",
+		"SSL_CERT_FILE=/b.pem", "REQUESTS_CA_BUNDLE=/b.pem", "NODE_EXTRA_CA_CERTS=/b.pem", "GIT_SSL_CAINFO=/b.pem"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("%s missing from %s", want, env)
+		}
+	}
+}

@@ -33,11 +33,11 @@ func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "The sandbox has %s of memory (free and /proc show the host's, not this limit), %s and at most %d processes.",
 		human.Size(cfg.Memory), cpuText(cpus), cfg.PidsLimit)
-	if cfg.NetworkMode == "none" {
-		b.WriteString(" It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed.")
-	} else {
-		b.WriteString(" It can reach the network; packages you install persist.")
+	var eg *Egress
+	if err == nil {
+		eg = box.Egress()
 	}
+	b.WriteString(networkText(cfg.NetworkMode, eg))
 	if err == nil {
 		b.WriteString(describeFacts(box.Facts(ctx, wait)))
 	}

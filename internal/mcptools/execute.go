@@ -235,7 +235,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 

@@ -182,7 +182,7 @@ func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait tim
 		return jobError(box, err, id, a.tool), nil
 	}
 	out := toOutput(res)
-	out.Note = s.note(out, res, 0, input != nil)
+	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID)
 	if res.InputWaiting {
 		what := "all of its last input"
 		if input != nil {
@@ -211,7 +211,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	ident := CallerFrom(ctx)
 	s.opts.Logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
 	out := toOutput(res)
-	out.Note = s.note(out, res, 0, false)
+	out.Note = s.note(out, res, 0, false) + blockedNote(box, res.JobID)
 	if !res.Killed && !res.Running {
 		out.Note += "\n[the job had already ended; nothing was killed]"
 	}

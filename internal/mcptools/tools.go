@@ -42,6 +42,12 @@ type Box interface {
 	// ImageMissing is what to tell the model when the sandbox's image is missing: that
 	// it is being built, or what the operator must do.
 	ImageMissing() string
+	// Egress is the sandbox's way out through the plugin's proxy; nil without an
+	// egress policy (the network is then as configured).
+	Egress() *Egress
+	// Blocked returns, once, the hosts the proxy refused to a job's commands, each as
+	// "host (reason)".
+	Blocked(jobID string) []string
 }
 
 // Boxes finds the sandbox of a call, from its context (the caller's identity).

@@ -31,6 +31,19 @@ type fakeBox struct {
 	mu    sync.Mutex
 	calls []string
 	cpus  float64 // what CPUs says; 0: 3, the default cpus
+
+	egress  *Egress
+	blocked map[string][]string
+}
+
+func (b *fakeBox) Egress() *Egress { return b.egress }
+
+func (b *fakeBox) Blocked(job string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	list := b.blocked[job]
+	delete(b.blocked, job)
+	return list
 }
 
 const fakeJob = "j000000000001"

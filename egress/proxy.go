@@ -1,0 +1,500 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Proxy is an HTTP proxy served over connections handed to [Proxy.ServeConn]: CONNECT
+// tunnels and absolute-URL requests, each to a host its policy allows, dialled by the
+// proxy itself. A refused host gets 403 with a one-line reason.
+type Proxy struct {
+	// Policy returns the policy in force; it is asked per request, so a new one
+	// applies to the next request. Required.
+	Policy func() *Policy
+	// Refused, if set, is told of each refusal, with the user name of the request's
+	// Proxy-Authorization (letters, digits, '-' and '_', at most 64; "" when absent).
+	Refused func(user string, r *Refusal)
+	// Resolve looks names up (nil: the system resolver).
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// DialTimeout bounds one dial (default 15s).
+	DialTimeout time.Duration
+	// Issuer, if set, signs the certificates shown for hosts an https:// credential
+	// names, which are then intercepted; nil: every CONNECT is a plain tunnel.
+	Issuer Issuer
+	// UpstreamRoots returns the roots that verify intercepted hosts, asked per
+	// connection (nil, or a nil pool: the system's roots).
+	UpstreamRoots func() *x509.CertPool
+
+	once      sync.Once
+	ln, tlsLn *connListener
+	srv       *http.Server
+	tlsSrv    *http.Server
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+}
+
+// Limits of the proxy's HTTP side.
+const (
+	maxHeaderBytes    = 64 << 10
+	readHeaderTimeout = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+func (p *Proxy) init() {
+	p.once.Do(func() {
+		p.ln, p.tlsLn = newConnListener(), newConnListener()
+		p.transport = &http.Transport{
+			DialTLSContext:         p.dialTLS,
+			Proxy:                  nil,
+			DialContext:            p.dialContext,
+			ForceAttemptHTTP2:      false,
+			DisableCompression:     true,
+			MaxIdleConns:           64,
+			MaxIdleConnsPerHost:    8,
+			IdleConnTimeout:        90 * time.Second,
+			TLSHandshakeTimeout:    15 * time.Second,
+			ResponseHeaderTimeout:  0,
+			MaxResponseHeaderBytes: 1 << 20,
+		}
+		p.rp = &httputil.ReverseProxy{
+			Rewrite:       p.rewrite,
+			Transport:     p.transport,
+			FlushInterval: 0,
+			BufferPool:    copyBuffers{},
+			ErrorLog:      log.New(io.Discard, "", 0),
+			ErrorHandler:  p.forwardError,
+		}
+		p.srv = &http.Server{
+			Handler:           p,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          log.New(io.Discard, "", 0),
+		}
+		p.tlsSrv = &http.Server{
+			Handler:           http.HandlerFunc(p.serveIntercepted),
+			MaxHeaderBytes:    maxHeaderBytes,
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          log.New(io.Discard, "", 0),
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				return context.WithValue(ctx, interceptKey{}, c.(*interceptConn))
+			},
+		}
+		go p.srv.Serve(p.ln)       //nolint:errcheck // ends with Close
+		go p.tlsSrv.Serve(p.tlsLn) //nolint:errcheck // ends with Close
+	})
+}
+
+// ServeConn serves c, a connection a program opened to the proxy, until either side
+// closes it. It returns at once; c is closed when done.
+func (p *Proxy) ServeConn(c net.Conn) {
+	p.init()
+	if !p.ln.put(c) {
+		c.Close()
+	}
+}
+
+// Close stops serving: idle connections close, tunnels already open run to their end.
+func (p *Proxy) Close() error {
+	p.init()
+	p.ln.Close()
+	p.tlsLn.Close()
+	p.transport.CloseIdleConnections()
+	return errors.Join(p.srv.Close(), p.tlsSrv.Close())
+}
+
+// ServeHTTP answers one proxy request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	pol := p.Policy()
+	user := proxyUser(r.Header.Get("Proxy-Authorization"))
+	switch {
+	case r.Method == http.MethodConnect:
+		p.connect(w, r, pol, user)
+	case r.URL.IsAbs() && r.URL.Scheme == "http":
+		host, port, err := targetOf(r.URL.Host, 80)
+		if err != nil {
+			p.refuse(w, user, badHost(r.URL.Host, 0))
+			return
+		}
+		if err := pol.Check(host, port); err != nil {
+			p.refuse(w, user, err.(*Refusal))
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), reqKey{}, &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http"}))
+		p.rp.ServeHTTP(w, r)
+	case r.URL.IsAbs():
+		plain(w, http.StatusBadRequest, "this proxy forwards http:// URLs; use CONNECT for https")
+	default:
+		plain(w, http.StatusBadRequest, "this is the sandbox's HTTP proxy: send it absolute URLs or CONNECT")
+	}
+}
+
+type reqKey struct{}
+
+type reqInfo struct {
+	pol                *Policy
+	user, host, scheme string
+	port               int
+}
+
+// targetOf parses a request's host[:port] strictly, with def as the port when absent.
+func targetOf(hostport string, def int) (string, int, error) {
+	host, port, err := splitHostPort(hostport)
+	if err != nil {
+		return "", 0, err
+	}
+	if port == 0 {
+		if def == 0 {
+			return "", 0, errors.New("CONNECT needs host:port")
+		}
+		port = def
+	}
+	h, err := NormalizeHost(host)
+	if err != nil {
+		return "", 0, err
+	}
+	return h, port, nil
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, user string, r *Refusal) {
+	if p.Refused != nil {
+		p.Refused(user, r)
+	}
+	w.Header().Set("X-Proxy-Error", "blocked-by-policy")
+	plain(w, http.StatusForbidden, r.Error())
+}
+
+func plain(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(code)
+	io.WriteString(w, msg+"\n")
+}
+
+// connect opens a tunnel to the CONNECT target.
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, user string) {
+	host, port, err := targetOf(r.RequestURI, 0)
+	if err != nil {
+		p.refuse(w, user, badHost(r.RequestURI, 0))
+		return
+	}
+	if err := pol.Check(host, port); err != nil {
+		p.refuse(w, user, err.(*Refusal))
+		return
+	}
+	if p.Issuer != nil && pol.Intercepts(host, port) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			c.Close()
+			return
+		}
+		p.intercept(bufferedConn{c, brw.Reader}, host, port, user)
+		return
+	}
+	up, err := p.dial(r.Context(), pol, host, port)
+	if err != nil {
+		p.dialFailed(w, user, host, port, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	c, brw, err := rc.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		c.Close()
+		up.Close()
+		return
+	}
+	var client io.Reader = c
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		client = io.MultiReader(strings.NewReader(string(b)), c)
+	}
+	relay(c, client, up)
+}
+
+func (p *Proxy) dialFailed(w http.ResponseWriter, user, host string, port int, err error) {
+	var ref *Refusal
+	if errors.As(err, &ref) {
+		p.refuse(w, user, ref)
+		return
+	}
+	plain(w, http.StatusBadGateway, fmt.Sprintf("cannot reach %s:%d: %v", host, port, shortErr(err)))
+}
+
+// relay copies both ways until both directions end, passing half-closes on.
+func relay(c net.Conn, fromClient io.Reader, up net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		io.Copy(up, fromClient)
+		closeWrite(up)
+		close(done)
+	}()
+	io.Copy(c, up)
+	closeWrite(c)
+	<-done
+	c.Close()
+	up.Close()
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+// rewrite prepares a forwarded request: the URL as asked, credentials when a rule
+// matches. ReverseProxy has already dropped hop-by-hop headers (Proxy-Authorization
+// among them).
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	info := pr.In.Context().Value(reqKey{}).(*reqInfo)
+	pr.Out.URL.Scheme = info.scheme
+	pr.Out.URL.Host = net.JoinHostPort(info.host, strconv.Itoa(info.port))
+	pr.Out.Host = pr.In.Host
+	if c := info.pol.credentialFor(info.scheme, info.host, info.port, pr.Out.URL.Path); c != nil {
+		pr.Out.Header.Set(c.header, c.value)
+	}
+}
+
+func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) {
+	info := r.Context().Value(reqKey{}).(*reqInfo)
+	p.dialFailed(w, info.user, info.host, info.port, err)
+}
+
+// dialContext is the transport's dialer: the policy of the request, checked again.
+func (p *Proxy) dialContext(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, port, err := targetOf(addr, 0)
+	if err != nil {
+		return nil, err
+	}
+	return p.dial(ctx, p.Policy(), host, port)
+}
+
+// dialTLS is the transport's dialer for intercepted hosts: the policy checked again,
+// then TLS verified against the upstream roots.
+func (p *Proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := p.dialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	cfg := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	if p.UpstreamRoots != nil {
+		cfg.RootCAs = p.UpstreamRoots()
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// dial connects to host:port after checking the policy and the address: a name mapped
+// by a host rule goes to its address whatever it is; any other name or literal must
+// come to a public address that is not one of this machine's.
+func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (net.Conn, error) {
+	if err := pol.Check(host, port); err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if a, ok := pol.Mapped(host); ok {
+		addrs = []netip.Addr{a}
+	} else {
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = []netip.Addr{a}
+		} else {
+			found, err := p.resolve(ctx, host)
+			if err != nil {
+				return nil, fmt.Errorf("resolving %s: %w", host, err)
+			}
+			addrs = found
+		}
+		var ok []netip.Addr
+		for _, a := range addrs {
+			if Public(a) && !ownAddr(a) {
+				ok = append(ok, a.Unmap())
+			}
+		}
+		if len(ok) == 0 {
+			return nil, &Refusal{Host: host, Port: port, Reason: ReasonPrivate}
+		}
+		addrs = ok
+	}
+	timeout := p.DialTimeout
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	d := net.Dialer{Timeout: timeout}
+	var firstErr error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return nil, firstErr
+}
+
+func (p *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if p.Resolve != nil {
+		return p.Resolve(ctx, host)
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// ownAddr says whether a is one of this machine's addresses (cached for a minute).
+func ownAddr(a netip.Addr) bool {
+	own.Lock()
+	defer own.Unlock()
+	if time.Since(own.at) > time.Minute {
+		own.addrs = map[netip.Addr]bool{}
+		if list, err := net.InterfaceAddrs(); err == nil {
+			for _, x := range list {
+				if n, ok := x.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(n.IP); ok {
+						own.addrs[ip.Unmap()] = true
+					}
+				}
+			}
+		}
+		own.at = time.Now()
+	}
+	return own.addrs[a.Unmap()]
+}
+
+var own struct {
+	sync.Mutex
+	at    time.Time
+	addrs map[netip.Addr]bool
+}
+
+// proxyUser is the user name of a Basic Proxy-Authorization value, when it is a plain
+// token; anything else is "".
+func proxyUser(h string) string {
+	b64, ok := strings.CutPrefix(h, "Basic ")
+	if !ok || len(b64) > 256 {
+		return ""
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return ""
+	}
+	user, _, _ := strings.Cut(string(raw), ":")
+	if len(user) == 0 || len(user) > 64 {
+		return ""
+	}
+	for i := 0; i < len(user); i++ {
+		c := user[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return ""
+		}
+	}
+	return user
+}
+
+func clip(s string) string {
+	if len(s) > 100 {
+		s = s[:100] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// shortErr drops the dialer's address noise: "connection refused" rather than the
+// whole "dial tcp 1.2.3.4:80: connect: connection refused".
+func shortErr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err
+	}
+	return clip(err.Error())
+}
+
+// copyBuffers are ReverseProxy's copy buffers: large, so a download reaches the
+// sandbox's stream in few frames.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
+// bufferedConn reads what the HTTP server buffered first.
+type bufferedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// connListener is a net.Listener fed connections by ServeConn.
+type connListener struct {
+	ch     chan net.Conn
+	done   chan struct{}
+	closer sync.Once
+}
+
+func newConnListener() *connListener {
+	return &connListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *connListener) put(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.closer.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return proxyAddr{} }
+
+type proxyAddr struct{}
+
+func (proxyAddr) Network() string { return "sandbox" }
+func (proxyAddr) String() string  { return "egress-proxy" }
