@@ -9,12 +9,12 @@ import (
 )
 
 // nativeRunner reports whether job id's runner (named in its .meta) is the agent's
-// native runner, "sandbox-agent job", rather than jobs.sh.
+// native runner, "sandbox-agent jobs", rather than jobs.sh.
 func nativeRunner(t *testing.T, sb *Sandbox, id string) bool {
 	t.Helper()
 	out, _ := containerExec(t, sb.cli, sb.cfg.Container, "bash", "-c",
 		`read -r _ _ _ r _ <`+JobsDir+"/"+id+`.meta && tr '\0' ' ' </proc/${r%%:*}/cmdline`)
-	return strings.Contains(out, "sandbox-agent") && strings.Contains(out, " job ")
+	return strings.Contains(out, "sandbox-agent") && strings.HasSuffix(out, " jobs ")
 }
 
 // A job the agent's native runner started is fed, followed and finished by the
@@ -31,7 +31,7 @@ func TestNativeAndFallbackShareJobs(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	job := mustExec(t, native, "echo ready; read x; echo got $x; echo oops >&2; exit 3", ExecOptions{Interactive: true, Wait: NoWait})
+	job := mustExec(t, native, "echo ready; read x; echo got $x; echo oops >&2; sleep 0.5; exit 3", ExecOptions{Interactive: true, Wait: NoWait})
 	if !nativeRunner(t, native, job.JobID) {
 		t.Fatal("the job did not start on the native runner")
 	}
@@ -92,5 +92,15 @@ func TestNativeJobEndsAfterAgentKilled(t *testing.T) {
 	}
 	if all := job.Stdout + out.Stdout; all != "one\ntwo\n" || out.ExitCode != 7 || out.Running || out.Lost {
 		t.Fatalf("job after the agent was killed: %+v (first part %q)", out, job.Stdout)
+	}
+}
+
+// A native job's commands get the signals jobs.sh gives them: SIGPIPE ends a writer
+// whose reader went (`yes | head` ends), SIGHUP is ignored.
+func TestNativeJobSignals(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	res := mustExec(t, sb, "yes | head -c 4; echo; kill -HUP $$; echo alive", ExecOptions{Timeout: 20 * time.Second})
+	if res.Stdout != "y\ny\n\nalive\n" || res.ExitCode != 0 || res.TimedOut || res.Duration > 10*time.Second {
+		t.Fatalf("%+v", res)
 	}
 }

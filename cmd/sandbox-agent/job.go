@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -152,11 +154,6 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 		_ = syscall.Mkfifo(d+".in", 0o666)
 	}
 	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, shlvl(env)})
-	r, w, err := os.Pipe()
-	if err != nil {
-		fail(err)
-		return
-	}
 	tty := "0"
 	if a.tty {
 		tty = "1"
@@ -165,38 +162,14 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 	if a.fromStdin {
 		src = "stdin"
 	}
-	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	cmd, err := startRetrying(func() *exec.Cmd {
-		return &exec.Cmd{Path: "/proc/self/exe", Args: []string{os.Args[0], "job", a.dir, a.id, a.timeout, inter, tty, a.cwd, src},
-			Env: jenv, Dir: a.cwd, Stdin: devnull, Stdout: devnull, Stderr: devnull, ExtraFiles: []*os.File{w},
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	}, st.Done())
-	w.Close()
-	if devnull != nil {
-		devnull.Close()
-	}
+	runner, ended, err := jobRunner.start([]string{a.dir, a.id, a.timeout, inter, tty, a.cwd, src}, jenv, st.Done())
 	if err != nil {
-		r.Close()
 		// The job ends here: nothing runs it.
 		_ = writeFile(d+".exit", "126 "+epochReal(time.Now())+"\n")
 		fail(fmt.Errorf("starting the job's runner: %w", err))
 		return
 	}
-	pid := cmd.Process.Pid
-	children.register(pid) // reaped when it ends
-	cmd.Process.Release()
-	_ = replaceFile(d+".meta", meta(runnerName(pid))+clip(preview, 300)+"\n")
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		defer r.Close()
-		var b [1]byte
-		for {
-			if _, err := r.Read(b[:]); err != nil {
-				return
-			}
-		}
-	}()
+	_ = replaceFile(d+".meta", meta(runner)+clip(preview, 300)+"\n")
 	state := "running"
 	switch {
 	case a.wait < 0:
@@ -241,6 +214,104 @@ func startRetrying(newCmd func() *exec.Cmd, stop <-chan struct{}) (*exec.Cmd, er
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// jobRunner is the agent's runner of jobs, "sandbox-agent jobs" (jobwait.go).
+var jobRunner = &runnerProc{}
+
+// runnerProc starts jobs on a runner process, starting one when none runs.
+type runnerProc struct {
+	mu      sync.Mutex
+	name    string // the runner as .meta names it; "" when none runs
+	stdin   *os.File
+	waiting map[string]chan struct{} // by job id, closed at "done <id>"
+}
+
+// start hands a job to the runner and returns the runner's name and a channel closed
+// when the job's status is written (or the runner is gone).
+func (r *runnerProc) start(args, env []string, stop <-chan struct{}) (string, <-chan struct{}, error) {
+	line, err := json.Marshal(map[string][]string{"args": args, "env": env})
+	if err != nil {
+		return "", nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.name == "" {
+		if err := r.launch(stop); err != nil {
+			return "", nil, err
+		}
+	}
+	done := make(chan struct{})
+	r.waiting[args[1]] = done
+	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
+		delete(r.waiting, args[1])
+		return "", nil, err
+	}
+	return r.name, done, nil
+}
+
+// launch starts a runner; r.mu is held.
+func (r *runnerProc) launch(stop <-chan struct{}) error {
+	in, feed, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	events, w, err := os.Pipe()
+	if err != nil {
+		in.Close()
+		feed.Close()
+		return err
+	}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	cmd, err := startRetrying(func() *exec.Cmd {
+		// Its own process group, in /: no job's kill or cwd reaches it.
+		return &exec.Cmd{Path: "/proc/self/exe", Args: []string{os.Args[0], "jobs"}, Dir: "/",
+			Stdin: in, Stdout: devnull, Stderr: devnull, ExtraFiles: []*os.File{w},
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	}, stop)
+	in.Close()
+	w.Close()
+	if devnull != nil {
+		devnull.Close()
+	}
+	if err != nil {
+		feed.Close()
+		events.Close()
+		return err
+	}
+	pid := cmd.Process.Pid
+	children.register(pid) // reaped when it ends
+	cmd.Process.Release()
+	waiting := map[string]chan struct{}{}
+	r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
+	go r.follow(events, feed, waiting)
+	return nil
+}
+
+// follow reads a runner's "done <id>" lines; when it is gone, the jobs it ran are
+// answered for as they stand (lost, unless their status was written).
+func (r *runnerProc) follow(events, feed *os.File, waiting map[string]chan struct{}) {
+	sc := bufio.NewScanner(events)
+	for sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "done ")
+		r.mu.Lock()
+		if c := waiting[id]; ok && c != nil {
+			close(c)
+			delete(waiting, id)
+		}
+		r.mu.Unlock()
+	}
+	events.Close()
+	r.mu.Lock()
+	for id, c := range waiting {
+		close(c)
+		delete(waiting, id)
+	}
+	if r.stdin == feed {
+		r.name, r.stdin, r.waiting = "", nil, nil
+	}
+	r.mu.Unlock()
+	feed.Close()
 }
 
 // readCommand writes what comes on channel 0 to path.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,46 +13,79 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// jobMain is the runner of one job the agent started (job.go), a process of its own so
-// that the job's status is written when the agent is gone (killed, replaced by a new
+// jobsMain is the runner of the jobs the agent starts (job.go), a process of its own so
+// that a job's status is written when the agent is gone (killed, replaced by a new
 // version, its Caddy stopped):
 //
-//	sandbox-agent job <dir> <id> <timeout s> <interactive 0|1> <tty 0|1> <cwd> <env|stdin>
+//	sandbox-agent jobs
 //
-// It starts the command (bash -c "$MCP_SANDBOX_CMD", or bash <id>.cmd), under the pty
+// It reads one job a line on stdin, as JSON ({"args": [<dir>, <id>, <timeout s>,
+// <interactive 0|1>, <tty 0|1>, <cwd>, <env|stdin>], "env": [...]}), and for each
+// starts the command (bash -c "$MCP_SANDBOX_CMD", or bash <id>.cmd), under the pty
 // holder "$MCP_SANDBOX_AGENT pty" for a tty job, in a process group of its own; kills
 // the group at the timeout; waits for it; hands what it left holding its output over to
-// a job of its own, as jobs.sh does; writes .exit; then closes fd 3, which tells the
-// agent. It execs nothing but the command.
-func jobMain(args []string) int {
-	if len(args) != 7 {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-agent job <dir> <id> <timeout s> <interactive> <tty> <cwd> <env|stdin>")
+// a job of its own, as jobs.sh does; writes .exit; then writes "done <id>" on fd 3. At
+// the end of stdin (the agent is gone) it takes no more jobs and exits once those it
+// runs have ended. It execs nothing but the commands.
+func jobsMain(args []string) int {
+	if len(args) != 0 {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs")
 		return 2
 	}
 	startReaper()
 	// Threads made now, while the container has room: a fork bomb may leave none later.
-	makeThreads(3)
+	makeThreads(spareThreads)
+	// Commands inherit this (as from jobs.sh's trap '' HUP); SIGPIPE stays as it is, so
+	// that `yes | head` ends. Writes to fd 3 fail with EPIPE once the agent is gone.
 	signal.Ignore(syscall.SIGHUP)
-	dir, id, cwd := args[0], args[1], args[5]
-	secs, err := strconv.ParseFloat(args[2], 64)
-	if err != nil || secs < 0 || !validID(id) {
-		fmt.Fprintln(os.Stderr, "sandbox-agent job: bad arguments")
-		return 2
-	}
-	w := &waiter{dir: dir, id: id, d: dir + "/" + id, cwd: cwd,
-		interactive: args[3] == "1", tty: args[4] == "1", fromFile: args[6] == "stdin"}
-	w.cmd = os.Getenv("MCP_SANDBOX_CMD")
-	w.agent = os.Getenv("MCP_SANDBOX_AGENT")
-	os.Unsetenv("MCP_SANDBOX_CMD")
-	os.Unsetenv("MCP_SANDBOX_AGENT")
-	// Not passed on: what the command leaves running must not keep the agent waiting.
+	// Not passed on: what a command leaves running must not hold the agent's pipe.
 	syscall.CloseOnExec(3)
-	done := os.NewFile(3, "done")
-	w.run(time.Duration(secs*float64(time.Second)), done)
+	events := os.NewFile(3, "events")
+	var mu sync.Mutex
+	var running sync.WaitGroup
+	in := bufio.NewScanner(pollable(0, "stdin"))
+	in.Buffer(make([]byte, 64<<10), 4<<20)
+	for in.Scan() {
+		var req struct {
+			Args []string `json:"args"`
+			Env  []string `json:"env"`
+		}
+		if json.Unmarshal(in.Bytes(), &req) != nil || len(req.Args) != 7 || !validID(req.Args[1]) {
+			continue
+		}
+		a := req.Args
+		secs, err := strconv.ParseFloat(a[2], 64)
+		if err != nil || secs < 0 {
+			continue
+		}
+		w := &waiter{dir: a[0], id: a[1], d: a[0] + "/" + a[1], cwd: a[5],
+			interactive: a[3] == "1", tty: a[4] == "1", fromFile: a[6] == "stdin"}
+		for _, e := range req.Env {
+			switch name, v, _ := strings.Cut(e, "="); name {
+			case "MCP_SANDBOX_CMD":
+				w.cmd = v
+			case "MCP_SANDBOX_AGENT":
+				w.agent = v
+			default:
+				w.env = append(w.env, e)
+			}
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			w.run(time.Duration(secs*float64(time.Second)), func() {
+				mu.Lock()
+				events.Write([]byte("done " + w.id + "\n"))
+				mu.Unlock()
+			})
+		}()
+	}
+	running.Wait()
 	return 0
 }
 
@@ -59,10 +94,12 @@ type waiter struct {
 	interactive     bool
 	tty, fromFile   bool
 	cmd, agent      string
+	env             []string
 }
 
-// run runs the job to its end; see jobMain.
-func (w *waiter) run(timeout time.Duration, done *os.File) {
+// run runs the job to its end and calls finished once its status is written; see
+// jobsMain.
+func (w *waiter) run(timeout time.Duration, finished func()) {
 	d := w.d
 	var hold *os.File // the FIFO held open, so input written before the command reads waits in it
 	stdin, _ := os.Open(os.DevNull)
@@ -92,7 +129,7 @@ func (w *waiter) run(timeout time.Duration, done *os.File) {
 	out, err1 := os.Create(d + ".out")
 	errf, err2 := os.Create(d + ".err")
 	if err := errors.Join(err1, err2); err == nil {
-		env := os.Environ()
+		env := w.env
 		cmd, err := startRetrying(func() *exec.Cmd {
 			return &exec.Cmd{Path: lookPath(argv[0], env), Args: argv, Env: env, Dir: w.cwd,
 				Stdin: stdin, Stdout: out, Stderr: errf, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
@@ -150,7 +187,7 @@ func (w *waiter) run(timeout time.Duration, done *os.File) {
 		timer.Stop()
 	}
 	_ = writeFile(d+".exit", strconv.Itoa(e)+" "+epochReal(time.Now())+"\n")
-	done.Close()
+	finished()
 	switch {
 	case handed != "":
 		watch(w.dir, handed, c)
