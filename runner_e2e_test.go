@@ -27,9 +27,8 @@ func TestRunnerCommandLinesShort(t *testing.T) {
 		t.Fatalf("job not running: %v", st)
 	}
 	args := s.containerExec("ps -eo args")
-	// The runner is "mcpjob run" when started for the call, "mcpjob spare" when the
-	// agent had started it ahead of need.
-	if !(strings.Contains(args, "mcpjob run") || strings.Contains(args, "mcpjob spare")) || !strings.Contains(args, "sleep 30") {
+	// The runner is the agent's "sandbox-agent-<hash> jobs", or on the fallback "mcpjob run".
+	if !(strings.Contains(args, "mcpjob run") || strings.Contains(args, "sandbox-agent") && strings.Contains(args, " jobs\n")) || !strings.Contains(args, "sleep 30") {
 		t.Fatalf("ps shows no runner:\n%s", args)
 	}
 	if len(args) >= 2000 {

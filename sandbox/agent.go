@@ -275,10 +275,15 @@ func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (stri
 	return id, types.HijackedResponse{Conn: conn, Reader: bufio.NewReaderSize(conn, 32<<10)}, nil
 }
 
-// agentRunner starts the job runner with args and env on the agent, served by a spare
-// runner started ahead of need (the script parsed already) when one is ready: the
+// agentRunner starts the job runner with args and env on the agent. The agent runs
+// "run" itself (its native runner, answering as jobs.sh does); the other modes go to a
+// spare runner started ahead of need (the script parsed already) when one is ready: the
 // arguments and environment travel on its stdin (jobs.sh, "spare").
 func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (types.HijackedResponse, error) {
+	if len(args) > 0 && args[0] == "run" {
+		_, hj, err := s.agentStart(sess, agentwire.Request{Op: agentwire.OpJob, Argv: args, Env: env, Dir: "/", Stdin: stdin})
+		return hj, err
+	}
 	var prefix []byte
 	field := func(v string) { prefix = append(append(prefix, v...), 0) }
 	field(strconv.Itoa(len(env)))

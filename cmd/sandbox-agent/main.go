@@ -1,6 +1,7 @@
 // Command sandbox-agent runs inside each sandbox container. Caddy starts it with one
 // long-lived `docker exec -i` and speaks the agentwire protocol over its stdin and
-// stdout ("serve"); the same binary holds the pseudo-terminal of a tty job ("pty").
+// stdout ("serve"); the same binary holds the pseudo-terminal of a tty job ("pty") and
+// runs the jobs it starts until their end ("jobs"), outliving the agent.
 // It uses the standard library only and is built with CGO_ENABLED=0, so it runs on any
 // Linux image of its architecture.
 package main
@@ -12,7 +13,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-agent serve | pty [--rows N --cols N] -- command...")
+		fmt.Fprintln(os.Stderr, "usage: sandbox-agent serve | pty [--rows N --cols N] -- command... | jobs")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -20,6 +21,8 @@ func main() {
 		os.Exit(serveMain(os.Args[2:]))
 	case "pty":
 		os.Exit(ptyMain(os.Args[2:]))
+	case "jobs":
+		os.Exit(jobsMain(os.Args[2:]))
 	case "version":
 		fmt.Println(version)
 	default:

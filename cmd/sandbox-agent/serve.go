@@ -58,6 +58,8 @@ func handle(st *agentwire.Stream) {
 			return
 		}
 		runExec(st, req)
+	case agentwire.OpJob:
+		runJob(st, req)
 	case agentwire.OpDial:
 		runDial(st, req)
 	case agentwire.OpListen:

@@ -40,6 +40,10 @@ type Request struct {
 const (
 	// OpExec starts a program.
 	OpExec = "exec"
+	// OpJob runs a job as the job runner's (sandbox/jobs.sh) "run" mode does: Argv
+	// holds that mode and its arguments, Env its environment, channel 0 (Stdin) a long
+	// command; the answer is that mode's output.
+	OpJob = "job"
 	// OpDial connects to Port on the container's loopback (127.0.0.1, then ::1). The
 	// agent ends channel 2 once connected (Connected); then channel 0 carries bytes to
 	// the connection and channel 1 bytes from it, each ended by EOF (a half-close).

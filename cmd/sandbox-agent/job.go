@@ -1,0 +1,585 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+)
+
+// The native job runner: an OpJob request is jobs.sh's "run" mode, with the same
+// arguments and environment, done by the agent without starting bash for the runner.
+// It claims the job's id, starts the job's own runner ("sandbox-agent job", jobwait.go,
+// which outlives the agent), waits as asked and answers in jobs.sh's format (an MCPJOB1
+// header, then the output on channels 1 and 2). The files it writes are those of
+// jobs.sh, so the fallback (one Docker exec per call running jobs.sh) follows, feeds
+// and kills a job started here, and the other way round.
+
+// runArgs are the arguments of "run":
+//
+//	run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <tty 0|1> <cwd> <head> <tail> <env|stdin>
+type runArgs struct {
+	dir, id, timeout string
+	wait             time.Duration // -1: to the end
+	interactive, tty bool
+	cwd              string
+	head, tail       int64
+	fromStdin        bool
+}
+
+func parseRunArgs(a []string) (runArgs, error) {
+	if len(a) != 11 || a[0] != "run" {
+		return runArgs{}, errors.New("want run and 10 arguments")
+	}
+	r := runArgs{dir: a[1], id: a[2], timeout: a[3], interactive: a[5] == "1", tty: a[6] == "1",
+		cwd: a[7], fromStdin: a[10] == "stdin"}
+	if !strings.HasPrefix(r.dir, "/") || !validID(r.id) || r.cwd == "" {
+		return runArgs{}, errors.New("bad directory, id or cwd")
+	}
+	if t, err := strconv.ParseFloat(r.timeout, 64); err != nil || t < 0 {
+		return runArgs{}, fmt.Errorf("bad timeout %q", r.timeout)
+	}
+	if a[4] == "-1" {
+		r.wait = -1
+	} else if w, err := strconv.ParseFloat(a[4], 64); err == nil && w >= 0 {
+		r.wait = time.Duration(w * float64(time.Second))
+	} else {
+		return runArgs{}, fmt.Errorf("bad wait %q", a[4])
+	}
+	var err1, err2 error
+	r.head, err1 = strconv.ParseInt(a[8], 10, 64)
+	r.tail, err2 = strconv.ParseInt(a[9], 10, 64)
+	if err1 != nil || err2 != nil || r.head < 0 || r.tail < 0 {
+		return runArgs{}, errors.New("bad head or tail")
+	}
+	return r, nil
+}
+
+// runJob serves an OpJob request.
+func runJob(st *agentwire.Stream, req agentwire.Request) {
+	a, err := parseRunArgs(req.Argv)
+	if err != nil {
+		st.Reset("bad job request: " + err.Error())
+		return
+	}
+	answer := func(why string) {
+		st.Write(agentwire.Stdout, []byte("MCPJOB1 "+why+"\n"))
+		st.Exit(0)
+	}
+	fail := func(err error) {
+		st.Write(agentwire.Stderr, []byte("sandbox-agent: "+err.Error()+"\n"))
+		st.Exit(3)
+	}
+	var command, agent string
+	var env []string
+	for _, e := range req.Env {
+		name, v, _ := strings.Cut(e, "=")
+		switch name {
+		case "MCP_SANDBOX_CMD":
+			command = v
+		case "MCP_SANDBOX_AGENT":
+			agent = v
+		default:
+			env = append(env, e)
+		}
+	}
+	env = mergeEnv(os.Environ(), env)
+	if v := bashVersion(env); v != "" {
+		answer("oldbash " + v)
+		return
+	}
+	if a.tty {
+		if fi, err := os.Stat(agent); agent == "" || err != nil || fi.Mode()&0o111 == 0 {
+			answer("notty")
+			return
+		}
+	}
+	if err := os.MkdirAll(a.dir, 0o777); err != nil {
+		fail(err)
+		return
+	}
+	if err := syscall.Mkfifo(a.dir+"/.tick", 0o666); err != nil && err != syscall.EEXIST {
+		fail(fmt.Errorf("making %s/.tick: %w", a.dir, err))
+		return
+	}
+	if fi, err := os.Stat(a.cwd); err != nil || !fi.IsDir() || syscall.Access(a.cwd, 1) != nil {
+		answer("nocwd")
+		return
+	}
+	d := a.dir + "/" + a.id
+	// Claim the id (another call may have drawn the same one): .meta names the agent
+	// as the runner until the job's own starts.
+	t0 := epochReal(time.Now())
+	inter := "0"
+	if a.interactive {
+		inter = "1"
+	}
+	meta := func(runner string) string {
+		return t0 + " " + a.timeout + " " + inter + " " + runner + " " + a.cwd + "\n"
+	}
+	f, err := os.OpenFile(d+".meta", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		answer("taken")
+		return
+	}
+	_, err = f.WriteString(meta(agentName()))
+	f.Close()
+	if err != nil {
+		fail(err)
+		return
+	}
+	preview := command
+	if a.fromStdin {
+		if err := readCommand(st, d+".cmd"); err != nil {
+			fail(err)
+			return
+		}
+		if b, err := readSmall(d+".cmd", 300); err == nil {
+			preview = string(b)
+		}
+	}
+	// The input FIFO exists before the answer: job_input may come at once.
+	if a.interactive {
+		_ = syscall.Mkfifo(d+".in", 0o666)
+	}
+	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, shlvl(env)})
+	tty := "0"
+	if a.tty {
+		tty = "1"
+	}
+	src := "env"
+	if a.fromStdin {
+		src = "stdin"
+	}
+	runner, ended, err := jobRunner.start([]string{a.dir, a.id, a.timeout, inter, tty, a.cwd, src}, jenv, st.Done())
+	if err != nil {
+		// The job ends here: nothing runs it.
+		_ = writeFile(d+".exit", "126 "+epochReal(time.Now())+"\n")
+		fail(fmt.Errorf("starting the job's runner: %w", err))
+		return
+	}
+	_ = replaceFile(d+".meta", meta(runner)+clip(preview, 300)+"\n")
+	state := "running"
+	switch {
+	case a.wait < 0:
+		select {
+		case <-ended:
+			state = "done"
+		case <-st.Done():
+			return
+		}
+	case a.wait > 0:
+		t := time.NewTimer(a.wait)
+		select {
+		case <-ended:
+			state = "done"
+		case <-t.C:
+		case <-st.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+	emit(st, a.dir, a.id, state, a.head, a.tail)
+	st.Exit(0)
+}
+
+// startRetrying starts the command newCmd makes, trying again for up to 30 s while the
+// container is at its process limit (a fork bomb that its job's runner kills soon), as
+// bash does.
+func startRetrying(newCmd func() *exec.Cmd, stop <-chan struct{}) (*exec.Cmd, error) {
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cmd := newCmd()
+		err := cmd.Start()
+		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			return cmd, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-stop:
+			return cmd, err
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// jobRunner is the agent's runner of jobs, "sandbox-agent jobs" (jobwait.go).
+var jobRunner = &runnerProc{}
+
+// runnerProc starts jobs on a runner process, starting one when none runs.
+type runnerProc struct {
+	mu      sync.Mutex
+	name    string // the runner as .meta names it; "" when none runs
+	stdin   *os.File
+	waiting map[string]chan struct{} // by job id, closed at "done <id>"
+}
+
+// start hands a job to the runner and returns the runner's name and a channel closed
+// when the job's status is written (or the runner is gone).
+func (r *runnerProc) start(args, env []string, stop <-chan struct{}) (string, <-chan struct{}, error) {
+	line, err := json.Marshal(map[string][]string{"args": args, "env": env})
+	if err != nil {
+		return "", nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.name == "" {
+		if err := r.launch(stop); err != nil {
+			return "", nil, err
+		}
+	}
+	done := make(chan struct{})
+	r.waiting[args[1]] = done
+	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
+		delete(r.waiting, args[1])
+		return "", nil, err
+	}
+	return r.name, done, nil
+}
+
+// launch starts a runner; r.mu is held.
+func (r *runnerProc) launch(stop <-chan struct{}) error {
+	in, feed, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	events, w, err := os.Pipe()
+	if err != nil {
+		in.Close()
+		feed.Close()
+		return err
+	}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	cmd, err := startRetrying(func() *exec.Cmd {
+		// Its own process group, in /: no job's kill or cwd reaches it.
+		return &exec.Cmd{Path: "/proc/self/exe", Args: []string{os.Args[0], "jobs"}, Dir: "/",
+			Stdin: in, Stdout: devnull, Stderr: devnull, ExtraFiles: []*os.File{w},
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	}, stop)
+	in.Close()
+	w.Close()
+	if devnull != nil {
+		devnull.Close()
+	}
+	if err != nil {
+		feed.Close()
+		events.Close()
+		return err
+	}
+	pid := cmd.Process.Pid
+	children.register(pid) // reaped when it ends
+	cmd.Process.Release()
+	waiting := map[string]chan struct{}{}
+	r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
+	go r.follow(events, feed, waiting)
+	return nil
+}
+
+// follow reads a runner's "done <id>" lines; when it is gone, the jobs it ran are
+// answered for as they stand (lost, unless their status was written).
+func (r *runnerProc) follow(events, feed *os.File, waiting map[string]chan struct{}) {
+	sc := bufio.NewScanner(events)
+	for sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "done ")
+		r.mu.Lock()
+		if c := waiting[id]; ok && c != nil {
+			close(c)
+			delete(waiting, id)
+		}
+		r.mu.Unlock()
+	}
+	events.Close()
+	r.mu.Lock()
+	for id, c := range waiting {
+		close(c)
+		delete(waiting, id)
+	}
+	if r.stdin == feed {
+		r.name, r.stdin, r.waiting = "", nil, nil
+	}
+	r.mu.Unlock()
+	feed.Close()
+}
+
+// readCommand writes what comes on channel 0 to path.
+func readCommand(st *agentwire.Stream, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := st.ReadChunk()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("reading the command: %w", err)
+		}
+		if c.Ch != agentwire.Stdin {
+			continue
+		}
+		if c.EOF {
+			return f.Close()
+		}
+		if _, err := f.Write(c.Data); err != nil {
+			f.Close()
+			return err
+		}
+	}
+}
+
+// replaceFile writes a file whole under a temporary name and moves it in place, so a
+// reader sees the old content or the new.
+func replaceFile(path, content string) error {
+	i := strings.LastIndexByte(path, '/')
+	tmp := path[:i+1] + "." + path[i+1:] + ".new"
+	if err := writeFile(tmp, content); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// shlvl is the SHLVL the runner's bash would have passed on.
+func shlvl(env []string) string {
+	n := 0
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "SHLVL="); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	return "SHLVL=" + strconv.Itoa(max(n, 0)+1)
+}
+
+var agentNameOnce = sync.OnceValue(func() string { return runnerName(os.Getpid()) })
+
+// agentName names the agent as a job's runner in .meta.
+func agentName() string { return agentNameOnce() }
+
+// bashVersion returns the version of the bash a command would run, "<major>.<minor>",
+// when it is older than jobs.sh needs (5.1; the fallback must be able to follow the
+// job), else "". The answer is kept until the file changes.
+func bashVersion(env []string) string {
+	path := lookPath("bash", env)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	key := fmt.Sprintf("%s %d %d %v", path, fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+	bashSeen.mu.Lock()
+	defer bashSeen.mu.Unlock()
+	if bashSeen.key == key {
+		return bashSeen.old
+	}
+	out, err := exec.Command(path, "-c", `echo "${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]}"`).Output()
+	if err != nil {
+		return ""
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(string(out), "%d %d", &major, &minor); err != nil {
+		return ""
+	}
+	bashSeen.key, bashSeen.old = key, ""
+	if major < 5 || (major == 5 && minor < 1) {
+		bashSeen.old = strconv.Itoa(major) + "." + strconv.Itoa(minor)
+	}
+	return bashSeen.old
+}
+
+var bashSeen struct {
+	mu       sync.Mutex
+	key, old string
+}
+
+// emit is jobs.sh's emit: it sends the output produced since the last delivery (the
+// head and tail of a range longer than head+tail), after a header line, then records it
+// as delivered, in .off and, with the offsets before, in .prev (to send it again).
+func emit(st *agentwire.Stream, dir, id, state string, head, tail int64) {
+	d := dir + "/" + id
+	var oo, eo int64
+	if line, ok := firstLine(d + ".off"); ok {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			oo, _ = strconv.ParseInt(f[0], 10, 64)
+		}
+		if len(f) > 1 {
+			eo, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	osz, esz := fileSize(d+".out"), fileSize(d+".err")
+	// A file cut shorter (say, by the command itself) restarts delivery at its end.
+	oo, eo = min(oo, osz), min(eo, esz)
+	ex := "-"
+	if state == "done" {
+		line, _ := firstLine(d + ".exit")
+		f := strings.Fields(line)
+		if len(f) > 0 && len(f[0]) <= 3 && digits(f[0]) {
+			ex = f[0]
+		} else {
+			state = "lost"
+		}
+	}
+	ran := ranMS(d, state)
+	var flags strings.Builder
+	for _, w := range []string{"timedout", "killed", "cancelled"} {
+		if exists(d + "." + w) {
+			flags.WriteString(w + ",")
+		}
+	}
+	if nonEmpty(d + ".held") {
+		h, _ := firstLine(d + ".held")
+		flags.WriteString("held:" + h + ",")
+	}
+	if nonEmpty(d + ".bg") {
+		line, _ := firstLine(d + ".bg")
+		f := strings.SplitN(line, " ", 3)
+		for len(f) < 3 {
+			f = append(f, "")
+		}
+		flags.WriteString("bg:" + f[0] + ":" + f[1] + ":" + f[2] + ",")
+	}
+	if state == "running" && exists(d+".inw") {
+		if _, ok := inputWriter(d, id); ok {
+			flags.WriteString("inputwaiting,")
+		}
+	}
+	on, en := max(osz-oo, 0), max(esz-eo, 0)
+	osend, esend := on, en
+	ol, el, of, ef := "-", "-", "-", "-"
+	// Lines are counted up to 100 MB; beyond, the marker gives bytes only.
+	const countMax = 100000000
+	if on > head+tail {
+		osend = head + tail
+		if on <= countMax {
+			ol = strconv.FormatInt(countLines(d+".out", oo, on), 10)
+		}
+	}
+	if en > head+tail {
+		esend = head + tail
+		if en <= countMax {
+			el = strconv.FormatInt(countLines(d+".err", eo, en), 10)
+		}
+	}
+	// The line a range that may be cut starts in, for the marker to name the lines left out.
+	if on > head && oo+on <= countMax {
+		of = strconv.FormatInt(countLines(d+".out", 0, oo)+1, 10)
+	}
+	if en > head && eo+en <= countMax {
+		ef = strconv.FormatInt(countLines(d+".err", 0, eo)+1, 10)
+	}
+	fl := flags.String()
+	if fl == "" {
+		fl = "-"
+	}
+	hdr := fmt.Sprintf("MCPJOB1 %s %s %d %d %d %d %d %d %s %s %s %s %s %s\n",
+		state, ex, osz, esz, oo, eo, osend, esend, ol, el, of, ef, ran, fl)
+	if _, err := st.Write(agentwire.Stdout, []byte(hdr)); err != nil {
+		return
+	}
+	if sendRange(st, agentwire.Stdout, d+".out", oo, on, head, tail) != nil ||
+		sendRange(st, agentwire.Stderr, d+".err", eo, en, head, tail) != nil {
+		return
+	}
+	// Recorded as delivered only once sent; .prev keeps the offsets before and after,
+	// for "poll ... again".
+	_ = writeFile(d+".prev", fmt.Sprintf("%d %d %d %d\n", oo, eo, osz, esz))
+	_ = writeFile(d+".off", fmt.Sprintf("%d %d\n", osz, esz))
+}
+
+// ranMS is how long the job has run (running) or ran (done), in ms, or "-".
+func ranMS(d, state string) string {
+	line, _ := firstLine(d + ".meta")
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return "-"
+	}
+	t0, ok := parseEpochReal(f[0])
+	if !ok {
+		return "-"
+	}
+	var t1 int64
+	switch state {
+	case "done":
+		line, _ := firstLine(d + ".exit")
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return "-"
+		}
+		if t1, ok = parseEpochReal(f[1]); !ok {
+			return "-"
+		}
+	case "running":
+		t1 = time.Now().UnixMicro()
+	default:
+		return "-"
+	}
+	return strconv.FormatInt(max((t1-t0)/1000, 0), 10)
+}
+
+// sendRange sends n bytes of a file from offset from on channel ch, or its first head
+// and last tail bytes when longer.
+func sendRange(st *agentwire.Stream, ch byte, path string, from, n, head, tail int64) error {
+	if n == 0 {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // as head and tail: nothing to send
+	}
+	defer f.Close()
+	send := func(off, k int64) error {
+		if k <= 0 {
+			return nil
+		}
+		buf := make([]byte, min(k, 64<<10))
+		for k > 0 {
+			m, rerr := f.ReadAt(buf[:min(k, int64(len(buf)))], off)
+			if m > 0 {
+				if _, err := st.Write(ch, buf[:m]); err != nil {
+					return err
+				}
+				off, k = off+int64(m), k-int64(m)
+			}
+			if rerr != nil {
+				return nil
+			}
+		}
+		return nil
+	}
+	if n <= head+tail {
+		return send(from, n)
+	}
+	if err := send(from, head); err != nil {
+		return err
+	}
+	return send(from+n-tail, tail)
+}
+
+// countLines counts the newlines in n bytes of a file from offset from.
+func countLines(path string, from, n int64) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var lines int64
+	buf := make([]byte, 256<<10)
+	r := io.NewSectionReader(f, from, n)
+	for {
+		m, err := r.Read(buf)
+		lines += int64(bytes.Count(buf[:m], []byte{'\n'}))
+		if err != nil {
+			return lines
+		}
+	}
+}

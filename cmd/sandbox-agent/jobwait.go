@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// jobsMain is the runner of the jobs the agent starts (job.go), a process of its own so
+// that a job's status is written when the agent is gone (killed, replaced by a new
+// version, its Caddy stopped):
+//
+//	sandbox-agent jobs
+//
+// It reads one job a line on stdin, as JSON ({"args": [<dir>, <id>, <timeout s>,
+// <interactive 0|1>, <tty 0|1>, <cwd>, <env|stdin>], "env": [...]}), and for each
+// starts the command (bash -c "$MCP_SANDBOX_CMD", or bash <id>.cmd), under the pty
+// holder "$MCP_SANDBOX_AGENT pty" for a tty job, in a process group of its own; kills
+// the group at the timeout; waits for it; hands what it left holding its output over to
+// a job of its own, as jobs.sh does; writes .exit; then writes "done <id>" on fd 3. At
+// the end of stdin (the agent is gone) it takes no more jobs and exits once those it
+// runs have ended. It execs nothing but the commands.
+func jobsMain(args []string) int {
+	if len(args) != 0 {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs")
+		return 2
+	}
+	startReaper()
+	// Threads made now, while the container has room: a fork bomb may leave none later.
+	makeThreads(spareThreads)
+	// Commands inherit this (as from jobs.sh's trap '' HUP); SIGPIPE stays as it is, so
+	// that `yes | head` ends. Writes to fd 3 fail with EPIPE once the agent is gone.
+	signal.Ignore(syscall.SIGHUP)
+	// Not passed on: what a command leaves running must not hold the agent's pipe.
+	syscall.CloseOnExec(3)
+	events := os.NewFile(3, "events")
+	var mu sync.Mutex
+	var running sync.WaitGroup
+	in := bufio.NewScanner(pollable(0, "stdin"))
+	in.Buffer(make([]byte, 64<<10), 4<<20)
+	for in.Scan() {
+		var req struct {
+			Args []string `json:"args"`
+			Env  []string `json:"env"`
+		}
+		if json.Unmarshal(in.Bytes(), &req) != nil || len(req.Args) != 7 || !validID(req.Args[1]) {
+			continue
+		}
+		a := req.Args
+		secs, err := strconv.ParseFloat(a[2], 64)
+		if err != nil || secs < 0 {
+			continue
+		}
+		w := &waiter{dir: a[0], id: a[1], d: a[0] + "/" + a[1], cwd: a[5],
+			interactive: a[3] == "1", tty: a[4] == "1", fromFile: a[6] == "stdin"}
+		for _, e := range req.Env {
+			switch name, v, _ := strings.Cut(e, "="); name {
+			case "MCP_SANDBOX_CMD":
+				w.cmd = v
+			case "MCP_SANDBOX_AGENT":
+				w.agent = v
+			default:
+				w.env = append(w.env, e)
+			}
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			w.run(time.Duration(secs*float64(time.Second)), func() {
+				mu.Lock()
+				events.Write([]byte("done " + w.id + "\n"))
+				mu.Unlock()
+			})
+		}()
+	}
+	running.Wait()
+	return 0
+}
+
+type waiter struct {
+	dir, id, d, cwd string
+	interactive     bool
+	tty, fromFile   bool
+	cmd, agent      string
+	env             []string
+}
+
+// run runs the job to its end and calls finished once its status is written; see
+// jobsMain.
+func (w *waiter) run(timeout time.Duration, finished func()) {
+	d := w.d
+	var hold *os.File // the FIFO held open, so input written before the command reads waits in it
+	stdin, _ := os.Open(os.DevNull)
+	if w.interactive {
+		if fi, err := os.Stat(d + ".in"); err == nil && fi.Mode()&fs.ModeNamedPipe != 0 {
+			if h, err := os.OpenFile(d+".in", os.O_RDWR, 0); err == nil {
+				if r, err := os.OpenFile(d+".in", os.O_RDONLY, 0); err == nil {
+					stdin.Close()
+					hold, stdin = h, r
+				} else {
+					h.Close()
+				}
+			}
+		}
+	}
+	argv := []string{"bash", "-c", w.cmd}
+	if w.fromFile {
+		argv = []string{"bash", d + ".cmd"}
+	}
+	if w.tty {
+		_ = touch(d + ".tty")
+		argv = append([]string{w.agent, "pty", "--"}, argv...)
+	}
+	e := 127
+	c := 0
+	var ended <-chan syscall.WaitStatus
+	out, err1 := os.Create(d + ".out")
+	errf, err2 := os.Create(d + ".err")
+	if err := errors.Join(err1, err2); err == nil {
+		env := w.env
+		cmd, err := startRetrying(func() *exec.Cmd {
+			return &exec.Cmd{Path: lookPath(argv[0], env), Args: argv, Env: env, Dir: w.cwd,
+				Stdin: stdin, Stdout: out, Stderr: errf, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+		}, nil)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, exec.ErrNotFound) {
+				e = 126
+			}
+			fmt.Fprintf(errf, "sandbox-agent: %v\n", err)
+		} else {
+			c = cmd.Process.Pid
+			ended = children.register(c)
+			cmd.Process.Release()
+			_ = writeFile(d+".pid", strconv.Itoa(c)+"\n")
+		}
+	}
+	for _, f := range []*os.File{out, errf, stdin} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	// The timeout: the job's group is killed, and what it left holding its output
+	// (noted in .held) is killed at it too.
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(timeout, func() {
+		_ = touch(d + ".timedout")
+		killJob(d, w.id)
+		close(timedOut)
+	})
+	if ended != nil {
+		e = int(waitStatusCode(<-ended))
+	}
+	if hold != nil {
+		hold.Close()
+	}
+	// Input nobody will read: a writer still waiting on the pipe goes too.
+	if w.interactive {
+		if wp, ok := inputWriter(d, w.id); ok {
+			syscall.Kill(wp, syscall.SIGKILL)
+		}
+	}
+	held, handed := 0, ""
+	if groupAlive(c) {
+		held = w.heldBy(c)
+		if held != 0 {
+			if b, ok := w.handover(c, held); ok {
+				held, handed = 0, b
+			}
+		}
+		if held != 0 {
+			_ = writeFile(d+".held", strconv.Itoa(held)+"\n")
+		}
+	}
+	if held == 0 {
+		timer.Stop()
+	}
+	_ = writeFile(d+".exit", strconv.Itoa(e)+" "+epochReal(time.Now())+"\n")
+	finished()
+	switch {
+	case handed != "":
+		watch(w.dir, handed, c)
+	case held != 0:
+		<-timedOut
+	}
+}
+
+// heldBy returns a process the command left behind that still holds its output open
+// 0.2 s after it ended, or 0. One scan can miss processes that live for moments (a
+// command that forks and exits, over and over): while the group lives on and a scan
+// finds no process of it that stays without the output, the scan is repeated, and after
+// 2 s the leftovers count as holding it (jobs.sh does the same).
+func (w *waiter) heldBy(c int) int {
+	o := outputOf(w.d)
+	held, seen := 0, 0
+	for i := 0; i < 20; i++ {
+		held = 0
+		quiet := false
+		for _, p := range pids() {
+			if o.holds(p) {
+				held, seen = p, p
+				break
+			}
+			// Read after the check: a member still there had no output open.
+			if !quiet {
+				if st, ok := readStat(p); ok && st.pgrp == c && st.state != "Z" {
+					quiet = true
+				}
+			}
+		}
+		if held == 0 {
+			if quiet || !groupAlive(c) {
+				break
+			}
+			held = seen
+			if held == 0 {
+				held = c
+			}
+		} else if i >= 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return held
+}
+
+// handover makes what the command left running with its output open (its process
+// group, and the processes holding the output, pid among them) a job of its own with no
+// timeout, whose runner is this process (watch), and records it in .bg.
+func (w *waiter) handover(c, pid int) (string, bool) {
+	if exists(w.d + ".timedout") {
+		return "", false
+	}
+	t0 := epochReal(time.Now())
+	me := runnerName(os.Getpid())
+	var b string
+	for range 3 {
+		var r [2]byte
+		_, _ = rand.Read(r[:])
+		b = fmt.Sprintf("j%08x%04x", uint32(time.Now().Unix()), binary.BigEndian.Uint16(r[:]))
+		f, err := os.OpenFile(w.dir+"/"+b+".meta", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "%s 0 0 %s %s\n", t0, me, w.cwd)
+			f.Close()
+			if err == nil {
+				break
+			}
+		}
+		b = ""
+	}
+	if b == "" {
+		return "", false
+	}
+	off, err := os.OpenFile(w.d+".off", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
+	if err != nil {
+		return "", false
+	}
+	off.Close()
+	if writeFile(w.dir+"/"+b+".pid", strconv.Itoa(c)+"\n") != nil || writeFile(w.dir+"/"+b+".from", w.id+"\n") != nil {
+		return "", false
+	}
+	cmd, _ := cmdline(pid)
+	if cmd == "" {
+		cmd = w.cmd
+	}
+	_ = writeFile(w.dir+"/"+b+".meta", fmt.Sprintf("%s 0 0 %s %s\n%s\n", t0, me, w.cwd, clip(cmd, 300)))
+	hex := fmt.Sprintf("%x", clip(cmd, 80))
+	if writeFile(w.d+".bg", b+" "+strconv.Itoa(pid)+" "+hex+"\n") != nil {
+		return "", false
+	}
+	return b, true
+}
+
+// clip returns the first n bytes of s.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// watch is the runner of a job handed over (jobs.sh's watch): it ends when no process
+// of the group pg runs and none holds the output. Their exit codes are not known: 0, or
+// 137 when killed. A group that keeps the container at its process limit (a fork bomb)
+// is killed after 3 s of it. Its files are links to those of the job it took over from
+// (delivered offsets shared), made once the container has room.
+func watch(dir, id string, pg int) {
+	d := dir + "/" + id
+	o := id
+	if line, ok := firstLine(d + ".from"); ok && validID(line) {
+		o = line
+	}
+	linked := false
+	links := func() {
+		for _, ext := range []string{".out", ".err", ".off"} {
+			os.Remove(d + ext)
+			if os.Link(dir+"/"+o+ext, d+ext) != nil {
+				return
+			}
+		}
+		linked = true
+	}
+	if !full(pg) {
+		links()
+	}
+	f := 0
+	for groupAlive(pg) || holdsAny(d) {
+		if full(pg) {
+			if f++; f >= 10 {
+				killJob(d, id)
+			}
+		} else {
+			f = 0
+			if !linked {
+				links()
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if !linked {
+		links()
+	}
+	e := 0
+	if exists(d+".killed") || f >= 10 {
+		e = 137
+	}
+	_ = writeFile(d+".exit", strconv.Itoa(e)+" "+epochReal(time.Now())+"\n")
+}
+
+// holdsAny reports whether a process holds the job's output.
+func holdsAny(d string) bool {
+	o := outputOf(d)
+	for _, p := range pids() {
+		if o.holds(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// validID reports whether id has the form of a job id (j and 12 hex digits).
+func validID(id string) bool {
+	if len(id) != 13 || id[0] != 'j' {
+		return false
+	}
+	return strings.Trim(id[1:], "0123456789abcdef") == ""
+}
