@@ -89,9 +89,7 @@ func TestPersonEgressCredentials(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := serveProxy(t, pol)
-		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}, Timeout: 10 * time.Second}
-		resp, err := c.Get("http://" + host + ":" + port + "/simple/")
+		resp, err := proxyClient(t, pol).Get("http://" + host + ":" + port + "/simple/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,29 +119,20 @@ func TestPersonEgressCredentials(t *testing.T) {
 	}
 }
 
-// serveProxy serves an egress proxy with pol on loopback, standing in for a sandbox's
-// listener.
-func serveProxy(t *testing.T, pol *egress.Policy) string {
-	t.Helper()
+// proxyClient is an HTTP client whose every connection is served by an egress proxy
+// with pol, as a program in a sandbox reaches its proxy.
+func proxyClient(t *testing.T, pol *egress.Policy) *http.Client {
 	px := &egress.Proxy{
 		Policy: func() *egress.Policy { return pol },
 		Resolve: func(context.Context, string) ([]netip.Addr, error) {
 			return nil, errors.New("tests resolve no names")
 		},
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { px.Close() })
+	dial := func(context.Context, string, string) (net.Conn, error) {
+		a, b := net.Pipe()
+		px.ServeConn(a)
+		return b, nil
 	}
-	t.Cleanup(func() { ln.Close(); px.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			px.ServeConn(c)
-		}
-	}()
-	return ln.Addr().String()
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "127.0.0.1:3128"}), DialContext: dial}, Timeout: 10 * time.Second}
 }
