@@ -12,7 +12,8 @@ import (
 )
 
 // Through a real Caddy with two people: alice's credential reaches the upstream from her
-// sandbox and not from bob's, and the host only her block allows is refused to bob.
+// sandbox and not from bob's, the host only her block allows is refused to bob, and a
+// reload that removes her block applies to her running sandbox.
 func TestPersonEgressThroughCaddy(t *testing.T) {
 	up := newEgressUpstream(t)
 	secret := "alice-egress-secret-" + randomHex(12)
@@ -27,11 +28,12 @@ func TestPersonEgressThroughCaddy(t *testing.T) {
 			_ = s.docker.VolumeRemove(ctx, s.volume+"-"+name, true)
 		}
 	})
-	s.start(siteOptions{address: "http://:%d", directive: []string{fmt.Sprintf(`egress {
+	site := fmt.Sprintf(`egress {
 			allow allowed.test:%[1]s
 			host allowed.test 127.0.0.1
 			host refused.test 127.0.0.1
-		}`, up.port), fmt.Sprintf(`person alice %[2]s {
+		}`, up.port)
+	s.start(siteOptions{address: "http://:%d", directive: []string{site, fmt.Sprintf(`person alice %[2]s {
 			egress {
 				allow refused.test:%[1]s
 				credential http://allowed.test:%[1]s/api header X-Api-Key {env.EGRESS_TEST_SECRET}
@@ -64,5 +66,17 @@ func TestPersonEgressThroughCaddy(t *testing.T) {
 	}
 	if n := len(up.requests()); n != 3 {
 		t.Fatalf("the upstream got %d requests, want 3", n)
+	}
+	// A reload without alice's block applies to her running sandbox: no credential, and
+	// her host is refused.
+	s.load(siteOptions{address: "http://:%d", directive: []string{site, "person alice " + keys["alice"], "person bob " + keys["bob"]}})
+	if out := run("alice", get("allowed.test")); out["exit_code"] != 0.0 {
+		t.Fatalf("alice after the reload: %v", out)
+	}
+	if reqs := up.requests(); len(reqs) != 4 || reqs[3].Header.Get("X-Api-Key") != "" {
+		t.Fatalf("after the reload the upstream got %+v", reqs)
+	}
+	if out := run("alice", get("refused.test")); out["exit_code"] == 0.0 || !strings.Contains(out["note"].(string), "blocked: refused.test") {
+		t.Fatalf("alice to her former host after the reload: %v", out)
 	}
 }
