@@ -64,6 +64,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			memory <size>                   # the site's memory unless given
 //			cpus   <number>                 # the site's cpus unless given
 //			pids   <number>                 # the site's pids_limit unless given
+//			egress { ... }                  # as below: this person's rules and credentials on top of the site's egress
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
 //		idle_stop        <duration>         # default: 0 (never); stop a sandbox unused this long, files kept

@@ -16,11 +16,16 @@ type consoleSandboxes struct{ h *Handler }
 // sample of about a second.
 const statusParallel = 8
 
-func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
-	people := []string{""}
+func (c consoleSandboxes) People() []string {
+	out := make([]string, 0, len(c.h.People))
 	for _, p := range c.h.People {
-		people = append(people, p.Name)
+		out = append(out, p.Name)
 	}
+	return out
+}
+
+func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
+	people := append([]string{""}, c.People()...)
 	out := make([]console.SandboxInfo, len(people))
 	slots := make(chan struct{}, statusParallel)
 	var wg sync.WaitGroup

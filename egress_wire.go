@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -332,16 +333,37 @@ var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls
 
 // provisionEgressCA loads or creates the CA, making its intermediate anew when it is
 // about to expire (Caddy renews only the CAs of its pki app).
-// setupEgress gives a sandbox's proxy this config's CA and rules: the operator's when
-// the config is provisioned, a person's when their sandbox is first placed.
-func (h *Handler) setupEgress(e *sandboxEntry) error {
+// egressRules are the rules of person's sandbox ("" the operator's): the site's, with
+// the person's own layered on.
+func (h *Handler) egressRules(person string) egress.Rules {
+	r := h.Egress.rules()
+	if p := h.person(person); p != nil && p.Egress != nil {
+		r = r.Merge(p.Egress.rules())
+	}
+	return r
+}
+
+// egressTrust is the trust_ca files of person's sandbox: the site's and the person's.
+func (h *Handler) egressTrust(person string) []string {
+	trust := h.Egress.TrustCA
+	if p := h.person(person); p != nil && p.Egress != nil {
+		trust = append(slices.Clone(trust), p.Egress.TrustCA...)
+	}
+	return trust
+}
+
+// setupEgress gives person's sandbox proxy ("" the operator's) this config's CA and
+// rules: the operator's when the config is provisioned, a person's when their sandbox
+// is first placed.
+func (h *Handler) setupEgress(e *sandboxEntry, person string) error {
 	if e.egress == nil {
 		return nil
 	}
-	if err := e.egress.setCA(h.egressCA, h.Egress.TrustCA); err != nil {
+	trust := h.egressTrust(person)
+	if err := e.egress.setCA(h.egressCA, trust); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
-	ctx, logger, trust, state := h.egressCtx, h.logger.Named("egress"), h.Egress.TrustCA, e.egress
+	ctx, logger, state := h.egressCtx, h.logger.Named("egress"), e.egress
 	renew := func() error {
 		ca, err := provisionEgressCA(ctx, logger)
 		if err != nil {
@@ -350,7 +372,7 @@ func (h *Handler) setupEgress(e *sandboxEntry) error {
 		return state.setCA(ca, trust)
 	}
 	e.egress.renewCA.Store(&renew)
-	pol, _ := egress.Compile(h.Egress.rules()) // Validate compiled it
+	pol, _ := egress.Compile(h.egressRules(person)) // Validate compiled it
 	e.egress.policy.Store(pol)
 	return nil
 }
@@ -381,6 +403,19 @@ func provisionEgressCA(ctx caddy.Context, logger *zap.Logger) (*caddypki.CA, err
 // setCA makes ca the one intercepted hosts are shown, and trustCA (PEM files) the extra
 // roots upstreams are verified with, on top of the system's.
 func (e *egressState) setCA(ca *caddypki.CA, trustCA []string) error {
+	roots, err := trustRoots(trustCA)
+	if err != nil {
+		return err
+	}
+	e.roots.Store(roots)
+	e.issuer.Store(egress.NewCAIssuer(ca.IntermediateCertificateChain(), ca.IntermediateKey()))
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.RootCertificate().Raw})
+	e.rootPEM.Store(&rootPEM)
+	return nil
+}
+
+// trustRoots is the system's roots plus those in the trustCA PEM files.
+func trustRoots(trustCA []string) (*x509.CertPool, error) {
 	roots, err := x509.SystemCertPool()
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
@@ -388,17 +423,13 @@ func (e *egressState) setCA(ca *caddypki.CA, trustCA []string) error {
 	for _, f := range trustCA {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("trust_ca: %w", err)
+			return nil, fmt.Errorf("trust_ca: %w", err)
 		}
 		if !roots.AppendCertsFromPEM(data) {
-			return fmt.Errorf("trust_ca %s: no PEM certificate in it", f)
+			return nil, fmt.Errorf("trust_ca %s: no PEM certificate in it", f)
 		}
 	}
-	e.roots.Store(roots)
-	e.issuer.Store(egress.NewCAIssuer(ca.IntermediateCertificateChain(), ca.IntermediateKey()))
-	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.RootCertificate().Raw})
-	e.rootPEM.Store(&rootPEM)
-	return nil
+	return roots, nil
 }
 
 // issuerOf is the proxy's Issuer: the CA of the latest config.

@@ -161,7 +161,7 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	if err != nil {
 		return nil, err
 	}
-	if err := h.setupEgress(e); err != nil {
+	if err := h.setupEgress(e, person); err != nil {
 		return nil, errors.Join(err, release(key))
 	}
 	e.startCleanup()

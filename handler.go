@@ -341,7 +341,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 		h.egressCtx = ctx
-		if err := h.setupEgress(entry); err != nil {
+		if err := h.setupEgress(entry, ""); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -28,6 +29,9 @@ type Person struct {
 	Memory    string  `json:"memory,omitempty"`
 	CPUs      float64 `json:"cpus,omitempty"`
 	PidsLimit int64   `json:"pids_limit,omitempty"`
+	// Egress holds the person's own egress rules and credentials, layered on the
+	// site's for this person's sandbox only. It needs the site's egress block.
+	Egress *EgressConfig `json:"egress,omitempty"`
 }
 
 // personName is what a person may be called.
@@ -114,6 +118,18 @@ func (h *Handler) validatePeople() []error {
 		if _, err := h.sandboxConfigFor(p.Name); err != nil && baseErr == nil {
 			errs = append(errs, err)
 		}
+		switch {
+		case p.Egress == nil:
+		case h.Egress == nil:
+			errs = append(errs, fmt.Errorf("person %s: egress needs the site's egress block, which takes the sandboxes off the network: add `egress { ... }` to mcp_sandbox", p.Name))
+		default:
+			if _, err := egress.Compile(h.egressRules(p.Name)); err != nil {
+				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
+			}
+			if _, err := trustRoots(p.Egress.TrustCA); err != nil {
+				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
+			}
+		}
 	}
 	if h.MaxSandboxes < 0 {
 		errs = append(errs, errors.New("max_sandboxes must be positive"))
@@ -135,7 +151,7 @@ func envName(name string) string {
 	return string(b)
 }
 
-// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> }]`.
+// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> egress {...} }]`.
 func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
@@ -154,8 +170,10 @@ func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 			if err = oneInt(d, &n); err == nil {
 				p.PidsLimit = int64(n)
 			}
+		case "egress":
+			p.Egress, err = parseEgress(d)
 		default:
-			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids)", p.Name, sub)
+			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids, egress)", p.Name, sub)
 		}
 		if err != nil {
 			return p, err

@@ -109,7 +109,19 @@ var flashes = map[string]string{
 	actRevokeGrant: "The sign-in was revoked: its tokens no longer work.",
 	actRevokeLink:  "The link was revoked: it no longer works.",
 	actKillJob:     "The job was killed.",
+	sbStop:         "The sandbox was stopped; its files are kept, its processes ended.",
+	sbStart:        "The sandbox was started.",
+	sbRestart:      "The sandbox container was restarted.",
+	sbRecreate:     "The sandbox container was recreated; /sandbox was kept.",
 }
+
+// The form actions on one person's sandbox (the id is the person, "-" the operator).
+const (
+	sbStop     = "sandbox_" + actStop
+	sbStart    = "sandbox_" + actStart
+	sbRestart  = "sandbox_" + actRestart
+	sbRecreate = "sandbox_" + actRecreate
+)
 
 func (c *Console) newPage(r *http.Request, sess *session, name, title string, data any) page {
 	return page{Title: title, Page: name, CSRF: sess.csrf, Flash: flashes[r.URL.Query().Get("done")], Data: data}
@@ -122,6 +134,10 @@ type overview struct {
 	Jobs      []Job
 	JobsErr   string
 	Errors    []Entry
+	// Sandboxes are every person's, with person lines only.
+	Sandboxes    []SandboxInfo
+	SandboxesErr string
+	People       bool
 }
 
 func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -137,6 +153,12 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 		o.JobsErr = err.Error()
 	}
 	o.Errors = c.opts.Audit.Query(Filter{Outcome: OutcomeError, Limit: 10})
+	if c.opts.Sandboxes != nil {
+		o.People = true
+		if o.Sandboxes, err = c.sandboxes(ctx); err != nil {
+			o.SandboxesErr = err.Error()
+		}
+	}
 	c.render(w, http.StatusOK, "overview", c.newPage(r, sess, "overview", "Overview", o))
 }
 
@@ -146,6 +168,7 @@ type activity struct {
 	Filter         Filter
 	Clients, Tools []string
 	Outcomes       []string
+	People         []string // nil without person lines
 	Total          int
 	Export         string
 	Rows           template.HTML
@@ -214,9 +237,12 @@ func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *se
 	a := activity{Filter: f, Entries: c.opts.Audit.Query(f), Total: c.opts.Audit.Len(),
 		Outcomes: []string{OutcomeOK, OutcomeNonZero, OutcomeTimeout, OutcomeCancelled, OutcomeError, OutcomeDenied}}
 	a.Clients, a.Tools = c.opts.Audit.Facets()
+	if c.opts.Sandboxes != nil {
+		a.People = c.opts.Sandboxes.People()
+	}
 	a.Rows = activityRows(a.Entries)
 	q := url.Values{}
-	for k, v := range map[string]string{"client": f.Client, "tool": f.Tool, "outcome": f.Outcome} {
+	for k, v := range map[string]string{"client": f.Client, "person": f.Person, "tool": f.Tool, "outcome": f.Outcome} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -229,7 +255,7 @@ func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *se
 }
 
 func filterFrom(q url.Values, defLimit int) Filter {
-	f := Filter{Client: q.Get("client"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: defLimit}
+	f := Filter{Client: q.Get("client"), Person: q.Get("person"), Tool: q.Get("tool"), Outcome: q.Get("outcome"), Limit: defLimit}
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 0 {
 		f.Limit = n
 	}
@@ -273,8 +299,8 @@ func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *sessi
 
 // confirmation says what an action does before it is done.
 type confirmation struct {
-	Action, Title, Button string
-	Ends, Survives        []string
+	Action, ID, Title, Button string
+	Ends, Survives            []string
 }
 
 var confirmations = map[string]confirmation{
@@ -287,8 +313,40 @@ var confirmations = map[string]confirmation{
 		Survives: []string{"everything under /sandbox (the volume is kept and mounted into the new container)", "sign-ins, links and the audit log"}},
 }
 
+// sandboxConfirmations are the confirmations of actions on one person's sandbox;
+// Title holds %s for whose.
+var sandboxConfirmations = map[string]confirmation{
+	sbStop: {Action: sbStop, Title: "Stop %s?", Button: "Stop",
+		Ends:     []string{"every running command and background job"},
+		Survives: []string{"every file in the container and under /sandbox", "the container itself: the next tool call or Start starts it again"}},
+	sbRestart:  sandboxConfirmation(actRestart),
+	sbRecreate: sandboxConfirmation(actRecreate),
+}
+
+// sandboxConfirmation is the operator's confirmation of action for one sandbox.
+func sandboxConfirmation(action string) confirmation {
+	cf := confirmations[action]
+	cf.Action = "sandbox_" + action
+	cf.Title = cf.Button + " %s?"
+	if action == actRecreate {
+		cf.Title = "Recreate %s from its image?"
+	}
+	return cf
+}
+
 func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *session) {
-	cf, ok := confirmations[r.URL.Query().Get("action")]
+	q := r.URL.Query()
+	cf, ok := confirmations[q.Get("action")]
+	if sc, found := sandboxConfirmations[q.Get("action")]; found && c.opts.Sandboxes != nil {
+		person := q.Get("person")
+		cf, ok = sc, c.isPerson(person)
+		cf.ID = person
+		whose := person + "'s sandbox"
+		if person == OperatorPath {
+			whose = "the operator's sandbox"
+		}
+		cf.Title = fmt.Sprintf(cf.Title, whose)
+	}
 	if !ok {
 		http.NotFound(w, r)
 		return
@@ -331,7 +389,7 @@ type actionForm struct {
 // actionButton makes the data of the "action" template.
 func actionButton(csrf, action, id, back, label string) actionForm {
 	class := "danger"
-	if action == actRestart {
+	if action == actRestart || action == sbRestart || action == sbStart {
 		class = ""
 	}
 	return actionForm{CSRF: csrf, Action: action, ID: id, Back: back, Label: label, Class: class}

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,8 @@ type SandboxInfo struct {
 // Sandboxes are the sandboxes of a site with people.
 type Sandboxes interface {
 	List(ctx context.Context) ([]SandboxInfo, error)
+	// People are the configured people's names, in config order.
+	People() []string
 	// Act stops, starts, restarts or recreates person's sandbox ("" for the
 	// operator's); it returns ErrNotFound for a person who is not configured.
 	Act(ctx context.Context, person, action string) error
@@ -54,22 +57,10 @@ func (c *Console) serveSandboxes(w http.ResponseWriter, r *http.Request, actor, 
 	}
 	switch {
 	case method == http.MethodGet && rest == "":
-		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-		defer cancel()
-		list, err := c.opts.Sandboxes.List(ctx)
+		list, err := c.sandboxes(r.Context())
 		if err != nil {
 			writeJSONError(w, http.StatusBadGateway, "reading the sandboxes: "+err.Error())
 			return
-		}
-		for i := range list {
-			f := Filter{Person: list[i].Person, Limit: 1}
-			if f.Person == "" {
-				f.Person = OperatorPath
-			}
-			if e := c.opts.Audit.Query(f); len(e) == 1 {
-				list[i].LastActivity = e[0].Time
-			}
-			list[i].Error = clip(maxAgentReason, list[i].Error)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"sandboxes": list})
 	case method == http.MethodPost:
@@ -87,6 +78,34 @@ func (c *Console) serveSandboxes(w http.ResponseWriter, r *http.Request, actor, 
 	default:
 		writeJSONError(w, http.StatusNotFound, "use GET /console/api/sandboxes, or POST /console/api/sandboxes/{person}/{action}")
 	}
+}
+
+// sandboxes lists every sandbox for the API and the overview, each with its last
+// activity and its error clipped.
+func (c *Console) sandboxes(ctx context.Context) ([]SandboxInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list, err := c.opts.Sandboxes.List(ctx)
+	for i := range list {
+		if e := c.opts.Audit.Query(Filter{Person: personPath(list[i].Person), Limit: 1}); len(e) == 1 {
+			list[i].LastActivity = e[0].Time
+		}
+		list[i].Error = clip(maxAgentReason, list[i].Error)
+	}
+	return list, err
+}
+
+// personPath is how person ("" for the operator) is named in paths, forms and filters.
+func personPath(person string) string {
+	if person == "" {
+		return OperatorPath
+	}
+	return person
+}
+
+// isPerson reports whether p names a configured person or, as "-", the operator.
+func (c *Console) isPerson(p string) bool {
+	return p == OperatorPath || slices.Contains(c.opts.Sandboxes.People(), p)
 }
 
 // actSandbox runs a sandbox action on a person's sandbox; args is what the audit log

@@ -20,6 +20,8 @@ func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
 	return []SandboxInfo{{Person: "", State: "running"}, {Person: "alice", State: "exited"}, {Person: "bob", State: "missing"}}, nil
 }
 
+func (f *fakeSandboxes) People() []string { return []string{"alice", "bob"} }
+
 func (f *fakeSandboxes) Act(_ context.Context, person, action string) error {
 	if person != "" && person != "alice" && person != "bob" {
 		return ErrNotFound
@@ -86,5 +88,71 @@ func TestSandboxesAPI(t *testing.T) {
 	_, m = do("GET", "/console/api/activity?person=-&tool=execute", testKey)
 	if entries, _ := m["entries"].([]any); len(entries) != 1 {
 		t.Errorf("activity of the operator: %v", m)
+	}
+}
+
+// TestSandboxesPages: with people, the overview lists every sandbox with its buttons,
+// stopping asks first and then acts on that person's sandbox, and the activity page
+// filters by person; without people neither shows.
+func TestSandboxesPages(t *testing.T) {
+	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
+	audit.Record(Entry{Time: time.Now(), Client: "c", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: OutcomeOK})
+	audit.Record(Entry{Time: time.Now(), Client: "c", Person: "bob", Tool: "execute", Args: `"bob-cmd"`, Outcome: OutcomeOK})
+	c := newTestConsole(t, audit)
+	ck := signedIn(t, c)
+	get := func(path string) (int, string) {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if _, page := get("/console"); strings.Contains(page, `id="sandboxes"`) {
+		t.Fatal("the overview lists sandboxes without person lines")
+	}
+	if _, page := get("/console/activity"); strings.Contains(page, `name="person"`) {
+		t.Fatal("the activity page filters by person without person lines")
+	}
+	if code, _ := get("/console/confirm?action=sandbox_stop&person=bob"); code != http.StatusNotFound {
+		t.Fatalf("confirming a sandbox action without person lines: %d", code)
+	}
+
+	fs := &fakeSandboxes{}
+	c.opts.Sandboxes = fs
+	_, page := get("/console")
+	for _, want := range []string{`data-person="-"`, `data-person="alice"`, `data-person="bob"`,
+		`href="/console/confirm?action=sandbox_stop&amp;person=-"`, `value="sandbox_start"`, `href="/console/activity?person=alice"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("overview without %s", want)
+		}
+	}
+	code, page := get("/console/confirm?action=sandbox_stop&person=bob")
+	if code != 200 || !strings.Contains(page, "Stop bob&#39;s sandbox?") || !strings.Contains(page, `name="id" value="bob"`) {
+		t.Fatalf("confirm stop: %d %s", code, page)
+	}
+	if code, _ := get("/console/confirm?action=sandbox_stop&person=carol"); code != http.StatusNotFound {
+		t.Errorf("confirm for a person who is not configured: %d", code)
+	}
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(ck)
+	sess, _ := c.sessions.fromRequest(req, cookieHTTP)
+	req = httptest.NewRequest("POST", "http://console.test/console/action", strings.NewReader("action=sandbox_stop&id=bob&back=overview&csrf="+sess.csrf))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(ck)
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if rec.Code != http.StatusSeeOther || strings.Join(fs.acts, " ") != "bob:stop" {
+		t.Fatalf("stop: %d %v", rec.Code, fs.acts)
+	}
+	if _, page := get(rec.Header().Get("Location")); !strings.Contains(page, flashes[sbStop]) {
+		t.Errorf("no flash after stopping")
+	}
+
+	_, page = get("/console/activity?person=alice")
+	if !strings.Contains(page, `<option selected>alice</option>`) || !strings.Contains(page, "alice-cmd") || strings.Contains(page, "bob-cmd") {
+		t.Fatalf("activity of alice: %s", page)
+	}
+	if !strings.Contains(page, `href="/console/activity.jsonl?person=alice"`) {
+		t.Error("the export link drops the person")
 	}
 }

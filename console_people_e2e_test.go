@@ -1,0 +1,81 @@
+package mcpsandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/browsertest"
+)
+
+// TestConsolePeopleInBrowser: with two people and the operator, headless Chromium signs
+// in to the console, whose overview lists the three sandboxes; stopping bob's (through
+// its confirmation) stops his container, and the activity page filtered to alice shows
+// her calls only. The overview is saved under testdata/artifacts/.
+func TestConsolePeopleInBrowser(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice", "bob"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for person, who := range map[string]string{"": "operator", "alice": "alice", "bob": "bob"} {
+		cmd := "echo " + who + "-was-here"
+		if st := structured(t, call(ctx, t, p.client(ctx, person), "execute", map[string]any{"command": cmd})); st["exit_code"] != float64(0) {
+			t.Fatalf("%q: %v", person, st)
+		}
+	}
+
+	b := browsertest.New(t, 1280, 900, 2*time.Minute)
+	text := func() string {
+		s, _ := chromedp.Run(b, chromedp.Evaluate[string]("document.body.innerText"))
+		return s
+	}
+	if err := chromedp.Do(b, chromedp.Navigate(p.url+"/console/signin"), chromedp.SendKeys(chromedp.ID("api_key"), p.key)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := chromedp.RunResponse(b, chromedp.Submit(chromedp.ID("api_key"))); err != nil || resp.Status != 200 {
+		t.Fatalf("signing in: %v %v: %.400s", resp, err, text())
+	}
+	rows, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#sandboxes tbody tr")].map(r => r.dataset.person + " " + r.querySelector(".state").textContent)`))
+	if err != nil || strings.Join(rows, ",") != "- running,alice running,bob running" {
+		t.Fatalf("sandboxes table: %q %v", rows, err)
+	}
+
+	// Stop… asks first; its button stops bob's container and no other.
+	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`tr[data-person="bob"] a.danger[href*="sandbox_stop"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if s := text(); !strings.Contains(s, "Stop bob's sandbox?") {
+		t.Fatalf("confirmation: %.400s", s)
+	}
+	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`main form.inline button`))); err != nil {
+		t.Fatal(err)
+	}
+	if s := text(); !strings.Contains(s, "The sandbox was stopped") {
+		t.Fatalf("after stopping: %.600s", s)
+	}
+	for person, running := range map[string]bool{"": true, "alice": true, "bob": false} {
+		info, err := p.docker.ContainerInspect(ctx, p.containerOf(person))
+		if err != nil || info.State.Running != running {
+			t.Errorf("%q's container: running %v, want %v (%v)", person, info.State != nil && info.State.Running, running, err)
+		}
+	}
+	if state, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.querySelector('tr[data-person="bob"] .state').textContent`)); state != "exited" {
+		t.Errorf("bob's state on the page: %q", state)
+	}
+	browsertest.Screenshot(t, b, "console-people-overview.png")
+
+	// The activity page, filtered to alice with its select.
+	if err := chromedp.Do(b, chromedp.Navigate(p.url+"/console/activity"), chromedp.SetValue(chromedp.CSS(`select[name=person]`), "alice")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.RunResponse(b, chromedp.Submit(chromedp.CSS(`select[name=person]`))); err != nil {
+		t.Fatal(err)
+	}
+	s := text()
+	if !strings.Contains(s, "alice-was-here") || strings.Contains(s, "bob-was-here") || strings.Contains(s, "operator-was-here") {
+		t.Fatalf("activity filtered to alice: %.1200s", s)
+	}
+	browsertest.Screenshot(t, b, "console-people-activity.png")
+}

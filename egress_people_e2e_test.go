@@ -1,0 +1,82 @@
+package mcpsandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Through a real Caddy with two people: alice's credential reaches the upstream from her
+// sandbox and not from bob's, the host only her block allows is refused to bob, and a
+// reload that removes her block applies to her running sandbox.
+func TestPersonEgressThroughCaddy(t *testing.T) {
+	up := newEgressUpstream(t)
+	secret := "alice-egress-secret-" + randomHex(12)
+	t.Setenv("EGRESS_TEST_SECRET", secret)
+	s := newSite(t)
+	keys := map[string]string{"alice": "alice-key-" + randomHex(16), "bob": "bob-key-" + randomHex(16)}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for name := range keys {
+			_ = s.docker.ContainerRemove(ctx, s.container+"-"+name, container.RemoveOptions{Force: true})
+			_ = s.docker.VolumeRemove(ctx, s.volume+"-"+name, true)
+		}
+	})
+	site := fmt.Sprintf(`egress {
+			allow allowed.test:%[1]s
+			host allowed.test 127.0.0.1
+			host refused.test 127.0.0.1
+		}`, up.port)
+	s.start(siteOptions{address: "http://:%d", directive: []string{site, fmt.Sprintf(`person alice %[2]s {
+			egress {
+				allow refused.test:%[1]s
+				credential http://allowed.test:%[1]s/api header X-Api-Key {env.EGRESS_TEST_SECRET}
+			}
+		}`, up.port, keys["alice"]), "person bob " + keys["bob"]}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(person, cmd string) map[string]any {
+		t.Helper()
+		c := s.clientAs(ctx, s.url, mcp.LATEST_PROTOCOL_VERSION, keys[person])
+		defer c.Close()
+		call(ctx, t, c, "execute", map[string]any{"command": `for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null && break; sleep 0.1; done`})
+		return structured(t, call(ctx, t, c, "execute", map[string]any{"command": cmd}))
+	}
+	get := func(host string) string { return "wget -q -O - http://" + host + ":" + up.port + "/api/hello" }
+	for _, person := range []string{"alice", "bob"} {
+		if out := run(person, get("allowed.test")); out["exit_code"] != 0.0 {
+			t.Fatalf("%s to the site's host: %v", person, out)
+		}
+	}
+	reqs := up.requests()
+	if len(reqs) != 2 || reqs[0].Header.Get("X-Api-Key") != secret || reqs[1].Header.Get("X-Api-Key") != "" {
+		t.Fatalf("the upstream got %+v", reqs)
+	}
+	if out := run("alice", get("refused.test")); out["exit_code"] != 0.0 {
+		t.Fatalf("alice to her own host: %v", out)
+	}
+	if out := run("bob", get("refused.test")); out["exit_code"] == 0.0 || !strings.Contains(out["note"].(string), "blocked: refused.test") {
+		t.Fatalf("bob to alice's host: %v", out)
+	}
+	if n := len(up.requests()); n != 3 {
+		t.Fatalf("the upstream got %d requests, want 3", n)
+	}
+	// A reload without alice's block applies to her running sandbox: no credential, and
+	// her host is refused.
+	s.load(siteOptions{address: "http://:%d", directive: []string{site, "person alice " + keys["alice"], "person bob " + keys["bob"]}})
+	if out := run("alice", get("allowed.test")); out["exit_code"] != 0.0 {
+		t.Fatalf("alice after the reload: %v", out)
+	}
+	if reqs := up.requests(); len(reqs) != 4 || reqs[3].Header.Get("X-Api-Key") != "" {
+		t.Fatalf("after the reload the upstream got %+v", reqs)
+	}
+	if out := run("alice", get("refused.test")); out["exit_code"] == 0.0 || !strings.Contains(out["note"].(string), "blocked: refused.test") {
+		t.Fatalf("alice to her former host after the reload: %v", out)
+	}
+}
