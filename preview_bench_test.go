@@ -24,14 +24,18 @@ import (
 //     client that Caddy has, so the ratio to it is what Caddy in front costs.
 //   - dialer: an HTTP client inside the process that dials the relay itself, with no
 //     network hop at all: the bytes are read straight through the relay.
+//   - exec: the dialer over the fallback's relay, one Docker exec per connection (the
+//     relay before the agent carried connections as streams of its channel).
 //
 // Both baselines use the same client settings as the preview's client.
 
-// relaySandbox returns a Sandbox for p's container, to dial relays with.
-func relaySandbox(b *testing.B, p *previewSite) *sandbox.Sandbox {
+// relaySandbox returns a Sandbox for p's container, to dial relays with: through the
+// agent, or (noAgent) one Docker exec per connection.
+func relaySandbox(b *testing.B, p *previewSite, noAgent bool) *sandbox.Sandbox {
 	cfg := sandbox.DefaultConfig()
 	cfg.Image, cfg.Container, cfg.Volume = testImage(), p.container, p.volume
 	cfg.Memory, cfg.CPUs, cfg.NetworkMode = 1<<30, 1, "none"
+	cfg.NoAgent = noAgent
 	sb, err := sandbox.New(p.docker, cfg, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -140,8 +144,8 @@ type benchPath struct {
 
 // benchPaths are the ways to the test server that the preview benchmarks compare.
 type benchPaths struct {
-	p                        *previewSite
-	preview, forward, dialer benchPath
+	p                              *previewSite
+	preview, forward, dialer, exec benchPath
 }
 
 func benchPreviewSite(b *testing.B) *benchPaths {
@@ -149,27 +153,30 @@ func benchPreviewSite(b *testing.B) *benchPaths {
 	p.startServer(b, 8000)
 	u := p.expose(b, 8000)["url"].(string)
 	p.waitFor(b, u, http.StatusOK)
-	sb := relaySandbox(b, p)
+	sb := relaySandbox(b, p, false)
 	return &benchPaths{
 		p:       p,
 		preview: benchPath{p.web, u},
 		forward: benchPath{forwardClient(b, sb, 8000), "http://localhost:8000/"},
 		dialer:  benchPath{dialerClient(sb, 8000), "http://localhost:8000/"},
+		exec:    benchPath{dialerClient(relaySandbox(b, p, true), 8000), "http://localhost:8000/"},
 	}
 }
 
 // compare measures the paths in blocks: each block runs round perBlock times over
 // each path in turn (after one round each to open connections), until b.N rounds per
 // path. It reports, as medians over the blocks, each path's rate in unit (work is the
-// amount one round does) and the ratios preview/forward and preview/dialer. Medians of ratios taken block by block keep a
-// burst of load from a neighbour on a shared machine from deciding the result.
+// amount one round does) and the ratios preview/forward, preview/dialer, preview/exec
+// and dialer/exec (the agent's relay against one exec per connection). Medians of
+// ratios taken block by block keep a burst of load from a neighbour on a shared
+// machine from deciding the result.
 func (bp *benchPaths) compare(b *testing.B, unit string, work float64, perBlock int, round func(benchPath)) {
-	paths := []benchPath{bp.preview, bp.forward, bp.dialer}
+	paths := []benchPath{bp.preview, bp.forward, bp.dialer, bp.exec}
 	for _, path := range paths {
 		round(path)
 	}
 	rates := make([][]float64, len(paths))
-	var ratio, ratioDialer []float64
+	var ratio, ratioDialer, ratioExec, relayExec []float64
 	b.ResetTimer()
 	for done := 0; done < b.N; done += perBlock {
 		n := min(perBlock, b.N-done)
@@ -184,13 +191,17 @@ func (bp *benchPaths) compare(b *testing.B, unit string, work float64, perBlock 
 		}
 		ratio = append(ratio, block[0]/block[1])
 		ratioDialer = append(ratioDialer, block[0]/block[2])
+		ratioExec = append(ratioExec, block[0]/block[3])
+		relayExec = append(relayExec, block[2]/block[3])
 	}
 	b.StopTimer()
-	for k, name := range []string{"preview", "forward", "dialer"} {
+	for k, name := range []string{"preview", "forward", "dialer", "exec"} {
 		b.ReportMetric(median(rates[k]), name+"-"+unit)
 	}
 	b.ReportMetric(median(ratio), "ratio-forward")
 	b.ReportMetric(median(ratioDialer), "ratio-dialer")
+	b.ReportMetric(median(ratioExec), "ratio-exec")
+	b.ReportMetric(median(relayExec), "relay-vs-exec")
 }
 
 func median(xs []float64) float64 {
