@@ -134,7 +134,7 @@ func BenchmarkTransfers(b *testing.B) {
 	writeRandomFile(b, file, size)
 	archive := filepath.Join(dir, "bench.tar")
 	writeTarOf(b, archive, file, "raw.bin")
-	b.Run("agent", func(b *testing.B) { benchTransfers(b, siteOptions{}, curl, file, archive) })
+	b.Run("agent", func(b *testing.B) { benchTransfers(b, siteOptions{cpus: "2"}, curl, file, archive) })
 	b.Run("fallback", func(b *testing.B) {
 		benchTransfers(b, siteOptions{directive: []string{"agent off"}}, curl, file, archive)
 	})

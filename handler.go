@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -216,6 +217,9 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.Volume, h.Volume)
 	setIf(&cfg.NetworkMode, h.Network)
 	cfg.NoAgent = h.Agent != nil && !*h.Agent
+	// A local engine's containers reach the agent's direct channel here (sandbox's
+	// agent_direct.go); remote engines ignore it.
+	cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent")
 	if h.Egress != nil {
 		cfg.NetworkMode, cfg.ProxyPort, cfg.CABundle = "none", egressPort, egressBundle
 	}

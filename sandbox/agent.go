@@ -57,15 +57,19 @@ const agentGreetTimeout = 5 * time.Second
 const agentExecPrefix = "agent/"
 
 type agentState struct {
-	group   singleflight.Group
-	sess    *agentwire.Session
-	off     string      // why the agent does not run; "" when it runs or was not tried
-	retry   time.Time   // no new try before then
-	logged  string      // the last reason logged
-	started int         // agents started
-	broken  []time.Time // when recent agents broke the protocol
-	// listeners are ListenPort's listeners, by the id of their stream.
-	listeners map[uint32]listener
+	group singleflight.Group
+	sess  *agentwire.Session
+	// direct is the agent's second session, over a Unix socket (agent_direct.go); nil
+	// while it has none. It ends when sess does.
+	direct    *agentwire.Session
+	directOff string      // why the last agent has no direct channel
+	off       string      // why the agent does not run; "" when it runs or was not tried
+	retry     time.Time   // no new try before then
+	logged    string      // the last reason logged
+	started   int         // agents started
+	broken    []time.Time // when recent agents broke the protocol
+	// listeners are ListenPort's listeners, by their stream.
+	listeners map[listenerKey]listener
 	seq       atomic.Uint64
 	exits     sync.Map // exec id → *agentwire.Stream, a minute past its end
 }
@@ -94,9 +98,12 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 		return nil
 	}
 	s.agentMu.Lock()
-	sess := s.agent.sess
+	sess, direct := s.agent.sess, s.agent.direct
 	s.agentMu.Unlock()
 	if sess != nil && sess.Err() == nil {
+		if direct != nil && direct.Err() == nil {
+			return direct
+		}
 		return sess
 	}
 	if sess != nil {
@@ -118,6 +125,13 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 	select {
 	case r := <-ch:
 		sess, _ := r.Val.(*agentwire.Session)
+		if sess != nil {
+			s.agentMu.Lock()
+			if d := s.agent.direct; d != nil && d.Err() == nil && s.agent.sess == sess {
+				sess = d
+			}
+			s.agentMu.Unlock()
+		}
 		return sess
 	case <-ctx.Done():
 		return nil
@@ -171,13 +185,23 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		return nil, err
 	}
 	s.setAgentBinary(path)
+	direct, derr := s.startDirect(ctx, sess)
+	directOff := ""
+	if derr != nil {
+		directOff = derr.Error()
+	}
 	s.agentMu.Lock()
 	s.agent.sess, s.agent.off, s.agent.logged = sess, "", ""
+	s.agent.direct, s.agent.directOff = direct, directOff
 	s.agent.started++
 	s.agentMu.Unlock()
-	s.log.Info("sandbox agent started", zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build))
+	s.log.Info("sandbox agent started", zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build),
+		zap.Bool("direct_channel", direct != nil), zap.String("direct_channel_off", directOff))
 	go func() {
 		<-sess.Done()
+		if direct != nil {
+			direct.Close()
+		}
 		s.log.Info("sandbox agent channel ended; the next call starts a new agent",
 			zap.Error(sess.Err()), zap.String("agent_stderr", human.Clip(out.stderr.String(), 500)))
 		s.agentEnded(sess)
@@ -193,7 +217,7 @@ func (s *Sandbox) agentEnded(sess *agentwire.Session) {
 		s.agentMu.Unlock()
 		return
 	}
-	s.agent.sess = nil
+	s.agent.sess, s.agent.direct = nil, nil
 	s.agentMu.Unlock()
 	if err := sess.Err(); errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
 		s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
@@ -241,9 +265,12 @@ func (s *Sandbox) agentFailed(why string) {
 // next command starts a new agent.
 func (s *Sandbox) CloseAgent() {
 	s.agentMu.Lock()
-	sess := s.agent.sess
-	s.agent.sess = nil
+	sess, direct := s.agent.sess, s.agent.direct
+	s.agent.sess, s.agent.direct = nil, nil
 	s.agentMu.Unlock()
+	if direct != nil {
+		direct.Close()
+	}
 	if sess != nil {
 		sess.Close()
 	}

@@ -240,7 +240,7 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 		case <-t.C:
 		}
 	}()
-	buf := make([]byte, 4*(agentwire.MaxData-1))
+	buf := make([]byte, 8*(agentwire.MaxData-1))
 	var werr error
 	for werr == nil {
 		m, rerr := body.Read(buf)

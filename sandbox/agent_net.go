@@ -75,21 +75,27 @@ func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn
 	}
 	s.agentMu.Lock()
 	if s.agent.listeners == nil {
-		s.agent.listeners = map[uint32]listener{}
+		s.agent.listeners = map[listenerKey]listener{}
 	}
-	s.agent.listeners[st.ID()] = listener{sess: sess, accept: accept, port: port}
+	key := listenerKey{sess, st.ID()}
+	s.agent.listeners[key] = listener{accept: accept, port: port}
 	s.agentMu.Unlock()
 	go func() {
 		<-st.Done()
 		s.agentMu.Lock()
-		delete(s.agent.listeners, st.ID())
+		delete(s.agent.listeners, key)
 		s.agentMu.Unlock()
 	}()
 	return func() { st.Close() }, st.Done(), nil
 }
 
+// listenerKey names a listener: stream ids are a session's own.
+type listenerKey struct {
+	sess *agentwire.Session
+	id   uint32
+}
+
 type listener struct {
-	sess   *agentwire.Session
 	accept func(net.Conn)
 	port   int
 }
@@ -103,9 +109,9 @@ func (s *Sandbox) agentAccept(st *agentwire.Stream) {
 		return
 	}
 	s.agentMu.Lock()
-	l, ok := s.agent.listeners[r.Listener]
+	l, ok := s.agent.listeners[listenerKey{st.Session(), r.Listener}]
 	s.agentMu.Unlock()
-	if !ok || l.sess != st.Session() {
+	if !ok {
 		st.Reset("no such listener")
 		return
 	}

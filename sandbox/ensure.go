@@ -290,6 +290,9 @@ func (s *Sandbox) create(ctx context.Context) error {
 		SecurityOpt:   securityOpts,
 		Sysctls:       s.sysctls(),
 	}
+	if b := s.directBind(); b != "" {
+		hc.Binds = []string{b}
+	}
 	if f := hostConfigForTest.Get(); f != nil {
 		(*f)(hc)
 	}

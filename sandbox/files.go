@@ -76,9 +76,10 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 		return nil, err
 	} else if sess != nil {
 		p = path.Clean(p)
-		if offset == 0 {
+		if offset == 0 && !s.isDirect(sess) {
 			// A large whole file on the volume still comes through a transfer
-			// container: Docker's archive API outruns the agent's exec stream.
+			// container: Docker's archive API outruns the agent's exec stream (not
+			// its direct channel).
 			fi, err := agentStat(ctx, sess, p)
 			if err == nil && fi.Mode.IsRegular() && fi.Size >= archiveMin && (length < 0 || length >= fi.Size) {
 				if f, ok := s.openArchive(ctx, fi, p); ok {

@@ -69,6 +69,10 @@ type Config struct {
 	// NoAgent runs every command as a Docker exec of its own, without the agent inside
 	// the container (agent.go).
 	NoAgent bool
+	// AgentSocketDir, when set and the engine is on this machine (a unix:// address),
+	// is a directory of this machine under which each container gets one of its own,
+	// mounted read-only, for the agent's direct channel (agent_direct.go).
+	AgentSocketDir string
 	// Engine is the name of the Docker engine the container is placed on, recorded in
 	// its label mcp-sandbox.engine ("" records none).
 	Engine string

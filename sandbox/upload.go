@@ -82,7 +82,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		release func(ok bool)
 	}
 	var picked chan pick
-	if opts.Size >= 0 && onVolume(dir) {
+	if opts.Size >= 0 && onVolume(dir) && !s.isDirect(sess) {
 		picked = make(chan pick, 1)
 		go func() {
 			id, release := s.transferTarget(ctx)

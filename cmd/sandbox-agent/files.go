@@ -162,7 +162,7 @@ func runRead(st *agentwire.Stream, req agentwire.Request) {
 
 // sendFile sends what r gives on channel 1.
 func sendFile(st *agentwire.Stream, r io.Reader) error {
-	buf := make([]byte, 4*fileChunk)
+	buf := make([]byte, 8*fileChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

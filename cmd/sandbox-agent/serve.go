@@ -64,6 +64,8 @@ func handle(st *agentwire.Stream) {
 		runDial(st, req)
 	case agentwire.OpListen:
 		runListen(st, req)
+	case agentwire.OpChannel:
+		runChannel(st, req)
 	case agentwire.OpStat, agentwire.OpRead, agentwire.OpWrite, agentwire.OpList, agentwire.OpTar:
 		runFile(st, req)
 	default:

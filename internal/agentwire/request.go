@@ -34,6 +34,8 @@ type Request struct {
 	Mkdir  bool   `json:"mkdir,omitempty"`  // write: create missing parent directories
 	Excl   bool   `json:"excl,omitempty"`   // write: the file must not exist yet
 	Hide   string `json:"hide,omitempty"`   // list: names starting with this are left out
+
+	Token string `json:"token,omitempty"` // channel: what the agent says in its Hello there
 }
 
 // Operations.
@@ -55,6 +57,12 @@ const (
 	OpListen = "listen"
 	// OpAccept is the request of a stream the agent opens for an accepted connection.
 	OpAccept = "accept"
+	// OpChannel asks the agent to dial the Unix socket at Path (Caddy listens there,
+	// in a directory shared read-only with the container) and to serve a second
+	// session over it, saying Token in its Hello. The stream exits 0 once the agent
+	// has dialed, or is reset with the reason it could not. The second session carries
+	// the same operations as the first without passing through Docker.
+	OpChannel = "channel"
 )
 
 // Connected is the channel whose end tells that a dial or a listen succeeded.

@@ -18,6 +18,9 @@ type HelloMsg struct {
 	Version int    `json:"version"`
 	PID     int    `json:"pid,omitempty"`   // the agent's pid in the container
 	Build   string `json:"build,omitempty"` // the agent's build, for logs
+	// Token is the agent's answer on a direct channel (OpChannel): the token Caddy
+	// gave it, so Caddy knows which agent dialed.
+	Token string `json:"token,omitempty"`
 }
 
 // Chunk is what a stream delivers: bytes of a channel, or the end of a channel.
@@ -220,6 +223,11 @@ func (s *Session) writeLocked(typ byte, id uint32, payload ...[]byte) error {
 		return err
 	}
 	s.wbuf = appendFrame(s.wbuf[:0], typ, id, payload...)
+	return s.flushLocked()
+}
+
+// flushLocked writes wbuf out.
+func (s *Session) flushLocked() error {
 	if d, ok := s.w.(deadliner); ok {
 		_ = d.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
@@ -228,10 +236,32 @@ func (s *Session) writeLocked(typ byte, id uint32, payload ...[]byte) error {
 		s.fail(err)
 		return err
 	}
-	if cap(s.wbuf) > 64<<10 {
+	if cap(s.wbuf) > maxBatch+64<<10 {
 		s.wbuf = nil
 	}
 	return nil
+}
+
+// maxBatch is the most bytes of one stream sent in one write: several Data frames at
+// once, so a bulk transfer pays one system call (on each side) per batch, not per frame.
+const maxBatch = 256 << 10
+
+// writeData sends p (at most maxBatch bytes) on channel ch as Data frames of at most
+// MaxData bytes each, in one write.
+func (s *Session) writeData(id uint32, ch byte, p []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	b := s.wbuf[:0]
+	for len(p) > 0 {
+		n := min(len(p), MaxData-1)
+		b = appendFrame(b, Data, id, []byte{ch}, p[:n])
+		p = p[n:]
+	}
+	s.wbuf = b
+	return s.flushLocked()
 }
 
 // fail ends the session with err (the first error wins) and every stream with it.
@@ -532,10 +562,10 @@ func (st *Stream) Write(ch byte, p []byte) (int, error) {
 			st.mu.Unlock()
 			return written, err
 		}
-		n := min(len(p), st.sendWin, MaxData-1)
+		n := min(len(p), st.sendWin, maxBatch)
 		st.sendWin -= n
 		st.mu.Unlock()
-		if err := st.s.write(Data, st.id, []byte{ch}, p[:n]); err != nil {
+		if err := st.s.writeData(st.id, ch, p[:n]); err != nil {
 			return written, err
 		}
 		written += n

@@ -1,0 +1,172 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"go.uber.org/zap"
+)
+
+// The direct channel: when the engine runs on this machine, each container gets a
+// directory of the host bind-mounted read-only at directMount. After the agent starts
+// over its exec, Caddy listens on a Unix socket in that directory and asks the agent to
+// dial it (agentwire.OpChannel); the session over that connection then carries every
+// operation, files and preview connections included, without passing through Docker.
+// The exec's session stays open: it keeps the agent alive and takes over when the
+// direct channel cannot be made (Caddy in a container of its own, an engine in a VM, a
+// container made before the directory was mounted) or ends.
+
+// directMount is where the container sees its directory.
+const directMount = "/run/mcp-sandbox-agent"
+
+// directSocket is the socket's name in the directory.
+const directSocket = "agent.sock"
+
+// directTimeout bounds making the direct channel: the agent's dial and its greeting.
+const directTimeout = 3 * time.Second
+
+// maxSocketPath is the longest socket path Linux accepts (sun_path less its NUL).
+const maxSocketPath = 107
+
+// directDir returns the host directory shared with the container for its direct
+// channel, or "" when there is none: no directory configured, or an engine that is
+// not on this machine.
+func (s *Sandbox) directDir() string {
+	if s.cfg.AgentSocketDir == "" || s.cfg.NoAgent || !strings.HasPrefix(s.cli.DaemonHost(), "unix://") {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(s.cfg.Container))
+	dir := filepath.Join(s.cfg.AgentSocketDir, hex.EncodeToString(sum[:8]))
+	if len(filepath.Join(dir, directSocket)) > maxSocketPath {
+		return ""
+	}
+	return dir
+}
+
+// directBind returns the bind of a new container's directory for its direct channel
+// ("" for none), creating the directory.
+func (s *Sandbox) directBind() string {
+	dir := s.directDir()
+	if dir == "" {
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.log.Warn("cannot make the directory of the agent's direct channel; the agent's channel goes through Docker",
+			zap.String("dir", dir), zap.Error(err))
+		return ""
+	}
+	return dir + ":" + directMount + ":ro"
+}
+
+// directTokenForTest changes the token the agent is told (another dialer's).
+var directTokenForTest testHook[func(string) string]
+
+// AgentDirect tells whether the agent's direct channel carries the sandbox's
+// operations, and if not, why.
+func (s *Sandbox) AgentDirect() (bool, string) {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	if s.agent.direct != nil && s.agent.direct.Err() == nil {
+		return true, ""
+	}
+	if s.agent.directOff != "" {
+		return false, s.agent.directOff
+	}
+	return false, "no agent runs"
+}
+
+// isDirect reports whether sess is an agent's direct channel, which outruns Docker's
+// archive API: bulk bytes then go through it rather than a transfer container.
+func (s *Sandbox) isDirect(sess *agentwire.Session) bool {
+	if sess == nil {
+		return false
+	}
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	return sess == s.agent.direct
+}
+
+// startDirect makes the direct channel of the agent that sess reaches, or returns why
+// it could not.
+func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*agentwire.Session, error) {
+	dir := s.directDir()
+	if dir == "" {
+		return nil, errors.New("no directory shared with the container")
+	}
+	ctx, cancel := context.WithTimeout(ctx, directTimeout)
+	defer cancel()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, directSocket)
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// Only the dial this call asks for is accepted: the socket goes once it came.
+	ln.SetUnlinkOnClose(true)
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	told := token
+	if f := directTokenForTest.Get(); f != nil {
+		told = (*f)(token)
+	}
+	req, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: directMount + "/" + directSocket, Token: told})
+	st, err := sess.Open(req)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	select {
+	case <-st.Done():
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the agent did not dial within %v", directTimeout)
+	}
+	if code, ok := st.Status(); !ok || code != 0 {
+		err := fmt.Errorf("the agent could not dial its socket: %v", st.Err())
+		if strings.Contains(err.Error(), "no such file") {
+			err = fmt.Errorf("%w (a container made before its directory %s was shared has none: recreating the sandbox adds it)", err, dir)
+		}
+		return nil, err
+	}
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's dial did not arrive: %w", err)
+	}
+	ln.Close()
+	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
+	d, err := agentwire.Client(bufio.NewReaderSize(conn, 256<<10), conn, conn, agentwire.HelloMsg{}, s.agentAccept)
+	if !stopConn() {
+		if err == nil {
+			d.Close()
+		}
+		return nil, fmt.Errorf("no greeting on the direct channel within %v", directTimeout)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if d.Peer().Token != token {
+		d.Close()
+		return nil, errors.New("whoever dialed did not know the agent's token")
+	}
+	return d, nil
+}

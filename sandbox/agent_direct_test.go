@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+)
+
+// directConfig is testConfig with a directory for the agent's direct channel.
+func directConfig(t *testing.T) Config {
+	cfg := testConfig(t)
+	if cfg.NoAgent {
+		t.Skip("the agent is off (MCP_SANDBOX_TEST_NO_AGENT)")
+	}
+	cfg.AgentSocketDir = t.TempDir()
+	return cfg
+}
+
+// With a directory shared with the container, the agent's operations leave Docker:
+// commands, files and uploads create no Docker exec, the container sees its directory
+// read-only, and no socket stays there to dial.
+func TestDirectChannel(t *testing.T) {
+	cfg := directConfig(t)
+	sb, cli := agentTestSandbox(t, cfg)
+	ctx := context.Background()
+	mustExec(t, sb, "true", ExecOptions{})
+	if ok, why := sb.AgentDirect(); !ok {
+		t.Fatalf("no direct channel: %s", why)
+	}
+	before := cli.n.Load()
+	res := mustExec(t, sb, "ls -A "+directMount+"; touch "+directMount+"/x 2>&1; echo $((6*7))", ExecOptions{})
+	if !strings.Contains(res.Stdout, "Read-only file system") || !strings.HasSuffix(res.Stdout, "42\n") || strings.Contains(res.Stdout, directSocket) {
+		t.Fatalf("the container's view of its directory: %q", res.Stdout)
+	}
+	data := strings.Repeat("direct channel\n", 300000) // 4.5 MB: past archiveMin
+	if _, err := sb.Upload(ctx, "/sandbox/d", "big.txt", strings.NewReader(data), UploadOptions{Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := sb.OpenRange(ctx, "/sandbox/d/big.txt", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(f)
+	f.Close()
+	if err != nil || string(got) != data {
+		t.Fatalf("read back %d bytes of %d: %v", len(got), len(data), err)
+	}
+	// The guard of an upload is a command on the agent too: no exec, and no transfer
+	// container either.
+	if n := cli.n.Load() - before; n != 0 {
+		t.Fatalf("%d Docker execs through the direct channel", n)
+	}
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+cfg.Container))})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("transfer containers made: %d %v", len(list), err)
+	}
+	entries, err := os.ReadDir(filepath.Dir(sb.directDir()))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the host's directory: %v %v", entries, err)
+	}
+	if left, _ := os.ReadDir(sb.directDir()); len(left) != 0 {
+		t.Fatalf("left in the container's directory: %v", left)
+	}
+}
+
+// When the direct channel ends while the agent runs, the agent's exec carries the
+// calls; a new agent makes a new direct channel.
+func TestDirectChannelEnds(t *testing.T) {
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	sb.agentMu.Lock()
+	direct, sess := sb.agent.direct, sb.agent.sess
+	sb.agentMu.Unlock()
+	if direct == nil {
+		t.Fatal("no direct channel")
+	}
+	direct.Close()
+	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
+		t.Fatalf("%+v", res)
+	}
+	if got := sb.agentSession(context.Background()); got != sess {
+		t.Fatal("the call after the direct channel ended did not go through the agent's exec")
+	}
+	sb.CloseAgent()
+	if res := mustExec(t, sb, "echo again", ExecOptions{}); res.Stdout != "again\n" {
+		t.Fatalf("%+v", res)
+	}
+	if ok, why := sb.AgentDirect(); !ok {
+		t.Fatalf("the new agent has no direct channel: %s", why)
+	}
+}
+
+// Whoever dials without the token given to the agent is refused, and the sandbox
+// goes on through the agent's exec; so does a container made before its directory
+// was shared (none mounted).
+func TestDirectChannelRefused(t *testing.T) {
+	t.Run("wrong token", func(t *testing.T) {
+		directTokenForTest.Set(func(string) string { return "someone else" })
+		t.Cleanup(directTokenForTest.Clear)
+		sb, _ := agentTestSandbox(t, directConfig(t))
+		if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
+			t.Fatalf("%+v", res)
+		}
+		if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "token") {
+			t.Fatalf("direct channel: %v %q", ok, why)
+		}
+		if running, why := sb.AgentStatus(); !running {
+			t.Fatalf("agent not running: %s", why)
+		}
+	})
+	t.Run("no directory in the container", func(t *testing.T) {
+		cfg := directConfig(t)
+		dir := cfg.AgentSocketDir
+		cfg.AgentSocketDir = ""
+		first, _ := agentTestSandbox(t, cfg)
+		mustExec(t, first, "true", ExecOptions{})
+		first.CloseAgent()
+		cfg.AgentSocketDir = dir
+		sb, _ := agentTestSandbox(t, cfg)
+		if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
+			t.Fatalf("%+v", res)
+		}
+		if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "dial") {
+			t.Fatalf("direct channel: %v %q", ok, why)
+		}
+	})
+}
