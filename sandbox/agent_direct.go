@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -169,4 +170,111 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 		return nil, errors.New("whoever dialed did not know the agent's token")
 	}
 	return d, nil
+}
+
+// bulkMin is the size from which an upload's bytes go over a connection of their own
+// (bulkSocket) when the agent has a direct channel; unknown sizes do too.
+const bulkMin = 1 << 20
+
+// bulkAccepts bounds the connections a bulk socket takes before the agent's: another
+// program in the container may dial it first.
+const bulkAccepts = 4
+
+// bulkSocket is a socket in the container's directory that the agent dials for one
+// write's bytes (agentwire.Request.Socket).
+type bulkSocket struct {
+	ln    *net.UnixListener
+	path  string // in the container
+	token string
+}
+
+// bulkListen opens a bulk socket for a write on the direct channel sess, or returns
+// nil (the write then goes on sess's frames).
+func (s *Sandbox) bulkListen(sess *agentwire.Session) *bulkSocket {
+	dir := s.directDir()
+	if dir == "" || !s.isDirect(sess) {
+		return nil
+	}
+	b, err := newBulkSocket(dir)
+	if err != nil {
+		s.log.Debug("no bulk socket; the write goes on the agent's channel", zap.Error(err))
+		return nil
+	}
+	return b
+}
+
+// newBulkSocket listens on a new socket in dir, the container's directory.
+func newBulkSocket(dir string) (*bulkSocket, error) {
+	var r [12]byte
+	_, _ = rand.Read(r[:])
+	name := "b" + hex.EncodeToString(r[:4])
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	return &bulkSocket{ln: ln, path: directMount + "/" + name, token: hex.EncodeToString(r[4:])}, nil
+}
+
+// Close removes the socket.
+func (b *bulkSocket) Close() {
+	if b != nil {
+		b.ln.Close()
+	}
+}
+
+// send takes the agent's connection, checks that it knows the token, and copies body
+// to it. werr is a failure on the agent's side (its reply says why), rerr one of body.
+// The copy ends when done is closed (the write's stream ended).
+func (b *bulkSocket) send(ctx context.Context, done <-chan struct{}, body io.Reader) (n int64, werr, rerr error) {
+	deadline := time.Now().Add(directTimeout)
+	_ = b.ln.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { b.ln.Close() })
+	var conn *net.UnixConn
+	for i := 0; conn == nil; i++ {
+		if i == bulkAccepts {
+			stop()
+			return 0, fmt.Errorf("%d connections to the transfer's socket did not know its token", i), nil
+		}
+		c, err := b.ln.AcceptUnix()
+		if err != nil {
+			stop()
+			return 0, fmt.Errorf("the agent did not dial the transfer's socket: %w", err), nil
+		}
+		_ = c.SetReadDeadline(deadline)
+		got := make([]byte, len(b.token))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != b.token {
+			c.Close()
+			continue
+		}
+		conn = c
+	}
+	stop()
+	b.ln.Close()
+	defer conn.Close()
+	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stopConn()
+	// Nothing more comes from the agent on the connection; a write that stalls
+	// because the agent stopped reading ends with the stream.
+	go func() {
+		<-done
+		conn.Close()
+	}()
+	buf := make([]byte, 256<<10)
+	for {
+		m, err := body.Read(buf)
+		if m > 0 {
+			if _, err := conn.Write(buf[:m]); err != nil {
+				return n, err, nil
+			}
+			n += int64(m)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, nil, err
+		}
+	}
+	return n, conn.CloseWrite(), nil
 }

@@ -3,10 +3,12 @@ package sandbox
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -129,6 +131,98 @@ func TestDirectChannelRefused(t *testing.T) {
 		}
 		if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "dial") {
 			t.Fatalf("direct channel: %v %q", ok, why)
+		}
+	})
+}
+
+// A bulk socket serves only whoever knows its token: a few strangers first are
+// turned away without harm, too many end the write, and nobody dialing ends it when
+// the call's context does.
+func TestBulkSocketStrangers(t *testing.T) {
+	body := strings.Repeat("bulk bytes ", 100000)
+	dial := func(b *bulkSocket, say string) net.Conn {
+		c, err := net.Dial("unix", b.ln.Addr().String())
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		io.WriteString(c, say)
+		return c
+	}
+	t.Run("strangers, then the agent", func(t *testing.T) {
+		b, err := newBulkSocket(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		got := make(chan string, 1)
+		go func() {
+			for _, say := range []string{"", "not the token", strings.Repeat("x", len(b.token))} {
+				if c := dial(b, say); c != nil {
+					c.Close()
+				}
+			}
+			c := dial(b, b.token)
+			all, _ := io.ReadAll(c)
+			got <- string(all)
+		}()
+		n, werr, rerr := b.send(context.Background(), make(chan struct{}), strings.NewReader(body))
+		if werr != nil || rerr != nil || n != int64(len(body)) {
+			t.Fatalf("send: %d bytes, %v, %v", n, werr, rerr)
+		}
+		if s := <-got; s != body {
+			t.Fatalf("the agent got %d bytes of %d", len(s), len(body))
+		}
+	})
+	t.Run("too many strangers", func(t *testing.T) {
+		b, err := newBulkSocket(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		go func() {
+			for range bulkAccepts + 1 {
+				if c := dial(b, "stranger"); c != nil {
+					defer c.Close()
+				}
+			}
+		}()
+		_, werr, _ := b.send(context.Background(), make(chan struct{}), strings.NewReader(body))
+		if werr == nil || !strings.Contains(werr.Error(), "token") {
+			t.Fatalf("send: %v", werr)
+		}
+	})
+	t.Run("nobody dials", func(t *testing.T) {
+		b, err := newBulkSocket(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, werr, _ := b.send(ctx, make(chan struct{}), strings.NewReader(body))
+		if werr == nil || time.Since(start) > 2*time.Second {
+			t.Fatalf("send: %v after %v", werr, time.Since(start))
+		}
+	})
+	t.Run("the write's stream ends", func(t *testing.T) {
+		b, err := newBulkSocket(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		done := make(chan struct{})
+		go func() {
+			c := dial(b, b.token) // and never reads
+			time.Sleep(100 * time.Millisecond)
+			close(done)
+			time.Sleep(time.Second)
+			c.Close()
+		}()
+		_, werr, _ := b.send(context.Background(), done, &endless{chunk: []byte("x")})
+		if werr == nil {
+			t.Fatal("an endless body went to a peer that never read")
 		}
 	})
 }

@@ -220,8 +220,11 @@ func (r *agentReader) Close() error {
 // agentWrite streams body into the file p as req says (Op, Path set here) and returns
 // the agent's reply once the file is closed. When body fails, the stream is abandoned
 // and, within uploadStepTimeout, the agent has removed a file it created.
-func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Request, body io.Reader) (rep agentwire.FileReply, n int64, err error) {
+func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Request, body io.Reader, bulk *bulkSocket) (rep agentwire.FileReply, n int64, err error) {
 	req.Op = agentwire.OpWrite
+	if bulk != nil {
+		req.Socket, req.Token = bulk.path, bulk.token
+	}
 	st, _, stop, err := agentFile(ctx, sess, req)
 	if err != nil {
 		return agentwire.FileReply{}, 0, err
@@ -240,9 +243,20 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 		case <-t.C:
 		}
 	}()
-	buf := make([]byte, 8*(agentwire.MaxData-1))
 	var werr error
-	for werr == nil {
+	if bulk != nil {
+		var rerr error
+		if n, werr, rerr = bulk.send(ctx, st.Done(), body); rerr != nil {
+			return agentwire.FileReply{}, n, rerr
+		}
+		if werr != nil {
+			// The agent may have answered why (a full disk); it may also still wait
+			// for the bytes, and then this stream's end tells it to give up.
+			st.SetReadDeadline(time.Now().Add(directTimeout))
+		}
+	}
+	buf := make([]byte, 8*(agentwire.MaxData-1))
+	for werr == nil && bulk == nil {
 		m, rerr := body.Read(buf)
 		if m > 0 {
 			_, werr = st.Write(agentwire.Stdin, buf[:m])
@@ -348,7 +362,12 @@ func agentGone(ctx context.Context, err error) bool {
 // agentUpload streams r into the new file tmp; size (-1: unknown) is the number of
 // bytes r must give.
 func (s *Sandbox) agentUpload(ctx context.Context, sess *agentwire.Session, tmp string, r io.Reader, size int64) (int64, error) {
-	_, n, err := agentWrite(ctx, sess, agentwire.Request{Path: tmp, Excl: true}, r)
+	var bulk *bulkSocket
+	if size < 0 || size >= bulkMin {
+		bulk = s.bulkListen(sess)
+		defer bulk.Close()
+	}
+	_, n, err := agentWrite(ctx, sess, agentwire.Request{Path: tmp, Excl: true}, r, bulk)
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("%d bytes of %d came: %w", n, size, io.ErrUnexpectedEOF)
 	}

@@ -185,7 +185,7 @@ func TestAgentWriteSizeChecked(t *testing.T) {
 		sendReply(st, agentwire.FileReply{Size: 3})
 		st.Exit(0)
 	})
-	_, _, err := agentWrite(context.Background(), sess, agentwire.Request{Path: "/f"}, strings.NewReader("12345"))
+	_, _, err := agentWrite(context.Background(), sess, agentwire.Request{Path: "/f"}, strings.NewReader("12345"), nil)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("%v, want a short write", err)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,4 +34,49 @@ func runChannel(st *agentwire.Stream, req agentwire.Request) {
 		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello, handle)
 	}()
 	st.Exit(0)
+}
+
+// receiveBulk copies a write's bytes from the socket req.Socket into f (spliced by the
+// kernel where it can), then waits for the stream's commit (channel 0's EOF). It
+// returns -1 when Caddy abandoned the write.
+func receiveBulk(st *agentwire.Stream, req agentwire.Request, f *os.File) (int64, error) {
+	conn, err := net.DialTimeout("unix", req.Socket, channelDialTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("dialing the transfer's socket: %w", err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, req.Token); err != nil {
+		return 0, fmt.Errorf("on the transfer's socket: %w", err)
+	}
+	// Caddy ends the stream to abandon the write: the copy then ends too.
+	committed := make(chan bool, 1)
+	go func() {
+		for {
+			c, err := st.ReadChunk()
+			if err != nil {
+				conn.Close()
+				committed <- false
+				return
+			}
+			if c.Ch == agentwire.Stdin && c.EOF {
+				committed <- true
+				return
+			}
+		}
+	}()
+	var src io.Reader = conn
+	if req.Max > 0 {
+		src = io.LimitReader(conn, req.Max+1)
+	}
+	n, err := f.ReadFrom(src)
+	if req.Max > 0 && n > req.Max {
+		return n, &fileError{agentwire.FileTooLarge, fmt.Sprintf("more than %d bytes", req.Max)}
+	}
+	if err != nil {
+		return n, err
+	}
+	if ok := <-committed; !ok {
+		return -1, nil
+	}
+	return n, nil
 }

@@ -212,6 +212,19 @@ func runWrite(st *agentwire.Stream, req agentwire.Request) {
 		abort(err)
 		return
 	}
+	if req.Socket != "" {
+		n, err := receiveBulk(st, req, f)
+		if err != nil {
+			abort(err)
+			return
+		}
+		if n < 0 {
+			abort(nil)
+			return
+		}
+		finishWrite(st, req, f, created)
+		return
+	}
 	st.SetReceiveWindow(agentwire.FileWindow)
 	var n int64
 	for {
@@ -236,6 +249,11 @@ func runWrite(st *agentwire.Stream, req agentwire.Request) {
 			return
 		}
 	}
+	finishWrite(st, req, f, created)
+}
+
+// finishWrite closes a written file and answers with what it is.
+func finishWrite(st *agentwire.Stream, req agentwire.Request, f *os.File, created bool) {
 	fi, err := f.Stat()
 	if cerr := f.Close(); err == nil {
 		err = cerr

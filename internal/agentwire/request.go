@@ -35,7 +35,12 @@ type Request struct {
 	Excl   bool   `json:"excl,omitempty"`   // write: the file must not exist yet
 	Hide   string `json:"hide,omitempty"`   // list: names starting with this are left out
 
-	Token string `json:"token,omitempty"` // channel: what the agent says in its Hello there
+	Token string `json:"token,omitempty"` // channel: what the agent says in its Hello there; write: what it sends first on Socket
+	// Socket, for a write, is a Unix socket the agent dials for the file's bytes (Token
+	// first, then nothing), instead of channel 0: a bulk transfer that no framing
+	// slows. The stream's channel 0 then carries only its EOF, which commits the file
+	// once the connection has ended; a stream that ends without it aborts the write.
+	Socket string `json:"socket,omitempty"`
 }
 
 // Operations.

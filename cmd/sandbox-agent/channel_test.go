@@ -1,0 +1,157 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+)
+
+// listenIn listens on a Unix socket in a new directory.
+func listenIn(t *testing.T) (*net.UnixListener, string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln, p
+}
+
+// The agent dials the socket it is given and serves a second session there, saying
+// the token it was given.
+func TestChannel(t *testing.T) {
+	s := agent(t)
+	ln, p := listenIn(t)
+	if r := run(t, s, agentwire.Request{Op: agentwire.OpChannel, Path: p, Token: "tok"}, ""); !r.ok || r.code != 0 {
+		t.Fatalf("channel: %+v", r)
+	}
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := agentwire.Client(conn, conn, conn, agentwire.HelloMsg{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Peer().Token != "tok" {
+		t.Fatalf("hello: %+v", d.Peer())
+	}
+	if r := run(t, d, agentwire.Request{Op: agentwire.OpExec, Argv: []string{"sh", "-c", "echo second"}}, ""); r.stdout != "second\n" {
+		t.Fatalf("on the second session: %+v", r)
+	}
+	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: p + "-missing"})
+	st, _ := s.Open(b)
+	if _, err := st.ReadChunk(); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("a channel to no socket: %v, want a reset saying why", err)
+	}
+}
+
+// bulkWrite starts a write whose bytes come on a socket, and returns its stream and
+// the agent's connection, the token read.
+func bulkWrite(t *testing.T, s *agentwire.Session, path string, max int64) (*agentwire.Stream, *net.UnixConn) {
+	t.Helper()
+	ln, p := listenIn(t)
+	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpWrite, Path: path, Excl: true, Max: max, Socket: p, Token: "tok"})
+	st, err := s.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	tok := make([]byte, 3)
+	if _, err := io.ReadFull(conn, tok); err != nil || string(tok) != "tok" {
+		t.Fatalf("token %q: %v", tok, err)
+	}
+	return st, conn
+}
+
+func bulkReply(t *testing.T, st *agentwire.Stream) agentwire.FileReply {
+	t.Helper()
+	var raw []byte
+	for {
+		c, err := st.ReadChunk()
+		if err != nil {
+			break
+		}
+		if c.Ch == agentwire.Stderr {
+			raw = append(raw, c.Data...)
+		}
+	}
+	var rep agentwire.FileReply
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("reply %q: %v", raw, err)
+	}
+	return rep
+}
+
+// A write's bytes on a socket: committed by channel 0's end; abandoned when the stream
+// ends first, or past its limit, with nothing left behind.
+func TestBulkWrite(t *testing.T) {
+	s := agent(t)
+	dir := t.TempDir()
+	data := strings.Repeat("0123456789", 500000)
+
+	p := filepath.Join(dir, "committed")
+	st, conn := bulkWrite(t, s, p, 0)
+	io.WriteString(conn, data)
+	conn.CloseWrite()
+	st.CloseChannel(agentwire.Stdin)
+	if rep := bulkReply(t, st); rep.Err != "" || rep.Size != int64(len(data)) || !rep.Created {
+		t.Fatalf("reply: %+v", rep)
+	}
+	if got, _ := os.ReadFile(p); string(got) != data {
+		t.Fatalf("file holds %d bytes of %d", len(got), len(data))
+	}
+
+	p = filepath.Join(dir, "abandoned")
+	st, conn = bulkWrite(t, s, p, 0)
+	io.WriteString(conn, data[:1000])
+	st.Close()
+	conn.Close()
+	waitGone(t, p)
+
+	p = filepath.Join(dir, "too large")
+	st, conn = bulkWrite(t, s, p, 100)
+	go func() { io.WriteString(conn, data); conn.CloseWrite() }()
+	if rep := bulkReply(t, st); rep.Err != agentwire.FileTooLarge {
+		t.Fatalf("reply: %+v", rep)
+	}
+	waitGone(t, p)
+
+	// The connection ends early (Caddy lost its client) and no commit comes: the
+	// stream's end removes the file.
+	p = filepath.Join(dir, "cut")
+	st, conn = bulkWrite(t, s, p, 0)
+	io.WriteString(conn, data[:1000])
+	conn.Close()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the file went before the stream ended: %v", err)
+	}
+	st.Close()
+	waitGone(t, p)
+}
+
+func waitGone(t *testing.T, p string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if _, err := os.Stat(p); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s is still there", p)
+}
