@@ -88,6 +88,19 @@ func (s *Sandbox) AgentDirect() (bool, string) {
 	return false, "no agent runs"
 }
 
+// bindRefused reports whether err is the engine refusing the bind of the direct
+// channel's directory; if so, containers are made without it from now on.
+func (s *Sandbox) bindRefused(err error) bool {
+	dir := s.directDir()
+	if dir == "" || !strings.Contains(err.Error(), dir) {
+		return false
+	}
+	s.noBind.Store(true)
+	s.log.Warn("the Docker engine cannot mount the directory of the agent's direct channel (it does not see Caddy's files); "+
+		"the sandbox works without it, through Docker", zap.String("dir", dir), zap.Error(err))
+	return true
+}
+
 // isDirect reports whether sess is an agent's direct channel, which outruns Docker's
 // archive API: bulk bytes then go through it rather than a transfer container.
 func (s *Sandbox) isDirect(sess *agentwire.Session) bool {
@@ -105,6 +118,9 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	dir := s.directDir()
 	if dir == "" {
 		return nil, errors.New("no directory shared with the container")
+	}
+	if s.noBind.Load() {
+		return nil, errors.New("the Docker engine cannot mount the directory " + dir)
 	}
 	ctx, cancel := context.WithTimeout(ctx, directTimeout)
 	defer cancel()

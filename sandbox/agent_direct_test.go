@@ -226,3 +226,24 @@ func TestBulkSocketStrangers(t *testing.T) {
 		}
 	})
 }
+
+// An engine that cannot mount the directory (it sees another file system than Caddy)
+// gets the container without it: the sandbox works through the agent's exec.
+func TestDirectChannelBindRefused(t *testing.T) {
+	hostConfigForTest.Set(func(hc *container.HostConfig) {
+		if len(hc.Binds) > 0 {
+			hc.Binds[0] = "/dev/null" + hc.Binds[0] // mkdir /dev/null/...: not a directory
+		}
+	})
+	t.Cleanup(hostConfigForTest.Clear)
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	if res := mustExec(t, sb, "echo ok; ls "+directMount+" 2>&1", ExecOptions{}); !strings.HasPrefix(res.Stdout, "ok\n") || !strings.Contains(res.Stdout, "No such file") {
+		t.Fatalf("%+v", res)
+	}
+	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "cannot mount") {
+		t.Fatalf("direct channel: %v %q", ok, why)
+	}
+	if !sb.noBind.Load() {
+		t.Fatal("the refusal was not noted")
+	}
+}

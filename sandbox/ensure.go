@@ -290,8 +290,10 @@ func (s *Sandbox) create(ctx context.Context) error {
 		SecurityOpt:   securityOpts,
 		Sysctls:       s.sysctls(),
 	}
-	if b := s.directBind(); b != "" {
-		hc.Binds = []string{b}
+	if !s.noBind.Load() {
+		if b := s.directBind(); b != "" {
+			hc.Binds = []string{b}
+		}
 	}
 	if f := hostConfigForTest.Get(); f != nil {
 		(*f)(hc)
@@ -309,6 +311,9 @@ func (s *Sandbox) create(ctx context.Context) error {
 			Labels:     s.labels(),
 		},
 		hc, nil, nil, c.Container)
+	if err != nil && len(hc.Binds) > 0 && s.bindRefused(err) {
+		return s.create(ctx)
+	}
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return err
@@ -321,6 +326,12 @@ func (s *Sandbox) create(ctx context.Context) error {
 		s.log.Warn("docker warning while creating sandbox container", zap.String("warning", w))
 	}
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		if len(hc.Binds) > 0 && s.bindRefused(err) {
+			// The engine cannot mount the direct channel's directory (it sees
+			// another file system than Caddy): the container goes without it.
+			_ = s.cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
+			return s.create(ctx)
+		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
 	s.setGitIdentity(ctx)

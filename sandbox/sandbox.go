@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -263,6 +264,7 @@ type Sandbox struct {
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)
 
+	noBind   atomic.Bool // the engine refused the direct channel's directory (agent_direct.go)
 	agentMu  sync.Mutex
 	agentBin string // the agent's binary in the container; "" while no agent runs
 	agent    agentState
