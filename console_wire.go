@@ -145,7 +145,11 @@ func (c consoleSandbox) egressStatus() *console.Egress {
 // agent tells whether commands go through the agent, and if not, why.
 func (c consoleSandbox) agent() console.Agent {
 	running, why := c.sb.AgentStatus()
-	return console.Agent{Running: running, Disabled: c.sb.Config().NoAgent, Reason: why}
+	a := console.Agent{Running: running, Disabled: c.sb.Config().NoAgent, Reason: why}
+	if running {
+		a.Direct, a.DirectReason = c.sb.AgentDirect()
+	}
+	return a
 }
 
 func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restart(ctx) }

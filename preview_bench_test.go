@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -36,6 +38,7 @@ func relaySandbox(b *testing.B, p *previewSite, noAgent bool) *sandbox.Sandbox {
 	cfg.Image, cfg.Container, cfg.Volume = testImage(), p.container, p.volume
 	cfg.Memory, cfg.CPUs, cfg.NetworkMode = 1<<30, 1, "none"
 	cfg.NoAgent = noAgent
+	cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent") // as the site's
 	sb, err := sandbox.New(p.docker, cfg, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -81,6 +81,10 @@ type Agent struct {
 	// Reason is why the agent does not run: an error text that may hold what the
 	// container printed, so untrusted. Empty while no command has started one yet.
 	Reason string `json:"reason,omitempty"`
+	// Direct: the agent's channel is a socket shared with the container, not Docker's
+	// exec; DirectReason says why not (as untrusted as Reason).
+	Direct       bool   `json:"direct,omitempty"`
+	DirectReason string `json:"direct_reason,omitempty"`
 }
 
 // maxAgentReason bounds the reason shown, in characters.
@@ -100,6 +104,7 @@ type Sandbox interface {
 func (c *Console) sandboxStatus(ctx context.Context) (SandboxStatus, error) {
 	st, err := c.opts.Sandbox.Status(ctx)
 	st.Agent.Reason = clip(maxAgentReason, st.Agent.Reason)
+	st.Agent.DirectReason = clip(maxAgentReason, st.Agent.DirectReason)
 	return st, err
 }
 

@@ -432,7 +432,10 @@ func TestOverviewAgent(t *testing.T) {
 		json  string // the agent field of the API answer, or its start
 		page  string
 	}{
-		{"running", Agent{Running: true}, `"agent":{"running":true}`, "running <span class=\"muted\">(commands go through the agent"},
+		{"running", Agent{Running: true, Direct: true}, `"agent":{"running":true,"direct":true}`,
+			"running <span class=\"muted\">(commands go through the agent in the container, over a socket shared with it)"},
+		{"running without its socket", Agent{Running: true, DirectReason: hostile}, `"agent":{"running":true,"direct_reason":"copying`,
+			"running <span class=\"muted\">(commands go through the agent in the container, through Docker)</span><br><span class=\"muted\">no direct socket: copying the agent into the container: &lt;script&gt;"},
 		{"off", Agent{Reason: hostile}, `"agent":{"running":false,"reason":"copying the agent into the container: \u003cscript\u003e`,
 			"off (fallback: one Docker exec per call) — <span class=\"error-text\">copying the agent into the container: &lt;script&gt;alert(1)&lt;/script&gt;\\x1b[31m read-only xxx"},
 		{"disabled", Agent{Disabled: true}, `"agent":{"running":false,"disabled":true}`, "off by configuration"},
@@ -467,7 +470,7 @@ func TestOverviewAgent(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 				t.Fatal(err)
 			}
-			if n := utf8.RuneCountInString(st.Agent.Reason); n > maxAgentReason+1 {
+			if n := max(utf8.RuneCountInString(st.Agent.Reason), utf8.RuneCountInString(st.Agent.DirectReason)); n > maxAgentReason+1 {
 				t.Fatalf("reason of %d characters", n)
 			}
 
