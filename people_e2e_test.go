@@ -150,7 +150,7 @@ func TestPeople(t *testing.T) {
 			checkTSResult(t, results[i])
 		}
 		// Each wrote /sandbox/ts.txt: in three containers, on three volumes.
-		ids := map[string]bool{}
+		ids, sockets := map[string]bool{}, map[string]bool{}
 		for _, person := range []string{"", "alice", "bob"} {
 			info, err := p.docker.ContainerInspect(ctx, p.containerOf(person))
 			if err != nil {
@@ -161,8 +161,19 @@ func TestPeople(t *testing.T) {
 			if person != "" {
 				vol += "-" + person
 			}
-			if len(info.Mounts) != 1 || info.Mounts[0].Name != vol {
-				t.Errorf("%q's container mounts %+v, want volume %s", person, info.Mounts, vol)
+			// Its volume at /sandbox, and its own read-only directory for the agent's
+			// direct channel.
+			for _, m := range info.Mounts {
+				switch {
+				case m.Destination == "/sandbox" && m.Name == vol:
+				case m.Destination == "/run/mcp-sandbox-agent" && m.Type == "bind" && !m.RW && !sockets[m.Source]:
+					sockets[m.Source] = true
+				default:
+					t.Errorf("%q's container mounts %+v, want volume %s and a directory of its own", person, info.Mounts, vol)
+				}
+			}
+			if len(info.Mounts) != 2 {
+				t.Errorf("%q's container mounts %+v, want volume %s and a directory of its own", person, info.Mounts, vol)
 			}
 		}
 		if len(ids) != 3 {

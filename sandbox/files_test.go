@@ -166,6 +166,7 @@ func TestOpenRecreatesRemovedContainer(t *testing.T) {
 // (where a transfer container would see a different root).
 func TestOpenLeavesExecsFree(t *testing.T) {
 	withAndWithoutAgent(t, testOpenLeavesExecsFree)
+	t.Run("direct", func(t *testing.T) { testOpenLeavesExecsFree(t, directConfig(t)) })
 }
 
 func testOpenLeavesExecsFree(t *testing.T, cfg Config) {

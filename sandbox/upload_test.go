@@ -378,6 +378,7 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 // Directories reached through a symbolic link off the volume get their bytes too.
 func TestUploadLeavesExecsFree(t *testing.T) {
 	withAndWithoutAgent(t, testUploadLeavesExecsFree)
+	t.Run("direct", func(t *testing.T) { testUploadLeavesExecsFree(t, directConfig(t)) })
 }
 
 func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
@@ -427,13 +428,18 @@ func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 			}
 		})
 	}
-	// The transfer containers go with the Sandbox, and never ran.
+	// The transfer containers go with the Sandbox, and never ran; the direct channel
+	// needs none.
 	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+sb.Config().Container))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].State != "created" {
+	if direct, _ := sb.AgentDirect(); direct {
+		if len(list) != 0 {
+			t.Errorf("transfer containers: %+v, want none through the direct channel", list)
+		}
+	} else if len(list) != 1 || list[0].State != "created" {
 		t.Errorf("transfer containers: %+v, want one, created and never started", list)
 	}
 	sb.CloseTransfers()

@@ -125,7 +125,7 @@ func TestBulkWrite(t *testing.T) {
 
 	p = filepath.Join(dir, "too large")
 	st, conn = bulkWrite(t, s, p, 100)
-	go func() { io.WriteString(conn, data); conn.CloseWrite() }()
+	go func(conn *net.UnixConn) { io.WriteString(conn, data); conn.CloseWrite() }(conn)
 	if rep := bulkReply(t, st); rep.Err != agentwire.FileTooLarge {
 		t.Fatalf("reply: %+v", rep)
 	}
