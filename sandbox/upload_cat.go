@@ -31,13 +31,18 @@ func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, er
 	var stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- demux(hj.Reader, func([]byte) {}, func(p []byte) {
+		err := demux(hj.Reader, func([]byte) {}, func(p []byte) {
 			if stderr.Len() < 4096 {
 				stderr.Write(p)
 			}
 		})
+		// cat ended: if it did before its input did (a full disk), the engine may
+		// stop reading the rest without failing the writes.
+		hj.Close()
+		done <- err
 	}()
-	n, err := io.Copy(hj.Conn, r)
+	src := &readErrs{r: r}
+	n, err := io.Copy(hj.Conn, src)
 	if err != nil {
 		// Closing the stream ends cat, which leaves a partial file for the caller to
 		// remove once cat is gone: one that had not started yet when the upload failed
@@ -45,7 +50,11 @@ func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, er
 		hj.Close()
 		<-done
 		s.waitExecEnd(ctx, execID)
-		return n, fmt.Errorf("reading upload: %w", err)
+		if src.err != nil {
+			return n, fmt.Errorf("reading upload: %w", src.err)
+		}
+		code, _ := s.exitCode(ctx, execID, false)
+		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, human.Clip(strings.TrimSpace(stderr.String()), 300))
 	}
 	if err := hj.CloseWrite(); err != nil {
 		return n, fmt.Errorf("ending upload stream: %w", err)
@@ -75,4 +84,18 @@ func (s *Sandbox) waitExecEnd(ctx context.Context, execID string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// readErrs notes the error of its reader, to tell it from a failed write.
+type readErrs struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrs) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
 }

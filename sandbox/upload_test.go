@@ -449,3 +449,28 @@ func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 		t.Errorf("%d transfer containers left after CloseTransfers", len(list))
 	}
 }
+
+// An upload into a full file system fails with an error that says so, and leaves no
+// temporary file behind: through the direct channel's bulk socket, the agent's exec
+// and the fallback alike.
+func TestUploadDiskFull(t *testing.T) {
+	hostConfigForTest.Set(func(hc *container.HostConfig) {
+		hc.Tmpfs = map[string]string{"/small": "size=1m"}
+	})
+	t.Cleanup(hostConfigForTest.Clear)
+	run := func(t *testing.T, cfg Config) {
+		sb := newTestSandbox(t, dockerClient(t), cfg)
+		body := strings.Repeat("x", 4<<20)
+		for _, size := range []int64{int64(len(body)), -1} {
+			_, err := sb.Upload(context.Background(), "/small", "big.bin", strings.NewReader(body), UploadOptions{Size: size})
+			if err == nil || !strings.Contains(strings.ToLower(err.Error()), "no space") {
+				t.Fatalf("an upload of %d bytes into 1 MB: %v, want an error that says there is no space", size, err)
+			}
+			if res := mustExec(t, sb, "ls -A /small", ExecOptions{}); res.Stdout != "" {
+				t.Fatalf("left behind: %q", res.Stdout)
+			}
+		}
+	}
+	withAndWithoutAgent(t, run)
+	t.Run("direct", func(t *testing.T) { run(t, directConfig(t)) })
+}
