@@ -159,7 +159,11 @@ func benchPreviewSite(b *testing.B) *benchPaths {
 	sb := relaySandbox(b, p, false)
 	return &benchPaths{
 		p:       p,
-		preview: benchPath{p.web, u},
+		// The same client as the other paths, dialing Caddy whatever the host name.
+		preview: benchPath{benchClient(func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+		}), u},
 		forward: benchPath{forwardClient(b, sb, 8000), "http://localhost:8000/"},
 		dialer:  benchPath{dialerClient(sb, 8000), "http://localhost:8000/"},
 		exec:    benchPath{dialerClient(relaySandbox(b, p, true), 8000), "http://localhost:8000/"},
