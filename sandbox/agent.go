@@ -197,6 +197,9 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	s.agentMu.Unlock()
 	s.log.Info("sandbox agent started", zap.Int("pid", sess.Peer().PID), zap.String("build", sess.Peer().Build),
 		zap.Bool("direct_channel", direct != nil), zap.String("direct_channel_off", directOff))
+	if direct != nil {
+		go s.watchDirect(direct, sess)
+	}
 	go func() {
 		<-sess.Done()
 		if direct != nil {

@@ -32,8 +32,9 @@ import (
 // directMount is where the container sees its directory.
 const directMount = "/run/mcp-sandbox-agent"
 
-// directSocket is the socket's name in the directory.
-const directSocket = "agent.sock"
+// directSocket is the longest name of a socket in the directory: "a" or "b" and 8 hex
+// digits (agent_direct.go makes a new one each time).
+const directSocket = "a12345678"
 
 // directTimeout bounds making the direct channel: the agent's dial and its greeting.
 const directTimeout = 3 * time.Second
@@ -42,18 +43,44 @@ const directTimeout = 3 * time.Second
 const maxSocketPath = 107
 
 // directDir returns the host directory shared with the container for its direct
-// channel, or "" when there is none: no directory configured, or an engine that is
-// not on this machine.
+// channel, or "" when there is none: no directory configured, an engine that is not on
+// this machine, or a path too long for a socket (logged once).
 func (s *Sandbox) directDir() string {
 	if s.cfg.AgentSocketDir == "" || s.cfg.NoAgent || !strings.HasPrefix(s.cli.DaemonHost(), "unix://") {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(s.cfg.Container))
+	// The engine's address too: two engines may hold containers of the same name.
+	sum := sha256.Sum256([]byte(s.cli.DaemonHost() + "\x00" + s.cfg.Container))
 	dir := filepath.Join(s.cfg.AgentSocketDir, hex.EncodeToString(sum[:8]))
-	if len(filepath.Join(dir, directSocket)) > maxSocketPath {
+	if n := len(filepath.Join(dir, directSocket)); n > maxSocketPath {
+		if s.warnedPath.CompareAndSwap(false, true) {
+			s.log.Warn("the agent's direct channel is off: its socket path would be longer than Linux allows; shorten Caddy's data directory (XDG_DATA_HOME)",
+				zap.String("dir", dir), zap.Int("bytes", n), zap.Int("max", maxSocketPath))
+		}
 		return ""
 	}
 	return dir
+}
+
+// newSocket listens on a new socket in dir, named prefix and 8 random hex digits,
+// removed when closed; it returns the socket's path in the container.
+func newSocket(dir, prefix string) (*net.UnixListener, string, error) {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	name := prefix + hex.EncodeToString(r[:])
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+	if err != nil {
+		return nil, "", err
+	}
+	ln.SetUnlinkOnClose(true)
+	return ln, directMount + "/" + name, nil
+}
+
+// newToken returns a one-time token.
+func newToken() string {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	return hex.EncodeToString(tok[:])
 }
 
 // directBind returns the bind of a new container's directory for its direct channel
@@ -120,33 +147,29 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 		return nil, errors.New("no directory shared with the container")
 	}
 	if s.noBind.Load() {
-		return nil, errors.New("the Docker engine cannot mount the directory " + dir)
+		return nil, errors.New("the Docker engine does not see Caddy's directory " + dir)
 	}
-	ctx, cancel := context.WithTimeout(ctx, directTimeout)
+	// A budget of its own, whatever the agent's start left.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directTimeout)
 	defer cancel()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(dir, directSocket)
-	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	// Only the dial this call asks for is accepted: the socket goes once it came.
+	ln, sock, err := newSocket(dir, "a")
 	if err != nil {
 		return nil, err
 	}
-	// Only the dial this call asks for is accepted: the socket goes once it came.
-	ln.SetUnlinkOnClose(true)
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 
-	var tok [16]byte
-	_, _ = rand.Read(tok[:])
-	token := hex.EncodeToString(tok[:])
+	token := newToken()
 	told := token
 	if f := directTokenForTest.Get(); f != nil {
 		told = (*f)(token)
 	}
-	req, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: directMount + "/" + directSocket, Token: told})
+	req, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: sock, Token: told})
 	st, err := sess.Open(req)
 	if err != nil {
 		return nil, err
@@ -158,11 +181,11 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 		return nil, fmt.Errorf("the agent did not dial within %v", directTimeout)
 	}
 	if code, ok := st.Status(); !ok || code != 0 {
-		err := fmt.Errorf("the agent could not dial its socket: %v", st.Err())
-		if strings.Contains(err.Error(), "no such file") {
-			err = fmt.Errorf("%w (a container made before its directory %s was shared has none: recreating the sandbox adds it)", err, dir)
+		why := fmt.Sprintf("exit code %d", code)
+		if st.Err() != nil {
+			why = st.Err().Error()
 		}
-		return nil, err
+		return nil, s.dialFailed(ctx, sess, dir, why)
 	}
 	conn, err := ln.AcceptUnix()
 	if err != nil {
@@ -186,6 +209,49 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 		return nil, errors.New("whoever dialed did not know the agent's token")
 	}
 	return d, nil
+}
+
+// watchDirect notes why an agent's direct channel ended while the agent runs on: calls
+// go through the exec's channel until the next agent.
+func (s *Sandbox) watchDirect(direct, sess *agentwire.Session) {
+	select {
+	case <-direct.Done():
+	case <-sess.Done():
+		return
+	}
+	s.agentMu.Lock()
+	mine := s.agent.direct == direct && s.agent.sess == sess
+	if mine {
+		s.agent.directOff = fmt.Sprintf("the direct channel ended (%v); calls go through Docker until the next agent", direct.Err())
+	}
+	s.agentMu.Unlock()
+	if mine && sess.Err() == nil {
+		s.log.Info("the agent's direct channel ended; calls go through the agent's exec", zap.Error(direct.Err()))
+	}
+}
+
+// dialFailed explains an agent's failed dial of its socket. A socket that is not there
+// means either a container made before it had the directory (none is mounted), or an
+// engine that does not see Caddy's files (Caddy in a container of its own, a socket
+// forwarded from another machine, an engine in a VM): Docker then made an empty
+// directory of the same name on its own machine. In that case no container is given the
+// directory any more.
+func (s *Sandbox) dialFailed(ctx context.Context, sess *agentwire.Session, dir, why string) error {
+	err := fmt.Errorf("the agent could not dial its socket: %s", why)
+	switch {
+	case strings.Contains(why, "no such file"):
+		if _, serr := agentStat(ctx, sess, directMount); errors.Is(serr, ErrNotFound) {
+			return fmt.Errorf("%w (a container made before its directory %s was shared has none: recreating the sandbox adds it)", err, dir)
+		}
+		s.noBind.Store(true)
+		s.log.Warn("the Docker engine does not see Caddy's files (Caddy in a container of its own, an engine in a VM or on another machine); "+
+			"the agent's channel goes through Docker. To use the direct channel, mount the directory at the same path for both",
+			zap.String("dir", s.cfg.AgentSocketDir))
+		return fmt.Errorf("%w (the Docker engine does not see Caddy's directory %s)", err, dir)
+	case strings.Contains(why, "permission denied"):
+		return fmt.Errorf("%w (root in the container is not root on this machine, as with user namespaces or SELinux: the channel goes through Docker)", err)
+	}
+	return err
 }
 
 // bulkMin is the size from which an upload's bytes go over a connection of their own
@@ -221,15 +287,11 @@ func (s *Sandbox) bulkListen(sess *agentwire.Session) *bulkSocket {
 
 // newBulkSocket listens on a new socket in dir, the container's directory.
 func newBulkSocket(dir string) (*bulkSocket, error) {
-	var r [12]byte
-	_, _ = rand.Read(r[:])
-	name := "b" + hex.EncodeToString(r[:4])
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+	ln, p, err := newSocket(dir, "b")
 	if err != nil {
 		return nil, err
 	}
-	ln.SetUnlinkOnClose(true)
-	return &bulkSocket{ln: ln, path: directMount + "/" + name, token: hex.EncodeToString(r[4:])}, nil
+	return &bulkSocket{ln: ln, path: p, token: newToken()}, nil
 }
 
 // Close removes the socket.
@@ -271,15 +333,22 @@ func (b *bulkSocket) send(ctx context.Context, done <-chan struct{}, body io.Rea
 	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stopConn()
 	// Nothing more comes from the agent on the connection; a write that stalls
-	// because the agent stopped reading ends with the stream.
+	// because the agent stopped reading ends with the stream, or after
+	// uploadStepTimeout without progress.
+	sent := make(chan struct{})
+	defer close(sent)
 	go func() {
-		<-done
-		conn.Close()
+		select {
+		case <-done:
+			conn.Close()
+		case <-sent:
+		}
 	}()
 	buf := make([]byte, 256<<10)
 	for {
 		m, err := body.Read(buf)
 		if m > 0 {
+			_ = conn.SetWriteDeadline(time.Now().Add(uploadStepTimeout))
 			if _, err := conn.Write(buf[:m]); err != nil {
 				return n, err, nil
 			}

@@ -58,6 +58,9 @@ func TestDirectChannel(t *testing.T) {
 	if n := cli.n.Load() - before; n != 0 {
 		t.Fatalf("%d Docker execs through the direct channel", n)
 	}
+	if n := sb.bulkWrites.Load(); n != 1 {
+		t.Fatalf("%d uploads over a socket of their own, want 1", n)
+	}
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+cfg.Container))})
 	if err != nil || len(list) != 0 {
@@ -87,6 +90,14 @@ func TestDirectChannelEnds(t *testing.T) {
 	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
 		t.Fatalf("%+v", res)
 	}
+	for i := 0; ; i++ {
+		if ok, why := sb.AgentDirect(); !ok && strings.Contains(why, "the direct channel ended") {
+			break
+		} else if i == 100 {
+			t.Fatalf("direct channel: %v %q, want why it ended", ok, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := sb.agentSession(context.Background()); got != sess {
 		t.Fatal("the call after the direct channel ended did not go through the agent's exec")
 	}
@@ -96,6 +107,30 @@ func TestDirectChannelEnds(t *testing.T) {
 	}
 	if ok, why := sb.AgentDirect(); !ok {
 		t.Fatalf("the new agent has no direct channel: %s", why)
+	}
+}
+
+// An engine that sees another file system than Caddy (Caddy in a container of its own,
+// a socket forwarded from elsewhere) mounts a directory of its own at the same path:
+// the agent finds no socket there, and the sandbox goes on through the agent's exec and
+// gives no later container the directory.
+func TestDirectChannelEngineElsewhere(t *testing.T) {
+	elsewhere := t.TempDir()
+	hostConfigForTest.Set(func(hc *container.HostConfig) {
+		if len(hc.Binds) > 0 {
+			hc.Binds[0] = elsewhere + ":" + directMount + ":ro"
+		}
+	})
+	t.Cleanup(hostConfigForTest.Clear)
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
+		t.Fatalf("%+v", res)
+	}
+	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "does not see") {
+		t.Fatalf("direct channel: %v %q", ok, why)
+	}
+	if !sb.noBind.Load() {
+		t.Fatal("later containers would still get the directory")
 	}
 }
 
@@ -213,16 +248,23 @@ func TestBulkSocketStrangers(t *testing.T) {
 		}
 		defer b.Close()
 		done := make(chan struct{})
+		returned := make(chan struct{})
+		ended := make(chan time.Time, 1)
 		go func() {
 			c := dial(b, b.token) // and never reads
 			time.Sleep(100 * time.Millisecond)
+			ended <- time.Now()
 			close(done)
-			time.Sleep(time.Second)
+			<-returned // the peer stays until send gave up
 			c.Close()
 		}()
 		_, werr, _ := b.send(context.Background(), done, &endless{chunk: []byte("x")})
+		close(returned)
 		if werr == nil {
 			t.Fatal("an endless body went to a peer that never read")
+		}
+		if d := time.Since(<-ended); d > 2*time.Second {
+			t.Fatalf("send gave up %v after the stream ended", d)
 		}
 	})
 }
@@ -240,7 +282,7 @@ func TestDirectChannelBindRefused(t *testing.T) {
 	if res := mustExec(t, sb, "echo ok; ls "+directMount+" 2>&1", ExecOptions{}); !strings.HasPrefix(res.Stdout, "ok\n") || !strings.Contains(res.Stdout, "No such file") {
 		t.Fatalf("%+v", res)
 	}
-	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "cannot mount") {
+	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "does not see") {
 		t.Fatalf("direct channel: %v %q", ok, why)
 	}
 	if !sb.noBind.Load() {

@@ -271,6 +271,10 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 	}
 	if werr == nil {
 		werr = st.CloseChannel(agentwire.Stdin)
+		if bulk != nil {
+			// The agent has all the bytes: it answers once the file is closed.
+			st.SetReadDeadline(time.Now().Add(uploadStepTimeout))
+		}
 	}
 	rep, err = readReply(st)
 	if err != nil {
@@ -373,6 +377,9 @@ func (s *Sandbox) agentUpload(ctx context.Context, sess *agentwire.Session, tmp 
 	}
 	if err != nil {
 		return n, fmt.Errorf("writing into the sandbox: %w", err)
+	}
+	if bulk != nil {
+		s.bulkWrites.Add(1)
 	}
 	return n, nil
 }

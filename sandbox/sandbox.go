@@ -264,10 +264,12 @@ type Sandbox struct {
 	warm warmReads // a ranged file reader started ahead of need
 	xfer transfers // idle transfer containers (see transfer.go)
 
-	noBind   atomic.Bool // the engine refused the direct channel's directory (agent_direct.go)
-	agentMu  sync.Mutex
-	agentBin string // the agent's binary in the container; "" while no agent runs
-	agent    agentState
+	noBind     atomic.Bool  // the engine refused or cannot see the direct channel's directory (agent_direct.go)
+	warnedPath atomic.Bool  // the direct channel's socket path was too long, logged
+	bulkWrites atomic.Int64 // uploads whose bytes went over a socket of their own
+	agentMu    sync.Mutex
+	agentBin   string // the agent's binary in the container; "" while no agent runs
+	agent      agentState
 
 	agentArch containerArch // the container's image architecture, for installAgent (under mu)
 }

@@ -50,23 +50,36 @@ func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, er
 		hj.Close()
 		<-done
 		s.waitExecEnd(ctx, execID)
-		if src.err != nil {
+		switch {
+		case src.err != nil:
 			return n, fmt.Errorf("reading upload: %w", src.err)
+		case ctx.Err() != nil:
+			return n, ctx.Err()
 		}
-		code, _ := s.exitCode(ctx, execID, false)
-		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, human.Clip(strings.TrimSpace(stderr.String()), 300))
+		return n, s.catFailed(ctx, execID, tmp, &stderr)
 	}
-	if err := hj.CloseWrite(); err != nil {
-		return n, fmt.Errorf("ending upload stream: %w", err)
-	}
-	if err := <-done; err != nil {
-		return n, fmt.Errorf("writing into the sandbox: %w", err)
-	}
+	// A cat that failed already (a full disk) may have ended the stream: its exit
+	// status and words tell why, not this error.
+	cerr := hj.CloseWrite()
+	derr := <-done
 	code, ok := s.exitCode(ctx, execID, false)
-	if !ok || code != 0 {
-		return n, fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, human.Clip(strings.TrimSpace(stderr.String()), 300))
+	switch {
+	case ok && code != 0:
+		return n, s.catFailed(ctx, execID, tmp, &stderr)
+	case cerr != nil:
+		return n, fmt.Errorf("ending upload stream: %w", cerr)
+	case derr != nil:
+		return n, fmt.Errorf("writing into the sandbox: %w", derr)
+	case !ok:
+		return n, s.catFailed(ctx, execID, tmp, &stderr)
 	}
 	return n, nil
+}
+
+// catFailed reports a cat that did not write the whole upload, in its own words.
+func (s *Sandbox) catFailed(ctx context.Context, execID, tmp string, stderr *bytes.Buffer) error {
+	code, _ := s.exitCode(ctx, execID, false)
+	return fmt.Errorf("writing %s in the sandbox failed (exit code %d): %s", tmp, code, human.Clip(strings.TrimSpace(stderr.String()), 300))
 }
 
 // waitExecEnd waits (a while at most) until the exec has started and ended.
