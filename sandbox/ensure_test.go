@@ -280,6 +280,44 @@ func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
 	}
 }
 
+// TestClosedSandboxLeavesARemovedContainerAlone: once the Sandbox is closed (its
+// server configuration ended), a command still under way, a new call and a start
+// after an idle stop find the removed container gone and leave it so.
+func TestClosedSandboxLeavesARemovedContainerAlone(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	sb := newTestSandbox(t, cli, cfg)
+	ctx := context.Background()
+	mustExec(t, sb, "true", ExecOptions{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, "sleep 3", ExecOptions{})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	sb.Close()
+	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the command under way did not return")
+	}
+	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
+		t.Fatal("the command under way brought back the container that was removed")
+	}
+	if _, err := sb.Exec(ctx, "true", ExecOptions{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("a command after Close: %v, want ErrClosed", err)
+	}
+	if err := sb.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Start after Close: %v, want ErrClosed", err)
+	}
+	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
+		t.Fatal("the closed sandbox brought back the container that was removed")
+	}
+}
+
 // TestNewContainerHasGitIdentity: a new container gets a git identity in /etc/gitconfig
 // (system level, so the person's own config beats it), added to a config the image
 // ships without one, and never in place of an identity the image already sets.
