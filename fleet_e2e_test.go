@@ -153,6 +153,29 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	}
 }
 
+// TestStoppedSitePlacesNoSandbox: a call that outlives its config (a task under way
+// when Caddy stops) gets no sandbox for a person the config had not placed yet, where
+// it would have made a container nothing removes.
+func TestStoppedSitePlacesNoSandbox(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice"})
+	h := siteHandler(t)
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := h.sandboxFor(ctx, "alice")
+	if err == nil {
+		_, err = e.sb.Exec(ctx, "true", sandbox.ExecOptions{})
+	}
+	if !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)
+	}
+	if _, err := p.docker.ContainerInspect(ctx, p.containerOf("alice")); err == nil {
+		t.Fatal("alice's container was made after Caddy stopped")
+	}
+}
+
 // TestTwoEngines places sandboxes on two engines: the local one and a second dockerd.
 // Stopping the second leaves the first engine's sandboxes working and gives the
 // second's a clear error; once it is back, and after Caddy restarts, every sandbox is
