@@ -170,6 +170,9 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	}
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()
+	if h.released { // a call that outlived this config: nothing would give the sandbox back
+		return nil, errors.Join(sandbox.ErrClosed, release(key))
+	}
 	if h.placed == nil {
 		h.placed = map[string]*sandboxEntry{}
 	}
@@ -304,7 +307,7 @@ func (h *Handler) probeEngine(ctx context.Context, eng Engine, name string) (p e
 func (h *Handler) releaseFleet() error {
 	h.fleetMu.Lock()
 	keys := h.placedKeys
-	h.placed, h.placedKeys = nil, nil
+	h.placed, h.placedKeys, h.released = nil, nil, true
 	h.fleetMu.Unlock()
 	var errs []error
 	for _, k := range keys {

@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -119,6 +120,59 @@ func TestIdleStopAndResume(t *testing.T) {
 	}
 	if n := sandboxesByState(t, "", "stopped"); n != 0 {
 		t.Errorf("sandboxes{state=stopped} = %v after the start", n)
+	}
+}
+
+// TestStoppedSiteLeavesItsContainerAlone: once Caddy stops, a command still under way
+// on the sandbox and any later use of it find the removed container gone and leave it
+// so, instead of bringing it back, running, after the site is gone.
+func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "true"})
+	sb := siteHandler(t).entry.sb
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, "sleep 3", sandbox.ExecOptions{})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.docker.ContainerRemove(ctx, s.container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if _, err := sb.Exec(ctx, "true", sandbox.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("a command after Caddy stopped: %v, want ErrClosed", err)
+	}
+	if _, err := s.docker.ContainerInspect(ctx, s.container); err == nil {
+		t.Fatal("the container removed after Caddy stopped is back")
+	}
+}
+
+// TestStoppedSitePlacesNoSandbox: a call that outlives its config (a task under way
+// when Caddy stops) gets no sandbox for a person the config had not placed yet, where
+// it would have made a container nothing removes.
+func TestStoppedSitePlacesNoSandbox(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice"})
+	h := siteHandler(t)
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := h.sandboxFor(ctx, "alice")
+	if err == nil {
+		_, err = e.sb.Exec(ctx, "true", sandbox.ExecOptions{})
+	}
+	if !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)
+	}
+	if _, err := p.docker.ContainerInspect(ctx, p.containerOf("alice")); err == nil {
+		t.Fatal("alice's container was made after Caddy stopped")
 	}
 }
 

@@ -195,6 +195,7 @@ type Handler struct {
 	fleetMu    sync.Mutex
 	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
 	placedKeys []string                 // their pool keys
+	released   bool                     // Cleanup gave them back: no more are placed
 
 	idleMu     sync.Mutex
 	idleCancel context.CancelFunc

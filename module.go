@@ -279,8 +279,11 @@ func (e *sandboxEntry) startCleanup() {
 }
 
 // Destruct stops the cleanup loop and any image build, and closes the Docker client,
-// when the last config lets go. It leaves the container running.
+// when the last config lets go. It leaves the container running, and from then on
+// nothing still holding the entry (a call or task under way, a background loop) creates
+// or starts it again.
 func (e *sandboxEntry) Destruct() error {
+	e.sb.Close()
 	e.once.Do(func() {}) // a loop can no longer start
 	if e.cancel != nil {
 		e.cancel()

@@ -52,15 +52,27 @@ func (s *Sandbox) Ensure(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	closed := s.closed
 	fresh := !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTrust
 	s.mu.Unlock()
-	if fresh {
+	switch {
+	case closed:
+		return ErrClosed
+	case fresh:
 		return nil
 	}
 	ch := s.ensureGroup.DoChan("ensure", func() (any, error) {
-		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ensureTimeout)
+		ectx, done, err := s.startMaking(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		ectx, cancel := context.WithTimeout(ectx, ensureTimeout)
 		defer cancel()
 		if err := s.ensure(ectx); err != nil {
+			if s.closing.Err() != nil {
+				return nil, ErrClosed
+			}
 			return nil, err
 		}
 		s.mu.Lock()
@@ -74,6 +86,37 @@ func (s *Sandbox) Ensure(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ErrClosed is what Ensure and Start return, instead of creating or starting the
+// container, once [Sandbox.Close] was called.
+var ErrClosed = errors.New("the server configuration this call ran under has ended (reloaded or stopped); call the tool again")
+
+// startMaking counts a call that may create or start the container until done is
+// called, and gives it a context that ends with Close. It fails once the Sandbox is
+// closed.
+func (s *Sandbox) startMaking(ctx context.Context) (_ context.Context, done func(), _ error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, ErrClosed
+	}
+	s.making.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.closing, cancel)
+	return ctx, func() { stop(); cancel(); s.making.Done() }, nil
+}
+
+// Close ends the Sandbox's part in its container's life: from then on nothing run
+// through it (a call still under way, a task, a background loop) creates or starts the
+// container, so a container removed after Close stays removed. It returns once the
+// Ensures and Starts under way have ended. The container is left as it is.
+func (s *Sandbox) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeNow()
+	s.making.Wait()
 }
 
 // invalidate makes the next Ensure ask Docker again.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -252,17 +253,10 @@ func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
 // went away is not killed by recreating the container (the container here is renamed, so
 // the command's stream stays open while the name is free).
 func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	sb := newTestSandbox(t, cli, cfg)
+	cli, cfg, sb := runningTestSandbox(t)
 	bg := context.Background()
-	mustExec(t, sb, "true", ExecOptions{})
 	ctx, cancel := context.WithCancel(bg)
-	done := make(chan error, 1)
-	go func() {
-		_, err := sb.Exec(ctx, "sleep 30", ExecOptions{})
-		done <- err
-	}()
+	wait := execAside(ctx, t, sb, "sleep 30")
 	time.Sleep(time.Second)
 	moved := cfg.Container + "-moved"
 	if err := cli.ContainerRename(bg, cfg.Container, moved); err != nil {
@@ -270,13 +264,62 @@ func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.ContainerRemove(bg, moved, container.RemoveOptions{Force: true}) })
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the cancelled command did not return")
-	}
+	wait()
 	if _, err := cli.ContainerInspect(bg, cfg.Container); err == nil {
 		t.Fatal("cancelling the command brought a container back under the sandbox's name")
+	}
+}
+
+// runningTestSandbox is a test sandbox whose container runs.
+func runningTestSandbox(t *testing.T) (*client.Client, Config, *Sandbox) {
+	t.Helper()
+	cli, cfg := dockerClient(t), testConfig(t)
+	sb := newTestSandbox(t, cli, cfg)
+	mustExec(t, sb, "true", ExecOptions{})
+	return cli, cfg, sb
+}
+
+// execAside runs command in the background; wait waits up to a minute for it to return.
+func execAside(ctx context.Context, t *testing.T, sb *Sandbox, command string) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = sb.Exec(ctx, command, ExecOptions{})
+	}()
+	return func() {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%q did not return", command)
+		}
+	}
+}
+
+// TestClosedSandboxLeavesARemovedContainerAlone: once the Sandbox is closed (its
+// server configuration ended), a command still under way, a new call and a start
+// after an idle stop find the removed container gone and leave it so.
+func TestClosedSandboxLeavesARemovedContainerAlone(t *testing.T) {
+	cli, cfg, sb := runningTestSandbox(t)
+	ctx := context.Background()
+	wait := execAside(ctx, t, sb, "sleep 3")
+	time.Sleep(time.Second)
+	sb.Close()
+	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
+		t.Fatal("the command under way brought back the container that was removed")
+	}
+	if _, err := sb.Exec(ctx, "true", ExecOptions{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("a command after Close: %v, want ErrClosed", err)
+	}
+	if err := sb.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Start after Close: %v, want ErrClosed", err)
+	}
+	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
+		t.Fatal("the closed sandbox brought back the container that was removed")
 	}
 }
 

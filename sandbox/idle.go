@@ -35,6 +35,11 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 // before, it only starts it: the settings were applied then, and a full Ensure costs
 // seconds on a busy engine. Otherwise, or when the start fails, it is [Sandbox.Ensure].
 func (s *Sandbox) Start(ctx context.Context) error {
+	ctx, done, err := s.startMaking(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	s.mu.Lock()
 	known := s.hostCPUs > 0
 	s.mu.Unlock()

@@ -12,6 +12,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -272,6 +273,11 @@ type Sandbox struct {
 	agent      agentState
 
 	agentArch containerArch // the container's image architecture, for installAgent (under mu)
+
+	closed   bool               // Close was called: the container is no longer created or started (under mu)
+	making   sync.WaitGroup     // Ensures and Starts under way (added under mu while not closed)
+	closing  context.Context    // ends when Close is called
+	closeNow context.CancelFunc // ends closing
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
@@ -286,8 +292,9 @@ func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error)
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	closing, closeNow := context.WithCancel(context.Background())
 	return &Sandbox{cli: cli, cfg: cfg, log: logger.With(zap.String("container", cfg.Container)),
-		cleanupKick: make(chan struct{}, 1)}, nil
+		cleanupKick: make(chan struct{}, 1), closing: closing, closeNow: closeNow}, nil
 }
 
 // Config returns the configuration the Sandbox was made with.
