@@ -110,6 +110,20 @@ func TestDirectChannelEnds(t *testing.T) {
 	}
 }
 
+// withoutDirect makes a sandbox of cfg whose commands run although it has no direct
+// channel, for a reason that says why.
+func withoutDirect(t *testing.T, cfg Config, why string) *Sandbox {
+	t.Helper()
+	sb, _ := agentTestSandbox(t, cfg)
+	if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
+		t.Fatalf("%+v", res)
+	}
+	if ok, reason := sb.AgentDirect(); ok || !strings.Contains(reason, why) {
+		t.Fatalf("direct channel: %v %q, want a reason with %q", ok, reason, why)
+	}
+	return sb
+}
+
 // An engine that sees another file system than Caddy (Caddy in a container of its own,
 // a socket forwarded from elsewhere) mounts a directory of its own at the same path:
 // the agent finds no socket there, and the sandbox goes on through the agent's exec and
@@ -122,13 +136,7 @@ func TestDirectChannelEngineElsewhere(t *testing.T) {
 		}
 	})
 	t.Cleanup(hostConfigForTest.Clear)
-	sb, _ := agentTestSandbox(t, directConfig(t))
-	if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
-		t.Fatalf("%+v", res)
-	}
-	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "does not see") {
-		t.Fatalf("direct channel: %v %q", ok, why)
-	}
+	sb := withoutDirect(t, directConfig(t), "does not see")
 	if !sb.noBind.Load() {
 		t.Fatal("later containers would still get the directory")
 	}
@@ -141,13 +149,7 @@ func TestDirectChannelRefused(t *testing.T) {
 	t.Run("wrong token", func(t *testing.T) {
 		directTokenForTest.Set(func(string) string { return "someone else" })
 		t.Cleanup(directTokenForTest.Clear)
-		sb, _ := agentTestSandbox(t, directConfig(t))
-		if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
-			t.Fatalf("%+v", res)
-		}
-		if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "token") {
-			t.Fatalf("direct channel: %v %q", ok, why)
-		}
+		sb := withoutDirect(t, directConfig(t), "token")
 		if running, why := sb.AgentStatus(); !running {
 			t.Fatalf("agent not running: %s", why)
 		}
@@ -160,13 +162,7 @@ func TestDirectChannelRefused(t *testing.T) {
 		mustExec(t, first, "true", ExecOptions{})
 		first.CloseAgent()
 		cfg.AgentSocketDir = dir
-		sb, _ := agentTestSandbox(t, cfg)
-		if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
-			t.Fatalf("%+v", res)
-		}
-		if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "dial") {
-			t.Fatalf("direct channel: %v %q", ok, why)
-		}
+		withoutDirect(t, cfg, "recreating the sandbox adds it")
 	})
 }
 
@@ -278,12 +274,9 @@ func TestDirectChannelBindRefused(t *testing.T) {
 		}
 	})
 	t.Cleanup(hostConfigForTest.Clear)
-	sb, _ := agentTestSandbox(t, directConfig(t))
-	if res := mustExec(t, sb, "echo ok; ls "+directMount+" 2>&1", ExecOptions{}); !strings.HasPrefix(res.Stdout, "ok\n") || !strings.Contains(res.Stdout, "No such file") {
-		t.Fatalf("%+v", res)
-	}
-	if ok, why := sb.AgentDirect(); ok || !strings.Contains(why, "does not see") {
-		t.Fatalf("direct channel: %v %q", ok, why)
+	sb := withoutDirect(t, directConfig(t), "does not see")
+	if res := mustExec(t, sb, "ls "+directMount+" 2>&1", ExecOptions{}); !strings.Contains(res.Stdout, "No such file") {
+		t.Fatalf("the container has the directory: %+v", res)
 	}
 	if !sb.noBind.Load() {
 		t.Fatal("the refusal was not noted")
