@@ -158,7 +158,7 @@ func benchPreviewSite(b *testing.B) *benchPaths {
 	p.waitFor(b, u, http.StatusOK)
 	sb := relaySandbox(b, p, false)
 	return &benchPaths{
-		p:       p,
+		p: p,
 		// The same client as the other paths, dialing Caddy whatever the host name.
 		preview: benchPath{benchClient(func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
