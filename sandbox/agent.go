@@ -98,13 +98,10 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 		return nil
 	}
 	s.agentMu.Lock()
-	sess, direct := s.agent.sess, s.agent.direct
+	sess := s.agent.sess
 	s.agentMu.Unlock()
 	if sess != nil && sess.Err() == nil {
-		if direct != nil && direct.Err() == nil {
-			return direct
-		}
-		return sess
+		return s.preferDirect(sess)
 	}
 	if sess != nil {
 		// Its end is accounted for before another agent starts: it may be the one that
@@ -125,14 +122,7 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 	select {
 	case r := <-ch:
 		sess, _ := r.Val.(*agentwire.Session)
-		if sess != nil {
-			s.agentMu.Lock()
-			if d := s.agent.direct; d != nil && d.Err() == nil && s.agent.sess == sess {
-				sess = d
-			}
-			s.agentMu.Unlock()
-		}
-		return sess
+		return s.preferDirect(sess)
 	case <-ctx.Done():
 		return nil
 	}

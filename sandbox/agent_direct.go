@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -65,22 +64,13 @@ func (s *Sandbox) directDir() string {
 // newSocket listens on a new socket in dir, named prefix and 8 random hex digits,
 // removed when closed; it returns the socket's path in the container.
 func newSocket(dir, prefix string) (*net.UnixListener, string, error) {
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	name := prefix + hex.EncodeToString(r[:])
+	name := prefix + randomHex(4)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
 	if err != nil {
 		return nil, "", err
 	}
 	ln.SetUnlinkOnClose(true)
 	return ln, directMount + "/" + name, nil
-}
-
-// newToken returns a one-time token.
-func newToken() string {
-	var tok [16]byte
-	_, _ = rand.Read(tok[:])
-	return hex.EncodeToString(tok[:])
 }
 
 // directBind returns the bind of a new container's directory for its direct channel
@@ -128,6 +118,17 @@ func (s *Sandbox) bindRefused(err error) bool {
 	return true
 }
 
+// preferDirect returns the direct channel of the agent that sess reaches while it
+// runs, else sess.
+func (s *Sandbox) preferDirect(sess *agentwire.Session) *agentwire.Session {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	if d := s.agent.direct; sess != nil && d != nil && d.Err() == nil && s.agent.sess == sess {
+		return d
+	}
+	return sess
+}
+
 // isDirect reports whether sess is an agent's direct channel, which outruns Docker's
 // archive API: bulk bytes then go through it rather than a transfer container.
 func (s *Sandbox) isDirect(sess *agentwire.Session) bool {
@@ -164,7 +165,7 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 
-	token := newToken()
+	token := randomHex(16)
 	told := token
 	if f := directTokenForTest.Get(); f != nil {
 		told = (*f)(token)
@@ -291,7 +292,7 @@ func newBulkSocket(dir string) (*bulkSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bulkSocket{ln: ln, path: p, token: newToken()}, nil
+	return &bulkSocket{ln: ln, path: p, token: randomHex(16)}, nil
 }
 
 // Close removes the socket.

@@ -243,31 +243,18 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 		case <-t.C:
 		}
 	}()
-	var werr error
+	var werr, rerr error
 	if bulk != nil {
-		var rerr error
-		if n, werr, rerr = bulk.send(ctx, st.Done(), body); rerr != nil {
-			return agentwire.FileReply{}, n, rerr
-		}
-		if werr != nil {
+		if n, werr, rerr = bulk.send(ctx, st.Done(), body); werr != nil {
 			// The agent may have answered why (a full disk); it may also still wait
 			// for the bytes, and then this stream's end tells it to give up.
 			st.SetReadDeadline(time.Now().Add(directTimeout))
 		}
+	} else {
+		n, werr, rerr = sendFrames(st, body)
 	}
-	buf := make([]byte, 8*(agentwire.MaxData-1))
-	for werr == nil && bulk == nil {
-		m, rerr := body.Read(buf)
-		if m > 0 {
-			_, werr = st.Write(agentwire.Stdin, buf[:m])
-			n += int64(m)
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return agentwire.FileReply{}, n, rerr
-		}
+	if rerr != nil {
+		return agentwire.FileReply{}, n, rerr
 	}
 	if werr == nil {
 		werr = st.CloseChannel(agentwire.Stdin)
@@ -295,6 +282,26 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 		return rep, n, fmt.Errorf("%s holds %d bytes, %d were sent: %w", req.Path, rep.Size, n, io.ErrUnexpectedEOF)
 	}
 	return rep, n, nil
+}
+
+// sendFrames copies body to the stream's channel 0. werr is a failure of the stream,
+// rerr one of body.
+func sendFrames(st *agentwire.Stream, body io.Reader) (n int64, werr, rerr error) {
+	buf := make([]byte, 8*(agentwire.MaxData-1))
+	for werr == nil {
+		m, err := body.Read(buf)
+		if m > 0 {
+			_, werr = st.Write(agentwire.Stdin, buf[:m])
+			n += int64(m)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, werr, err
+		}
+	}
+	return n, werr, nil
 }
 
 // agentListMax bounds a listing's bytes as the listing script's output is bounded.

@@ -549,8 +549,11 @@ func demux(r io.Reader, stdout, stderr func([]byte)) error {
 }
 
 // newExecID returns a random id naming one exec inside the container.
-func newExecID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+func newExecID() string { return randomHex(12) }
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

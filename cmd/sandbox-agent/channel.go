@@ -30,8 +30,7 @@ func runChannel(st *agentwire.Stream, req agentwire.Request) {
 	}
 	go func() {
 		defer conn.Close()
-		hello := agentwire.HelloMsg{PID: os.Getpid(), Build: filepath.Base(os.Args[0]), Token: req.Token}
-		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello, handle)
+		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello(req.Token), handle)
 	}()
 	st.Exit(0)
 }

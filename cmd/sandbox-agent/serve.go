@@ -41,8 +41,12 @@ func serveMain(args []string) int {
 }
 
 func serve(r io.Reader, w io.Writer) error {
-	hello := agentwire.HelloMsg{PID: os.Getpid(), Build: filepath.Base(os.Args[0])}
-	return agentwire.Serve(r, w, hello, handle)
+	return agentwire.Serve(r, w, hello(""), handle)
+}
+
+// hello is the agent's greeting; token answers a direct channel's (OpChannel).
+func hello(token string) agentwire.HelloMsg {
+	return agentwire.HelloMsg{PID: os.Getpid(), Build: filepath.Base(os.Args[0]), Token: token}
 }
 
 func handle(st *agentwire.Stream) {
