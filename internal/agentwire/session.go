@@ -204,6 +204,10 @@ func (s *Session) Streams() int {
 	return len(s.streams)
 }
 
+// Held returns what the session holds received and not read yet, as charged against
+// MaxHeld: queued bytes and each queued piece's overhead.
+func (s *Session) Held() int64 { return s.held.Load() }
+
 // Open starts a stream with a request the peer's handler reads.
 func (s *Session) Open(req []byte) (*Stream, error) {
 	// Ids go out in order: the peer refuses a stream opened after a higher one.
