@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -116,5 +117,33 @@ func TestImpostorAgentBounded(t *testing.T) {
 	}
 	if ok, why := sb.AgentStatus(); !ok {
 		t.Fatalf("no real agent afterwards: %s", why)
+	}
+}
+
+// A program in the container that connects and never reads cannot hold Caddy's
+// writer: a write on the connection ends at its deadline.
+func TestStreamConnWriteDeadline(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	ctx := context.Background()
+	errs := make(chan error, 1)
+	stop, _, err := sb.ListenPort(ctx, 3129, func(c net.Conn) {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		_, err := c.Write(make([]byte, 64<<20))
+		errs <- err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	job := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3129; sleep 60`, ExecOptions{Wait: NoWait})
+	defer sb.KillJob(ctx, job.JobID, 0)
+	select {
+	case err := <-errs:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the write to a program that never reads returned %v, want os.ErrDeadlineExceeded", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write to a program that never reads outlived its deadline")
 	}
 }
