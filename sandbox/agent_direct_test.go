@@ -98,6 +98,10 @@ true`, ExecOptions{})
 	if try.Stdout != "" {
 		t.Fatalf("the container changed the agent's binary: %q", try.Stdout)
 	}
+	// A terminal job runs under the same binary.
+	if res := mustExec(t, sb, "tty", ExecOptions{TTY: true}); !strings.HasPrefix(res.Stdout, "/dev/pts/") {
+		t.Fatalf("tty job: %+v", res)
+	}
 	// A loop renaming an impostor over every agent binary it can find, while Caddy
 	// starts agents.
 	mustExec(t, sb, `nohup sh -c 'while :; do for f in `+agentDir+`/sandbox-agent-* `+directMount+`/sandbox-agent-*; do cp /bin/busybox /tmp/i 2>/dev/null; mv -f /tmp/i "$f" 2>/dev/null; done; done' >/dev/null 2>&1 &`, ExecOptions{})
