@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -145,5 +146,55 @@ func TestStreamConnWriteDeadline(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a write to a program that never reads outlived its deadline")
+	}
+}
+
+// Connections past MaxAgentStreams held at once are refused: the program in the
+// container sees them closed, the ones taken stay open, and a connection made once
+// some are let go is taken again.
+func TestListenPortStreamCap(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	ctx := context.Background()
+	var mu sync.Mutex
+	var conns []net.Conn
+	stop, _, err := sb.ListenPort(ctx, 3130, func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	n := agentwire.MaxAgentStreams + 20
+	res := mustExec(t, sb, fmt.Sprintf(`fds=
+for i in $(seq %d); do exec {fd}<>/dev/tcp/127.0.0.1/3130 && fds="$fds $fd"; sleep 0.01; done
+sleep 1
+closed=0 open=0
+for fd in $fds; do
+	read -t 0.01 -u $fd x; rc=$?
+	if [ $rc -gt 128 ]; then open=$((open+1)); else closed=$((closed+1)); fi
+done
+echo "open=$open closed=$closed"`, n), ExecOptions{Timeout: time.Minute})
+	want := fmt.Sprintf("open=%d closed=%d\n", agentwire.MaxAgentStreams, n-agentwire.MaxAgentStreams)
+	mu.Lock()
+	took := len(conns)
+	mu.Unlock()
+	if res.Stdout != want || took != agentwire.MaxAgentStreams {
+		t.Fatalf("the container saw %q (want %q); Caddy took %d connections", res.Stdout, want, took)
+	}
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	mu.Unlock()
+	time.Sleep(200 * time.Millisecond)
+	mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3130; sleep 1`, ExecOptions{})
+	mu.Lock()
+	took = len(conns)
+	mu.Unlock()
+	if took != 1 {
+		t.Fatalf("after the connections were let go, Caddy took %d new ones, want 1", took)
 	}
 }

@@ -188,7 +188,7 @@ func TestHostileTinyFramesBounded(t *testing.T) {
 // its bytes, not a chunk each.
 func TestTinyFramesQueuedContiguously(t *testing.T) {
 	cs, as, accepted := boundPair(t)
-	const streams, per = 64, 64 << 10
+	const streams, per = 32, 32 << 10
 	var ids []uint32
 	for i := 0; i < streams; i++ {
 		st, err := as.Open([]byte("accept"))
