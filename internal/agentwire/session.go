@@ -58,7 +58,8 @@ const chunkCost = 96
 
 // mergeBelow: a Data frame is appended to the stream's last queued piece of the same
 // channel while that piece is shorter than this or has room, so tiny frames cost no
-// piece each; longer pieces (bulk frames) are kept as they came, with no copy.
+// piece each; a bulk frame after a long piece gets a piece of its own, so nothing is
+// copied twice.
 const mergeBelow = 4 << 10
 
 type deadliner interface{ SetWriteDeadline(time.Time) error }
