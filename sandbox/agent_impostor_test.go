@@ -36,8 +36,8 @@ func buildImpostor(t *testing.T) string {
 // under 600 MB, the streams it accepts stay within MaxAgentStreams, and once the
 // impostor is gone the sandbox answers through a real agent.
 func TestImpostorAgentBounded(t *testing.T) {
-	bin := buildImpostor(t)
 	sb, _ := agentTestSandbox(t, testConfig(t))
+	bin := buildImpostor(t)
 	ctx := context.Background()
 	mustExec(t, sb, "true", ExecOptions{})
 	f, err := os.Open(bin)
