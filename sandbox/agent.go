@@ -128,14 +128,30 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 	}
 }
 
-// startAgent copies the agent in afresh, starts it and checks its greeting.
+// startAgent puts the agent in place afresh, starts it and checks its greeting. The
+// binary in the container's read-only directory is tried first; when it does not
+// start (an engine that sees another directory, a container root that may not enter
+// it), a copy in the container's filesystem is.
 func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
-	path, err := s.installAgent(ctx)
+	sess, path, err := s.startAgentFrom(ctx, true)
+	if err != nil && strings.HasPrefix(path, directMount+"/") && ctx.Err() == nil {
+		s.log.Info("the agent did not start from the container's read-only directory; starting a copy in the container",
+			zap.String("container", s.cfg.Container), zap.Error(err))
+		sess, _, err = s.startAgentFrom(ctx, false)
+	}
+	return sess, err
+}
+
+// startAgentFrom installs the agent (in the read-only directory if mounted says so and
+// the container has it), starts it and checks its greeting; it returns the binary's
+// path. A failure to start from the directory is not recorded: the caller tries a copy.
+func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.Session, string, error) {
+	path, err := s.installAgent(ctx, mounted)
 	if err != nil {
 		if !containerGone(err) && !EngineDown(err) && ctx.Err() == nil {
 			s.agentFailed("copying the agent into the container: " + err.Error())
 		}
-		return nil, err
+		return nil, "", err
 	}
 	argv := []string{path, "serve"}
 	if f := agentArgvForTest.Get(); f != nil {
@@ -146,11 +162,11 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		Cmd: argv,
 	})
 	if err != nil {
-		return nil, err
+		return nil, path, err
 	}
 	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return nil, err
+		return nil, path, err
 	}
 	out := &agentOutput{r: hj.Reader, stderr: &boundedBuffer{max: 2048}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
@@ -171,8 +187,12 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		if ok {
 			exit = "exit code " + strconv.Itoa(code)
 		}
-		s.agentFailed(fmt.Sprintf("the agent did not start (%v; %s): %s", err, exit, human.Clip(out.stderr.String(), 300)))
-		return nil, err
+		why := fmt.Sprintf("the agent did not start (%v; %s): %s", err, exit, human.Clip(out.stderr.String(), 300))
+		if strings.HasPrefix(path, directMount+"/") {
+			return nil, path, errors.New(why)
+		}
+		s.agentFailed(why)
+		return nil, path, err
 	}
 	s.setAgentBinary(path)
 	direct, derr := s.startDirect(ctx, sess)
@@ -199,7 +219,7 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 			zap.Error(sess.Err()), zap.String("agent_stderr", human.Clip(out.stderr.String(), 500)))
 		s.agentEnded(sess)
 	}()
-	return sess, nil
+	return sess, path, nil
 }
 
 // agentEnded accounts, once, for the end of an agent's channel: after agentMaxBroken
@@ -418,16 +438,24 @@ func (c *agentConn) Read(p []byte) (int, error) {
 func (c *agentConn) RemoteAddr() net.Addr { return agentAddr{} }
 
 // streamEnd is what the connections carried by a stream share: writes go to channel 0,
-// CloseWrite ends it, Close abandons the stream, deadlines bound reads only.
+// CloseWrite ends it, Close abandons the stream; a write deadline bounds the wait for
+// the peer's credit, so a program that never reads cannot hold a writer.
 type streamEnd struct{ st *agentwire.Stream }
 
-func (c streamEnd) Write(p []byte) (int, error)        { return c.st.Write(agentwire.Stdin, p) }
-func (c streamEnd) CloseWrite() error                  { return c.st.CloseChannel(agentwire.Stdin) }
-func (c streamEnd) Close() error                       { return c.st.Close() }
-func (c streamEnd) LocalAddr() net.Addr                { return agentAddr{} }
-func (c streamEnd) SetDeadline(t time.Time) error      { c.st.SetReadDeadline(t); return nil }
-func (c streamEnd) SetReadDeadline(t time.Time) error  { c.st.SetReadDeadline(t); return nil }
-func (c streamEnd) SetWriteDeadline(t time.Time) error { return nil }
+func (c streamEnd) Write(p []byte) (int, error)       { return c.st.Write(agentwire.Stdin, p) }
+func (c streamEnd) CloseWrite() error                 { return c.st.CloseChannel(agentwire.Stdin) }
+func (c streamEnd) Close() error                      { return c.st.Close() }
+func (c streamEnd) LocalAddr() net.Addr               { return agentAddr{} }
+func (c streamEnd) SetReadDeadline(t time.Time) error { c.st.SetReadDeadline(t); return nil }
+func (c streamEnd) SetWriteDeadline(t time.Time) error {
+	c.st.SetWriteDeadline(t)
+	return nil
+}
+func (c streamEnd) SetDeadline(t time.Time) error {
+	c.st.SetReadDeadline(t)
+	c.st.SetWriteDeadline(t)
+	return nil
+}
 
 type agentAddr struct{}
 

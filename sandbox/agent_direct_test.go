@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,12 +67,55 @@ func TestDirectChannel(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Fatalf("transfer containers made: %d %v", len(list), err)
 	}
+	// The containers' directories and the agent's binary, of which each container's
+	// directory holds a link.
 	entries, err := os.ReadDir(filepath.Dir(sb.directDir()))
-	if err != nil || len(entries) != 1 {
+	if err != nil || len(entries) != 2 {
 		t.Fatalf("the host's directory: %v %v", entries, err)
 	}
-	if left, _ := os.ReadDir(sb.directDir()); len(left) != 0 {
-		t.Fatalf("left in the container's directory: %v", left)
+	left, _ := os.ReadDir(sb.directDir())
+	if len(left) != 1 || "/"+directMount+"/"+left[0].Name() != "/"+sb.agentBinary() {
+		t.Fatalf("left in the container's directory: %v (agent %s)", left, sb.agentBinary())
+	}
+}
+
+// With its read-only directory, the container runs the agent from there: root in the
+// container cannot replace the binary, neither before its start nor between Caddy
+// placing it and running it, and every agent started is the real one.
+func TestAgentBinaryCannotBeSwapped(t *testing.T) {
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	bin := sb.agentBinary()
+	if !strings.HasPrefix(bin, directMount+"/sandbox-agent-") {
+		t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
+	}
+	try := mustExec(t, sb, `cp /bin/busybox /tmp/impostor
+for how in "cp /tmp/impostor `+bin+`" "mv -f /tmp/impostor `+bin+`" "rm -f `+bin+`" "mv `+directMount+` /x" "umount `+directMount+`"; do
+	$how 2>/dev/null && echo "$how: done"
+done
+cmp -s /bin/busybox `+bin+` && echo "the binary is busybox"
+true`, ExecOptions{})
+	if try.Stdout != "" {
+		t.Fatalf("the container changed the agent's binary: %q", try.Stdout)
+	}
+	// A terminal job runs under the same binary.
+	if res := mustExec(t, sb, "tty", ExecOptions{TTY: true}); !strings.HasPrefix(res.Stdout, "/dev/pts/") {
+		t.Fatalf("tty job: %+v", res)
+	}
+	// A loop renaming an impostor over every agent binary it can find, while Caddy
+	// starts agents.
+	mustExec(t, sb, `nohup sh -c 'while :; do for f in `+agentDir+`/sandbox-agent-* `+directMount+`/sandbox-agent-*; do cp /bin/busybox /tmp/i 2>/dev/null; mv -f /tmp/i "$f" 2>/dev/null; done; done' >/dev/null 2>&1 &`, ExecOptions{})
+	for i := 0; i < 5; i++ {
+		sb.CloseAgent()
+		if res := mustExec(t, sb, "echo real", ExecOptions{}); res.Stdout != "real\n" {
+			t.Fatalf("start %d: %+v", i, res)
+		}
+		sb.agentMu.Lock()
+		peer := sb.agent.sess.Peer()
+		sb.agentMu.Unlock()
+		if ok, why := sb.AgentStatus(); !ok || peer.Build != path.Base(bin) || sb.agentBinary() != bin {
+			t.Fatalf("start %d: agent %v (%s), build %q from %s", i, ok, why, peer.Build, sb.agentBinary())
+		}
 	}
 }
 

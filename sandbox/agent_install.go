@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentbin"
 )
@@ -21,13 +24,17 @@ const agentDir = "/var/lib/mcp-sandbox/bin"
 // image of a container never changes, and a new container has a new ID.
 type containerArch struct{ id, arch string }
 
-// installAgent copies the agent binary for the container's architecture into
-// agentDir/sandbox-agent-<first 12 hex of its sha256> (mode 0755, directories created)
-// through the archive API and returns its path. It copies afresh on every call (the
-// caller calls it once per agent start, never per command). Errors say why
-// (architecture without a binary, read-only filesystem, no space...).
-func (s *Sandbox) installAgent(ctx context.Context) (string, error) {
-	arch, err := s.imageArch(ctx)
+// installAgent puts the agent binary for the container's architecture where the
+// container can run it, and returns its path there. When the container has its direct
+// channel's directory (mounted read-only, agent_direct.go) and mounted is true, the
+// binary goes there from this side: nothing in the container can replace it between
+// now and its exec, as it could a copy in the container's own filesystem. Otherwise it
+// is copied through the archive API into agentDir/sandbox-agent-<first 12 hex of its
+// sha256> (mode 0755, directories created), afresh on every call (the caller calls it
+// once per agent start, never per command). Errors say why (architecture without a
+// binary, read-only filesystem, no space...).
+func (s *Sandbox) installAgent(ctx context.Context, mounted bool) (string, error) {
+	arch, hasDir, err := s.imageArch(ctx)
 	if err != nil {
 		return "", fmt.Errorf("installing the sandbox agent: %w", err)
 	}
@@ -36,7 +43,16 @@ func (s *Sandbox) installAgent(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("installing the sandbox agent: none is built for the image's architecture %q (only %s)",
 			arch, strings.Join(agentbin.Arches(), ", "))
 	}
-	target := path.Join(agentDir, "sandbox-agent-"+sum[:12])
+	name := "sandbox-agent-" + sum[:12]
+	if mounted && hasDir {
+		if err := s.placeAgent(name, bin); err == nil {
+			return directMount + "/" + name, nil
+		} else {
+			s.log.Debug("the agent's binary cannot go into the container's read-only directory; it is copied in",
+				zap.String("dir", s.directDir()), zap.Error(err))
+		}
+	}
+	target := path.Join(agentDir, name)
 
 	// Copied to "/" with entries for our own directories only: the extraction sets the
 	// mode and owner of every directory it has an entry for, and /var and /var/lib are
@@ -80,24 +96,87 @@ func copyFailure(err error) string {
 	return ""
 }
 
-// imageArch returns the architecture of the container's image ("amd64", "arm64"...).
-func (s *Sandbox) imageArch(ctx context.Context) (string, error) {
+// imageArch returns the architecture of the container's image ("amd64", "arm64"...),
+// and whether the container has its direct channel's directory, read-only.
+func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err error) {
 	c, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	if err != nil {
-		return "", fmt.Errorf("inspecting container %s: %w", s.cfg.Container, err)
+		return "", false, fmt.Errorf("inspecting container %s: %w", s.cfg.Container, err)
+	}
+	if dir := s.directDir(); dir != "" && !s.noBind.Load() {
+		for _, m := range c.Mounts {
+			if m.Destination == directMount && !m.RW && filepath.Clean(m.Source) == filepath.Clean(dir) {
+				hasDir = true
+			}
+		}
 	}
 	s.mu.Lock()
 	known := s.agentArch
 	s.mu.Unlock()
 	if known.id == c.ID {
-		return known.arch, nil
+		return known.arch, hasDir, nil
 	}
 	img, err := s.cli.ImageInspect(ctx, c.Image)
 	if err != nil {
-		return "", fmt.Errorf("inspecting the image of container %s: %w", s.cfg.Container, err)
+		return "", false, fmt.Errorf("inspecting the image of container %s: %w", s.cfg.Container, err)
 	}
 	s.mu.Lock()
 	s.agentArch = containerArch{c.ID, img.Architecture}
 	s.mu.Unlock()
-	return img.Architecture, nil
+	return img.Architecture, hasDir, nil
+}
+
+// placeAgent puts bin, named name, into the container's directory on this machine: a
+// hard link to one copy kept beside the containers' directories (one copy for all of
+// them), or a copy of its own where a link cannot be made. A file already there with
+// the right bytes stays.
+func (s *Sandbox) placeAgent(name string, bin []byte) error {
+	dir := s.directDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	target := filepath.Join(dir, name)
+	if sameFile(target, bin) {
+		return nil
+	}
+	shared := filepath.Join(s.cfg.AgentSocketDir, name)
+	if !sameFile(shared, bin) {
+		if err := writeExecutable(shared, bin); err != nil {
+			return err
+		}
+	}
+	os.Remove(target)
+	if err := os.Link(shared, target); err == nil {
+		return nil
+	}
+	return writeExecutable(target, bin)
+}
+
+// sameFile reports whether the file at p holds exactly b.
+func sameFile(p string, b []byte) bool {
+	got, err := os.ReadFile(p)
+	return err == nil && bytes.Equal(got, b)
+}
+
+// writeExecutable writes b to p (mode 0755) through a temporary file renamed into
+// place, so no half-written binary is ever run.
+func writeExecutable(p string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(p), ".agent-")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o755)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

@@ -73,7 +73,8 @@ type Config struct {
 	NoAgent bool
 	// AgentSocketDir, when set and the engine is on this machine (a unix:// address),
 	// is a directory of this machine under which each container gets one of its own,
-	// mounted read-only, for the agent's direct channel (agent_direct.go).
+	// mounted read-only, for the agent's direct channel (agent_direct.go) and the
+	// agent's binary, which the container then cannot replace (agent_install.go).
 	AgentSocketDir string
 	// Engine is the name of the Docker engine the container is placed on, recorded in
 	// its label mcp-sandbox.engine ("" records none).

@@ -14,12 +14,16 @@
 // MaxData long. Each stream has its own flow control per direction: a sender may have at
 // most InitialWindow bytes unacknowledged, and the receiver returns credit with Window
 // frames as its reader consumes them, so a stalled reader of one stream never blocks
-// another; a receiver may grant more (at most MaxWindow) for a bulk transfer. Exit ends a stream with a status; Reset aborts it with a reason.
+// another; a receiver may grant more (at most MaxWindow) for a bulk transfer.
+// Exit ends a stream with a status; Reset aborts it with a reason.
 //
 // The agent runs in a container the model controls, so Caddy treats every frame as
 // hostile: lengths are capped (MaxFromAgent), every field is checked, a peer that sends
 // more than its window or anything malformed ends the session (ErrProtocol), and nothing
-// it says makes Caddy hold more than a window per stream.
+// it says makes Caddy hold more than a window per stream, nor more than MaxHeld per
+// session: bytes are queued contiguously whatever the frames' sizes, each queued piece
+// is charged its overhead, and past the budget Caddy stops reading until its readers
+// drain. The agent opens at most MaxAgentStreams streams at once; more are refused.
 package agentwire
 
 import (
@@ -68,6 +72,15 @@ const (
 	// MaxWindow bounds the window a receiver may raise a stream's to
 	// (Stream.SetReceiveWindow), for bulk transfers.
 	MaxWindow = 16 << 20
+	// MaxHeld bounds what Caddy holds of a session received and not read yet: queued
+	// bytes (their buffers' capacity) plus chunkCost per queued piece. Past it the read
+	// loop stops reading the transport until readers drain (backpressure); past half of
+	// it, read streams get no new credit until the session drains below it again.
+	MaxHeld = 32 << 20
+	// MaxAgentStreams bounds the streams the agent has open at once on a session
+	// (accepted connections); one more is reset with "not accepted", which ends that
+	// connection only.
+	MaxAgentStreams = 256
 	// maxReason bounds a Reset's reason.
 	maxReason = 1024
 	// maxHello bounds a Hello.
@@ -88,8 +101,10 @@ type frame struct {
 	payload []byte
 }
 
-// readFrame reads one frame, refusing a payload longer than max before reading it.
-func readFrame(r io.Reader, hdr *[headerSize]byte, max int) (frame, error) {
+// readFrame reads one frame, refusing a payload longer than limit before reading it. With
+// buf, the payload is read into *buf (grown as needed) and is valid until the next
+// call: the read loop copies what it keeps, so a frame costs no allocation of its own.
+func readFrame(r io.Reader, hdr *[headerSize]byte, limit int, buf *[]byte) (frame, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return frame{}, err
 	}
@@ -98,14 +113,21 @@ func readFrame(r io.Reader, hdr *[headerSize]byte, max int) (frame, error) {
 	if f.typ < Hello || f.typ > Pong {
 		return f, protoErr("unknown frame type %d", f.typ)
 	}
-	if int64(n) > int64(max) {
-		return f, protoErr("frame of %d bytes, more than %d", n, max)
+	if int64(n) > int64(limit) {
+		return f, protoErr("frame of %d bytes, more than %d", n, limit)
 	}
 	if err := checkLength(f.typ, int(n)); err != nil {
 		return f, err
 	}
 	if n > 0 {
-		f.payload = make([]byte, n)
+		if buf == nil {
+			f.payload = make([]byte, n)
+		} else {
+			if cap(*buf) < int(n) {
+				*buf = make([]byte, max(int(n), min(limit, MaxFromAgent)))
+			}
+			f.payload = (*buf)[:n]
+		}
 		if _, err := io.ReadFull(r, f.payload); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -46,8 +47,20 @@ var ErrLost = errors.New("agent channel lost")
 // writeTimeout bounds one frame's write: a peer that stops reading ends the session.
 const writeTimeout = 10 * time.Second
 
-// maxStreams bounds the streams open at once in each direction.
+// maxStreams bounds the streams open at once in each direction (MaxAgentStreams, less,
+// for those the agent opens to Caddy).
 const maxStreams = 4096
+
+// chunkCost is what a queued piece of a stream costs beyond its bytes, charged against
+// MaxHeld: its Chunk in the queue (40 bytes, up to twice that as the queue grows) and
+// the rounding of its buffer's allocation.
+const chunkCost = 96
+
+// mergeBelow: a Data frame is appended to the stream's last queued piece of the same
+// channel while that piece is shorter than this or has room, so tiny frames cost no
+// piece each; a bulk frame after a long piece gets a piece of its own, so nothing is
+// copied twice.
+const mergeBelow = 4 << 10
 
 type deadliner interface{ SetWriteDeadline(time.Time) error }
 
@@ -67,19 +80,34 @@ type Session struct {
 	next     uint32 // the id of this side's next stream
 	lastPeer uint32 // the highest id the peer opened
 	peerOpen int    // peer-opened streams not yet ended
+	maxPeer  int    // peer-opened streams allowed at once
 	err      error
 	done     chan struct{}
 	handler  func(*Stream)
 	peer     HelloMsg
+
+	rbuf []byte // the read loop's frame buffer
+
+	// What is held received and not read (MaxHeld): budget is 0 on the agent's side,
+	// which trusts Caddy.
+	budget  int64
+	held    atomic.Int64
+	ended   atomic.Bool // fail has run
+	waiting atomic.Bool // the read loop waits for room
+	roomMu  sync.Mutex
+	room    *sync.Cond // signalled as held falls, and when the session ends
+	starved []*Stream  // streams whose credit waits for held to fall below budget/2
+	nstarve atomic.Int32
 }
 
 func newSession(agent bool, r io.Reader, w io.Writer, closer io.Closer, handler func(*Stream)) *Session {
 	s := &Session{agent: agent, r: r, w: w, closer: closer, handler: handler,
 		streams: map[uint32]*Stream{}, done: make(chan struct{})}
+	s.room = sync.NewCond(&s.roomMu)
 	if agent {
-		s.maxIn, s.next = MaxFromCaddy, 2
+		s.maxIn, s.next, s.maxPeer = MaxFromCaddy, 2, maxStreams
 	} else {
-		s.maxIn, s.next = MaxFromAgent, 1
+		s.maxIn, s.next, s.maxPeer, s.budget = MaxFromAgent, 1, MaxAgentStreams, MaxHeld
 	}
 	return s
 }
@@ -123,7 +151,7 @@ func (s *Session) handshake(hello HelloMsg) error {
 		}
 	}
 	var hdr [headerSize]byte
-	f, err := readFrame(s.r, &hdr, maxHello)
+	f, err := readFrame(s.r, &hdr, maxHello, nil)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("the agent ended before its greeting: %w", io.ErrUnexpectedEOF)
@@ -177,6 +205,10 @@ func (s *Session) Streams() int {
 	return len(s.streams)
 }
 
+// Held returns what the session holds received and not read yet, as charged against
+// MaxHeld: queued bytes and each queued piece's overhead.
+func (s *Session) Held() int64 { return s.held.Load() }
+
 // Open starts a stream with a request the peer's handler reads.
 func (s *Session) Open(req []byte) (*Stream, error) {
 	// Ids go out in order: the peer refuses a stream opened after a higher one.
@@ -192,7 +224,7 @@ func (s *Session) Open(req []byte) (*Stream, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("agent channel: %d streams open already", maxStreams)
 	}
-	st := s.newStream(s.next, req)
+	st := s.newStream(s.next, nil)
 	s.next += 2
 	s.streams[st.id] = st
 	s.mu.Unlock()
@@ -275,6 +307,10 @@ func (s *Session) fail(err error) {
 	streams := s.streams
 	s.streams = map[uint32]*Stream{}
 	s.mu.Unlock()
+	s.ended.Store(true)
+	s.roomMu.Lock()
+	s.room.Broadcast()
+	s.roomMu.Unlock()
 	if s.closer != nil {
 		_ = s.closer.Close()
 	}
@@ -288,8 +324,11 @@ func (s *Session) fail(err error) {
 func (s *Session) readLoop() {
 	var hdr [headerSize]byte
 	for {
-		f, err := readFrame(s.r, &hdr, s.maxIn)
+		f, err := readFrame(s.r, &hdr, s.maxIn, &s.rbuf)
 		if err == nil {
+			if f.typ == Data || f.typ == EOF {
+				s.waitRoom(int64(len(f.payload)) + chunkCost)
+			}
 			err = s.dispatch(f)
 		}
 		if err != nil {
@@ -349,11 +388,12 @@ func (s *Session) accept(f frame) error {
 		return protoErr("stream %d opened out of order", f.stream)
 	}
 	s.lastPeer = f.stream
-	if s.handler == nil || s.peerOpen >= maxStreams {
+	if s.handler == nil || s.peerOpen >= s.maxPeer {
 		s.mu.Unlock()
 		return s.write(Reset, f.stream, []byte("not accepted"))
 	}
-	st := s.newStream(f.stream, f.payload)
+	// A copy: the payload is the read loop's buffer.
+	st := s.newStream(f.stream, append([]byte(nil), f.payload...))
 	st.peerOpened = true
 	s.streams[st.id] = st
 	s.peerOpen++
@@ -372,6 +412,77 @@ func (s *Session) forget(st *Stream) {
 		}
 	}
 	s.mu.Unlock()
+}
+
+// waitRoom returns once the session holds little enough to take cost more, or has
+// ended: the read loop's backpressure. A peer past MaxHeld then waits on its own
+// writes, and only this session's streams wait with it.
+func (s *Session) waitRoom(cost int64) {
+	if s.budget == 0 || s.held.Load()+cost <= s.budget {
+		return
+	}
+	s.roomMu.Lock()
+	s.waiting.Store(true)
+	for s.held.Load()+cost > s.budget && !s.ended.Load() {
+		s.room.Wait()
+	}
+	s.waiting.Store(false)
+	s.roomMu.Unlock()
+}
+
+// tight reports whether the session holds more than half its budget: read streams
+// then get no new credit, so a session whose windows add up to more than the budget
+// settles below it instead of stopping at it.
+func (s *Session) tight() bool { return s.budget > 0 && s.held.Load() > s.budget/2 }
+
+// release accounts for n bytes no longer held, waking the read loop and returning the
+// credit held back while the session was tight.
+func (s *Session) release(n int64) {
+	if n == 0 || s.budget == 0 {
+		return
+	}
+	left := s.held.Add(-n)
+	if s.waiting.Load() {
+		s.roomMu.Lock()
+		s.room.Broadcast()
+		s.roomMu.Unlock()
+	}
+	if left <= s.budget/2 && s.nstarve.Load() > 0 {
+		s.feedStarved()
+	}
+}
+
+// starve records a stream whose credit is held back; it is fed once the session is no
+// longer tight (at once when it stopped being so meanwhile).
+func (s *Session) starve(st *Stream) {
+	s.roomMu.Lock()
+	s.starved = append(s.starved, st)
+	s.nstarve.Add(1)
+	s.roomMu.Unlock()
+	if !s.tight() {
+		s.feedStarved()
+	}
+}
+
+// feedStarved returns the credit held back from starved streams.
+func (s *Session) feedStarved() {
+	s.roomMu.Lock()
+	list := s.starved
+	s.starved = nil
+	s.nstarve.Store(0)
+	s.roomMu.Unlock()
+	for _, st := range list {
+		st.mu.Lock()
+		credit := 0
+		if !st.finished && !st.abandoned {
+			credit, st.unacked = st.unacked, 0
+		}
+		st.starving = false
+		st.mu.Unlock()
+		if credit > 0 {
+			_ = s.write(Window, st.id, binary.BigEndian.AppendUint32(nil, uint32(credit)))
+		}
+	}
 }
 
 // clean makes text from the peer printable and short.
@@ -399,12 +510,15 @@ type Stream struct {
 	cond     *sync.Cond
 	q        []Chunk
 	qBytes   int     // data bytes received and not read yet
+	held     int64   // what q costs against the session's budget
 	unacked  int     // data bytes read and not yet credited back
+	starving bool    // its credit waits for the session to drain (Session.starve)
 	peerEOF  [3]bool // channels the peer has ended
 	sendWin  int
-	recvWin  int       // what the peer may have in flight: InitialWindow, or more when raised
-	deadline time.Time // for ReadChunk; zero: none
-	timer    *time.Timer
+	recvWin  int // what the peer may have in flight: InitialWindow, or more when raised
+	// Deadlines of ReadChunk and of Write's wait for credit; zero: none.
+	rdeadline, wdeadline time.Time
+	rtimer, wtimer       *time.Timer
 	// abandoned: Caddy closed the stream; what still arrives is dropped, but the stream
 	// stays known until the agent's Exit, so the program's end can still be awaited.
 	abandoned bool
@@ -423,8 +537,15 @@ func (st *Stream) Session() *Session { return st.s }
 // ID returns the stream's id.
 func (st *Stream) ID() uint32 { return st.id }
 
-// Request returns the Open frame's payload.
-func (st *Stream) Request() []byte { return st.req }
+// Request returns the Open frame's payload of a stream the peer opened. The stream
+// keeps it no longer: the first call takes it, later ones return nil.
+func (st *Stream) Request() []byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	req := st.req
+	st.req = nil
+	return req
+}
 
 // Controls delivers the signals and resizes Caddy sends (on the agent's side).
 func (st *Stream) Controls() <-chan Control { return st.controls }
@@ -447,17 +568,33 @@ func (st *Stream) receive(f frame) error {
 		if st.peerEOF[ch] {
 			return protoErr("stream %d: frame after the end of channel %d", st.id, ch)
 		}
+		var cost int64
 		if f.typ == EOF {
 			st.peerEOF[ch] = true
 			st.q = append(st.q, Chunk{Ch: ch, EOF: true})
+			cost = chunkCost
 		} else {
-			n := len(f.payload) - 1
+			p := f.payload[1:]
+			n := len(p)
 			if st.qBytes+st.unacked+n > st.recvWin {
 				return protoErr("stream %d: %d bytes beyond its window", st.id, st.qBytes+st.unacked+n-st.recvWin)
 			}
 			st.qBytes += n
-			st.q = append(st.q, Chunk{Ch: ch, Data: f.payload[1:]})
+			// Copied out of the read loop's buffer: into the last piece of the same
+			// channel when it is short or has room, else into a piece of its own.
+			if k := len(st.q) - 1; k >= 0 && !st.q[k].EOF && st.q[k].Ch == ch &&
+				(len(st.q[k].Data) < mergeBelow || len(st.q[k].Data)+n <= cap(st.q[k].Data)) {
+				was := cap(st.q[k].Data)
+				st.q[k].Data = append(st.q[k].Data, p...)
+				cost = int64(cap(st.q[k].Data) - was)
+			} else {
+				data := append([]byte(nil), p...)
+				st.q = append(st.q, Chunk{Ch: ch, Data: data})
+				cost = int64(cap(data)) + chunkCost
+			}
 		}
+		st.held += cost
+		st.s.held.Add(cost)
 		st.cond.Broadcast()
 	case Window:
 		inc := binary.BigEndian.Uint32(f.payload)
@@ -505,7 +642,7 @@ func (st *Stream) end(exited bool, code int32, err error) {
 func (st *Stream) ReadChunk() (Chunk, error) {
 	st.mu.Lock()
 	for len(st.q) == 0 && !st.finished && !st.abandoned {
-		if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		if !st.rdeadline.IsZero() && !time.Now().Before(st.rdeadline) {
 			st.mu.Unlock()
 			return Chunk{}, os.ErrDeadlineExceeded
 		}
@@ -530,24 +667,40 @@ func (st *Stream) ReadChunk() (Chunk, error) {
 		st.q = nil
 	}
 	st.qBytes -= len(c.Data)
+	cost := int64(cap(c.Data)) + chunkCost
+	st.held -= cost
 	st.unacked += len(c.Data)
 	var credit int
-	if st.unacked >= st.recvWin/4 && !st.finished {
-		credit, st.unacked = st.unacked, 0
+	starve := false
+	if st.unacked >= st.recvWin/4 && !st.finished && !st.starving {
+		if st.s.tight() {
+			st.starving, starve = true, true
+		} else {
+			credit, st.unacked = st.unacked, 0
+		}
 	}
 	st.mu.Unlock()
+	st.s.release(cost)
+	if starve {
+		st.s.starve(st)
+	}
 	if credit > 0 {
 		_ = st.s.write(Window, st.id, binary.BigEndian.AppendUint32(nil, uint32(credit)))
 	}
 	return c, nil
 }
 
-// Write sends p on channel ch, waiting for credit as the peer reads.
+// Write sends p on channel ch, waiting for credit as the peer reads; past the write
+// deadline (SetWriteDeadline) the wait ends with os.ErrDeadlineExceeded.
 func (st *Stream) Write(ch byte, p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		st.mu.Lock()
 		for st.sendWin == 0 && !st.finished && !st.abandoned {
+			if !st.wdeadline.IsZero() && !time.Now().Before(st.wdeadline) {
+				st.mu.Unlock()
+				return written, os.ErrDeadlineExceeded
+			}
 			st.cond.Wait()
 		}
 		if st.abandoned {
@@ -633,6 +786,12 @@ func (st *Stream) Reset(reason string) error {
 	}
 	err := st.s.write(Reset, st.id, []byte(clean(reason, maxReason)))
 	st.end(false, 0, ErrClosed)
+	// Nobody reads a stream this side refused: what came before the refusal goes.
+	st.mu.Lock()
+	held := st.held
+	st.q, st.qBytes, st.held = nil, 0, 0
+	st.mu.Unlock()
+	st.s.release(held)
 	return err
 }
 
@@ -646,17 +805,24 @@ func (st *Stream) markSent() bool {
 	return true
 }
 
-// Close abandons the stream (Caddy's side): reads and writes end at once, the agent is
-// told to stop relaying, and Done still closes when the program ends.
+// Close abandons the stream (Caddy's side): reads and writes end at once, what was
+// received and not read is dropped, the agent is told to stop relaying, and Done still
+// closes when the program ends.
 func (st *Stream) Close() error {
 	st.mu.Lock()
-	if st.finished || st.abandoned {
+	if st.abandoned {
 		st.mu.Unlock()
 		return nil
 	}
-	st.abandoned, st.q, st.qBytes = true, nil, 0
+	held, finished := st.held, st.finished
+	st.abandoned, st.q, st.qBytes, st.held = true, nil, 0, 0
+	st.stopTimers()
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	st.s.release(held)
+	if finished {
+		return nil
+	}
 	return st.s.write(Reset, st.id, []byte("closed"))
 }
 
@@ -664,19 +830,43 @@ func (st *Stream) Close() error {
 func (st *Stream) SetReadDeadline(t time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.deadline = t
-	if st.timer != nil {
-		st.timer.Stop()
-		st.timer = nil
+	st.rdeadline = t
+	st.setTimer(&st.rtimer, t)
+}
+
+// SetWriteDeadline makes Write's wait for credit fail with os.ErrDeadlineExceeded
+// after t, so a peer that never reads cannot hold a writer.
+func (st *Stream) SetWriteDeadline(t time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.wdeadline = t
+	st.setTimer(&st.wtimer, t)
+}
+
+// setTimer wakes the stream's waiters at t (none when t is zero), replacing *timer.
+func (st *Stream) setTimer(timer **time.Timer, t time.Time) {
+	if *timer != nil {
+		(*timer).Stop()
+		*timer = nil
 	}
 	if !t.IsZero() {
-		st.timer = time.AfterFunc(time.Until(t), func() {
+		*timer = time.AfterFunc(time.Until(t), func() {
 			st.mu.Lock()
 			st.cond.Broadcast()
 			st.mu.Unlock()
 		})
 	}
 	st.cond.Broadcast()
+}
+
+// stopTimers stops the deadlines' timers, which would keep the stream alive.
+func (st *Stream) stopTimers() {
+	for _, t := range []*time.Timer{st.rtimer, st.wtimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	st.rtimer, st.wtimer = nil, nil
 }
 
 func (st *Stream) isFinished() bool {

@@ -52,8 +52,10 @@ func (c closers) Close() error {
 
 // echo answers each stream with its request on stdout, then what arrives on stdin,
 // then Exit 3.
-func echo(st *Stream) {
-	st.Write(Stdout, st.Request())
+func echo(st *Stream) { echoReq(st, st.Request()) }
+
+func echoReq(st *Stream, req []byte) {
+	st.Write(Stdout, req)
 	for {
 		c, err := st.ReadChunk()
 		if err != nil || c.EOF {
@@ -106,14 +108,15 @@ func TestStreamRoundTrip(t *testing.T) {
 // A stream whose reader stalls holds at most its window and never delays another.
 func TestStalledStreamDoesNotBlockOthers(t *testing.T) {
 	flood := func(st *Stream) {
-		if string(st.Request()) == "flood" {
+		req := st.Request()
+		if string(req) == "flood" {
 			for {
 				if _, err := st.Write(Stdout, make([]byte, 32<<10)); err != nil {
 					return
 				}
 			}
 		}
-		echo(st)
+		echoReq(st, req)
 	}
 	s, stop := pair(t, flood)
 	defer stop()
@@ -234,6 +237,8 @@ func FuzzClientFrames(f *testing.F) {
 	f.Add(appendFrame(nil, Data, 1, []byte{Stdout, 'a'}))
 	f.Add(appendFrame(appendFrame(nil, Exit, 1, []byte{0, 0, 0, 1}), Ping, 0, make([]byte, 8)))
 	f.Add(appendFrame(nil, Reset, 1, []byte("\x1b[31mboom\n")))
+	f.Add(appendFrame(appendFrame(appendFrame(nil, Data, 1, []byte{Stdout, 'a'}), Data, 1, []byte{Stderr, 'b'}), Data, 1, []byte{Stdout, 'c'}))
+	f.Add(appendFrame(appendFrame(nil, Data, 1, []byte{Stdout, 'a'}), EOF, 1, []byte{Stdout}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s := newSession(false, bytes.NewReader(raw), io.Discard, nil, nil)
 		st := s.newStream(1, nil)
@@ -248,9 +253,13 @@ func FuzzClientFrames(f *testing.F) {
 			if err != nil {
 				break
 			}
-			if len(c.Data) > MaxData {
-				t.Fatalf("chunk of %d bytes", len(c.Data))
+			if len(c.Data) > InitialWindow {
+				t.Fatalf("chunk of %d bytes, more than the window", len(c.Data))
 			}
+		}
+		st.Close()
+		if h := s.held.Load(); h != 0 {
+			t.Fatalf("%d bytes still counted held once the stream is read and closed", h)
 		}
 	})
 }
