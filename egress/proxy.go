@@ -162,10 +162,10 @@ func (p *Proxy) ServeConn(c net.Conn) {
 func (p *Proxy) Conns() int { return int(p.conns.Load()) }
 
 // turnAway answers a connection beyond the cap with 503, once its request head is
-// read (a client that has not sent it yet may take an early answer for a reset); as
-// many as the cap are answered at once, any more are closed at once.
+// read (a client that has not sent it yet may take an early answer for a reset);
+// four times as many as the cap are answered at once, any more are closed at once.
 func (p *Proxy) turnAway(c net.Conn) {
-	if int(p.turning.Add(1)) > p.limits.maxConns {
+	if int(p.turning.Add(1)) > 4*p.limits.maxConns {
 		p.turning.Add(-1)
 		c.Close()
 		return
@@ -176,6 +176,7 @@ func (p *Proxy) turnAway(c net.Conn) {
 		_, _ = http.ReadRequest(bufio.NewReader(io.LimitReader(w, maxHeaderBytes)))
 		msg := fmt.Sprintf("the sandbox has %d connections open through the egress proxy, the most it may have at once: close connections it no longer needs (or let them finish), then try again", p.limits.maxConns)
 		fmt.Fprintf(w, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: too-many-connections\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(msg)+1, msg)
+		w.CloseWrite()
 	}()
 }
 
