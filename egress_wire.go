@@ -42,7 +42,8 @@ const egressPort = 3128
 // EgressConfig is the `egress` block: what the sandbox may reach, through Caddy.
 type EgressConfig struct {
 	// Allow lists the reachable hosts: example.com, *.example.com (subdomains),
-	// example.com:8443 (that port; without one, 80 and 443), or * (every public host).
+	// example.com:8443 (that port; without one, 80 and 443), or * (every public host;
+	// a name Hosts maps to a private or local address needs an entry of its own).
 	Allow []string `json:"allow,omitempty"`
 	// Deny lists hosts refused even when allowed, in the same forms.
 	Deny []string `json:"deny,omitempty"`
@@ -50,7 +51,12 @@ type EgressConfig struct {
 	// loopback address.
 	Hosts map[string]string `json:"hosts,omitempty"`
 	// Credentials are added by Caddy to requests whose URL starts with their prefix;
-	// the values never enter the sandbox.
+	// the values never enter the sandbox. One applies per request: the longest prefix
+	// that matches. A prefix with a path is matched on the decoded path, and requests
+	// with dot segments or encoded slashes, backslashes, dots or % in their path are
+	// refused there; TRACE and TRACK are refused to credential hosts. An upstream
+	// that echoes request headers back shows the credential to the sandbox: give
+	// credentials only for hosts that do not.
 	Credentials []EgressCredential `json:"credentials,omitempty"`
 	// TrustCA lists PEM files of extra roots that upstream TLS of intercepted hosts is
 	// verified with, on top of the system's.

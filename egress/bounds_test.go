@@ -113,7 +113,7 @@ func TestNeverReadingConnectionsAreBounded(t *testing.T) {
 	px := &Proxy{
 		Policy:   func() *Policy { return pol },
 		Resolve:  func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("tests resolve no names") },
-		MaxConns: 1000, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, TunnelIdleTimeout: 5 * time.Second,
+		MaxConns: 1000, WriteTimeout: 15 * time.Second, IdleTimeout: 15 * time.Second, TunnelIdleTimeout: 15 * time.Second,
 	}
 	addr := serveProxy(t, px)
 	baseMem, baseG := heldMemory()
@@ -141,7 +141,7 @@ func TestNeverReadingConnectionsAreBounded(t *testing.T) {
 		}
 	}
 	// All are served, their upstreams sending.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for px.Conns() < n || upstreams.Load() < n*9/10 {
 		if time.Now().After(deadline) {
 			t.Fatalf("served %d connections, %d upstreams sending; want %d", px.Conns(), upstreams.Load(), n)

@@ -26,7 +26,8 @@ import (
 type Rules struct {
 	// Allow lists the reachable hosts: "example.com", "*.example.com" (subdomains, not
 	// the name itself), "example.com:8443" (that port only; without a port, 80 and 443),
-	// "*" (every public host), or an IP literal of a public address.
+	// "*" (every public host, never a name Hosts maps to a private, local or own
+	// address), or an IP literal of a public address.
 	Allow []string
 	// Deny lists hosts refused even when Allow matches them, in the same forms.
 	Deny []string
@@ -38,7 +39,12 @@ type Rules struct {
 }
 
 // Credential adds a header to requests whose URL starts with Prefix (scheme, host,
-// optional port and path). The value never reaches the sandbox.
+// optional port and path). The value never reaches the sandbox, but an upstream that
+// echoes request headers shows it there: TRACE and TRACK to a credential host are
+// refused, other echoes are the operator's to avoid. One credential applies per
+// request, the longest prefix. A prefix with a path is matched on the decoded path,
+// which is what goes upstream; where a host's credentials are scoped to paths, a path
+// with dot segments or an encoded slash, backslash, dot or % is refused.
 type Credential struct {
 	Prefix string
 	Header string // e.g. "Authorization"
