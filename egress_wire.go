@@ -104,6 +104,8 @@ type egressState struct {
 	renewCA atomic.Pointer[func() error]
 	// person is whose sandbox this is ("" the operator's, or the one shared).
 	person atomic.Pointer[string]
+	// capLogged is when the connection cap was last logged, Unix nanoseconds.
+	capLogged atomic.Int64
 
 	mu      sync.Mutex
 	blocked map[string][]string  // refusals by job id, until the job's result shows them
@@ -135,7 +137,7 @@ type refusals struct {
 func newEgressState(sb *sandbox.Sandbox, logger *zap.Logger) *egressState {
 	e := &egressState{sb: sb, logger: logger.Named("egress"), blocked: map[string][]string{}, counts: map[string]*refusals{}}
 	e.policy.Store(&egress.Policy{}) // nothing allowed until a config sets its rules
-	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused, Issuer: issuerOf{e}, UpstreamRoots: e.roots.Load}
+	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused, TurnedAway: e.turnedAway, Issuer: issuerOf{e}, UpstreamRoots: e.roots.Load}
 	if sb.Config().NoAgent {
 		why := "the agent is off (agent off), and the egress proxy needs it"
 		e.down.Store(&why)
@@ -238,6 +240,18 @@ func (h *Handler) peopleNames() []string {
 		out = append(out, p.Name)
 	}
 	return out
+}
+
+// turnedAway logs, at most once a minute, that the sandbox has as many connections
+// through the proxy as it may have and more are turned away.
+func (e *egressState) turnedAway() {
+	now := time.Now().UnixNano()
+	last := e.capLogged.Load()
+	if now-last < int64(time.Minute) || !e.capLogged.CompareAndSwap(last, now) {
+		return
+	}
+	e.logger.Warn("egress connections at their cap: more are answered 503", zap.Int("cap", egress.DefaultMaxConns),
+		zap.String("person", e.personName()), zap.String("container", e.container()))
 }
 
 // personName is whose sandbox this is: "" for the operator's, or the one shared.

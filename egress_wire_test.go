@@ -78,3 +78,17 @@ func TestEgressRefusalNamesPerson(t *testing.T) {
 		t.Fatalf("refusals %+v", list)
 	}
 }
+
+// Reaching the connection cap is logged, with the person, at most once a minute.
+func TestEgressCapLogged(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	e := &egressState{logger: zap.New(core)}
+	bob := "bob"
+	e.person.Store(&bob)
+	e.turnedAway()
+	e.turnedAway()
+	entries := logs.All()
+	if len(entries) != 1 || entries[0].ContextMap()["person"] != "bob" || entries[0].ContextMap()["cap"] != int64(egress.DefaultMaxConns) {
+		t.Fatalf("log %+v", entries)
+	}
+}

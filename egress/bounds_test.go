@@ -234,7 +234,8 @@ func TestConnectionCap(t *testing.T) {
 	up, _, _ := upstream(t)
 	port := portOf(t, up.URL)
 	pol := mustCompile(t, Rules{Allow: []string{"allowed.test:" + port}, Hosts: map[string]string{"allowed.test": "127.0.0.1"}})
-	px := &Proxy{Policy: func() *Policy { return pol }, MaxConns: 3}
+	var turned atomic.Int32
+	px := &Proxy{Policy: func() *Policy { return pol }, MaxConns: 3, TurnedAway: func() { turned.Add(1) }}
 	addr := serveProxy(t, px)
 	var held []net.Conn
 	for range 3 {
@@ -267,6 +268,9 @@ func TestConnectionCap(t *testing.T) {
 	res, body := get()
 	if res.StatusCode != 503 || !strings.Contains(body, "3 connections open") || !strings.Contains(body, "try again") {
 		t.Fatalf("beyond the cap: %d %q", res.StatusCode, body)
+	}
+	if turned.Load() != 1 {
+		t.Fatalf("TurnedAway was told %d times, want 1", turned.Load())
 	}
 	held[0].Close()
 	for px.Conns() > 2 {

@@ -47,6 +47,8 @@ type Proxy struct {
 	// MaxConns caps the connections from the sandbox served at once (default
 	// DefaultMaxConns); beyond it a connection is answered 503.
 	MaxConns int
+	// TurnedAway, if set, is told of each connection beyond MaxConns.
+	TurnedAway func()
 	// WriteTimeout closes a connection, either side, when a write to it makes no
 	// progress for this long: its peer does not read (default 1m).
 	WriteTimeout time.Duration
@@ -165,6 +167,9 @@ func (p *Proxy) Conns() int { return int(p.conns.Load()) }
 // read (a client that has not sent it yet may take an early answer for a reset);
 // four times as many as the cap are answered at once, any more are closed at once.
 func (p *Proxy) turnAway(c net.Conn) {
+	if p.TurnedAway != nil {
+		p.TurnedAway()
+	}
 	if int(p.turning.Add(1)) > 4*p.limits.maxConns {
 		p.turning.Add(-1)
 		c.Close()
