@@ -74,11 +74,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			tls_key  <file>
 //		}
 //		egress {                            # absent: network as configured; present: no network but these hosts, through Caddy
-//			allow      <host[:port]...>     # example.com, *.example.com, example.com:8443, *; ports 80 and 443 by default
+//			allow      <host[:port]...>     # example.com, *.example.com, example.com:8443, * (public hosts); ports 80 and 443 by default
 //			deny       <host[:port]...>     # wins over allow
-//			credential <url prefix> header <name> <value>
+//			credential <url prefix> header <name> <value>   # one per request: the longest prefix that matches
 //			credential <url prefix> basic <user> <password>
-//			host       <name> <address>     # instead of DNS; the only way to a private address
+//			host       <name> <address>     # instead of DNS; the only way to a private address, opened by allowing the name
 //			trust_ca   <pem file...>        # extra roots for upstream TLS of intercepted hosts
 //		}
 //	}

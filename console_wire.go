@@ -85,6 +85,10 @@ func (h *Handler) provisionConsole() error {
 	if len(h.People) > 0 {
 		sandboxes = consoleSandboxes{h}
 	}
+	var egressLog console.EgressLog
+	if h.Egress != nil {
+		egressLog = consoleEgress{h}
+	}
 	h.console, err = console.New(console.Options{
 		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
@@ -93,6 +97,7 @@ func (h *Handler) provisionConsole() error {
 		Links:      consoleLinks{h.linkReg},
 		Jobs:       consoleJobs{h.box},
 		Sandboxes:  sandboxes,
+		Egress:     egressLog,
 		Audit:      h.audit,
 		Origin:     h.auth.Origin,
 		ClientIP:   clientIP,

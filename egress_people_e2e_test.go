@@ -2,6 +2,7 @@ package mcpsandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 )
 
 // Through a real Caddy with two people: alice's credential reaches the upstream from her
@@ -78,5 +82,65 @@ func TestPersonEgressThroughCaddy(t *testing.T) {
 	}
 	if out := run("alice", get("refused.test")); out["exit_code"] == 0.0 || !strings.Contains(out["note"].(string), "blocked: refused.test") {
 		t.Fatalf("alice to her former host after the reload: %v", out)
+	}
+}
+
+// Through a real Caddy with two people: a host refused to alice's sandbox is counted
+// under her name in the refusal metric and listed with her name by GET
+// /console/api/egress; bob, who asked for nothing refused, has no refusal.
+func TestEgressRefusalsNamePersonThroughCaddy(t *testing.T) {
+	up := newEgressUpstream(t)
+	refused := "refused-" + randomHex(4) + ".test"
+	p := startPeopleSite(t, []string{"alice", "bob"}, fmt.Sprintf(`egress {
+			allow allowed.test:%[1]s
+			host allowed.test 127.0.0.1
+			host %[2]s 127.0.0.1
+		}`, up.port, refused))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(person, cmd string) map[string]any {
+		t.Helper()
+		c := p.client(ctx, person)
+		defer c.Close()
+		call(ctx, t, c, "execute", map[string]any{"command": `for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null && break; sleep 0.1; done`})
+		return structured(t, call(ctx, t, c, "execute", map[string]any{"command": cmd}))
+	}
+	if out := run("alice", "wget -q -O - http://"+refused+":"+up.port+"/x"); out["exit_code"] == 0.0 {
+		t.Fatalf("alice reached a refused host: %v", out)
+	}
+	if out := run("bob", "wget -q -O - http://allowed.test:"+up.port+"/x"); out["exit_code"] != 0.0 {
+		t.Fatalf("bob to an allowed host: %v", out)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metricEgressRefused)
+	metrics := scrape(t, reg)
+	if want := `caddy_mcp_sandbox_egress_refused_total{host="` + refused + `",person="alice"} 1`; !strings.Contains(metrics, want) {
+		t.Fatalf("the metric lacks %s:\n%s", want, metrics)
+	}
+
+	resp, body := p.request(t, "GET", p.url+"/console/api/egress", p.key, nil)
+	var got struct {
+		Refusals  []console.EgressRefusal `json:"refusals"`
+		Approvals []any                   `json:"approvals"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); resp.StatusCode != 200 || err != nil {
+		t.Fatalf("GET /console/api/egress: %d %s", resp.StatusCode, body)
+	}
+	var mine []console.EgressRefusal
+	for _, r := range got.Refusals {
+		if r.Host == refused {
+			mine = append(mine, r)
+		}
+		if r.Person == "bob" {
+			t.Errorf("bob has a refusal: %+v", r)
+		}
+	}
+	if len(mine) != 1 || mine[0].Person != "alice" || mine[0].Count != 1 || time.Since(mine[0].LastAt) > 3*time.Minute || mine[0].Reason == "" {
+		t.Fatalf("refusals of %s: %+v (all: %s)", refused, mine, body)
+	}
+	resp, body = p.request(t, "GET", p.url+"/console/api/egress?person=bob", p.key, nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"refusals": []`) {
+		t.Fatalf("bob's refusals: %d %s", resp.StatusCode, body)
 	}
 }

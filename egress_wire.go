@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -41,7 +42,8 @@ const egressPort = 3128
 // EgressConfig is the `egress` block: what the sandbox may reach, through Caddy.
 type EgressConfig struct {
 	// Allow lists the reachable hosts: example.com, *.example.com (subdomains),
-	// example.com:8443 (that port; without one, 80 and 443), or * (every public host).
+	// example.com:8443 (that port; without one, 80 and 443), or * (every public host;
+	// a name Hosts maps to a private or local address needs an entry of its own).
 	Allow []string `json:"allow,omitempty"`
 	// Deny lists hosts refused even when allowed, in the same forms.
 	Deny []string `json:"deny,omitempty"`
@@ -49,7 +51,12 @@ type EgressConfig struct {
 	// loopback address.
 	Hosts map[string]string `json:"hosts,omitempty"`
 	// Credentials are added by Caddy to requests whose URL starts with their prefix;
-	// the values never enter the sandbox.
+	// the values never enter the sandbox. One applies per request: the longest prefix
+	// that matches. A prefix with a path is matched on the decoded path, and requests
+	// with dot segments or encoded slashes, backslashes, dots or % in their path are
+	// refused there; TRACE and TRACK are refused to credential hosts. An upstream
+	// that echoes request headers back shows the credential to the sandbox: give
+	// credentials only for hosts that do not.
 	Credentials []EgressCredential `json:"credentials,omitempty"`
 	// TrustCA lists PEM files of extra roots that upstream TLS of intercepted hosts is
 	// verified with, on top of the system's.
@@ -95,11 +102,15 @@ type egressState struct {
 	rootPEM atomic.Pointer[[]byte]
 	// renewCA provisions the CA again with the latest config (set by each config).
 	renewCA atomic.Pointer[func() error]
+	// person is whose sandbox this is ("" the operator's, or the one shared).
+	person atomic.Pointer[string]
+	// capLogged is when the connection cap was last logged, Unix nanoseconds.
+	capLogged atomic.Int64
 
 	mu      sync.Mutex
-	blocked map[string][]string // refusals by job id, until the job's result shows them
-	jobs    []string            // ids in blocked, oldest first
-	counts  map[string]int64    // refusals by host
+	blocked map[string][]string  // refusals by job id, until the job's result shows them
+	jobs    []string             // ids in blocked, oldest first
+	counts  map[string]*refusals // refusals by host
 	once    sync.Once
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -116,10 +127,17 @@ const (
 	otherRefusedHosts = "(other)"
 )
 
+// refusals are one host's refusals in one sandbox.
+type refusals struct {
+	count  int64
+	last   time.Time
+	reason string // the latest one's
+}
+
 func newEgressState(sb *sandbox.Sandbox, logger *zap.Logger) *egressState {
-	e := &egressState{sb: sb, logger: logger.Named("egress"), blocked: map[string][]string{}, counts: map[string]int64{}}
+	e := &egressState{sb: sb, logger: logger.Named("egress"), blocked: map[string][]string{}, counts: map[string]*refusals{}}
 	e.policy.Store(&egress.Policy{}) // nothing allowed until a config sets its rules
-	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused, Issuer: issuerOf{e}, UpstreamRoots: e.roots.Load}
+	e.proxy = &egress.Proxy{Policy: e.policy.Load, Refused: e.refused, TurnedAway: e.turnedAway, Issuer: issuerOf{e}, UpstreamRoots: e.roots.Load}
 	if sb.Config().NoAgent {
 		why := "the agent is off (agent off), and the egress proxy needs it"
 		e.down.Store(&why)
@@ -133,12 +151,19 @@ func (e *egressState) refused(user string, r *egress.Refusal) {
 	if !sandbox.ValidJobID(user) {
 		user = ""
 	}
+	person := e.personName()
 	e.mu.Lock()
 	host := r.Host
 	if _, ok := e.counts[host]; !ok && len(e.counts) >= maxRefusedHosts {
 		host = otherRefusedHosts
 	}
-	e.counts[host]++
+	rec := e.counts[host]
+	if rec == nil {
+		rec = &refusals{}
+		e.counts[host] = rec
+	}
+	rec.count++
+	rec.last, rec.reason = time.Now(), r.Reason
 	if user != "" {
 		list, ok := e.blocked[user]
 		if !ok {
@@ -156,8 +181,92 @@ func (e *egressState) refused(user string, r *egress.Refusal) {
 		}
 	}
 	e.mu.Unlock()
-	metricEgressRefused.WithLabelValues(host).Inc()
-	e.logger.Info("egress refused", zap.String("host", r.Host), zap.Int("port", r.Port), zap.String("reason", r.Reason), zap.String("job", user))
+	metricEgressRefused.WithLabelValues(host, person).Inc()
+	e.logger.Info("egress refused", zap.String("host", r.Host), zap.Int("port", r.Port), zap.String("reason", r.Reason),
+		zap.String("person", person), zap.String("container", e.container()), zap.String("job", user))
+}
+
+// consoleEgress shows the console the refusals of every sandbox of this site that is
+// pooled (the operator's and each person's, used by this config yet or not), each
+// with its person.
+type consoleEgress struct{ h *Handler }
+
+func (c consoleEgress) Refusals(context.Context) ([]console.EgressRefusal, error) {
+	h := c.h
+	owner := map[string]string{} // container -> person
+	for _, p := range append([]string{""}, h.peopleNames()...) {
+		if cfg, err := h.sandboxConfigFor(p); err == nil {
+			owner[cfg.Container] = p
+		}
+	}
+	// A reload with new settings briefly holds two entries of one container: their
+	// counts are added.
+	type key struct{ person, host string }
+	merged := map[key]*console.EgressRefusal{}
+	sandboxes.Range(func(_, v any) bool {
+		e, ok := v.(*sandboxEntry)
+		if !ok || e.egress == nil {
+			return true
+		}
+		person, ok := owner[e.sb.Config().Container]
+		if !ok {
+			return true
+		}
+		for _, r := range e.egress.refusals() {
+			r.Person = person
+			k := key{person, r.Host}
+			if m := merged[k]; m != nil {
+				m.Count += r.Count
+				if r.LastAt.After(m.LastAt) {
+					m.LastAt, m.Reason = r.LastAt, r.Reason
+				}
+				continue
+			}
+			merged[k] = &r
+		}
+		return true
+	})
+	out := make([]console.EgressRefusal, 0, len(merged))
+	for _, r := range merged {
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+// peopleNames are the configured people's names, in config order.
+func (h *Handler) peopleNames() []string {
+	out := make([]string, 0, len(h.People))
+	for _, p := range h.People {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// turnedAway logs, at most once a minute, that the sandbox has as many connections
+// through the proxy as it may have and more are turned away.
+func (e *egressState) turnedAway() {
+	now := time.Now().UnixNano()
+	last := e.capLogged.Load()
+	if now-last < int64(time.Minute) || !e.capLogged.CompareAndSwap(last, now) {
+		return
+	}
+	e.logger.Warn("egress connections at their cap: more are answered 503", zap.Int("cap", egress.DefaultMaxConns),
+		zap.String("person", e.personName()), zap.String("container", e.container()))
+}
+
+// personName is whose sandbox this is: "" for the operator's, or the one shared.
+func (e *egressState) personName() string {
+	if p := e.person.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (e *egressState) container() string {
+	if e.sb == nil {
+		return ""
+	}
+	return e.sb.Config().Container
 }
 
 func contains(list []string, s string) bool {
@@ -182,12 +291,11 @@ func (e *egressState) takeBlocked(job string) []string {
 
 // refusedCounts is the refusals by host, most first.
 func (e *egressState) refusedCounts() []hostCount {
-	e.mu.Lock()
-	out := make([]hostCount, 0, len(e.counts))
-	for h, n := range e.counts {
-		out = append(out, hostCount{Host: h, Count: n})
+	list := e.refusals()
+	out := make([]hostCount, 0, len(list))
+	for _, r := range list {
+		out = append(out, hostCount{Host: r.Host, Count: r.Count})
 	}
-	e.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Count != out[j].Count {
 			return out[i].Count > out[j].Count
@@ -200,6 +308,18 @@ func (e *egressState) refusedCounts() []hostCount {
 type hostCount struct {
 	Host  string `json:"host"`
 	Count int64  `json:"count"`
+}
+
+// refusals is this sandbox's refusals by host, each with its person.
+func (e *egressState) refusals() []console.EgressRefusal {
+	person := e.personName()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]console.EgressRefusal, 0, len(e.counts))
+	for h, r := range e.counts {
+		out = append(out, console.EgressRefusal{Person: person, Host: h, Reason: r.reason, Count: r.count, LastAt: r.last})
+	}
+	return out
 }
 
 // start keeps the proxy listening in the container: the listener ends with the agent,
@@ -311,8 +431,8 @@ func (e *egressState) info() *mcptools.Egress {
 
 var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "egress_refused_total",
-	Help: "Connections the egress proxy refused, by host (at most 200 hosts, then (other)).",
-}, []string{"host"})
+	Help: "Connections the egress proxy refused, by host (at most 200 per sandbox, then (other)) and by the person whose sandbox asked (\"\" for the operator's, or the one shared).",
+}, []string{"host", "person"})
 
 // The plugin's own CA for intercepted hosts, in Caddy's storage under
 // pki/authorities/<egressCAID>: never Caddy's `local` CA, which `tls internal` shares,
@@ -359,6 +479,7 @@ func (h *Handler) setupEgress(e *sandboxEntry, person string) error {
 	if e.egress == nil {
 		return nil
 	}
+	e.egress.person.Store(&person)
 	trust := h.egressTrust(person)
 	if err := e.egress.setCA(h.egressCA, trust); err != nil {
 		return fmt.Errorf("egress: %w", err)

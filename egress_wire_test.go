@@ -2,10 +2,14 @@ package mcpsandbox
 
 import (
 	"crypto/x509"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
@@ -30,7 +34,7 @@ func TestEgressCARenewal(t *testing.T) {
 
 // A job's refusals are kept once each, bounded, and handed out once.
 func TestEgressRefusalsPerJob(t *testing.T) {
-	e := &egressState{blocked: map[string][]string{}, counts: map[string]int64{}, logger: zap.NewNop()}
+	e := &egressState{blocked: map[string][]string{}, counts: map[string]*refusals{}, logger: zap.NewNop()}
 	for i := 0; i < 20; i++ {
 		e.refused("j0123456789ab", &egress.Refusal{Host: "a.example", Reason: egress.ReasonNotAllowed})
 		e.refused("j0123456789ab", &egress.Refusal{Host: "h" + string(rune('a'+i)) + ".example", Reason: egress.ReasonNotAllowed})
@@ -45,5 +49,46 @@ func TestEgressRefusalsPerJob(t *testing.T) {
 	}
 	if c := e.refusedCounts(); c[0] != (hostCount{"a.example", 20}) || len(c) != 22 {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// A refusal in a person's sandbox names the person: in the log line (with the
+// container), in the metric's person label and in what the console lists.
+func TestEgressRefusalNamesPerson(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	e := &egressState{blocked: map[string][]string{}, counts: map[string]*refusals{}, logger: zap.New(core)}
+	alice := "alice"
+	e.person.Store(&alice)
+	host := "person-test-" + testenv.RandomHex(4) + ".example"
+	e.refused("j0123456789ab", &egress.Refusal{Host: host, Port: 443, Reason: egress.ReasonNotAllowed})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metricEgressRefused)
+	if want := `caddy_mcp_sandbox_egress_refused_total{host="` + host + `",person="alice"} 1`; !strings.Contains(scrape(t, reg), want) {
+		t.Fatalf("the metric lacks %s:\n%s", want, scrape(t, reg))
+	}
+	entries := logs.FilterMessage("egress refused").All()
+	if len(entries) != 1 || entries[0].ContextMap()["person"] != "alice" || entries[0].ContextMap()["host"] != host {
+		t.Fatalf("log %+v", entries)
+	}
+	if _, ok := entries[0].ContextMap()["container"]; !ok {
+		t.Fatalf("the log line names no container: %+v", entries[0].ContextMap())
+	}
+	list := e.refusals()
+	if len(list) != 1 || list[0].Person != "alice" || list[0].Count != 1 || time.Since(list[0].LastAt) > time.Minute || list[0].Reason != egress.ReasonNotAllowed {
+		t.Fatalf("refusals %+v", list)
+	}
+}
+
+// Reaching the connection cap is logged, with the person, at most once a minute.
+func TestEgressCapLogged(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	e := &egressState{logger: zap.New(core)}
+	bob := "bob"
+	e.person.Store(&bob)
+	e.turnedAway()
+	e.turnedAway()
+	entries := logs.All()
+	if len(entries) != 1 || entries[0].ContextMap()["person"] != "bob" || entries[0].ContextMap()["cap"] != int64(egress.DefaultMaxConns) {
+		t.Fatalf("log %+v", entries)
 	}
 }

@@ -190,6 +190,8 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 		writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
 	case "DELETE jobs/{id}":
 		c.apiAct(w, r, actor, actKillJob, id)
+	case "GET egress":
+		c.serveEgress(w, r)
 	default:
 		writeJSONError(w, http.StatusNotFound, "no such console API endpoint (or method); see the README")
 	}

@@ -66,6 +66,25 @@ type Egress struct {
 	Refused []HostCount `json:"refused"`
 }
 
+// EgressRefusal is a host the egress proxy refused to one sandbox: how often, and
+// when last.
+type EgressRefusal struct {
+	// Person is whose sandbox asked: "" for the operator's own, or the one shared
+	// without person lines.
+	Person string `json:"person"`
+	// Host is the normalized name, quoted text when the container asked for
+	// something that is no host, or "(other)" beyond 200 hosts of one sandbox.
+	Host   string    `json:"host"`
+	Reason string    `json:"reason"` // the latest refusal's
+	Count  int64     `json:"count"`
+	LastAt time.Time `json:"last_at"`
+}
+
+// EgressLog lists what the egress proxies of the site's sandboxes refused.
+type EgressLog interface {
+	Refusals(ctx context.Context) ([]EgressRefusal, error)
+}
+
 // HostCount is one host's number of refusals.
 type HostCount struct {
 	Host  string `json:"host"`
@@ -178,7 +197,10 @@ type Options struct {
 	Jobs       Jobs
 	// Sandboxes, when set, are the people's sandboxes (and the operator's).
 	Sandboxes Sandboxes
-	Audit     *AuditLog
+	// Egress, when set, lists egress refusals across the sandboxes (a site with an
+	// egress block).
+	Egress EgressLog
+	Audit  *AuditLog
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.
 	Origin func(r *http.Request) string

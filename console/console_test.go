@@ -441,7 +441,7 @@ func TestOverviewAgent(t *testing.T) {
 		{"disabled", Agent{Disabled: true}, `"agent":{"running":false,"disabled":true}`, "off by configuration"},
 		{"not yet", Agent{}, `"agent":{"running":false}`, "not running <span class=\"muted\">(the next command starts it)"},
 	}
-	// The egress line: allowed hosts and refusals, the container's text escaped.
+	// The egress line: the allowed hosts (refusals have a card of their own).
 	t.Run("egress", func(t *testing.T) {
 		c := newTestConsole(t, fullLog(t))
 		c.opts.Sandbox = egressSandbox{}
@@ -450,7 +450,7 @@ func TestOverviewAgent(t *testing.T) {
 		rec := httptest.NewRecorder()
 		c.ServeHTTP(rec, req)
 		page := rec.Body.String()
-		if !strings.Contains(page, "<dt>Egress</dt><dd>pypi.org<br>refused: <code>gist.github.com</code> ×3, <code>&#34;&lt;b&gt;&#34;</code> ×1</dd>") {
+		if !strings.Contains(page, "<dt>Egress</dt><dd>pypi.org</dd>") {
 			t.Fatalf("overview: %s", page)
 		}
 	})

@@ -138,6 +138,10 @@ type overview struct {
 	Sandboxes    []SandboxInfo
 	SandboxesErr string
 	People       bool
+	// Refusals are the egress proxies' newest, with a site's egress block only.
+	Refusals    []EgressRefusal
+	RefusalsErr string
+	Egress      bool
 }
 
 func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -158,6 +162,13 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 		if o.Sandboxes, err = c.sandboxes(ctx); err != nil {
 			o.SandboxesErr = err.Error()
 		}
+	}
+	if c.opts.Egress != nil {
+		o.Egress = true
+		if o.Refusals, err = c.egressRefusals(ctx, ""); err != nil {
+			o.RefusalsErr = err.Error()
+		}
+		o.Refusals = o.Refusals[:min(len(o.Refusals), maxOverviewRefusals)]
 	}
 	c.render(w, http.StatusOK, "overview", c.newPage(r, sess, "overview", "Overview", o))
 }

@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -126,16 +125,17 @@ func (c *CAIssuer) Certificate(host string) (*tls.Certificate, error) {
 // CONNECT asked for.
 type interceptConn struct {
 	net.Conn
-	host string
-	port int
-	user string
+	watched *watchedConn // the connection from the sandbox under it; nil in tests
+	host    string
+	port    int
+	user    string
 }
 
 type interceptKey struct{}
 
 // intercept answers CONNECT to host:port itself: TLS with a certificate of ours, then
 // HTTP/1.1 requests forwarded with credentials.
-func (p *Proxy) intercept(c net.Conn, host string, port int, user string) {
+func (p *Proxy) intercept(c net.Conn, watched *watchedConn, host string, port int, user string) {
 	tc := tls.Server(c, &tls.Config{
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
@@ -153,13 +153,16 @@ func (p *Proxy) intercept(c net.Conn, host string, port int, user string) {
 			return p.Issuer.Certificate(host)
 		},
 	})
-	tc.SetDeadline(time.Now().Add(readHeaderTimeout))
+	tc.SetDeadline(time.Now().Add(p.limits.readHeader))
 	if err := tc.Handshake(); err != nil {
 		tc.Close()
 		return
 	}
 	tc.SetDeadline(time.Time{})
-	if !p.tlsLn.put(&interceptConn{Conn: tc, host: host, port: port, user: user}) {
+	if watched != nil {
+		watched.setIdle(p.limits.idle) // until the first request
+	}
+	if !p.tlsLn.put(&interceptConn{Conn: tc, watched: watched, host: host, port: port, user: user}) {
 		tc.Close()
 	}
 }
@@ -180,6 +183,5 @@ func (p *Proxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusBadRequest, "inside the tunnel, send requests in origin form (GET /path)")
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), reqKey{}, &reqInfo{pol: pol, user: ic.user, host: ic.host, port: ic.port, scheme: "https"}))
-	p.rp.ServeHTTP(w, r)
+	p.forward(w, r, &reqInfo{pol: pol, user: ic.user, host: ic.host, port: ic.port, scheme: "https"})
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,8 @@ import (
 type Rules struct {
 	// Allow lists the reachable hosts: "example.com", "*.example.com" (subdomains, not
 	// the name itself), "example.com:8443" (that port only; without a port, 80 and 443),
-	// "*" (every public host), or an IP literal of a public address.
+	// "*" (every public host, never a name Hosts maps to a private, local or own
+	// address), or an IP literal of a public address.
 	Allow []string
 	// Deny lists hosts refused even when Allow matches them, in the same forms.
 	Deny []string
@@ -37,7 +39,12 @@ type Rules struct {
 }
 
 // Credential adds a header to requests whose URL starts with Prefix (scheme, host,
-// optional port and path). The value never reaches the sandbox.
+// optional port and path). The value never reaches the sandbox, but an upstream that
+// echoes request headers shows it there: TRACE and TRACK to a credential host are
+// refused, other echoes are the operator's to avoid. One credential applies per
+// request, the longest prefix. A prefix with a path is matched on the decoded path,
+// which is what goes upstream; where a host's credentials are scoped to paths, a path
+// with dot segments or an encoded slash, backslash, dot or % is refused.
 type Credential struct {
 	Prefix string
 	Header string // e.g. "Authorization"
@@ -315,6 +322,9 @@ const (
 	ReasonPort       = "port not allowed by the operator"
 	ReasonPrivate    = "resolves to a private or local address"
 	ReasonBadHost    = "not a valid host name"
+	// ReasonMappedInside: a host line maps the name to a private or local address,
+	// which `allow *` does not open; an allow line naming the host does.
+	ReasonMappedInside = "mapped to a private or local address that only an allow entry naming it opens"
 )
 
 // Check says whether host (normalized or not) on port may be reached by name; nil means
@@ -329,9 +339,19 @@ func (p *Policy) Check(host string, port int) error {
 			return &Refusal{Host: h, Port: port, Reason: ReasonDenied}
 		}
 	}
-	hostOK := false
+	// A name that a host line maps to a private, local or own address is opened only
+	// by an allow entry that names it: `*` means the public internet.
+	inside := false
+	if a, ok := p.hosts[h]; ok {
+		inside = !Public(a) || ownAddr(a)
+	}
+	hostOK, anyOnly := false, false
 	for _, a := range p.allow {
 		if !a.matchesHost(h) {
+			continue
+		}
+		if a.any && inside {
+			anyOnly = true
 			continue
 		}
 		hostOK = true
@@ -339,8 +359,11 @@ func (p *Policy) Check(host string, port int) error {
 			return nil
 		}
 	}
-	if hostOK {
+	switch {
+	case hostOK:
 		return &Refusal{Host: h, Port: port, Reason: ReasonPort}
+	case anyOnly:
+		return &Refusal{Host: h, Port: port, Reason: ReasonMappedInside}
 	}
 	return &Refusal{Host: h, Port: port, Reason: ReasonNotAllowed}
 }
@@ -401,7 +424,11 @@ func (p *Policy) Mapped(name string) (netip.Addr, bool) {
 
 // Public says whether a may be dialled without a host mapping: not loopback, private
 // (RFC 1918, fc00::/7), shared (100.64.0.0/10), link-local, multicast, unspecified or
-// reserved.
+// reserved. An IPv6 address that carries an IPv4 one is judged by the IPv4 address
+// (IPv4-mapped, NAT64 64:ff9b::/96, 6to4 2002::/16), or refused outright where the
+// form is deprecated or local (IPv4-compatible ::/96, IPv4-translated, local NAT64
+// 64:ff9b:1::/48, Teredo 2001::/32): a gateway on the way may turn any of them into
+// the IPv4 address, loopback included.
 func Public(a netip.Addr) bool {
 	a = a.Unmap()
 	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() ||
@@ -413,8 +440,22 @@ func Public(a netip.Addr) bool {
 			return false
 		}
 	}
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a):
+			return Public(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(a):
+			return Public(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
 	return true
 }
+
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
 
 var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
@@ -422,8 +463,11 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (::a.b.c.d), deprecated
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT)
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
 	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001::/32"), // Teredo
 	netip.MustParsePrefix("2001:db8::/32"),
 	netip.MustParsePrefix("fec0::/10"),
 }
@@ -479,8 +523,51 @@ func validHeaderName(s string) bool {
 	return true
 }
 
+// credentialHost says whether some credential is added to requests to
+// scheme://host:port, and whether one of them is scoped to a path narrower than "/".
+func (p *Policy) credentialHost(scheme, host string, port int) (has, scoped bool) {
+	for _, c := range p.creds {
+		if c.scheme == scheme && c.host == host && c.port == port {
+			has = true
+			scoped = scoped || c.path != "/"
+		}
+	}
+	return has, scoped
+}
+
+// resolvedPath is the path a credential is matched on: escaped (a request's path as
+// sent) decoded, once it is known that no upstream can resolve it to another path.
+// It refuses dot segments ("..", ".", also with ";params"), backslashes and encoded
+// '/', '\', '.' and '%': an upstream that cleans or decodes them again would serve
+// a path outside the one matched.
+func resolvedPath(escaped string) (string, error) {
+	if escaped == "" {
+		return "/", nil
+	}
+	if escaped[0] != '/' {
+		return "", errors.New("the path does not start with /")
+	}
+	lower := strings.ToLower(escaped)
+	for _, bad := range []string{"%2f", "%5c", "%2e", "%25", "\\"} {
+		if strings.Contains(lower, bad) {
+			return "", fmt.Errorf("the path holds %q", bad)
+		}
+	}
+	path, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", errors.New("the path is not validly percent-encoded")
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return "", errors.New("the path holds a dot segment")
+		}
+	}
+	return path, nil
+}
+
 // credentialFor returns the credential whose prefix matches the request, the longest
-// path first; nil when none does.
+// path first; nil when none does. Only one applies per request.
 func (p *Policy) credentialFor(scheme, host string, port int, path string) *credential {
 	var best *credential
 	for i := range p.creds {

@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,9 +15,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,7 +44,25 @@ type Proxy struct {
 	// connection (nil, or a nil pool: the system's roots).
 	UpstreamRoots func() *x509.CertPool
 
+	// MaxConns caps the connections from the sandbox served at once (default
+	// DefaultMaxConns); beyond it a connection is answered 503.
+	MaxConns int
+	// TurnedAway, if set, is told of each connection beyond MaxConns.
+	TurnedAway func()
+	// WriteTimeout closes a connection, either side, when a write to it makes no
+	// progress for this long: its peer does not read (default 1m).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection from the sandbox that has no request under way
+	// and moves no byte for this long (default 2m).
+	IdleTimeout time.Duration
+	// TunnelIdleTimeout closes a tunnel, or a connection with a request under way,
+	// when no byte moves on it for this long (default 10m).
+	TunnelIdleTimeout time.Duration
+
 	once      sync.Once
+	conns     atomic.Int32 // connections served now
+	turning   atomic.Int32 // connections being answered 503 now
+	limits    limits
 	ln, tlsLn *connListener
 	srv       *http.Server
 	tlsSrv    *http.Server
@@ -48,15 +70,34 @@ type Proxy struct {
 	rp        *httputil.ReverseProxy
 }
 
-// Limits of the proxy's HTTP side.
+// Limits of the proxy's HTTP side, and the defaults of its settings.
 const (
-	maxHeaderBytes    = 64 << 10
-	readHeaderTimeout = 30 * time.Second
-	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes           = 64 << 10
+	readHeaderTimeout        = 30 * time.Second
+	DefaultMaxConns          = 64
+	defaultWriteTimeout      = time.Minute
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultTunnelIdleTimeout = 10 * time.Minute
+	// copyBufferSize is the buffer of each copy: one per direction of a connection
+	// that moves bytes, so it bounds what a stalled connection holds.
+	copyBufferSize = 32 << 10
 )
+
+// limits are the settings in force, defaults applied.
+type limits struct {
+	maxConns                        int
+	write, idle, tunnel, readHeader time.Duration
+}
 
 func (p *Proxy) init() {
 	p.once.Do(func() {
+		p.limits = limits{
+			maxConns: cmp.Or(p.MaxConns, DefaultMaxConns),
+			write:    cmp.Or(p.WriteTimeout, defaultWriteTimeout),
+			idle:     cmp.Or(p.IdleTimeout, defaultIdleTimeout),
+			tunnel:   cmp.Or(p.TunnelIdleTimeout, defaultTunnelIdleTimeout),
+		}
+		p.limits.readHeader = min(readHeaderTimeout, p.limits.idle)
 		p.ln, p.tlsLn = newConnListener(), newConnListener()
 		p.transport = &http.Transport{
 			DialTLSContext:         p.dialTLS,
@@ -82,16 +123,18 @@ func (p *Proxy) init() {
 		p.srv = &http.Server{
 			Handler:           p,
 			MaxHeaderBytes:    maxHeaderBytes,
-			ReadHeaderTimeout: readHeaderTimeout,
-			IdleTimeout:       idleTimeout,
+			ReadHeaderTimeout: p.limits.readHeader,
+			IdleTimeout:       p.limits.idle,
 			ErrorLog:          log.New(io.Discard, "", 0),
+			ConnState:         p.connState,
 		}
 		p.tlsSrv = &http.Server{
 			Handler:           http.HandlerFunc(p.serveIntercepted),
 			MaxHeaderBytes:    maxHeaderBytes,
-			ReadHeaderTimeout: readHeaderTimeout,
-			IdleTimeout:       idleTimeout,
+			ReadHeaderTimeout: p.limits.readHeader,
+			IdleTimeout:       p.limits.idle,
 			ErrorLog:          log.New(io.Discard, "", 0),
+			ConnState:         p.connState,
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 				return context.WithValue(ctx, interceptKey{}, c.(*interceptConn))
 			},
@@ -102,11 +145,64 @@ func (p *Proxy) init() {
 }
 
 // ServeConn serves c, a connection a program opened to the proxy, until either side
-// closes it. It returns at once; c is closed when done.
+// closes it or a timeout does. It returns at once; c is closed when done. Beyond
+// MaxConns connections at once, c is answered 503.
 func (p *Proxy) ServeConn(c net.Conn) {
 	p.init()
-	if !p.ln.put(c) {
+	if int(p.conns.Add(1)) > p.limits.maxConns {
+		p.conns.Add(-1)
+		p.turnAway(c)
+		return
+	}
+	w := watch(c, p.limits.write, p.limits.idle, func() { p.conns.Add(-1) })
+	if !p.ln.put(w) {
+		w.Close()
+	}
+}
+
+// Conns is how many connections from the sandbox the proxy serves now.
+func (p *Proxy) Conns() int { return int(p.conns.Load()) }
+
+// turnAway answers a connection beyond the cap with 503, once its request head is
+// read (a client that has not sent it yet may take an early answer for a reset);
+// four times as many as the cap are answered at once, any more are closed at once.
+func (p *Proxy) turnAway(c net.Conn) {
+	if p.TurnedAway != nil {
+		p.TurnedAway()
+	}
+	if int(p.turning.Add(1)) > 4*p.limits.maxConns {
+		p.turning.Add(-1)
 		c.Close()
+		return
+	}
+	w := watch(c, p.limits.write, min(5*time.Second, p.limits.readHeader), func() { p.turning.Add(-1) })
+	go func() {
+		defer w.Close()
+		_, _ = http.ReadRequest(bufio.NewReader(io.LimitReader(w, maxHeaderBytes)))
+		msg := fmt.Sprintf("the sandbox has %d connections open through the egress proxy, the most it may have at once: close connections it no longer needs (or let them finish), then try again", p.limits.maxConns)
+		fmt.Fprintf(w, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: too-many-connections\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(msg)+1, msg)
+		w.CloseWrite()
+	}()
+}
+
+// connState keeps a connection's idle limit to what it is doing: waiting for a
+// request (IdleTimeout), or serving one (TunnelIdleTimeout).
+func (p *Proxy) connState(c net.Conn, st http.ConnState) {
+	var w *watchedConn
+	switch c := c.(type) {
+	case *watchedConn:
+		w = c
+	case *interceptConn:
+		w = c.watched
+	}
+	if w == nil {
+		return
+	}
+	switch st {
+	case http.StateActive:
+		w.setIdle(p.limits.tunnel)
+	case http.StateIdle:
+		w.setIdle(p.limits.idle)
 	}
 }
 
@@ -136,8 +232,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.refuse(w, user, err.(*Refusal))
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), reqKey{}, &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http"}))
-		p.rp.ServeHTTP(w, r)
+		p.forward(w, r, &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http"})
 	case r.URL.IsAbs():
 		plain(w, http.StatusBadRequest, "this proxy forwards http:// URLs; use CONNECT for https")
 	default:
@@ -151,6 +246,29 @@ type reqInfo struct {
 	pol                *Policy
 	user, host, scheme string
 	port               int
+	path               string // the decoded path, which a credential is matched on
+}
+
+// forward sends r on to its host. On a host that gets a credential, TRACE and TRACK
+// are refused (the answer would echo the credential), and where a credential is
+// scoped to a path, a path an upstream could resolve elsewhere is refused.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
+	has, scoped := info.pol.credentialHost(info.scheme, info.host, info.port)
+	if has && (r.Method == http.MethodTrace || strings.EqualFold(r.Method, "TRACK")) {
+		plain(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is refused to %s, which the proxy adds a credential to: the answer would show it", clip(r.Method), info.host))
+		return
+	}
+	escaped := r.URL.EscapedPath()
+	info.path = r.URL.Path
+	if scoped {
+		path, err := resolvedPath(escaped)
+		if err != nil {
+			plain(w, http.StatusBadRequest, fmt.Sprintf("refused %s: %v; %s gets a credential for some paths only, so send the path plainly, without dot segments or encoded slashes, backslashes, dots or %%", clip(escaped), err, info.host))
+			return
+		}
+		info.path = path
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, info)))
 }
 
 // targetOf parses a request's host[:port] strictly, with def as the port when absent.
@@ -207,7 +325,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 			c.Close()
 			return
 		}
-		p.intercept(bufferedConn{c, brw.Reader}, host, port, user)
+		wc, _ := c.(*watchedConn)
+		p.intercept(bufferedConn{c, brw.Reader}, wc, host, port, user)
 		return
 	}
 	up, err := p.dial(r.Context(), pol, host, port)
@@ -231,6 +350,10 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 		b, _ := brw.Reader.Peek(n)
 		client = io.MultiReader(strings.NewReader(string(b)), c)
 	}
+	if wc, ok := c.(*watchedConn); ok {
+		wc.tie(up)
+		wc.setIdle(p.limits.tunnel)
+	}
 	relay(c, client, up)
 }
 
@@ -243,19 +366,37 @@ func (p *Proxy) dialFailed(w http.ResponseWriter, user, host string, port int, e
 	plain(w, http.StatusBadGateway, fmt.Sprintf("cannot reach %s:%d: %v", host, port, shortErr(err)))
 }
 
-// relay copies both ways until both directions end, passing half-closes on.
+// relay copies both ways until both directions end, passing half-closes on; a
+// failure either way (a timeout closing one side among them) ends both.
 func relay(c net.Conn, fromClient io.Reader, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
-		io.Copy(up, fromClient)
+		defer close(done)
+		if copyBuffered(up, fromClient) != nil {
+			c.Close()
+			up.Close()
+			return
+		}
 		closeWrite(up)
-		close(done)
 	}()
-	io.Copy(c, up)
-	closeWrite(c)
+	if copyBuffered(c, up) != nil {
+		c.Close()
+		up.Close()
+	} else {
+		closeWrite(c)
+	}
 	<-done
 	c.Close()
 	up.Close()
+}
+
+// copyBuffered copies with a pooled buffer of copyBufferSize.
+func copyBuffered(dst io.Writer, src io.Reader) error {
+	b := copyBufferPool.Get().(*[]byte)
+	defer copyBufferPool.Put(b)
+	// Hide ReaderFrom and WriterTo, which would copy with buffers of their own.
+	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *b)
+	return err
 }
 
 func closeWrite(c net.Conn) {
@@ -274,7 +415,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = info.scheme
 	pr.Out.URL.Host = net.JoinHostPort(info.host, strconv.Itoa(info.port))
 	pr.Out.Host = pr.In.Host
-	if c := info.pol.credentialFor(info.scheme, info.host, info.port, pr.Out.URL.Path); c != nil {
+	// What goes upstream is the path matched: the escaped form as sent when it
+	// decodes to it (forward refused any that could resolve elsewhere), else
+	// the matched path escaped anew.
+	escaped := pr.In.URL.EscapedPath()
+	pr.Out.URL.Path, pr.Out.URL.RawPath = info.path, ""
+	if dec, err := url.PathUnescape(escaped); err == nil && dec == info.path {
+		pr.Out.URL.RawPath = escaped
+	}
+	if c := info.pol.credentialFor(info.scheme, info.host, info.port, info.path); c != nil {
 		pr.Out.Header.Set(c.header, c.value)
 	}
 }
@@ -353,7 +502,7 @@ func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (n
 	for _, a := range addrs {
 		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
-			return c, nil
+			return watch(c, p.limits.write, p.limits.tunnel, nil), nil
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -441,11 +590,11 @@ func shortErr(err error) string {
 	return clip(err.Error())
 }
 
-// copyBuffers are ReverseProxy's copy buffers: large, so a download reaches the
-// sandbox's stream in few frames.
+// copyBuffers are ReverseProxy's copy buffers, pooled. They are small: each one a
+// stalled connection holds is Caddy's memory.
 type copyBuffers struct{}
 
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
 
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }

@@ -1,0 +1,75 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+type fakeEgress struct{ list []EgressRefusal }
+
+func (f fakeEgress) Refusals(context.Context) ([]EgressRefusal, error) {
+	return append([]EgressRefusal(nil), f.list...), nil
+}
+
+// TestEgressAPI: GET /console/api/egress lists refusals across the sandboxes, newest
+// first, each with its person, filtered by person on request; the overview's card
+// names the person and escapes the container's text; a site without egress has none.
+func TestEgressAPI(t *testing.T) {
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	c := newTestConsole(t, fullLog(t))
+	get := func(path string) (int, string) {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/console/api/egress"); code != 404 || !strings.Contains(body, "no egress block") {
+		t.Fatalf("without egress: %d %s", code, body)
+	}
+	c.opts.Egress = fakeEgress{[]EgressRefusal{
+		{Person: "", Host: "gist.github.com", Reason: "denied by the operator", Count: 3, LastAt: t0},
+		{Person: "alice", Host: "evil.example", Reason: "not allowed by the operator", Count: 7, LastAt: t0.Add(2 * time.Minute)},
+		{Person: "bob", Host: `"<b>"`, Reason: "not a valid host name", Count: 1, LastAt: t0.Add(time.Minute)},
+	}}
+	code, body := get("/console/api/egress")
+	var got struct {
+		Refusals  []EgressRefusal `json:"refusals"`
+		Approvals []any           `json:"approvals"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil || got.Approvals == nil {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	if len(got.Refusals) != 3 || got.Refusals[0].Person != "alice" || got.Refusals[0].Host != "evil.example" ||
+		got.Refusals[0].Count != 7 || !got.Refusals[0].LastAt.Equal(t0.Add(2*time.Minute)) || got.Refusals[2].Person != "" {
+		t.Fatalf("refusals %+v", got.Refusals)
+	}
+	for q, want := range map[string]string{"alice": "evil.example", "-": "gist.github.com"} {
+		_, body := get("/console/api/egress?person=" + q)
+		got.Refusals = nil
+		if err := json.Unmarshal([]byte(body), &got); err != nil || len(got.Refusals) != 1 || got.Refusals[0].Host != want {
+			t.Fatalf("person=%s: %s", q, body)
+		}
+	}
+
+	c.opts.Sandboxes = &fakeSandboxes{}
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(signedIn(t, c))
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	page := rec.Body.String()
+	for _, want := range []string{
+		`<h2>Egress refusals</h2>`,
+		`<tr><td><code>evil.example</code></td><td>alice</td><td class="num">×7</td>`,
+		`<tr><td><code>&#34;&lt;b&gt;&#34;</code></td><td>bob</td><td class="num">×1</td>`,
+		`<tr><td><code>gist.github.com</code></td><td>operator</td><td class="num">×3</td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("overview lacks %s:\n%s", want, page)
+		}
+	}
+}
