@@ -228,7 +228,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 	}
 	var client io.Reader = c
 	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
+		b, _ := brw.Peek(n)
 		client = io.MultiReader(strings.NewReader(string(b)), c)
 	}
 	relay(c, client, up)
@@ -260,7 +260,7 @@ func relay(c net.Conn, fromClient io.Reader, up net.Conn) {
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
+		_ = cw.CloseWrite()
 		return
 	}
 	c.Close()
