@@ -104,7 +104,8 @@ root=$(mktemp -d)
 log=$root.debootstrap.log
 cleanup() {
 	umount "$root/proc" 2>/dev/null || true
-	rm -rf "$root" "$root.debootstrap.log" "$root.apt.log"
+	# --one-file-system: never into a /proc that failed to unmount.
+	rm -rf --one-file-system "$root" "$root.debootstrap.log" "$root.apt.log"
 }
 trap cleanup EXIT
 fail() {
