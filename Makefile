@@ -1,15 +1,22 @@
-# make test   – set up what the tests need (Docker engine, test image, browser, npm
-#               clients) on a fresh Debian machine with Go, then run every test.
+# make test   – set up what the tests need (Docker engine, test images, browser, npm
+#               clients) on a fresh Debian machine with Go, then run the repository
+#               checks, the linter, go vet and every test.
+# make check  – the repository's own checks: doc links, no large tracked file, build
+#               outputs ignored (no Docker needed).
+# make lint   – golangci-lint at a pinned version, fetched through the Go module proxy.
 # make bench  – the benchmarks, with their raw-Docker baselines measured in the same run.
 # make build  – bin/caddy: Caddy with the standard modules and this plugin.
-# make run    – build and start Caddy on http://localhost:8080 with examples/Caddyfile.local.
+# make run    – build and start Caddy on http://localhost:8080 with examples/Caddyfile.local,
+#               building a sandbox image first when there is none (see scripts/run-local.sh).
 GO         ?= go
 TEST_IMAGE ?= code-sandbox-test:latest
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 export SANDBOX_TEST_IMAGE := $(TEST_IMAGE)
 
-.PHONY: test testenv bench build run vet
+.PHONY: test testenv check lint bench build run vet
 
-test: testenv
+test: check lint testenv
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
 	# Restarts dockerd under a running Caddy, so it runs alone, after the rest.
@@ -18,8 +25,14 @@ test: testenv
 testenv:
 	scripts/docker-up.sh
 	containers/build-test-image.sh $(TEST_IMAGE)
-	containers/build-debian-image.sh
+	containers/build-debian-image.sh --set test code-sandbox-debian:latest
 	scripts/test-deps.sh
+
+check:
+	$(GO) test -count=1 ./internal/repocheck
+
+lint:
+	$(GOLANGCI_LINT) run ./...
 
 bench: testenv
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./...

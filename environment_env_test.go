@@ -74,7 +74,7 @@ func TestToolsListChangedOnceDetected(t *testing.T) {
 	defer cancel()
 	c, err := mcpclient.NewStreamableHttpClient(s.url+"/mcp",
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.key}),
-		transport.WithContinuousListening())
+		transport.WithContinuousListening()) //nolint:staticcheck // SA1019: the test needs the legacy GET stream
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,13 +265,13 @@ func TestHostileTasksBounded(t *testing.T) {
 			break
 		}
 	}
-	for _, rerr := range refused {
+	if len(refused) > 0 {
+		rerr := refused[0]
 		for _, want := range []string{"already holds 100 tasks", "max_tasks", "tasks/result", "DELETE /mcp", "tasks/cancel"} {
 			if !strings.Contains(rerr.Message, want) {
 				t.Errorf("the refusal lacks %q: %q", want, rerr.Message)
 			}
 		}
-		break
 	}
 	if len(made) == 0 {
 		t.Fatal("no task was made")

@@ -409,7 +409,7 @@ func TestJobsConcurrentMemory(t *testing.T) {
 			for w := 0; w < size-7; w += len(line) {
 				h.Write([]byte(line[:min(len(line), size-7-w)]))
 			}
-			h.Write([]byte(fmt.Sprintf("end-%02d\n", i)))
+			fmt.Fprintf(h, "end-%02d\n", i)
 			if hex.EncodeToString(h.Sum(nil)) != sum {
 				errs <- fmt.Sprintf("job %d: file differs: %s", i, s.tryExec("ls -la "+last["stdout_file"].(string)+"; head -c 100 "+last["stdout_file"].(string)+"; tail -c 100 "+last["stdout_file"].(string)+"; grep -v job-%02d "+last["stdout_file"].(string)+" | head -5"))
 			}

@@ -292,7 +292,7 @@ func TestPreviewLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(sresp.Body)
-	first, err := br.ReadString('\n')
+	first, _ := br.ReadString('\n')
 	firstAt := time.Since(start)
 	rest, _ := io.ReadAll(br)
 	total := time.Since(start)

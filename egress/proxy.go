@@ -347,7 +347,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 	}
 	var client io.Reader = c
 	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
+		b, _ := brw.Peek(n)
 		client = io.MultiReader(strings.NewReader(string(b)), c)
 	}
 	if wc, ok := c.(*watchedConn); ok {
@@ -401,7 +401,7 @@ func copyBuffered(dst io.Writer, src io.Reader) error {
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
+		_ = cw.CloseWrite()
 		return
 	}
 	c.Close()

@@ -399,7 +399,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	stdout, stderr := newBoundedOutput(maxOutput), newBoundedOutput(maxOutput)
 	sink := func(st Stream, out *boundedOutput) func([]byte) {
 		return func(p []byte) {
-			out.Write(p)
+			_, _ = out.Write(p)
 			if onOutput != nil {
 				onOutput(st, p)
 			}

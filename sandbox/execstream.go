@@ -123,7 +123,7 @@ func (e *execStream) Read(p []byte) (int, error) {
 		}
 		if err != io.EOF || e.left == 0 {
 			// EOF right at the end of a frame is the end of the output.
-			e.finish(err)
+			_ = e.finish(err)
 		}
 		if n > 0 {
 			return n, nil

@@ -113,7 +113,7 @@ func (s *Sandbox) putArchive(ctx context.Context, id, dir string, ts *tarStream)
 	if json.Unmarshal(body, &msg) != nil || msg.Message == "" {
 		msg.Message = strings.TrimSpace(string(body))
 	}
-	err = fmt.Errorf("Docker answered %s: %s", resp.Status, msg.Message)
+	err = fmt.Errorf("Docker answered %s: %s", resp.Status, msg.Message) //nolint:staticcheck // ST1005: Docker is a name
 	if resp.StatusCode == http.StatusNotFound {
 		err = fmt.Errorf("%w: %w", cerrdefs.ErrNotFound, err)
 	}

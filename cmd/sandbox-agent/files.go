@@ -51,7 +51,7 @@ func reply(st *agentwire.Stream, r agentwire.FileReply) error {
 
 // fail answers a file operation with the error err and ends the stream.
 func fail(st *agentwire.Stream, err error) {
-	reply(st, agentwire.FileReply{Err: fileErr(err), Msg: err.Error()})
+	_ = reply(st, agentwire.FileReply{Err: fileErr(err), Msg: err.Error()})
 	st.Exit(1)
 }
 
@@ -119,7 +119,7 @@ func runStat(st *agentwire.Stream, req agentwire.Request) {
 		fail(st, err)
 		return
 	}
-	reply(st, infoReply(req.Path, fi))
+	_ = reply(st, infoReply(req.Path, fi))
 	st.Exit(0)
 }
 
@@ -131,7 +131,7 @@ func runRead(st *agentwire.Stream, req agentwire.Request) {
 		if fi != nil {
 			r := infoReply(req.Path, fi)
 			r.Err, r.Msg = fileErr(err), err.Error()
-			reply(st, r)
+			_ = reply(st, r)
 			st.Exit(1)
 			return
 		}
@@ -142,7 +142,7 @@ func runRead(st *agentwire.Stream, req agentwire.Request) {
 	if req.Offset < 0 || req.Offset > fi.Size() {
 		r := infoReply(req.Path, fi)
 		r.Err, r.Msg = agentwire.FileRange, fmt.Sprintf("offset %d is beyond the end of the file (%d bytes)", req.Offset, fi.Size())
-		reply(st, r)
+		_ = reply(st, r)
 		st.Exit(1)
 		return
 	}
@@ -267,7 +267,7 @@ func finishWrite(st *agentwire.Stream, req agentwire.Request, f *os.File, create
 	}
 	r := infoReply(req.Path, fi)
 	r.Created = created
-	reply(st, r)
+	_ = reply(st, r)
 	st.Exit(0)
 }
 
@@ -330,7 +330,7 @@ func openForWrite(p string, excl, mkdir bool, perm uint32) (f *os.File, created 
 func runList(st *agentwire.Stream, req agentwire.Request) {
 	d, err := os.Open(req.Path)
 	if err != nil {
-		reply(st, agentwire.FileReply{})
+		_ = reply(st, agentwire.FileReply{})
 		st.Exit(0) // like `cd` failing: nothing to list
 		return
 	}
@@ -488,6 +488,6 @@ func (w *streamWriter) Write(p []byte) (int, error) { return w.st.Write(agentwir
 func growPipes() {
 	const size = 1 << 20
 	for _, fd := range []uintptr{0, 1} {
-		syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_SETPIPE_SZ, size)
+		_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_SETPIPE_SZ, size)
 	}
 }

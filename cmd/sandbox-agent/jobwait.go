@@ -80,7 +80,7 @@ func jobsMain(args []string) int {
 			defer running.Done()
 			w.run(time.Duration(secs*float64(time.Second)), func() {
 				mu.Lock()
-				events.Write([]byte("done " + w.id + "\n"))
+				_, _ = events.Write([]byte("done " + w.id + "\n"))
 				mu.Unlock()
 			})
 		}()

@@ -327,7 +327,7 @@ func relayInput(st *agentwire.Stream, stdin io.WriteCloser, prefix []byte, relay
 		}
 		if c.EOF {
 			if isTerm {
-				stdin.Write([]byte{4}) // ^D: the terminal's end of input
+				_, _ = stdin.Write([]byte{4}) // ^D: the terminal's end of input
 				continue
 			}
 			stdin.Close()

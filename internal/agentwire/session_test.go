@@ -223,7 +223,7 @@ func TestVersionMismatch(t *testing.T) {
 func TestSessionEndFailsStreams(t *testing.T) {
 	var mu sync.Mutex
 	block := make(chan struct{})
-	s, stop := pair(t, func(st *Stream) { mu.Lock(); mu.Unlock(); <-block })
+	s, stop := pair(t, func(st *Stream) { mu.Lock(); mu.Unlock(); <-block }) //nolint:staticcheck // SA2001: waits until the test releases the lock
 	st, _ := s.Open([]byte("x"))
 	s.Close()
 	if _, err := st.ReadChunk(); !errors.Is(err, ErrClosed) {

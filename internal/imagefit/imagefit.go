@@ -173,7 +173,6 @@ func (f *Fitter) fitWithin(ctx context.Context, head []byte, size int64, read Re
 	if b := src.Bounds(); b.Dx() > p.width || b.Dy() > p.height || !p.gifFrame && (b.Dx() != p.width || b.Dy() != p.height) {
 		return Image{}, false, fmt.Errorf("decoding: it came out %dx%d, not the %dx%d its header says", b.Dx(), b.Dy(), p.width, p.height)
 	}
-	data = nil // the file's bytes are no longer needed
 	nw, nh := f.target(p)
 	out, mime, err := encode(scaleDown(src, nw, nh), p.format, f.opts.MaxBytes)
 	if err != nil {
