@@ -21,7 +21,7 @@ import (
 // stream may: the proxy must bound its writes on its own.
 type noWriteDeadline struct{ net.Conn }
 
-func (c noWriteDeadline) SetDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(t) }
+func (c noWriteDeadline) SetDeadline(t time.Time) error  { return c.SetReadDeadline(t) }
 func (noWriteDeadline) SetWriteDeadline(time.Time) error { return nil }
 
 // serveProxy serves px on a loopback listener, each connection without write

@@ -181,7 +181,7 @@ func (p *Proxy) turnAway(c net.Conn) {
 		_, _ = http.ReadRequest(bufio.NewReader(io.LimitReader(w, maxHeaderBytes)))
 		msg := fmt.Sprintf("the sandbox has %d connections open through the egress proxy, the most it may have at once: close connections it no longer needs (or let them finish), then try again", p.limits.maxConns)
 		fmt.Fprintf(w, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: too-many-connections\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", len(msg)+1, msg)
-		w.CloseWrite()
+		_ = w.CloseWrite()
 	}()
 }
 
