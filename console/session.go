@@ -196,7 +196,7 @@ func (c *Console) serveSignIn(w http.ResponseWriter, r *http.Request) {
 	value, _ := c.sessions.create()
 	c.setCookie(w, r, value, int(sessionTTL/time.Second))
 	c.record(r, "console", "console.sign_in", "", OutcomeOK, "", start)
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"?done=signed_in", http.StatusSeeOther)
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, sess *session) {
