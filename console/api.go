@@ -83,13 +83,17 @@ func (c *Console) apiAuth(w http.ResponseWriter, r *http.Request) (actor string,
 			c.apiUnauthorized(w, "use the API key as a bearer token")
 			return "", false
 		}
-		good, retry := c.opts.Keys.CheckAPIKey(r, strings.TrimSpace(token))
-		if retry > 0 {
+		good, retry, err := c.opts.Keys.CheckAPIKey(r, strings.TrimSpace(token))
+		switch {
+		case retry > 0:
 			w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
-			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try again later")
+			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try the key again in "+roundUp(retry))
 			return "", false
-		}
-		if !good {
+		case err != nil:
+			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, err.Error(), c.opts.Now())
+			c.apiUnauthorized(w, err.Error())
+			return "", false
+		case !good:
 			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, "wrong API key", c.opts.Now())
 			c.apiUnauthorized(w, "the bearer token is not the API key")
 			return "", false

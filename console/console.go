@@ -169,9 +169,11 @@ type Jobs interface {
 }
 
 // KeyChecker checks a typed API key under the sign-in limit shared with the OAuth
-// sign-in page; retryAfter > 0 means the address is refused for that long.
+// sign-in page; retryAfter > 0 means the address may not try a new key for that long,
+// and err, when set, says why the key is refused (a retired key) in words for the
+// person who typed it.
 type KeyChecker interface {
-	CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration)
+	CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration, err error)
 }
 
 // Options configures a [Console]. Every interface is required except Jobs.

@@ -25,8 +25,8 @@ import (
 
 type fakeKeys struct{ key string }
 
-func (k fakeKeys) CheckAPIKey(_ *http.Request, key string) (bool, time.Duration) {
-	return key == k.key, 0
+func (k fakeKeys) CheckAPIKey(_ *http.Request, key string) (bool, time.Duration, error) {
+	return key == k.key, 0, nil
 }
 
 type fakeSandbox struct{}
