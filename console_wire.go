@@ -236,6 +236,16 @@ func (h *Handler) runningSandbox(ctx context.Context, person string) (*sandbox.S
 	return e.sb, nil
 }
 
+// containerOf is the name of person's container ("" the operator's), as
+// sandboxConfigFor makes it, for logs.
+func (h *Handler) containerOf(person string) string {
+	name := h.box.Config().Container
+	if person == "" {
+		return name
+	}
+	return name + "-" + person
+}
+
 // whoseSandbox names person's sandbox in messages.
 func whoseSandbox(person string) string {
 	if person == "" {

@@ -30,10 +30,10 @@ func personAPI(t *testing.T, p *peopleSite, method, path string, out any) int {
 }
 
 // TestOperatorSeesWhose: with alice and bob, the console's jobs API lists alice's real
-// job with her name and kills it in her container (not in bob's, not without her
-// name's sandbox running it); her calls in the activity log, her download link and
-// preview in the links, and the OAuth sign-in she made with her key in the grants all
-// name her; revoking her preview closes it.
+// job with her name and kills it in her container (not in bob's); Caddy's log lines,
+// her calls in the activity log, her download link and preview in the links, and the
+// OAuth sign-in she made with her key in the grants all name her; revoking her
+// preview closes it.
 func TestOperatorSeesWhose(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker and the test image")
@@ -108,6 +108,18 @@ func TestOperatorSeesWhose(t *testing.T) {
 	if has(jobs("?person=alice")) {
 		t.Error("the killed job is still listed")
 	}
+
+	// Caddy's log names her and her container for her command and for the kill.
+	waitFor(t, 10*time.Second, "log lines naming alice and her container", func() bool {
+		log, _ := os.ReadFile(filepath.Join(p.storage, "caddy.log"))
+		var execute, kill bool
+		for _, line := range strings.Split(string(log), "\n") {
+			named := strings.Contains(line, `"person":"alice"`) && strings.Contains(line, `"container":"`+p.containerOf("alice")+`"`)
+			execute = execute || (named && strings.Contains(line, `"msg":"execute"`))
+			kill = kill || (named && strings.Contains(line, `"msg":"job killed from the console"`))
+		}
+		return execute && kill
+	})
 
 	// The activity log names her.
 	var act struct {
