@@ -255,8 +255,9 @@ func (g *GuessLimiter) evict(now time.Time) {
 	}
 }
 
-// limiter counts events per address in a sliding window, in memory. Several instances
-// each count on their own, which only multiplies the allowance by their number.
+// limiter counts events per address in a sliding window, in memory (registrations).
+// Several instances each count on their own, which only multiplies the allowance by
+// their number.
 type limiter struct {
 	mu      sync.Mutex
 	window  time.Duration
@@ -287,19 +288,6 @@ func (l *limiter) record(key string) (count int, retryAfter time.Duration) {
 	events = append(events, now)
 	l.entries[key] = events
 	return len(events), 0
-}
-
-// blocked returns how long until key may try again, or 0 when it may now. It records
-// nothing.
-func (l *limiter) blocked(key string) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	events := l.live(key, now)
-	if len(events) < l.limit {
-		return 0
-	}
-	return events[0].Add(l.window).Sub(now)
 }
 
 // reset forgets the key, after it proved itself.
