@@ -54,6 +54,18 @@ func TestRetiredKeys(t *testing.T) {
 	if got := e.callMCP(bobNewKey); got != http.StatusOK {
 		t.Fatalf("bob's new key after his old one was retried: %d", got)
 	}
+	// The sign-in page asks for the person's own key and says when one was retired.
+	reg := e.register(map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"})
+	params, _ := authParamsFor(e, reg.ClientID, httpsRedirect)
+	_, page := e.get("/authorize?" + params.Encode())
+	if !strings.Contains(string(page), ">Your key</label>") || strings.Contains(string(page), "API key") {
+		t.Errorf("the sign-in page does not ask for the person's own key: %s", page)
+	}
+	form := formFields(t, page)
+	form.Set("api_key", aliceKey)
+	if resp, body := e.postForm("/authorize", form); resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "This key was retired; ask the operator for your new key.") {
+		t.Errorf("alice's old key on the sign-in page: %d %s", resp.StatusCode, body)
+	}
 	if ok, _, err := e.server().CheckAPIKey(consoleRequest(), bobKey); ok || err != ErrRetiredKey {
 		t.Fatalf("an old key on the console: %v %v", ok, err)
 	}
