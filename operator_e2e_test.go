@@ -190,6 +190,25 @@ func TestOperatorSeesWhose(t *testing.T) {
 	if resp, _ := p.request(t, "GET", previewURL, "", nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("the revoked preview: %d, want 404", resp.StatusCode)
 	}
+	// A port the model unexposes leaves the list.
+	call(ctx, t, alice, "expose_port", map[string]any{"port": 8001})
+	listed8001 := func() bool {
+		for _, l := range links() {
+			if l.Kind == "preview" && l.Target == "8001" {
+				return true
+			}
+		}
+		return false
+	}
+	if !listed8001() {
+		t.Fatal("port 8001 is not listed once exposed")
+	}
+	if res := call(ctx, t, alice, "unexpose_port", map[string]any{"port": 8001}); res.IsError {
+		t.Fatalf("unexpose_port: %s", resultText(res))
+	}
+	if listed8001() {
+		t.Error("port 8001 is still listed once unexposed")
+	}
 
 	// An OAuth sign-in made with alice's key names her, and the Access page shows it.
 	conf, verifier := oauthConfig(t, p.site, "Claude")
