@@ -192,8 +192,8 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 		c.apiAct(w, r, actor, actRevokeLink, id)
 	case "GET jobs":
 		var people []string
-		if q := r.URL.Query(); q.Has("person") {
-			p, ok := c.personArg(q.Get("person"))
+		if person := r.URL.Query().Get("person"); person != "" {
+			p, ok := c.personArg(person)
 			if !ok {
 				writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them ("+OperatorPath+" is the operator)")
 				return

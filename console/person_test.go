@@ -53,8 +53,10 @@ func TestJobsByPerson(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	if got := listed("/jobs"); got != "/job-1,alice/job-2" {
-		t.Errorf("every job: %q", got)
+	for _, all := range []string{"/jobs", "/jobs?person="} {
+		if got := listed(all); got != "/job-1,alice/job-2" {
+			t.Errorf("every job (%s): %q", all, got)
+		}
 	}
 	if got := listed("/jobs?person=alice"); got != "alice/job-2" {
 		t.Errorf("alice's jobs: %q", got)
