@@ -2,8 +2,11 @@ package mcpsandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,6 +17,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -80,6 +84,7 @@ func (h *Handler) provisionConsole() error {
 	}
 	h.consoleKeys = append(h.consoleKeys, linksKey)
 	h.linkReg = v.(linkState).reg
+	h.linkReg.OnRevoke(console.KindPreview, h.unexposeRevoked)
 
 	var sandboxes console.Sandboxes
 	if len(h.People) > 0 {
@@ -95,7 +100,7 @@ func (h *Handler) provisionConsole() error {
 		Sandbox:    consoleSandbox{h.box, h.entry.egress},
 		Access:     consoleAccess{h.auth},
 		Links:      consoleLinks{h.linkReg},
-		Jobs:       consoleJobs{h.box},
+		Jobs:       consoleJobs{h},
 		Sandboxes:  sandboxes,
 		Egress:     egressLog,
 		Audit:      h.audit,
@@ -160,25 +165,98 @@ func (c consoleSandbox) agent() console.Agent {
 func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restart(ctx) }
 func (c consoleSandbox) Recreate(ctx context.Context) error { return c.sb.Recreate(ctx) }
 
-// consoleJobs shows the sandbox's running jobs to the console and kills them. Looking
-// never starts the container: with none running there are no jobs.
-type consoleJobs struct{ sb *sandbox.Sandbox }
+// consoleJobs shows the running jobs of every sandbox to the console and kills them.
+// Looking never starts a container: one that does not run has no jobs.
+type consoleJobs struct{ h *Handler }
 
-func (c consoleJobs) Jobs(ctx context.Context) ([]console.Job, error) {
-	js, err := c.sb.RunningJobs(ctx)
-	out := make([]console.Job, 0, len(js))
-	for _, j := range js {
-		out = append(out, console.Job{ID: j.ID, Command: j.Command, StartedAt: j.Started, State: j.State})
+func (c consoleJobs) Jobs(ctx context.Context, people ...string) ([]console.Job, error) {
+	if len(people) == 0 {
+		people = append([]string{""}, consoleSandboxes{c.h}.People()...)
 	}
-	return out, err
+	out := make([]console.Job, 0)
+	var errs []error
+	for _, p := range people {
+		sb, err := c.h.runningSandbox(ctx, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", whoseSandbox(p), err))
+			continue
+		}
+		if sb == nil {
+			continue
+		}
+		js, err := sb.RunningJobs(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", whoseSandbox(p), err))
+		}
+		for _, j := range js {
+			out = append(out, console.Job{ID: j.ID, Command: j.Command, Person: p, StartedAt: j.Started, State: j.State})
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
-func (c consoleJobs) KillJob(ctx context.Context, id string) error {
-	err := c.sb.StopJob(ctx, id)
+func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
+	sb, err := c.h.runningSandbox(ctx, person)
+	if err != nil || sb == nil {
+		if err == nil || errors.Is(err, errNoPerson) {
+			err = console.ErrNotFound
+		}
+		return err
+	}
+	err = sb.StopJob(ctx, id)
 	if errors.Is(err, sandbox.ErrJobNotFound) {
 		return console.ErrNotFound
 	}
+	if err == nil {
+		c.h.logger.Info("job killed from the console", zap.String("person", person),
+			zap.String("container", sb.Config().Container), zap.String("job", id))
+	}
 	return err
+}
+
+// errNoPerson is runningSandbox's answer for a person who is not configured.
+var errNoPerson = errors.New("no such person is configured")
+
+// runningSandbox is person's sandbox when its container runs, nil when it does not:
+// the one this config holds, or, for a person whose sandbox it has not used yet, the
+// pooled one once a look at the container (which starts nothing) finds it running.
+func (h *Handler) runningSandbox(ctx context.Context, person string) (*sandbox.Sandbox, error) {
+	if person != "" && h.person(person) == nil {
+		return nil, errNoPerson
+	}
+	if e := h.heldSandbox(person); e != nil {
+		return e.sb, nil
+	}
+	sb, err := h.observed(person)
+	if err != nil {
+		return nil, err
+	}
+	if running, err := sb.Running(ctx); err != nil || !running {
+		return nil, err
+	}
+	e, err := h.placedEntry(ctx, person)
+	if err != nil {
+		return nil, err
+	}
+	return e.sb, nil
+}
+
+// containerOf is the name of person's container ("" the operator's), as
+// sandboxConfigFor makes it, for logs.
+func (h *Handler) containerOf(person string) string {
+	name := h.box.Config().Container
+	if person == "" {
+		return name
+	}
+	return name + "-" + person
+}
+
+// whoseSandbox names person's sandbox in messages.
+func whoseSandbox(person string) string {
+	if person == "" {
+		return "the operator's sandbox"
+	}
+	return person + "'s sandbox"
 }
 
 // consoleAccess shows the OAuth clients and sign-ins to the console.
@@ -197,7 +275,7 @@ func (c consoleAccess) Grants(ctx context.Context) ([]console.Grant, error) {
 	gs, err := c.auth.Grants(ctx)
 	out := make([]console.Grant, 0, len(gs))
 	for _, g := range gs {
-		out = append(out, console.Grant{ID: g.ID, ClientID: g.ClientID, ClientName: g.ClientName,
+		out = append(out, console.Grant{ID: g.ID, ClientID: g.ClientID, ClientName: g.ClientName, Person: g.Person,
 			CreatedAt: g.CreatedAt, RefreshedAt: g.RefreshedAt, ExpiresAt: g.ExpiresAt})
 	}
 	return out, err
@@ -211,11 +289,9 @@ func (c consoleAccess) RevokeGrant(ctx context.Context, id string) error {
 	return err
 }
 
-// consoleLinks shows the links of every kind the registry holds. Uploads and previews
-// plug in the way downloads do: Record each link made (console.KindUpload or
-// KindPreview, the directory or port as Target) in h.linkReg, consult
-// h.linkReg.Revoked(id) in their link check, and set an OnRevoke hook when revoking
-// must do more than fail that check (a preview closing its port).
+// consoleLinks shows the links of every kind the registry holds: each kind records
+// the links it makes (recordLink, recordPreview) and consults h.linkReg.Revoked(id) in
+// its link check, or, for previews, is unexposed by an OnRevoke hook.
 type consoleLinks struct{ reg *console.LinkRegistry }
 
 func (c consoleLinks) Links(context.Context) ([]console.Link, error) { return c.reg.List(), nil }
@@ -227,13 +303,49 @@ func (c consoleLinks) RevokeLink(ctx context.Context, id string) (console.Link, 
 // recordLink remembers a link a tool made, so the console lists it and can revoke it.
 // A failure to remember it is logged, never the tool's failure.
 func (h *Handler) recordLink(ctx context.Context, kind string, l links.Link, target string) {
+	caller := mcptools.CallerFrom(ctx)
 	err := h.linkReg.Record(ctx, console.Link{
 		ID: l.ID, Kind: kind, Target: target,
-		Creator: mcptools.CallerFrom(ctx).Label, ExpiresAt: l.Expires,
+		Creator: caller.Label, Person: caller.Person, ExpiresAt: l.Expires,
 	})
 	if err != nil {
 		h.logger.Warn("recording a "+kind+" link", zap.Error(err))
 	}
+}
+
+// previewLinkID names a preview in the link registry: a hash of its label, which is
+// the preview's capability and so is kept out of storage and the console.
+func previewLinkID(label string) string {
+	sum := sha256.Sum256([]byte("mcp-sandbox preview\x00" + label))
+	return "preview-" + hex.EncodeToString(sum[:10])
+}
+
+// recordPreview remembers a port exposed by a tool, so the console lists it with its
+// person and can end it; exposing it again renews the entry.
+func (h *Handler) recordPreview(ctx context.Context, pv preview.Preview) {
+	caller := mcptools.CallerFrom(ctx)
+	err := h.linkReg.Record(ctx, console.Link{
+		ID: previewLinkID(pv.Label), Kind: console.KindPreview, Target: strconv.Itoa(pv.Port),
+		Creator: caller.Label, Person: caller.Person, ExpiresAt: pv.Expires,
+	})
+	if err != nil {
+		h.logger.Warn("recording a preview", zap.Error(err))
+	}
+}
+
+// unexposeRevoked ends the preview the operator revoked: its port closes at once.
+func (h *Handler) unexposeRevoked(_ context.Context, l console.Link) error {
+	port, err := strconv.Atoi(l.Target)
+	if err != nil || h.previews == nil {
+		return nil
+	}
+	if l.Person != "" && h.person(l.Person) == nil {
+		return nil // a removed person's previews no longer open
+	}
+	if h.previews.Unexpose(h.previewOwner(l.Person), port) {
+		h.logger.Info("preview revoked from the console", zap.String("person", l.Person), zap.Int("port", port))
+	}
+	return nil
 }
 
 // clientLabel is how the audit log and the console name who acted.

@@ -12,7 +12,8 @@ import (
 // TestWrongKeysShareOneBudget: wrong keys count against one budget per address,
 // wherever they are tried (bearer tokens on /mcp, the preview sign-in, the console API),
 // and the count survives a config reload. A token the server issued and then revoked is
-// no guess, however often a client retries with it.
+// no guess, however often a client retries with it. Once the budget is spent, no key is
+// looked at until the address's first wait is over; then the right key works.
 func TestWrongKeysShareOneBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker and a real Caddy")
@@ -72,7 +73,7 @@ func TestWrongKeysShareOneBudget(t *testing.T) {
 			t.Fatalf("wrong key %d on the preview sign-in (after five wrong bearer tokens and a reload): %d, want 401", i+1, got)
 		}
 	}
-	// The budget is spent: every place refuses, even the right key, until the window passes.
+	// The budget is spent: every place refuses, even the right key, for a while.
 	if got := previewSignin(s.key); got != http.StatusTooManyRequests {
 		t.Errorf("the right key on the preview sign-in after ten wrong keys: %d, want 429", got)
 	}
@@ -82,4 +83,7 @@ func TestWrongKeysShareOneBudget(t *testing.T) {
 	if got := apiCall(t, s, http.MethodGet, "/activity", nil); got != http.StatusTooManyRequests {
 		t.Errorf("the console API with the right key after ten wrong keys: %d, want 429", got)
 	}
+	waitFor(t, 30*time.Second, "the right key to work again", func() bool {
+		return apiCall(t, s, http.MethodGet, "/activity", nil) == http.StatusOK
+	})
 }

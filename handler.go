@@ -176,8 +176,10 @@ type Handler struct {
 	signer     *links.Signer
 	links      *links.Server
 
-	guesses  *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
-	guessKey string
+	guesses    *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
+	guessKey   string
+	keyHistory *oauth.KeyHistory // the keys accepted within 30 days, per storage (guesses.go)
+	historyKey string
 
 	facts *facts.Cache // shared with every config that uses this sandbox
 
@@ -367,6 +369,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Logger:                         h.logger.Named("oauth"),
 		ClientIP:                       clientIP,
 		Guesses:                        h.guesses,
+		KeyHistory:                     h.keyHistory,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up OAuth: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -135,9 +136,16 @@ type toolPreviews struct{ h *Handler }
 
 func (p toolPreviews) Expose(ctx context.Context, port int, origin string) (string, time.Time) {
 	pv := p.h.previews.Expose(p.h.previewOwner(mcptools.CallerFrom(ctx).Person), port)
+	p.h.recordPreview(ctx, pv)
 	return p.h.previews.URL(pv, origin), pv.Expires
 }
 
 func (p toolPreviews) Unexpose(ctx context.Context, port int) bool {
-	return p.h.previews.Unexpose(p.h.previewOwner(mcptools.CallerFrom(ctx).Person), port)
+	owner := p.h.previewOwner(mcptools.CallerFrom(ctx).Person)
+	for _, pv := range preview.Shared().List(owner) {
+		if pv.Port == port {
+			p.h.linkReg.Forget(ctx, previewLinkID(pv.Label))
+		}
+	}
+	return p.h.previews.Unexpose(owner, port)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +26,9 @@ const (
 // actionTimeout bounds one action; recreating may have to wait for the image.
 const actionTimeout = 2 * time.Minute
 
-// act runs an operator action and records it in the audit log.
-func (c *Console) act(r *http.Request, actor, action, id string) error {
+// act runs an operator action and records it in the audit log. person names whose
+// job kill_job kills ("-" the operator's, "" whoever runs job id).
+func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 	start := c.opts.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
@@ -48,8 +50,11 @@ func (c *Console) act(r *http.Request, actor, action, id string) error {
 			args = `{"id":` + strconv.Quote(id) + `,"kind":` + strconv.Quote(l.Kind) + `,"target":` + strconv.Quote(l.Target) + `}`
 		}
 	case actKillJob:
-		args = `{"id":` + strconv.Quote(id) + `}`
-		err = c.opts.Jobs.KillJob(ctx, id)
+		var p string
+		if p, err = c.jobOwner(ctx, person, id); err == nil {
+			err = c.opts.Jobs.KillJob(ctx, p, id)
+		}
+		args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(p) + `}`
 	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate:
 		args, err = c.actSandbox(ctx, action, id)
 	default:
@@ -78,13 +83,17 @@ func (c *Console) apiAuth(w http.ResponseWriter, r *http.Request) (actor string,
 			c.apiUnauthorized(w, "use the API key as a bearer token")
 			return "", false
 		}
-		good, retry := c.opts.Keys.CheckAPIKey(r, strings.TrimSpace(token))
-		if retry > 0 {
+		good, retry, err := c.opts.Keys.CheckAPIKey(r, strings.TrimSpace(token))
+		switch {
+		case retry > 0:
 			w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
-			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try again later")
+			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try the key again in "+roundUp(retry))
 			return "", false
-		}
-		if !good {
+		case err != nil:
+			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, err.Error(), c.opts.Now())
+			c.apiUnauthorized(w, err.Error())
+			return "", false
+		case !good:
 			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, "wrong API key", c.opts.Now())
 			c.apiUnauthorized(w, "the bearer token is not the API key")
 			return "", false
@@ -182,14 +191,32 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 	case "DELETE links/{id}":
 		c.apiAct(w, r, actor, actRevokeLink, id)
 	case "GET jobs":
-		jobs, err := c.opts.Jobs.Jobs(r.Context())
+		var people []string
+		if person := r.URL.Query().Get("person"); person != "" {
+			p, ok := c.personArg(person)
+			if !ok {
+				writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them ("+OperatorPath+" is the operator)")
+				return
+			}
+			people = []string{p}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		jobs, err := c.opts.Jobs.Jobs(ctx, people...)
 		if err != nil {
-			writeJSONError(w, http.StatusInternalServerError, err.Error())
+			writeJSONError(w, http.StatusBadGateway, "listing the jobs: "+err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
 	case "DELETE jobs/{id}":
-		c.apiAct(w, r, actor, actKillJob, id)
+		person := r.URL.Query().Get("person")
+		if person != "" {
+			if _, ok := c.personArg(person); !ok {
+				writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them ("+OperatorPath+" is the operator)")
+				return
+			}
+		}
+		c.apiActOn(w, r, actor, actKillJob, id, person)
 	case "GET egress":
 		c.serveEgress(w, r)
 	default:
@@ -198,10 +225,15 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 }
 
 func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, id string) {
-	err := c.act(r, actor, action, id)
+	c.apiActOn(w, r, actor, action, id, "")
+}
+
+// apiActOn runs an action that may name a person besides its id (kill_job).
+func (c *Console) apiActOn(w http.ResponseWriter, r *http.Request, actor, action, id, person string) {
+	err := c.act(r, actor, action, id, person)
 	switch {
 	case errors.Is(err, ErrNotFound) && action == actKillJob:
-		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs lists the running ones")
+		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs?person= lists the running ones")
 	case errors.Is(err, ErrNotFound) && strings.HasPrefix(action, "sandbox_"):
 		writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them")
 	case errors.Is(err, ErrNotFound):
@@ -213,6 +245,43 @@ func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, 
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action, "id": id})
 	}
+}
+
+// personArg reads a person named in a query or form: "-" (or "") is the operator,
+// "", and anyone else must be configured.
+func (c *Console) personArg(p string) (string, bool) {
+	switch {
+	case p == "" || p == OperatorPath:
+		return "", true
+	case c.opts.Sandboxes == nil:
+		return "", false
+	}
+	return p, slices.Contains(c.opts.Sandboxes.People(), p)
+}
+
+// jobOwner is whose sandbox runs job id: the person named ("-" the operator), or,
+// when none is, the one whose sandbox lists the job.
+func (c *Console) jobOwner(ctx context.Context, person, id string) (string, error) {
+	if person != "" {
+		p, ok := c.personArg(person)
+		if !ok {
+			return person, ErrNotFound
+		}
+		return p, nil
+	}
+	if c.opts.Sandboxes == nil {
+		return "", nil
+	}
+	jobs, err := c.opts.Jobs.Jobs(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, j := range jobs {
+		if j.ID == id {
+			return j.Person, nil
+		}
+	}
+	return "", ErrNotFound
 }
 
 // access lists clients and sign-ins, with each sign-in's last use from the audit log.

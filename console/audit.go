@@ -30,13 +30,14 @@ type Entry struct {
 	// Subject is the sign-in (OAuth grant id) the call was made with.
 	Subject string `json:"subject,omitempty"`
 	// Person is whose sandbox was used; "" for the operator's.
-	Person string `json:"person,omitempty"`
+	Person string `json:"person"`
 	Remote string `json:"remote,omitempty"`
 	Tool   string `json:"tool"`
 	// Args are the arguments as compact JSON, long strings clipped.
 	Args string `json:"args,omitempty"`
-	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error
-	// or denied.
+	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error,
+	// denied, or refused (the command ended well but the egress proxy refused it
+	// hosts, which Error names).
 	Outcome    string  `json:"outcome"`
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	DurationMS float64 `json:"duration_ms"`
@@ -52,6 +53,7 @@ const (
 	OutcomeCancelled = "cancelled"
 	OutcomeError     = "error"
 	OutcomeDenied    = "denied"
+	OutcomeRefused   = "refused"
 )
 
 // Defaults of the audit log.

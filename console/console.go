@@ -138,9 +138,11 @@ type Client struct {
 
 // Grant is one sign-in of a client, whose tokens revoking it ends.
 type Grant struct {
-	ID          string    `json:"id"`
-	ClientID    string    `json:"client_id"`
-	ClientName  string    `json:"client_name,omitempty"`
+	ID         string `json:"id"`
+	ClientID   string `json:"client_id"`
+	ClientName string `json:"client_name,omitempty"`
+	// Person is whose key the sign-in was made with; "" for the operator's API key.
+	Person      string    `json:"person"`
 	CreatedAt   time.Time `json:"created_at"`
 	RefreshedAt time.Time `json:"refreshed_at,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at"`
@@ -165,24 +167,32 @@ type Links interface {
 
 // Job is a command running in the background.
 type Job struct {
-	ID        string    `json:"id"`
-	Command   string    `json:"command"`
-	Client    string    `json:"client,omitempty"`
+	ID      string `json:"id"`
+	Command string `json:"command"`
+	Client  string `json:"client,omitempty"`
+	// Person is whose sandbox the job runs in; "" for the operator's.
+	Person    string    `json:"person"`
 	StartedAt time.Time `json:"started_at"`
 	State     string    `json:"state"`
 }
 
-// Jobs lists the background jobs running and kills one.
+// Jobs lists the background jobs running and kills one. Looking never starts a
+// sandbox: a stopped one has no jobs.
 type Jobs interface {
-	Jobs(ctx context.Context) ([]Job, error)
-	// KillJob returns ErrNotFound for a job that does not run (unknown or ended).
-	KillJob(ctx context.Context, id string) error
+	// Jobs lists the jobs running in the sandboxes of people ("" is the operator's),
+	// or in every sandbox when no person is named.
+	Jobs(ctx context.Context, people ...string) ([]Job, error)
+	// KillJob kills job id in person's sandbox. It returns ErrNotFound for a job that
+	// does not run there (unknown or ended) and for a person who is not configured.
+	KillJob(ctx context.Context, person, id string) error
 }
 
 // KeyChecker checks a typed API key under the sign-in limit shared with the OAuth
-// sign-in page; retryAfter > 0 means the address is refused for that long.
+// sign-in page; retryAfter > 0 means the address may not try a new key for that long,
+// and err, when set, says why the key is refused (a retired key) in words for the
+// person who typed it.
 type KeyChecker interface {
-	CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration)
+	CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration, err error)
 }
 
 // Options configures a [Console]. Every interface is required except Jobs.
@@ -240,8 +250,8 @@ func New(opts Options) (*Console, error) {
 
 type noJobs struct{}
 
-func (noJobs) Jobs(context.Context) ([]Job, error)   { return []Job{}, nil }
-func (noJobs) KillJob(context.Context, string) error { return ErrNotFound }
+func (noJobs) Jobs(context.Context, ...string) ([]Job, error) { return []Job{}, nil }
+func (noJobs) KillJob(context.Context, string, string) error  { return ErrNotFound }
 
 // Handles reports whether r is for the console.
 func Handles(r *http.Request) bool {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ import (
 
 type fakeKeys struct{ key string }
 
-func (k fakeKeys) CheckAPIKey(_ *http.Request, key string) (bool, time.Duration) {
-	return key == k.key, 0
+func (k fakeKeys) CheckAPIKey(_ *http.Request, key string) (bool, time.Duration, error) {
+	return key == k.key, 0, nil
 }
 
 type fakeSandbox struct{}
@@ -337,16 +338,28 @@ func TestLinkRegistry(t *testing.T) {
 	}
 }
 
+// fakeJobs runs job-1 in the operator's sandbox and job-2 in alice's.
 type fakeJobs struct{ killed []string }
 
-func (j *fakeJobs) Jobs(context.Context) ([]Job, error) {
-	return []Job{{ID: "job-1", Command: "sleep 100 <x>", Client: "Claude", StartedAt: time.Now(), State: "running"}}, nil
+func (j *fakeJobs) Jobs(_ context.Context, people ...string) ([]Job, error) {
+	all := []Job{{ID: "job-1", Command: "sleep 100 <x>", Client: "Claude", StartedAt: time.Now(), State: "running"},
+		{ID: "job-2", Command: "sleep 200", Person: "alice", StartedAt: time.Now(), State: "running"}}
+	if len(people) == 0 {
+		return all, nil
+	}
+	var out []Job
+	for _, j := range all {
+		if slices.Contains(people, j.Person) {
+			out = append(out, j)
+		}
+	}
+	return out, nil
 }
-func (j *fakeJobs) KillJob(_ context.Context, id string) error {
-	if id != "job-1" {
+func (j *fakeJobs) KillJob(_ context.Context, person, id string) error {
+	if (person != "" || id != "job-1") && (person != "alice" || id != "job-2") {
 		return ErrNotFound
 	}
-	j.killed = append(j.killed, id)
+	j.killed = append(j.killed, person+"/"+id)
 	return nil
 }
 

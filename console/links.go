@@ -16,8 +16,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Link kinds. Downloads exist today; uploads and previews record themselves the same
-// way when they are made.
+// Link kinds: share_file's downloads, upload_link's pages and expose_port's previews.
 const (
 	KindDownload = "download"
 	KindUpload   = "upload"
@@ -29,9 +28,11 @@ type Link struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"`
 	// Target is what the link opens: a path in the sandbox, or a port for a preview.
-	Target    string    `json:"target"`
-	URL       string    `json:"url,omitempty"` // without its secret part when it has one
-	Creator   string    `json:"creator"`
+	Target  string `json:"target"`
+	URL     string `json:"url,omitempty"` // without its secret part when it has one
+	Creator string `json:"creator"`
+	// Person is whose sandbox the link opens; "" for the operator's.
+	Person    string    `json:"person"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Revoked   bool      `json:"revoked,omitempty"`
@@ -144,6 +145,21 @@ func (g *LinkRegistry) delete(ctx context.Context, id string) {
 	if err := g.storage.Delete(ctx, path.Join(g.prefix, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		g.log.Warn("deleting an expired link entry", zap.String("id", id), zap.Error(err))
 	}
+}
+
+// Forget drops a link that ended on its own before its expiry (a preview whose port
+// was unexposed): it no longer shows. A revoked link is kept: forgetting its
+// revocation could make it work again.
+func (g *LinkRegistry) Forget(ctx context.Context, id string) {
+	g.mu.Lock()
+	l, ok := g.links[id]
+	if !ok || l.Revoked {
+		g.mu.Unlock()
+		return
+	}
+	delete(g.links, id)
+	g.mu.Unlock()
+	g.delete(ctx, id)
 }
 
 // Revoked reports whether the link id was revoked. It reads memory only.

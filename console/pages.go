@@ -36,6 +36,7 @@ var pages = func() map[string]*template.Template {
 		"cpus":    func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 		"ms":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) },
 		"dict5":   actionButton,
+		"whose":   whose,
 		"derefInt": func(p *int) string {
 			if p == nil {
 				return ""
@@ -109,6 +110,7 @@ var flashes = map[string]string{
 	actRevokeGrant: "The sign-in was revoked: its tokens no longer work.",
 	actRevokeLink:  "The link was revoked: it no longer works.",
 	actKillJob:     "The job was killed.",
+	"signed_in":    "Signed in as the operator, with the API key.",
 	sbStop:         "The sandbox was stopped; its files are kept, its processes ended.",
 	sbStart:        "The sandbox was started.",
 	sbRestart:      "The sandbox container was restarted.",
@@ -190,7 +192,8 @@ type activity struct {
 // escaping does, so the rows are built here; every value goes through
 // template.HTMLEscapeString (after visible and clip), exactly as the template would
 // escape it in element content and quoted attributes.
-func activityRows(entries []Entry) template.HTML {
+// With people, a Person column names whose sandbox each entry is about.
+func activityRows(entries []Entry, people bool) template.HTML {
 	var b strings.Builder
 	b.Grow(len(entries) * 400)
 	esc := func(s string) { b.WriteString(template.HTMLEscapeString(s)) }
@@ -200,6 +203,10 @@ func activityRows(entries []Entry) template.HTML {
 		esc(e.Outcome)
 		b.WriteString(`"><td class="nowrap">`)
 		esc(when(e.Time))
+		if people {
+			b.WriteString(`</td><td class="person">`)
+			esc(whose(e.Person))
+		}
 		b.WriteString(`</td><td>`)
 		esc(visible(e.Client))
 		if e.Remote != "" {
@@ -246,12 +253,12 @@ const defaultPageEntries = 500
 func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := filterFrom(r.URL.Query(), defaultPageEntries)
 	a := activity{Filter: f, Entries: c.opts.Audit.Query(f), Total: c.opts.Audit.Len(),
-		Outcomes: []string{OutcomeOK, OutcomeNonZero, OutcomeTimeout, OutcomeCancelled, OutcomeError, OutcomeDenied}}
+		Outcomes: []string{OutcomeOK, OutcomeNonZero, OutcomeTimeout, OutcomeCancelled, OutcomeError, OutcomeDenied, OutcomeRefused}}
 	a.Clients, a.Tools = c.opts.Audit.Facets()
 	if c.opts.Sandboxes != nil {
 		a.People = c.opts.Sandboxes.People()
 	}
-	a.Rows = activityRows(a.Entries)
+	a.Rows = activityRows(a.Entries, a.People != nil)
 	q := url.Values{}
 	for k, v := range map[string]string{"client": f.Client, "person": f.Person, "tool": f.Tool, "outcome": f.Outcome} {
 		if v != "" {
@@ -277,15 +284,24 @@ func (c *Console) exportActivity(w http.ResponseWriter, r *http.Request) {
 	writeJSONLines(w, c.opts.Audit.Query(filterFrom(r.URL.Query(), 0)))
 }
 
+// whose is how pages name whose something is: the person, or "operator".
+func whose(person string) string {
+	if person == "" {
+		return "operator"
+	}
+	return person
+}
+
 // accessPage is the data of the Access page.
 type accessPage struct {
 	Clients []Client
 	Grants  []Grant
 	Err     string
+	People  bool // person lines exist: grants show whose key made them
 }
 
 func (c *Console) serveAccess(w http.ResponseWriter, r *http.Request, sess *session) {
-	var a accessPage
+	a := accessPage{People: c.opts.Sandboxes != nil}
 	var err error
 	if a.Clients, a.Grants, err = c.access(r.Context()); err != nil {
 		a.Err = err.Error()
@@ -294,13 +310,14 @@ func (c *Console) serveAccess(w http.ResponseWriter, r *http.Request, sess *sess
 }
 
 type linksPage struct {
-	Links []Link
-	Err   string
-	Now   time.Time
+	Links  []Link
+	Err    string
+	Now    time.Time
+	People bool // person lines exist: links show whose sandbox they open
 }
 
 func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *session) {
-	l := linksPage{Now: c.opts.Now()}
+	l := linksPage{Now: c.opts.Now(), People: c.opts.Sandboxes != nil}
 	var err error
 	if l.Links, err = c.opts.Links.Links(r.Context()); err != nil {
 		l.Err = err.Error()
@@ -371,7 +388,7 @@ var backPages = map[string]string{"overview": Prefix, "access": Prefix + "/acces
 // serveAction runs a posted action (the CSRF token is already checked).
 func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 	action, id := r.PostFormValue("action"), r.PostFormValue("id")
-	err := c.act(r, "console", action, id)
+	err := c.act(r, "console", action, id, r.PostFormValue("person"))
 	switch {
 	case errors.Is(err, errUnknownAction):
 		c.renderMessage(w, http.StatusBadRequest, "Unknown action", "The console does not know this action.")

@@ -180,13 +180,18 @@ func (c *Console) serveSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	ok, retry := c.opts.Keys.CheckAPIKey(r, r.PostFormValue("api_key"))
+	ok, retry, err := c.opts.Keys.CheckAPIKey(r, r.PostFormValue("api_key"))
 	switch {
 	case retry > 0:
 		secs := int(retry/time.Second) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		c.record(r, "console", "console.sign_in", "", OutcomeDenied, "too many wrong keys", start)
-		c.renderSignIn(w, http.StatusTooManyRequests, "Too many wrong keys were tried from your address. Try again in "+roundUp(retry)+".")
+		c.renderSignIn(w, http.StatusTooManyRequests, "Too many wrong keys were tried from your address. Try the API key again in "+roundUp(retry)+".")
+		return
+	case err != nil:
+		c.record(r, "console", "console.sign_in", "", OutcomeDenied, err.Error(), start)
+		msg := err.Error()
+		c.renderSignIn(w, http.StatusForbidden, strings.ToUpper(msg[:1])+msg[1:]+". The console takes the api_key of the Caddyfile.")
 		return
 	case !ok:
 		c.record(r, "console", "console.sign_in", "", OutcomeDenied, "wrong API key", start)
@@ -196,7 +201,7 @@ func (c *Console) serveSignIn(w http.ResponseWriter, r *http.Request) {
 	value, _ := c.sessions.create()
 	c.setCookie(w, r, value, int(sessionTTL/time.Second))
 	c.record(r, "console", "console.sign_in", "", OutcomeOK, "", start)
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"?done=signed_in", http.StatusSeeOther)
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, sess *session) {

@@ -103,25 +103,32 @@ func (s *Server) RevokeGrant(ctx context.Context, id string) error {
 }
 
 // CheckAPIKey checks a key typed on a sign-in page other than /authorize (the
-// operator's console) under the same per-address limit: failures from both pages count
-// together, a wrong key beyond the first few is answered only after a growing delay,
-// and an address over the limit is refused without the key being looked at
-// (retryAfter > 0 then says for how long).
-func (s *Server) CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration) {
+// operator's console) under the same per-address limit: wrong keys from both pages
+// count together, a wrong key beyond the first few is answered only after a growing
+// delay, and an address over the limit is refused without the key being looked at
+// (retryAfter > 0 then says for how long). A key retired within RetiredKeyTTL is
+// refused with ErrRetiredKey and not counted.
+func (s *Server) CheckAPIKey(r *http.Request, key string) (ok bool, retryAfter time.Duration, err error) {
+	s.noteKeys()
 	ip := s.clientKey(r)
-	n, retry := s.guesses.Guess(ip)
-	if retry > 0 {
-		s.log.Warn("sign-in refused after repeated wrong API keys", zap.String("remote", ip))
-		return false, retry
+	if s.retired(key) {
+		s.log.Info("a retired key", zap.String("remote", ip))
+		return false, 0, ErrRetiredKey
 	}
-	given := sha256.Sum256([]byte(key))
-	if subtle.ConstantTimeCompare(given[:], s.keyHash[:]) != 1 {
+	good, n, retry := s.guesses.Try(ip, key, func() bool {
+		given := sha256.Sum256([]byte(key))
+		return subtle.ConstantTimeCompare(given[:], s.keyHash[:]) == 1
+	})
+	switch {
+	case retry > 0:
+		s.log.Warn("sign-in refused after repeated wrong keys", zap.String("remote", ip))
+		return false, retry, nil
+	case !good:
 		s.log.Info("wrong API key", zap.String("remote", ip), zap.Int("failures", n))
 		if d := signinDelay(n); d > 0 {
 			s.sleep(r, d)
 		}
-		return false, 0
+		return false, 0, nil
 	}
-	s.guesses.Forget(ip)
-	return true, 0
+	return true, 0, nil
 }

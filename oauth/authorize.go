@@ -208,25 +208,34 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, req *authRequest
 		return
 	}
 	ip := s.clientKey(r)
-	n, retry := s.guesses.Guess(ip)
+	key := req.params.Get("api_key")
+	if s.retired(key) {
+		s.log.Info("a retired key on the sign-in page", zap.String("remote", ip))
+		s.renderSignin(w, r, req, http.StatusForbidden, capitalize(ErrRetiredKey.Error())+".")
+		return
+	}
+	var person string
+	good, n, retry := s.guesses.Try(ip, key, func() bool {
+		var ok bool
+		person, ok = s.whoseKey(key)
+		return ok
+	})
 	if retry > 0 {
 		secs := int(retry/time.Second) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		s.log.Warn("sign-in refused after repeated wrong API keys", zap.String("remote", ip))
+		s.log.Warn("sign-in refused after repeated wrong keys", zap.String("remote", ip))
 		s.renderError(w, r, req, &pageError{http.StatusTooManyRequests, "Too many attempts",
-			fmt.Sprintf("Too many wrong keys were tried from your address. Try again in %s.", roundUp(retry))})
+			fmt.Sprintf("Too many wrong keys were tried from your address. Try your key again in %s.", roundUp(retry))})
 		return
 	}
-	person, good := s.whoseKey(req.params.Get("api_key"))
 	if !good {
-		s.log.Info("wrong API key on the sign-in page", zap.String("remote", ip), zap.Int("failures", n))
+		s.log.Info("wrong key on the sign-in page", zap.String("remote", ip), zap.Int("failures", n))
 		if d := signinDelay(n); d > 0 {
 			s.sleep(r, d)
 		}
-		s.renderSignin(w, r, req, http.StatusForbidden, "That API key is not correct.")
+		s.renderSignin(w, r, req, http.StatusForbidden, "That key is not correct. Type the key the operator gave you.")
 		return
 	}
-	s.guesses.Forget(ip)
 
 	code := randomToken()
 	now := s.opts.Now()

@@ -98,46 +98,66 @@ func (s *Server) issuedHere(token string) bool {
 // then writes nothing more. Tokens are accepted only for the resource they were issued
 // for, Origin(r)+ResourcePath.
 //
-// When the API key is accepted as a bearer token, a wrong token could be a guess at the
-// key, so every token this server never issued counts as a failed sign-in of the client's
-// address, in Options.Guesses: once the address is blocked there (429 with Retry-After),
-// the API key is not even compared, on /mcp or on any sign-in page. Tokens this server
-// issued are 256-bit random values that cannot be guessed: a valid one is never slowed or
-// blocked, and an expired or revoked one (told apart by its mark, see newAccessToken)
-// does not count.
+// Tokens this server issued are 256-bit random values that cannot be guessed: a valid
+// one is never slowed or blocked, and an expired or revoked one (told apart by its
+// mark, see newAccessToken) does not count as a guess. When the keys are accepted as
+// bearer tokens, any other token is looked at as a key, under Options.Guesses: a
+// wrong key counts once per address however often it is retried, a key retired within
+// RetiredKeyTTL (Options.KeyHistory) not at all, and an address that tried too many
+// wrong keys is answered 429 with Retry-After until it may try another.
 func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
+	s.noteKeys()
 	token, ok := bearerToken(r)
 	if !ok {
 		s.unauthorized(w, r, "")
 		return Identity{}, false
 	}
-	ip := s.clientKey(r)
-	if s.opts.APIKeyBearer && s.guesses.Blocked(ip) == 0 {
-		if person, ok := s.whoseKey(token); ok && person == "" {
-			return Identity{Subject: "api_key", Method: MethodAPIKey}, true
-		} else if ok {
-			return Identity{Subject: "person:" + person, Method: MethodPersonKey, Person: person}, true
+	// 43 characters: a token of an earlier version, before tokens carried the mark.
+	if s.issuedHere(token) || tokenPattern.MatchString(token) {
+		id, err := s.checkAccessToken(r.Context(), token, s.resourceURL(r))
+		switch {
+		case err == nil:
+			return id, true
+		case errors.Is(err, errUnknownToken) && s.opts.APIKeyBearer:
+			// not a token of ours: perhaps a key of that length
+		case errors.Is(err, errInvalidToken):
+			s.unauthorized(w, r, errInvalidToken.Error())
+			return Identity{}, false
+		default:
+			s.log.Error("checking an access token", zap.Error(err))
+			w.Header().Set("Retry-After", "5")
+			writeJSONError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token could not be checked; try again")
+			return Identity{}, false
 		}
 	}
-	id, err := s.checkAccessToken(r.Context(), token, s.resourceURL(r))
-	switch {
-	case err == nil:
-		return id, true
-	case errors.Is(err, errUnknownToken) && s.opts.APIKeyBearer:
-		if n, retry := s.guesses.Guess(ip); retry > 0 {
-			s.tooManyBearerFailures(w, r, ip, retry)
-		} else {
-			if n > signinSlowAfter {
-				s.log.Info("unknown bearer token", zap.String("remote", ip), zap.Int("failures", n))
-			}
-			s.unauthorized(w, r, errInvalidToken.Error())
-		}
-	case errors.Is(err, errInvalidToken):
+	if !s.opts.APIKeyBearer {
 		s.unauthorized(w, r, errInvalidToken.Error())
+		return Identity{}, false
+	}
+	ip := s.clientKey(r)
+	if s.retired(token) {
+		s.log.Info("a retired key as bearer token", zap.String("remote", ip))
+		s.unauthorized(w, r, ErrRetiredKey.Error())
+		return Identity{}, false
+	}
+	var person string
+	good, n, retry := s.guesses.Try(ip, token, func() bool {
+		var ok bool
+		person, ok = s.whoseKey(token)
+		return ok
+	})
+	switch {
+	case good && person == "":
+		return Identity{Subject: "api_key", Method: MethodAPIKey}, true
+	case good:
+		return Identity{Subject: "person:" + person, Method: MethodPersonKey, Person: person}, true
+	case retry > 0:
+		s.tooManyBearerFailures(w, r, ip, retry)
 	default:
-		s.log.Error("checking an access token", zap.Error(err))
-		w.Header().Set("Retry-After", "5")
-		writeJSONError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token could not be checked; try again")
+		if n > signinSlowAfter {
+			s.log.Info("unknown bearer token", zap.String("remote", ip), zap.Int("failures", n))
+		}
+		s.unauthorized(w, r, errInvalidToken.Error())
 	}
 	return Identity{}, false
 }
@@ -148,7 +168,7 @@ func (s *Server) tooManyBearerFailures(w http.ResponseWriter, r *http.Request, i
 	w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
 	w.Header().Add("Access-Control-Expose-Headers", "Retry-After")
 	writeJSONError(w, http.StatusTooManyRequests, "slow_down",
-		"too many wrong tokens or keys from this address; try again in "+roundUp(retry))
+		"too many wrong tokens or keys from this address; try a key again in "+roundUp(retry))
 }
 
 // bearerToken extracts an RFC 6750 header token; the scheme is case-insensitive.

@@ -46,14 +46,18 @@
 // framed, is not cached and sends no referrer. Its form carries an HMAC over the
 // authorization request and an expiry (30 minutes), keyed by a secret derived from the
 // API key, so it survives restarts and works across instances. The key is compared as
-// SHA-256 hashes in constant time. Every attempt counts against the client address until
-// the key proves right: from the sixth failure in 15 minutes answers are delayed (1 s
-// more each, up to 5 s), after the tenth the address gets 429 until the window frees up.
-// With Options.APIKeyBearer, bearer tokens at [Server.Authenticate] that this server never
-// issued count in the same limiter, so the key cannot be guessed there either. The
-// limiter is Options.Guesses ([Guesses]): a host shares one between servers and other
-// sign-in pages of the same key, and keeps it across reloads. Redirect hosts are shown
-// in punycode.
+// SHA-256 hashes in constant time. Each distinct wrong key counts against the client
+// address (a key retried counts once): from the sixth in 15 minutes answers are delayed
+// (1 s more each, up to 5 s), after the tenth the address is blocked, and a key it has
+// not tried yet is looked at only once a wait is over: 10 s, doubling with each wrong
+// key up to 2 minutes, so a valid key behind a guesser's address still gets in while
+// guessing stays slower than before the block. With Options.APIKeyBearer, bearer tokens
+// at [Server.Authenticate] that this server never issued count in the same limiter, so
+// the key cannot be guessed there either. The limiter is Options.Guesses ([Guesses]): a
+// host shares one between servers and other sign-in pages of the same key, and keeps it
+// across reloads. With Options.KeyHistory ([KeyHistory]) a key this site accepted within
+// 30 days and no longer does (a person removed, a key replaced) is answered "retired"
+// and never counted. Redirect hosts are shown in punycode.
 //
 // Tokens. Codes live 5 minutes (Options.CodeTTL), are single use and bound to client,
 // redirect URI, PKCE S256 challenge and resource; a reused code revokes what it issued.

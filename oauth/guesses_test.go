@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -38,14 +39,55 @@ func TestGuessesShared(t *testing.T) {
 	if got := e.callMCP(testKey); got != http.StatusOK {
 		t.Fatalf("the key after the window: %d", got)
 	}
-	// A right key on a sign-in page forgets the address's count everywhere.
+	// Forget (the preview sign-in's right key) clears the address everywhere.
 	for range 3 {
 		shared.Guess("127.0.0.1")
 	}
-	reg := e.register(map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"})
-	e.newCode(reg.ClientID, httpsRedirect)
+	shared.Forget("127.0.0.1")
 	if n, _ := shared.Guess("127.0.0.1"); n != 1 {
-		t.Fatalf("after a right key the count goes on at %d, want 1", n)
+		t.Fatalf("after Forget the count goes on at %d, want 1", n)
+	}
+}
+
+// TestBlockedAddressWaits: a blocked address may try one new key after 10 s, then
+// after a wait that doubles with each wrong key up to two minutes; a known wrong key
+// is answered at once and never counted again, and the right key succeeds at the
+// first try it gets.
+func TestBlockedAddressWaits(t *testing.T) {
+	clock := newTestClock()
+	g := NewGuessLimiter(clock.Now)
+	right := func() bool { return false }
+	for i := range signinBlockAfter {
+		if ok, n, retry := g.Try("192.0.2.1", fmt.Sprint("wrong ", i), right); ok || n != i+1 || retry != 0 {
+			t.Fatalf("wrong key %d: %v %d %v", i+1, ok, n, retry)
+		}
+	}
+	if ok, n, retry := g.Try("192.0.2.1", "wrong 0", right); ok || n != signinBlockAfter || retry != 0 {
+		t.Fatalf("a known wrong key from the blocked address: %v %d %v, want an answer at once, not counted", ok, n, retry)
+	}
+	called := false
+	if _, _, retry := g.Try("192.0.2.1", "the key", func() bool { called = true; return true }); retry != blockedFirstWait || called {
+		t.Fatalf("a new key right after the block: retry %v, looked at %v", retry, called)
+	}
+	if _, _, retry := g.Try("198.51.100.1", "x", right); retry != 0 {
+		t.Fatal("another address is blocked")
+	}
+	var waits []time.Duration
+	for range 6 {
+		clock.Advance(g.Blocked("192.0.2.1"))
+		g.Try("192.0.2.1", "new "+randomToken(), right)
+		waits = append(waits, g.Blocked("192.0.2.1"))
+	}
+	if fmt.Sprint(waits) != "[20s 40s 1m20s 2m0s 2m0s 2m0s]" {
+		t.Fatalf("waits between new keys: %v", waits)
+	}
+	clock.Advance(g.Blocked("192.0.2.1"))
+	if ok, _, retry := g.Try("192.0.2.1", "the key", func() bool { return true }); !ok || retry != 0 {
+		t.Fatalf("the right key once the wait is over: %v %v", ok, retry)
+	}
+	clock.Advance(signinWindow)
+	if d := g.Blocked("192.0.2.1"); d != 0 {
+		t.Fatalf("blocked %v after the window", d)
 	}
 }
 
@@ -117,12 +159,16 @@ func TestStaleTokensAreNoGuesses(t *testing.T) {
 	}
 	foreign := other.newAccessToken()
 	guesses := []string{"guess-" + randomToken(), forged, foreign, strings.Repeat("A", accessTokenLen)}
-	for i := range signinBlockAfter {
-		if got := e.callMCP(guesses[i%len(guesses)]); got != http.StatusUnauthorized {
+	for len(guesses) < signinBlockAfter {
+		guesses = append(guesses, "guess-"+randomToken())
+	}
+	for i, g := range guesses {
+		if got := e.callMCP(g); got != http.StatusUnauthorized {
 			t.Fatalf("guess %d: %d, want 401", i+1, got)
 		}
 	}
-	if got := e.callMCP(forged); got != http.StatusTooManyRequests {
-		t.Fatalf("a forged mark after ten guesses: %d, want 429", got)
+	b[len(b)-1] ^= 2
+	if got := e.callMCP(base64.RawURLEncoding.EncodeToString(b)); got != http.StatusTooManyRequests {
+		t.Fatalf("another forged mark after ten guesses: %d, want 429", got)
 	}
 }

@@ -260,8 +260,8 @@ func TestSpoofingNamesAndHosts(t *testing.T) {
 }
 
 // TestBearerGuessesLimited: unknown bearer tokens count against the address in the
-// sign-in limiter; once blocked, neither /mcp nor the sign-in page compares the API key,
-// while a valid OAuth token keeps working unslowed.
+// sign-in limiter; once blocked, neither /mcp nor the sign-in page compares a new key
+// until the address's wait is over, while a valid OAuth token keeps working unslowed.
 func TestBearerGuessesLimited(t *testing.T) {
 	e := newTestEnv(t, func(o *Options) { o.APIKeyBearer = true })
 	reg := e.register(map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"})
@@ -291,6 +291,13 @@ func TestBearerGuessesLimited(t *testing.T) {
 	form.Set("api_key", testKey)
 	if resp, body := e.postForm("/authorize", form); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("sign-in page from a blocked address: %d %s", resp.StatusCode, body)
+	}
+	e.clock.Advance(blockedFirstWait)
+	if got := e.callMCP(testKey); got != http.StatusOK {
+		t.Fatalf("the key once the blocked address's wait is over: %d, want 200", got)
+	}
+	if got := e.callMCP("guess-" + randomToken()); got != http.StatusTooManyRequests {
+		t.Fatalf("a guess right after: %d, want 429", got)
 	}
 	e.clock.Advance(signinWindow)
 	if got := e.callMCP(testKey); got != http.StatusOK {

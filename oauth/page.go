@@ -64,11 +64,11 @@ button:hover{filter:brightness(1.06)}
 {{if .Error}}<div class="error" id="error" role="alert">{{.Error}}</div>{{end}}
 <form method="post" action="/authorize" autocomplete="off">
 {{range .Hidden}}<input type="hidden" name="{{.Name}}" value="{{.Value}}">
-{{end}}<label for="api_key">API key</label>
+{{end}}<label for="api_key">Your key</label>
 <input id="api_key" name="api_key" type="password" required autofocus autocomplete="current-password" spellcheck="false">
 <button type="submit" id="submit">Sign in and allow</button>
 </form>
-<p class="foot">Only continue if you are connecting {{.ClientName}} yourself right now. The key goes to this server only; the application never sees it.</p>
+<p class="foot">Only continue if you are connecting {{.ClientName}} yourself right now. Your key goes to this server only; the application never sees it.</p>
 </main>
 </body>
 </html>

@@ -1,23 +1,36 @@
 package oauth
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
 
-// Sign-in attempts (see [Guesses]): every attempt counts as a failure until the key
-// proves right, so parallel guesses cannot slip past the count. After signinSlowAfter
-// failures within signinWindow each further wrong key is answered only after a growing
-// delay, and after signinBlockAfter the address is refused (429) until its oldest failure
-// leaves the window.
+// Sign-in attempts (see [Guesses]) count distinct wrong keys per address: a client
+// retrying one wrong key (a typo, a key the operator replaced) makes one guess however
+// often it retries, and guessing takes a new key each time. After signinSlowAfter
+// distinct wrong keys within signinWindow each further one is answered only after a
+// growing delay, and after signinBlockAfter the address is blocked until its oldest
+// wrong key leaves the window. A blocked address is not shut out: a key it has not
+// tried yet is still looked at once per blockedWait, which starts at blockedFirstWait
+// and doubles with each wrong key looked at, up to blockedMaxWait. A valid key behind
+// the address of a guesser therefore waits a few seconds to two minutes, while the
+// guesser gets about one key in every two minutes: fewer than the ten per quarter hour
+// an unblocked address has.
 const (
 	signinWindow     = 15 * time.Minute
 	signinSlowAfter  = 5
 	signinBlockAfter = 10
 	signinMaxDelay   = 5 * time.Second
+	blockedFirstWait = 10 * time.Second
+	blockedMaxWait   = 2 * time.Minute
 
 	// Registrations per address, so one address cannot use up the global client cap.
 	registerWindow       = 10 * time.Minute
@@ -27,49 +40,224 @@ const (
 	maxLimiterEntries = 10000
 )
 
-// Guesses counts attempts at the API key per client address, wherever the key is typed
-// or sent: the sign-in page, bearer tokens on the protected resource (see
+// Guesses counts attempts at the keys per client address, wherever a key is typed or
+// sent: the sign-in page, bearer tokens on the protected resource (see
 // [Server.Authenticate]), [Server.CheckAPIKey], and whatever else the host wires to the
-// same value (the preview sign-in). Every attempt counts until the key proves right, so
-// parallel guesses cannot slip past the count. A host that runs several servers for one
-// key, or replaces servers on a configuration reload, passes them one Guesses so that a
-// guess counts the same wherever it is made and is not forgotten on reload.
+// same value (the preview sign-in). A host that runs several servers for one key, or
+// replaces servers on a configuration reload, passes them one Guesses so that a guess
+// counts the same wherever it is made and is not forgotten on reload.
 type Guesses interface {
-	// Guess counts one attempt from addr and returns the attempts in the window, this
-	// one included. When addr is refused it counts nothing and returns how long until
-	// addr may try again.
+	// Try looks at key from addr with valid, unless addr is blocked and may not try a
+	// new key yet (retryAfter > 0; valid is not called). A wrong key counts once per
+	// address however often it is tried; failures is the number of distinct wrong
+	// keys in the window, this one included. valid must be quick: it may run under a
+	// lock.
+	Try(addr, key string, valid func() bool) (ok bool, failures int, retryAfter time.Duration)
+	// Guess counts one attempt of an unseen key from addr, for a page that looks at
+	// the key itself, and returns the attempts in the window, this one included. When
+	// addr is blocked and may not try yet it counts nothing and returns how long until
+	// it may.
 	Guess(addr string) (n int, retryAfter time.Duration)
-	// Blocked returns how long addr is still refused, 0 when it may try.
+	// Blocked returns how long until addr may try a new key, 0 when it may now.
 	Blocked(addr string) time.Duration
 	// Forget clears addr once it proved it knows the key.
 	Forget(addr string)
 }
 
 // GuessLimiter is the in-memory [Guesses] a [Server] uses when Options.Guesses is nil.
-// After ten attempts within 15 minutes an address is refused until its oldest attempt
-// leaves the window. IPv6 addresses count by their /64, so one host cannot rotate
-// through its own subnet, and at most 10,000 addresses are remembered.
-type GuessLimiter struct{ l *limiter }
+// It keeps, per address, the time and a fingerprint of each distinct wrong key in the
+// window: an HMAC under a secret of this process only, never the key. IPv6 addresses
+// count by their /64, so one host cannot rotate through its own subnet, and at most
+// 10,000 addresses are remembered.
+type GuessLimiter struct {
+	mu      sync.Mutex
+	now     func() time.Time
+	secret  []byte
+	max     int
+	entries map[string]*addrGuesses
+	anon    uint64 // numbers the attempts Guess counts, each a key of its own
+}
+
+// addrGuesses is what one address tried.
+type addrGuesses struct {
+	wrong []wrongKey // oldest first
+	// While blocked: when the address may next try a new key, and the wait after that.
+	next time.Time
+	wait time.Duration
+}
+
+type wrongKey struct {
+	at time.Time
+	fp [16]byte
+}
 
 // NewGuessLimiter returns an empty GuessLimiter; now is the clock (nil: time.Now).
 func NewGuessLimiter(now func() time.Time) *GuessLimiter {
 	if now == nil {
 		now = time.Now
 	}
-	return &GuessLimiter{l: newLimiter(signinWindow, signinBlockAfter, maxLimiterEntries, now)}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	return &GuessLimiter{now: now, secret: secret, max: maxLimiterEntries, entries: make(map[string]*addrGuesses)}
+}
+
+func (g *GuessLimiter) fingerprint(key string) (fp [16]byte) {
+	m := hmac.New(sha256.New, g.secret)
+	m.Write([]byte(key))
+	copy(fp[:], m.Sum(nil))
+	return fp
+}
+
+// Try implements [Guesses].
+func (g *GuessLimiter) Try(addr, key string, valid func() bool) (bool, int, time.Duration) {
+	fp := g.fingerprint(key)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	a := g.live(limiterKey(addr), now)
+	known := a != nil && a.tried(fp)
+	if !known {
+		if retry := a.take(now); retry > 0 {
+			return false, len(a.wrong), retry
+		}
+	}
+	if valid() {
+		return true, 0, 0
+	}
+	if known {
+		return false, len(a.wrong), 0
+	}
+	a = g.add(limiterKey(addr), a, fp, now)
+	return false, len(a.wrong), 0
+}
+
+// take lets a blocked address try one new key once its wait is over, and holds the
+// next try back for the same wait until the key is known wrong (see add); it returns
+// how long the address must still wait, 0 when it may try.
+func (a *addrGuesses) take(now time.Time) time.Duration {
+	if a == nil || len(a.wrong) < signinBlockAfter {
+		return 0
+	}
+	if now.Before(a.next) {
+		return a.next.Sub(now)
+	}
+	a.next = now.Add(a.wait)
+	return 0
 }
 
 // Guess implements [Guesses].
-func (g *GuessLimiter) Guess(addr string) (int, time.Duration) { return g.l.record(limiterKey(addr)) }
+func (g *GuessLimiter) Guess(addr string) (int, time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	a := g.live(limiterKey(addr), now)
+	if retry := a.take(now); retry > 0 {
+		return len(a.wrong), retry
+	}
+	g.anon++
+	var fp [16]byte
+	// Eight zero bytes, then a count: no HMAC of a key looks like that but once in 2^64.
+	binary.BigEndian.PutUint64(fp[8:], g.anon)
+	a = g.add(limiterKey(addr), a, fp, now)
+	return len(a.wrong), 0
+}
 
 // Blocked implements [Guesses].
-func (g *GuessLimiter) Blocked(addr string) time.Duration { return g.l.blocked(limiterKey(addr)) }
+func (g *GuessLimiter) Blocked(addr string) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	a := g.live(limiterKey(addr), now)
+	if a == nil || len(a.wrong) < signinBlockAfter || !now.Before(a.next) {
+		return 0
+	}
+	return a.next.Sub(now)
+}
 
 // Forget implements [Guesses].
-func (g *GuessLimiter) Forget(addr string) { g.l.reset(limiterKey(addr)) }
+func (g *GuessLimiter) Forget(addr string) {
+	g.mu.Lock()
+	delete(g.entries, limiterKey(addr))
+	g.mu.Unlock()
+}
 
-// limiter counts events per address in a sliding window, in memory. Several instances
-// each count on their own, which only multiplies the allowance by their number.
+// tried reports whether the address tried the key of fingerprint fp in the window.
+func (a *addrGuesses) tried(fp [16]byte) bool {
+	for _, w := range a.wrong {
+		if w.fp == fp {
+			return true
+		}
+	}
+	return false
+}
+
+// live returns the address's entry with wrong keys that left the window dropped, nil
+// when none is left; the caller holds mu.
+func (g *GuessLimiter) live(key string, now time.Time) *addrGuesses {
+	a := g.entries[key]
+	if a == nil {
+		return nil
+	}
+	i := 0
+	for i < len(a.wrong) && now.Sub(a.wrong[i].at) >= signinWindow {
+		i++
+	}
+	if i == len(a.wrong) {
+		delete(g.entries, key)
+		return nil
+	}
+	a.wrong = a.wrong[i:]
+	if len(a.wrong) < signinBlockAfter {
+		a.next, a.wait = time.Time{}, 0
+	}
+	return a
+}
+
+// add records a wrong key; the caller holds mu. A blocked address keeps at most twice
+// the limit: enough to stay blocked while it goes on guessing.
+func (g *GuessLimiter) add(key string, a *addrGuesses, fp [16]byte, now time.Time) *addrGuesses {
+	if a == nil {
+		if len(g.entries) >= g.max {
+			g.evict(now)
+		}
+		a = &addrGuesses{}
+		g.entries[key] = a
+	}
+	a.wrong = append(a.wrong, wrongKey{at: now, fp: fp})
+	if len(a.wrong) > 2*signinBlockAfter {
+		a.wrong = slices.Delete(a.wrong, 0, len(a.wrong)-2*signinBlockAfter)
+	}
+	if len(a.wrong) >= signinBlockAfter {
+		// Blocked from now: the first wait, doubled by each wrong key tried since.
+		a.wait = min(max(2*a.wait, blockedFirstWait), blockedMaxWait)
+		a.next = now.Add(a.wait)
+	}
+	return a
+}
+
+// evict makes room: first every address whose wrong keys all left the window, else
+// the one whose newest wrong key is oldest; the caller holds mu.
+func (g *GuessLimiter) evict(now time.Time) {
+	var oldestKey string
+	var oldest time.Time
+	for k, a := range g.entries {
+		last := a.wrong[len(a.wrong)-1].at
+		if now.Sub(last) >= signinWindow {
+			delete(g.entries, k)
+			continue
+		}
+		if oldestKey == "" || last.Before(oldest) {
+			oldestKey, oldest = k, last
+		}
+	}
+	if len(g.entries) >= g.max && oldestKey != "" {
+		delete(g.entries, oldestKey)
+	}
+}
+
+// limiter counts events per address in a sliding window, in memory (registrations).
+// Several instances each count on their own, which only multiplies the allowance by
+// their number.
 type limiter struct {
 	mu      sync.Mutex
 	window  time.Duration
@@ -100,19 +288,6 @@ func (l *limiter) record(key string) (count int, retryAfter time.Duration) {
 	events = append(events, now)
 	l.entries[key] = events
 	return len(events), 0
-}
-
-// blocked returns how long until key may try again, or 0 when it may now. It records
-// nothing.
-func (l *limiter) blocked(key string) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	events := l.live(key, now)
-	if len(events) < l.limit {
-		return 0
-	}
-	return events[0].Add(l.window).Sub(now)
 }
 
 // reset forgets the key, after it proved itself.

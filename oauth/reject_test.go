@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -483,8 +484,10 @@ func TestRedirectURIs(t *testing.T) {
 	}
 }
 
-// TestWrongKeyRateLimit: wrong keys are slowed after five, refused after ten (even the
-// right key), and allowed again once the window passes. Nothing is stored meanwhile.
+// TestWrongKeyRateLimit: distinct wrong keys are slowed after five and block the
+// address after ten; one wrong key retried counts once. A blocked address waits before
+// any new key (the right one too) is looked at, and the right key works once that wait
+// is over. Nothing is stored meanwhile.
 func TestWrongKeyRateLimit(t *testing.T) {
 	e := newTestEnv(t, nil)
 	reg := e.register(map[string]any{"redirect_uris": []string{httpsRedirect}, "token_endpoint_auth_method": "none"})
@@ -493,14 +496,20 @@ func TestWrongKeyRateLimit(t *testing.T) {
 	form := formFields(t, page)
 	before := e.keys()
 
-	for i := 1; i <= signinBlockAfter; i++ {
-		form.Set("api_key", "guess")
+	for range 3 * signinBlockAfter {
+		form.Set("api_key", "the same wrong key")
+		if resp, _ := e.postForm("/authorize", form); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("one wrong key retried: %d, want 403", resp.StatusCode)
+		}
+	}
+	for i := 2; i <= signinBlockAfter; i++ {
+		form.Set("api_key", fmt.Sprintf("guess %d", i))
 		resp, body := e.postForm("/authorize", form)
 		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "not correct") {
 			t.Fatalf("wrong key #%d: %d", i, resp.StatusCode)
 		}
 		var want int64
-		for n := 1; n <= i; n++ {
+		for n := 2; n <= i; n++ {
 			want += signinDelay(n).Milliseconds()
 		}
 		if got := e.sleeps.Load(); got != want {
@@ -522,10 +531,10 @@ func TestWrongKeyRateLimit(t *testing.T) {
 		t.Fatalf("storage changed during wrong keys: %v -> %v", before, after)
 	}
 
-	e.clock.Advance(signinWindow)
+	e.clock.Advance(blockedFirstWait)
 	resp, _ = e.postForm("/authorize", form)
 	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("right key after the window: %d, want 303", resp.StatusCode)
+		t.Fatalf("right key after the first wait of a blocked address: %d, want 303", resp.StatusCode)
 	}
 }
 

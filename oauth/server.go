@@ -12,6 +12,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -96,6 +97,11 @@ type Options struct {
 	// page of the same key, and keep it across reloads, so that guesses count wherever
 	// they are made.
 	Guesses Guesses
+	// KeyHistory remembers the keys this server accepts, so that a key removed from
+	// the configuration is answered as retired, and not counted as a guess, for
+	// RetiredKeyTTL. Nil: every wrong key is a guess. Share one per storage across
+	// servers and reloads.
+	KeyHistory *KeyHistory
 }
 
 // Server is the authorization server and bearer-token check. It is safe for concurrent
@@ -119,6 +125,7 @@ type Server struct {
 
 	accessKey       []byte // HMAC key that marks access tokens as issued here (see newAccessToken)
 	guesses         Guesses
+	notedKeys       atomic.Int64 // Unix nanoseconds when the keys were last given to KeyHistory
 	registerLimiter *limiter
 	// sleep waits before answering a wrong key; tests replace it to observe the delay.
 	sleep func(r *http.Request, d time.Duration)
@@ -312,6 +319,7 @@ func (s *Server) Handles(r *http.Request) bool {
 
 // ServeHTTP serves the endpoints listed at [Server.Handles]; any other path gets 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.noteKeys()
 	p := r.URL.Path
 	switch p {
 	case pathPRM, pathPRM + s.opts.ResourcePath:
@@ -374,4 +382,31 @@ type oauthError struct {
 
 func writeJSONError(w http.ResponseWriter, status int, code, description string) {
 	writeJSON(w, status, oauthError{Error: code, Description: description})
+}
+
+// noteKeys tells the key history, at most once a minute, that this server's keys are
+// valid: a server records them only once it serves (never while a config is only
+// validated).
+func (s *Server) noteKeys() {
+	if s.opts.KeyHistory == nil {
+		return
+	}
+	now := s.opts.Now().UnixNano()
+	last := s.notedKeys.Load()
+	if now-last < int64(time.Minute) || !s.notedKeys.CompareAndSwap(last, now) {
+		return
+	}
+	keys := make([]string, 0, 1+len(s.opts.People))
+	keys = append(keys, s.opts.APIKey)
+	for _, k := range s.opts.People {
+		keys = append(keys, k)
+	}
+	s.opts.KeyHistory.Note(keys)
+}
+
+// retired reports whether key was one of this site's keys within RetiredKeyTTL and is
+// no longer.
+func (s *Server) retired(key string) bool {
+	return s.opts.KeyHistory != nil && key != "" &&
+		s.opts.KeyHistory.Retired(key, func() bool { _, ok := s.whoseKey(key); return ok })
 }

@@ -61,8 +61,32 @@ func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolR
 		if f, ok := res.StructuredContent.(auditFacter); ok {
 			e.Outcome, e.ExitCode, e.Bytes = f.auditFacts()
 		}
+		if o, ok := res.StructuredContent.(ExecuteOutput); ok {
+			if hosts := refusedHosts(o.Note); hosts != "" {
+				// The command may well exit 0 (curl … || true): its row still shows
+				// that it was refused the network.
+				if e.Outcome == console.OutcomeOK {
+					e.Outcome = console.OutcomeRefused
+				}
+				e.Error = human.Clip("egress refused: "+hosts, 500)
+			}
+		}
 	}
 	return e
+}
+
+// refusedHosts finds the hosts the egress proxy refused in a result's note, as
+// blockedNote writes them ("[blocked: a (reason), b; …]"); "" when there are none.
+func refusedHosts(note string) string {
+	_, rest, ok := strings.Cut(note, "\n[blocked: ")
+	if !ok {
+		return ""
+	}
+	hosts, _, ok := strings.Cut(rest, "; only the hosts")
+	if !ok {
+		return ""
+	}
+	return hosts
 }
 
 func resultErrorText(res *mcp.CallToolResult) string {

@@ -204,7 +204,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	id := CallerFrom(ctx)
 	fields := []zap.Field{
 		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID), zap.String("auth", id.Method),
-		zap.String("command", human.Clip(command, 200)),
+		zap.String("person", id.Person), zap.String("container", id.Container), zap.String("command", human.Clip(command, 200)),
 	}
 	if err != nil {
 		switch {

@@ -209,7 +209,8 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		return jobError(box, err, id, a.tool), nil
 	}
 	ident := CallerFrom(ctx)
-	s.opts.Logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
+	s.opts.Logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("person", ident.Person),
+		zap.String("container", ident.Container), zap.String("job", id), zap.Int("exit_code", res.ExitCode))
 	out := toOutput(res)
 	out.Note = s.note(out, res, 0, false) + blockedNote(box, res.JobID)
 	if !res.Killed && !res.Running {

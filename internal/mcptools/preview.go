@@ -99,7 +99,8 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	}
 	id := CallerFrom(ctx)
 	s.opts.Logger.Info("expose_port", zap.Int("port", port), zap.Bool("listening", listening),
-		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID))
+		zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
+		zap.String("person", id.Person), zap.String("container", id.Container))
 	text := fmt.Sprintf("Preview of port %d, valid until %s:\n%s\n", port, out.ExpiresAt.Format(time.RFC3339), out.URL)
 	if listening {
 		text += "Something is listening on the port; the user can open the URL now."

@@ -182,6 +182,7 @@ type Caller struct {
 	ClientName, ClientID, Subject string
 	Method                        string // how the caller signed in (oauth.Method*)
 	Person                        string // whose sandbox the call uses; "" for the operator
+	Container                     string // the name of that sandbox's container, for logs
 	Label                         string // how the activity log names the caller
 	Origin                        string // the scheme and host links point at
 	Remote                        string // the client's address

@@ -99,6 +99,7 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	metricUploadLinks.Inc()
 	id := CallerFrom(ctx)
 	s.opts.Logger.Info("upload link", zap.String("client", id.ClientName), zap.String("client_id", id.ClientID),
+		zap.String("person", id.Person), zap.String("container", id.Container),
 		zap.String("directory", dir), zap.Time("expires_at", out.ExpiresAt))
 	return mcp.NewToolResultStructured(out, fmt.Sprintf(
 		"Upload page for %s (files up to %s each, valid until %s). Give this link to the user:\n%s\n"+

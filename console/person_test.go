@@ -1,0 +1,131 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+type personAccess struct{ fakeAccess }
+
+func (personAccess) Grants(context.Context) ([]Grant, error) {
+	return []Grant{{ID: "g1", ClientID: "c1", ClientName: "Claude", Person: "alice", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)},
+		{ID: "g2", ClientID: "c2", ClientName: "Claude", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}}, nil
+}
+
+// TestJobsByPerson: with people, GET /console/api/jobs lists every sandbox's jobs each
+// with its person, ?person= narrows to one ("-" the operator), an unknown person is a
+// 404, and DELETE kills the job in the sandbox named (or the one that runs it).
+func TestJobsByPerson(t *testing.T) {
+	c := newTestConsole(t, fullLog(t))
+	jobs := &fakeJobs{}
+	c.opts.Jobs, c.opts.Sandboxes = jobs, &fakeSandboxes{}
+	do := func(method, path string) (int, map[string]any) {
+		t.Helper()
+		req := httptest.NewRequest(method, "http://console.test/console/api"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		var m map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, rec.Code, rec.Body)
+		}
+		return rec.Code, m
+	}
+	listed := func(path string) string {
+		t.Helper()
+		code, m := do("GET", path)
+		if code != 200 {
+			t.Fatalf("GET %s: %d %v", path, code, m)
+		}
+		var out []string
+		for _, j := range m["jobs"].([]any) {
+			j := j.(map[string]any)
+			p, has := j["person"]
+			if !has {
+				t.Fatalf("GET %s: a job without a person field: %v", path, j)
+			}
+			out = append(out, p.(string)+"/"+j["id"].(string))
+		}
+		return strings.Join(out, ",")
+	}
+	for _, all := range []string{"/jobs", "/jobs?person="} {
+		if got := listed(all); got != "/job-1,alice/job-2" {
+			t.Errorf("every job (%s): %q", all, got)
+		}
+	}
+	if got := listed("/jobs?person=alice"); got != "alice/job-2" {
+		t.Errorf("alice's jobs: %q", got)
+	}
+	if got := listed("/jobs?person=-"); got != "/job-1" {
+		t.Errorf("the operator's jobs: %q", got)
+	}
+	if code, _ := do("GET", "/jobs?person=zed"); code != 404 {
+		t.Errorf("an unknown person's jobs: %d, want 404", code)
+	}
+	if code, _ := do("DELETE", "/jobs/job-2?person=-"); code != 404 {
+		t.Errorf("alice's job killed in the operator's sandbox: %d, want 404", code)
+	}
+	if code, m := do("DELETE", "/jobs/job-2?person=alice"); code != 200 {
+		t.Errorf("killing alice's job: %d %v", code, m)
+	}
+	if code, m := do("DELETE", "/jobs/job-2"); code != 200 {
+		t.Errorf("killing alice's job without naming her: %d %v", code, m)
+	}
+	if strings.Join(jobs.killed, ",") != "alice/job-2,alice/job-2" {
+		t.Errorf("killed: %v", jobs.killed)
+	}
+	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job", Outcome: OutcomeOK, Limit: 1}); len(e) != 1 || !strings.Contains(e[0].Args, `"person":"alice"`) {
+		t.Errorf("the kill in the audit log: %+v", e)
+	}
+}
+
+// TestPagesNamePeople: with people, the overview's jobs, the activity log, the
+// sign-ins and the links each show whose they are; without people no Person column
+// shows.
+func TestPagesNamePeople(t *testing.T) {
+	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
+	audit.Record(Entry{Time: time.Now(), Client: "Claude", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: OutcomeOK})
+	c := newTestConsole(t, audit)
+	reg := NewLinkRegistry(fileStorage(t), "console", nil)
+	if err := reg.Record(context.Background(), Link{ID: "preview-0123456789", Kind: KindPreview, Target: "8000", Person: "alice",
+		Creator: "Claude", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	c.opts.Links, c.opts.Access, c.opts.Jobs = registryLinks{reg}, personAccess{}, &fakeJobs{}
+	ck := signedIn(t, c)
+	page := func(path string) string {
+		t.Helper()
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d", path, rec.Code)
+		}
+		return rec.Body.String()
+	}
+	for _, path := range []string{"/console", "/console/activity", "/console/access", "/console/links"} {
+		if p := page(path); strings.Contains(p, "<th>Person</th>") {
+			t.Errorf("%s shows a Person column without people", path)
+		}
+	}
+	c.opts.Sandboxes = &fakeSandboxes{}
+	for path, want := range map[string][]string{
+		"/console":          {`<td class="person">alice</td><td><code>job-2</code>`, `<td class="person">operator</td><td><code>job-1</code>`, `name="person" value="alice"`},
+		"/console/activity": {`<td class="person">alice</td>`},
+		"/console/access":   {`<td class="person">alice</td>`, `<td class="person">operator</td>`},
+		"/console/links":    {`<td class="person">alice</td><td>preview</td>`},
+	} {
+		p := page(path)
+		for _, w := range append(want, "<th>Person</th>") {
+			if !strings.Contains(p, w) {
+				t.Errorf("%s lacks %s", path, w)
+			}
+		}
+	}
+}
