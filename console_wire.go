@@ -171,7 +171,7 @@ type consoleJobs struct{ h *Handler }
 
 func (c consoleJobs) Jobs(ctx context.Context, people ...string) ([]console.Job, error) {
 	if len(people) == 0 {
-		people = append([]string{""}, consoleSandboxes{c.h}.People()...)
+		people = append([]string{""}, consoleSandboxes(c).People()...)
 	}
 	out := make([]console.Job, 0)
 	var errs []error
