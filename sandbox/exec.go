@@ -279,6 +279,9 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		kres.Cancelled, kres.Killed = true, false
 		kres.Duration = time.Since(begin)
 		ended = true
+		// This result reaches nobody, and the runner may have recorded its output as
+		// delivered as the command ended: the next JobOutput sends it again.
+		s.resendNext(id)
 		return kres, nil
 	}
 	stopLive()
