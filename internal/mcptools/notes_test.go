@@ -1,6 +1,7 @@
 package mcptools
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,34 @@ func TestReadFileFooter(t *testing.T) {
 		if got := formatLines("/sandbox/f", &c.l); !strings.HasSuffix(got, c.want) {
 			t.Errorf("footer %q, want it to end %q", got, c.want)
 		}
+	}
+}
+
+// TestWaitLongerThanYieldIsCut: a wait longer than yield_after is not refused: the
+// call waits yield_after and its note says so and how to wait longer.
+func TestWaitLongerThanYieldIsCut(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		note string
+	}{
+		{"execute", map[string]any{"command": "make", "wait": 120}, "[wait 120 was cut to 5: no call waits longer than the server's yield_after; for longer work call job_output]"},
+		{"job_output", map[string]any{"job_id": fakeJob, "wait": "99"}, "[wait 99 was cut to 5: no call waits longer than the server's yield_after; call job_output again to wait longer]"},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "y", "wait": 600}, "[wait 600 was cut to 5:"},
+	} {
+		before := len(h.box.called())
+		isErr, text, st := h.call(c.tool, c.args)
+		note, _ := st.(map[string]any)["note"].(string)
+		if isErr || !strings.Contains(text, c.note) || !strings.Contains(note, c.note) {
+			t.Errorf("%s(%v): error %v, %q", c.tool, c.args, isErr, text)
+		}
+		if got := h.box.called()[before:]; !slices.Contains(got, "wait 5s") {
+			t.Errorf("%s(%v) asked the sandbox %q, want a wait of 5s", c.tool, c.args, got)
+		}
+	}
+	// Within yield_after, nothing is said.
+	if _, text, _ := h.call("execute", map[string]any{"command": "make", "wait": 3}); strings.Contains(text, "was cut") {
+		t.Errorf("a wait within yield_after: %q", text)
 	}
 }
