@@ -236,8 +236,8 @@ func TestJobSurvivesReloadAndRestart(t *testing.T) {
 	}
 }
 
-// TestJobBadInput: malformed and unknown ids, waits out of range, and too many jobs
-// are tool errors that say what to do; running jobs are not disturbed.
+// TestJobBadInput: malformed and unknown ids, negative waits, and too many jobs are
+// tool errors that say what to do; running jobs are not disturbed.
 func TestJobBadInput(t *testing.T) {
 	s := jobsSite(t, "max_jobs 2")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -254,13 +254,16 @@ func TestJobBadInput(t *testing.T) {
 	bad("job_output", map[string]any{"job_id": "j000000000000"}, "no job j000000000000")
 	bad("job_kill", map[string]any{"job_id": "j000000000000"}, "job_list")
 	bad("job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a")
-	bad("execute", map[string]any{"command": "true", "wait": 60}, "yield_after")
-	bad("execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds between 0 and 5`)
+	bad("execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (more counts as 5, the server's yield_after)`)
+	// A longer wait is not refused: it is cut to yield_after, and the note says so.
+	if res := call(ctx, t, c, "execute", map[string]any{"command": "true", "wait": 60}); res.IsError || !strings.Contains(resultText(res), "[wait 60 was cut to 5:") {
+		t.Errorf("wait 60: error %v, %q", res.IsError, resultText(res))
+	}
 	bad("execute", map[string]any{"command": "true", "cwd": "/nonexistent"}, "not a directory")
 
 	a := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo a1; sleep 4; echo a2", "wait": 0}))
 	b := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo b1; sleep 4; echo b2", "wait": 0}))
-	bad("job_output", map[string]any{"job_id": a["job_id"], "wait": 99}, "yield_after")
+	bad("job_output", map[string]any{"job_id": a["job_id"], "wait": -2}, "yield_after")
 	bad("execute", map[string]any{"command": "echo third"}, "max_jobs")
 	for _, st := range []map[string]any{a, b} {
 		out, _, last := followJob(ctx, t, c, st)

@@ -76,6 +76,10 @@ func (s *Tools) executeTool() mcp.Tool {
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
+	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here and hand results over with share_file."
+	if s.opts.Previews != nil {
+		ports = "\n- To let the user open a server running here, use expose_port."
+	}
 	more := ""
 	if s.defaultOutput() < cfg.MaxOutput {
 		more = " unless max_output asks for more"
@@ -88,8 +92,8 @@ func (s *Tools) executeTool() mcp.Tool {
 - Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
 - Output goes to files, not a terminal (unless tty), so programs may buffer it: Python runs with PYTHONUNBUFFERED=1; else use `+"`stdbuf -oL cmd`"+`.
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
-- To hand the user a file, write it under /sandbox and call share_file.`,
-		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more)
+- To hand the user a file, write it under /sandbox and call share_file.%s`,
+		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more, ports)
 	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d (more counts as %d). Default %d.", int(yield.Seconds()), int(yield.Seconds()), int(yield.Seconds()))
 	if yield == 0 {
 		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
