@@ -145,7 +145,8 @@ func TestJobInput(t *testing.T) {
 
 // TestJobKillLeavesNothing: job_kill, the timeout and cancellation kill every process
 // of the job, also those started under env -i (which carry no marker in their
-// environment); a process detached with setsid survives.
+// environment), and each result says killed; a process detached with setsid survives.
+// The output of a cancelled call is not lost: job_output returns it.
 func TestJobKillLeavesNothing(t *testing.T) {
 	s := jobsSite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -172,7 +173,7 @@ func TestJobKillLeavesNothing(t *testing.T) {
 	// The timeout, kept inside the container, with a process under env -i.
 	res := call(ctx, t, c, "execute", map[string]any{"command": "env -i bash -c 'sleep 3341 & sleep 3342'", "timeout": 2})
 	st = structured(t, res)
-	if st["timed_out"] != true || st["exit_code"] != float64(137) || !strings.Contains(resultText(res), "timed out") {
+	if st["timed_out"] != true || st["killed"] != true || st["exit_code"] != float64(137) || !strings.Contains(resultText(res), "timed out") {
 		t.Errorf("timeout result %v %q", st, resultText(res))
 	}
 	if got := procs(); got != "" {
@@ -186,13 +187,26 @@ func TestJobKillLeavesNothing(t *testing.T) {
 		defer close(done)
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "execute"
-		req.Params.Arguments = map[string]any{"command": "env -i bash -c 'sleep 3351 & sleep 3352'"}
+		req.Params.Arguments = map[string]any{"command": "echo before-cancel; env -i bash -c 'sleep 3351 & sleep 3352'"}
 		_, _ = c.CallTool(callCtx, req)
 	}()
 	waitFor(t, 10*time.Second, "the sleeps to start", func() bool { return strings.Count(procs(), "sleep 335") == 2 })
+	time.Sleep(time.Second)
 	callCancel()
 	<-done
 	waitFor(t, 15*time.Second, "cancelled sleeps to be killed", func() bool { return procs() == "" })
+	// The cancelled call's output reached nobody: job_output returns it, with the kill
+	// and the job's own running time.
+	var id any
+	for _, j := range structured(t, call(ctx, t, c, "job_list", nil))["jobs"].([]any) {
+		if j := j.(map[string]any); strings.HasPrefix(j["command"].(string), "echo before-cancel") {
+			id = j["job_id"]
+		}
+	}
+	st = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": id, "wait": 0}))
+	if st["stdout"] != "before-cancel\n" || st["cancelled"] != true || st["killed"] != true || st["duration_seconds"].(float64) < 1 {
+		t.Errorf("job_output after the cancelled call: %v", st)
+	}
 }
 
 // TestJobSurvivesReloadAndRestart: a running job goes on through a config reload and a
