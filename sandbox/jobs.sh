@@ -487,10 +487,10 @@ poll)
 		fi
 		# A subshell starts the writer, names it in .inw and, once it has written all of
 		# the input, leaves .ins: the answer then says the input was sent, even when the
-		# job ended on it (the job's runner kills a writer still running at its end; one
-		# that is done is a zombie and no longer matches). The subshell is disowned and
-		# its stderr is /dev/null, so no "Killed" notice about the writer reaches this
-		# script's stderr, which carries the job's output.
+		# job ended on it (at the job's end its runner kills only a writer that has not
+		# ended 0.5 s later). The subshell is disowned and its stderr is /dev/null, so no
+		# "Killed" notice about the writer reaches this script's stderr, which carries
+		# the job's output.
 		rm -f "$d.ins"
 		exec 3<>"$d.in" 4>"/proc/self/fd/3" 3<&-
 		(
