@@ -58,3 +58,20 @@ func TestInstructionsWithoutPreviews(t *testing.T) {
 		}
 	}
 }
+
+// TestOfflineInstallNote: through a real Caddy and container with no network, a
+// package install that fails carries a note that the sandbox is offline; a command
+// that downloads nothing does not.
+func TestOfflineInstallNote(t *testing.T) {
+	s := startSite(t, siteOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(ctx)
+	res := call(ctx, t, c, "execute", map[string]any{"command": "apt-get install -y jq || pip install requests"})
+	if !strings.Contains(resultText(res), "[note: the sandbox is offline, so downloads and package installs fail; use what is installed") {
+		t.Errorf("a failed install: %q", resultText(res))
+	}
+	if res := call(ctx, t, c, "execute", map[string]any{"command": "ls /nonexistent"}); strings.Contains(resultText(res), "offline") {
+		t.Errorf("a failed ls: %q", resultText(res))
+	}
+}
