@@ -41,6 +41,12 @@ func TestJobInputThatEndsTheJob(t *testing.T) {
 		if res, err := sb.JobOutput(ctx, job.JobID, 0, &big, 0, nil); err != nil || !res.Running {
 			t.Fatalf("first input: %+v, %v", res, err)
 		}
+		// The writer of the second input dies by SIGKILL while the call waits, as
+		// when the runner kills it: nothing of that reaches the job's stderr.
+		go func() {
+			time.Sleep(1500 * time.Millisecond)
+			containerExec(t, sb.cli, cfg.Container, "bash", "-c", "kill -9 $(cat "+JobsDir+"/"+job.JobID+".inw)")
+		}()
 		res, err := sb.JobOutput(ctx, job.JobID, 10*time.Second, &big, 0, nil)
 		if err == nil && res.Running && res.InputWaiting {
 			res, err = sb.JobOutput(ctx, job.JobID, 10*time.Second, nil, 0, nil)
