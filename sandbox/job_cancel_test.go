@@ -12,6 +12,9 @@ import (
 func TestCancelledCallLeavesItsOutput(t *testing.T) {
 	withAndWithoutAgent(t, func(t *testing.T, cfg Config) {
 		sb := newTestSandbox(t, dockerClient(t), cfg)
+		if err := sb.Ensure(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
 		res, err := sb.Exec(ctx, "echo before; echo warn >&2; sleep 30", ExecOptions{Wait: 20 * time.Second})
