@@ -203,7 +203,7 @@ func TestJobKillLeavesNothing(t *testing.T) {
 			id = j["job_id"]
 		}
 	}
-	st = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": id, "wait": 0}))
+	st = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": id, "wait": 5}))
 	if st["stdout"] != "before-cancel\n" || st["cancelled"] != true || st["killed"] != true || st["duration_seconds"].(float64) < 1 {
 		t.Errorf("job_output after the cancelled call: %v", st)
 	}
