@@ -425,7 +425,11 @@ run)
 			state=done
 		fi
 	fi
-	emit "$state" "$H" "$TL"
+	# The call waiting for this answer was cancelled (.cancelled): it reaches nobody,
+	# so the output stays for the next job_output.
+	keep=
+	[ -e "$d.cancelled" ] && keep=keep
+	emit "$state" "$H" "$TL" $keep
 	;;
 watch)
 	# watch <dir> <id> <pgid>: the runner of a job handed over (see handover): it ends
