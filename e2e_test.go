@@ -29,8 +29,11 @@ func TestExecuteThroughCaddy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	// The file tools answer with text or image content only, so they have no output schema.
-	textOnly := map[string]bool{"read_file": true, "write_file": true, "edit_file": true}
+	// The file tools answer with text or image content only, so they have no output
+	// schema; the job tools return execute's result and say so instead of repeating
+	// its schema.
+	textOnly := map[string]bool{"read_file": true, "write_file": true, "edit_file": true,
+		"job_output": true, "job_input": true, "job_kill": true}
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 		if tool.Description == "" || !textOnly[tool.Name] && tool.OutputSchema.Type == "" && tool.RawOutputSchema == nil {

@@ -145,7 +145,8 @@ func TestJobInput(t *testing.T) {
 
 // TestJobKillLeavesNothing: job_kill, the timeout and cancellation kill every process
 // of the job, also those started under env -i (which carry no marker in their
-// environment); a process detached with setsid survives.
+// environment), and each result says killed; a process detached with setsid survives.
+// The output of a cancelled call is not lost: job_output returns it.
 func TestJobKillLeavesNothing(t *testing.T) {
 	s := jobsSite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -172,7 +173,7 @@ func TestJobKillLeavesNothing(t *testing.T) {
 	// The timeout, kept inside the container, with a process under env -i.
 	res := call(ctx, t, c, "execute", map[string]any{"command": "env -i bash -c 'sleep 3341 & sleep 3342'", "timeout": 2})
 	st = structured(t, res)
-	if st["timed_out"] != true || st["exit_code"] != float64(137) || !strings.Contains(resultText(res), "timed out") {
+	if st["timed_out"] != true || st["killed"] != true || st["exit_code"] != float64(137) || !strings.Contains(resultText(res), "timed out") {
 		t.Errorf("timeout result %v %q", st, resultText(res))
 	}
 	if got := procs(); got != "" {
@@ -186,13 +187,26 @@ func TestJobKillLeavesNothing(t *testing.T) {
 		defer close(done)
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "execute"
-		req.Params.Arguments = map[string]any{"command": "env -i bash -c 'sleep 3351 & sleep 3352'"}
+		req.Params.Arguments = map[string]any{"command": "echo before-cancel; env -i bash -c 'sleep 3351 & sleep 3352'"}
 		_, _ = c.CallTool(callCtx, req)
 	}()
 	waitFor(t, 10*time.Second, "the sleeps to start", func() bool { return strings.Count(procs(), "sleep 335") == 2 })
+	time.Sleep(time.Second)
 	callCancel()
 	<-done
 	waitFor(t, 15*time.Second, "cancelled sleeps to be killed", func() bool { return procs() == "" })
+	// The cancelled call's output reached nobody: job_output returns it, with the kill
+	// and the job's own running time.
+	var id any
+	for _, j := range structured(t, call(ctx, t, c, "job_list", nil))["jobs"].([]any) {
+		if j := j.(map[string]any); strings.HasPrefix(j["command"].(string), "echo before-cancel") {
+			id = j["job_id"]
+		}
+	}
+	st = structured(t, call(ctx, t, c, "job_output", map[string]any{"job_id": id, "wait": 5}))
+	if st["stdout"] != "before-cancel\n" || st["cancelled"] != true || st["killed"] != true || st["duration_seconds"].(float64) < 1 {
+		t.Errorf("job_output after the cancelled call: %v", st)
+	}
 }
 
 // TestJobSurvivesReloadAndRestart: a running job goes on through a config reload and a
@@ -236,8 +250,8 @@ func TestJobSurvivesReloadAndRestart(t *testing.T) {
 	}
 }
 
-// TestJobBadInput: malformed and unknown ids, waits out of range, and too many jobs
-// are tool errors that say what to do; running jobs are not disturbed.
+// TestJobBadInput: malformed and unknown ids, negative waits, and too many jobs are
+// tool errors that say what to do; running jobs are not disturbed.
 func TestJobBadInput(t *testing.T) {
 	s := jobsSite(t, "max_jobs 2")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -254,13 +268,16 @@ func TestJobBadInput(t *testing.T) {
 	bad("job_output", map[string]any{"job_id": "j000000000000"}, "no job j000000000000")
 	bad("job_kill", map[string]any{"job_id": "j000000000000"}, "job_list")
 	bad("job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a")
-	bad("execute", map[string]any{"command": "true", "wait": 60}, "yield_after")
-	bad("execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds between 0 and 5`)
+	bad("execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (more counts as 5, the server's yield_after)`)
+	// A longer wait is not refused: it is cut to yield_after, and the note says so.
+	if res := call(ctx, t, c, "execute", map[string]any{"command": "true", "wait": 60}); res.IsError || !strings.Contains(resultText(res), "[wait 60 was cut to 5:") {
+		t.Errorf("wait 60: error %v, %q", res.IsError, resultText(res))
+	}
 	bad("execute", map[string]any{"command": "true", "cwd": "/nonexistent"}, "not a directory")
 
 	a := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo a1; sleep 4; echo a2", "wait": 0}))
 	b := structured(t, call(ctx, t, c, "execute", map[string]any{"command": "echo b1; sleep 4; echo b2", "wait": 0}))
-	bad("job_output", map[string]any{"job_id": a["job_id"], "wait": 99}, "yield_after")
+	bad("job_output", map[string]any{"job_id": a["job_id"], "wait": -2}, "yield_after")
 	bad("execute", map[string]any{"command": "echo third"}, "max_jobs")
 	for _, st := range []map[string]any{a, b} {
 		out, _, last := followJob(ctx, t, c, st)
@@ -288,7 +305,7 @@ func TestExecuteOutputShape(t *testing.T) {
 	res := call(ctx, t, c, "execute", map[string]any{"command": "grep row /sandbox/data.txt"})
 	st := structured(t, res)
 	out := st["stdout"].(string)
-	m := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) \.\.\.\]\n`).FindStringSubmatchIndex(out)
+	m := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) limit=\d+ \.\.\.\]\n`).FindStringSubmatchIndex(out)
 	if m == nil || st["stdout_truncated"] != true || st["stdout_bytes"] != float64(1_600_000) {
 		t.Fatalf("no marker in the cut output (%v bytes, truncated %v): %.200q", st["stdout_bytes"], st["stdout_truncated"], out)
 	}

@@ -47,7 +47,7 @@ func TestCutMarkerNamesLines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := s.client(ctx)
-	markerRe := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) \.\.\.\]\n`)
+	markerRe := regexp.MustCompile(`(?m)^\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=(\S+) offset=(\d+) limit=\d+ \.\.\.\]\n`)
 	check := func(st map[string]any, first int) (from, to int, file string) {
 		t.Helper()
 		out := st["stdout"].(string)

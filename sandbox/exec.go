@@ -267,8 +267,12 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
 		kres, kerr := s.killJob(kctx, id, maxOutput, "cancelled")
 		cancel()
+		var answered *header
 		select {
-		case <-run.done:
+		case err := <-run.done:
+			if h, herr := run.out.header(); err == nil && herr == nil {
+				answered = &h
+			}
 		case <-time.After(cancelGrace):
 		}
 		run.close()
@@ -279,6 +283,12 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		kres.Cancelled, kres.Killed = true, false
 		kres.Duration = time.Since(begin)
 		ended = true
+		// This result reaches nobody. The runner's answer, when the command ended before
+		// the kill marked it cancelled, recorded its output as delivered: the next
+		// JobOutput sends that again. (Once marked, the runners record nothing.)
+		if answered != nil && !answered.cancelled && (answered.outSent > 0 || answered.errSent > 0) {
+			s.resendNext(id)
+		}
 		return kres, nil
 	}
 	stopLive()

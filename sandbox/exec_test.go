@@ -107,8 +107,15 @@ func TestExecBoundedOutputUTF8(t *testing.T) {
 		t.Errorf("tail %q", tail)
 	}
 	// head keeps 511 of 512 bytes (\xff + 170*3), tail 511 of 512 (170*3 + \xfe).
-	if marker != "part of line 1 left out (4980 bytes); read them with read_file path="+res.StdoutFile+" offset=1" {
+	if marker != "part of line 1 left out (4980 bytes); read them with execute: tail -c +512 "+res.StdoutFile+" | head -c 4980" {
 		t.Errorf("marker %q", marker)
+	}
+	// The byte range the marker names is the part left out: 1660 characters, the
+	// ones after the head's 170.
+	cmd, _ := strings.CutPrefix(marker, "part of line 1 left out (4980 bytes); read them with execute: ")
+	check := `[ "$(` + cmd + ` | sha256sum)" = "$(for i in $(seq 1660); do printf '€'; done | sha256sum)" ] && echo same`
+	if got := mustExec(t, sb, check, ExecOptions{}); got.Stdout != "same\n" {
+		t.Errorf("%s is not the part left out: %+v", cmd, got)
 	}
 }
 

@@ -154,6 +154,7 @@ type header struct {
 	timedOut, killed   bool
 	cancelled          bool   // killed because the call that waited for it was cancelled
 	inputWaiting       bool   // the last input is not all read yet
+	inputSent          bool   // all of this call's input went into the job's stdin
 	held               string // pid of a process holding the output open
 	bgJob, bgPid       string // the job that took over the processes left holding the output, and one of them
 	bgCmd              string // that process's command line, sanitised
@@ -288,9 +289,38 @@ func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, st
 // a character split across two polls shows whole in the second one. They live in
 // memory only; after a restart the next delivery starts with the rest of the
 // character, shown as U+FFFD.
+//
+// resend names the jobs whose last delivery reached nobody (it answered a cancelled
+// call): their next JobOutput sends it again.
 type heldRunes struct {
-	mu sync.Mutex
-	m  map[string][2][]byte
+	mu     sync.Mutex
+	m      map[string][2][]byte
+	resend map[string]bool
+}
+
+// resendNext makes the next JobOutput of job id send its last delivery again.
+func (s *Sandbox) resendNext(id string) {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	if s.held.resend == nil {
+		s.held.resend = map[string]bool{}
+	}
+	if len(s.held.resend) >= maxHeld {
+		for k := range s.held.resend {
+			delete(s.held.resend, k)
+			break
+		}
+	}
+	s.held.resend[id] = true
+}
+
+// takeResend reports whether job id's last delivery is to be sent again, once.
+func (s *Sandbox) takeResend(id string) bool {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	again := s.held.resend[id]
+	delete(s.held.resend, id)
+	return again
 }
 
 // maxHeld bounds the jobs with bytes held back.
@@ -352,19 +382,20 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		res.ExitCode = -1
 	}
 	var next [2][]byte
-	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outSize-h.outFrom, h.outLines, h.outLine, res.Running, keep, head, tail, res.StdoutFile)
-	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errSize-h.errFrom, h.errLines, h.errLine, res.Running, keep, head, tail, res.StderrFile)
+	res.Stdout, res.StdoutTruncated, next[0] = cutStream(o.out, held[0], h.outFrom, h.outSize-h.outFrom, h.outLines, h.outLine, res.Running, keep, head, tail, res.StdoutFile)
+	res.Stderr, res.StderrTruncated, next[1] = cutStream(o.err, held[1], h.errFrom, h.errSize-h.errFrom, h.errLines, h.errLine, res.Running, keep, head, tail, res.StderrFile)
 	return res, next
 }
 
-// cutStream is cutOutput for one stream of a delivery, with held (the bytes of a
-// character cut at the end of the previous delivery) in front. While the job runs,
-// the bytes of a character cut at the end are left out and returned, for the next
-// delivery.
-func cutStream(payload, held []byte, total, lines, first int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
+// cutStream is cutOutput for one stream of a delivery of total bytes from file offset
+// from, with held (the bytes of a character cut at the end of the previous delivery)
+// in front. While the job runs, the bytes of a character cut at the end are left out
+// and returned, for the next delivery.
+func cutStream(payload, held []byte, from, total, lines, first int64, running bool, keep, head, tail int, file string) (string, bool, []byte) {
 	if len(held) > 0 {
 		payload = append(held[:len(held):len(held)], payload...)
 		total += int64(len(held))
+		from -= int64(len(held))
 		head += len(held)
 		// The held bytes end the previous delivery's last line, which has no newline
 		// before them: the range still starts in the same line.
@@ -377,17 +408,17 @@ func cutStream(payload, held []byte, total, lines, first int64, running bool, ke
 			total -= int64(k)
 		}
 	}
-	text, cut := cutOutput(payload, total, lines, first, keep, head, tail, file)
+	text, cut := cutOutput(payload, from, total, lines, first, keep, head, tail, file)
 	return text, cut, next
 }
 
-// cutOutput returns the text of a range of total bytes, of which payload holds either
-// everything or (when shorter than total) the first head bytes and the last ones. Text
-// longer than keep is cut in the middle at line boundaries (at character boundaries
-// when lines are too long), and a marker says which lines (first: the number of the
-// line the range starts in, -1 when unknown) and how many bytes were left out, and the
-// read_file call that reads them.
-func cutOutput(payload []byte, total, lines, first int64, keep, head, tail int, file string) (string, bool) {
+// cutOutput returns the text of a range of total bytes from file offset from, of which
+// payload holds either everything or (when shorter than total) the first head bytes
+// and the last ones. Text longer than keep is cut in the middle at line boundaries (at
+// character boundaries when lines are too long), and a marker says which lines (first:
+// the number of the line the range starts in, -1 when unknown) and how many bytes were
+// left out, and the call that reads them.
+func cutOutput(payload []byte, from, total, lines, first int64, keep, head, tail int, file string) (string, bool) {
 	if int64(len(payload)) >= total && len(payload) <= keep {
 		return strings.ToValidUTF8(string(payload), "\uFFFD"), false
 	}
@@ -435,16 +466,18 @@ func cutOutput(payload []byte, total, lines, first int64, keep, head, tail int, 
 	if len(headPart) > 0 && headPart[len(headPart)-1] != '\n' {
 		sb.WriteByte('\n')
 	}
-	sb.WriteString(cutMarker(omitted, lines, omittedLines, first, headPart, s > 0 && t[s-1] == '\n', file))
+	sb.WriteString(cutMarker(omitted, lines, omittedLines, first, from+int64(len(headPart)), headPart, s > 0 && t[s-1] == '\n', file))
 	sb.WriteString(strings.ToValidUTF8(string(tailPart), "\uFFFD"))
 	return sb.String(), true
 }
 
 // cutMarker is the line that stands for the middle left out of an output: omitted
-// bytes holding omittedLines newlines, after headPart, of a range that starts in line
-// first (-1: unknown) and holds lines newlines in all (-1: not counted). endsLine says
-// the part left out ends with a newline.
-func cutMarker(omitted, lines, omittedLines, first int64, headPart []byte, endsLine bool, file string) string {
+// bytes from file offset at, holding omittedLines newlines, after headPart, of a range
+// that starts in line first (-1: unknown) and holds lines newlines in all (-1: not
+// counted). endsLine says the part left out ends with a newline. Whole lines are read
+// with read_file, a page of them at a time; a part of one line (read_file would show
+// the line from its start, and cut it) with a byte range.
+func cutMarker(omitted, lines, omittedLines, first, at int64, headPart []byte, endsLine bool, file string) string {
 	switch {
 	case lines < 0:
 		return fmt.Sprintf("[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
@@ -456,15 +489,19 @@ func cutMarker(omitted, lines, omittedLines, first int64, headPart []byte, endsL
 	if endsLine {
 		to--
 	}
+	if to <= from && !(endsLine && (len(headPart) == 0 || headPart[len(headPart)-1] == '\n')) {
+		return fmt.Sprintf("[... part of line %d left out (%d bytes); read them with execute: tail -c +%d %s | head -c %d ...]\n", from, omitted, at+1, file, omitted)
+	}
 	what := fmt.Sprintf("lines %d–%d", from, to)
 	if to <= from {
-		what = fmt.Sprintf("part of line %d", from)
-		if endsLine && (len(headPart) == 0 || headPart[len(headPart)-1] == '\n') {
-			what = fmt.Sprintf("line %d", from)
-		}
+		what = fmt.Sprintf("line %d", from)
 	}
-	return fmt.Sprintf("[... %s left out (%d bytes); read them with read_file path=%s offset=%d ...]\n", what, omitted, file, from)
+	return fmt.Sprintf("[... %s left out (%d bytes); read them with read_file path=%s offset=%d limit=%d ...]\n", what, omitted, file, from, min(max(to-from+1, 1), markerPage))
 }
+
+// markerPage is the most lines the cut marker's read_file call asks for: a page the
+// model can take in, not the 100 KB a call without a limit may return.
+const markerPage = 200
 
 func plural(n int64, word string) string {
 	if n == 1 {
@@ -521,6 +558,9 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 // the last delivery (never repeated, never skipped), cut to maxOutput bytes per stream
 // (0: Config.MaxOutput). With input != nil, it first writes input to the job's stdin
 // (the job must have been started interactive) and waits only until the job answers.
+// Input for a job that ended before all of it went into its stdin is an ErrJobFinished
+// error, with the job's last output in the result; a job that ends after taking it
+// (the input made it quit) is a result like any other.
 // onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
 func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
 	return s.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
@@ -534,6 +574,7 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 		return nil, err
 	}
 	defer unlock()
+	again = s.takeResend(id) || again
 	begin := time.Now()
 	_, head, tail := budget(maxOutput)
 	var env []string
@@ -565,7 +606,8 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 	res := s.result(h, id, o, maxOutput)
 	res.Duration = time.Since(begin)
 	s.jobSeen(id, res.Running)
-	if input != nil && !res.Running {
+	// Input the job took before it ended (say, the "quit" that ended it) was sent.
+	if input != nil && !res.Running && !h.inputSent {
 		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", ErrJobFinished, id, res.ExitCode)
 	}
 	return res, nil

@@ -10,6 +10,7 @@
 #   <id>.tty   present for a tty job: the command runs under a pseudo-terminal held
 #              by "$MCP_SANDBOX_AGENT pty", in a session of its own
 #   <id>.inw   pid of the process writing the last input to .in
+#   <id>.ins   present once the last input is all written to .in
 #   <id>.off   "<stdout offset> <stderr offset>": output already delivered
 #   <id>.prev  the offsets before and after the last delivery (to send it again)
 #   <id>.exit  exit status and end time, written last; .timedout, .killed (job_kill),
@@ -28,6 +29,7 @@
 # than the head (so the caller may cut it), else "-". ran is how long the job has run
 # (running) or ran (done), in milliseconds, or "-" when unknown.
 # The flags are "-" or a list of timedout, killed, cancelled, held:<pid>, inputwaiting,
+# inputsent (all of this call's input is in the job's stdin pipe),
 # bg:<job id>:<pid>:<hex of up to 80 bytes of its command line>, each ended by a comma.
 # A refusal is the header alone: "MCPJOB1 <why>" (unknown, notinteractive, nocwd,
 # taken, inputwaiting, notty). Caddy reads all of it strictly (jobwire.go).
@@ -206,10 +208,11 @@ pstart() {
 	[ -n "$pst" ]
 }
 
-# emit <state> <head> <tail>: sends the output produced since the last delivery, then
-# records it as delivered. head and tail are the bytes kept of each end of a long range.
+# emit <state> <head> <tail> [keep]: sends the output produced since the last delivery,
+# then records it as delivered (not with keep: the answer goes to nobody). head and
+# tail are the bytes kept of each end of a long range.
 emit() {
-	local state=$1 H=$2 T=$3 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran b p x
+	local state=$1 H=$2 T=$3 keep=$4 ex=- os=0 es=0 oo=0 eo=0 on=0 en=0 ol=- el=- of=- ef=- flags= ran b p x
 	read -r oo eo 2>/dev/null <"$d.off"
 	oo=${oo:-0} eo=${eo:-0}
 	if [ -s "$d.out" ] || [ -s "$d.err" ]; then
@@ -229,6 +232,7 @@ emit() {
 	[ -s "$d.held" ] && { read -r h <"$d.held"; flags+=held:$h,; }
 	[ -s "$d.bg" ] && { read -r b p x <"$d.bg"; flags+=bg:$b:$p:$x,; }
 	[ -e "$d.inw" ] && [ "$state" = running ] && writer && flags+=inputwaiting,
+	[ -n "$insent" ] && [ -e "$d.ins" ] && flags+=inputsent,
 	on=$((os - oo)) en=$((es - eo))
 	((on < 0)) && on=0
 	((en < 0)) && en=0
@@ -253,6 +257,7 @@ emit() {
 	echo "MCPJOB1 $state $ex $os $es $oo $eo $osend $esend $ol $el $of $ef $ran ${flags:--}" &&
 		send "$d.out" "$oo" "$on" "$H" "$T" &&
 		send "$d.err" "$eo" "$en" "$H" "$T" >&2 &&
+		[ "$keep" != keep ] &&
 		echo "$oo $eo $os $es" >"$d.prev" &&
 		echo "$os $es" >"$d.off"
 }
@@ -353,8 +358,17 @@ run)
 		wait "$c"
 		e=$?
 		exec 3>&-
-		# Input nobody will read: a writer still waiting on the pipe goes too.
-		[ "$I" = 1 ] && writer && kill -KILL "$wp" 2>/dev/null
+		# Input nobody will read: a writer still waiting on the pipe goes too. One that
+		# has written all of it (the input the command ended on) is given 0.5 s to end
+		# by itself, so that its input counts as sent; with the pipe's read end closed
+		# here, one still waiting ends at once, unless a process left behind holds it.
+		if [ "$I" = 1 ]; then
+			for ((i = 0; i < 10; i++)); do
+				writer || break
+				read -t 0.05 -u 9
+			done
+			writer && kill -KILL "$wp" 2>/dev/null
+		fi
 		# A process the command left behind may still hold its output open: when it
 		# still does 0.2 s later, it and the rest of the group go on as a job of their
 		# own (handover), without the timeout; failing that, they are noted and
@@ -411,7 +425,11 @@ run)
 			state=done
 		fi
 	fi
-	emit "$state" "$H" "$TL"
+	# The call waiting for this answer was cancelled (.cancelled): it reaches nobody,
+	# so the output stays for the next job_output.
+	keep=
+	[ -e "$d.cancelled" ] && keep=keep
+	emit "$state" "$H" "$TL" $keep
 	;;
 watch)
 	# watch <dir> <id> <pgid>: the runner of a job handed over (see handover): it ends
@@ -444,7 +462,7 @@ watch)
 poll)
 	# poll <dir> <id> <wait s> <head> <tail> <input: env|-> [again]; input comes in
 	# MCP_SANDBOX_INPUT; again: the last delivery did not arrive, send it again
-	W=$4 H=$5 TL=$6
+	W=$4 H=$5 TL=$6 insent=
 	if ! [ -e "$d.meta" ]; then
 		echo "MCPJOB1 unknown"
 		exit 0
@@ -471,12 +489,25 @@ poll)
 			echo "MCPJOB1 inputwaiting"
 			exit 0
 		fi
+		# A subshell starts the writer, names it in .inw and, once it has written all of
+		# the input, leaves .ins: the answer then says the input was sent, even when the
+		# job ended on it (at the job's end its runner kills only a writer that has not
+		# ended 0.5 s later). The subshell is disowned and its stderr is /dev/null, so no
+		# "Killed" notice about the writer reaches this script's stderr, which carries
+		# the job's output.
+		rm -f "$d.ins"
 		exec 3<>"$d.in" 4>"/proc/self/fd/3" 3<&-
-		bash -c 'printf %s "$MCP_SANDBOX_INPUT" >&4' mcpjob-input "$id" </dev/null >/dev/null 2>&1 9<&- &
+		(
+			bash -c 'printf %s "$MCP_SANDBOX_INPUT" >&4' mcpjob-input "$id" &
+			echo "$!" >"$d.inw"
+			exec 4>&-
+			wait "$!" && : >"$d.ins"
+		) </dev/null >/dev/null 2>&1 9<&- &
 		w=$!
+		disown "$w"
+		insent=1
 		exec 4>&-
 		unset MCP_SANDBOX_INPUT
-		echo "$w" >"$d.inw"
 		# Most input fits in the pipe at once; give the writer a moment before the
 		# answer says whether it is still waiting.
 		for ((i = 0; i < 20; i++)); do
@@ -527,9 +558,10 @@ peek)
 	((es > e)) && range "$d.err" "$e" $((es - e)) >&2
 	;;
 kill)
-	# kill <dir> <id> <head> <tail> <why: killed|cancelled>
-	H=$4 TL=$5 why=killed
-	[ "$6" = cancelled ] && why=cancelled
+	# kill <dir> <id> <head> <tail> <why: killed|cancelled>; the answer to a cancelled
+	# call reaches nobody, so its output stays for the next job_output.
+	H=$4 TL=$5 why=killed keep=
+	[ "$6" = cancelled ] && why=cancelled keep=keep
 	if ! [ -e "$d.meta" ]; then
 		echo "MCPJOB1 unknown"
 		exit 0
@@ -546,11 +578,11 @@ kill)
 		killjob
 	fi
 	if [ -s "$d.exit" ]; then
-		emit done "$H" "$TL"
+		emit done "$H" "$TL" $keep
 	elif alive; then
-		emit running "$H" "$TL"
+		emit running "$H" "$TL" $keep
 	else
-		emit lost "$H" "$TL"
+		emit lost "$H" "$TL" $keep
 	fi
 	;;
 list)

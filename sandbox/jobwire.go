@@ -143,6 +143,8 @@ func (h *header) parseFlags(b []byte) bool {
 			h.cancelled = true
 		case string(fl) == "inputwaiting":
 			h.inputWaiting = true
+		case string(fl) == "inputsent":
+			h.inputSent = true
 		case bytes.HasPrefix(fl, []byte("bg:")):
 			if !h.parseBackground(fl[len("bg:"):]) {
 				return false

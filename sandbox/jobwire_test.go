@@ -52,6 +52,7 @@ func TestJobHeaderStrict(t *testing.T) {
 		"MCPJOB1 running - 900 0 400 0 300 0 20 - 17 - - -":     {state: "running", exit: -1, outSize: 900, outFrom: 400, outSent: 300, outLines: 20, errLines: -1, outLine: 17, errLine: -1, ranMs: -1},
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - 14012 -":            {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 14012},
 		"MCPJOB1 running - 0 0 0 0 0 0 - - - - - inputwaiting,": {state: "running", exit: -1, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1, inputWaiting: true},
+		"MCPJOB1 done 0 4 0 0 0 4 0 - - - - 20 inputsent,":      {state: "done", outSize: 4, outSent: 4, outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: 20, inputSent: true},
 		// The command line of a background process: hex, controls and bidi overrides
 		// shown as spaces, an incomplete character at the end dropped.
 		"MCPJOB1 done 0 0 0 0 0 0 0 - - - - - bg:j0123456789ab:1628:707974686f6e33206170702e7079,": {state: "done", outLines: -1, errLines: -1, outLine: -1, errLine: -1, ranMs: -1,

@@ -490,8 +490,12 @@ func emit(st *agentwire.Stream, dir, id, state string, head, tail int64) {
 		sendRange(st, agentwire.Stderr, d+".err", eo, en, head, tail) != nil {
 		return
 	}
-	// Recorded as delivered only once sent; .prev keeps the offsets before and after,
-	// for "poll ... again".
+	// Recorded as delivered only once sent, and not when the call waiting for this
+	// answer was cancelled (.cancelled: it reaches nobody); .prev keeps the offsets
+	// before and after, for "poll ... again".
+	if exists(d + ".cancelled") {
+		return
+	}
 	_ = writeFile(d+".prev", fmt.Sprintf("%d %d %d %d\n", oo, eo, osz, esz))
 	_ = writeFile(d+".off", fmt.Sprintf("%d %d\n", osz, esz))
 }

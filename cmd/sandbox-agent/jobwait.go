@@ -165,8 +165,17 @@ func (w *waiter) run(timeout time.Duration, finished func()) {
 	if hold != nil {
 		hold.Close()
 	}
-	// Input nobody will read: a writer still waiting on the pipe goes too.
+	// Input nobody will read: a writer still waiting on the pipe goes too. One that
+	// has written all of it (the input the command ended on) is given 0.5 s to end by
+	// itself, so that its input counts as sent; with the pipe's read end closed here,
+	// one still waiting ends at once, unless a process left behind holds it.
 	if w.interactive {
+		for i := 0; i < 10; i++ {
+			if _, ok := inputWriter(d, w.id); !ok {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if wp, ok := inputWriter(d, w.id); ok {
 			syscall.Kill(wp, syscall.SIGKILL)
 		}

@@ -46,7 +46,11 @@ func (t *Tools) addTool(s *server.MCPServer, tool mcp.Tool, fn toolFunc) {
 		var unknown []string
 		for k := range a.m {
 			if !slices.Contains(names, k) {
-				unknown = append(unknown, strconv.Quote(k))
+				u := strconv.Quote(k)
+				if alt := argSuggestion(k, names); alt != "" {
+					u += fmt.Sprintf(" (use %q)", alt)
+				}
+				unknown = append(unknown, u)
 			}
 		}
 		if len(unknown) > 0 {
@@ -208,3 +212,62 @@ func describe(v any) string {
 }
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// argAliases are the names models commonly give arguments, from other tools' schemas
+// (start_line, workdir, old_string, ...), with the names they may mean here, first
+// match first.
+var argAliases = map[string][]string{
+	"start_line": {"offset"}, "line": {"offset", "input"}, "start": {"offset"}, "from": {"offset"},
+	"line_number": {"offset"}, "first_line": {"offset"}, "line_offset": {"offset"}, "start_line_number": {"offset"},
+	"lines": {"limit"}, "num_lines": {"limit"}, "line_count": {"limit"}, "max_lines": {"limit"}, "count": {"limit"},
+	"n": {"limit"}, "end_line": {"limit"}, "length": {"limit"},
+	"workdir": {"cwd"}, "work_dir": {"cwd"}, "working_dir": {"cwd"}, "working_directory": {"cwd"}, "dir": {"cwd", "directory"},
+	"directory": {"cwd"}, "cd": {"cwd"}, "folder": {"directory"}, "dest": {"directory"}, "destination": {"directory"},
+	"target_dir": {"directory"}, "upload_dir": {"directory"}, "path": {"directory", "cwd"},
+	"cmd": {"command"}, "script": {"command"}, "code": {"command"}, "bash": {"command"}, "shell": {"command"},
+	"commands": {"command"}, "command_line": {"command"}, "run": {"command"},
+	"timeout_seconds": {"timeout"}, "timeout_sec": {"timeout"}, "timeout_s": {"timeout"}, "time_limit": {"timeout"},
+	"timeout_ms":   {"timeout"},
+	"wait_seconds": {"wait"}, "wait_time": {"wait"}, "wait_for": {"wait"}, "yield": {"wait"}, "block": {"wait"},
+	"file": {"path"}, "filename": {"path"}, "file_path": {"path"}, "filepath": {"path"}, "file_name": {"path"},
+	"target_file": {"path"}, "target_path": {"path"}, "target": {"path"}, "name": {"path"},
+	"contents": {"content"}, "text": {"content", "input", "new_text"}, "data": {"content", "input"}, "body": {"content"},
+	"file_text": {"content"}, "new_content": {"content", "new_text"},
+	"old_string": {"old_text"}, "old_str": {"old_text"}, "old": {"old_text"}, "search": {"old_text"}, "find": {"old_text"},
+	"original": {"old_text"}, "new_string": {"new_text"}, "new_str": {"new_text"}, "new": {"new_text"},
+	"replace": {"new_text"}, "replacement": {"new_text"},
+	"stdin": {"input"}, "keys": {"input"}, "send": {"input"}, "message": {"input"},
+	"id": {"job_id"}, "job": {"job_id"}, "task_id": {"job_id"},
+	"max_bytes": {"max_output"}, "output_limit": {"max_output"}, "max_output_bytes": {"max_output"},
+	"ttl": {"expires_in"}, "expires": {"expires_in"}, "expiry": {"expires_in"}, "expiration": {"expires_in"},
+	"expires_after": {"expires_in"}, "lifetime": {"expires_in"},
+	"port_number": {"port"}, "pty": {"tty"},
+}
+
+// argSuggestion is the accepted argument an unknown name most likely means, or "":
+// its snake_case form (jobId, start-line), or a common alias of it.
+func argSuggestion(name string, accepted []string) string {
+	var b strings.Builder
+	for i, r := range name {
+		switch {
+		case r == '-' || r == ' ':
+			r = '_'
+		case r >= 'A' && r <= 'Z':
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	n := strings.ReplaceAll(b.String(), "__", "_")
+	if slices.Contains(accepted, n) {
+		return n
+	}
+	for _, alt := range argAliases[n] {
+		if slices.Contains(accepted, alt) {
+			return alt
+		}
+	}
+	return ""
+}

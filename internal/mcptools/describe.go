@@ -91,7 +91,7 @@ func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool 
 // instructions is the server's instructions with the environment, given at
 // initialize.
 func (s *Tools) instructions(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
-	res.Instructions = serverInstructions + " " + s.environment(ctx, factsWait)
+	res.Instructions = s.instructionsText() + " " + s.environment(ctx, factsWait)
 }
 
 // DescriptionsChanged tells the connected clients that the tool descriptions changed

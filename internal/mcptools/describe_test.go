@@ -86,3 +86,26 @@ func TestDescriptionStatesIdleStop(t *testing.T) {
 		t.Errorf("with idle_stop 30m: %q", desc)
 	}
 }
+
+// TestInstructionsSayPortsUnreachable: without previews, the instructions and execute's
+// description say the person cannot reach the sandbox's ports, and what to do instead;
+// with previews, they point at expose_port.
+func TestInstructionsSayPortsUnreachable(t *testing.T) {
+	for _, previews := range []bool{false, true} {
+		h := newToolsHarness(t, func(o *Options) {
+			if !previews {
+				o.Previews = nil
+			}
+		})
+		init := h.rpc("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "test", "version": "1"}})
+		text, desc := init["instructions"].(string), h.description("execute")
+		unreachable := strings.Contains(text, "The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost") &&
+			strings.Contains(text, "share_file it, or ask the server's operator to turn on previews") &&
+			strings.Contains(desc, "The user cannot open ports in the sandbox (no previews here; localhost is their own machine)")
+		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port")
+		if unreachable == previews || pointed != previews {
+			t.Errorf("previews %v: instructions %q\nexecute: %q", previews, text, desc)
+		}
+	}
+}

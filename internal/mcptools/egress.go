@@ -1,6 +1,11 @@
 package mcptools
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
 
 // Egress is a sandbox's way out when the operator set an egress policy: no network of
 // its own, only the allowed hosts, through the plugin's proxy.
@@ -9,6 +14,14 @@ type Egress struct {
 	Hosts string
 	// Offline says the proxy cannot run (the agent does not), so nothing is reachable.
 	Offline bool
+}
+
+// offline reports whether the sandbox reaches no host at all.
+func offline(networkMode string, e *Egress) bool {
+	if e == nil {
+		return networkMode == "none"
+	}
+	return e.Offline || e.Hosts == ""
 }
 
 // networkText is the sentence on the sandbox's network.
@@ -36,4 +49,21 @@ func blockedNote(box Box, job string) string {
 		return ""
 	}
 	return "\n[blocked: " + strings.Join(list, ", ") + "; only the hosts in execute's description are reachable]"
+}
+
+// downloadCommand matches commands that download: package installs and git's network
+// commands.
+var downloadCommand = regexp.MustCompile(`\b(apt(-get)?\s+(-\S+\s+)*(install|update|upgrade|source|download)|(pip3?|uv\s+pip|python3?\s+-m\s+pip)\s+(-\S+\s+)*(install|download)|(npm|pnpm|yarn|bun)\s+(install|i|add|ci)|npx|(gem|cargo|conda|mamba)\s+install|go\s+(get|install|mod\s+download)|git\s+(clone|fetch|pull|submodule)|apk\s+add|dnf\s+install|yum\s+install)\b`)
+
+// offlineNote is the line a result gets when a command that downloads failed, or still
+// runs, in a sandbox that reaches no host: package managers retry for a long time
+// before they fail, and their errors do not say that the sandbox is offline.
+func offlineNote(box Box, networkMode, command string, res *sandbox.ExecResult) string {
+	if res == nil || (!res.Running && res.ExitCode == 0) || !downloadCommand.MatchString(command) || !offline(networkMode, box.Egress()) {
+		return ""
+	}
+	if res.Running {
+		return "\n[note: the sandbox is offline, so this download cannot succeed; stop it with job_kill and use what is installed]"
+	}
+	return "\n[note: the sandbox is offline, so downloads and package installs fail; use what is installed, or ask the operator for network access]"
 }

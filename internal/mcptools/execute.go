@@ -22,24 +22,25 @@ const maxTimeout = 24 * time.Hour
 // MinOutput is the fewest bytes per stream a call may ask for with max_output.
 const MinOutput = 1024
 
-// ExecuteOutput is the structured result of execute and of the job tools.
+// ExecuteOutput is the structured result of execute and of the job tools. Only execute
+// declares it as its output schema; the job tools' descriptions point there, so that
+// tools/list carries it once.
 type ExecuteOutput struct {
-	// The descriptions are terse: this schema is listed with four tools.
-	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; head and tail when cut, around a marker naming the lines left out and the read_file call that reads them."`
+	Stdout          string  `json:"stdout" jsonschema:"Output not returned before; when cut, a marker in the middle says how to read the rest."`
 	Stderr          string  `json:"stderr"`
 	ExitCode        *int    `json:"exit_code" jsonschema:"Null while running; 128+n: ended by signal n."`
 	Running         bool    `json:"running" jsonschema:"Still running as job job_id; follow it with job_output."`
 	JobID           string  `json:"job_id"`
 	TimedOut        bool    `json:"timed_out"`
 	Cancelled       bool    `json:"cancelled"`
-	Killed          bool    `json:"killed"`
+	Killed          bool    `json:"killed" jsonschema:"By job_kill, the timeout or a cancelled call."`
 	StdoutBytes     int64   `json:"stdout_bytes" jsonschema:"Written so far, in total."`
 	StderrBytes     int64   `json:"stderr_bytes"`
 	StdoutTruncated bool    `json:"stdout_truncated"`
 	StderrTruncated bool    `json:"stderr_truncated"`
 	StdoutFile      string  `json:"stdout_file" jsonschema:"Holds the whole stdout."`
 	StderrFile      string  `json:"stderr_file"`
-	DurationSeconds float64 `json:"duration_seconds"`
+	DurationSeconds float64 `json:"duration_seconds" jsonschema:"How long the command has run."`
 	BackgroundJobID string  `json:"background_job_id,omitempty"`
 	// Note is the footer of the text. Some clients give the model only
 	// structuredContent, so it must carry this too.
@@ -75,6 +76,10 @@ func (s *Tools) executeTool() mcp.Tool {
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
+	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here and hand results over with share_file."
+	if s.opts.Previews != nil {
+		ports = "\n- To let the user open a server running here, use expose_port."
+	}
 	more := ""
 	if s.defaultOutput() < cfg.MaxOutput {
 		more = " unless max_output asks for more"
@@ -87,12 +92,10 @@ func (s *Tools) executeTool() mcp.Tool {
 - Each stream returns at most %d bytes (head and tail)%s; the whole output stays in the file the result names (latest 20 commands, at least 10 minutes): read it with grep, sed -n or tail.
 - Output goes to files, not a terminal (unless tty), so programs may buffer it: Python runs with PYTHONUNBUFFERED=1; else use `+"`stdbuf -oL cmd`"+`.
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
-- To hand the user a file, write it under /sandbox and call share_file.`,
-		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more)
-	waitMax := yield.Seconds()
-	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(waitMax), int(waitMax))
+- To hand the user a file, write it under /sandbox and call share_file.%s`,
+		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more, ports)
+	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d (more counts as %d). Default %d.", int(yield.Seconds()), int(yield.Seconds()), int(yield.Seconds()))
 	if yield == 0 {
-		waitMax = maxTimeout.Seconds()
 		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
 	}
 	return mcp.NewTool("execute",
@@ -102,7 +105,7 @@ func (s *Tools) executeTool() mcp.Tool {
 			mcp.Description("The bash command line, e.g. `python3 script.py`.")),
 		mcp.WithNumber("timeout", mcp.Min(1), mcp.Max(maxTimeout.Seconds()),
 			mcp.Description(fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds())))),
-		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(waitMax), mcp.Description(waitDesc)),
+		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()), mcp.Description(waitDesc)),
 		mcp.WithBoolean("interactive",
 			mcp.Description("Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty.")),
 		mcp.WithBoolean("tty",
@@ -160,7 +163,8 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 		timeout = time.Duration(secs * float64(time.Second))
 	}
 	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs}
-	if opts.Wait, bad = s.waitArg(a); bad != nil {
+	var waitNote string
+	if opts.Wait, waitNote, bad = s.waitArg(a); bad != nil {
 		return bad.result(), nil
 	}
 	if a.task {
@@ -235,42 +239,56 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + waitNote + offlineNote(box, s.opts.Config.NetworkMode, command, res)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-// waitArg reads the wait argument: seconds between 0 and yield_after (when on). Absent,
-// it is yield_after.
-func (s *Tools) waitArg(a args) (time.Duration, *badArg) {
-	yield := s.opts.Yield
-	hi := yield.Seconds()
-	if yield == 0 {
-		hi = maxTimeout.Seconds()
-	}
-	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
-	if bad != nil {
-		if yield > 0 {
-			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so for longer work call job_output again", human.Duration(yield))
-		}
-		return 0, bad
-	}
+// waitArg reads execute's wait argument: seconds from 0, more than yield_after (when
+// on) cut to it with a note. Absent, it is yield_after.
+func (s *Tools) waitArg(a args) (time.Duration, string, *badArg) {
+	w, ok, note, bad := s.waitSeconds(a, "for longer work call job_output")
 	switch {
+	case bad != nil:
+		return 0, "", bad
 	case !ok:
-		return yield, nil // 0 (off) waits for the end
+		return s.opts.Yield, "", nil // 0 (off) waits for the end
 	case w == 0:
-		return sandbox.NoWait, nil
+		return sandbox.NoWait, note, nil
 	}
-	return time.Duration(w * float64(time.Second)), nil
+	return w, note, nil
+}
+
+// waitSeconds reads a wait argument of up to a day; more than yield_after (when on) is
+// cut to it, and note says so and what to do for longer (then).
+func (s *Tools) waitSeconds(a args, then string) (w time.Duration, ok bool, note string, bad *badArg) {
+	secs, ok, bad := a.num("wait", "a number of seconds", 0, maxTimeout.Seconds())
+	if bad != nil && s.opts.Yield > 0 {
+		y := fmtNum(s.opts.Yield.Seconds())
+		bad.msg = fmt.Sprintf(`"wait" must be a number of seconds from 0 to %s (more counts as %s, the server's yield_after), got %s`, y, y, describe(a.m["wait"]))
+	}
+	if bad != nil || !ok {
+		return 0, false, "", bad
+	}
+	if y := s.opts.Yield; y > 0 && secs > y.Seconds() {
+		note = fmt.Sprintf("\n[wait %s was cut to %s: no call waits longer than the server's yield_after; %s]", fmtNum(secs), fmtNum(y.Seconds()), then)
+		secs = y.Seconds()
+	}
+	return time.Duration(secs * float64(time.Second)), true, note, nil
 }
 
 func toOutput(res *sandbox.ExecResult) ExecuteOutput {
 	out := ExecuteOutput{
 		Stdout: res.Stdout, Stderr: res.Stderr, Running: res.Running, JobID: res.JobID,
-		TimedOut: res.TimedOut, Cancelled: res.Cancelled, Killed: res.Killed,
+		TimedOut: res.TimedOut, Cancelled: res.Cancelled,
+		// Killed by anything: job_kill, the timeout or a cancelled call (its exit code
+		// then tells the signal); a command that never started was not.
+		Killed:      res.Killed || (res.TimedOut || res.Cancelled) && !res.Running && res.ExitCode >= 0,
 		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutFile: res.StdoutFile, StderrFile: res.StderrFile,
-		DurationSeconds: math.Round(res.Duration.Seconds()*1000) / 1000,
+		// The job's own running time: a poll of a job that ended long ago took
+		// milliseconds, which is not how long the command ran.
+		DurationSeconds: math.Round(ran(res).Seconds()*1000) / 1000,
 		BackgroundJobID: res.Background,
 	}
 	if !res.Running && res.ExitCode >= 0 {

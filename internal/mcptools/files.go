@@ -190,12 +190,17 @@ func (s *Tools) readFile(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 	case sniffed == "image/png" || sniffed == "image/jpeg" || sniffed == "image/gif" || sniffed == "image/webp":
 		return s.readImage(ctx, box, p, info, sniffed), nil
 	case bytes.IndexByte(head, 0) >= 0 || !strings.HasPrefix(sniffed, "text/"):
-		kind := sniffed
-		if kind == "application/octet-stream" {
-			kind = "binary data of no type recognised"
+		kind, how := binaryKind(head, sniffed)
+		switch {
+		case how == "":
+			how = "execute with a tool that understands it (for example file, xxd | head, or python)"
+		case plainPath(p):
+			how = "execute, e.g. " + strings.ReplaceAll(how, "{f}", p)
+		default:
+			how = "execute, e.g. " + strings.ReplaceAll(how, "{f}", "FILE") + " (FILE: the path, quoted)"
 		}
-		return mcp.NewToolResultText(fmt.Sprintf("%s is a binary file (%s, %s), not text, so read_file does not show it. Use share_file to give it to the user, or execute with a tool that understands it (for example file, xxd | head, pdftotext, or python).",
-			p, kind, human.Size(info.Size))), nil
+		return mcp.NewToolResultText(fmt.Sprintf("%s is a binary file (%s, %s), not text, so read_file does not show it. Read it with %s; share_file gives it to the user.",
+			p, kind, human.Size(info.Size), how)), nil
 	}
 
 	lines, err := box.ReadLines(ctx, p, offset, limit, MaxLineBytes, MaxReadBytes)
@@ -340,4 +345,53 @@ func countLines(s string) int {
 		n++
 	}
 	return n
+}
+
+// binaryMagic names common binary formats by their first bytes (and tar by its
+// header's magic at 257), with a command that reads each; {f} stands for the file.
+var binaryMagic = []struct {
+	at          int
+	magic, kind string
+	how         string
+}{
+	{0, "SQLite format 3\x00", "an SQLite 3 database", `sqlite3 {f} .tables, or python3 -c "import sqlite3; print(sqlite3.connect('{f}').execute('select name from sqlite_master').fetchall())"`},
+	{0, "PAR1", "an Apache Parquet file", `python3 -c "import pandas as pd; print(pd.read_parquet('{f}').head())"`},
+	{0, "ARROW1", "an Apache Arrow (Feather) file", `python3 -c "import pyarrow.feather as f; print(f.read_table('{f}').schema)"`},
+	{0, "\x89HDF\r\n\x1a\n", "an HDF5 file", `python3 -c "import h5py; h5py.File('{f}').visit(print)"`},
+	{0, "\x93NUMPY", "a NumPy array (.npy)", `python3 -c "import numpy as np; a = np.load('{f}'); print(a.shape, a.dtype)"`},
+	{0, "PK\x03\x04", "a zip archive (also .docx, .xlsx, .jar, .whl)", `unzip -l {f}, or python3 -m zipfile -l {f}`},
+	{0, "\x1f\x8b", "gzip-compressed data", `zcat {f} | head, or tar tzf {f} for a .tar.gz`},
+	{0, "\xfd7zXZ\x00", "xz-compressed data", `xz -dc {f} | head, or tar tJf {f} for a .tar.xz`},
+	{0, "BZh", "bzip2-compressed data", `bzcat {f} | head, or tar tjf {f} for a .tar.bz2`},
+	{0, "\x28\xb5\x2f\xfd", "zstd-compressed data", `zstd -dc {f} | head`},
+	{0, "7z\xbc\xaf\x27\x1c", "a 7-Zip archive", `7z l {f}`},
+	{257, "ustar", "a tar archive", `tar tvf {f} | head`},
+	{0, "%PDF-", "a PDF document", `pdftotext {f} - | head -100, or python3 with pypdf`},
+	{0, "\x7fELF", "an ELF executable or library", `file {f}, or readelf -h {f}`},
+	{0, "\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an OLE2 document (old .doc, .xls, .ppt or .msi)", `file {f}, or python3 with olefile or xlrd`},
+}
+
+// binaryKind says what a binary file is, from its first bytes, and a command that
+// reads it ("" when none is known).
+func binaryKind(head []byte, sniffed string) (kind, how string) {
+	for _, m := range binaryMagic {
+		if len(head) >= m.at+len(m.magic) && string(head[m.at:m.at+len(m.magic)]) == m.magic {
+			return m.kind, m.how
+		}
+	}
+	if sniffed == "application/octet-stream" {
+		return "binary data of no type recognised", ""
+	}
+	return sniffed, ""
+}
+
+// plainPath reports whether a path can stand in a suggested command as it is, in or
+// out of quotes.
+func plainPath(p string) bool {
+	for _, r := range p {
+		if !(r == '/' || r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -55,8 +54,8 @@ func (s *Tools) jobIDArg() mcp.ToolOption {
 
 func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
 	if y := s.opts.Yield; y > 0 {
-		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(y.Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds()))))
+		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()),
+			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d (more counts as %d). Default %d.", what, int(y.Seconds()), int(y.Seconds()), int(y.Seconds()))))
 	}
 	return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()),
 		mcp.Description(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds()))))
@@ -64,33 +63,30 @@ func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
 
 func (s *Tools) jobOutputTool() mcp.Tool {
 	return mcp.NewTool("job_output",
-		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits until the job ends or wait seconds pass (wait: 0 returns at once), then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result.`),
+		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits until the job ends or wait seconds pass (wait: 0 returns at once), then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result. The result has execute's fields.`),
 		title("Follow a running command"),
 		s.jobIDArg(),
 		s.jobWaitArg("for the job to end"),
-		outputSchema[ExecuteOutput](),
 		hints(false, false, false, false), // not read-only: it marks the output as delivered
 	)
 }
 
 func (s *Tools) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
-		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused.`, sandbox.MaxInputBytes>>10)),
+		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused. The result has execute's fields.`, sandbox.MaxInputBytes>>10)),
 		title("Send input to a running command"),
 		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
 		s.jobWaitArg("for the job's answer"),
-		outputSchema[ExecuteOutput](),
 		hints(false, true, false, false),
 	)
 }
 
 func (s *Tools) jobKillTool() mcp.Tool {
 	return mcp.NewTool("job_kill",
-		mcp.WithDescription(`Stop a job: kill its command and every process it started (not those detached with setsid: use kill), and return its last output and exit code (137).`),
+		mcp.WithDescription(`Stop a job: kill its command and every process it started (not those detached with setsid: use kill), and return its last output and exit code (137), as execute's fields.`),
 		title("Stop a running command"),
 		s.jobIDArg(),
-		outputSchema[ExecuteOutput](),
 		hints(false, true, true, false),
 	)
 }
@@ -116,23 +112,17 @@ func jobID(a args) (string, *mcp.CallToolResult) {
 	return id, nil
 }
 
-// pollWaitArg reads job_output's and job_input's wait.
-func (s *Tools) pollWaitArg(a args) (time.Duration, *badArg) {
-	hi := maxTimeout.Seconds()
-	if y := s.opts.Yield; y > 0 {
-		hi = y.Seconds()
-	}
-	w, ok, bad := a.num("wait", "a number of seconds", 0, hi)
+// pollWaitArg reads job_output's and job_input's wait, with the note of a wait cut to
+// yield_after.
+func (s *Tools) pollWaitArg(a args) (time.Duration, string, *badArg) {
+	w, ok, note, bad := s.waitSeconds(a, "call job_output again to wait longer")
 	if bad != nil {
-		if y := s.opts.Yield; y > 0 {
-			bad.msg += fmt.Sprintf("; no call waits longer than %s (the server's yield_after), so call job_output again for longer", human.Duration(y))
-		}
-		return 0, bad
+		return 0, "", bad
 	}
 	if !ok {
-		return s.pollWait(), nil
+		return s.pollWait(), "", nil
 	}
-	return time.Duration(w * float64(time.Second)), nil
+	return w, note, nil
 }
 
 func (s *Tools) jobOutput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
@@ -140,11 +130,11 @@ func (s *Tools) jobOutput(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if errRes != nil {
 		return errRes, nil
 	}
-	wait, bad := s.pollWaitArg(a)
+	wait, note, bad := s.pollWaitArg(a)
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return s.follow(ctx, box, a, id, wait, nil)
+	return s.follow(ctx, box, a, id, wait, note, nil)
 }
 
 func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
@@ -165,16 +155,16 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}
-	wait, bad := s.pollWaitArg(a)
+	wait, note, bad := s.pollWaitArg(a)
 	if bad != nil {
 		return bad.result(), nil
 	}
-	return s.follow(ctx, box, a, id, wait, &input)
+	return s.follow(ctx, box, a, id, wait, note, &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
-// progress keep-alive while it waits.
-func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
+// progress keep-alive while it waits. waitNote is the note of a wait cut short.
+func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
 	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
 	prog.stop()
@@ -182,7 +172,10 @@ func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait tim
 		return jobError(box, err, id, a.tool), nil
 	}
 	out := toOutput(res)
-	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID)
+	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID) + waitNote
+	if input != nil && err == nil && !res.Running {
+		out.Note += "\n[the input was sent; the program then ended]"
+	}
 	if res.InputWaiting {
 		what := "all of its last input"
 		if input != nil {

@@ -1,6 +1,8 @@
 package mcptools
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +75,136 @@ func TestReadFileFooter(t *testing.T) {
 		if got := formatLines("/sandbox/f", &c.l); !strings.HasSuffix(got, c.want) {
 			t.Errorf("footer %q, want it to end %q", got, c.want)
 		}
+	}
+}
+
+// TestWaitLongerThanYieldIsCut: a wait longer than yield_after is not refused: the
+// call waits yield_after and its note says so and how to wait longer.
+func TestWaitLongerThanYieldIsCut(t *testing.T) {
+	h := newToolsHarness(t)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		note string
+	}{
+		{"execute", map[string]any{"command": "make", "wait": 120}, "[wait 120 was cut to 5: no call waits longer than the server's yield_after; for longer work call job_output]"},
+		{"job_output", map[string]any{"job_id": fakeJob, "wait": "99"}, "[wait 99 was cut to 5: no call waits longer than the server's yield_after; call job_output again to wait longer]"},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "y", "wait": 600}, "[wait 600 was cut to 5:"},
+	} {
+		before := len(h.box.called())
+		isErr, text, st := h.call(c.tool, c.args)
+		note, _ := st.(map[string]any)["note"].(string)
+		if isErr || !strings.Contains(text, c.note) || !strings.Contains(note, c.note) {
+			t.Errorf("%s(%v): error %v, %q", c.tool, c.args, isErr, text)
+		}
+		if got := h.box.called()[before:]; !slices.Contains(got, "wait 5s") {
+			t.Errorf("%s(%v) asked the sandbox %q, want a wait of 5s", c.tool, c.args, got)
+		}
+	}
+	// Within yield_after, nothing is said.
+	if _, text, _ := h.call("execute", map[string]any{"command": "make", "wait": 3}); strings.Contains(text, "was cut") {
+		t.Errorf("a wait within yield_after: %q", text)
+	}
+}
+
+// TestUnknownArgumentSuggestion: an argument named as other tools name it is refused
+// with the name it has here; names nothing maps to get the plain list.
+func TestUnknownArgumentSuggestion(t *testing.T) {
+	h := newToolsHarness(t)
+	h.wantErrors(t, []errorCase{
+		{"read_file", map[string]any{"path": "a.txt", "start_line": 10}, `read_file does not take the argument "start_line" (use "offset"); it accepts: limit, offset, path`},
+		{"read_file", map[string]any{"path": "a.txt", "num_lines": 10}, `"num_lines" (use "limit")`},
+		{"execute", map[string]any{"command": "ls", "workdir": "/tmp"}, `"workdir" (use "cwd")`},
+		{"execute", map[string]any{"cmd": "ls"}, `"cmd" (use "command")`},
+		{"execute", map[string]any{"command": "ls", "timeout_seconds": 5}, `"timeout_seconds" (use "timeout")`},
+		{"execute", map[string]any{"command": "ls", "maxOutput": 5000}, `"maxOutput" (use "max_output")`},
+		{"edit_file", map[string]any{"path": "a.txt", "old_string": "a", "new_string": "b"}, `"new_string" (use "new_text"), "old_string" (use "old_text")`},
+		{"write_file", map[string]any{"file_path": "a.txt", "content": "x"}, `"file_path" (use "path")`},
+		{"write_file", map[string]any{"path": "a.txt", "text": "x"}, `"text" (use "content")`},
+		{"job_input", map[string]any{"jobId": fakeJob, "text": "y"}, `"jobId" (use "job_id"), "text" (use "input")`},
+		{"share_file", map[string]any{"path": "a.txt", "ttl": 60}, `"ttl" (use "expires_in")`},
+		{"upload_link", map[string]any{"dir": "in"}, `"dir" (use "directory")`},
+		{"execute", map[string]any{"command": "pwd", "cwdd": "/tmp"}, `execute does not take the argument "cwdd"; it accepts:`},
+	})
+	if got := h.box.called(); len(got) > 0 {
+		t.Errorf("refused calls reached the sandbox: %q", got)
+	}
+}
+
+// TestKilledAndDuration: killed is true whatever killed the command (job_kill, its
+// timeout, a cancelled call), false for a command that never started; the duration is
+// the job's own, not the time of the call that returned it.
+func TestKilledAndDuration(t *testing.T) {
+	for _, c := range []struct {
+		res     sandbox.ExecResult
+		killed  bool
+		seconds float64
+	}{
+		{sandbox.ExecResult{ExitCode: 137, TimedOut: true, Duration: 60 * time.Millisecond, JobDuration: 10 * time.Second}, true, 10},
+		{sandbox.ExecResult{ExitCode: 137, Cancelled: true, Duration: 60 * time.Millisecond, JobDuration: 2500 * time.Millisecond}, true, 2.5},
+		{sandbox.ExecResult{ExitCode: 137, Killed: true, Duration: time.Second, JobDuration: 3 * time.Second}, true, 3},
+		{sandbox.ExecResult{ExitCode: -1, Cancelled: true, Duration: 40 * time.Millisecond}, false, 0.04},
+		{sandbox.ExecResult{ExitCode: 0, Duration: 1500 * time.Millisecond}, false, 1.5},
+	} {
+		if out := toOutput(&c.res); out.Killed != c.killed || out.DurationSeconds != c.seconds {
+			t.Errorf("%+v: killed %v, duration_seconds %v; want %v, %v", c.res, out.Killed, out.DurationSeconds, c.killed, c.seconds)
+		}
+	}
+}
+
+// TestOfflineDownloadNote: a download that fails, or still runs, in a sandbox that
+// reaches no host gets a note saying it is offline; other commands, and sandboxes with
+// a network, do not.
+func TestOfflineDownloadNote(t *testing.T) {
+	const failed, running = "[note: the sandbox is offline, so downloads and package installs fail", "[note: the sandbox is offline, so this download cannot succeed; stop it with job_kill"
+	for _, c := range []struct {
+		network string
+		egress  *Egress
+		args    map[string]any
+		want    string
+	}{
+		{"none", nil, map[string]any{"command": "apt-get install -y jq"}, failed},
+		{"none", nil, map[string]any{"command": "apt-get -q update && apt-get install -y jq"}, failed},
+		{"none", nil, map[string]any{"command": "pip install --user requests"}, failed},
+		{"none", nil, map[string]any{"command": "cd app && npm install", "wait": 0}, running},
+		{"bridge", &Egress{Offline: true}, map[string]any{"command": "git clone https://github.com/x/y"}, failed},
+		{"bridge", &Egress{}, map[string]any{"command": "python3 -m pip install numpy"}, failed},
+		{"none", nil, map[string]any{"command": "ls -la"}, ""},
+		{"none", nil, map[string]any{"command": "apt-cache policy jq"}, ""},
+		{"bridge", nil, map[string]any{"command": "apt-get install -y jq"}, ""},
+		{"bridge", &Egress{Hosts: "pypi.org"}, map[string]any{"command": "pip install requests"}, ""},
+	} {
+		h := newToolsHarness(t, func(o *Options) { o.Config.NetworkMode = c.network })
+		h.box.egress = c.egress
+		_, text, _ := h.call("execute", c.args)
+		if c.want == "" && strings.Contains(text, "offline") || c.want != "" && !strings.Contains(text, c.want) {
+			t.Errorf("network %s, egress %+v, %v: %q", c.network, c.egress, c.args, text)
+		}
+	}
+}
+
+// endingBox is a sandbox whose interactive job ends on the input it gets.
+type endingBox struct {
+	fakeBox
+	err error
+}
+
+func (b *endingBox) JobOutput(_ context.Context, id string, _ time.Duration, input *string, _ int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+	return &sandbox.ExecResult{JobID: id, Stdout: "bye\n", ExitCode: 4, JobDuration: time.Second}, b.err
+}
+
+// TestJobInputThatEndsSaysSent: input the program ended on is a result, not an error,
+// whose note says the input was sent; input a job never took is an error saying it
+// was not sent, with the job's last output.
+func TestJobInputThatEndsSaysSent(t *testing.T) {
+	h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&endingBox{}} })
+	isErr, text, st := h.call("job_input", map[string]any{"job_id": fakeJob, "input": "quit"})
+	if isErr || !strings.Contains(text, "bye\n[exit code 4, ran 1.00s]\n[the input was sent; the program then ended]") || st.(map[string]any)["exit_code"] != float64(4) {
+		t.Errorf("input the program ended on: %v %q", isErr, text)
+	}
+	h = newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&endingBox{err: sandbox.ErrJobFinished}} })
+	isErr, text, _ = h.call("job_input", map[string]any{"job_id": fakeJob, "input": "quit"})
+	if !isErr || !strings.Contains(text, "The input was not sent: job "+fakeJob+" has already ended. Its last output:\nbye\n") || strings.Contains(text, "was sent;") {
+		t.Errorf("input for a job that had ended: %v %q", isErr, text)
 	}
 }

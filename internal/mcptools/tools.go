@@ -118,6 +118,22 @@ type Tools struct {
 // at initialize.
 const serverInstructions = `This server gives you a persistent Linux sandbox (a Docker container) where you run bash commands as root with the execute tool. Files under /sandbox persist between calls. Use share_file to hand a file to the user as a download link, and upload_link when the user wants to give you a file.`
 
+// noPreviewsText tells the model, when previews are off, that nothing listening in the
+// sandbox reaches the person: without it, models tell people to open
+// http://localhost:<port>, which is their own machine.
+const noPreviewsText = `The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost or the sandbox's address. Test servers from inside with curl; to show a result, save it as a file (page, image, PDF, or a zip of a site) and share_file it, or ask the server's operator to turn on previews.`
+
+// previewsText is the same when previews are on.
+const previewsText = `To let the user open a web app or server running in the sandbox, use expose_port: localhost is their own machine.`
+
+// instructionsText is the server's instructions before the environment.
+func (s *Tools) instructionsText() string {
+	if s.opts.Previews == nil {
+		return serverInstructions + " " + noPreviewsText
+	}
+	return serverInstructions + " " + previewsText
+}
+
 // New builds the MCP server with the sandbox tools.
 func New(o Options) *Tools {
 	s := &Tools{opts: o}
@@ -128,7 +144,7 @@ func New(o Options) *Tools {
 	// result by a handle, and the audit log must see the result itself.
 	opts := append(s.tasks.serverOptions(hooks),
 		server.WithToolCapabilities(true), // list_changed once the installed tools are known (describe.go)
-		server.WithInstructions(serverInstructions),
+		server.WithInstructions(s.instructionsText()),
 		server.WithToolFilter(s.describeTools),
 		server.WithHooks(hooks),
 		server.WithRecovery(),

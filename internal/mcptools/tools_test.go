@@ -76,6 +76,7 @@ func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions)
 		b.record("cwd " + o.Cwd)
 	}
 	b.record(fmt.Sprint("max_output ", o.MaxOutput))
+	b.record(fmt.Sprint("wait ", o.Wait))
 	if o.TTY {
 		if command == "no-agent" {
 			return nil, sandbox.ErrNoTTY
@@ -96,8 +97,9 @@ func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
 	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, _ time.Duration, _ *string, maxOutput int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, wait time.Duration, _ *string, maxOutput int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
 	b.record("job_output " + id)
+	b.record(fmt.Sprint("wait ", wait))
 	b.record(fmt.Sprint("max_output ", maxOutput))
 	return b.job(id)
 }
@@ -292,8 +294,8 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be a number of seconds between 1 and 86400, got "soon"`},
 		{"execute", map[string]any{"command": "true", "timeout": true}, `got true`},
 		{"execute", map[string]any{"command": "true", "timeout": "NaN"}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "wait": 60}, `no call waits longer than 5s (the server's yield_after)`},
-		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds between 0 and 5`},
+		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (more counts as 5, the server's yield_after), got -1`},
+		{"execute", map[string]any{"command": "true", "wait": "later"}, `"wait" must be a number of seconds from 0 to 5`},
 		{"execute", map[string]any{"command": "true", "interactive": "yes"}, `"interactive" must be true or false, got "yes"`},
 		{"execute", map[string]any{"command": "true", "tty": 1}, `"tty" must be true or false, got 1`},
 		{"execute", map[string]any{"command": "true", "max_output": 10}, `"max_output" must be a number of bytes between 1024 and`},
@@ -306,7 +308,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": "7d"}, `"expires_in" must be a number of seconds (at most 7d, the server's max_link_ttl)`},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt", "expires_in": 1e9}, "max_link_ttl"},
 		{"job_output", map[string]any{"job_id": "12; rm -rf /"}, "like j6940a1f03f2a"},
-		{"job_output", map[string]any{"job_id": fakeJob, "wait": 99}, "yield_after"},
+		{"job_output", map[string]any{"job_id": fakeJob, "wait": -5}, "yield_after"},
 		{"job_input", map[string]any{"job_id": "J00", "input": "x"}, "like j6940a1f03f2a"},
 		{"job_kill", map[string]any{}, "job_id"},
 		{"read_file", map[string]any{}, `needs "path"`},
@@ -351,9 +353,6 @@ func TestSandboxErrorsSayWhatToDo(t *testing.T) {
 // outputTypes are the structured results, by tool.
 var outputTypes = map[string]reflect.Type{
 	"execute":       reflect.TypeFor[ExecuteOutput](),
-	"job_output":    reflect.TypeFor[ExecuteOutput](),
-	"job_input":     reflect.TypeFor[ExecuteOutput](),
-	"job_kill":      reflect.TypeFor[ExecuteOutput](),
 	"job_list":      reflect.TypeFor[jobListOutput](),
 	"share_file":    reflect.TypeFor[shareOutput](),
 	"upload_link":   reflect.TypeFor[uploadLinkOutput](),
@@ -373,9 +372,14 @@ func jsonFields(t reflect.Type) (names, optional []string) {
 	return names, optional
 }
 
+// sharesSchema are the tools whose result is execute's: they declare no schema of their
+// own, so tools/list carries it once, and their descriptions say so.
+var sharesSchema = map[string]string{"job_output": "execute", "job_input": "execute", "job_kill": "execute"}
+
 // TestOutputSchemasMatchStructs: each tool's declared outputSchema has a property per
 // field of its result struct and no other, requires every field that is always sent,
-// and the results the tools return carry only declared fields.
+// and the results the tools return carry only declared fields (those of the tool whose
+// schema they share, for the job tools).
 func TestOutputSchemasMatchStructs(t *testing.T) {
 	h := newToolsHarness(t)
 	list := h.rpc("tools/list", map[string]any{})
@@ -427,6 +431,7 @@ func TestOutputSchemasMatchStructs(t *testing.T) {
 		{"execute", map[string]any{"command": "echo hi"}},
 		{"execute", map[string]any{"command": "cat", "wait": 0}},
 		{"job_output", map[string]any{"job_id": fakeJob}},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "y"}},
 		{"job_kill", map[string]any{"job_id": fakeJob}},
 		{"job_list", nil},
 		{"share_file", map[string]any{"path": "/sandbox/a.txt"}},
@@ -441,6 +446,12 @@ func TestOutputSchemasMatchStructs(t *testing.T) {
 			continue
 		}
 		schema := h.schema(c.tool)
+		if other, ok := sharesSchema[c.tool]; ok {
+			if schema != nil || !strings.Contains(h.description(c.tool), "execute's fields") {
+				t.Errorf("%s declares a schema of its own, or does not say it returns %s's fields", c.tool, other)
+			}
+			schema = h.schema(other)
+		}
 		if extra := testenv.Undeclared(schema, st, c.tool); len(extra) > 0 {
 			t.Errorf("%s returns undeclared fields %q", c.tool, extra)
 		}
