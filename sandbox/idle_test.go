@@ -29,7 +29,7 @@ func TestStopAndStartAgain(t *testing.T) {
 		t.Fatalf("a printing job (%s) does not count as output: %v %v", loud.JobID, busy, err)
 	}
 
-	if err := sb.Stop(ctx); err != nil {
+	if err := sb.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if run, err := sb.Running(ctx); err != nil || run {
@@ -64,7 +64,7 @@ func TestCleanupCatchesUpAfterStart(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	mustExec(t, sb, `echo x > old.txt; touch -d "@$(( $(date +%s) - 7200 ))" old.txt`, ExecOptions{})
 	ctx := context.Background()
-	if err := sb.Stop(ctx); err != nil {
+	if err := sb.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
