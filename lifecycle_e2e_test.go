@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -117,7 +118,7 @@ func TestEgressStopsHold(t *testing.T) {
 	p := startPeopleSite(t, []string{"alice"}, append(egressDirective(up.port, "allowed.test:"+up.port), "idle_stop 8s")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	get := "wget -q -T 10 -O - http://allowed.test:" + up.port + "/"
+	get := "wget -q -O - http://allowed.test:" + up.port + "/"
 	for _, person := range []string{"", "alice"} {
 		st := structured(t, call(ctx, t, p.client(ctx, person), "execute", map[string]any{"command": get + "first"}))
 		if st["stdout"] != "hello from allowed.test:"+up.port+"/first\n" {
@@ -285,4 +286,51 @@ func TestMaxSandboxesAcrossReload(t *testing.T) {
 	if msg := refused("dave"); msg != "" {
 		t.Fatalf("dave after bob's sandbox was deleted: %q", msg)
 	}
+}
+
+// TestPreviewInUseKeepsOwnerSandbox: a stream through alice's preview (server-sent
+// events for three idle periods, on one relay), with no tool call, keeps her sandbox
+// from idle stop: every event arrives and the container is never stopped (same start
+// time). Once the preview is unused, the sandbox is stopped.
+func TestPreviewInUseKeepsOwnerSandbox(t *testing.T) {
+	const idle = 4 * time.Second
+	p := startPeopleSite(t, []string{"alice"}, "previews localhost", "idle_stop "+idle.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	alice := p.client(ctx, "alice")
+	call(ctx, t, alice, "execute", map[string]any{"command": "true"}) // creates her container
+	name := p.containerOf("alice")
+	in := *p.site
+	in.container = name
+	(&previewSite{site: &in}).copyIn(t)
+	if res := call(ctx, t, alice, "execute", map[string]any{"command": "setsid nohup /usr/local/bin/previewserver -addr 127.0.0.1:8000 -dir /sandbox/site >/dev/null 2>&1 </dev/null & for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done"}); res.IsError {
+		t.Fatal(resultText(res))
+	}
+	res := call(ctx, t, alice, "expose_port", map[string]any{"port": 8000})
+	u, _ := structured(t, res)["url"].(string)
+	if res.IsError || u == "" {
+		t.Fatalf("expose_port: %s", resultText(res))
+	}
+	startedAt := func() string {
+		info, err := p.docker.ContainerInspect(ctx, name)
+		if err != nil || info.State == nil {
+			t.Fatalf("inspecting %s: %v", name, err)
+		}
+		return info.State.StartedAt
+	}
+	before := startedAt()
+	ticks := int(3 * idle / (100 * time.Millisecond))
+	resp, err := p.web.Get(fmt.Sprintf("%ssse?count=%d", u, ticks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), fmt.Sprintf("data: tick %d\n", ticks)) {
+		t.Fatalf("the stream through the preview: %d, %d bytes, ends %q", resp.StatusCode, len(b), b[max(0, len(b)-60):])
+	}
+	if after := startedAt(); after != before || !containerRunning(t, p.docker, name) {
+		t.Fatalf("alice's container was stopped while her preview was in use (started %s, then %s)", before, after)
+	}
+	waitFor(t, 4*idle+10*time.Second, "the unused sandbox to stop", func() bool { return !containerRunning(t, p.docker, name) })
 }
