@@ -29,6 +29,14 @@ func (c consoleSandboxes) People() []string {
 	return out
 }
 
+func (c consoleSandboxes) Removed(ctx context.Context) []string {
+	var out []string
+	for _, x := range c.h.removedSandboxes(ctx) {
+		out = append(out, x.Person)
+	}
+	return out
+}
+
 // List is the operator's sandbox, the people's, and then the sandboxes of people the
 // configuration no longer names that still exist (removed: true).
 func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {

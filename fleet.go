@@ -478,6 +478,10 @@ func (h *Handler) existingSandboxes(ctx context.Context) []existingSandbox {
 				h.logger.Warn("listing sandboxes", zap.String("engine", eng.Name), zap.Error(err))
 				return
 			}
+			if cli == nil { // no engine to ask (a configuration never provisioned)
+				done()
+				return
+			}
 			defer done()
 			lctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
 			defer cancel()

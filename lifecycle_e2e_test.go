@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,20 @@ func TestRemovedPersonStoppedAndListed(t *testing.T) {
 	}
 	if a := m["alice"]; a == nil || a["removed"] != nil {
 		t.Fatalf("alice in the console: %v", a)
+	}
+	// The overview shows her row as removed, with Delete (which asks about the volume)
+	// and without the actions that would start it.
+	u := newConsoleUser(t, p.url)
+	if resp, _ := u.do("POST", "/console/signin", url.Values{"api_key": {p.key}}, map[string]string{"Origin": p.url}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("console sign-in: %d", resp.StatusCode)
+	}
+	_, page := u.do("GET", "/console", nil, nil)
+	if !strings.Contains(page, `data-person="carol" data-removed="true"`) || !strings.Contains(page, `href="/console/confirm?action=sandbox_delete&amp;person=carol"`) ||
+		strings.Contains(page, `action=sandbox_restart&amp;person=carol`) || strings.Contains(page, `action=sandbox_delete&amp;person=alice`) {
+		t.Fatalf("overview: %s", page)
+	}
+	if _, page = u.do("GET", "/console/confirm?action=sandbox_delete&person=carol", nil, nil); !strings.Contains(page, `name="volume" value="keep"`) || !strings.Contains(page, `name="volume" value="delete"`) {
+		t.Fatalf("delete confirmation: %s", page)
 	}
 	// Her key no longer signs in; the operator may only stop or delete.
 	req, _ := http.NewRequest("POST", p.url+"/mcp", bytes.NewReader([]byte(`{}`)))

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"strconv"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -381,9 +382,12 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 	cf, ok := confirmations[q.Get("action")]
 	if sc, found := sandboxConfirmations[q.Get("action")]; found && c.opts.Sandboxes != nil {
 		person := q.Get("person")
-		// A removed person's sandbox is stopped or deleted only; Act finds it or not.
-		removedOK := (sc.Action == sbStop || sc.Action == sbDelete) && personLike.MatchString(person)
-		cf, ok = sc, c.isPerson(person) || removedOK
+		// A removed person's sandbox is stopped or deleted only.
+		ok = c.isPerson(person) && sc.Action != sbDelete
+		if !ok && (sc.Action == sbStop || sc.Action == sbDelete) {
+			ok = slices.Contains(c.opts.Sandboxes.Removed(r.Context()), person)
+		}
+		cf = sc
 		cf.ID = person
 		whose := person + "'s sandbox"
 		if person == OperatorPath {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +65,8 @@ type Sandboxes interface {
 	List(ctx context.Context) ([]SandboxInfo, error)
 	// People are the configured people's names, in config order.
 	People() []string
+	// Removed are the names of people no longer configured whose sandbox exists.
+	Removed(ctx context.Context) []string
 	// Act stops, starts, restarts or recreates person's sandbox ("" for the
 	// operator's), or deletes a removed person's (ActDelete, ActDeleteVolume); it
 	// returns ErrNotFound for a person neither configured nor removed with a sandbox.
@@ -125,10 +126,6 @@ func personPath(person string) string {
 	}
 	return person
 }
-
-// personLike is what a person's name looks like (the plugin checks the names it is
-// configured with).
-var personLike = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
 
 // isPerson reports whether p names a configured person or, as "-", the operator.
 func (c *Console) isPerson(p string) bool {
