@@ -491,7 +491,7 @@ func (h *Handler) existingSandboxes(ctx context.Context) []existingSandbox {
 				return
 			}
 			for _, c := range list {
-				if person, ok := personOfContainer(base, c); ok && !h.app.configuresOther(c.Name, h) {
+				if person, ok := personOfContainer(base, c, h.configured); ok && !h.app.configuresOther(c.Name, h) {
 					lists[i] = append(lists[i], existingSandbox{Container: c, Person: person, Engine: eng})
 				}
 			}
@@ -513,8 +513,11 @@ func (h *Handler) existingSandboxes(ctx context.Context) []existingSandbox {
 
 // personOfContainer tells whether c is a person's sandbox of the site whose operator
 // sandbox is base, and whose: named <container>-<person> and labelled with that
-// person, or, made before the label, on the volume <volume>-<person>.
-func personOfContainer(base sandbox.Config, c sandbox.Container) (string, bool) {
+// person. A container made before the label is taken for the person's only while that
+// person is configured (configured says so) and it is on the volume <volume>-<person>:
+// unlabelled, it could as well be another server's sandbox named that way, which is
+// never stopped or listed as removed.
+func personOfContainer(base sandbox.Config, c sandbox.Container, configured func(string) bool) (string, bool) {
 	name, ok := strings.CutPrefix(c.Name, base.Container+"-")
 	if !ok || !personName.MatchString(name) {
 		return "", false
@@ -522,8 +525,11 @@ func personOfContainer(base sandbox.Config, c sandbox.Container) (string, bool) 
 	if c.Person != "" {
 		return name, c.Person == name
 	}
-	return name, c.Volume == base.Volume+"-"+name
+	return name, configured(name) && c.Volume == base.Volume+"-"+name
 }
+
+// configured reports whether person is named by a person line.
+func (h *Handler) configured(person string) bool { return h.person(person) != nil }
 
 // engineClient is a client of eng and the function that closes it: the site's own
 // for the engine of its operator's sandbox.

@@ -14,6 +14,10 @@ import (
 func TestSessionIDs(t *testing.T) {
 	ids := newSessionIDs("the-api-key-0123456789")
 	alice := ids.mint("alice")
+	changed := alice[:len(alice)-1] + "0"
+	if changed == alice {
+		changed = alice[:len(alice)-1] + "1"
+	}
 	if !ids.belongs(alice, "alice") {
 		t.Fatalf("%q is not alice's", alice)
 	}
@@ -23,7 +27,7 @@ func TestSessionIDs(t *testing.T) {
 	for _, tc := range []struct{ id, person string }{
 		{alice, "bob"},
 		{alice, ""},
-		{alice[:len(alice)-1] + "0", "alice"},
+		{changed, "alice"},
 		{"mcp-session-00000000-0000-4000-8000-000000000000", "alice"},
 		{"", "alice"},
 		{"mcp-session-", ""},
@@ -51,24 +55,27 @@ func TestSessionIDs(t *testing.T) {
 }
 
 // TestPersonOfContainer: a container is a person's sandbox of the site when it is
-// named <container>-<person> and labelled with that person (or, made before the
-// label, on the volume <volume>-<person>); the operator's and other sites' are not.
+// named <container>-<person> and labelled with that person; made before the label, on
+// the volume <volume>-<person>, only while that person is configured (it could be
+// another server's sandbox named that way). The operator's and other sites' are not.
 func TestPersonOfContainer(t *testing.T) {
 	base := sandbox.Config{Container: "sb", Volume: "sb-data"}
+	configured := func(p string) bool { return p == "alice" }
 	for _, tc := range []struct {
 		c    sandbox.Container
 		want string
 		ok   bool
 	}{
 		{sandbox.Container{Name: "sb-carol", Volume: "sb-data-carol", Person: "carol"}, "carol", true},
-		{sandbox.Container{Name: "sb-carol", Volume: "sb-data-carol"}, "carol", true},
-		{sandbox.Container{Name: "sb-carol", Volume: "other"}, "", false},
+		{sandbox.Container{Name: "sb-alice", Volume: "sb-data-alice"}, "alice", true},
+		{sandbox.Container{Name: "sb-carol", Volume: "sb-data-carol"}, "", false},
+		{sandbox.Container{Name: "sb-alice", Volume: "other"}, "", false},
 		{sandbox.Container{Name: "sb-carol", Volume: "sb-data-carol", Person: "dave"}, "", false},
 		{sandbox.Container{Name: "sb", Volume: "sb-data"}, "", false},
 		{sandbox.Container{Name: "sbx-carol", Volume: "sb-data-carol", Person: "carol"}, "", false},
-		{sandbox.Container{Name: "sb-Carol!", Volume: "sb-data-Carol!"}, "", false},
+		{sandbox.Container{Name: "sb-Carol!", Volume: "sb-data-Carol!", Person: "Carol!"}, "", false},
 	} {
-		got, ok := personOfContainer(base, tc.c)
+		got, ok := personOfContainer(base, tc.c, configured)
 		if ok != tc.ok || (ok && got != tc.want) {
 			t.Errorf("%+v: %q %v, want %q %v", tc.c, got, ok, tc.want, tc.ok)
 		}
