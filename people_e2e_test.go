@@ -402,9 +402,11 @@ func TestPeople(t *testing.T) {
 		if resp, body := p.request(t, "GET", share, "", nil); resp.StatusCode != 200 || body != "alice's secret" {
 			t.Errorf("alice's link after bob was removed: %d %q", resp.StatusCode, body)
 		}
+		// His container is kept, stopped, and listed as removed until the operator
+		// deletes it (TestRemovedPersonStoppedAndListed).
 		var out struct{ Sandboxes []map[string]any }
 		apiCall(t, p.site, "GET", "/sandboxes", &out)
-		if len(out.Sandboxes) != 2 {
+		if len(out.Sandboxes) != 3 || out.Sandboxes[2]["person"] != "bob" || out.Sandboxes[2]["removed"] != true {
 			t.Errorf("sandboxes after bob was removed: %v", out.Sandboxes)
 		}
 	})
