@@ -39,15 +39,15 @@ type Container struct {
 
 // Containers lists the sandbox containers, running or stopped, an engine holds.
 func Containers(ctx context.Context, cli client.APIClient) ([]Container, error) {
-	list, err := cli.ContainerList(ctx, container.ListOptions{
-		All: true, Filters: filters.NewArgs(filters.Arg("label", labelVolume)),
-	})
+	// Filtered here, not by the engine: a filter makes the client read its API
+	// version unlocked, which races with a negotiation under way on a shared client.
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return nil, fmt.Errorf("listing sandbox containers: %w", err)
 	}
 	out := make([]Container, 0, len(list))
 	for _, c := range list {
-		if len(c.Names) == 0 {
+		if _, ours := c.Labels[labelVolume]; !ours || len(c.Names) == 0 {
 			continue
 		}
 		out = append(out, Container{
