@@ -120,6 +120,10 @@ func (e *sandboxEntry) stopIfIdle(ctx context.Context, d time.Duration) (bool, e
 	if e.idle.stopped.Load() {
 		return false, nil
 	}
+	// Stopped already (by the operator, or before this process): nothing to stop.
+	if running, err := e.sb.Running(ctx); err != nil || !running {
+		return false, err
+	}
 	busy, err := e.sb.JobOutputSince(ctx, time.Now().Add(-d))
 	if err != nil {
 		return false, err

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +150,22 @@ func TestEgressStopsHold(t *testing.T) {
 	}
 	if containerRunning(t, p.docker, operator) {
 		t.Fatal("alice's call started the operator's container")
+	}
+	// The log says who stopped each.
+	log, _ := os.ReadFile(filepath.Join(p.storage, "caddy.log"))
+	for name, by := range map[string]string{alice: "operator", operator: "idle_stop"} {
+		found := false
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, `"msg":"stopped sandbox container; /sandbox is kept"`) && strings.Contains(line, `"container":"`+name+`"`) {
+				found = found || strings.Contains(line, `"by":"`+by+`"`)
+				if !strings.Contains(line, `"by":"`+by+`"`) {
+					t.Errorf("%s stopped by another: %s", name, line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no log line of %s stopped by %s", name, by)
+		}
 	}
 }
 
