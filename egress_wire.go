@@ -372,19 +372,25 @@ func (e *egressState) renewIfDue(now time.Time) error {
 	return (*renew)()
 }
 
+// listen keeps the proxy listening while the container runs. It is upkeep: it never
+// starts a stopped container (idle stop and the operator's Stop must hold); it waits
+// for a call or an operator Start to start it, and listens then.
 func (e *egressState) listen(ctx context.Context) {
 	defer func() {
 		if v := recover(); v != nil {
 			e.logger.Error("panic in the egress listener", zap.Any("panic", v))
 		}
 	}()
+	uctx := sandbox.Upkeep(ctx)
 	wait := egressRetryMin
 	for ctx.Err() == nil {
 		began := time.Now()
-		stop, done, err := e.sb.ListenPort(ctx, egressPort, func(c net.Conn) { e.proxy.ServeConn(c) })
-		if err == nil {
+		started := e.sb.Ready() // taken first: a start while trying is not missed
+		stop, done, err := e.sb.ListenPort(uctx, egressPort, func(c net.Conn) { e.proxy.ServeConn(c) })
+		switch {
+		case err == nil:
 			e.down.Store(nil)
-			if err := e.installCA(ctx); err != nil && ctx.Err() == nil {
+			if err := e.installCA(uctx); err != nil && ctx.Err() == nil && !sandbox.NotRunning(err) {
 				e.logger.Warn("installing the egress CA in the sandbox", zap.Error(err))
 			}
 			select {
@@ -393,13 +399,24 @@ func (e *egressState) listen(ctx context.Context) {
 				stop()
 				return
 			}
-			// The agent went (killed, or the container restarted): listen again at
-			// once through the next one, unless agents keep going quickly.
+			// The agent went (killed, the container stopped or restarted): listen again
+			// at once through the next one, unless agents keep going quickly.
 			if time.Since(began) > egressSteady {
 				wait = egressRetryMin
 				continue
 			}
-		} else if ctx.Err() == nil {
+		case sandbox.NotRunning(err) || e.stoppedNow(uctx):
+			// Stopped or not made yet. A container started behind this Sandbox's back
+			// (docker start) is found within egressRetryMax.
+			wait = egressRetryMin
+			select {
+			case <-ctx.Done():
+				return
+			case <-started:
+			case <-time.After(egressRetryMax):
+			}
+			continue
+		case ctx.Err() == nil:
 			why := err.Error()
 			if prev := e.down.Swap(&why); prev == nil || *prev != why {
 				e.logger.Warn("the egress proxy cannot listen in the sandbox, which stays offline", zap.Error(err))
@@ -408,10 +425,18 @@ func (e *egressState) listen(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-started:
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, egressRetryMax)
 	}
+}
+
+// stoppedNow reports whether the container is known not to run (it stopped while a
+// listener was being set up).
+func (e *egressState) stoppedNow(ctx context.Context) bool {
+	running, err := e.sb.Running(ctx)
+	return err == nil && !running
 }
 
 // Destruct stops listening; tunnels already open run to their end.

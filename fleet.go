@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -55,6 +58,40 @@ func (e *sandboxEntry) begin() func() {
 	return func() { e.Touch(); e.idle.busy.Add(-1) }
 }
 
+// egressAwait bounds how long a command waits for the egress proxy to listen in a
+// container that was just started.
+const egressAwait = 10 * time.Second
+
+// awaitEgress makes sure, before a command runs, that the container runs and the
+// egress proxy listens in it: the listener never starts the container itself, it
+// follows the start a call makes. It gives up after egressAwait, or at once when the
+// agent cannot run (the sandbox is then offline, and says so).
+func (e *sandboxEntry) awaitEgress(ctx context.Context) {
+	if e.egress == nil || e.sb.Config().NoAgent || e.sb.Listening(egressPort) {
+		return
+	}
+	if err := e.sb.Ensure(ctx); err != nil {
+		return // the command meets it and says it
+	}
+	if running, err := e.sb.Running(ctx); err != nil || !running {
+		return // stopped behind our back: the command's own Ensure starts it
+	}
+	ctx, cancel := context.WithTimeout(ctx, egressAwait)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !e.sb.Listening(egressPort) {
+		if running, why := e.sb.AgentStatus(); !running && why != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // resume starts the container again if it was stopped for idleness.
 func (e *sandboxEntry) resume(ctx context.Context) error {
 	e.idle.mu.Lock()
@@ -83,6 +120,10 @@ func (e *sandboxEntry) stopIfIdle(ctx context.Context, d time.Duration) (bool, e
 	if e.idle.stopped.Load() {
 		return false, nil
 	}
+	// Stopped already (by the operator, or before this process): nothing to stop.
+	if running, err := e.sb.Running(ctx); err != nil || !running {
+		return false, err
+	}
 	busy, err := e.sb.JobOutputSince(ctx, time.Now().Add(-d))
 	if err != nil {
 		return false, err
@@ -94,7 +135,7 @@ func (e *sandboxEntry) stopIfIdle(ctx context.Context, d time.Duration) (bool, e
 	if e.idleFor() < d { // used while job output was looked for
 		return false, nil
 	}
-	if err := e.sb.Stop(ctx); err != nil {
+	if err := e.sb.Stop(ctx, "idle_stop"); err != nil {
 		return false, err
 	}
 	e.idle.stopped.Store(true)
@@ -143,11 +184,11 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	if e := h.placedNow(person); e != nil {
 		return e, nil
 	}
-	if n := h.placedCount(); h.MaxSandboxes > 0 && n >= h.MaxSandboxes {
-		return nil, fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes); ask the operator to raise max_sandboxes", n)
-	}
 	cfg, err := h.sandboxConfigFor(person)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.checkMaxSandboxes(ctx, cfg.Container); err != nil {
 		return nil, err
 	}
 	eng := Engine{}
@@ -178,6 +219,7 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	}
 	h.placed[person] = e
 	h.placedKeys = append(h.placedKeys, key)
+	recentPlacements.Store(cfg.Container, time.Now())
 	return e, nil
 }
 
@@ -186,13 +228,6 @@ func (h *Handler) placedNow(person string) *sandboxEntry {
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()
 	return h.placed[person]
-}
-
-// placedCount is how many people's sandboxes this handler holds.
-func (h *Handler) placedCount() int {
-	h.fleetMu.Lock()
-	defer h.fleetMu.Unlock()
-	return len(h.placed)
 }
 
 // heldSandbox returns person's sandbox if this handler holds it already, without
@@ -341,14 +376,8 @@ func (h *Handler) startIdleStops() {
 	if h.IdleStop <= 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	h.idleMu.Lock()
-	h.idleCancel, h.idleDone = cancel, done
-	h.idleMu.Unlock()
 	d := time.Duration(h.IdleStop)
-	go func() {
-		defer close(done)
+	h.goBackground(func(ctx context.Context) {
 		t := time.NewTicker(idleCheckEvery(d))
 		defer t.Stop()
 		for {
@@ -361,6 +390,26 @@ func (h *Handler) startIdleStops() {
 				h.stopIdle(ctx, e, d)
 			}
 		}
+	})
+}
+
+// goBackground runs f in a goroutine of its own until Cleanup cancels its context.
+func (h *Handler) goBackground(f func(ctx context.Context)) {
+	h.idleMu.Lock()
+	defer h.idleMu.Unlock()
+	if h.bgCancel == nil {
+		h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
+	}
+	h.bg.Add(1)
+	ctx := h.bgCtx
+	go func() {
+		defer h.bg.Done()
+		defer func() {
+			if v := recover(); v != nil {
+				h.logger.Error("panic in a sandbox loop", zap.Any("panic", v))
+			}
+		}()
+		f(ctx)
 	}()
 }
 
@@ -383,14 +432,246 @@ func (h *Handler) stopIdle(ctx context.Context, e *sandboxEntry, d time.Duration
 	}
 }
 
-// stopIdleStops ends the idle loop.
-func (h *Handler) stopIdleStops() {
+// stopBackground ends the loops goBackground started and waits for them.
+func (h *Handler) stopBackground() {
 	h.idleMu.Lock()
-	cancel, done := h.idleCancel, h.idleDone
-	h.idleCancel, h.idleDone = nil, nil
+	cancel := h.bgCancel
 	h.idleMu.Unlock()
 	if cancel != nil {
 		cancel()
-		<-done
+	}
+	h.bg.Wait()
+}
+
+// recentPlacements are the people's containers placed by this process, by name, with
+// when: shared across reloads, so that a container placed and not made yet counts
+// against max_sandboxes under the next configuration too.
+var recentPlacements sync.Map
+
+// placementCounts is how long a placement counts while its container does not exist:
+// the first Ensure makes it within that, or failed.
+const placementCounts = 2 * time.Minute
+
+// existingSandbox is a person's sandbox container of this site found on an engine.
+type existingSandbox struct {
+	sandbox.Container
+	Person string // whose, from its name (and label)
+	Engine Engine
+}
+
+// existingSandboxes lists the people's sandbox containers of this site that exist on
+// its engines, running or stopped, configured or not. An engine that does not answer
+// is left out (and logged).
+func (h *Handler) existingSandboxes(ctx context.Context) []existingSandbox {
+	base, err := h.sandboxConfig()
+	if err != nil {
+		return nil
+	}
+	engines := h.Engines
+	if len(engines) == 0 {
+		engines = []Engine{{Host: h.host}}
+	}
+	lists := make([][]existingSandbox, len(engines))
+	var wg sync.WaitGroup
+	for i, eng := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli, done, err := h.engineClient(eng)
+			if err != nil {
+				h.logger.Warn("listing sandboxes", zap.String("engine", eng.Name), zap.Error(err))
+				return
+			}
+			if cli == nil { // no engine to ask (a configuration never provisioned)
+				done()
+				return
+			}
+			defer done()
+			lctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
+			defer cancel()
+			list, err := sandbox.Containers(lctx, cli)
+			if err != nil {
+				h.logger.Warn("listing sandboxes", zap.String("engine", eng.Name), zap.Error(err))
+				return
+			}
+			for _, c := range list {
+				if person, ok := personOfContainer(base, c, h.configured); ok && !h.app.configuresOther(c.Name, h) {
+					lists[i] = append(lists[i], existingSandbox{Container: c, Person: person, Engine: eng})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var out []existingSandbox
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, x := range l {
+			if !seen[x.Name] {
+				seen[x.Name] = true
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+// personOfContainer tells whether c is a person's sandbox of the site whose operator
+// sandbox is base, and whose: named <container>-<person> and labelled with that
+// person. A container made before the label is taken for the person's only while that
+// person is configured (configured says so) and it is on the volume <volume>-<person>:
+// unlabelled, it could as well be another server's sandbox named that way, which is
+// never stopped or listed as removed.
+func personOfContainer(base sandbox.Config, c sandbox.Container, configured func(string) bool) (string, bool) {
+	name, ok := strings.CutPrefix(c.Name, base.Container+"-")
+	if !ok || !personName.MatchString(name) {
+		return "", false
+	}
+	if c.Person != "" {
+		return name, c.Person == name
+	}
+	return name, configured(name) && c.Volume == base.Volume+"-"+name
+}
+
+// configured reports whether person is named by a person line.
+func (h *Handler) configured(person string) bool { return h.person(person) != nil }
+
+// engineClient is a client of eng and the function that closes it: the site's own
+// for the engine of its operator's sandbox.
+func (h *Handler) engineClient(eng Engine) (*client.Client, func(), error) {
+	if eng.Name == "" || (len(h.Engines) > 0 && eng == h.Engines[0]) {
+		return h.docker, func() {}, nil
+	}
+	cli, err := newEngineClient(eng)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cli, func() { cli.Close() }, nil
+}
+
+// checkMaxSandboxes refuses to place the new container name when max_sandboxes
+// people's sandboxes of this site exist already (on the engines, or placed by this
+// process moments ago), whatever configuration placed them. A container that exists
+// is no new sandbox.
+func (h *Handler) checkMaxSandboxes(ctx context.Context, name string) error {
+	if h.MaxSandboxes <= 0 {
+		return nil
+	}
+	have := map[string]bool{}
+	for _, x := range h.existingSandboxes(ctx) {
+		have[x.Name] = true
+	}
+	if have[name] {
+		return nil
+	}
+	base, _ := h.sandboxConfig()
+	recentPlacements.Range(func(k, v any) bool {
+		n := k.(string)
+		if strings.HasPrefix(n, base.Container+"-") && time.Since(v.(time.Time)) < placementCounts {
+			have[n] = true
+		}
+		return true
+	})
+	if have[name] {
+		return nil
+	}
+	if n := len(have); n >= h.MaxSandboxes {
+		return fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes); ask the operator to raise max_sandboxes or to delete the sandbox of someone who left", n)
+	}
+	return nil
+}
+
+// removedSandboxes are the existing sandboxes of people this configuration no longer
+// names.
+func (h *Handler) removedSandboxes(ctx context.Context) []existingSandbox {
+	var out []existingSandbox
+	for _, x := range h.existingSandboxes(ctx) {
+		if h.person(x.Person) == nil {
+			out = append(out, x)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Person < out[j].Person })
+	return out
+}
+
+// removedSandbox is the sandbox of person if they were removed and it still exists.
+func (h *Handler) removedSandbox(ctx context.Context, person string) (*sandbox.Sandbox, func(), error) {
+	for _, x := range h.removedSandboxes(ctx) {
+		if x.Person == person {
+			return h.removedView(x)
+		}
+	}
+	return nil, nil, errNoRemoved
+}
+
+var errNoRemoved = errors.New("no such removed person's sandbox")
+
+// removedView is a Sandbox through which a removed person's container is looked at,
+// stopped or deleted; done closes its client.
+func (h *Handler) removedView(x existingSandbox) (*sandbox.Sandbox, func(), error) {
+	cfg, err := h.sandboxConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	vol := cfg.Volume + "-" + x.Person
+	if x.Volume != "" {
+		vol = x.Volume
+	}
+	cfg.Container, cfg.Volume, cfg.Person, cfg.Engine = x.Name, vol, x.Person, x.Engine.Name
+	cli, done, err := h.engineClient(x.Engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := sandbox.New(cli, cfg, h.logger.Named("sandbox"))
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return sb, done, nil
+}
+
+// removedStopAgain is when the sandboxes of removed people are stopped a second time:
+// a call still under way on the previous configuration may have started one.
+const removedStopAgain = 10 * time.Second
+
+// startRemovedStops stops, when the configuration starts and once more shortly after,
+// the containers of people it no longer names: they are kept (the console lists them,
+// with Stop and Delete) but nothing of theirs runs.
+func (h *Handler) startRemovedStops() {
+	h.goBackground(func(ctx context.Context) {
+		for i, wait := range []time.Duration{0, removedStopAgain} {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			h.stopRemoved(ctx, i == 0)
+		}
+	})
+}
+
+func (h *Handler) stopRemoved(ctx context.Context, first bool) {
+	for _, x := range h.removedSandboxes(ctx) {
+		if x.State != "running" && x.State != "restarting" && x.State != "paused" {
+			if first {
+				h.logger.Info("sandbox of a person no longer configured is kept, stopped; the console deletes it",
+					zap.String("person", x.Person), zap.String("container", x.Name), zap.String("engine", x.Engine.Name))
+			}
+			continue
+		}
+		sb, done, err := h.removedView(x)
+		if err != nil {
+			h.logger.Warn("stopping the sandbox of a removed person", zap.String("person", x.Person), zap.Error(err))
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = sb.Stop(sctx, "person removed from the configuration")
+		cancel()
+		done()
+		if err != nil && ctx.Err() == nil {
+			h.logger.Warn("stopping the sandbox of a removed person", zap.String("person", x.Person), zap.String("container", x.Name), zap.Error(err))
+			continue
+		}
+		h.logger.Info("stopped the sandbox of a person no longer configured; it is kept, the console deletes it",
+			zap.String("person", x.Person), zap.String("container", x.Name), zap.String("engine", x.Engine.Name))
 	}
 }

@@ -172,6 +172,7 @@ type Handler struct {
 	host       string
 	auth       *oauth.Server
 	mcp        *server.StreamableHTTPServer
+	sessionIDs sessionIDs // MCP session ids bound to their person (mcp.go)
 	tools      *mcptools.Tools
 	signer     *links.Signer
 	links      *links.Server
@@ -199,9 +200,10 @@ type Handler struct {
 	placedKeys []string                 // their pool keys
 	released   bool                     // Cleanup gave them back: no more are placed
 
-	idleMu     sync.Mutex
-	idleCancel context.CancelFunc
-	idleDone   chan struct{}
+	idleMu   sync.Mutex // guards bgCtx and bgCancel
+	bgCtx    context.Context
+	bgCancel context.CancelFunc // ends the loops of goBackground (fleet.go)
+	bg       sync.WaitGroup
 }
 
 // CaddyModule returns the Caddy module information.
@@ -354,6 +356,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addWarmup(h.warmFacts)
 	h.app.addWarmup(h.startIdleStops)
+	h.app.addWarmup(h.startRemovedStops)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err
@@ -484,7 +487,7 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
-	h.stopIdleStops()
+	h.stopBackground()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}

@@ -1,10 +1,15 @@
 package mcpsandbox
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -23,7 +28,81 @@ var Version = "0.1.0"
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	h.tools = mcptools.New(h.toolOptions())
-	return server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath))
+	h.sessionIDs = newSessionIDs(h.APIKey)
+	return server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath),
+		server.WithSessionIdManagerResolver(h.sessionIDs))
+}
+
+// sessionIDs mints MCP session ids bound to the person who opened the session: an id
+// carries a MAC of its person under a key derived from the api_key, so the binding
+// holds across reloads and restarts with nothing stored. Another person's request
+// with it is answered as for an unknown session.
+type sessionIDs struct{ key []byte }
+
+func newSessionIDs(apiKey string) sessionIDs {
+	sum := sha256.Sum256([]byte("mcp_sandbox session ids\x00" + apiKey))
+	return sessionIDs{key: sum[:]}
+}
+
+// sessionPrefix starts every id, as mcp-go's own do.
+const sessionPrefix = "mcp-session-"
+
+// mint makes a new session id for person ("" the operator).
+func (s sessionIDs) mint(person string) string {
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	n := hex.EncodeToString(nonce[:])
+	return sessionPrefix + n + "-" + s.mac(n, person)
+}
+
+// belongs reports whether id was minted for person.
+func (s sessionIDs) belongs(id, person string) bool {
+	rest, ok := strings.CutPrefix(id, sessionPrefix)
+	n, mac, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 || len(n) != 32 {
+		return false
+	}
+	return hmac.Equal([]byte(mac), []byte(s.mac(n, person)))
+}
+
+func (s sessionIDs) mac(nonce, person string) string {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(nonce + "\x00" + person))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// ResolveSessionIdManager gives mcp-go the ids of the request's person. Without a
+// request (mcp-go's idle-session sweeper) only Terminate is asked, and allowed.
+func (s sessionIDs) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
+	if r == nil {
+		return personSessions{s: s, any: true}
+	}
+	return personSessions{s: s, person: mcptools.CallerFrom(r.Context()).Person}
+}
+
+// personSessions are the session ids of one person.
+type personSessions struct {
+	s      sessionIDs
+	person string
+	any    bool // not asked for a request
+}
+
+var errOtherSession = errors.New("unknown session id")
+
+func (p personSessions) Generate() string { return p.s.mint(p.person) }
+
+func (p personSessions) Validate(id string) (bool, error) {
+	if !p.any && !p.s.belongs(id, p.person) {
+		return false, errOtherSession
+	}
+	return false, nil
+}
+
+func (p personSessions) Terminate(id string) (bool, error) {
+	if !p.any && !p.s.belongs(id, p.person) {
+		return false, errOtherSession
+	}
+	return false, nil
 }
 
 // serveMCP checks the origin and the bearer token, then hands the request to mcp-go
@@ -38,6 +117,12 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, ok := h.auth.Authenticate(w, r)
 	if !ok {
+		return
+	}
+	// A session id is its person's: any other request with it (a GET stream, a DELETE,
+	// a call) is answered as mcp-go answers an unknown session, and reaches nothing.
+	if sid := r.Header.Get(server.HeaderKeySessionID); sid != "" && !h.sessionIDs.belongs(sid, id.Person) {
+		http.Error(w, "Invalid session ID", http.StatusNotFound)
 		return
 	}
 	var body []byte

@@ -203,6 +203,26 @@ func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, er
 	return e, key, nil
 }
 
+// configuresOther reports whether a handler of this config other than h uses the
+// container name (its operator's sandbox, or one of its people's).
+func (a *App) configuresOther(name string, h *Handler) bool {
+	a.mu.Lock()
+	_, ok := a.byName[name]
+	a.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if cfg, err := h.sandboxConfig(); err == nil && cfg.Container == name {
+		return false
+	}
+	for _, p := range h.People {
+		if c, err := h.sandboxConfigFor(p.Name); err == nil && c.Container == name {
+			return false
+		}
+	}
+	return true
+}
+
 // release gives back a key acquire returned (none for ""): the entry is destructed
 // when no config holds it any more.
 func release(key string) error {

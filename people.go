@@ -72,6 +72,7 @@ func (h *Handler) sandboxConfigFor(person string) (sandbox.Config, error) {
 	}
 	cfg.Container += "-" + p.Name
 	cfg.Volume += "-" + p.Name
+	cfg.Person = p.Name
 	if p.Memory != "" {
 		if cfg.Memory, err = sandbox.ParseMemory(p.Memory); err != nil {
 			return cfg, fmt.Errorf("person %s: memory: %w", p.Name, err)

@@ -300,10 +300,13 @@ func TestPeople(t *testing.T) {
 			t.Errorf("alice's preview: %d %q", resp.StatusCode, body)
 		}
 
-		// Tasks: bob, in his own session or in alice's, cannot see, read or cancel hers.
+		// Tasks: bob, in his own session, cannot see, read or cancel hers; in hers he
+		// gets nothing at all (TestSessionIDsBoundToPerson).
 		bobTasks := p.rawSessionAs(t, p.keys["bob"])
-		replay := &rawMCP{t: t, s: p.site, key: p.keys["bob"], sid: aliceTasks.sid}
-		for name, c := range map[string]*rawMCP{"bob's session": bobTasks, "alice's session": replay} {
+		if code := sessionStatus(t, p.site, "POST", p.keys["bob"], aliceTasks.sid); code != http.StatusNotFound {
+			t.Errorf("bob with alice's session id: %d, want 404", code)
+		}
+		for name, c := range map[string]*rawMCP{"bob's session": bobTasks} {
 			for _, method := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
 				if _, rerr := c.call(method, map[string]any{"taskId": taskID}); rerr == nil {
 					t.Errorf("bob in %s: %s of alice's task answered", name, method)
@@ -399,9 +402,11 @@ func TestPeople(t *testing.T) {
 		if resp, body := p.request(t, "GET", share, "", nil); resp.StatusCode != 200 || body != "alice's secret" {
 			t.Errorf("alice's link after bob was removed: %d %q", resp.StatusCode, body)
 		}
+		// His container is kept, stopped, and listed as removed until the operator
+		// deletes it (TestRemovedPersonStoppedAndListed).
 		var out struct{ Sandboxes []map[string]any }
 		apiCall(t, p.site, "GET", "/sandboxes", &out)
-		if len(out.Sandboxes) != 2 {
+		if len(out.Sandboxes) != 3 || out.Sandboxes[2]["person"] != "bob" || out.Sandboxes[2]["removed"] != true {
 			t.Errorf("sandboxes after bob was removed: %v", out.Sandboxes)
 		}
 	})

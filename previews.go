@@ -48,7 +48,6 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
-			h.entry.Touch() // a preview request is a use of the sandbox
 			metricPreviewRequests.WithLabelValues(result).Inc()
 			metricPreviewBytes.Add(float64(n))
 		},
@@ -69,8 +68,9 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 }
 
 // dialPreview opens one upstream connection of the preview proxy: a relay into the
-// loopback of the owner's container, made through the Docker API. It is a use of the
-// sandbox.
+// loopback of the owner's container, made through the Docker API. Opening it, and
+// every byte through it, is a use of the owner's sandbox: a preview in use keeps it
+// from idle stop.
 func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.Conn, error) {
 	person, ok := h.personOfOwner(owner)
 	if !ok {
@@ -86,6 +86,35 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 	}
 	if err != nil {
 		h.logger.Warn("preview relay failed", zap.Int("port", port), zap.Error(err))
+		return nil, err
 	}
-	return c, err
+	return &usedConn{Conn: c, e: e}, nil
+}
+
+// usedConn is a preview relay that records each read and write as a use of its
+// sandbox. A kept-alive relay serves many requests, a WebSocket many messages.
+type usedConn struct {
+	net.Conn
+	e *sandboxEntry
+}
+
+func (c *usedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.e.Touch()
+	}
+	return n, err
+}
+
+func (c *usedConn) Write(p []byte) (int, error) {
+	c.e.Touch()
+	return c.Conn.Write(p)
+}
+
+// CloseWrite half-closes the relay, as the reverse proxy does when one side ends.
+func (c *usedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
 }

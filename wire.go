@@ -67,9 +67,11 @@ type toolBox struct {
 	h *Handler
 }
 
-// Exec and JobOutput keep the sandbox from idling while they run.
+// Exec and JobOutput keep the sandbox from idling while they run. A command starts
+// once the egress proxy listens, when there is one.
 func (b toolBox) Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error) {
 	defer b.e.begin()()
+	b.e.awaitEgress(ctx)
 	return b.Sandbox.Exec(ctx, command, opts)
 }
 

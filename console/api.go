@@ -55,8 +55,8 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 			err = c.opts.Jobs.KillJob(ctx, p, id)
 		}
 		args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(p) + `}`
-	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate:
-		args, err = c.actSandbox(ctx, action, id)
+	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate, "sandbox_" + actDelete:
+		args, err = c.actSandbox(ctx, action, id, r.FormValue("volume"))
 	default:
 		return errUnknownAction
 	}
@@ -65,7 +65,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		outcome, errText = OutcomeError, err.Error()
 	}
 	c.record(r, actor, "console."+action, args, outcome, errText, start)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) && !errors.Is(err, errVolumeChoice) {
 		c.log.Error("console action failed", zap.String("action", action), zap.Error(err))
 	}
 	return err
@@ -235,7 +235,11 @@ func (c *Console) apiActOn(w http.ResponseWriter, r *http.Request, actor, action
 	case errors.Is(err, ErrNotFound) && action == actKillJob:
 		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs?person= lists the running ones")
 	case errors.Is(err, ErrNotFound) && strings.HasPrefix(action, "sandbox_"):
-		writeJSONError(w, http.StatusNotFound, "no such person is configured; GET /console/api/sandboxes lists them")
+		writeJSONError(w, http.StatusNotFound, "no such person is configured, nor a removed person's sandbox left; GET /console/api/sandboxes lists them")
+	case errors.Is(err, errVolumeChoice):
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrConflict):
+		writeJSONError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrNotFound):
 		writeJSONError(w, http.StatusNotFound, "no such "+strings.TrimPrefix(action, "revoke_")+" (it may have expired)")
 	case errors.Is(err, ErrTooManyRevoked):

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +116,7 @@ var flashes = map[string]string{
 	sbStart:        "The sandbox was started.",
 	sbRestart:      "The sandbox container was restarted.",
 	sbRecreate:     "The sandbox container was recreated; /sandbox was kept.",
+	sbDelete:       "The sandbox container was deleted.",
 }
 
 // The form actions on one person's sandbox (the id is the person, "-" the operator).
@@ -123,6 +125,7 @@ const (
 	sbStart    = "sandbox_" + actStart
 	sbRestart  = "sandbox_" + actRestart
 	sbRecreate = "sandbox_" + actRecreate
+	sbDelete   = "sandbox_" + actDelete
 )
 
 func (c *Console) newPage(r *http.Request, sess *session, name, title string, data any) page {
@@ -329,7 +332,13 @@ func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *sessi
 type confirmation struct {
 	Action, ID, Title, Button string
 	Ends, Survives            []string
+	// Volumes, when set, are buttons that each post the action with their volume
+	// choice, instead of the one Button.
+	Volumes []volumeChoice
 }
+
+// volumeChoice is one button of a deletion: what becomes of the volume.
+type volumeChoice struct{ Volume, Label string }
 
 var confirmations = map[string]confirmation{
 	actRestart: {Action: actRestart, Title: "Restart the sandbox container?", Button: "Restart",
@@ -349,6 +358,12 @@ var sandboxConfirmations = map[string]confirmation{
 		Survives: []string{"every file in the container and under /sandbox", "the container itself: the next tool call or Start starts it again"}},
 	sbRestart:  sandboxConfirmation(actRestart),
 	sbRecreate: sandboxConfirmation(actRecreate),
+	sbDelete: {Action: sbDelete, Title: "Delete %s?",
+		Ends: []string{"the container: every process, and every file outside /sandbox (installed packages)",
+			"with \"and its volume\": everything under /sandbox, for good"},
+		Survives: []string{"with \"keep the volume\": everything under /sandbox, in the volume, which a person added again under this name gets back",
+			"the activity log"},
+		Volumes: []volumeChoice{{"keep", "Delete, keep the volume"}, {"delete", "Delete with its volume"}}},
 }
 
 // sandboxConfirmation is the operator's confirmation of action for one sandbox.
@@ -367,7 +382,12 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 	cf, ok := confirmations[q.Get("action")]
 	if sc, found := sandboxConfirmations[q.Get("action")]; found && c.opts.Sandboxes != nil {
 		person := q.Get("person")
-		cf, ok = sc, c.isPerson(person)
+		// A removed person's sandbox is stopped or deleted only.
+		ok = c.isPerson(person) && sc.Action != sbDelete
+		if !ok && (sc.Action == sbStop || sc.Action == sbDelete) {
+			ok = slices.Contains(c.opts.Sandboxes.Removed(r.Context()), person)
+		}
+		cf = sc
 		cf.ID = person
 		whose := person + "'s sandbox"
 		if person == OperatorPath {
@@ -395,6 +415,12 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrNotFound):
 		c.renderMessage(w, http.StatusNotFound, "Not found", "It no longer exists (it may have expired or been revoked already).")
+		return
+	case errors.Is(err, errVolumeChoice):
+		c.renderMessage(w, http.StatusBadRequest, "Say what becomes of the volume", err.Error())
+		return
+	case errors.Is(err, ErrConflict):
+		c.renderMessage(w, http.StatusConflict, "Not possible", err.Error())
 		return
 	case err != nil:
 		c.renderMessage(w, http.StatusBadGateway, "The action failed", err.Error())

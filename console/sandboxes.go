@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,13 +13,30 @@ import (
 // With `person` lines every person has a sandbox of their own; the operator sees them
 // all at GET /console/api/sandboxes and acts on one at
 // POST /console/api/sandboxes/{person}/stop|start|restart|recreate. The operator's own
-// sandbox is listed with person "" and addressed as "-".
+// sandbox is listed with person "" and addressed as "-". The sandbox of a person the
+// configuration no longer names is listed with removed: true until the operator
+// deletes it: POST .../{person}/delete?volume=keep|delete.
 
 // Sandbox actions beyond restart and recreate.
 const (
-	actStop  = "stop"
-	actStart = "start"
+	actStop   = "stop"
+	actStart  = "start"
+	actDelete = "delete"
 )
+
+// The actions Sandboxes.Act is given to delete a removed person's sandbox: the
+// container alone, or the container and its volume.
+const (
+	ActDelete       = "delete"
+	ActDeleteVolume = "delete_volume"
+)
+
+// ErrConflict is what Sandboxes.Act returns (wrapped, with the reason) for an action
+// the sandbox's state does not allow: 409.
+var ErrConflict = errors.New("not possible now")
+
+// errVolumeChoice: deleting needs the operator to say what becomes of the volume.
+var errVolumeChoice = errors.New("say what becomes of the volume (everything under /sandbox): volume=keep keeps it (a person added again with this name gets it back), volume=delete deletes it for good")
 
 // OperatorPath is how the operator's own sandbox is named in a sandboxes path.
 const OperatorPath = "-"
@@ -34,6 +52,9 @@ type SandboxInfo struct {
 	MemoryLimit int64   `json:"memory_limit"`
 	DiskUsed    int64   `json:"disk_used"` // bytes under /sandbox; -1 when not known
 	Jobs        int     `json:"jobs"`      // running
+	// Removed marks the sandbox of a person the configuration no longer names: it was
+	// stopped when the configuration was loaded and can be stopped or deleted only.
+	Removed bool `json:"removed,omitempty"`
 	// LastActivity is the newest entry of the activity log made in this sandbox.
 	LastActivity time.Time `json:"last_activity,omitzero"`
 	Error        string    `json:"error,omitempty"` // why the status is not complete
@@ -44,8 +65,11 @@ type Sandboxes interface {
 	List(ctx context.Context) ([]SandboxInfo, error)
 	// People are the configured people's names, in config order.
 	People() []string
+	// Removed are the names of people no longer configured whose sandbox exists.
+	Removed(ctx context.Context) []string
 	// Act stops, starts, restarts or recreates person's sandbox ("" for the
-	// operator's); it returns ErrNotFound for a person who is not configured.
+	// operator's), or deletes a removed person's (ActDelete, ActDeleteVolume); it
+	// returns ErrNotFound for a person neither configured nor removed with a sandbox.
 	Act(ctx context.Context, person, action string) error
 }
 
@@ -66,12 +90,12 @@ func (c *Console) serveSandboxes(w http.ResponseWriter, r *http.Request, actor, 
 	case method == http.MethodPost:
 		person, action, ok := strings.Cut(rest, "/")
 		switch action {
-		case actStop, actStart, actRestart, actRecreate:
+		case actStop, actStart, actRestart, actRecreate, actDelete:
 		default:
 			ok = false
 		}
 		if !ok || person == "" {
-			writeJSONError(w, http.StatusNotFound, "use POST /console/api/sandboxes/{person}/stop, start, restart or recreate ("+OperatorPath+" for the operator's own)")
+			writeJSONError(w, http.StatusNotFound, "use POST /console/api/sandboxes/{person}/stop, start, restart, recreate or delete ("+OperatorPath+" for the operator's own)")
 			return
 		}
 		c.apiAct(w, r, actor, "sandbox_"+action, person)
@@ -109,11 +133,24 @@ func (c *Console) isPerson(p string) bool {
 }
 
 // actSandbox runs a sandbox action on a person's sandbox; args is what the audit log
-// records.
-func (c *Console) actSandbox(ctx context.Context, action, person string) (args string, err error) {
+// records. Deleting takes the operator's choice for the volume, volume=keep or
+// volume=delete.
+func (c *Console) actSandbox(ctx context.Context, action, person, volume string) (args string, err error) {
 	args = `{"person":` + strconv.Quote(person) + `}`
 	if person == OperatorPath {
 		person = ""
 	}
-	return args, c.opts.Sandboxes.Act(ctx, person, strings.TrimPrefix(action, "sandbox_"))
+	act := strings.TrimPrefix(action, "sandbox_")
+	if act == actDelete {
+		switch volume {
+		case "keep":
+			act = ActDelete
+		case "delete":
+			act = ActDeleteVolume
+		default:
+			return args, errVolumeChoice
+		}
+		args = `{"person":` + strconv.Quote(person) + `,"volume":` + strconv.Quote(volume) + `}`
+	}
+	return args, c.opts.Sandboxes.Act(ctx, person, act)
 }

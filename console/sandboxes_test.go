@@ -22,8 +22,10 @@ func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
 
 func (f *fakeSandboxes) People() []string { return []string{"alice", "bob"} }
 
+func (f *fakeSandboxes) Removed(context.Context) []string { return []string{"dave"} }
+
 func (f *fakeSandboxes) Act(_ context.Context, person, action string) error {
-	if person != "" && person != "alice" && person != "bob" {
+	if person != "" && person != "alice" && person != "bob" && person != "dave" {
 		return ErrNotFound
 	}
 	f.mu.Lock()
@@ -64,15 +66,21 @@ func TestSandboxesAPI(t *testing.T) {
 	if bob := list[2].(map[string]any); bob["last_activity"] != nil {
 		t.Errorf("bob never acted, yet: %v", bob)
 	}
-	for _, p := range []string{"alice/stop", "alice/start", "bob/restart", "-/recreate"} {
+	for _, p := range []string{"alice/stop", "alice/start", "bob/restart", "-/recreate", "dave/delete?volume=keep", "dave/delete?volume=delete"} {
 		if code, m := do("POST", "/console/api/sandboxes/"+p, testKey); code != 200 {
 			t.Errorf("POST %s: %d %v", p, code, m)
 		}
 	}
-	if strings.Join(fs.acts, " ") != "alice:stop alice:start bob:restart :recreate" {
+	if strings.Join(fs.acts, " ") != "alice:stop alice:start bob:restart :recreate dave:delete dave:delete_volume" {
 		t.Errorf("acts: %v", fs.acts)
 	}
-	for _, p := range []string{"carol/stop", "alice/delete", "alice"} {
+	// Deleting needs the operator's word on the volume.
+	for _, p := range []string{"dave/delete", "dave/delete?volume=maybe"} {
+		if code, m := do("POST", "/console/api/sandboxes/"+p, testKey); code != http.StatusBadRequest || !strings.Contains(m["error"].(string), "volume=keep") {
+			t.Errorf("POST %s: %d %v, want 400", p, code, m)
+		}
+	}
+	for _, p := range []string{"carol/stop", "alice/explode", "alice"} {
 		if code, _ := do("POST", "/console/api/sandboxes/"+p, testKey); code != 404 {
 			t.Errorf("POST %s: %d, want 404", p, code)
 		}
@@ -132,6 +140,17 @@ func TestSandboxesPages(t *testing.T) {
 	}
 	if code, _ := get("/console/confirm?action=sandbox_stop&person=carol"); code != http.StatusNotFound {
 		t.Errorf("confirm for a person who is not configured: %d", code)
+	}
+	// A removed person's sandbox: Delete asks what becomes of the volume; only Stop and
+	// Delete are offered for it, and Delete for no one else.
+	code, page = get("/console/confirm?action=sandbox_delete&person=dave")
+	if code != 200 || !strings.Contains(page, "Delete dave&#39;s sandbox?") || !strings.Contains(page, `name="volume" value="keep"`) || !strings.Contains(page, `name="volume" value="delete"`) {
+		t.Fatalf("confirm delete: %d %s", code, page)
+	}
+	for _, q := range []string{"action=sandbox_delete&person=alice", "action=sandbox_restart&person=dave", "action=sandbox_delete&person=carol"} {
+		if code, _ := get("/console/confirm?" + q); code != http.StatusNotFound {
+			t.Errorf("confirm %s: %d, want 404", q, code)
+		}
 	}
 	req := httptest.NewRequest("GET", "http://console.test/console", nil)
 	req.AddCookie(ck)

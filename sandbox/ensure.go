@@ -32,6 +32,7 @@ const (
 	labelManaged = "mcp-sandbox.managed"
 	labelVolume  = "mcp-sandbox.volume"
 	labelEngine  = "mcp-sandbox.engine"
+	labelPerson  = "mcp-sandbox.person"
 )
 
 // keepAlive is the container's main process: it only has to stay up (commands come in
@@ -75,9 +76,7 @@ func (s *Sandbox) Ensure(ctx context.Context) error {
 			}
 			return nil, err
 		}
-		s.mu.Lock()
-		s.readyAt = time.Now()
-		s.mu.Unlock()
+		s.ready()
 		return nil, nil
 	})
 	select {
@@ -118,6 +117,40 @@ func (s *Sandbox) Close() {
 	s.closeNow()
 	s.making.Wait()
 }
+
+// ready records that the container was just seen running with our settings, and wakes
+// those waiting on Ready.
+func (s *Sandbox) ready() {
+	s.mu.Lock()
+	s.readyAt = time.Now()
+	ch := s.readyCh
+	s.readyCh = nil
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// Ready returns a channel that is closed the next time an Ensure, Start or Restart
+// through this Sandbox has made sure the container runs. Background work that must
+// not start the container itself (the egress listener) waits on it.
+func (s *Sandbox) Ready() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readyCh == nil {
+		s.readyCh = make(chan struct{})
+	}
+	return s.readyCh
+}
+
+// Upkeep marks ctx as background work: what runs under it uses the container while
+// it runs and never creates, starts or repairs it (a call meets an error for which
+// NotRunning is true instead).
+func Upkeep(ctx context.Context) context.Context { return upkeep(ctx) }
+
+// NotRunning reports whether err says the container is missing or stopped, as work
+// under Upkeep meets it.
+func NotRunning(err error) bool { return errors.Is(err, errNotRunning) }
 
 // invalidate makes the next Ensure ask Docker again.
 func (s *Sandbox) invalidate() {
@@ -386,6 +419,9 @@ func (s *Sandbox) labels() map[string]string {
 	l := map[string]string{labelManaged: "true", labelVolume: s.cfg.Volume}
 	if s.cfg.Engine != "" {
 		l[labelEngine] = s.cfg.Engine
+	}
+	if s.cfg.Person != "" {
+		l[labelPerson] = s.cfg.Person
 	}
 	return l
 }

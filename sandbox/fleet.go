@@ -2,11 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+	"go.uber.org/zap"
 )
 
 // Count is how many sandbox containers, running or stopped, an engine holds.
@@ -24,4 +27,53 @@ func Exists(ctx context.Context, cli client.APIClient, name string) (bool, error
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Container is a sandbox container as an engine lists it.
+type Container struct {
+	Name   string // without Docker's leading slash
+	State  string // running, exited, created, ...
+	Volume string // the volume at WorkDir, from its label
+	Person string // from its label; "" on the operator's and on containers made before the label
+}
+
+// Containers lists the sandbox containers, running or stopped, an engine holds.
+func Containers(ctx context.Context, cli client.APIClient) ([]Container, error) {
+	// Filtered here, not by the engine: a filter makes the client read its API
+	// version unlocked, which races with a negotiation under way on a shared client.
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandbox containers: %w", err)
+	}
+	out := make([]Container, 0, len(list))
+	for _, c := range list {
+		if _, ours := c.Labels[labelVolume]; !ours || len(c.Names) == 0 {
+			continue
+		}
+		out = append(out, Container{
+			Name: strings.TrimPrefix(c.Names[0], "/"), State: string(c.State),
+			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson],
+		})
+	}
+	return out, nil
+}
+
+// Delete removes the container, whatever its state, and with volume also its volume
+// (everything under WorkDir). What is already gone is no error. Closing the Sandbox
+// first keeps anything still holding it from making the container again.
+func (s *Sandbox) Delete(ctx context.Context, volume bool) error {
+	s.CloseAgent()
+	s.invalidate()
+	err := s.cli.ContainerRemove(ctx, s.cfg.Container, container.RemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("removing sandbox container %s: %w", s.cfg.Container, err)
+	}
+	if volume {
+		err := s.cli.VolumeRemove(ctx, s.cfg.Volume, false)
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("removing sandbox volume %s (the container is removed; try again, or docker volume rm %s): %w", s.cfg.Volume, s.cfg.Volume, err)
+		}
+	}
+	s.log.Info("deleted sandbox container", zap.Bool("volume_removed", volume), zap.String("volume", s.cfg.Volume))
+	return nil
 }

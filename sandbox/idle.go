@@ -10,6 +10,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
 )
 
 // stopTimeout is how long Stop gives the container's processes after SIGTERM.
@@ -17,8 +18,9 @@ const stopTimeout = 5
 
 // Stop stops the container: every process in it ends; the volume (/sandbox) and the
 // container's own files stay. The next [Sandbox.Ensure] starts it again. Upkeep never
-// starts it, and the idle-file cleanup skips it until then (and catches up then).
-func (s *Sandbox) Stop(ctx context.Context) error {
+// starts it, and the idle-file cleanup skips it until then (and catches up then). why
+// says who or what stopped it, for the log ("idle_stop", "operator", ...).
+func (s *Sandbox) Stop(ctx context.Context, why string) error {
 	s.CloseAgent()
 	s.invalidate()
 	t := stopTimeout
@@ -27,7 +29,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("stopping sandbox container %s: %w", s.cfg.Container, err)
 	}
-	s.log.Info("stopped sandbox container (idle); /sandbox is kept")
+	s.log.Info("stopped sandbox container; /sandbox is kept", zap.String("by", why))
 	return nil
 }
 
@@ -49,9 +51,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{}); err != nil {
 		return s.Ensure(ctx)
 	}
-	s.mu.Lock()
-	s.readyAt = time.Now()
-	s.mu.Unlock()
+	s.ready()
 	s.log.Info("started stopped sandbox container")
 	s.started()
 	return nil
@@ -124,4 +124,17 @@ func (s *Sandbox) started() {
 		s.log.Debug("container started again: running the missed cleanup pass")
 	default:
 	}
+}
+
+// Listening reports whether a listener of ListenPort on port is open through a live
+// agent channel.
+func (s *Sandbox) Listening(port int) bool {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	for k, l := range s.agent.listeners {
+		if l.port == port && k.sess != nil && k.sess.Err() == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestStopAndStartAgain(t *testing.T) {
 		t.Fatalf("a printing job (%s) does not count as output: %v %v", loud.JobID, busy, err)
 	}
 
-	if err := sb.Stop(ctx); err != nil {
+	if err := sb.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if run, err := sb.Running(ctx); err != nil || run {
@@ -64,7 +65,7 @@ func TestCleanupCatchesUpAfterStart(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	mustExec(t, sb, `echo x > old.txt; touch -d "@$(( $(date +%s) - 7200 ))" old.txt`, ExecOptions{})
 	ctx := context.Background()
-	if err := sb.Stop(ctx); err != nil {
+	if err := sb.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
@@ -94,5 +95,68 @@ func TestCleanupCatchesUpAfterStart(t *testing.T) {
 		}
 	case <-time.After(time.Until(next) + 5*time.Second):
 		t.Fatal("no pass ran after the start")
+	}
+}
+
+// TestUpkeepListenWaitsForStart: under Upkeep, listening in a stopped container fails
+// with NotRunning and leaves it stopped; Ready wakes when Start has started it, and a
+// listener opens then. Delete removes the container, and the volume only when asked.
+func TestUpkeepListenWaitsForStart(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.Person = "carol"
+	sb := newTestSandbox(t, cli, cfg)
+	ctx := context.Background()
+	mustExec(t, sb, "true", ExecOptions{})
+	if info, err := cli.ContainerInspect(ctx, cfg.Container); err != nil || info.Config.Labels[labelPerson] != "carol" {
+		t.Fatalf("the person label: %v", err)
+	}
+	if err := sb.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ready := sb.Ready()
+	_, _, err := sb.ListenPort(Upkeep(ctx), 3128, func(net.Conn) {})
+	if !NotRunning(err) {
+		t.Fatalf("listening under Upkeep in a stopped container: %v", err)
+	}
+	if run, err := sb.Running(ctx); err != nil || run {
+		t.Fatalf("listening started the container: %v %v", run, err)
+	}
+	select {
+	case <-ready:
+		t.Fatal("Ready closed while the container was stopped")
+	default:
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ready:
+	case <-time.After(time.Second):
+		t.Fatal("Ready did not close after Start")
+	}
+	stop, _, err := sb.ListenPort(Upkeep(ctx), 3128, func(net.Conn) {})
+	if err != nil {
+		t.Fatalf("listening after the start: %v", err)
+	}
+	if !sb.Listening(3128) || sb.Listening(3129) {
+		t.Fatal("Listening does not tell the open listener")
+	}
+	stop()
+
+	if err := sb.Delete(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Exists(ctx, cli, cfg.Container); err != nil || ok {
+		t.Fatalf("the container after Delete: %v %v", ok, err)
+	}
+	if _, err := cli.VolumeInspect(ctx, cfg.Volume); err != nil {
+		t.Fatalf("the volume after Delete without it: %v", err)
+	}
+	if err := sb.Delete(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.VolumeInspect(ctx, cfg.Volume); err == nil {
+		t.Fatal("the volume is still there")
 	}
 }

@@ -79,6 +79,9 @@ type Config struct {
 	// Engine is the name of the Docker engine the container is placed on, recorded in
 	// its label mcp-sandbox.engine ("" records none).
 	Engine string
+	// Person is the person whose sandbox this is, recorded in the label
+	// mcp-sandbox.person ("" for the operator's: no label).
+	Person string
 
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
@@ -254,8 +257,9 @@ type Sandbox struct {
 	lastPrune time.Time
 
 	mu          sync.Mutex
-	readyAt     time.Time // last time Ensure saw the container running with our limits
-	warnedImage bool      // the image mismatch is logged once, not on every Ensure
+	readyAt     time.Time     // last time Ensure saw the container running with our limits
+	readyCh     chan struct{} // closed by the next Ensure, Start or Restart that succeeds (see Ready)
+	warnedImage bool          // the image mismatch is logged once, not on every Ensure
 	warnedCPUs  bool
 	cmdEnv      []string // what commands get on top of the image's environment (see commandEnv)
 	hostCPUs    int      // the engine's CPU count (docker info's NCPU); 0 until asked

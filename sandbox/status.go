@@ -213,6 +213,7 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restarting sandbox container %s: %w", s.cfg.Container, err)
 	}
+	s.ready() // wakes Ready's waiters; the deferred invalidate still makes the next Ensure look
 	s.log.Info("restarted sandbox container")
 	return nil
 }
