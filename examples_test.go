@@ -101,6 +101,48 @@ func TestExampleCaddyfiles(t *testing.T) {
 		validateExample(t, want)
 	})
 
+	t.Run("Caddyfile.team", func(t *testing.T) {
+		cfg := adaptExample(t, "examples/Caddyfile.team", readExample(t, "examples/Caddyfile.team"))
+		// Its keys are files under /etc/caddy/keys: validate it with keys of its own.
+		keys := t.TempDir()
+		for _, name := range []string{"operator", "alice", "bob", "carol", "carol-github"} {
+			if err := os.WriteFile(keys+"/"+name, []byte(randomHex(16)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := bytes.Count(cfg, []byte("/etc/caddy/keys/")); n < 5 {
+			t.Fatalf("examples/Caddyfile.team names %d key files, want every key in a file", n)
+		}
+		validateExample(t, bytes.ReplaceAll(cfg, []byte("/etc/caddy/keys/"), []byte(keys+"/")))
+		var c any
+		if err := json.Unmarshal(cfg, &c); err != nil {
+			t.Fatal(err)
+		}
+		people := 0
+		var walk func(any)
+		walk = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				if v["handler"] == "mcp_sandbox" {
+					if ps, ok := v["people"].([]any); ok {
+						people = max(people, len(ps))
+					}
+				}
+				for _, x := range v {
+					walk(x)
+				}
+			case []any:
+				for _, x := range v {
+					walk(x)
+				}
+			}
+		}
+		walk(c)
+		if people != 3 {
+			t.Errorf("examples/Caddyfile.team configures %d people, want alice, bob and carol", people)
+		}
+	})
+
 	t.Run("Caddyfile.local", func(t *testing.T) {
 		cfg := adaptExample(t, "examples/Caddyfile.local", readExample(t, "examples/Caddyfile.local"))
 		var c any
