@@ -65,8 +65,8 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		}
 		return got
 	}
-	readme := string(readExample(t, "README.md"))
-	check("README (Caddyfile block)", fromSyntax(readme))
+	readme := string(readExample(t, "docs/configuration.md"))
+	check("docs/configuration.md (Caddyfile block)", fromSyntax(readme))
 	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readExample(t, "caddyfile.go"))))
 
 	// The README table of the original settings: | `VAR` | `name` | `value` ... |
@@ -76,7 +76,7 @@ func TestDefaultsStatedOnce(t *testing.T) {
 	}
 	for name, v := range table {
 		if ok := want[name]; ok != nil && !ok(v) {
-			t.Errorf("README table says the default of %s is %q; sandbox.DefaultConfig says otherwise", name, v)
+			t.Errorf("docs/configuration.md's table says the default of %s is %q; sandbox.DefaultConfig says otherwise", name, v)
 		}
 	}
 

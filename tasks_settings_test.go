@@ -63,13 +63,13 @@ func TestTaskSettingsValidate(t *testing.T) {
 	}
 }
 
-// TestTaskDefaultsDocumented: the README's Caddyfile block, UnmarshalCaddyfile's doc
+// TestTaskDefaultsDocumented: the configuration reference's Caddyfile block, UnmarshalCaddyfile's doc
 // comment and the Handler's field comments state the task defaults the code applies.
 func TestTaskDefaultsDocumented(t *testing.T) {
 	ttl := human.Duration(defaultMaxTaskTTL)
 	ttlLine := regexp.MustCompile(`(?m)^\W*max_task_ttl\s+<duration>\s+# default: ` + regexp.QuoteMeta(ttl) + `;`)
 	tasksLine := regexp.MustCompile(fmt.Sprintf(`(?m)^\W*max_tasks\s+<n> \[<in all>\]\s+# default: %d MCP tasks per session, %d in all$`, defaultMaxTasks, defaultTasksTotal))
-	for _, f := range []string{"README.md", "caddyfile.go"} {
+	for _, f := range []string{"docs/configuration.md", "caddyfile.go"} {
 		b := string(readExample(t, f))
 		if !ttlLine.MatchString(b) || !tasksLine.MatchString(b) {
 			t.Errorf("%s does not state max_task_ttl %s and max_tasks %d / %d in its Caddyfile syntax", f, ttl, defaultMaxTasks, defaultTasksTotal)
