@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // Upload links: the person opens the page (or runs curl -T) to put files into the
@@ -86,7 +85,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	case s.opts.Revoked(t.id):
 		metricUploads.WithLabelValues("revoked").Inc()
-		s.auditUpload(r, t, "", console.OutcomeDenied, "revoked", 0, time.Now())
+		s.auditUpload(r, t, "", audit.OutcomeDenied, "revoked", 0, time.Now())
 		uploadProblem(w, r, http.StatusGone, "This upload link was revoked",
 			"The operator of this server revoked the link. Ask the assistant for a new one if you still need to send files.")
 		return
@@ -226,7 +225,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 	elapsed := time.Since(begin)
 	fields = append(fields, zap.String("name", name), zap.Duration("duration", elapsed))
 	if err != nil {
-		s.auditUpload(r, t, name, console.OutcomeError, err.Error(), 0, begin)
+		s.auditUpload(r, t, name, audit.OutcomeError, err.Error(), 0, begin)
 		s.uploadFailed(w, r, t, body, err, fields)
 		return
 	}
@@ -239,7 +238,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 	s.logger.Info("upload", append(fields, zap.String("path", res.Path), zap.Int64("size", res.Size), zap.Bool("renamed", res.Renamed),
 		zap.Float64("mb_per_s", float64(res.Size)/1e6/max(elapsed.Seconds(), 1e-6)))...)
 
-	s.auditUpload(r, t, res.Path, console.OutcomeOK, "", res.Size, begin)
+	s.auditUpload(r, t, res.Path, audit.OutcomeOK, "", res.Size, begin)
 
 	msg := fmt.Sprintf("Saved %s (%s).", res.Path, human.Size(res.Size))
 	switch {
@@ -306,7 +305,7 @@ func (s *Server) auditUpload(r *http.Request, t uploadTarget, path, outcome, err
 		args["path"] = path
 	}
 	b, _ := json.Marshal(args)
-	s.opts.Audit.Record(console.Entry{
+	s.opts.Audit.Record(audit.Entry{
 		Time: start, Client: "link", Person: t.owner, Remote: s.opts.ClientIP(r), Tool: "upload", Args: string(b),
 		Outcome: outcome, Error: human.Clip(errText, 300), Bytes: size, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	})

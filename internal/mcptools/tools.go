@@ -12,10 +12,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // Box is one sandbox as the tools use it.
@@ -71,9 +70,7 @@ type Previews interface {
 }
 
 // Audit records each tool call in the operator's activity log.
-type Audit interface {
-	Record(console.Entry)
-}
+type Audit = audit.Recorder
 
 // Options configure the tools. Durations are the settings of the same names in the
 // Caddyfile, with their defaults applied.

@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // These tests drive the tools through mcp-go's server, as a client would, over a fake
@@ -193,10 +192,10 @@ func (fakePreviews) Unexpose(context.Context, int) bool { return true }
 
 type fakeAudit struct {
 	mu      sync.Mutex
-	entries []console.Entry
+	entries []audit.Entry
 }
 
-func (a *fakeAudit) Record(e console.Entry) {
+func (a *fakeAudit) Record(e audit.Entry) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.entries = append(a.entries, e)
@@ -490,10 +489,10 @@ func TestAuditRecordsCalls(t *testing.T) {
 		t.Fatalf("%d entries, want 2: %+v", len(h.audit.entries), h.audit.entries)
 	}
 	ran, refused := h.audit.entries[0], h.audit.entries[1]
-	if ran.Client != "test" || ran.Tool != "execute" || ran.Outcome != console.OutcomeNonZero || ran.ExitCode == nil || *ran.ExitCode != 3 || ran.Bytes != 8 {
+	if ran.Client != "test" || ran.Tool != "execute" || ran.Outcome != audit.OutcomeNonZero || ran.ExitCode == nil || *ran.ExitCode != 3 || ran.Bytes != 8 {
 		t.Errorf("the run: %+v", ran)
 	}
-	if refused.Outcome != console.OutcomeError || !strings.Contains(refused.Error, "needs") {
+	if refused.Outcome != audit.OutcomeError || !strings.Contains(refused.Error, "needs") {
 		t.Errorf("the refusal: %+v", refused)
 	}
 }
