@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"bufio"
 	"context"
 	"errors"
@@ -14,14 +15,7 @@ import (
 )
 
 // Lines is a run of lines of a text file, as [Sandbox.ReadLines] returns it.
-type Lines struct {
-	FileInfo
-	First  int64    // number (1-based) of the first line in Lines
-	Lines  []string // the lines without their newline, each cut to the line limit
-	Cut    int      // how many of Lines were cut to the line limit
-	More   bool     // the file goes on after the last line returned
-	Capped bool     // fewer lines than asked for came back because of the byte limit
-}
+type Lines = boxapi.Lines
 
 // ReadLines returns up to n lines of the regular file at the absolute path p, starting
 // with line first (1-based). Each line keeps at most maxLine bytes, and the lines

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"context"
 	"errors"
 	"fmt"
@@ -16,11 +17,7 @@ import (
 )
 
 // DirEntry is a file listed by [Sandbox.ListFiles].
-type DirEntry struct {
-	Name    string
-	Size    int64
-	ModTime time.Time
-}
+type DirEntry = boxapi.DirEntry
 
 // listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
 // one "size mtime" line each, then a NUL, then their names, each ended by a NUL.

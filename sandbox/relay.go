@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"bufio"
 	"context"
 	"encoding/binary"
@@ -19,7 +20,7 @@ import (
 
 // ErrNoListener is returned (wrapped) by [Sandbox.DialPort] when nothing accepts
 // connections on the port inside the container.
-var ErrNoListener = errors.New("nothing listens on that port inside the sandbox")
+var ErrNoListener = boxapi.ErrNoListener
 
 // relayReady is the byte the relay writes once it is connected, before any byte of the
 // stream, so that a refused connection and an open one are told apart.

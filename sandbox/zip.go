@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"archive/tar"
 	"archive/zip"
 	"compress/flate"
@@ -325,13 +326,7 @@ func writeEntry(zw *zip.Writer, fh *zip.FileHeader, body io.Reader, buf []byte) 
 }
 
 // ZipName is the file name of the zip archive of directory p: its base name and .zip.
-func ZipName(p string) string {
-	base := path.Base(path.Clean(p))
-	if base == "/" || base == "." {
-		base = "root"
-	}
-	return base + ".zip"
-}
+func ZipName(p string) string { return boxapi.ZipName(p) }
 
 // zipMethod stores files that are compressed already and deflates the rest.
 func zipMethod(name string) uint16 {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 	"go.uber.org/zap"
 )
 
@@ -23,11 +23,11 @@ const DefaultMaxUpload = 2 << 30
 
 // Files is the sandbox as the links see it.
 type Files interface {
-	Stat(ctx context.Context, p string) (sandbox.FileInfo, error)
-	OpenRange(ctx context.Context, p string, offset, length int64) (*sandbox.File, error)
+	Stat(ctx context.Context, p string) (boxapi.FileInfo, error)
+	OpenRange(ctx context.Context, p string, offset, length int64) (*boxapi.File, error)
 	WriteZip(ctx context.Context, p string, w io.Writer) error
-	ListFiles(ctx context.Context, dir string, max int) ([]sandbox.DirEntry, error)
-	Upload(ctx context.Context, dir, name string, r io.Reader, opts sandbox.UploadOptions) (sandbox.UploadResult, error)
+	ListFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error)
+	Upload(ctx context.Context, dir, name string, r io.Reader, opts boxapi.UploadOptions) (boxapi.UploadResult, error)
 }
 
 // Audit records what a link did in the operator's activity log.

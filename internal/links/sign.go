@@ -238,6 +238,3 @@ func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget
 	}
 	return t, slashless, nil
 }
-
-// CleanPath makes an absolute container path canonical, the way clients will ask for it.
-func CleanPath(p string) string { return path.Clean("/" + p) }

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 	"go.uber.org/zap"
 )
 
@@ -208,7 +208,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 			fmt.Sprintf("It has %s; files of up to %s are accepted.", human.Size(r.ContentLength), human.Size(s.opts.MaxUpload)))
 		return
 	}
-	name, changed := sandbox.SanitizeName(t.name)
+	name, changed := boxapi.SanitizeName(t.name)
 	if name == "" {
 		metricUploads.WithLabelValues("bad_name").Inc()
 		uploadProblem(w, r, http.StatusBadRequest, "The file name is not usable",
@@ -221,7 +221,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 
 	begin := time.Now()
 	body := &watchedBody{r: r.Body}
-	res, err := fs.Upload(r.Context(), t.dir, name, body, sandbox.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
+	res, err := fs.Upload(r.Context(), t.dir, name, body, boxapi.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
 	elapsed := time.Since(begin)
 	fields = append(fields, zap.String("name", name), zap.Duration("duration", elapsed))
 	if err != nil {
@@ -261,7 +261,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 func (s *Server) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTarget, body *watchedBody, err error, fields []zap.Field) {
 	fields = append(fields, zap.Int64("received", body.n.Load()), zap.Error(err))
 	switch {
-	case errors.Is(err, sandbox.ErrTooLarge):
+	case errors.Is(err, boxapi.ErrTooLarge):
 		metricUploads.WithLabelValues("too_large").Inc()
 		s.logger.Info("upload refused: too large", fields...)
 		uploadProblem(w, r, http.StatusRequestEntityTooLarge, "The file is too large",
@@ -271,18 +271,18 @@ func (s *Server) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTa
 		s.logger.Info("upload aborted", fields...)
 		uploadProblem(w, r, http.StatusBadRequest, "The upload was cut off",
 			"The connection ended before the whole file arrived; nothing was saved. Try again.")
-	case errors.Is(err, sandbox.ErrNotDir):
+	case errors.Is(err, boxapi.ErrNotDir):
 		metricUploads.WithLabelValues("not_dir").Inc()
 		uploadProblem(w, r, http.StatusConflict, "The target is not a directory",
 			t.dir+" is a file in the sandbox, not a directory. Ask the assistant for a new link.")
-	case errors.Is(err, sandbox.ErrBadName):
+	case errors.Is(err, boxapi.ErrBadName):
 		// The directory leads (through a symbolic link) to a path that cannot be
 		// reported as one line of text; nothing was written.
 		metricUploads.WithLabelValues("bad_name").Inc()
 		s.logger.Warn("upload refused: unusable directory", fields...)
 		uploadProblem(w, r, http.StatusConflict, "The target directory cannot be used",
 			t.dir+" leads to a directory whose name has control characters or is not valid text; nothing was saved. Ask the assistant for a link to another directory.")
-	case errors.Is(err, sandbox.ErrImageMissing):
+	case errors.Is(err, boxapi.ErrImageMissing):
 		metricUploads.WithLabelValues("error").Inc()
 		s.logger.Error("upload failed", fields...)
 		uploadProblem(w, r, http.StatusServiceUnavailable, "The sandbox is being set up",
