@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"archive/tar"
 	"bufio"
 	"context"
@@ -16,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )

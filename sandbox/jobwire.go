@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"bytes"
 	"encoding/hex"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 

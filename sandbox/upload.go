@@ -4,7 +4,6 @@
 package sandbox
 
 import (
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // Errors of [Sandbox.Upload], wrapped; test them with errors.Is. A stream over the

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"archive/tar"
 	"bytes"
 	"context"
@@ -15,6 +14,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
