@@ -12,7 +12,8 @@ import (
 // WorkDir is where the persistent volume is mounted and where commands start.
 const WorkDir = "/sandbox"
 
-// Errors returned (wrapped) by the file functions and by Sandbox.Ensure; test them with errors.Is.
+// Errors returned (wrapped) by the file functions and by sandbox.Sandbox.Ensure;
+// test them with errors.Is.
 var (
 	ErrNotFound     = errors.New("no such file or directory")
 	ErrIsDir        = errors.New("is a directory")
@@ -40,7 +41,7 @@ var (
 // ErrTooLarge is returned (wrapped) by EditFile for files beyond its size limit.
 var ErrTooLarge = errors.New("file too large")
 
-// Errors of [Sandbox.Upload], wrapped; test them with errors.Is. A stream over the
+// Errors of sandbox.Sandbox.Upload, wrapped; test them with errors.Is. A stream over the
 // limit fails with [ErrTooLarge], shared with EditFile.
 var (
 	ErrBadName = errors.New("file name is not usable")

@@ -25,12 +25,12 @@ func (s Stream) String() string {
 	return fmt.Sprintf("stream(%d)", int(s))
 }
 
-// ExecOptions tune one [Sandbox.Exec]. The zero value uses the configured defaults and
-// waits for the command to end.
+// ExecOptions tune one sandbox.Sandbox.Exec. The zero value uses the configured
+// defaults and waits for the command to end.
 type ExecOptions struct {
-	// Timeout after which the command's process group is killed; 0 means
-	// Config.ExecTimeout. The timeout is kept inside the container, so it holds even
-	// when nobody waits for the command any more.
+	// Timeout after which the command's process group is killed; 0 means the
+	// sandbox's Config.ExecTimeout. The timeout is kept inside the container, so it
+	// holds even when nobody waits for the command any more.
 	Timeout time.Duration
 	// Wait is how long Exec waits for the command before returning it as a running job
 	// (Running set, JobID to follow it with JobOutput). 0 waits until it ends; NoWait
@@ -44,11 +44,11 @@ type ExecOptions struct {
 	TTY bool
 	// Cwd is the directory the command starts in; "" means WorkDir.
 	Cwd string
-	// MaxOutput is the bytes kept per stream in the result; 0 or more than
-	// Config.MaxOutput means Config.MaxOutput.
+	// MaxOutput is the bytes kept per stream in the result; 0 or more than the
+	// sandbox's Config.MaxOutput means Config.MaxOutput.
 	MaxOutput int
 	// MaxJobs refuses the command with ErrTooManyJobs when that many jobs are already
-	// running; 0 means DefaultMaxJobs.
+	// running; 0 means sandbox.DefaultMaxJobs.
 	MaxJobs int
 	// OnOutput, when set, receives output while the command runs (about once a second,
 	// at most the last 4 KiB of each stream since the previous call), from one

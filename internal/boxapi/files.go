@@ -25,14 +25,14 @@ type File struct {
 	FileInfo
 }
 
-// DirEntry is a file listed by [Sandbox.ListFiles].
+// DirEntry is a file listed by sandbox.Sandbox.ListFiles.
 type DirEntry struct {
 	Name    string
 	Size    int64
 	ModTime time.Time
 }
 
-// Lines is a run of lines of a text file, as [Sandbox.ReadLines] returns it.
+// Lines is a run of lines of a text file, as sandbox.Sandbox.ReadLines returns it.
 type Lines struct {
 	FileInfo
 	First  int64    // number (1-based) of the first line in Lines
@@ -61,7 +61,7 @@ type EditResult struct {
 	Line int // line number (1-based) where the replacement starts
 }
 
-// UploadOptions describe the stream given to [Sandbox.Upload].
+// UploadOptions describe the stream given to sandbox.Sandbox.Upload.
 type UploadOptions struct {
 	// Size is the stream's length when known (from Content-Length), else -1. A stream
 	// that ends before Size bytes is an aborted upload.
