@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -95,7 +96,7 @@ func (h *Handler) provisionConsole() error {
 		egressLog = consoleEgress{h}
 	}
 	h.console, err = console.New(console.Options{
-		SessionKey: oauth.DeriveKey(h.APIKey, "console sessions v1"),
+		SessionKey: secret.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:       h.auth,
 		Sandbox:    consoleSandbox{h.box, h.entry.egress},
 		Access:     consoleAccess{h.auth},

@@ -174,7 +174,7 @@ func (e *egressState) refused(user string, r *egress.Refusal) {
 			e.jobs = append(e.jobs, user)
 		}
 		line := fmt.Sprintf("%s (%s)", r.Host, r.Reason)
-		if len(list) < maxBlockedPerJob && !contains(list, line) {
+		if len(list) < maxBlockedPerJob && !slices.Contains(list, line) {
 			e.blocked[user] = append(list, line)
 		} else if !ok {
 			e.blocked[user] = list
@@ -267,15 +267,6 @@ func (e *egressState) container() string {
 		return ""
 	}
 	return e.sb.Config().Container
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // takeBlocked returns, once, the refusals of a job's commands.

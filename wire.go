@@ -18,7 +18,7 @@ import (
 // toolOptions are the tools' settings and dependencies.
 func (h *Handler) toolOptions() mcptools.Options {
 	o := mcptools.Options{
-		Config:  h.box.Config(),
+		Config:  toolConfig(h.box.Config()),
 		Boxes:   boxes{h},
 		Links:   toolLinks{h},
 		Audit:   h.audit,
@@ -44,6 +44,12 @@ func (h *Handler) toolOptions() mcptools.Options {
 		o.Previews = toolPreviews{h}
 	}
 	return o
+}
+
+// toolConfig is what the tools state of the sandbox's settings.
+func toolConfig(c sandbox.Config) mcptools.Config {
+	return mcptools.Config{Memory: c.Memory, CPUs: c.CPUs, PidsLimit: c.PidsLimit, NetworkMode: c.NetworkMode,
+		ExecTimeout: c.ExecTimeout, MaxOutput: c.MaxOutput, FileTTL: c.FileTTL}
 }
 
 // boxes resolves the sandbox of a call: the caller's person's (fleet.go), the
@@ -115,6 +121,9 @@ func (b toolBox) Blocked(job string) []string {
 	}
 	return b.e.egress.takeBlocked(job)
 }
+
+// EngineDown knows the Docker client's errors besides the text of the common ones.
+func (b toolBox) EngineDown(err error) bool { return sandbox.EngineDown(err) }
 
 func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.e) }
 

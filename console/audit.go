@@ -17,43 +17,23 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"go.uber.org/zap"
 )
 
-// Entry is one line of the audit log: a tool call, a download, or an operator action.
-type Entry struct {
-	Time time.Time `json:"time"`
-	// Client names who acted: the OAuth client's name, "API key", "console" for the
-	// operator, "link" for an anonymous download.
-	Client   string `json:"client"`
-	ClientID string `json:"client_id,omitempty"`
-	// Subject is the sign-in (OAuth grant id) the call was made with.
-	Subject string `json:"subject,omitempty"`
-	// Person is whose sandbox was used; "" for the operator's.
-	Person string `json:"person"`
-	Remote string `json:"remote,omitempty"`
-	Tool   string `json:"tool"`
-	// Args are the arguments as compact JSON, long strings clipped.
-	Args string `json:"args,omitempty"`
-	// Outcome is ok, nonzero (the command exited non-zero), timeout, cancelled, error,
-	// denied, or refused (the command ended well but the egress proxy refused it
-	// hosts, which Error names).
-	Outcome    string  `json:"outcome"`
-	ExitCode   *int    `json:"exit_code,omitempty"`
-	DurationMS float64 `json:"duration_ms"`
-	Bytes      int64   `json:"bytes,omitempty"`
-	Error      string  `json:"error,omitempty"`
-}
+// Entry is one line of the audit log, the record every layer writes and the console
+// stores and displays.
+type Entry = audit.Entry
 
 // Outcomes of an [Entry].
 const (
-	OutcomeOK        = "ok"
-	OutcomeNonZero   = "nonzero"
-	OutcomeTimeout   = "timeout"
-	OutcomeCancelled = "cancelled"
-	OutcomeError     = "error"
-	OutcomeDenied    = "denied"
-	OutcomeRefused   = "refused"
+	OutcomeOK        = audit.OutcomeOK
+	OutcomeNonZero   = audit.OutcomeNonZero
+	OutcomeTimeout   = audit.OutcomeTimeout
+	OutcomeCancelled = audit.OutcomeCancelled
+	OutcomeError     = audit.OutcomeError
+	OutcomeDenied    = audit.OutcomeDenied
+	OutcomeRefused   = audit.OutcomeRefused
 )
 
 // Defaults of the audit log.

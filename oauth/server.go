@@ -1,7 +1,6 @@
 package oauth
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"go.uber.org/zap"
 )
 
@@ -220,14 +220,14 @@ func New(opts Options) (*Server, error) {
 		log:             log,
 		keyHash:         sha256.Sum256([]byte(opts.APIKey)),
 		people:          ppl,
-		formKey:         DeriveKey(opts.APIKey, "oauth sign-in form v1"),
+		formKey:         secret.DeriveKey(opts.APIKey, "oauth sign-in form v1"),
 		publicURL:       publicURL,
 		httpClient:      httpClient,
 		cimd:            newMetadataCache(maxCachedMetadataDocuments),
 		cimdFlights:     make(map[string]*metadataFlight),
 		cimdSlots:       make(chan struct{}, maxMetadataFetches),
 		tokens:          newTokenCache(maxCachedTokens),
-		accessKey:       DeriveKey(opts.APIKey, "oauth access tokens v1"),
+		accessKey:       secret.DeriveKey(opts.APIKey, "oauth access tokens v1"),
 		guesses:         guesses,
 		registerLimiter: newLimiter(registerWindow, registerMaxPerWindow, maxLimiterEntries, opts.Now),
 		sleep:           sleepContext,
@@ -248,18 +248,6 @@ func New(opts Options) (*Server, error) {
 func KeyFingerprint(apiKey string) string {
 	sum := sha256.Sum256([]byte("mcp-sandbox oauth\x00" + apiKey))
 	return hex.EncodeToString(sum[:])[:16]
-}
-
-// DeriveKey makes a 32-byte secret for one purpose from the API key:
-// HMAC-SHA256 keyed with the API key over "mcp-sandbox\x00" + label. Every use of the key
-// as a secret (the sign-in form here, download links in the host package) takes its own
-// label, so the key itself is never an HMAC key of a message an attacker chooses, and a
-// value made for one use is worthless for another. Labels name the use and a version,
-// e.g. "oauth sign-in form v1".
-func DeriveKey(apiKey, label string) []byte {
-	m := hmac.New(sha256.New, []byte(apiKey))
-	m.Write([]byte("mcp-sandbox\x00" + label))
-	return m.Sum(nil)
 }
 
 // ParseOrigin checks that raw is an origin, "http(s)://host[:port]" with nothing after

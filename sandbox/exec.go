@@ -15,113 +15,27 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
 // Stream names one of a command's output streams.
-type Stream int
+type Stream = boxapi.Stream
 
 // The output streams of a command.
 const (
-	Stdout Stream = 1
-	Stderr Stream = 2
+	Stdout = boxapi.Stdout
+	Stderr = boxapi.Stderr
 )
 
-// String returns "stdout" or "stderr".
-func (s Stream) String() string {
-	switch s {
-	case Stdout:
-		return "stdout"
-	case Stderr:
-		return "stderr"
-	}
-	return fmt.Sprintf("stream(%d)", int(s))
-}
-
-// ExecOptions tune one [Sandbox.Exec]. The zero value uses the configured defaults and
-// waits for the command to end.
-type ExecOptions struct {
-	// Timeout after which the command's process group is killed; 0 means
-	// Config.ExecTimeout. The timeout is kept inside the container, so it holds even
-	// when nobody waits for the command any more.
-	Timeout time.Duration
-	// Wait is how long Exec waits for the command before returning it as a running job
-	// (Running set, JobID to follow it with JobOutput). 0 waits until it ends; NoWait
-	// returns as soon as it started.
-	Wait time.Duration
-	// Interactive keeps the command's stdin open for JobInput; otherwise stdin is empty.
-	Interactive bool
-	// TTY runs the command under a pseudo-terminal held by the sandbox agent (ErrNoTTY
-	// without it), its stdout and stderr both going to stdout; it implies Interactive,
-	// JobInput writing to the terminal.
-	TTY bool
-	// Cwd is the directory the command starts in; "" means WorkDir.
-	Cwd string
-	// MaxOutput is the bytes kept per stream in the result; 0 or more than
-	// Config.MaxOutput means Config.MaxOutput.
-	MaxOutput int
-	// MaxJobs refuses the command with ErrTooManyJobs when that many jobs are already
-	// running; 0 means DefaultMaxJobs.
-	MaxJobs int
-	// OnOutput, when set, receives output while the command runs (about once a second,
-	// at most the last 4 KiB of each stream since the previous call), from one
-	// goroutine (calls never overlap). It must not retain chunk. It serves progress
-	// reports; the result carries the output itself.
-	OnOutput func(stream Stream, chunk []byte)
-
-	rerun bool // the agent went before the runner claimed the job's id: started again
-}
+// ExecOptions tune one [Sandbox.Exec].
+type ExecOptions = boxapi.ExecOptions
 
 // NoWait as ExecOptions.Wait starts the command and returns at once.
-const NoWait time.Duration = -1
+const NoWait = boxapi.NoWait
 
 // ExecResult is what a command did, or the part of it delivered by this call.
-type ExecResult struct {
-	// JobID names the command's job: its files in the container and the handle for
-	// JobOutput, JobInput and KillJob.
-	JobID string
-	// Running says the command was still running when the call returned; ExitCode is
-	// then -1 and the rest of the output comes from JobOutput.
-	Running bool
-	// Stdout and Stderr are valid UTF-8: the output not delivered before. When longer
-	// than the output budget, their middle is replaced, at line boundaries, by a line
-	// naming the lines left out and the read_file call that reads them.
-	Stdout, Stderr string
-	// ExitCode is the command's exit status: 128+n when signal n ended it, so 137
-	// after a kill (timeout, cancellation, KillJob); -1 while it runs.
-	ExitCode int
-	// TimedOut, Cancelled and Killed say why the command was killed, if it was:
-	// its timeout, a cancelled call (also in later results of its job), or KillJob.
-	TimedOut, Cancelled, Killed bool
-	// StdoutBytes and StderrBytes count every byte each stream produced so far.
-	StdoutBytes, StderrBytes int64
-	// StdoutTruncated and StderrTruncated say whether the middle of a stream was cut.
-	StdoutTruncated, StderrTruncated bool
-	// StdoutFile and StderrFile hold each stream's whole output inside the container.
-	StdoutFile, StderrFile string
-	// Lost says the job's runner is gone without an exit status: it was killed (say,
-	// by kill -9 -1) or the container restarted while the command ran. Its output so
-	// far is still delivered.
-	Lost bool
-	// InputWaiting says the program, still running, has not read all of the last
-	// input of JobInput yet: the rest goes to it as it reads, and further input is
-	// refused with ErrInputWaiting until then.
-	InputWaiting bool
-	// HeldBy is the process id of a process the command left behind that still held
-	// its output open when the result was returned, and is killed at the timeout,
-	// or "". It is set only when such processes could not become a job of their own.
-	HeldBy string
-	// Background is the job that took over the processes the command left running
-	// with its output open, or "": it runs without the command's timeout until they
-	// end or KillJob stops it, and delivers their further output. BackgroundPid is
-	// one of them, BackgroundCommand its command line (printable, at most 80 bytes).
-	Background, BackgroundPid, BackgroundCommand string
-	// Duration is the time from the start of the call to its result.
-	Duration time.Duration
-	// JobDuration is how long the job has run so far (while running) or ran in all
-	// (once ended), as the container measured it; 0 when unknown.
-	JobDuration time.Duration
-}
+type ExecResult = boxapi.ExecResult
 
 const (
 	// killTimeout bounds the exec that kills a cancelled command.
@@ -183,15 +97,16 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		opts.Interactive = true
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := s.execJob(ctx, newJobID(), command, opts, begin)
+		res, err := s.execJob(ctx, newJobID(), command, opts, false, begin)
 		if !errors.Is(err, errJobIDTaken) || attempt == 2 {
 			return res, err
 		}
 	}
 }
 
-// execJob is Exec with the job id drawn and opts filled in.
-func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, begin time.Time) (*ExecResult, error) {
+// execJob is Exec with the job id drawn and opts filled in; rerun says the agent went
+// before the runner claimed the job's id, and the command is started again.
+func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, rerun bool, begin time.Time) (*ExecResult, error) {
 	timeout, maxOutput, maxJobs, cwd := opts.Timeout, opts.MaxOutput, opts.MaxJobs, opts.Cwd
 	res := &ExecResult{ExitCode: -1}
 	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
@@ -303,7 +218,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
 			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
 		}
-		if errors.Is(err, ErrJobNotFound) && !opts.rerun {
+		if errors.Is(err, ErrJobNotFound) && !rerun {
 			// No runner claimed the id: the agent went before it ran the command.
 			// Start it again under the same id: a first runner that claims it late
 			// makes this start answer "taken" (and is followed instead), so the
@@ -311,8 +226,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 			s.log.Info("the agent went before the command started; starting it again", zap.String("job", id))
 			run.close()
 			s.jobSeen(id, false)
-			opts.rerun = true
-			return s.execJob(ctx, id, command, opts, begin)
+			return s.execJob(ctx, id, command, opts, true, begin)
 		}
 		return res, err
 	}
@@ -324,7 +238,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		return nil, err
 	}
 	if err := scriptError(h, id); err != nil {
-		if opts.rerun && errors.Is(err, errJobIDTaken) {
+		if rerun && errors.Is(err, errJobIDTaken) {
 			return s.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
 		}
 		ended = true

@@ -12,10 +12,10 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
@@ -24,20 +24,11 @@ import (
 const maxSymlinks = 40
 
 // FileInfo describes a file in the sandbox.
-type FileInfo struct {
-	Path    string      // the absolute path asked for, cleaned
-	Name    string      // base name of Path
-	Size    int64       // size in bytes of the file Path leads to
-	ModTime time.Time   // modification time of that file
-	Mode    fs.FileMode // mode of that file (symbolic links are followed)
-}
+type FileInfo = boxapi.FileInfo
 
 // File is an open file in the sandbox: a stream of its bytes plus what Stat said.
 // Close it to release the connection to Docker.
-type File struct {
-	io.ReadCloser
-	FileInfo
-}
+type File = boxapi.File
 
 // Stat describes the regular file at the absolute path p, following symbolic links. It
 // fails with [ErrRelativePath], [ErrNotFound], [ErrIsDir] or [ErrNotRegular] (wrapped);

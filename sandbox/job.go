@@ -16,6 +16,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
@@ -79,35 +80,28 @@ const DefaultMaxJobs = 32
 // ones go through the exec's stdin (Linux refuses single strings over 128 KiB).
 const commandEnvLimit = 96 << 10
 
-// MaxInputBytes bounds one JobInput. Input goes through a pipe of 64 KiB; a process in
-// the container writes each input, so no call waits for a program that does not read,
-// and while one still waits for the program to read, more input is refused
-// (ErrInputWaiting): input not read yet stays under 64 KiB plus one input.
-const MaxInputBytes = 60 << 10
+// MaxInputBytes bounds one JobInput ([boxapi.MaxInputBytes]).
+const MaxInputBytes = boxapi.MaxInputBytes
 
 // lineSlack is how far a cut may move to land on a line boundary.
 const lineSlack = 4096
 
 // Errors of the job functions; test them with errors.Is.
 var (
-	ErrJobNotFound       = errors.New("no such job")
-	ErrJobNotInteractive = errors.New("job was not started with interactive: true, its stdin is closed")
-	ErrJobFinished       = errors.New("job has finished")
-	ErrTooManyJobs       = errors.New("too many jobs running")
-	ErrNoCwd             = errors.New("working directory does not exist")
-	// ErrInputWaiting: the program has not read the job's earlier input yet.
-	ErrInputWaiting = errors.New("the program has not read its input yet")
-	// ErrNoTTY: ExecOptions.TTY needs the sandbox agent, which does not run in the
-	// container.
-	ErrNoTTY = errors.New("tty needs the sandbox agent, which cannot run in this container; run the command without tty (for example with `script -qc` if the image has it)")
-	// ErrOldBash: the container's bash is older than the job runner needs.
-	ErrOldBash = errors.New("commands need bash 5.1 or newer")
+	ErrJobNotFound       = boxapi.ErrJobNotFound
+	ErrJobNotInteractive = boxapi.ErrJobNotInteractive
+	ErrJobFinished       = boxapi.ErrJobFinished
+	ErrTooManyJobs       = boxapi.ErrTooManyJobs
+	ErrNoCwd             = boxapi.ErrNoCwd
+	ErrInputWaiting      = boxapi.ErrInputWaiting
+	ErrNoTTY             = boxapi.ErrNoTTY
+	ErrOldBash           = boxapi.ErrOldBash
 	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
 	errJobIDTaken = errors.New("job id in use")
 )
 
 // ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
-func ValidJobID(id string) bool { return validJobID([]byte(id)) }
+func ValidJobID(id string) bool { return boxapi.ValidJobID(id) }
 
 // newJobID draws a job id; a variable so a test can draw the same one twice.
 var newJobID = randomJobID
@@ -655,22 +649,13 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why str
 }
 
 // JobInfo describes one job for a listing.
-type JobInfo struct {
-	ID          string
-	State       string // running, done, or lost (the container restarted under it)
-	ExitCode    int    // -1 unless done
-	Started     time.Time
-	Timeout     time.Duration
-	Interactive bool
-	KilledBy    string // KilledByTimeout, KilledByJobKill, KilledByClient, or "" when not killed
-	Command     string // the start of its first line, ending in "…" when cut
-}
+type JobInfo = boxapi.JobInfo
 
 // What killed a job, as JobInfo.KilledBy says it.
 const (
-	KilledByTimeout = "timeout"  // its timeout passed
-	KilledByJobKill = "job_kill" // KillJob
-	KilledByClient  = "client"   // the call that waited for it was cancelled
+	KilledByTimeout = boxapi.KilledByTimeout
+	KilledByJobKill = boxapi.KilledByJobKill
+	KilledByClient  = boxapi.KilledByClient
 )
 
 // ListJobs returns the running and the retained finished jobs, oldest first: the

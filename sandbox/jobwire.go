@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -336,17 +337,7 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 }
 
 // validJobID is ValidJobID for bytes: j and 12 lowercase hex digits.
-func validJobID(b []byte) bool {
-	if len(b) != 13 || b[0] != 'j' {
-		return false
-	}
-	for _, c := range b[1:] {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func validJobID(b []byte) bool { return boxapi.ValidJobID(b) }
 
 // parseSeconds reads a timeout as the runner stores it ("300.000"): up to seven digits
 // of seconds and up to three of a fraction.

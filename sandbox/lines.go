@@ -10,18 +10,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // Lines is a run of lines of a text file, as [Sandbox.ReadLines] returns it.
-type Lines struct {
-	FileInfo
-	First  int64    // number (1-based) of the first line in Lines
-	Lines  []string // the lines without their newline, each cut to the line limit
-	Cut    int      // how many of Lines were cut to the line limit
-	More   bool     // the file goes on after the last line returned
-	Capped bool     // fewer lines than asked for came back because of the byte limit
-}
+type Lines = boxapi.Lines
 
 // ReadLines returns up to n lines of the regular file at the absolute path p, starting
 // with line first (1-based). Each line keeps at most maxLine bytes, and the lines

@@ -12,15 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // DirEntry is a file listed by [Sandbox.ListFiles].
-type DirEntry struct {
-	Name    string
-	Size    int64
-	ModTime time.Time
-}
+type DirEntry = boxapi.DirEntry
 
 // listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
 // one "size mtime" line each, then a NUL, then their names, each ended by a NUL.

@@ -15,11 +15,12 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // ErrNoListener is returned (wrapped) by [Sandbox.DialPort] when nothing accepts
 // connections on the port inside the container.
-var ErrNoListener = errors.New("nothing listens on that port inside the sandbox")
+var ErrNoListener = boxapi.ErrNoListener
 
 // relayReady is the byte the relay writes once it is connected, before any byte of the
 // stream, so that a refused connection and an open one are told apart.

@@ -24,20 +24,21 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
 
 // WorkDir is where the persistent volume is mounted and where commands start.
-const WorkDir = "/sandbox"
+const WorkDir = boxapi.WorkDir
 
 // Errors returned (wrapped) by the file functions and by Ensure; test them with errors.Is.
 var (
-	ErrNotFound      = errors.New("no such file or directory")
-	ErrIsDir         = errors.New("is a directory")
-	ErrNotRegular    = errors.New("not a regular file")
-	ErrRelativePath  = errors.New("path is not absolute")
-	ErrImageMissing  = errors.New("sandbox image not found")
+	ErrNotFound      = boxapi.ErrNotFound
+	ErrIsDir         = boxapi.ErrIsDir
+	ErrNotRegular    = boxapi.ErrNotRegular
+	ErrRelativePath  = boxapi.ErrRelativePath
+	ErrImageMissing  = boxapi.ErrImageMissing
 	errConfigInvalid = errors.New("invalid sandbox configuration")
 )
 

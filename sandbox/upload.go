@@ -14,38 +14,27 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // Errors of [Sandbox.Upload], wrapped; test them with errors.Is. A stream over the
 // limit fails with [ErrTooLarge], shared with EditFile.
 var (
-	ErrBadName = errors.New("file name is not usable")
-	ErrNotDir  = errors.New("not a directory")
+	ErrBadName = boxapi.ErrBadName
+	ErrNotDir  = boxapi.ErrNotDir
 )
 
 // tempPrefix starts the hidden name a file is written under until it is complete.
-const tempPrefix = ".mcp-upload-"
+const tempPrefix = boxapi.UploadTempPrefix
 
 // uploadStepTimeout bounds each short step of an upload (mkdir, rename, removal).
 const uploadStepTimeout = 30 * time.Second
 
 // UploadOptions describe the stream given to [Sandbox.Upload].
-type UploadOptions struct {
-	// Size is the stream's length when known (from Content-Length), else -1. A stream
-	// that ends before Size bytes is an aborted upload.
-	Size int64
-	// Max is the largest file accepted, in bytes; 0 means no limit. It is enforced
-	// while the bytes flow, whether or not Size is known.
-	Max int64
-}
+type UploadOptions = boxapi.UploadOptions
 
 // UploadResult says where an uploaded file landed.
-type UploadResult struct {
-	Path    string // absolute path of the file in the container, symbolic links in the directory resolved
-	Name    string // its final name
-	Renamed bool   // true when Name differs from the name asked for, because that one existed
-	Size    int64  // bytes written
-}
+type UploadResult = boxapi.UploadResult
 
 // Upload streams r into the container as the file name in the directory dir (created
 // when missing), in bounded memory and without touching the host's disk. The bytes go

@@ -14,6 +14,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -147,26 +148,13 @@ func (s *Sandbox) putFile(ctx context.Context, target string, data []byte, mode 
 const maxEditSize = 16 << 20
 
 // ErrTooLarge is returned (wrapped) by EditFile for files beyond its size limit.
-var ErrTooLarge = errors.New("file too large")
+var ErrTooLarge = boxapi.ErrTooLarge
 
 // MatchError says that the text to replace was not found exactly once.
-type MatchError struct {
-	Count int   // how many times the text occurs (overlapping occurrences count)
-	Lines []int // line numbers (1-based) where the first occurrences start
-}
-
-func (e *MatchError) Error() string {
-	if e.Count == 0 {
-		return "the text to replace does not occur in the file"
-	}
-	return fmt.Sprintf("the text to replace occurs %d times (lines %s)", e.Count, joinInts(e.Lines))
-}
+type MatchError = boxapi.MatchError
 
 // EditResult is what EditFile changed.
-type EditResult struct {
-	FileInfo
-	Line int // line number (1-based) where the replacement starts
-}
+type EditResult = boxapi.EditResult
 
 // EditFile replaces the one occurrence of old in the regular file at p with new. When
 // old occurs zero times or more than once it changes nothing and returns a
@@ -228,12 +216,4 @@ func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (EditResult,
 	}
 	fi.Size, fi.ModTime, fi.Mode = int64(len(edited)), time.Now(), now.Mode
 	return EditResult{FileInfo: fi, Line: lines[0]}, nil
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, n := range v {
-		s[i] = fmt.Sprint(n)
-	}
-	return strings.Join(s, ", ")
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
@@ -325,13 +326,7 @@ func writeEntry(zw *zip.Writer, fh *zip.FileHeader, body io.Reader, buf []byte) 
 }
 
 // ZipName is the file name of the zip archive of directory p: its base name and .zip.
-func ZipName(p string) string {
-	base := path.Base(path.Clean(p))
-	if base == "/" || base == "." {
-		base = "root"
-	}
-	return base + ".zip"
-}
+func ZipName(p string) string { return boxapi.ZipName(p) }
 
 // zipMethod stores files that are compressed already and deflates the rest.
 func zipMethod(name string) uint16 {

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // Downloads: a share_file link serves one file (with ranges) or a directory as a zip.
@@ -98,7 +97,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	defer release()
 
 	info, err := fs.Stat(r.Context(), p)
-	if errors.Is(err, sandbox.ErrIsDir) {
+	if errors.Is(err, boxapi.ErrIsDir) {
 		s.serveZip(w, r, fs, p)
 		return
 	}
@@ -169,11 +168,11 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fileError(w http.ResponseWriter, r *http.Request, p string, err error) {
 	switch {
-	case errors.Is(err, sandbox.ErrNotRegular):
+	case errors.Is(err, boxapi.ErrNotRegular):
 		metricDownloads.WithLabelValues("not_found").Inc()
 		linkPage(w, http.StatusNotFound, "Not a regular file",
 			"The link is valid, but "+p+" is not a regular file any more (it is a special file, or a symbolic link that leads nowhere). Ask for the file to be shared again.")
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrIsDir):
+	case errors.Is(err, boxapi.ErrNotFound), errors.Is(err, boxapi.ErrIsDir):
 		metricDownloads.WithLabelValues("not_found").Inc()
 		linkPage(w, http.StatusNotFound, "The file is gone",
 			"The link is valid, but "+p+" is no longer a file in the sandbox (idle files are cleaned up). Ask for it to be made and shared again.")
@@ -257,7 +256,7 @@ func linkPage(w http.ResponseWriter, status int, title, text string) {
 func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, fs Files, p string) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/zip")
-	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": sandbox.ZipName(p)}))
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": boxapi.ZipName(p)}))
 	hd.Set("Content-Security-Policy", downloadCSP())
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("Accept-Ranges", "none")
@@ -302,7 +301,7 @@ const inlineSniffBytes = 512
 // may show it (inline) rather than save it. Only images, PDFs, audio and video open
 // inline, and only when the first bytes agree with the name; the sniffed types are
 // cached per file version, so seeking in a video does not read the start again.
-func (s *Server) contentType(r *http.Request, fs Files, owner, p string, info sandbox.FileInfo, etag string) (string, bool) {
+func (s *Server) contentType(r *http.Request, fs Files, owner, p string, info boxapi.FileInfo, etag string) (string, bool) {
 	if _, ok := inlineFamily(extType(info.Name)); !ok {
 		return attachmentType(info.Name), false
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // verifyPath checks a download link and returns the container path and its expiry.
@@ -162,8 +164,8 @@ func TestCleanPath(t *testing.T) {
 		"/../../etc/passwd":    "/etc/passwd",
 		"/sandbox/a b/./c.txt": "/sandbox/a b/c.txt",
 	} {
-		if got := CleanPath(in); got != want {
-			t.Errorf("CleanPath(%q) = %q, want %q", in, got, want)
+		if got := boxapi.CleanPath(in); got != want {
+			t.Errorf("boxapi.CleanPath(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -11,11 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // DefaultMaxUpload is the largest file an upload link accepts unless max_upload says
@@ -24,17 +23,15 @@ const DefaultMaxUpload = 2 << 30
 
 // Files is the sandbox as the links see it.
 type Files interface {
-	Stat(ctx context.Context, p string) (sandbox.FileInfo, error)
-	OpenRange(ctx context.Context, p string, offset, length int64) (*sandbox.File, error)
+	Stat(ctx context.Context, p string) (boxapi.FileInfo, error)
+	OpenRange(ctx context.Context, p string, offset, length int64) (*boxapi.File, error)
 	WriteZip(ctx context.Context, p string, w io.Writer) error
-	ListFiles(ctx context.Context, dir string, max int) ([]sandbox.DirEntry, error)
-	Upload(ctx context.Context, dir, name string, r io.Reader, opts sandbox.UploadOptions) (sandbox.UploadResult, error)
+	ListFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error)
+	Upload(ctx context.Context, dir, name string, r io.Reader, opts boxapi.UploadOptions) (boxapi.UploadResult, error)
 }
 
 // Audit records what a link did in the operator's activity log.
-type Audit interface {
-	Record(console.Entry)
-}
+type Audit = audit.Recorder
 
 // ErrNoOwner is what FilesOf returns for a link whose owner has no sandbox here (a
 // person since removed from the configuration): the link is not valid any more.
@@ -141,15 +138,15 @@ func (s *Server) serveFileAudited(w http.ResponseWriter, r *http.Request) {
 		args["method"] = r.Method
 	}
 	b, _ := json.Marshal(args)
-	e := console.Entry{
+	e := audit.Entry{
 		Time: start, Client: "link", Person: owner, Remote: s.opts.ClientIP(r), Tool: "download", Args: string(b),
-		Outcome: console.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+		Outcome: audit.OutcomeOK, Bytes: cw.n, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}
 	switch {
 	case cw.status == http.StatusForbidden || cw.status == http.StatusGone:
-		e.Outcome, e.Error = console.OutcomeDenied, http.StatusText(cw.status)
+		e.Outcome, e.Error = audit.OutcomeDenied, http.StatusText(cw.status)
 	case cw.status >= 400:
-		e.Outcome, e.Error = console.OutcomeError, http.StatusText(cw.status)
+		e.Outcome, e.Error = audit.OutcomeError, http.StatusText(cw.status)
 	}
 	s.opts.Audit.Record(e)
 }

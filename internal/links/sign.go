@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/expiry"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 )
 
 // Where the links live.
@@ -67,8 +67,8 @@ func (s *Signer) As(person string) *Signer {
 // NewSigner derives the link keys from the API key.
 func NewSigner(apiKey string) *Signer {
 	return &Signer{keys: map[kind][]byte{
-		downloadKind: oauth.DeriveKey(apiKey, downloadKind.label),
-		uploadKind:   oauth.DeriveKey(apiKey, uploadKind.label),
+		downloadKind: secret.DeriveKey(apiKey, downloadKind.label),
+		uploadKind:   secret.DeriveKey(apiKey, uploadKind.label),
 	}}
 }
 
@@ -238,6 +238,3 @@ func (s *Signer) verifyUpload(escapedPath string, now time.Time) (t uploadTarget
 	}
 	return t, slashless, nil
 }
-
-// CleanPath makes an absolute container path canonical, the way clients will ask for it.
-func CleanPath(p string) string { return path.Clean("/" + p) }

@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // Upload links: the person opens the page (or runs curl -T) to put files into the
@@ -86,7 +85,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	case s.opts.Revoked(t.id):
 		metricUploads.WithLabelValues("revoked").Inc()
-		s.auditUpload(r, t, "", console.OutcomeDenied, "revoked", 0, time.Now())
+		s.auditUpload(r, t, "", audit.OutcomeDenied, "revoked", 0, time.Now())
 		uploadProblem(w, r, http.StatusGone, "This upload link was revoked",
 			"The operator of this server revoked the link. Ask the assistant for a new one if you still need to send files.")
 		return
@@ -209,7 +208,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 			fmt.Sprintf("It has %s; files of up to %s are accepted.", human.Size(r.ContentLength), human.Size(s.opts.MaxUpload)))
 		return
 	}
-	name, changed := sandbox.SanitizeName(t.name)
+	name, changed := boxapi.SanitizeName(t.name)
 	if name == "" {
 		metricUploads.WithLabelValues("bad_name").Inc()
 		uploadProblem(w, r, http.StatusBadRequest, "The file name is not usable",
@@ -222,11 +221,11 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 
 	begin := time.Now()
 	body := &watchedBody{r: r.Body}
-	res, err := fs.Upload(r.Context(), t.dir, name, body, sandbox.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
+	res, err := fs.Upload(r.Context(), t.dir, name, body, boxapi.UploadOptions{Size: r.ContentLength, Max: s.opts.MaxUpload})
 	elapsed := time.Since(begin)
 	fields = append(fields, zap.String("name", name), zap.Duration("duration", elapsed))
 	if err != nil {
-		s.auditUpload(r, t, name, console.OutcomeError, err.Error(), 0, begin)
+		s.auditUpload(r, t, name, audit.OutcomeError, err.Error(), 0, begin)
 		s.uploadFailed(w, r, t, body, err, fields)
 		return
 	}
@@ -239,7 +238,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 	s.logger.Info("upload", append(fields, zap.String("path", res.Path), zap.Int64("size", res.Size), zap.Bool("renamed", res.Renamed),
 		zap.Float64("mb_per_s", float64(res.Size)/1e6/max(elapsed.Seconds(), 1e-6)))...)
 
-	s.auditUpload(r, t, res.Path, console.OutcomeOK, "", res.Size, begin)
+	s.auditUpload(r, t, res.Path, audit.OutcomeOK, "", res.Size, begin)
 
 	msg := fmt.Sprintf("Saved %s (%s).", res.Path, human.Size(res.Size))
 	switch {
@@ -262,7 +261,7 @@ func (s *Server) receiveUpload(w http.ResponseWriter, r *http.Request, fs Files,
 func (s *Server) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTarget, body *watchedBody, err error, fields []zap.Field) {
 	fields = append(fields, zap.Int64("received", body.n.Load()), zap.Error(err))
 	switch {
-	case errors.Is(err, sandbox.ErrTooLarge):
+	case errors.Is(err, boxapi.ErrTooLarge):
 		metricUploads.WithLabelValues("too_large").Inc()
 		s.logger.Info("upload refused: too large", fields...)
 		uploadProblem(w, r, http.StatusRequestEntityTooLarge, "The file is too large",
@@ -272,18 +271,18 @@ func (s *Server) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTa
 		s.logger.Info("upload aborted", fields...)
 		uploadProblem(w, r, http.StatusBadRequest, "The upload was cut off",
 			"The connection ended before the whole file arrived; nothing was saved. Try again.")
-	case errors.Is(err, sandbox.ErrNotDir):
+	case errors.Is(err, boxapi.ErrNotDir):
 		metricUploads.WithLabelValues("not_dir").Inc()
 		uploadProblem(w, r, http.StatusConflict, "The target is not a directory",
 			t.dir+" is a file in the sandbox, not a directory. Ask the assistant for a new link.")
-	case errors.Is(err, sandbox.ErrBadName):
+	case errors.Is(err, boxapi.ErrBadName):
 		// The directory leads (through a symbolic link) to a path that cannot be
 		// reported as one line of text; nothing was written.
 		metricUploads.WithLabelValues("bad_name").Inc()
 		s.logger.Warn("upload refused: unusable directory", fields...)
 		uploadProblem(w, r, http.StatusConflict, "The target directory cannot be used",
 			t.dir+" leads to a directory whose name has control characters or is not valid text; nothing was saved. Ask the assistant for a link to another directory.")
-	case errors.Is(err, sandbox.ErrImageMissing):
+	case errors.Is(err, boxapi.ErrImageMissing):
 		metricUploads.WithLabelValues("error").Inc()
 		s.logger.Error("upload failed", fields...)
 		uploadProblem(w, r, http.StatusServiceUnavailable, "The sandbox is being set up",
@@ -306,7 +305,7 @@ func (s *Server) auditUpload(r *http.Request, t uploadTarget, path, outcome, err
 		args["path"] = path
 	}
 	b, _ := json.Marshal(args)
-	s.opts.Audit.Record(console.Entry{
+	s.opts.Audit.Record(audit.Entry{
 		Time: start, Client: "link", Person: t.owner, Remote: s.opts.ClientIP(r), Tool: "upload", Args: string(b),
 		Outcome: outcome, Error: human.Clip(errText, 300), Bytes: size, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	})

@@ -8,8 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -28,11 +27,11 @@ func (s *Tools) auditTool(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 const auditArgLimit = 1000
 
 // AuditEntry makes the audit entry of one tool call.
-func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) console.Entry {
+func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolResult, err error, start time.Time) audit.Entry {
 	id := CallerFrom(ctx)
-	e := console.Entry{
+	e := audit.Entry{
 		Time: start, Client: id.Label, ClientID: id.ClientID, Subject: id.Subject, Person: id.Person, Remote: id.Remote,
-		Tool: req.Params.Name, Outcome: console.OutcomeOK,
+		Tool: req.Params.Name, Outcome: audit.OutcomeOK,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}
 	if m, ok := req.Params.Arguments.(map[string]any); ok && len(m) > 0 {
@@ -53,10 +52,10 @@ func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolR
 	}
 	switch {
 	case err != nil:
-		e.Outcome, e.Error = console.OutcomeError, human.Clip(err.Error(), 500)
+		e.Outcome, e.Error = audit.OutcomeError, human.Clip(err.Error(), 500)
 	case res == nil:
 	case res.IsError:
-		e.Outcome, e.Error = console.OutcomeError, human.Clip(resultErrorText(res), 500)
+		e.Outcome, e.Error = audit.OutcomeError, human.Clip(resultErrorText(res), 500)
 	default:
 		if f, ok := res.StructuredContent.(auditFacter); ok {
 			e.Outcome, e.ExitCode, e.Bytes = f.auditFacts()
@@ -65,8 +64,8 @@ func AuditEntry(ctx context.Context, req mcp.CallToolRequest, res *mcp.CallToolR
 			if hosts := refusedHosts(o.Note); hosts != "" {
 				// The command may well exit 0 (curl … || true): its row still shows
 				// that it was refused the network.
-				if e.Outcome == console.OutcomeOK {
-					e.Outcome = console.OutcomeRefused
+				if e.Outcome == audit.OutcomeOK {
+					e.Outcome = audit.OutcomeRefused
 				}
 				e.Error = human.Clip("egress refused: "+hosts, 500)
 			}
@@ -107,16 +106,16 @@ type auditFacter interface {
 // auditFacts of execute and the job tools: a job still running is "ok" with no exit
 // code yet.
 func (o ExecuteOutput) auditFacts() (string, *int, int64) {
-	outcome := console.OutcomeOK
+	outcome := audit.OutcomeOK
 	switch {
 	case o.TimedOut:
-		outcome = console.OutcomeTimeout
+		outcome = audit.OutcomeTimeout
 	case o.Cancelled:
-		outcome = console.OutcomeCancelled
+		outcome = audit.OutcomeCancelled
 	case o.ExitCode != nil && *o.ExitCode != 0:
-		outcome = console.OutcomeNonZero
+		outcome = audit.OutcomeNonZero
 	}
 	return outcome, o.ExitCode, o.StdoutBytes + o.StderrBytes
 }
 
-func (o shareOutput) auditFacts() (string, *int, int64) { return console.OutcomeOK, nil, o.Size }
+func (o shareOutput) auditFacts() (string, *int, int64) { return audit.OutcomeOK, nil, o.Size }

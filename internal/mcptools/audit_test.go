@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 // TestAuditShowsRefusedHosts: a command that exits 0 although the egress proxy refused
@@ -16,20 +15,20 @@ import (
 func TestAuditShowsRefusedHosts(t *testing.T) {
 	box := &fakeBox{blocked: map[string][]string{fakeJob: {"evil.example (not allowed)", "other.example (not allowed)"}}}
 	zero, one := 0, 1
-	entry := func(out ExecuteOutput) console.Entry {
+	entry := func(out ExecuteOutput) audit.Entry {
 		ctx := WithCaller(context.Background(), Caller{Person: "alice", Label: "Claude"})
 		return AuditEntry(ctx, mcp.CallToolRequest{}, mcp.NewToolResultStructured(out, "text"), nil, time.Now())
 	}
 	out := ExecuteOutput{ExitCode: &zero, Note: "[exit 0]" + blockedNote(box, fakeJob)}
 	e := entry(out)
-	if e.Outcome != console.OutcomeRefused || e.Error != "egress refused: evil.example (not allowed), other.example (not allowed)" || e.Person != "alice" {
+	if e.Outcome != audit.OutcomeRefused || e.Error != "egress refused: evil.example (not allowed), other.example (not allowed)" || e.Person != "alice" {
 		t.Fatalf("a refused command that exited 0: %+v", e)
 	}
 	out.ExitCode = &one
-	if e := entry(out); e.Outcome != console.OutcomeNonZero || e.Error == "" {
+	if e := entry(out); e.Outcome != audit.OutcomeNonZero || e.Error == "" {
 		t.Fatalf("a refused command that failed: %+v", e)
 	}
-	if e := entry(ExecuteOutput{ExitCode: &zero, Note: "[exit 0]"}); e.Outcome != console.OutcomeOK || e.Error != "" {
+	if e := entry(ExecuteOutput{ExitCode: &zero, Note: "[exit 0]"}); e.Outcome != audit.OutcomeOK || e.Error != "" {
 		t.Fatalf("a command refused nothing: %+v", e)
 	}
 }

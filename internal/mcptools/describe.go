@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // The model is told what its sandbox is like: whether it has a network, its limits,
@@ -46,9 +45,9 @@ func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 
 // describeFacts is the sentence on what is installed, empty while that is unknown.
 // It names only programs and modules from the fixed lists detection looks for (see
-// [sandbox.Facts.Known]): nothing the container printed reaches the model as an
+// [boxapi.Facts.Known]): nothing the container printed reaches the model as an
 // instruction.
-func describeFacts(f *sandbox.Facts) string {
+func describeFacts(f *boxapi.Facts) string {
 	if f == nil {
 		return ""
 	}

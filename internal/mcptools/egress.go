@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // Egress is a sandbox's way out when the operator set an egress policy: no network of
@@ -58,7 +58,7 @@ var downloadCommand = regexp.MustCompile(`\b(apt(-get)?\s+(-\S+\s+)*(install|upd
 // offlineNote is the line a result gets when a command that downloads failed, or still
 // runs, in a sandbox that reaches no host: package managers retry for a long time
 // before they fail, and their errors do not say that the sandbox is offline.
-func offlineNote(box Box, networkMode, command string, res *sandbox.ExecResult) string {
+func offlineNote(box Box, networkMode, command string, res *boxapi.ExecResult) string {
 	if res == nil || (!res.Running && res.ExitCode == 0) || !downloadCommand.MatchString(command) || !offline(networkMode, box.Egress()) {
 		return ""
 	}

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/zap"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // maxTimeout is the longest timeout a single execute call may ask for.
@@ -162,7 +160,7 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	if ok {
 		timeout = time.Duration(secs * float64(time.Second))
 	}
-	opts := sandbox.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs}
+	opts := boxapi.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs}
 	var waitNote string
 	if opts.Wait, waitNote, bad = s.waitArg(a); bad != nil {
 		return bad.result(), nil
@@ -212,11 +210,11 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	}
 	if err != nil {
 		switch {
-		case errors.Is(err, sandbox.ErrNoCwd):
+		case errors.Is(err, boxapi.ErrNoCwd):
 			return mcp.NewToolResultError(fmt.Sprintf("cwd %q is not a directory in the sandbox; create it first (mkdir -p) or leave cwd out to start in /sandbox", opts.Cwd)), nil
-		case errors.Is(err, sandbox.ErrNoTTY):
+		case errors.Is(err, boxapi.ErrNoTTY):
 			return mcp.NewToolResultError("The command was not started: " + err.Error() + "."), nil
-		case errors.Is(err, sandbox.ErrTooManyJobs):
+		case errors.Is(err, boxapi.ErrTooManyJobs):
 			return mcp.NewToolResultError(fmt.Sprintf("The command was not started: %v, and the limit (max_jobs) is %d. Call job_list to see them, wait for one to finish with job_output, or stop one with job_kill.", err, s.opts.MaxJobs)), nil
 		}
 		metricExecutions.WithLabelValues("error").Inc()
@@ -253,7 +251,7 @@ func (s *Tools) waitArg(a args) (time.Duration, string, *badArg) {
 	case !ok:
 		return s.opts.Yield, "", nil // 0 (off) waits for the end
 	case w == 0:
-		return sandbox.NoWait, note, nil
+		return boxapi.NoWait, note, nil
 	}
 	return w, note, nil
 }
@@ -276,7 +274,7 @@ func (s *Tools) waitSeconds(a args, then string) (w time.Duration, ok bool, note
 	return time.Duration(secs * float64(time.Second)), true, note, nil
 }
 
-func toOutput(res *sandbox.ExecResult) ExecuteOutput {
+func toOutput(res *boxapi.ExecResult) ExecuteOutput {
 	out := ExecuteOutput{
 		Stdout: res.Stdout, Stderr: res.Stderr, Running: res.Running, JobID: res.JobID,
 		TimedOut: res.TimedOut, Cancelled: res.Cancelled,
@@ -334,7 +332,7 @@ func outputText(o ExecuteOutput) string {
 
 // note is the footer of a result: how the command ended, whether output was cut, or how
 // to follow it.
-func (s *Tools) note(o ExecuteOutput, res *sandbox.ExecResult, timeout time.Duration, interactive bool) string {
+func (s *Tools) note(o ExecuteOutput, res *boxapi.ExecResult, timeout time.Duration, interactive bool) string {
 	var b strings.Builder
 	b.WriteByte('[')
 	switch {
@@ -398,7 +396,7 @@ const engineText = "Could not reach the sandbox (the Docker engine did not answe
 
 // ran is how long the job of a result has run, or this call's time when the job's is
 // unknown.
-func ran(res *sandbox.ExecResult) time.Duration {
+func ran(res *boxapi.ExecResult) time.Duration {
 	if res.JobDuration > 0 {
 		return res.JobDuration
 	}
@@ -419,13 +417,13 @@ func elapsed(d time.Duration, exact bool) string {
 }
 
 func execErrorText(box Box, err error) string {
-	if sandbox.EngineDown(err) {
+	if box.EngineDown(err) {
 		return engineText
 	}
-	if errors.Is(err, sandbox.ErrImageMissing) {
+	if errors.Is(err, boxapi.ErrImageMissing) {
 		return box.ImageMissing()
 	}
-	if errors.Is(err, sandbox.ErrOldBash) {
+	if errors.Is(err, boxapi.ErrOldBash) {
 		return "The sandbox cannot run commands: " + err.Error() + "."
 	}
 	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."
@@ -449,17 +447,17 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	if ok {
 		ttl = time.Duration(secs) * time.Second
 	}
-	path = links.CleanPath(inSandbox(path))
+	path = boxapi.CleanPath(inSandbox(path))
 	info, err := box.Stat(ctx, path)
-	dir := errors.Is(err, sandbox.ErrIsDir)
+	dir := errors.Is(err, boxapi.ErrIsDir)
 	if err != nil && !dir {
-		if errors.Is(err, sandbox.ErrImageMissing) {
+		if errors.Is(err, boxapi.ErrImageMissing) {
 			return mcp.NewToolResultError(box.ImageMissing()), nil
 		}
-		if !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrNotRegular) {
+		if !errors.Is(err, boxapi.ErrNotFound) && !errors.Is(err, boxapi.ErrNotRegular) {
 			s.opts.Logger.Warn("share_file: stat failed", zap.String("path", path), zap.Error(err))
 		}
-		return mcp.NewToolResultError(statErrorText(path, err)), nil
+		return mcp.NewToolResultError(statErrorText(box, path, err)), nil
 	}
 	link, expires := s.opts.Links.Download(ctx, path, ttl)
 	out := shareOutput{
@@ -471,7 +469,7 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 	}
 	what := human.Size(out.Size)
 	if dir {
-		out.Name, out.Size, out.Directory = sandbox.ZipName(path), 0, true
+		out.Name, out.Size, out.Directory = boxapi.ZipName(path), 0, true
 		what = "a zip of the directory, made when downloaded"
 	}
 	metricShares.Inc()
@@ -479,15 +477,15 @@ func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 		out.Name, what, out.ExpiresAt.Format(time.RFC3339), out.URL)), nil
 }
 
-func statErrorText(path string, err error) string {
+func statErrorText(box Box, path string, err error) string {
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
+	case errors.Is(err, boxapi.ErrNotFound):
 		return fmt.Sprintf("%s does not exist in the sandbox; check the path with ls", path)
-	case errors.Is(err, sandbox.ErrIsDir):
+	case errors.Is(err, boxapi.ErrIsDir):
 		return fmt.Sprintf("%s is a directory; pack it first, e.g. tar czf /sandbox/out.tgz -C %s . and share the archive", path, path)
-	case errors.Is(err, sandbox.ErrNotRegular):
+	case errors.Is(err, boxapi.ErrNotRegular):
 		return fmt.Sprintf("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l", path)
-	case sandbox.EngineDown(err):
+	case box.EngineDown(err):
 		return engineText
 	}
 	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)

@@ -12,12 +12,10 @@ import (
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/zap"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/imagefit"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // Limits of read_file.
@@ -95,7 +93,7 @@ func inSandbox(p string) string {
 	if strings.HasPrefix(p, "/") {
 		return p
 	}
-	return sandbox.WorkDir + "/" + p
+	return boxapi.WorkDir + "/" + p
 }
 
 // filePath reads the "path" argument of the file tools: required, absolute or relative
@@ -108,14 +106,14 @@ func filePath(a args) (string, *mcp.CallToolResult) {
 	if p == "" {
 		return "", argError(`%s needs "path": the file's path, such as notes.txt or /sandbox/notes.txt`, a.tool)
 	}
-	return links.CleanPath(inSandbox(p)), nil
+	return boxapi.CleanPath(inSandbox(p)), nil
 }
 
 // fileErrorResult turns a sandbox error into a result the model can act on.
 func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToolResult {
-	var match *sandbox.MatchError
+	var match *boxapi.MatchError
 	switch {
-	case errors.Is(err, sandbox.ErrImageMissing):
+	case errors.Is(err, boxapi.ErrImageMissing):
 		return mcp.NewToolResultError(box.ImageMissing())
 	case errors.As(err, &match) && match.Count == 0:
 		return argError("old_text was not found in %s, so nothing changed. Whitespace, indentation and line breaks must match exactly: read the lines with read_file and copy them without the line numbers.", p)
@@ -125,20 +123,20 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 			more = ", ..."
 		}
 		return argError("old_text occurs %d times in %s (starting on lines %s%s), so nothing changed. Add surrounding lines to old_text so that it matches exactly once.", match.Count, p, joinLines(match.Lines), more)
-	case errors.Is(err, sandbox.ErrTooLarge):
+	case errors.Is(err, boxapi.ErrTooLarge):
 		return argError("%s is too large to edit here (over 16 MiB); change it with execute, e.g. sed -i or a small script.", p)
-	case errors.Is(err, sandbox.ErrIsDir):
+	case errors.Is(err, boxapi.ErrIsDir):
 		return argError("%s is a directory; %s works on files. List it with execute (ls -la %s).", p, tool, p)
-	case errors.Is(err, sandbox.ErrNotFound):
+	case errors.Is(err, boxapi.ErrNotFound):
 		if tool == "write_file" {
 			return argError("%s could not be created: a parent is missing and could not be made.", p)
 		}
 		return argError("%s does not exist in the sandbox; check the path with ls.", p)
-	case errors.Is(err, sandbox.ErrNotRegular):
+	case errors.Is(err, boxapi.ErrNotRegular):
 		return argError("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l.", p)
 	}
 	s.opts.Logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
-	if sandbox.EngineDown(err) {
+	if box.EngineDown(err) {
 		return mcp.NewToolResultError(engineText)
 	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
@@ -211,7 +209,7 @@ func (s *Tools) readFile(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 }
 
 // formatLines numbers lines like cat -n and says which part of the file they are.
-func formatLines(p string, l *sandbox.Lines) string {
+func formatLines(p string, l *boxapi.Lines) string {
 	var b strings.Builder
 	if len(l.Lines) == 0 {
 		return fmt.Sprintf("%s (%s) has no line %d: it ends before that. Read from offset 1, or count its lines with execute (wc -l %s).", p, human.Size(l.Size), l.First, p)
@@ -241,7 +239,7 @@ func formatLines(p string, l *sandbox.Lines) string {
 
 // readImage returns an image the model can see: the file itself when it is small
 // enough, else a scaled copy, within the memory budget all image reads share.
-func (s *Tools) readImage(ctx context.Context, box Box, p string, info sandbox.FileInfo, mimeType string) *mcp.CallToolResult {
+func (s *Tools) readImage(ctx context.Context, box Box, p string, info boxapi.FileInfo, mimeType string) *mcp.CallToolResult {
 	img, err := imageFitter.Fit(ctx, info.Size, func(ctx context.Context, offset, length int64) (io.ReadCloser, error) {
 		return box.OpenRange(ctx, p, offset, length)
 	})

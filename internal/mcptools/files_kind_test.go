@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // bytesBox is a sandbox whose files all hold data.
@@ -17,10 +17,10 @@ type bytesBox struct {
 	data []byte
 }
 
-func (b *bytesBox) OpenRange(_ context.Context, p string, off, n int64) (*sandbox.File, error) {
+func (b *bytesBox) OpenRange(_ context.Context, p string, off, n int64) (*boxapi.File, error) {
 	end := min(int64(len(b.data)), off+n)
-	return &sandbox.File{ReadCloser: io.NopCloser(bytes.NewReader(b.data[off:end])),
-		FileInfo: sandbox.FileInfo{Path: p, Size: int64(len(b.data))}}, nil
+	return &boxapi.File{ReadCloser: io.NopCloser(bytes.NewReader(b.data[off:end])),
+		FileInfo: boxapi.FileInfo{Path: p, Size: int64(len(b.data))}}, nil
 }
 
 // TestReadFileNamesBinaryFormats: read_file names common binary formats by their

@@ -9,9 +9,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // defaultPollWaitOff is job_output's default wait when yield_after is off.
@@ -25,7 +24,7 @@ type jobListOutput struct {
 // jobStates lists the states a job can be in, and what may have killed it.
 func jobStates(s *jsonschema.Schema) {
 	s.Properties["jobs"].Items.Properties["state"].Enum = []any{"running", "done", "lost"}
-	s.Properties["jobs"].Items.Properties["killed_by"].Enum = []any{sandbox.KilledByTimeout, sandbox.KilledByJobKill, sandbox.KilledByClient}
+	s.Properties["jobs"].Items.Properties["killed_by"].Enum = []any{boxapi.KilledByTimeout, boxapi.KilledByJobKill, boxapi.KilledByClient}
 }
 
 type jobEntry struct {
@@ -73,7 +72,7 @@ func (s *Tools) jobOutputTool() mcp.Tool {
 
 func (s *Tools) jobInputTool() mcp.Tool {
 	return mcp.NewTool("job_input",
-		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused. The result has execute's fields.`, sandbox.MaxInputBytes>>10)),
+		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused. The result has execute's fields.`, boxapi.MaxInputBytes>>10)),
 		title("Send input to a running command"),
 		s.jobIDArg(),
 		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
@@ -106,7 +105,7 @@ func jobID(a args) (string, *mcp.CallToolResult) {
 	if bad != nil {
 		return "", bad.result()
 	}
-	if !sandbox.ValidJobID(id) {
+	if !boxapi.ValidJobID(id) {
 		return "", mcp.NewToolResultError(fmt.Sprintf(`%s needs "job_id": the job_id from execute's result, like j6940a1f03f2a; got %s. Call job_list to see the jobs.`, a.tool, describe(a.m["job_id"])))
 	}
 	return id, nil
@@ -149,8 +148,8 @@ func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolRes
 	if bad != nil {
 		return bad.result(), nil
 	}
-	if len(input) > sandbox.MaxInputBytes {
-		return mcp.NewToolResultError(fmt.Sprintf("input is %d bytes; job_input takes at most %d KiB per call. Write large input to a file with execute and have the program read it.", len(input), sandbox.MaxInputBytes>>10)), nil
+	if len(input) > boxapi.MaxInputBytes {
+		return mcp.NewToolResultError(fmt.Sprintf("input is %d bytes; job_input takes at most %d KiB per call. Write large input to a file with execute and have the program read it.", len(input), boxapi.MaxInputBytes>>10)), nil
 	}
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
@@ -243,19 +242,19 @@ func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 
 // killedText says what killed a job, by JobInfo.KilledBy.
 var killedText = map[string]string{
-	sandbox.KilledByTimeout: "timed out",
-	sandbox.KilledByJobKill: "killed by job_kill",
-	sandbox.KilledByClient:  "cancelled by the client",
+	boxapi.KilledByTimeout: "timed out",
+	boxapi.KilledByJobKill: "killed by job_kill",
+	boxapi.KilledByClient:  "cancelled by the client",
 }
 
 // jobError turns a job function's error into a tool result that says what to do.
 func jobError(box Box, err error, id, tool string) *mcp.CallToolResult {
 	switch {
-	case errors.Is(err, sandbox.ErrJobNotFound):
+	case errors.Is(err, boxapi.ErrJobNotFound):
 		return mcp.NewToolResultError(fmt.Sprintf("There is no job %s in the sandbox: finished jobs are forgotten after a day or when 20 newer ones have finished, and a recreated sandbox starts with none. Call job_list to see the jobs.", id))
-	case errors.Is(err, sandbox.ErrJobNotInteractive):
+	case errors.Is(err, boxapi.ErrJobNotInteractive):
 		return mcp.NewToolResultError(fmt.Sprintf("Job %s was not started with interactive: true, so its stdin is closed and takes no input. Stop it with job_kill if it waits for input, and start it again with execute(..., interactive: true).", id))
-	case errors.Is(err, sandbox.ErrInputWaiting):
+	case errors.Is(err, boxapi.ErrInputWaiting):
 		return mcp.NewToolResultError(fmt.Sprintf("The input was not sent: the program of job %s has not read its input yet (the rest of what job_input sent before). Call job_output to see what it does and send more once it has read; if it hangs, stop it with job_kill.", id))
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError(tool + " was cancelled; the job itself goes on")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestNoteTimes: a result's note gives the job's own running time and, when it differs,
@@ -16,20 +16,20 @@ import (
 func TestNoteTimes(t *testing.T) {
 	s := &Tools{opts: Options{Yield: 45 * time.Second}}
 	for _, c := range []struct {
-		res  sandbox.ExecResult
+		res  boxapi.ExecResult
 		want string
 	}{
-		{sandbox.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 48 * time.Second, JobDuration: 95 * time.Second},
+		{boxapi.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 48 * time.Second, JobDuration: 95 * time.Second},
 			"[still running as job j1 for 1m35s (this call waited 48s); call job_output"},
-		{sandbox.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 5 * time.Second, JobDuration: 5200 * time.Millisecond},
+		{boxapi.ExecResult{JobID: "j1", Running: true, ExitCode: -1, Duration: 5 * time.Second, JobDuration: 5200 * time.Millisecond},
 			"[still running as job j1 for 5s; call job_output"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 3 * time.Second, JobDuration: 120 * time.Second}, "[exit code 0, ran 2m0s]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: 2, Duration: 3 * time.Second, JobDuration: 14020 * time.Millisecond}, "[exit code 2, ran 14.02s]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: 0, Duration: 50 * time.Millisecond}, "[exit code 0, ran 0.05s]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: 137, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed (exit code 137: killed by signal 9, SIGKILL)]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; no output was captured]"},
-		{sandbox.ExecResult{JobID: "j1", ExitCode: -1, Lost: true, Stdout: "half\n"}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; its output so far is above]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: 0, Duration: 3 * time.Second, JobDuration: 120 * time.Second}, "[exit code 0, ran 2m0s]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: 2, Duration: 3 * time.Second, JobDuration: 14020 * time.Millisecond}, "[exit code 2, ran 14.02s]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: 0, Duration: 50 * time.Millisecond}, "[exit code 0, ran 0.05s]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: 137, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed (exit code 137: killed by signal 9, SIGKILL)]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: -1, Cancelled: true}, "[cancelled by the client: the command and its child processes were killed]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: -1, Lost: true}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; no output was captured]"},
+		{boxapi.ExecResult{JobID: "j1", ExitCode: -1, Lost: true, Stdout: "half\n"}, "[the job was lost: it was killed with its runner (say, by kill -9 -1) or the sandbox restarted while it ran, so it has no exit code; its output so far is above]"},
 	} {
 		res := c.res
 		out := toOutput(&res)
@@ -45,17 +45,17 @@ func TestNoteTimes(t *testing.T) {
 // the timeout.
 func TestNoteBackground(t *testing.T) {
 	s := &Tools{opts: Options{Yield: 45 * time.Second}}
-	res := sandbox.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "1628", BackgroundCommand: "python3 app.py"}
+	res := boxapi.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "1628", BackgroundCommand: "python3 app.py"}
 	out := toOutput(&res)
 	want := "[exit code 0, ran 0.00s]\n[note: pid 1628 (python3 app.py) runs on in the background as job j2; its output: job_output with job_id \"j2\"; stop it: job_kill]"
 	if got := s.note(out, &res, 0, false); got != want || out.BackgroundJobID != "j2" {
 		t.Errorf("note = %q, background_job_id %q; want %q and j2", got, out.BackgroundJobID, want)
 	}
-	res = sandbox.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "7"}
+	res = boxapi.ExecResult{JobID: "j1", ExitCode: 0, Background: "j2", BackgroundPid: "7"}
 	if got := s.note(toOutput(&res), &res, 0, false); !strings.HasSuffix(got, "[note: pid 7 runs on in the background as job j2; its output: job_output with job_id \"j2\"; stop it: job_kill]") {
 		t.Errorf("without a command: %q", got)
 	}
-	res = sandbox.ExecResult{JobID: "j1", ExitCode: 0, HeldBy: "7"}
+	res = boxapi.ExecResult{JobID: "j1", ExitCode: 0, HeldBy: "7"}
 	if got := s.note(toOutput(&res), &res, 0, false); !strings.Contains(got, "pid 7) still holds the command's output open; it is killed at the timeout, or now by job_kill with job_id \"j1\"") {
 		t.Errorf("held: %q", got)
 	}
@@ -65,12 +65,12 @@ func TestNoteBackground(t *testing.T) {
 // many lines it has.
 func TestReadFileFooter(t *testing.T) {
 	for _, c := range []struct {
-		l    sandbox.Lines
+		l    boxapi.Lines
 		want string
 	}{
-		{sandbox.Lines{First: 266, Lines: []string{"a", "b"}, More: true}, "lines 266-267; more follows: continue with offset=268]"},
-		{sandbox.Lines{First: 9, Lines: []string{"a", "b"}}, "lines 9-10 of 10, the end of the file]"},
-		{sandbox.Lines{First: 1, Lines: []string{"a"}, Capped: true}, "lines 1-1; stopped at 100 KB of text, more follows: continue with offset=2]"},
+		{boxapi.Lines{First: 266, Lines: []string{"a", "b"}, More: true}, "lines 266-267; more follows: continue with offset=268]"},
+		{boxapi.Lines{First: 9, Lines: []string{"a", "b"}}, "lines 9-10 of 10, the end of the file]"},
+		{boxapi.Lines{First: 1, Lines: []string{"a"}, Capped: true}, "lines 1-1; stopped at 100 KB of text, more follows: continue with offset=2]"},
 	} {
 		if got := formatLines("/sandbox/f", &c.l); !strings.HasSuffix(got, c.want) {
 			t.Errorf("footer %q, want it to end %q", got, c.want)
@@ -136,15 +136,15 @@ func TestUnknownArgumentSuggestion(t *testing.T) {
 // the job's own, not the time of the call that returned it.
 func TestKilledAndDuration(t *testing.T) {
 	for _, c := range []struct {
-		res     sandbox.ExecResult
+		res     boxapi.ExecResult
 		killed  bool
 		seconds float64
 	}{
-		{sandbox.ExecResult{ExitCode: 137, TimedOut: true, Duration: 60 * time.Millisecond, JobDuration: 10 * time.Second}, true, 10},
-		{sandbox.ExecResult{ExitCode: 137, Cancelled: true, Duration: 60 * time.Millisecond, JobDuration: 2500 * time.Millisecond}, true, 2.5},
-		{sandbox.ExecResult{ExitCode: 137, Killed: true, Duration: time.Second, JobDuration: 3 * time.Second}, true, 3},
-		{sandbox.ExecResult{ExitCode: -1, Cancelled: true, Duration: 40 * time.Millisecond}, false, 0.04},
-		{sandbox.ExecResult{ExitCode: 0, Duration: 1500 * time.Millisecond}, false, 1.5},
+		{boxapi.ExecResult{ExitCode: 137, TimedOut: true, Duration: 60 * time.Millisecond, JobDuration: 10 * time.Second}, true, 10},
+		{boxapi.ExecResult{ExitCode: 137, Cancelled: true, Duration: 60 * time.Millisecond, JobDuration: 2500 * time.Millisecond}, true, 2.5},
+		{boxapi.ExecResult{ExitCode: 137, Killed: true, Duration: time.Second, JobDuration: 3 * time.Second}, true, 3},
+		{boxapi.ExecResult{ExitCode: -1, Cancelled: true, Duration: 40 * time.Millisecond}, false, 0.04},
+		{boxapi.ExecResult{ExitCode: 0, Duration: 1500 * time.Millisecond}, false, 1.5},
 	} {
 		if out := toOutput(&c.res); out.Killed != c.killed || out.DurationSeconds != c.seconds {
 			t.Errorf("%+v: killed %v, duration_seconds %v; want %v, %v", c.res, out.Killed, out.DurationSeconds, c.killed, c.seconds)
@@ -189,8 +189,8 @@ type endingBox struct {
 	err error
 }
 
-func (b *endingBox) JobOutput(_ context.Context, id string, _ time.Duration, input *string, _ int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
-	return &sandbox.ExecResult{JobID: id, Stdout: "bye\n", ExitCode: 4, JobDuration: time.Second}, b.err
+func (b *endingBox) JobOutput(_ context.Context, id string, _ time.Duration, input *string, _ int, _ func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+	return &boxapi.ExecResult{JobID: id, Stdout: "bye\n", ExitCode: 4, JobDuration: time.Second}, b.err
 }
 
 // TestJobInputThatEndsSaysSent: input the program ended on is a result, not an error,
@@ -202,7 +202,7 @@ func TestJobInputThatEndsSaysSent(t *testing.T) {
 	if isErr || !strings.Contains(text, "bye\n[exit code 4, ran 1.00s]\n[the input was sent; the program then ended]") || st.(map[string]any)["exit_code"] != float64(4) {
 		t.Errorf("input the program ended on: %v %q", isErr, text)
 	}
-	h = newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&endingBox{err: sandbox.ErrJobFinished}} })
+	h = newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&endingBox{err: boxapi.ErrJobFinished}} })
 	isErr, text, _ = h.call("job_input", map[string]any{"job_id": fakeJob, "input": "quit"})
 	if !isErr || !strings.Contains(text, "The input was not sent: job "+fakeJob+" has already ended. Its last output:\nbye\n") || strings.Contains(text, "was sent;") {
 		t.Errorf("input for a job that had ended: %v %q", isErr, text)

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/zap"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // probeTimeout bounds the check whether something already listens on an exposed port.
@@ -85,9 +84,9 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	case err == nil:
 		listening = true
 		conn.Close()
-	case errors.Is(err, sandbox.ErrImageMissing):
+	case errors.Is(err, boxapi.ErrImageMissing):
 		return mcp.NewToolResultError(box.ImageMissing()), nil
-	case !errors.Is(err, sandbox.ErrNoListener):
+	case !errors.Is(err, boxapi.ErrNoListener):
 		s.opts.Logger.Warn("checking an exposed port", zap.Int("port", port), zap.Error(err))
 	}
 	url, expires := s.opts.Previews.Expose(ctx, port, CallerFrom(ctx).Origin)

@@ -10,9 +10,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // maxProgressOutput bounds the output carried by one progress notification; the
@@ -77,7 +76,7 @@ func startProgress(ctx context.Context, token mcp.ProgressToken, idle time.Durat
 
 // onOutput is the live-output callback for the sandbox, or nil when the client asked for
 // no progress (sampling output costs an exec a second).
-func (p *progress) onOutput() func(sandbox.Stream, []byte) {
+func (p *progress) onOutput() func(boxapi.Stream, []byte) {
 	if !p.active {
 		return nil
 	}
@@ -85,7 +84,7 @@ func (p *progress) onOutput() func(sandbox.Stream, []byte) {
 }
 
 // output receives live output from the sandbox.
-func (p *progress) output(_ sandbox.Stream, chunk []byte) {
+func (p *progress) output(_ boxapi.Stream, chunk []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.total += int64(len(chunk))

@@ -12,24 +12,23 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // Box is one sandbox as the tools use it.
 type Box interface {
-	Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error)
-	JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error)
-	KillJob(ctx context.Context, id string, maxOutput int) (*sandbox.ExecResult, error)
-	ListJobs(ctx context.Context) ([]sandbox.JobInfo, error)
+	Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error)
+	JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error)
+	KillJob(ctx context.Context, id string, maxOutput int) (*boxapi.ExecResult, error)
+	ListJobs(ctx context.Context) ([]boxapi.JobInfo, error)
 
-	Stat(ctx context.Context, p string) (sandbox.FileInfo, error)
-	OpenRange(ctx context.Context, p string, offset, length int64) (*sandbox.File, error)
-	ReadLines(ctx context.Context, p string, first, n int64, maxLine, maxBytes int) (*sandbox.Lines, error)
-	WriteFile(ctx context.Context, p string, data []byte) (sandbox.FileInfo, bool, error)
-	EditFile(ctx context.Context, p, old, new string) (sandbox.EditResult, error)
+	Stat(ctx context.Context, p string) (boxapi.FileInfo, error)
+	OpenRange(ctx context.Context, p string, offset, length int64) (*boxapi.File, error)
+	ReadLines(ctx context.Context, p string, first, n int64, maxLine, maxBytes int) (*boxapi.Lines, error)
+	WriteFile(ctx context.Context, p string, data []byte) (boxapi.FileInfo, bool, error)
+	EditFile(ctx context.Context, p, old, new string) (boxapi.EditResult, error)
 	MakeDir(ctx context.Context, dir string) error
 
 	DialPort(ctx context.Context, port int) (net.Conn, error)
@@ -38,7 +37,10 @@ type Box interface {
 	CPUs() float64
 	// Facts is what detection found installed; nil while it is not known. It waits up
 	// to wait, while ctx lasts, for a detection under way.
-	Facts(ctx context.Context, wait time.Duration) *sandbox.Facts
+	Facts(ctx context.Context, wait time.Duration) *boxapi.Facts
+	// EngineDown reports whether err, from one of the calls above, means the sandbox's
+	// engine did not answer: trying again later may work.
+	EngineDown(err error) bool
 	// ImageMissing is what to tell the model when the sandbox's image is missing: that
 	// it is being built, or what the operator must do.
 	ImageMissing() string
@@ -71,15 +73,25 @@ type Previews interface {
 }
 
 // Audit records each tool call in the operator's activity log.
-type Audit interface {
-	Record(console.Entry)
+type Audit = audit.Recorder
+
+// Config is what the tools state of the sandbox's settings: the fields of the same
+// names of the sandbox's configuration.
+type Config struct {
+	Memory      int64         // memory limit in bytes
+	CPUs        float64       // CPU limit as set (Box.CPUs is what the sandbox gets)
+	PidsLimit   int64         // maximum number of processes
+	NetworkMode string        // the container's Docker network
+	ExecTimeout time.Duration // default timeout of one command
+	MaxOutput   int           // bytes kept per stream
+	FileTTL     time.Duration // idle time after which a top-level entry is deleted; 0 never
 }
 
 // Options configure the tools. Durations are the settings of the same names in the
 // Caddyfile, with their defaults applied.
 type Options struct {
 	// Config is the sandbox's configuration, as the descriptions state it.
-	Config   sandbox.Config
+	Config   Config
 	Boxes    Boxes
 	Links    Links
 	Previews Previews // nil: previews are off, and their tools are not offered

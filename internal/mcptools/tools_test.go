@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // These tests drive the tools through mcp-go's server, as a client would, over a fake
@@ -60,17 +59,17 @@ func (b *fakeBox) called() []string {
 	return slices.Clone(b.calls)
 }
 
-func (b *fakeBox) stat(p string) (sandbox.FileInfo, error) {
+func (b *fakeBox) stat(p string) (boxapi.FileInfo, error) {
 	switch p {
 	case "/sandbox/a.txt":
-		return sandbox.FileInfo{Path: p, Name: "a.txt", Size: 6, ModTime: time.Unix(1_800_000_000, 0)}, nil
+		return boxapi.FileInfo{Path: p, Name: "a.txt", Size: 6, ModTime: time.Unix(1_800_000_000, 0)}, nil
 	case "/sandbox", "/sandbox/d":
-		return sandbox.FileInfo{Path: p}, sandbox.ErrIsDir
+		return boxapi.FileInfo{Path: p}, boxapi.ErrIsDir
 	}
-	return sandbox.FileInfo{}, sandbox.ErrNotFound
+	return boxapi.FileInfo{}, boxapi.ErrNotFound
 }
 
-func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+func (b *fakeBox) Exec(_ context.Context, command string, o boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	b.record("exec " + command)
 	if o.Cwd != "" {
 		b.record("cwd " + o.Cwd)
@@ -79,32 +78,32 @@ func (b *fakeBox) Exec(_ context.Context, command string, o sandbox.ExecOptions)
 	b.record(fmt.Sprint("wait ", o.Wait))
 	if o.TTY {
 		if command == "no-agent" {
-			return nil, sandbox.ErrNoTTY
+			return nil, boxapi.ErrNoTTY
 		}
 		b.record("tty")
 	}
-	if o.Wait == sandbox.NoWait {
-		return &sandbox.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
+	if o.Wait == boxapi.NoWait {
+		return &boxapi.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
 	}
-	return &sandbox.ExecResult{JobID: "j000000000002", Stdout: "hi\n", Stderr: "warn\n", ExitCode: 3,
+	return &boxapi.ExecResult{JobID: "j000000000002", Stdout: "hi\n", Stderr: "warn\n", ExitCode: 3,
 		StdoutBytes: 3, StderrBytes: 5, StdoutFile: "/f/out", StderrFile: "/f/err", Duration: time.Second}, nil
 }
 
-func (b *fakeBox) job(id string) (*sandbox.ExecResult, error) {
+func (b *fakeBox) job(id string) (*boxapi.ExecResult, error) {
 	if id != fakeJob {
-		return nil, sandbox.ErrJobNotFound
+		return nil, boxapi.ErrJobNotFound
 	}
-	return &sandbox.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
+	return &boxapi.ExecResult{JobID: id, Running: true, ExitCode: -1, Stdout: "more\n"}, nil
 }
 
-func (b *fakeBox) JobOutput(_ context.Context, id string, wait time.Duration, _ *string, maxOutput int, _ func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+func (b *fakeBox) JobOutput(_ context.Context, id string, wait time.Duration, _ *string, maxOutput int, _ func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	b.record("job_output " + id)
 	b.record(fmt.Sprint("wait ", wait))
 	b.record(fmt.Sprint("max_output ", maxOutput))
 	return b.job(id)
 }
 
-func (b *fakeBox) KillJob(_ context.Context, id string, maxOutput int) (*sandbox.ExecResult, error) {
+func (b *fakeBox) KillJob(_ context.Context, id string, maxOutput int) (*boxapi.ExecResult, error) {
 	b.record("kill " + id)
 	b.record(fmt.Sprint("max_output ", maxOutput))
 	res, err := b.job(id)
@@ -114,18 +113,18 @@ func (b *fakeBox) KillJob(_ context.Context, id string, maxOutput int) (*sandbox
 	return res, err
 }
 
-func (b *fakeBox) ListJobs(context.Context) ([]sandbox.JobInfo, error) {
+func (b *fakeBox) ListJobs(context.Context) ([]boxapi.JobInfo, error) {
 	b.record("list")
-	return []sandbox.JobInfo{{ID: fakeJob, State: "running", ExitCode: -1, Started: time.Unix(1_800_000_000, 0), Command: "cat"},
+	return []boxapi.JobInfo{{ID: fakeJob, State: "running", ExitCode: -1, Started: time.Unix(1_800_000_000, 0), Command: "cat"},
 		{ID: "j000000000002", State: "done", ExitCode: 3, Started: time.Unix(1_800_000_000, 0), Command: "exit 3"}}, nil
 }
 
-func (b *fakeBox) Stat(_ context.Context, p string) (sandbox.FileInfo, error) {
+func (b *fakeBox) Stat(_ context.Context, p string) (boxapi.FileInfo, error) {
 	b.record("stat " + p)
 	return b.stat(p)
 }
 
-func (b *fakeBox) OpenRange(_ context.Context, p string, _, _ int64) (*sandbox.File, error) {
+func (b *fakeBox) OpenRange(_ context.Context, p string, _, _ int64) (*boxapi.File, error) {
 	b.record("open " + p)
 	if _, err := b.stat(p); err != nil {
 		return nil, err
@@ -133,21 +132,21 @@ func (b *fakeBox) OpenRange(_ context.Context, p string, _, _ int64) (*sandbox.F
 	return nil, errors.New("not in this fake")
 }
 
-func (b *fakeBox) ReadLines(_ context.Context, p string, _, _ int64, _, _ int) (*sandbox.Lines, error) {
+func (b *fakeBox) ReadLines(_ context.Context, p string, _, _ int64, _, _ int) (*boxapi.Lines, error) {
 	b.record("read " + p)
 	return nil, errors.New("not in this fake")
 }
 
-func (b *fakeBox) WriteFile(_ context.Context, p string, _ []byte) (sandbox.FileInfo, bool, error) {
+func (b *fakeBox) WriteFile(_ context.Context, p string, _ []byte) (boxapi.FileInfo, bool, error) {
 	b.record("write " + p)
 	fi, err := b.stat(p)
 	return fi, false, err
 }
 
-func (b *fakeBox) EditFile(_ context.Context, p, _, _ string) (sandbox.EditResult, error) {
+func (b *fakeBox) EditFile(_ context.Context, p, _, _ string) (boxapi.EditResult, error) {
 	b.record("edit " + p)
 	fi, err := b.stat(p)
-	return sandbox.EditResult{FileInfo: fi, Line: 1}, err
+	return boxapi.EditResult{FileInfo: fi, Line: 1}, err
 }
 
 func (b *fakeBox) MakeDir(_ context.Context, dir string) error {
@@ -157,10 +156,10 @@ func (b *fakeBox) MakeDir(_ context.Context, dir string) error {
 
 func (b *fakeBox) DialPort(_ context.Context, port int) (net.Conn, error) {
 	b.record("dial")
-	return nil, sandbox.ErrNoListener
+	return nil, boxapi.ErrNoListener
 }
 
-func (b *fakeBox) Facts(context.Context, time.Duration) *sandbox.Facts { return nil }
+func (b *fakeBox) Facts(context.Context, time.Duration) *boxapi.Facts { return nil }
 
 func (b *fakeBox) CPUs() float64 {
 	if b.cpus == 0 {
@@ -168,7 +167,8 @@ func (b *fakeBox) CPUs() float64 {
 	}
 	return b.cpus
 }
-func (b *fakeBox) ImageMissing() string { return "the image is being built" }
+func (b *fakeBox) ImageMissing() string      { return "the image is being built" }
+func (b *fakeBox) EngineDown(err error) bool { return boxapi.EngineDown(err) }
 
 type oneBox struct{ b Box }
 
@@ -193,10 +193,10 @@ func (fakePreviews) Unexpose(context.Context, int) bool { return true }
 
 type fakeAudit struct {
 	mu      sync.Mutex
-	entries []console.Entry
+	entries []audit.Entry
 }
 
-func (a *fakeAudit) Record(e console.Entry) {
+func (a *fakeAudit) Record(e audit.Entry) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.entries = append(a.entries, e)
@@ -212,8 +212,9 @@ type toolsHarness struct {
 }
 
 func newToolsHarness(t testing.TB, tune ...func(*Options)) *toolsHarness {
-	cfg := sandbox.DefaultConfig()
-	cfg.NetworkMode = "none"
+	// The sandbox's defaults, with no network.
+	cfg := Config{Memory: 3 << 30, CPUs: 3, PidsLimit: 4096, NetworkMode: "none",
+		ExecTimeout: time.Hour, MaxOutput: 200000, FileTTL: 168 * time.Hour}
 	h := &toolsHarness{t: t, box: &fakeBox{}, audit: &fakeAudit{}}
 	o := Options{
 		Config: cfg, Boxes: oneBox{h.box}, Links: fakeLinks{}, Previews: fakePreviews{}, Audit: h.audit,
@@ -490,10 +491,10 @@ func TestAuditRecordsCalls(t *testing.T) {
 		t.Fatalf("%d entries, want 2: %+v", len(h.audit.entries), h.audit.entries)
 	}
 	ran, refused := h.audit.entries[0], h.audit.entries[1]
-	if ran.Client != "test" || ran.Tool != "execute" || ran.Outcome != console.OutcomeNonZero || ran.ExitCode == nil || *ran.ExitCode != 3 || ran.Bytes != 8 {
+	if ran.Client != "test" || ran.Tool != "execute" || ran.Outcome != audit.OutcomeNonZero || ran.ExitCode == nil || *ran.ExitCode != 3 || ran.Bytes != 8 {
 		t.Errorf("the run: %+v", ran)
 	}
-	if refused.Outcome != console.OutcomeError || !strings.Contains(refused.Error, "needs") {
+	if refused.Outcome != audit.OutcomeError || !strings.Contains(refused.Error, "needs") {
 		t.Errorf("the refusal: %+v", refused)
 	}
 }
@@ -594,27 +595,27 @@ type downBox struct {
 	err error
 }
 
-func (b *downBox) Exec(context.Context, string, sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+func (b *downBox) Exec(context.Context, string, boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	return nil, b.err
 }
-func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int, func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+func (b *downBox) JobOutput(context.Context, string, time.Duration, *string, int, func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	return nil, b.err
 }
-func (b *downBox) KillJob(context.Context, string, int) (*sandbox.ExecResult, error) {
+func (b *downBox) KillJob(context.Context, string, int) (*boxapi.ExecResult, error) {
 	return nil, b.err
 }
-func (b *downBox) ListJobs(context.Context) ([]sandbox.JobInfo, error) { return nil, b.err }
-func (b *downBox) Stat(context.Context, string) (sandbox.FileInfo, error) {
-	return sandbox.FileInfo{}, b.err
+func (b *downBox) ListJobs(context.Context) ([]boxapi.JobInfo, error) { return nil, b.err }
+func (b *downBox) Stat(context.Context, string) (boxapi.FileInfo, error) {
+	return boxapi.FileInfo{}, b.err
 }
-func (b *downBox) OpenRange(context.Context, string, int64, int64) (*sandbox.File, error) {
+func (b *downBox) OpenRange(context.Context, string, int64, int64) (*boxapi.File, error) {
 	return nil, b.err
 }
-func (b *downBox) WriteFile(context.Context, string, []byte) (sandbox.FileInfo, bool, error) {
-	return sandbox.FileInfo{}, false, b.err
+func (b *downBox) WriteFile(context.Context, string, []byte) (boxapi.FileInfo, bool, error) {
+	return boxapi.FileInfo{}, false, b.err
 }
-func (b *downBox) EditFile(context.Context, string, string, string) (sandbox.EditResult, error) {
-	return sandbox.EditResult{}, b.err
+func (b *downBox) EditFile(context.Context, string, string, string) (boxapi.EditResult, error) {
+	return boxapi.EditResult{}, b.err
 }
 func (b *downBox) MakeDir(context.Context, string) error { return b.err }
 

@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/zap"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"go.uber.org/zap"
 )
 
 // uploadLinkOutput is the structured result of upload_link.
@@ -25,7 +24,7 @@ type uploadLinkOutput struct {
 
 // Upload links' defaults and bounds.
 const (
-	defaultUploadDir = sandbox.WorkDir + "/uploads"
+	defaultUploadDir = boxapi.WorkDir + "/uploads"
 	maxUploadLinkTTL = 7 * 24 * time.Hour // when max_link_ttl is not set
 	minUploadLinkTTL = time.Minute
 )
@@ -80,11 +79,11 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	// way before the person tries.
 	if err := box.MakeDir(ctx, dir); err != nil {
 		switch {
-		case errors.Is(err, sandbox.ErrImageMissing):
+		case errors.Is(err, boxapi.ErrImageMissing):
 			return mcp.NewToolResultError(box.ImageMissing()), nil
-		case errors.Is(err, sandbox.ErrNotDir):
+		case errors.Is(err, boxapi.ErrNotDir):
 			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
-		case sandbox.EngineDown(err):
+		case box.EngineDown(err):
 			return mcp.NewToolResultError(engineText), nil
 		}
 		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil

@@ -1,4 +1,4 @@
-package sandbox
+package boxapi
 
 import (
 	"fmt"
@@ -39,15 +39,15 @@ func TestParseDetect(t *testing.T) {
 			progs: []string{}, ignored: 6},
 		{name: "repeated and out of order", out: "git\ngit\npython3\njq\n", progs: []string{"git", "jq"}, ignored: 2},
 		{name: "repeated module", out: "python3\npy:numpy numpy  scipy\n", progs: []string{"python3"}, mods: []string{"numpy", "scipy"}},
-		{name: "too long: cut line never read", out: "python3\n" + strings.Repeat("x", maxDetectOutput-len("python3\ngo\n")) + "\ngopher\n",
+		{name: "too long: cut line never read", out: "python3\n" + strings.Repeat("x", MaxDetectOutput-len("python3\ngo\n")) + "\ngopher\n",
 			progs: []string{"python3"}, ignored: 2},
-		{name: "too long at a line end", out: "python3\n" + strings.Repeat("\n", maxDetectOutput) + "git\n",
+		{name: "too long at a line end", out: "python3\n" + strings.Repeat("\n", MaxDetectOutput) + "git\n",
 			progs: []string{"python3"}, ignored: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, ignored := parseDetect([]byte(tc.out))
+			f, ignored := ParseDetect([]byte(tc.out))
 			if !slices.Equal(f.Programs, tc.progs) || f.Programs == nil || !slices.Equal(f.PythonModules, tc.mods) || ignored != tc.ignored {
-				t.Errorf("parseDetect(%q) = %q %q, %d ignored; want %q %q, %d ignored",
+				t.Errorf("ParseDetect(%q) = %q %q, %d ignored; want %q %q, %d ignored",
 					tc.out, f.Programs, f.PythonModules, ignored, tc.progs, tc.mods, tc.ignored)
 			}
 		})
@@ -74,25 +74,25 @@ func TestFactsKnown(t *testing.T) {
 // TestDetectOutputFits: the script's whole answer, with every name found, fits the
 // limit, so a real sandbox is never cut.
 func TestDetectOutputFits(t *testing.T) {
-	out := strings.Join(detectPrograms, "\n") + "\npy:" + strings.Join(detectPythonModules, " ") + "\n"
-	if len(out) > maxDetectOutput/2 {
-		t.Fatalf("the full answer takes %d bytes, the limit is %d: raise maxDetectOutput", len(out), maxDetectOutput)
+	out := strings.Join(DetectPrograms, "\n") + "\npy:" + strings.Join(DetectPythonModules, " ") + "\n"
+	if len(out) > MaxDetectOutput/2 {
+		t.Fatalf("the full answer takes %d bytes, the limit is %d: raise MaxDetectOutput", len(out), MaxDetectOutput)
 	}
-	f, ignored := parseDetect([]byte(out))
-	if ignored != 0 || !slices.Equal(f.Programs, detectPrograms) || !slices.Equal(f.PythonModules, detectPythonModules) {
+	f, ignored := ParseDetect([]byte(out))
+	if ignored != 0 || !slices.Equal(f.Programs, DetectPrograms) || !slices.Equal(f.PythonModules, DetectPythonModules) {
 		t.Fatalf("the full answer parses as %+v, %d ignored", f, ignored)
 	}
-	if len(detectPrograms) > 32 || len(detectPythonModules) > 32 {
+	if len(DetectPrograms) > 32 || len(DetectPythonModules) > 32 {
 		t.Fatal("the parser keeps a bit per name: at most 32 names per list")
 	}
 }
 
-// maxParseAlloc bounds what parseDetect allocates whatever it is given: the two
+// maxParseAlloc bounds what ParseDetect allocates whatever it is given: the two
 // result slices, a string header per name at most (16 bytes each), rounded up to
 // allocation size classes. It does not grow with the input.
-var maxParseAlloc = uint64(2*64 + 16*(len(detectPrograms)+len(detectPythonModules)))
+var maxParseAlloc = uint64(2*64 + 16*(len(DetectPrograms)+len(DetectPythonModules)))
 
-// FuzzParseDetect: for any output, parseDetect returns only names from the lists, in
+// FuzzParseDetect: for any output, ParseDetect returns only names from the lists, in
 // list order and each once, as the lists' own strings (so no byte of the input is kept),
 // and allocates at most two slices and maxParseAlloc bytes, however long the input.
 func FuzzParseDetect(f *testing.F) {
@@ -102,7 +102,7 @@ func FuzzParseDetect(f *testing.F) {
 		"python3\npy:\n",
 		"python3\npy:numpy " + injection + "\n" + injection + "\n",
 		"git\ngit\npython3\n",
-		strings.Join(detectPrograms, "\n") + "\npy:" + strings.Join(detectPythonModules, " ") + "\n",
+		strings.Join(DetectPrograms, "\n") + "\npy:" + strings.Join(DetectPythonModules, " ") + "\n",
 		strings.Repeat("python3\n", 200),
 		"py:" + strings.Repeat("numpy ", 300),
 		"\x00\xff\r\n\n\npy:\xff",
@@ -110,29 +110,29 @@ func FuzzParseDetect(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, out []byte) {
-		got, ignored := parseDetect(out)
+		got, ignored := ParseDetect(out)
 		if ignored < 0 || got.Programs == nil {
-			t.Fatalf("parseDetect(%q): %d ignored, programs %#v", out, ignored, got.Programs)
+			t.Fatalf("ParseDetect(%q): %d ignored, programs %#v", out, ignored, got.Programs)
 		}
-		checkListed(t, "program", got.Programs, detectPrograms)
-		checkListed(t, "module", got.PythonModules, detectPythonModules)
+		checkListed(t, "program", got.Programs, DetectPrograms)
+		checkListed(t, "module", got.PythonModules, DetectPythonModules)
 		if again := got.Known(); !slices.Equal(again.Programs, got.Programs) || !slices.Equal(again.PythonModules, got.PythonModules) {
 			t.Fatalf("Known() changed parsed facts: %+v -> %+v", got, again)
 		}
 
 		mallocs, bytes := parseAllocs(out)
 		if mallocs > 2 {
-			t.Fatalf("parseDetect allocated %d times per call for %d bytes of input, want at most 2", mallocs, len(out))
+			t.Fatalf("ParseDetect allocated %d times per call for %d bytes of input, want at most 2", mallocs, len(out))
 		}
 		if bytes > maxParseAlloc {
-			t.Fatalf("parseDetect allocated %d bytes per call for %d bytes of input, want at most %d", bytes, len(out), maxParseAlloc)
+			t.Fatalf("ParseDetect allocated %d bytes per call for %d bytes of input, want at most %d", bytes, len(out), maxParseAlloc)
 		}
 	})
 }
 
-// parseAllocs measures what one parseDetect call allocates. The counters are the whole
+// parseAllocs measures what one ParseDetect call allocates. The counters are the whole
 // process's, and the fuzzing engine's own goroutines allocate now and then, so it
-// takes the least of up to three readings: parseDetect's own share is the same in
+// takes the least of up to three readings: ParseDetect's own share is the same in
 // each. One pair of readings per try, as each stops the world.
 func parseAllocs(out []byte) (mallocs, bytes uint64) {
 	const runs = 8
@@ -141,7 +141,7 @@ func parseAllocs(out []byte) (mallocs, bytes uint64) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		for range runs {
-			parseDetect(out)
+			ParseDetect(out)
 		}
 		runtime.ReadMemStats(&after)
 		mallocs = min(mallocs, (after.Mallocs-before.Mallocs)/runs)
