@@ -429,11 +429,12 @@ func TestReloadKeepsContainer(t *testing.T) {
 	call(ctx, t, c, "execute", map[string]any{"command": "setsid nohup sleep 2345 >/dev/null 2>&1 & echo started"})
 	id := s.containerID()
 
-	// A standalone GET stream, as clients keep open for server notifications.
+	// A standalone GET stream, as clients keep open for server notifications, on the
+	// client's own session (an id the server did not issue is unknown: 404).
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/mcp", nil)
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", "listen-1")
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
 	req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20250618)
 	stream, err := http.DefaultClient.Do(req)
 	if err != nil || stream.StatusCode != 200 {
