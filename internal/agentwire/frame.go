@@ -80,7 +80,7 @@ const (
 	// MaxAgentStreams bounds the streams the agent has open at once on a session
 	// (accepted connections); one more is reset with "not accepted", which ends that
 	// connection only.
-	MaxAgentStreams = 256
+	MaxAgentStreams = 64
 	// maxReason bounds a Reset's reason.
 	maxReason = 1024
 	// maxHello bounds a Hello.
