@@ -395,10 +395,12 @@ func TestStalledDownloadsDoNotStopOthers(t *testing.T) {
 	}
 }
 
-// New streams beyond what the budget's windows allow are refused with an error that
-// says what to do, not granted windows the session could not hold; closing streams
-// makes room again.
+// New streams beyond what the budget's windows allow wait for room, and past openWait
+// are refused with an error that says what to do, not granted windows the session could
+// not hold; a stream that closes makes room, for a waiting Open too.
 func TestOpenWithinBudget(t *testing.T) {
+	defer func(d time.Duration) { openWait = d }(openWait)
+	openWait = 100 * time.Millisecond
 	s, stop := pair(t, func(st *Stream) { <-st.Done() })
 	defer stop()
 	var sts []*Stream
@@ -413,7 +415,7 @@ func TestOpenWithinBudget(t *testing.T) {
 	if err == nil || len(sts) != MaxHeld/InitialWindow {
 		t.Fatalf("opened %d streams (last error %v), want %d then an error", len(sts), err, MaxHeld/InitialWindow)
 	}
-	sts[0].Close()
+	time.AfterFunc(50*time.Millisecond, func() { sts[0].Close() })
 	st, err := s.Open([]byte("x"))
 	if err != nil {
 		t.Fatalf("no room after a stream closed: %v", err)

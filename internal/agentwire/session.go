@@ -104,13 +104,15 @@ type Session struct {
 	// honest peer may have queued here at once. New streams and raised windows are
 	// granted only within the budget, so an honest peer never makes the read loop
 	// wait, however slow the readers.
-	committed int64
+	committed   int64
+	uncommitted *sync.Cond // on mu: signalled as committed falls, and when the session ends
 }
 
 func newSession(agent bool, r io.Reader, w io.Writer, closer io.Closer, handler func(*Stream)) *Session {
 	s := &Session{agent: agent, r: r, w: w, closer: closer, handler: handler,
 		streams: map[uint32]*Stream{}, done: make(chan struct{})}
 	s.room = sync.NewCond(&s.roomMu)
+	s.uncommitted = sync.NewCond(&s.mu)
 	if agent {
 		s.maxIn, s.next, s.maxPeer = MaxFromCaddy, 2, maxStreams
 	} else {
@@ -235,26 +237,32 @@ func (s *Session) Streams() int {
 func (s *Session) Held() int64 { return s.held.Load() }
 
 // Open starts a stream with a request the peer's handler reads.
+// On Caddy's side, a stream whose window the budget has no room for waits up to
+// openWait for streams to end, then fails.
 func (s *Session) Open(req []byte) (*Stream, error) {
+	if err := s.reserveWindow(); err != nil {
+		return nil, err
+	}
 	// Ids go out in order: the peer refuses a stream opened after a higher one.
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
-	if s.err != nil {
+	if s.err != nil || len(s.streams) >= maxStreams {
 		err := s.err
+		if err == nil {
+			err = fmt.Errorf("agent channel: %d streams open already; wait for some to end", maxStreams)
+		}
+		if s.budget > 0 {
+			s.committed -= InitialWindow
+			s.uncommitted.Broadcast()
+		}
 		s.mu.Unlock()
 		return nil, err
 	}
-	if len(s.streams) >= maxStreams {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("agent channel: %d streams open already; wait for some to end", maxStreams)
-	}
-	if s.budget > 0 && s.committed+InitialWindow > s.budget {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("agent channel: the open streams' windows take the session's whole budget of %d MiB; wait for transfers to end, or close idle ones", s.budget>>20)
-	}
 	st := s.newStream(s.next, nil)
-	s.commitLocked(st)
+	if s.budget > 0 {
+		st.commit = InitialWindow // reserved above
+	}
 	s.next += 2
 	s.streams[st.id] = st
 	s.mu.Unlock()
@@ -340,6 +348,7 @@ func (s *Session) fail(err error) {
 	s.err = err
 	streams := s.streams
 	s.streams = map[uint32]*Stream{}
+	s.uncommitted.Broadcast()
 	s.mu.Unlock()
 	s.ended.Store(true)
 	s.roomMu.Lock()
@@ -438,6 +447,41 @@ func (s *Session) accept(f frame) error {
 	return nil
 }
 
+// openWait bounds how long Open waits for room in the budget for a new stream's window.
+var openWait = 10 * time.Second
+
+// reserveWindow counts a new stream's window in committed once the budget has room for
+// it, waiting up to openWait.
+func (s *Session) reserveWindow() error {
+	if s.budget == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var timer *time.Timer
+	expired := false
+	for s.committed+InitialWindow > s.budget && s.err == nil {
+		if expired {
+			return fmt.Errorf("agent channel: the open streams' windows have taken the session's whole budget of %d MiB for %v; wait for transfers to end, or close idle ones", s.budget>>20, openWait)
+		}
+		if timer == nil {
+			timer = time.AfterFunc(openWait, func() {
+				s.mu.Lock()
+				expired = true
+				s.uncommitted.Broadcast()
+				s.mu.Unlock()
+			})
+			defer timer.Stop()
+		}
+		s.uncommitted.Wait()
+	}
+	if s.err != nil {
+		return s.err
+	}
+	s.committed += InitialWindow
+	return nil
+}
+
 // commitLocked counts a new stream's window in committed (under s.mu).
 func (s *Session) commitLocked(st *Stream) {
 	if s.budget > 0 {
@@ -453,8 +497,11 @@ func (s *Session) uncommit(st *Stream) {
 		return
 	}
 	s.mu.Lock()
-	s.committed -= st.commit
-	st.commit = 0
+	if st.commit > 0 {
+		s.committed -= st.commit
+		st.commit = 0
+		s.uncommitted.Broadcast()
+	}
 	s.mu.Unlock()
 }
 
