@@ -140,6 +140,9 @@ func TestCredentialWholeHostKeepsPaths(t *testing.T) {
 	if status, _ := rawProxy(t, f, "TRACE http://cred.test:"+port+"/ HTTP/1.1\r\nHost: x\r\n\r\n"); status != "405 Method Not Allowed" || len(rec.take()) != 0 {
 		t.Fatalf("TRACE to a credential host: %s", status)
 	}
+	if status, _ := rawProxy(t, f, "trace http://cred.test:"+port+"/ HTTP/1.1\r\nHost: x\r\n\r\n"); status != "405 Method Not Allowed" || len(rec.take()) != 0 {
+		t.Fatalf("trace in lower case to a credential host: %s", status)
+	}
 }
 
 // Every IPv6 form that carries an IPv4 address is judged by it, or refused.

@@ -212,3 +212,18 @@ func FuzzNormalizeHost(f *testing.F) {
 		}
 	})
 }
+
+// An IPv6 address that carries one of this machine's IPv4 addresses (NAT64, 6to4) is
+// this machine's too: a gateway on the way would deliver it here.
+func TestOwnAddrEmbeddedIPv4(t *testing.T) {
+	for _, s := range []string{"127.0.0.1", "64:ff9b::127.0.0.1", "2002:7f00:1::1"} {
+		if !ownAddr(netip.MustParseAddr(s)) {
+			t.Errorf("%s is not taken for an own address", s)
+		}
+	}
+	for _, s := range []string{"64:ff9b::8.8.8.8", "2002:808:808::1"} {
+		if ownAddr(netip.MustParseAddr(s)) {
+			t.Errorf("%s is taken for an own address", s)
+		}
+	}
+}

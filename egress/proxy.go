@@ -254,7 +254,7 @@ type reqInfo struct {
 // scoped to a path, a path an upstream could resolve elsewhere is refused.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	has, scoped := info.pol.credentialHost(info.scheme, info.host, info.port)
-	if has && (r.Method == http.MethodTrace || strings.EqualFold(r.Method, "TRACK")) {
+	if has && (strings.EqualFold(r.Method, http.MethodTrace) || strings.EqualFold(r.Method, "TRACK")) {
 		plain(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is refused to %s, which the proxy adds a credential to: the answer would show it", clip(r.Method), info.host))
 		return
 	}
@@ -535,7 +535,28 @@ func ownAddr(a netip.Addr) bool {
 		}
 		own.at = time.Now()
 	}
-	return own.addrs[a.Unmap()]
+	a = a.Unmap()
+	if own.addrs[a] {
+		return true
+	}
+	// A NAT64 or 6to4 gateway on the way turns these into the IPv4 address they carry.
+	v4, ok := embeddedIPv4(a)
+	return ok && own.addrs[v4]
+}
+
+// embeddedIPv4 returns the IPv4 address a NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
+// address carries.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case !a.Is6():
+		return netip.Addr{}, false
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
 }
 
 var own struct {

@@ -68,6 +68,9 @@ type agentState struct {
 	logged    string      // the last reason logged
 	started   int         // agents started
 	broken    []time.Time // when recent agents broke the protocol
+	// The container IDs where the binary in the read-only directory started (its
+	// copy is never tried there again) and where it could not be executed at all.
+	readOnlyRan, readOnlyUnusable string
 	// listeners are ListenPort's listeners, by their stream.
 	listeners map[listenerKey]listener
 	seq       atomic.Uint64
@@ -129,17 +132,52 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 }
 
 // startAgent puts the agent in place afresh, starts it and checks its greeting. The
-// binary in the container's read-only directory is tried first; when it does not
-// start (an engine that sees another directory, a container root that may not enter
-// it), a copy in the container's filesystem is.
+// binary in the container's read-only directory is tried first; when it cannot be
+// executed at all (an engine that sees another directory, a container root that may not
+// enter it), a copy in the container's filesystem is, from then on for that container.
+// An agent from the directory that started and then died, or gave no greeting, was
+// stopped by something in the container: the copy, which the container could replace,
+// is not tried then, nor ever once the directory's binary has run in that container.
 func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 	sess, path, err := s.startAgentFrom(ctx, true)
-	if err != nil && strings.HasPrefix(path, directMount+"/") && ctx.Err() == nil {
-		s.log.Info("the agent did not start from the container's read-only directory; starting a copy in the container",
-			zap.String("container", s.cfg.Container), zap.Error(err))
-		sess, _, err = s.startAgentFrom(ctx, false)
+	if err == nil || !strings.HasPrefix(path, directMount+"/") || ctx.Err() != nil {
+		return sess, err
 	}
+	id := s.agentContainer()
+	s.agentMu.Lock()
+	ran := s.agent.readOnlyRan == id
+	unusable := errors.Is(err, errAgentNoExec) && !ran
+	if unusable {
+		s.agent.readOnlyUnusable = id
+	}
+	s.agentMu.Unlock()
+	if !unusable {
+		s.agentFailed(err.Error())
+		return nil, err
+	}
+	s.log.Info("the agent cannot be executed from the container's read-only directory; starting a copy in the container",
+		zap.String("container", s.cfg.Container), zap.Error(err))
+	sess, _, err = s.startAgentFrom(ctx, false)
 	return sess, err
+}
+
+// errAgentNoExec: the engine could not execute the agent's binary (its exec ended with
+// 126 or 127 without the agent's greeting).
+var errAgentNoExec = errors.New("the agent's binary could not be executed")
+
+// agentContainer returns the ID of the container the agent was last installed in.
+func (s *Sandbox) agentContainer() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agentArch.id
+}
+
+// readOnlyUsable reports whether the container's read-only directory is still to be
+// tried for the agent: not in a container where its binary could not be executed.
+func (s *Sandbox) readOnlyUsable(id string) bool {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	return s.agent.readOnlyUnusable != id
 }
 
 // startAgentFrom installs the agent (in the read-only directory if mounted says so and
@@ -189,12 +227,21 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 		}
 		why := fmt.Sprintf("the agent did not start (%v; %s): %s", err, exit, human.Clip(out.stderr.String(), 300))
 		if strings.HasPrefix(path, directMount+"/") {
+			if ok && (code == 126 || code == 127) {
+				return nil, path, fmt.Errorf("%w: %s", errAgentNoExec, why)
+			}
 			return nil, path, errors.New(why)
 		}
 		s.agentFailed(why)
 		return nil, path, err
 	}
 	s.setAgentBinary(path)
+	if strings.HasPrefix(path, directMount+"/") {
+		id := s.agentContainer()
+		s.agentMu.Lock()
+		s.agent.readOnlyRan = id
+		s.agentMu.Unlock()
+	}
 	direct, derr := s.startDirect(ctx, sess)
 	directOff := ""
 	if derr != nil {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -324,5 +325,61 @@ func TestDirectChannelBindRefused(t *testing.T) {
 	}
 	if !sb.noBind.Load() {
 		t.Fatal("the refusal was not noted")
+	}
+}
+
+// Something in the container that kills each agent from the read-only directory before
+// its greeting does not get Caddy to start a copy in the container's own filesystem,
+// which it could replace: the sandbox goes on through Docker execs. Before, any failure
+// to start from the directory fell back to the copy.
+func TestAgentKilledNotCopied(t *testing.T) {
+	for _, first := range []bool{true, false} {
+		name := "after the directory's agent ran"
+		if !first {
+			name = "on the container's first agent"
+		}
+		t.Run(name, func(t *testing.T) {
+			sb, _ := agentTestSandbox(t, directConfig(t))
+			if first {
+				mustExec(t, sb, "true", ExecOptions{})
+				if bin := sb.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
+					t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
+				}
+				sb.CloseAgent()
+			}
+			// Killed as it starts, as a root in the container could do: the copy's path
+			// gets the real agent.
+			agentArgvForTest.Set(func(path string) []string {
+				if strings.HasPrefix(path, directMount+"/") {
+					return []string{"/bin/sh", "-c", "kill -9 $$"}
+				}
+				return []string{path, "serve"}
+			})
+			t.Cleanup(agentArgvForTest.Clear)
+			if res := mustExec(t, sb, "echo on", ExecOptions{}); res.Stdout != "on\n" {
+				t.Fatalf("%+v", res)
+			}
+			if running, why := sb.AgentStatus(); running || sb.agentBinary() != "" {
+				t.Fatalf("an agent runs (%v %q) from %q", running, why, sb.agentBinary())
+			}
+			agentArgvForTest.Clear()
+			if res := mustExec(t, sb, "ls -A "+agentDir+" 2>/dev/null; true", ExecOptions{}); res.Stdout != "" {
+				t.Fatalf("the agent was copied into the container: %q", res.Stdout)
+			}
+		})
+	}
+}
+
+// The agent cannot be traced or read by the container's root, who could otherwise make
+// it exit as though its binary could not be executed, or answer in its place.
+func TestAgentNotTraceable(t *testing.T) {
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	mustExec(t, sb, "true", ExecOptions{})
+	sb.agentMu.Lock()
+	pid := sb.agent.sess.Peer().PID
+	sb.agentMu.Unlock()
+	res := mustExec(t, sb, fmt.Sprintf("cat /proc/%d/environ >/dev/null && echo readable; cat /proc/self/environ >/dev/null && echo own", pid), ExecOptions{})
+	if res.Stdout != "own\n" {
+		t.Fatalf("the agent's memory (pid %d): %+v", pid, res)
 	}
 }

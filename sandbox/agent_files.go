@@ -230,6 +230,8 @@ func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Requ
 		return agentwire.FileReply{}, 0, err
 	}
 	defer stop()
+	// Whatever the agent sends after its reply would be held until the session ends.
+	defer st.Close()
 	defer func() {
 		if err == nil {
 			return

@@ -190,3 +190,34 @@ func TestAgentWriteSizeChecked(t *testing.T) {
 		t.Fatalf("%v, want a short write", err)
 	}
 }
+
+// What an agent sends after a write's reply is dropped once the write returns: a
+// successful write leaves nothing held in the session, so uploads do not add up to
+// its budget.
+func TestAgentWriteReleasesStream(t *testing.T) {
+	trailing := make(chan struct{})
+	sess := fakeAgent(t, func(st *agentwire.Stream, _ agentwire.Request) {
+		for {
+			c, err := st.ReadChunk()
+			if err != nil || c.EOF {
+				break
+			}
+		}
+		sendReply(st, agentwire.FileReply{Size: 5})
+		st.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		st.Write(agentwire.Stdout, make([]byte, agentwire.InitialWindow))
+		close(trailing)
+		st.Exit(0)
+	})
+	if _, _, err := agentWrite(context.Background(), sess, agentwire.Request{Path: "/f"}, strings.NewReader("12345"), nil); err != nil {
+		t.Fatal(err)
+	}
+	<-trailing
+	deadline := time.Now().Add(5 * time.Second)
+	for (sess.Held() != 0 || sess.Streams() != 0) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h, n := sess.Held(), sess.Streams(); h != 0 || n != 0 {
+		t.Fatalf("after a successful write the session holds %d bytes on %d streams", h, n)
+	}
+}

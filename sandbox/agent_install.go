@@ -44,7 +44,7 @@ func (s *Sandbox) installAgent(ctx context.Context, mounted bool) (string, error
 			arch, strings.Join(agentbin.Arches(), ", "))
 	}
 	name := "sandbox-agent-" + sum[:12]
-	if mounted && hasDir {
+	if mounted && hasDir && s.readOnlyUsable(s.agentContainer()) {
 		if err := s.placeAgent(name, bin); err == nil {
 			return directMount + "/" + name, nil
 		} else {

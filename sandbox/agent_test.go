@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"runtime"
 	"strconv"
@@ -259,7 +260,7 @@ func TestListenPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128; echo hello >&3; read -r x <&3; echo "answer: $x"`, ExecOptions{Timeout: 20 * time.Second})
+	res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128; echo hello >&3; read -r x <&3; echo "answer: $x"`, ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
 	if res.Stdout != "answer: world\n" {
 		t.Fatalf("%+v", res)
 	}
@@ -298,5 +299,47 @@ exec "$1" serve`, "sh", path, strconv.Itoa(9 + len(hello) + 1)}
 	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", ExecOptions{})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "run\n" {
 		t.Fatalf("the command through an agent that went: %+v, %v", res, err)
+	}
+}
+
+// File streams nobody reads (a share link's downloads paused by their client), more
+// than the agent channel's budget would hold at their full window, leave a command's
+// output on the same sandbox flowing. Before, four such streams starved the command of
+// credit and eight stopped the channel altogether.
+func TestStalledReadsDoNotStopCommands(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "agent's exec", true: "direct channel"}[direct], func(t *testing.T) {
+			cfg := testConfig(t)
+			if direct {
+				cfg = directConfig(t)
+			}
+			cfg.MaxOutput = 2 << 20
+			sb, _ := agentTestSandbox(t, cfg)
+			ctx := context.Background()
+			mustExec(t, sb, "head -c 12m /dev/zero > /sandbox/big", ExecOptions{})
+			const stalled = 10
+			for i := 0; i < stalled; i++ {
+				// From an offset, as a Range request reads: through the agent even
+				// without the direct channel.
+				f, err := sb.OpenRange(ctx, "/sandbox/big", 1, -1)
+				if err != nil {
+					t.Fatalf("stream %d: %v", i, err)
+				}
+				defer f.Close()
+				if _, err := io.ReadFull(f, make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // the windows fill
+			for i := 0; i < 3; i++ {
+				res, err := sb.Exec(ctx, "head -c 1048576 /dev/zero | tr '\\0' x", ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
+				if err != nil {
+					t.Fatalf("command %d beside %d stalled reads: %v", i, stalled, err)
+				}
+				if res.TimedOut || len(res.Stdout) != 1<<20 {
+					t.Fatalf("command %d beside %d stalled reads: %d bytes, timed out %v, %v", i, stalled, len(res.Stdout), res.TimedOut, err)
+				}
+			}
+		})
 	}
 }

@@ -323,3 +323,108 @@ func TestWriteDeadline(t *testing.T) {
 	st.SetWriteDeadline(time.Time{})
 	st.Close()
 }
+
+// Stalled bulk readers cannot stop the session's other streams: file streams raised to
+// FileWindow and never read, more than the budget holds, leave a command's output
+// flowing and every control frame arriving. Windows are granted within the budget, so
+// the read loop never waits for an honest agent. Before, four such streams starved every
+// other stream of credit and eight stopped the read loop altogether.
+func TestStalledDownloadsDoNotStopOthers(t *testing.T) {
+	const stalled, file, out = 10, 6 << 20, 1 << 20
+	s, stop := pair(t, func(st *Stream) {
+		n := out
+		if string(st.Request()) == "file" {
+			n = file
+		}
+		if _, err := st.Write(Stdout, make([]byte, n)); err != nil {
+			return
+		}
+		st.Exit(0)
+	})
+	defer stop()
+	var files []*Stream
+	for i := 0; i < stalled; i++ {
+		st, err := s.Open([]byte("file"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.SetReceiveWindow(FileWindow)
+		files = append(files, st)
+	}
+	time.Sleep(300 * time.Millisecond) // nobody reads: the file windows fill
+	for round := 0; round < 3; round++ {
+		cmd, err := s.Open([]byte("cmd"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan int, 1)
+		go func() {
+			n := 0
+			for {
+				c, err := cmd.ReadChunk()
+				if err != nil {
+					break
+				}
+				n += len(c.Data)
+			}
+			got <- n
+		}()
+		select {
+		case n := <-got:
+			if code, ok := cmd.Status(); n != out || !ok || code != 0 {
+				t.Fatalf("the command's output: %d bytes, exit %d %v; want %d bytes and its exit", n, code, ok, out)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the command's output stopped beside %d stalled downloads (held %.1f MiB, read loop waiting: %v)",
+				round, stalled, float64(s.Held())/(1<<20), s.waiting.Load())
+		}
+	}
+	held, committed := s.Held(), s.Committed()
+	t.Logf("%d stalled downloads: held %.1f MiB, windows granted %.1f MiB of a %d MiB budget", stalled, float64(held)/(1<<20), float64(committed)/(1<<20), MaxHeld>>20)
+	if held > MaxHeld || committed > MaxHeld {
+		t.Errorf("held %d, windows %d: more than the budget %d", held, committed, MaxHeld)
+	}
+	// The stalled downloads still complete once read.
+	for _, st := range files {
+		if n := len(readAll(t, st)); n != file {
+			t.Fatalf("a download got %d bytes, want %d", n, file)
+		}
+	}
+	if h, c := s.Held(), s.Committed(); h != 0 || c != 0 {
+		t.Errorf("with every stream read to its end, %d bytes held and %d committed", h, c)
+	}
+}
+
+// New streams beyond what the budget's windows allow wait for room, and past openWait
+// are refused with an error that says what to do, not granted windows the session could
+// not hold; a stream that closes makes room, for a waiting Open too.
+func TestOpenWithinBudget(t *testing.T) {
+	defer func(d time.Duration) { openWait = d }(openWait)
+	openWait = 100 * time.Millisecond
+	s, stop := pair(t, func(st *Stream) { <-st.Done() })
+	defer stop()
+	var sts []*Stream
+	var err error
+	for i := 0; i < 2*MaxHeld/InitialWindow; i++ {
+		var st *Stream
+		if st, err = s.Open([]byte("x")); err != nil {
+			break
+		}
+		sts = append(sts, st)
+	}
+	if err == nil || len(sts) != MaxHeld/InitialWindow {
+		t.Fatalf("opened %d streams (last error %v), want %d then an error", len(sts), err, MaxHeld/InitialWindow)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { sts[0].Close() })
+	st, err := s.Open([]byte("x"))
+	if err != nil {
+		t.Fatalf("no room after a stream closed: %v", err)
+	}
+	st.Close()
+	for _, st := range sts[1:] {
+		st.Close()
+	}
+	if c := s.Committed(); c != 0 {
+		t.Errorf("%d bytes of windows still counted with every stream closed", c)
+	}
+}

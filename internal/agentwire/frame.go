@@ -73,14 +73,17 @@ const (
 	// (Stream.SetReceiveWindow), for bulk transfers.
 	MaxWindow = 16 << 20
 	// MaxHeld bounds what Caddy holds of a session received and not read yet: queued
-	// bytes (their buffers' capacity) plus chunkCost per queued piece. Past it the read
-	// loop stops reading the transport until readers drain (backpressure); past half of
-	// it, read streams get no new credit until the session drains below it again.
+	// bytes (their buffers' capacity) plus chunkCost per queued piece. The windows of a
+	// session's streams are granted within it (raised ones within three quarters), so
+	// an honest agent never reaches it; past half of it, streams that hold unread data
+	// get no new credit; past it (pieces costing more than their bytes) the read loop
+	// stops reading the transport until readers drain.
 	MaxHeld = 32 << 20
 	// MaxAgentStreams bounds the streams the agent has open at once on a session
-	// (accepted connections); one more is reset with "not accepted", which ends that
-	// connection only.
-	MaxAgentStreams = 256
+	// (accepted connections), their windows to half of MaxHeld; one more, or one the
+	// budget has no room for, is reset with "not accepted", which ends that connection
+	// only.
+	MaxAgentStreams = 64
 	// maxReason bounds a Reset's reason.
 	maxReason = 1024
 	// maxHello bounds a Hello.

@@ -44,8 +44,10 @@ var ErrClosed = errors.New("agent channel closed")
 // programs they started may still run.
 var ErrLost = errors.New("agent channel lost")
 
-// writeTimeout bounds one frame's write: a peer that stops reading ends the session.
-const writeTimeout = 10 * time.Second
+// writeTimeout bounds one frame's write on Caddy's side: an agent that stops reading
+// ends the session. The agent's writes toward Caddy have no deadline: Caddy is trusted,
+// and when it stops reading it applies backpressure on purpose.
+var writeTimeout = 10 * time.Second
 
 // maxStreams bounds the streams open at once in each direction (MaxAgentStreams, less,
 // for those the agent opens to Caddy).
@@ -98,12 +100,19 @@ type Session struct {
 	room    *sync.Cond // signalled as held falls, and when the session ends
 	starved []*Stream  // streams whose credit waits for held to fall below budget/2
 	nstarve atomic.Int32
+	// committed is what the live streams' windows add up to (under mu): what an
+	// honest peer may have queued here at once. New streams and raised windows are
+	// granted only within the budget, so an honest peer never makes the read loop
+	// wait, however slow the readers.
+	committed   int64
+	uncommitted *sync.Cond // on mu: signalled as committed falls, and when the session ends
 }
 
 func newSession(agent bool, r io.Reader, w io.Writer, closer io.Closer, handler func(*Stream)) *Session {
 	s := &Session{agent: agent, r: r, w: w, closer: closer, handler: handler,
 		streams: map[uint32]*Stream{}, done: make(chan struct{})}
 	s.room = sync.NewCond(&s.roomMu)
+	s.uncommitted = sync.NewCond(&s.mu)
 	if agent {
 		s.maxIn, s.next, s.maxPeer = MaxFromCaddy, 2, maxStreams
 	} else {
@@ -130,7 +139,15 @@ func Client(r io.Reader, w io.Writer, closer io.Closer, hello HelloMsg, handler 
 // Caddy's Hello, answers with hello, and calls handler in a goroutine of its own for each
 // stream Caddy opens. It returns nil when Caddy closes the channel.
 func Serve(r io.Reader, w io.Writer, hello HelloMsg, handler func(*Stream)) error {
-	s := newSession(true, r, w, nil, handler)
+	// A session that fails closes its transport, so Caddy sees it end and starts
+	// another agent instead of waiting on a session nobody serves.
+	var c closeAll
+	for _, x := range []any{w, r} {
+		if x, ok := x.(io.Closer); ok {
+			c = append(c, x)
+		}
+	}
+	s := newSession(true, r, w, c, handler)
 	if err := s.handshake(hello); err != nil {
 		s.fail(err)
 		return err
@@ -176,6 +193,16 @@ func (s *Session) handshake(hello HelloMsg) error {
 	return nil
 }
 
+// closeAll closes each of its closers.
+type closeAll []io.Closer
+
+func (c closeAll) Close() error {
+	for _, x := range c {
+		_ = x.Close()
+	}
+	return nil
+}
+
 // ErrVersion is the handshake's error when the two sides speak different versions.
 var ErrVersion = errors.New("agent protocol version mismatch")
 
@@ -210,21 +237,32 @@ func (s *Session) Streams() int {
 func (s *Session) Held() int64 { return s.held.Load() }
 
 // Open starts a stream with a request the peer's handler reads.
+// On Caddy's side, a stream whose window the budget has no room for waits up to
+// openWait for streams to end, then fails.
 func (s *Session) Open(req []byte) (*Stream, error) {
+	if err := s.reserveWindow(); err != nil {
+		return nil, err
+	}
 	// Ids go out in order: the peer refuses a stream opened after a higher one.
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
-	if s.err != nil {
+	if s.err != nil || len(s.streams) >= maxStreams {
 		err := s.err
+		if err == nil {
+			err = fmt.Errorf("agent channel: %d streams open already; wait for some to end", maxStreams)
+		}
+		if s.budget > 0 {
+			s.committed -= InitialWindow
+			s.uncommitted.Broadcast()
+		}
 		s.mu.Unlock()
 		return nil, err
 	}
-	if len(s.streams) >= maxStreams {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("agent channel: %d streams open already", maxStreams)
-	}
 	st := s.newStream(s.next, nil)
+	if s.budget > 0 {
+		st.commit = InitialWindow // reserved above
+	}
 	s.next += 2
 	s.streams[st.id] = st
 	s.mu.Unlock()
@@ -260,7 +298,7 @@ func (s *Session) writeLocked(typ byte, id uint32, payload ...[]byte) error {
 
 // flushLocked writes wbuf out.
 func (s *Session) flushLocked() error {
-	if d, ok := s.w.(deadliner); ok {
+	if d, ok := s.w.(deadliner); ok && !s.agent {
 		_ = d.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
 	if _, err := s.w.Write(s.wbuf); err != nil {
@@ -273,6 +311,10 @@ func (s *Session) flushLocked() error {
 	}
 	return nil
 }
+
+// raiseLimit is the quarters of MaxHeld the windows may add up to through raises
+// (SetReceiveWindow): the rest stays free for new streams, a command's among them.
+const raiseLimit = 3
 
 // maxBatch is the most bytes of one stream sent in one write: several Data frames at
 // once, so a bulk transfer pays one system call (on each side) per batch, not per frame.
@@ -306,6 +348,7 @@ func (s *Session) fail(err error) {
 	s.err = err
 	streams := s.streams
 	s.streams = map[uint32]*Stream{}
+	s.uncommitted.Broadcast()
 	s.mu.Unlock()
 	s.ended.Store(true)
 	s.roomMu.Lock()
@@ -388,18 +431,86 @@ func (s *Session) accept(f frame) error {
 		return protoErr("stream %d opened out of order", f.stream)
 	}
 	s.lastPeer = f.stream
-	if s.handler == nil || s.peerOpen >= s.maxPeer {
+	if s.handler == nil || s.peerOpen >= s.maxPeer || s.err != nil ||
+		(s.budget > 0 && s.committed+InitialWindow > s.budget) {
 		s.mu.Unlock()
 		return s.write(Reset, f.stream, []byte("not accepted"))
 	}
 	// A copy: the payload is the read loop's buffer.
 	st := s.newStream(f.stream, append([]byte(nil), f.payload...))
+	s.commitLocked(st)
 	st.peerOpened = true
 	s.streams[st.id] = st
 	s.peerOpen++
 	s.mu.Unlock()
 	go s.handler(st)
 	return nil
+}
+
+// openWait bounds how long Open waits for room in the budget for a new stream's window.
+var openWait = 10 * time.Second
+
+// reserveWindow counts a new stream's window in committed once the budget has room for
+// it, waiting up to openWait.
+func (s *Session) reserveWindow() error {
+	if s.budget == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var timer *time.Timer
+	expired := false
+	for s.committed+InitialWindow > s.budget && s.err == nil {
+		if expired {
+			return fmt.Errorf("agent channel: the open streams' windows have taken the session's whole budget of %d MiB for %v; wait for transfers to end, or close idle ones", s.budget>>20, openWait)
+		}
+		if timer == nil {
+			timer = time.AfterFunc(openWait, func() {
+				s.mu.Lock()
+				expired = true
+				s.uncommitted.Broadcast()
+				s.mu.Unlock()
+			})
+			defer timer.Stop()
+		}
+		s.uncommitted.Wait()
+	}
+	if s.err != nil {
+		return s.err
+	}
+	s.committed += InitialWindow
+	return nil
+}
+
+// commitLocked counts a new stream's window in committed (under s.mu).
+func (s *Session) commitLocked(st *Stream) {
+	if s.budget > 0 {
+		st.commit = InitialWindow
+		s.committed += InitialWindow
+	}
+}
+
+// uncommit takes a stream's window out of committed once nothing more can arrive on
+// it and it holds nothing: it was closed, or it ended and was read to the end.
+func (s *Session) uncommit(st *Stream) {
+	if s.budget == 0 {
+		return
+	}
+	s.mu.Lock()
+	if st.commit > 0 {
+		s.committed -= st.commit
+		st.commit = 0
+		s.uncommitted.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+// Committed returns what the windows of the session's live streams add up to, as
+// granted within MaxHeld.
+func (s *Session) Committed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed
 }
 
 // forget removes an ended stream.
@@ -415,7 +526,8 @@ func (s *Session) forget(st *Stream) {
 }
 
 // waitRoom returns once the session holds little enough to take cost more, or has
-// ended: the read loop's backpressure. A peer past MaxHeld then waits on its own
+// ended: the read loop's backpressure. Windows are granted within the budget, so only a
+// peer whose tiny frames cost more than their bytes gets here; it then waits on its own
 // writes, and only this session's streams wait with it.
 func (s *Session) waitRoom(cost int64) {
 	if s.budget == 0 || s.held.Load()+cost <= s.budget {
@@ -430,9 +542,9 @@ func (s *Session) waitRoom(cost int64) {
 	s.roomMu.Unlock()
 }
 
-// tight reports whether the session holds more than half its budget: read streams
-// then get no new credit, so a session whose windows add up to more than the budget
-// settles below it instead of stopping at it.
+// tight reports whether the session holds more than half its budget: streams that
+// still hold unread data then get no new credit, so pieces' overhead does not carry
+// the session to its budget; a stream whose reader has caught up still gets its credit.
 func (s *Session) tight() bool { return s.budget > 0 && s.held.Load() > s.budget/2 }
 
 // release accounts for n bytes no longer held, waking the read loop and returning the
@@ -514,6 +626,7 @@ type Stream struct {
 	unacked  int     // data bytes read and not yet credited back
 	starving bool    // its credit waits for the session to drain (Session.starve)
 	peerEOF  [3]bool // channels the peer has ended
+	commit   int64   // what the stream counts in the session's committed (under s.mu)
 	sendWin  int
 	recvWin  int // what the peer may have in flight: InitialWindow, or more when raised
 	// Deadlines of ReadChunk and of Write's wait for credit; zero: none.
@@ -631,8 +744,12 @@ func (st *Stream) end(exited bool, code int32, err error) {
 		return
 	}
 	st.finished, st.exited, st.code, st.err = true, exited, code, err
+	drained := len(st.q) == 0
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	if drained {
+		st.s.uncommit(st)
+	}
 	st.s.forget(st) // before done, so whoever waits on Done sees the stream gone
 	close(st.done)
 }
@@ -672,14 +789,22 @@ func (st *Stream) ReadChunk() (Chunk, error) {
 	st.unacked += len(c.Data)
 	var credit int
 	starve := false
-	if st.unacked >= st.recvWin/4 && !st.finished && !st.starving {
-		if st.s.tight() {
-			st.starving, starve = true, true
+	if st.unacked >= st.recvWin/4 && !st.finished {
+		// Only a stream that still holds data waits for the session to drain: one
+		// whose reader keeps up is never held back by the slow readers of others.
+		if len(st.q) > 0 && st.s.tight() {
+			if !st.starving {
+				st.starving, starve = true, true
+			}
 		} else {
 			credit, st.unacked = st.unacked, 0
 		}
 	}
+	drained := st.finished && len(st.q) == 0
 	st.mu.Unlock()
+	if drained {
+		st.s.uncommit(st)
+	}
 	st.s.release(cost)
 	if starve {
 		st.s.starve(st)
@@ -730,16 +855,34 @@ func (st *Stream) Write(ch byte, p []byte) (int, error) {
 // SetReceiveWindow raises to n (at most MaxWindow) how many bytes the peer may have in
 // flight on the stream, for a bulk transfer whose round trips would otherwise bound
 // its throughput; this side then holds up to that much of the stream. It never lowers
-// the window.
+// the window. On Caddy's side the raise is granted only as far as the session's windows
+// stay within raiseLimit of MaxHeld: past it the stream keeps a smaller window.
 func (st *Stream) SetReceiveWindow(n int) error {
 	n = min(n, MaxWindow)
+	s := st.s
 	st.mu.Lock()
 	inc := n - st.recvWin
 	if inc <= 0 || st.finished || st.abandoned {
 		st.mu.Unlock()
 		return nil
 	}
-	st.recvWin = n
+	if s.budget > 0 {
+		s.mu.Lock()
+		if st.commit == 0 {
+			inc = 0
+		}
+		inc = min(inc, int(s.budget*raiseLimit/4-s.committed))
+		if inc > 0 {
+			st.commit += int64(inc)
+			s.committed += int64(inc)
+		}
+		s.mu.Unlock()
+		if inc <= 0 {
+			st.mu.Unlock()
+			return nil
+		}
+	}
+	st.recvWin += inc
 	st.mu.Unlock()
 	return st.s.write(Window, st.id, binary.BigEndian.AppendUint32(nil, uint32(inc)))
 }
@@ -819,6 +962,7 @@ func (st *Stream) Close() error {
 	st.stopTimers()
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	st.s.uncommit(st) // what still arrives is dropped
 	st.s.release(held)
 	if finished {
 		return nil

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -322,5 +324,113 @@ func TestSetReceiveWindow(t *testing.T) {
 	}
 	if n != win {
 		t.Fatalf("read %d bytes, want %d", n, win)
+	}
+}
+
+// The agent waits for a Caddy that stops reading for longer than a write's deadline:
+// Caddy is trusted and applies backpressure on purpose. Before, the agent's write timed
+// out, its session failed with the transport left open, and Caddy never heard of it.
+func TestAgentWaitsForSlowCaddy(t *testing.T) {
+	defer func(d time.Duration) { writeTimeout = d }(writeTimeout)
+	writeTimeout = 50 * time.Millisecond
+	caddy, agent := net.Pipe() // synchronous, with deadlines: a write waits for the read
+	defer caddy.Close()
+	const size = 100 << 10
+	go Serve(agent, agent, HelloMsg{}, func(st *Stream) {
+		st.Request()
+		if _, err := st.Write(Stdout, make([]byte, size)); err == nil {
+			st.Exit(0)
+		}
+	})
+	caddy.SetDeadline(time.Now().Add(10 * time.Second))
+	var hdr [headerSize]byte
+	if _, err := caddy.Write(appendFrame(nil, Hello, 0, []byte(`{"version":1}`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readFrame(caddy, &hdr, maxHello, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caddy.Write(appendFrame(nil, Open, 1, []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * writeTimeout) // Caddy reads nothing for a while
+	n := 0
+	for {
+		f, err := readFrame(caddy, &hdr, MaxFromAgent, nil)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v; the agent gave up on a slow Caddy", n, err)
+		}
+		if f.typ == Data {
+			n += len(f.payload) - 1
+		}
+		if f.typ == Exit {
+			break
+		}
+	}
+	if n != size {
+		t.Fatalf("got %d bytes, want %d", n, size)
+	}
+}
+
+// failWriter passes writes to w until broken is set, then fails them.
+type failWriter struct {
+	w      io.WriteCloser
+	broken atomic.Bool
+}
+
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.broken.Load() {
+		return 0, errors.New("broken")
+	}
+	return f.w.Write(p)
+}
+
+func (f *failWriter) Close() error { return f.w.Close() }
+
+// An agent whose session fails on a write closes its transport: Serve returns and Caddy
+// sees the session end, instead of both waiting on a session nobody serves.
+func TestFailedServeClosesTransport(t *testing.T) {
+	cr, aw := io.Pipe() // agent → client
+	ar, cw := io.Pipe() // client → agent
+	fw := &failWriter{w: aw}
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ar, fw, HelloMsg{}, func(st *Stream) {
+			st.Request()
+			st.Write(Stdout, []byte("x"))
+		})
+	}()
+	s, err := Client(cr, cw, closers{cr, cw}, HelloMsg{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fw.broken.Store(true)
+	if _, err := s.Open([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err == nil {
+			t.Fatal("Serve returned nil after a failed write")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still runs after its session failed")
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Caddy's side never saw the agent's session end")
+	}
+}
+
+// A stream the peer opens after the session failed is not served: it would never end.
+func TestNoAcceptAfterFail(t *testing.T) {
+	served := false
+	s := newSession(true, nil, io.Discard, nil, func(*Stream) { served = true })
+	s.fail(ErrClosed)
+	s.accept(frame{typ: Open, stream: 1, payload: []byte("x")})
+	if served || s.Streams() != 0 {
+		t.Fatalf("a stream was accepted after the session failed (served %v, %d open)", served, s.Streams())
 	}
 }
