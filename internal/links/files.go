@@ -152,7 +152,9 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	// Large buffers: every read crosses Docker's exec stream and every write a syscall.
 	buf := copyBuffers.Get().(*[]byte)
-	n, err := io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *buf)
+	dw := stallBounded(w)
+	n, err := io.CopyBuffer(dw, io.LimitReader(f, length), *buf)
+	dw.release()
 	copyBuffers.Put(buf)
 	if err == nil && n < length {
 		err = io.ErrUnexpectedEOF // the file shrank since the stat
@@ -264,8 +266,10 @@ func (s *Server) serveZip(w http.ResponseWriter, r *http.Request, fs Files, p st
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	cw := &byteCounter{w: w}
+	dw := stallBounded(w)
+	cw := &byteCounter{w: dw}
 	err := fs.WriteZip(r.Context(), p, cw)
+	dw.release()
 	metricDownloadBytes.Add(float64(cw.n))
 	switch {
 	case err == nil:
@@ -290,6 +294,33 @@ func (c *byteCounter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n += int64(n)
 	return n, err
+}
+
+// stallTimeout bounds how long one write of a download may wait for the client. A
+// client that stops reading (HTTP/2 lets it pause a stream for good) would otherwise
+// hold its stream of the sandbox's agent channel, and with it part of that channel's
+// budget, forever.
+var stallTimeout = 2 * time.Minute
+
+// deadlineWriter sets a write deadline of stallTimeout before each write.
+type deadlineWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(stallTimeout)) // unsupported: no bound, as before
+	return d.w.Write(p)
+}
+
+// release clears the deadline, so that a later response on the same connection has none.
+func (d deadlineWriter) release() { _ = d.rc.SetWriteDeadline(time.Time{}) }
+
+// stallBounded wraps a download's response writer so that a write the client does not
+// take within stallTimeout fails; it hides the writer's ReadFrom, as the copies want.
+// Call release when the response is written.
+func stallBounded(w http.ResponseWriter) deadlineWriter {
+	return deadlineWriter{w: w, rc: http.NewResponseController(w)}
 }
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
