@@ -80,10 +80,11 @@ const (
 	// stops reading the transport until readers drain.
 	MaxHeld = 32 << 20
 	// MaxAgentStreams bounds the streams the agent has open at once on a session
-	// (accepted connections), their windows to half of MaxHeld; one more, or one the
-	// budget has no room for, is reset with "not accepted", which ends that connection
-	// only.
-	MaxAgentStreams = 64
+	// (accepted connections), their windows to three quarters of MaxHeld; one more, or
+	// one the budget has no room for, is reset with "not accepted", which ends that
+	// connection only. It is above the egress proxy's cap on connections (64), so that
+	// the proxy itself can tell the connections beyond its cap why they are refused.
+	MaxAgentStreams = 96
 	// maxReason bounds a Reset's reason.
 	maxReason = 1024
 	// maxHello bounds a Hello.
