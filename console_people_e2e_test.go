@@ -78,4 +78,34 @@ func TestConsolePeopleInBrowser(t *testing.T) {
 		t.Fatalf("activity filtered to alice: %.1200s", s)
 	}
 	browsertest.Screenshot(t, b, "console-people-activity.png")
+
+	// bob leaves the configuration: his row says so and offers Stop… and Delete… only;
+	// Delete asks what becomes of his volume, and keeping it removes the container alone.
+	bobBox := p.containerOf("bob")
+	p.load(p.options([]string{"alice"}))
+	if err := chromedp.Do(b, chromedp.Navigate(p.url+"/console")); err != nil {
+		t.Fatal(err)
+	}
+	row, err := chromedp.Run(b, chromedp.Evaluate[string](`(r => r ? r.dataset.removed + " " + r.innerText : "") (document.querySelector('tr[data-person="bob"]'))`))
+	if err != nil || !strings.HasPrefix(row, "true ") || !strings.Contains(row, "removed from the configuration") || strings.Contains(row, "Restart") || !strings.Contains(row, "Delete") {
+		t.Fatalf("bob's row after his removal: %q %v", row, err)
+	}
+	browsertest.Screenshot(t, b, "console-people-removed.png")
+	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`tr[data-person="bob"] a[href*="sandbox_delete"]`))); err != nil {
+		t.Fatal(err)
+	}
+	choices, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("main button[data-volume]")].map(b => b.dataset.volume + ": " + b.textContent)`))
+	if err != nil || len(choices) != 2 {
+		t.Fatalf("delete confirmation: %q %v: %.600s", choices, err, text())
+	}
+	browsertest.Screenshot(t, b, "console-confirm-delete.png")
+	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`main button[data-volume="keep"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.docker.ContainerInspect(ctx, bobBox); err == nil {
+		t.Errorf("bob's container %s is still there after Delete", bobBox)
+	}
+	if _, err := p.docker.VolumeInspect(ctx, p.volume+"-bob"); err != nil {
+		t.Errorf("bob's volume went with \"keep the volume\": %v", err)
+	}
 }
