@@ -45,23 +45,20 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 	out := make([]console.SandboxInfo, len(people)+len(removed))
 	slots := make(chan struct{}, statusParallel)
 	var wg sync.WaitGroup
-	for i, p := range people {
+	fill := func(i int, info func() console.SandboxInfo) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			out[i] = c.h.sandboxInfo(ctx, p)
+			out[i] = info()
 		}()
 	}
+	for i, p := range people {
+		fill(i, func() console.SandboxInfo { return c.h.sandboxInfo(ctx, p) })
+	}
 	for i, x := range removed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			out[len(people)+i] = c.h.removedInfo(ctx, x)
-		}()
+		fill(len(people)+i, func() console.SandboxInfo { return c.h.removedInfo(ctx, x) })
 	}
 	wg.Wait()
 	return out, nil

@@ -238,21 +238,7 @@ func (g *GuessLimiter) add(key string, a *addrGuesses, fp [16]byte, now time.Tim
 // evict makes room: first every address whose wrong keys all left the window, else
 // the one whose newest wrong key is oldest; the caller holds mu.
 func (g *GuessLimiter) evict(now time.Time) {
-	var oldestKey string
-	var oldest time.Time
-	for k, a := range g.entries {
-		last := a.wrong[len(a.wrong)-1].at
-		if now.Sub(last) >= signinWindow {
-			delete(g.entries, k)
-			continue
-		}
-		if oldestKey == "" || last.Before(oldest) {
-			oldestKey, oldest = k, last
-		}
-	}
-	if len(g.entries) >= g.max && oldestKey != "" {
-		delete(g.entries, oldestKey)
-	}
+	evictStale(g.entries, func(a *addrGuesses) time.Time { return a.wrong[len(a.wrong)-1].at }, now, signinWindow, g.max)
 }
 
 // limiter counts events per address in a sliding window, in memory (registrations).
@@ -316,20 +302,26 @@ func (l *limiter) live(key string, now time.Time) []time.Time {
 // evict makes room: first every key whose events all expired, else the key whose latest
 // event is oldest.
 func (l *limiter) evict(now time.Time) {
+	evictStale(l.entries, func(events []time.Time) time.Time { return events[len(events)-1] }, now, l.window, l.max)
+}
+
+// evictStale drops the entries whose last event is a window old, and then, if the map
+// is still full, the one whose last event is the oldest.
+func evictStale[V any](entries map[string]V, last func(V) time.Time, now time.Time, window time.Duration, max int) {
 	var oldestKey string
 	var oldest time.Time
-	for k, events := range l.entries {
-		last := events[len(events)-1]
-		if now.Sub(last) >= l.window {
-			delete(l.entries, k)
+	for k, v := range entries {
+		t := last(v)
+		if now.Sub(t) >= window {
+			delete(entries, k)
 			continue
 		}
-		if oldestKey == "" || last.Before(oldest) {
-			oldestKey, oldest = k, last
+		if oldestKey == "" || t.Before(oldest) {
+			oldestKey, oldest = k, t
 		}
 	}
-	if len(l.entries) >= l.max && oldestKey != "" {
-		delete(l.entries, oldestKey)
+	if len(entries) >= max && oldestKey != "" {
+		delete(entries, oldestKey)
 	}
 }
 
