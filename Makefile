@@ -20,7 +20,7 @@ test: check lint testenv
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
 	# Restarts dockerd under a running Caddy, so it runs alone, after the rest.
-	MCP_SANDBOX_RESTART_DOCKER=1 $(GO) test -race -count=1 -run '^TestEngineRestart$$' .
+	MCP_SANDBOX_RESTART_DOCKER=1 $(GO) test -race -count=1 -run '^TestEngineRestart$$' ./integration
 
 testenv:
 	scripts/docker-up.sh

@@ -15,12 +15,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/docker/docker/client"
 	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // testCA is a certificate authority for TLS tests.
@@ -172,5 +176,28 @@ func TestPlaceWithoutEngines(t *testing.T) {
 	}
 	if _, err := h.place(ctx, "box-p3"); err == nil || !strings.Contains(err.Error(), `on the Docker engine "gone", which the configuration no longer names`) {
 		t.Errorf("recorded on a removed engine: %v", err)
+	}
+}
+
+// TestToolBoxCPUs: until the engine has been asked, a local engine's CPU count is this
+// machine's, and a remote engine's is unknown, so cpus is stated as set.
+func TestToolBoxCPUs(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sandbox.DefaultConfig()
+	cfg.CPUs = 1000
+	sb, err := sandbox.New(cli, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]float64{
+		"unix:///var/run/docker.sock": float64(runtime.NumCPU()),
+		"tcp://10.0.0.7:2376":         1000,
+	} {
+		if got := (toolBox{Sandbox: sb, e: &sandboxEntry{engine: Engine{Host: host}}}).CPUs(); got != want {
+			t.Errorf("engine %s: CPUs() = %v, want %v", host, got, want)
+		}
 	}
 }

@@ -1,21 +1,113 @@
 package mcpsandbox
 
 import (
-	"fmt"
+	"context"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	mcpclient "github.com/mark3labs/mcp-go/client"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
 // TestMain gives the tests' Caddy a data directory of its own, removed at the end: each
 // test container gets a directory there for the agent's direct channel.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mcp-sandbox-data-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test data directory:", err)
-		os.Exit(1)
+func TestMain(m *testing.M) { testsite.Main(m) }
+
+// The tests here that need a running site reach into the handler too (its pool, its
+// placement); they use internal/testsite, the end-to-end suite's harness
+// (../integration), through these short names.
+
+type siteOptions struct {
+	image     string
+	directive []string
+}
+
+type site struct {
+	*testsite.Site
+	t                                    testing.TB
+	url, key, container, volume, storage string
+	docker                               *client.Client
+}
+
+func wrapSite(s *testsite.Site) *site {
+	return &site{Site: s, t: s.T, url: s.URL, key: s.Key, container: s.Container, volume: s.Volume, storage: s.Storage, docker: s.Docker}
+}
+
+func newSite(t testing.TB) *site { t.Helper(); return wrapSite(testsite.New(t)) }
+
+func startSite(t testing.TB, opts siteOptions) *site {
+	t.Helper()
+	s := newSite(t)
+	s.start(opts)
+	return s
+}
+
+func (o siteOptions) options() testsite.Options {
+	return testsite.Options{Image: o.image, Directive: o.directive}
+}
+
+func (s *site) start(opts siteOptions) { s.t.Helper(); s.Start(opts.options()) }
+func (s *site) load(opts siteOptions)  { s.t.Helper(); s.Load(opts.options()) }
+func (s *site) client(ctx context.Context) *mcpclient.Client {
+	s.t.Helper()
+	return s.Client(ctx)
+}
+func (s *site) clientWith(ctx context.Context, base, version string) *mcpclient.Client {
+	s.t.Helper()
+	return s.ClientWith(ctx, base, version)
+}
+
+// peopleSite is a site with `person` lines on any host.
+type peopleSite struct{ *site }
+
+func startPeopleSite(t testing.TB, people []string) *peopleSite {
+	t.Helper()
+	s := newSite(t)
+	var lines []string
+	for _, name := range people {
+		lines = append(lines, "person "+name+" "+name+"-key-"+testenv.RandomHex(16))
 	}
-	os.Setenv("XDG_DATA_HOME", dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, name := range people {
+			_ = s.docker.ContainerRemove(ctx, s.container+"-"+name, container.RemoveOptions{Force: true})
+			_ = s.docker.VolumeRemove(ctx, s.volume+"-"+name, true)
+		}
+	})
+	s.Start(testsite.Options{Address: "http://:%d", Directive: lines})
+	return &peopleSite{s}
+}
+
+func (p *peopleSite) containerOf(person string) string { return p.container + "-" + person }
+
+var (
+	call       = testsite.Call
+	structured = testsite.Structured
+	resultText = testsite.ResultText
+	freePort   = testsite.FreePort
+	testImage  = testenv.Image
+	randomHex  = testenv.RandomHex
+	waitFor    = testenv.WaitFor
+)
+
+func dockerClient(t testing.TB) *client.Client { t.Helper(); return testenv.DockerClient(t) }
+
+func mcpWithToken(ctx context.Context, t *testing.T, base, token string) (*mcpclient.Client, error) {
+	return testsite.Dial(ctx, t, base, token)
+}
+
+// readExample reads a file of the repository, which fails the test when missing.
+func readExample(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -20,7 +20,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-ts=testdata/ts-client
+ts=integration/testdata/ts-client
 if [ ! -d "$ts/node_modules/@modelcontextprotocol/sdk" ] || [ "$ts/package-lock.json" -nt "$ts/node_modules/.package-lock.json" ]; then
 	echo "test-deps: installing the TypeScript MCP SDK" >&2
 	(cd "$ts" && npm ci --no-audit --no-fund --loglevel=error)

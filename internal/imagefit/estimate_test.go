@@ -166,7 +166,7 @@ func TestGIFAndWebPEstimates(t *testing.T) {
 		path, kind string
 		exact      bool // no lossless part, priced at its worst
 	}{
-		{"../../testdata/images/large-lossy.webp", "lossy WebP", true},
+		{"../../integration/testdata/images/large-lossy.webp", "lossy WebP", true},
 		{"testdata/yellow_rose.lossy-with-alpha.webp", "lossy WebP", false},
 		{"testdata/tux.lossless.webp", "lossless WebP", false},
 		{"testdata/gopher-doc.2bpp.lossless.webp", "lossless WebP", false},

@@ -1,6 +1,0 @@
-//go:build !race
-
-package mcpsandbox
-
-// raceEnabled: the race detector multiplies memory use, so memory bounds do not apply.
-const raceEnabled = false
