@@ -52,7 +52,6 @@ func (o siteOptions) options() testsite.Options {
 }
 
 func (s *site) start(opts siteOptions) { s.t.Helper(); s.Start(opts.options()) }
-func (s *site) load(opts siteOptions)  { s.t.Helper(); s.Load(opts.options()) }
 func (s *site) client(ctx context.Context) *mcpclient.Client {
 	s.t.Helper()
 	return s.Client(ctx)
