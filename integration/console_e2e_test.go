@@ -281,7 +281,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("revoke sign-in", func(t *testing.T) {
-		tok := oauthToken(ctx, t, s, "Revocable client")
+		tok := s.OAuthToken(ctx, t, "Revocable client")
 		oc, err := mcpWithToken(ctx, t, s.URL, tok)
 		if err != nil {
 			t.Fatal(err)
@@ -354,7 +354,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("browser", func(t *testing.T) {
 		// A live sign-in, used once, for the Access page.
-		oc, err := mcpWithToken(ctx, t, s.URL, oauthToken(ctx, t, s, "Claude"))
+		oc, err := mcpWithToken(ctx, t, s.URL, s.OAuthToken(ctx, t, "Claude"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,57 +425,15 @@ func TestConsole(t *testing.T) {
 	})
 }
 
-// oauthToken registers a client and signs it in with golang.org/x/oauth2 and PKCE.
-func oauthToken(ctx context.Context, t *testing.T, s *testsite.Site, name string) string {
-	t.Helper()
-	conf, verifier := oauthConfig(t, s, name)
-	resource := oauth2.SetAuthURLParam("resource", s.URL+"/mcp")
-	q := signInThroughCaddy(t, conf.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier), resource), s.Key)
-	tok, err := conf.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(verifier), resource)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok.AccessToken
-}
-
-func oauthConfig(t *testing.T, s *testsite.Site, name string) (*oauth2.Config, string) {
-	t.Helper()
-	redirect := "http://127.0.0.1:45678/callback"
-	body, _ := json.Marshal(map[string]any{"client_name": name, "redirect_uris": []string{redirect}, "token_endpoint_auth_method": "none"})
-	resp, err := http.Post(s.URL+"/register", "application/json", strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reg struct {
-		ClientID string `json:"client_id"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&reg)
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		t.Fatalf("registration: %d", resp.StatusCode)
-	}
-	return &oauth2.Config{ClientID: reg.ClientID, RedirectURL: redirect,
-		Endpoint: oauth2.Endpoint{AuthURL: s.URL + "/authorize", TokenURL: s.URL + "/token", AuthStyle: oauth2.AuthStyleInParams}}, oauth2.GenerateVerifier()
-}
-
 // oauthAuthorizeStatus submits the right key on the OAuth sign-in page and returns the
 // status it answers.
 func oauthAuthorizeStatus(t *testing.T, s *testsite.Site) int {
 	t.Helper()
-	conf, verifier := oauthConfig(t, s, "Throttled client")
+	conf, verifier := s.OAuthConfig(t, "Throttled client")
 	authURL := conf.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("resource", s.URL+"/mcp"))
-	resp, err := http.Get(authURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	form := url.Values{"api_key": {s.Key}}
-	for _, m := range hiddenField.FindAllStringSubmatch(string(page), -1) {
-		form.Set(m[1], strings.ReplaceAll(m[2], "&amp;", "&"))
-	}
+	form, _ := testsite.SignInForm(t, authURL, s.Key)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err = noFollow.PostForm(s.URL+"/authorize", form)
+	resp, err := noFollow.PostForm(s.URL+"/authorize", form)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestWrongKeysShareOneBudget(t *testing.T) {
 	}
 
 	// A revoked token of ours, retried far more often than the budget, costs nothing.
-	token := oauthToken(ctx, t, s, "Stale client")
+	token := s.OAuthToken(ctx, t, "Stale client")
 	resp, err := http.PostForm(s.URL+"/revoke", url.Values{"token": {token}})
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("revoke: %v %v", err, resp)

@@ -73,7 +73,7 @@ func oauthTokenThroughCaddy(ctx context.Context, t *testing.T, s *testsite.Site)
 		t.Fatalf("register: %d %s", status, body)
 	}
 	authURL, verifier := authorizeURL(s.URL, clientID, redirect, nil)
-	q := signInThroughCaddy(t, authURL, s.Key)
+	q := testsite.SignIn(t, authURL, s.Key)
 	conf := &oauth2.Config{ClientID: clientID, RedirectURL: redirect,
 		Endpoint: oauth2.Endpoint{AuthURL: s.URL + "/authorize", TokenURL: s.URL + "/token", AuthStyle: oauth2.AuthStyleInParams}}
 	tok, err := conf.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(verifier), oauth2.SetAuthURLParam("resource", s.URL+"/mcp"))
@@ -298,7 +298,7 @@ func TestExampleLogHidesCodes(t *testing.T) {
 			t.Fatalf("register: %d %s", status, body)
 		}
 		authURL, _ := authorizeURL(s.URL, clientID, redirect, nil)
-		code := signInThroughCaddy(t, authURL, s.Key).Get("code")
+		code := testsite.SignIn(t, authURL, s.Key).Get("code")
 		var logs []byte
 		testenv.WaitFor(t, 5*time.Second, "the sign-in in the access log", func() bool {
 			logs, _ = os.ReadFile(logFile)

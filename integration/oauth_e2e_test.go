@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"html"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -19,38 +17,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
-
-var hiddenField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
-
-// signInThroughCaddy plays the person at the sign-in page and returns the code.
-func signInThroughCaddy(t *testing.T, authURL, key string) url.Values {
-	t.Helper()
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(authURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("sign-in page: %d %s", resp.StatusCode, page)
-	}
-	form := url.Values{"api_key": {key}}
-	for _, m := range hiddenField.FindAllStringSubmatch(string(page), -1) {
-		form.Set(m[1], html.UnescapeString(m[2]))
-	}
-	u, _ := url.Parse(authURL)
-	resp, err = noFollow.PostForm(u.Scheme+"://"+u.Host+"/authorize", form)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if resp.StatusCode != http.StatusSeeOther || err != nil {
-		t.Fatalf("sign-in answered %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	return loc.Query()
-}
 
 func mcpWithToken(ctx context.Context, t *testing.T, base, token string) (*mcpclient.Client, error) {
 	return testsite.Dial(ctx, t, base, token)
@@ -119,7 +85,7 @@ func TestOAuthThroughCaddy(t *testing.T) {
 	verifier := oauth2.GenerateVerifier()
 	resource := oauth2.SetAuthURLParam("resource", s.URL+"/mcp")
 	authURL := conf.AuthCodeURL("state-123", oauth2.S256ChallengeOption(verifier), resource)
-	q := signInThroughCaddy(t, authURL, s.Key)
+	q := testsite.SignIn(t, authURL, s.Key)
 	if q.Get("state") != "state-123" || q.Get("iss") != s.URL || q.Get("code") == "" {
 		t.Fatalf("redirect query: %v", q)
 	}
@@ -178,7 +144,7 @@ func TestOAuthThroughCaddy(t *testing.T) {
 	}
 
 	// A new API key invalidates every token and every link.
-	tok2, err := conf.Exchange(ctx, signInThroughCaddy(t, conf.AuthCodeURL("s2", oauth2.S256ChallengeOption(verifier), resource), s.Key).Get("code"), oauth2.VerifierOption(verifier), resource)
+	tok2, err := conf.Exchange(ctx, testsite.SignIn(t, conf.AuthCodeURL("s2", oauth2.S256ChallengeOption(verifier), resource), s.Key).Get("code"), oauth2.VerifierOption(verifier), resource)
 	if err != nil {
 		t.Fatal(err)
 	}
