@@ -151,9 +151,10 @@ type argField struct {
 	desc      string
 }
 
-// argSpec is the arguments of one tool.
+// argSpec is the arguments of one tool, the fields of typ.
 type argSpec struct {
 	tool   string
+	typ    reflect.Type
 	fields []argField
 	names  []string // sorted, for errors
 }
@@ -163,7 +164,7 @@ func specOf(t reflect.Type, tool string, props map[string]about) (*argSpec, erro
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("arguments of %s: %s is not a struct", tool, t)
 	}
-	spec := &argSpec{tool: tool}
+	spec := &argSpec{tool: tool, typ: t}
 	for _, sf := range reflect.VisibleFields(t) {
 		if sf.Anonymous || !sf.IsExported() {
 			continue
@@ -512,7 +513,14 @@ func describe(v any) string {
 	return human.Clip(fmt.Sprintf("%v", v), 80)
 }
 
-func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// fmtNum writes a number as JSON would, in exponent form only when huge or tiny, so
+// that an error quoting 1e300 is not 300 digits long.
+func fmtNum(f float64) string {
+	if a := math.Abs(f); a != 0 && (a >= 1e21 || a < 1e-6) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
 
 // argAliases are the names models commonly give arguments, from other tools' schemas
 // (start_line, workdir, old_string, ...), with the names they may mean here, first
