@@ -26,7 +26,8 @@ import (
 //	                   nonblank is minLength=1 that spaces alone do not meet
 //	unit:"a number of seconds"
 //	                   how errors name a number
-//	needs:"..."        what a missing required argument should have been, for the model
+//	needs:"..."        what a required argument is, told the model when it is missing
+//	                   or unusable
 //
 // Field types: string, bool, float64, int, int64, and pointers to the numbers, nil
 // when the argument is absent. The tool's definition adds each argument's description

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // sampleArgs has an argument of every kind the tools use.
@@ -351,4 +353,19 @@ func FuzzDecodeArgs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJobIDPattern: the job_id pattern the tools check is the sandbox's own rule.
+func TestJobIDPattern(t *testing.T) {
+	f := reflect.TypeFor[jobRef]().Field(0)
+	field, err := fieldOf(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{fakeJob, "j0123456789ab", "jabcdefabcdef", "J0123456789ab", "j0123456789ab\n", "\nj0123456789ab",
+		"j0123456789a", "j0123456789abc", "j0123456789aB", "j0123456789ag", "k0123456789ab", "", "j"} {
+		if got, want := field.re.MatchString(id), boxapi.ValidJobID(id); got != want {
+			t.Errorf("%q: the pattern says %v, boxapi.ValidJobID %v", id, got, want)
+		}
+	}
 }
