@@ -174,6 +174,9 @@ func specOf(t reflect.Type, tool string, props map[string]about) (*argSpec, erro
 		if err != nil {
 			return nil, fmt.Errorf("arguments of %s: %s: %w", tool, sf.Name, err)
 		}
+		if slices.Contains(spec.names, f.name) {
+			return nil, fmt.Errorf("arguments of %s: two fields are named %q", tool, f.name)
+		}
 		p, ok := props[f.name]
 		if !ok || p.desc == "" {
 			return nil, fmt.Errorf("arguments of %s: %q has no description", tool, f.name)
@@ -308,7 +311,7 @@ func (s *argSpec) schema() mcp.ToolInputSchema {
 	return in
 }
 
-// decode reads a call's arguments into out, a T; failing, it returns what to tell the
+// decode reads a call's arguments into out, a settable typ; failing, it returns what to tell the
 // model: every unknown argument by name (with the name it likely means), or the
 // first argument, in the struct's order, that cannot be used.
 func (s *argSpec) decode(raw any, out reflect.Value) string {

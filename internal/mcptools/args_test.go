@@ -152,6 +152,10 @@ func TestArgSpecRefusesBadStructs(t *testing.T) {
 		A string `json:"a"`
 	}](), map[string]about{"a": {desc: "x"}, "b": {desc: "y"}}, `"b" is described but is no field`)
 	check("not a struct", reflect.TypeFor[int](), nil, "not a struct")
+	check("one name twice", reflect.TypeFor[struct {
+		fileArg
+		P string `json:"path"`
+	}](), map[string]about{"path": {desc: "x"}}, `two fields are named "path"`)
 }
 
 // validArgs are arguments each tool takes, to change one at a time.
