@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
@@ -205,7 +206,7 @@ func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
 		return err
 	}
 	err = sb.StopJob(ctx, id)
-	if errors.Is(err, sandbox.ErrJobNotFound) {
+	if errors.Is(err, boxapi.ErrJobNotFound) {
 		return console.ErrNotFound
 	}
 	if err == nil {

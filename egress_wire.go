@@ -27,6 +27,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -148,7 +149,7 @@ func newEgressState(sb *sandbox.Sandbox, logger *zap.Logger) *egressState {
 // refused records a refusal for the job that asked (the proxy user name), the
 // console and the metrics, and logs it.
 func (e *egressState) refused(user string, r *egress.Refusal) {
-	if !sandbox.ValidJobID(user) {
+	if !boxapi.ValidJobID(user) {
 		user = ""
 	}
 	person := e.personName()

@@ -11,8 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // defaultPreviewTTL is how long an exposed port stays reachable unless preview_ttl
@@ -81,7 +81,7 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 		return nil, err
 	}
 	c, err := e.sb.DialPort(ctx, port)
-	if errors.Is(err, sandbox.ErrNoListener) {
+	if errors.Is(err, boxapi.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
 	if err != nil {

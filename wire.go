@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -75,18 +76,18 @@ type toolBox struct {
 
 // Exec and JobOutput keep the sandbox from idling while they run. A command starts
 // once the egress proxy listens, when there is one.
-func (b toolBox) Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+func (b toolBox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	defer b.e.begin()()
 	b.e.awaitEgress(ctx)
 	return b.Sandbox.Exec(ctx, command, opts)
 }
 
-func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	defer b.e.begin()()
 	return b.Sandbox.JobOutput(ctx, id, wait, input, maxOutput, onOutput)
 }
 
-func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
+func (b toolBox) Facts(ctx context.Context, wait time.Duration) *boxapi.Facts {
 	return b.h.sandboxFacts(ctx, b.e, wait)
 }
 
