@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -64,7 +65,7 @@ func containerRunning(t testing.TB, cli client.APIClient, name string) bool {
 func sandboxesByState(t testing.TB, engine, state string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(sandboxCollector{})
+	reg.MustRegister(metrics.Sandboxes(pooledSandboxes))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -292,7 +293,7 @@ func (e *sandboxEntry) startCleanup() {
 			defer close(e.done)
 			// The sandbox logs each pass; here it is only counted.
 			e.sb.RunCleanup(ctx, func(paths []string) {
-				metricCleanupDeleted.Add(float64(len(paths)))
+				metrics.CleanupDeleted.Add(float64(len(paths)))
 			})
 		}()
 	})

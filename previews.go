@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
 
@@ -48,8 +49,8 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
-			metricPreviewRequests.WithLabelValues(result).Inc()
-			metricPreviewBytes.Add(float64(n))
+			metrics.PreviewRequests.WithLabelValues(result).Inc()
+			metrics.PreviewBytes.Add(float64(n))
 		},
 		Logger: h.logger.Named("preview"),
 	})

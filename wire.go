@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -63,7 +64,7 @@ func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	metricPersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	metrics.PersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
 	return toolBox{Sandbox: e.sb, e: e, h: b.h}, nil
 }
 
