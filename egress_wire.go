@@ -143,52 +143,33 @@ type consoleEgress struct{ h *Handler }
 func (c consoleEgress) Refusals(context.Context) ([]console.EgressRefusal, error) {
 	h := c.h
 	owner := map[string]string{} // container -> person
-	for _, p := range append([]string{""}, h.peopleNames()...) {
+	names := []string{""}
+	for _, p := range h.People {
+		names = append(names, p.Name)
+	}
+	for _, p := range names {
 		if cfg, err := h.sandboxConfigFor(p); err == nil {
 			owner[cfg.Container] = p
 		}
 	}
-	// A reload with new settings briefly holds two entries of one container: their
-	// counts are added.
-	type key struct{ person, host string }
-	merged := map[key]*console.EgressRefusal{}
+	var all []egress.HostRefusals
 	sandboxes.Range(func(_, v any) bool {
-		e, ok := v.(*sandboxEntry)
-		if !ok || e.egress == nil {
-			return true
-		}
-		person, ok := owner[e.sb.Config().Container]
-		if !ok {
-			return true
-		}
-		for _, g := range e.egress.Refusals() {
-			r := console.EgressRefusal{Person: person, Host: g.Host, Reason: g.Reason, Count: g.Count, LastAt: g.LastAt}
-			k := key{person, r.Host}
-			if m := merged[k]; m != nil {
-				m.Count += r.Count
-				if r.LastAt.After(m.LastAt) {
-					m.LastAt, m.Reason = r.LastAt, r.Reason
+		if e, ok := v.(*sandboxEntry); ok && e.egress != nil {
+			if person, ok := owner[e.sb.Config().Container]; ok {
+				for _, r := range e.egress.Refusals() {
+					r.Person = person
+					all = append(all, r)
 				}
-				continue
 			}
-			merged[k] = &r
 		}
 		return true
 	})
+	merged := egress.MergeRefusals(all)
 	out := make([]console.EgressRefusal, 0, len(merged))
 	for _, r := range merged {
-		out = append(out, *r)
+		out = append(out, console.EgressRefusal{Person: r.Person, Host: r.Host, Reason: r.Reason, Count: r.Count, LastAt: r.LastAt})
 	}
 	return out, nil
-}
-
-// peopleNames are the configured people's names, in config order.
-func (h *Handler) peopleNames() []string {
-	out := make([]string, 0, len(h.People))
-	for _, p := range h.People {
-		out = append(out, p.Name)
-	}
-	return out
 }
 
 var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{

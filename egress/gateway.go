@@ -337,6 +337,29 @@ func (g *Gateway) Refusals() []HostRefusals {
 	return out
 }
 
+// MergeRefusals adds up the entries of one person and host, keeping the latest reason:
+// a reload with new settings briefly holds two gateways of one sandbox.
+func MergeRefusals(list []HostRefusals) []HostRefusals {
+	type key struct{ person, host string }
+	at := map[key]int{}
+	out := make([]HostRefusals, 0, len(list))
+	for _, r := range list {
+		k := key{r.Person, r.Host}
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, r)
+			continue
+		}
+		m := &out[i]
+		m.Count += r.Count
+		if r.LastAt.After(m.LastAt) {
+			m.LastAt, m.Reason = r.LastAt, r.Reason
+		}
+	}
+	return out
+}
+
 // HostCount is one host's number of refusals.
 type HostCount struct {
 	Host  string

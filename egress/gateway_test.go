@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,5 +391,25 @@ func TestGatewayCapLogged(t *testing.T) {
 	g.turnedAway()
 	if logs.Len() != 2 {
 		t.Fatalf("%d lines a minute on, want 2", logs.Len())
+	}
+}
+
+// Two gateways of one sandbox (a reload with new settings) list one host once: the
+// counts added, the latest reason kept; other people's stay apart.
+func TestMergeRefusals(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	got := MergeRefusals([]HostRefusals{
+		{Person: "alice", Host: "x.example", Reason: ReasonNotAllowed, Count: 2, LastAt: t0.Add(time.Minute)},
+		{Person: "bob", Host: "x.example", Reason: ReasonNotAllowed, Count: 1, LastAt: t0},
+		{Person: "alice", Host: "x.example", Reason: ReasonDenied, Count: 3, LastAt: t0},
+		{Person: "alice", Host: "y.example", Reason: ReasonDenied, Count: 1, LastAt: t0},
+	})
+	want := []HostRefusals{
+		{Person: "alice", Host: "x.example", Reason: ReasonNotAllowed, Count: 5, LastAt: t0.Add(time.Minute)},
+		{Person: "bob", Host: "x.example", Reason: ReasonNotAllowed, Count: 1, LastAt: t0},
+		{Person: "alice", Host: "y.example", Reason: ReasonDenied, Count: 1, LastAt: t0},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
 }
