@@ -208,7 +208,7 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	}
 	e.startCleanup()
 	if e.egress != nil {
-		e.egress.start()
+		e.egress.Start()
 	}
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()

@@ -113,7 +113,7 @@ func (b toolBox) Egress() *mcptools.Egress {
 	if b.e.egress == nil {
 		return nil
 	}
-	return b.e.egress.info()
+	return &mcptools.Egress{Hosts: b.e.egress.Allowed(), Offline: b.e.egress.Offline()}
 }
 
 // Blocked returns, once, what the proxy refused to a job's commands.
@@ -121,7 +121,7 @@ func (b toolBox) Blocked(job string) []string {
 	if b.e.egress == nil {
 		return nil
 	}
-	return b.e.egress.takeBlocked(job)
+	return b.e.egress.TakeBlocked(job)
 }
 
 // EngineDown knows the Docker client's errors besides the text of the common ones.
