@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -60,7 +61,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	sb := siteHandler(t).entry.sb
 	done := make(chan error, 1)
 	go func() {
-		_, err := sb.Exec(ctx, "sleep 3", sandbox.ExecOptions{})
+		_, err := sb.Exec(ctx, "sleep 3", boxapi.ExecOptions{})
 		done <- err
 	}()
 	time.Sleep(time.Second)
@@ -71,7 +72,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	if _, err := sb.Exec(ctx, "true", sandbox.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
+	if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("a command after Caddy stopped: %v, want ErrClosed", err)
 	}
 	if _, err := s.docker.ContainerInspect(ctx, s.container); err == nil {
@@ -92,7 +93,7 @@ func TestStoppedSitePlacesNoSandbox(t *testing.T) {
 	defer cancel()
 	e, err := h.sandboxFor(ctx, "alice")
 	if err == nil {
-		_, err = e.sb.Exec(ctx, "true", sandbox.ExecOptions{})
+		_, err = e.sb.Exec(ctx, "true", boxapi.ExecOptions{})
 	}
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)

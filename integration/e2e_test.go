@@ -16,13 +16,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcphttp"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
-
-// maxRequestBody is the largest MCP request body the handler reads (4 MiB); a larger
-// one is answered 413.
-const maxRequestBody = 4 << 20
 
 func TestExecuteThroughCaddy(t *testing.T) {
 	s := testsite.Start(t, testsite.Options{})
@@ -183,7 +180,7 @@ func TestHTTPErrors(t *testing.T) {
 	if resp := post(s.Key, "", "text/plain", initBody); resp.StatusCode != 400 {
 		t.Fatalf("wrong content type: %d", resp.StatusCode)
 	}
-	if resp := post(s.Key, "", "application/json", `{"x":"`+strings.Repeat("a", maxRequestBody)+`"}`); resp.StatusCode != 413 {
+	if resp := post(s.Key, "", "application/json", `{"x":"`+strings.Repeat("a", mcphttp.MaxRequestBody)+`"}`); resp.StatusCode != 413 {
 		t.Fatalf("oversized body: %d", resp.StatusCode)
 	}
 	// Other paths reach the next handler.

@@ -18,10 +18,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// ErrNoListener is returned (wrapped) by [Sandbox.DialPort] when nothing accepts
-// connections on the port inside the container.
-var ErrNoListener = boxapi.ErrNoListener
-
 // relayReady is the byte the relay writes once it is connected, before any byte of the
 // stream, so that a refused connection and an open one are told apart.
 const relayReady = 'R'
@@ -66,7 +62,7 @@ const relayDialTimeout = 30 * time.Second
 // DialPort opens a connection to port on the container's loopback interface, through
 // the Docker API only: an exec whose attached stdin and stdout carry the bytes, as
 // `kubectl port-forward` does. It works with any network mode (also none) and with a
-// remote engine. When nothing listens on the port, the error wraps [ErrNoListener].
+// remote engine. When nothing listens on the port, the error wraps [boxapi.ErrNoListener].
 //
 // The connection supports CloseWrite; closing it ends the relay inside the container.
 // ctx bounds only the setup: cancelling it later does not affect the connection.
@@ -84,7 +80,7 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	if sess := s.agentSession(ctx); sess != nil {
 		c, err := s.agentDial(ctx, sess, port)
-		if err == nil || errors.Is(err, ErrNoListener) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, boxapi.ErrNoListener) || ctx.Err() != nil {
 			return c, err
 		}
 		// The channel ended under the dial: this one takes an exec.
@@ -140,7 +136,7 @@ func (c *relayConn) awaitReady() error {
 		stream, size, err := c.header()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("port %d: %w (%s)", c.port, ErrNoListener, strings.TrimSpace(said.String()))
+				return fmt.Errorf("port %d: %w (%s)", c.port, boxapi.ErrNoListener, strings.TrimSpace(said.String()))
 			}
 			return fmt.Errorf("relay to port %d: %w", c.port, err)
 		}
