@@ -17,7 +17,7 @@ import (
 var agentOpts = testsite.Options{Directive: []string{"yield_after 10s"}}
 
 // TestAgentEndToEnd drives the in-container agent the way a model does, with the
-// official TypeScript SDK through a real Caddy on the realistic Image: a command under
+// official TypeScript SDK through a real Caddy on the realistic image: a command under
 // a tty, a Python REPL typed into through job_input, a job that outlives a killed agent
 // and `kill -9 -1`, and a job that outlives a Caddy restart (after which one agent
 // runs). One site serves every step, in this order.

@@ -95,7 +95,7 @@ func TestConsolePeopleInBrowser(t *testing.T) {
 	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`tr[data-person="bob"] a[href*="sandbox_delete"]`))); err != nil {
 		t.Fatal(err)
 	}
-	choices, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("main button[data-volume]")].map(b => b.dataset.Volume + ": " + b.textContent)`))
+	choices, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("main button[data-volume]")].map(b => b.dataset.volume + ": " + b.textContent)`))
 	if err != nil || len(choices) != 2 {
 		t.Fatalf("delete confirmation: %q %v: %.600s", choices, err, text())
 	}

@@ -186,7 +186,7 @@ func TestEgressWithoutAgentIsOffline(t *testing.T) {
 	}
 }
 
-// HTTPS through a real Caddy and the Debian Image: a credential host is intercepted
+// HTTPS through a real Caddy and the Debian image: a credential host is intercepted
 // (a program trusting only the system bundle succeeds, the upstream gets the header),
 // an allowed host without a credential passes through untouched (a program trusting
 // only the upstream's own CA succeeds, nothing added).

@@ -323,7 +323,7 @@ func TestKeyRotationThroughReload(t *testing.T) {
 	write := func(name, key string) {
 		t.Helper()
 		p.keys[name] = key
-		if err := os.WriteFile(filepath.Join(dir, name+".Key"), []byte(key+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name+".key"), []byte(key+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,7 +338,7 @@ func TestKeyRotationThroughReload(t *testing.T) {
 	options := func(people ...string) testsite.Options {
 		var lines []string
 		for _, name := range people {
-			lines = append(lines, "person "+name+" {file."+filepath.Join(dir, name+".Key")+"}")
+			lines = append(lines, "person "+name+" {file."+filepath.Join(dir, name+".key")+"}")
 		}
 		return testsite.Options{Address: "http://:%d", Directive: lines}
 	}

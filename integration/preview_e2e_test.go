@@ -388,7 +388,7 @@ func TestPreviewBadInput(t *testing.T) {
 		{strings.Repeat(label, 40) + ".localhost", 404},
 		{strings.Repeat("a", 63) + ".localhost", 404},
 		{"aaaaaaaaaaaaaaaaaaaaaaaaaa.localhost", 404},
-		{"localhost", 200}, // the previews domain itself is the Site: the next handler
+		{"localhost", 200}, // the previews domain itself is the site: the next handler
 		{"127.0.0.1", 200},
 	} {
 		resp, body := p.get(t, "http://ignored/hello", "Host", tc.host)
