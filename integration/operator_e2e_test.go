@@ -214,7 +214,7 @@ func TestOperatorSeesWhose(t *testing.T) {
 	}
 
 	// An OAuth sign-in made with alice's key names her, and the Access page shows it.
-	conf, verifier := p.Site.OAuthConfig(t, "Claude")
+	conf, verifier := p.OAuthConfig(t, "Claude")
 	resource := oauth2.SetAuthURLParam("resource", p.URL+"/mcp")
 	q := testsite.SignIn(t, conf.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier), resource), p.keys["alice"])
 	if _, err := conf.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(verifier), resource); err != nil {
@@ -285,7 +285,7 @@ func TestRemovedKeyLocksNobodyOut(t *testing.T) {
 	if code := personAPI(t, p, "GET", "/sandboxes", nil); code != http.StatusOK {
 		t.Fatalf("the console after twelve tries of bob's old key: %d, want 200", code)
 	}
-	conf, verifier := p.Site.OAuthConfig(t, "Claude")
+	conf, verifier := p.OAuthConfig(t, "Claude")
 	testsite.SignIn(t, conf.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier)), p.keys["alice"])
 
 	// Guessing still blocks, but not for long.
