@@ -89,17 +89,10 @@ var (
 	call       = testsite.Call
 	structured = testsite.Structured
 	resultText = testsite.ResultText
-	freePort   = testsite.FreePort
 	testImage  = testenv.Image
 	randomHex  = testenv.RandomHex
 	waitFor    = testenv.WaitFor
 )
-
-func dockerClient(t testing.TB) *client.Client { t.Helper(); return testenv.DockerClient(t) }
-
-func mcpWithToken(ctx context.Context, t *testing.T, base, token string) (*mcpclient.Client, error) {
-	return testsite.Dial(ctx, t, base, token)
-}
 
 // readExample reads a file of the repository, which fails the test when missing.
 func readExample(t *testing.T, path string) []byte {
