@@ -21,8 +21,8 @@ import (
 )
 
 // The sandbox, OAuth server and jobs are the plugin's; here they are stand-ins, since
-// these tests are about the console's own state and pages (the end-to-end test in the
-// root package runs the console against the real ones).
+// these tests are about the console's own state and pages (the end-to-end tests in
+// ../integration run the console against the real ones).
 
 type fakeKeys struct{ key string }
 

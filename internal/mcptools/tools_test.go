@@ -21,7 +21,7 @@ import (
 )
 
 // These tests drive the tools through mcp-go's server, as a client would, over a fake
-// sandbox: no Docker, milliseconds each. The end-to-end tests in the root package
+// sandbox: no Docker, milliseconds each. The end-to-end tests (../../integration)
 // judge the same tools through a real Caddy and container.
 
 // fakeBox answers like a sandbox with one file (/sandbox/a.txt), one directory
