@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -133,7 +134,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "true"})
-	sb := siteHandler(t).entry.sb
+	sb := siteHandler(t).fleet.Operator().Sandbox()
 	done := make(chan error, 1)
 	go func() {
 		_, err := sb.Exec(ctx, "sleep 3", boxapi.ExecOptions{})
@@ -166,9 +167,9 @@ func TestStoppedSitePlacesNoSandbox(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := h.sandboxFor(ctx, "alice")
+	e, err := h.fleet.For(ctx, "alice")
 	if err == nil {
-		_, err = e.sb.Exec(ctx, "true", boxapi.ExecOptions{})
+		_, err = e.Sandbox().Exec(ctx, "true", boxapi.ExecOptions{})
 	}
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)
@@ -215,15 +216,15 @@ func TestTwoEngines(t *testing.T) {
 	h := siteHandler(t)
 	// p2 was placed on local earlier (recorded in storage); p1 is new and goes to the
 	// engine with fewer sandboxes: two, which has none.
-	if err := h.storage.Store(ctx, placementPrefix+s.container+"-p2", []byte(`{"engine":"local"}`)); err != nil {
+	if err := h.storage.Store(ctx, fleet.PlacementPrefix+s.container+"-p2", []byte(`{"engine":"local"}`)); err != nil {
 		t.Fatal(err)
 	}
 	run := func(h *Handler, person, cmd string) (string, error) {
-		e, err := h.sandboxFor(ctx, person)
+		e, err := h.fleet.For(ctx, person)
 		if err != nil {
 			return "", err
 		}
-		res, err := e.sb.Exec(ctx, cmd, boxapi.ExecOptions{})
+		res, err := e.Sandbox().Exec(ctx, cmd, boxapi.ExecOptions{})
 		if err != nil {
 			return "", err
 		}
@@ -281,9 +282,9 @@ func TestTwoEngines(t *testing.T) {
 			t.Fatalf("%s after Caddy restarted: %q %v", p, out, err)
 		}
 	}
-	e, _ := h.sandboxFor(ctx, "p1")
-	if e.engine.Name != "two" {
-		t.Errorf("p1 after Caddy restarted is on %q", e.engine.Name)
+	e, _ := h.fleet.For(ctx, "p1")
+	if e.Engine().Name != "two" {
+		t.Errorf("p1 after Caddy restarted is on %q", e.Engine().Name)
 	}
 	c = s.client(ctx)
 	res = call(ctx, t, c, "execute", map[string]any{"command": "cat /sandbox/f"})
