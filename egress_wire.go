@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -155,9 +156,9 @@ func (c consoleEgress) Refusals(context.Context) ([]console.EgressRefusal, error
 	}
 	var all []egress.HostRefusals
 	sandboxes.Range(func(_, v any) bool {
-		if e, ok := v.(*sandboxEntry); ok && e.egress != nil {
-			if person, ok := owner[e.sb.Config().Container]; ok {
-				for _, r := range e.egress.Refusals() {
+		if e, ok := v.(*fleet.Entry); ok && egressOf(e) != nil {
+			if person, ok := owner[e.Sandbox().Config().Container]; ok {
+				for _, r := range egressOf(e).Refusals() {
 					r.Person = person
 					all = append(all, r)
 				}
@@ -209,13 +210,14 @@ func (h *Handler) egressTrust(person string) []string {
 // setupEgress gives person's sandbox proxy ("" the operator's) this config's CA and
 // rules: the operator's when the config is provisioned, a person's when their sandbox
 // is first placed.
-func (h *Handler) setupEgress(e *sandboxEntry, person string) error {
-	if e.egress == nil {
+func (h *Handler) setupEgress(e *fleet.Entry, person string) error {
+	gw := egressOf(e)
+	if gw == nil {
 		return nil
 	}
 	ctx, logger := h.egressCtx, h.logger.Named("egress")
 	pol, _ := egress.Compile(h.egressRules(person)) // Validate compiled it
-	err := e.egress.Configure(egress.Settings{
+	err := gw.Configure(egress.Settings{
 		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.egressTrust(person),
 		RenewCA: func() (egress.CA, error) {
 			ca, err := provisionEgressCA(ctx, logger)

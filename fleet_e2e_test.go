@@ -58,7 +58,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "true"})
-	sb := siteHandler(t).entry.sb
+	sb := siteHandler(t).fleet.Operator().Sandbox()
 	done := make(chan error, 1)
 	go func() {
 		_, err := sb.Exec(ctx, "sleep 3", boxapi.ExecOptions{})
@@ -91,9 +91,9 @@ func TestStoppedSitePlacesNoSandbox(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := h.sandboxFor(ctx, "alice")
+	e, err := h.fleet.For(ctx, "alice")
 	if err == nil {
-		_, err = e.sb.Exec(ctx, "true", boxapi.ExecOptions{})
+		_, err = e.Sandbox().Exec(ctx, "true", boxapi.ExecOptions{})
 	}
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)

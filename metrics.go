@@ -6,6 +6,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
@@ -26,11 +27,12 @@ func registerMetrics(reg *prometheus.Registry) error {
 func pooledSandboxes() []metrics.Sandbox {
 	var out []metrics.Sandbox
 	sandboxes.Range(func(_, v any) bool {
-		if e, ok := v.(*sandboxEntry); ok {
-			running, _ := e.sb.AgentStatus()
+		if e, ok := v.(*fleet.Entry); ok {
+			sb := e.Sandbox()
+			running, _ := sb.AgentStatus()
 			out = append(out, metrics.Sandbox{
-				Engine: engineStates{e.cli, e.engine.Name}, Container: e.sb.Config().Container,
-				IdleStopped: e.idle.stopped.Load(), AgentRunning: running, AgentStarts: e.sb.AgentStarts(),
+				Engine: engineStates{e.Client(), e.Engine().Name}, Container: sb.Config().Container,
+				IdleStopped: e.IdleStopped(), AgentRunning: running, AgentStarts: sb.AgentStarts(),
 			})
 		}
 		return true

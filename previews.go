@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
@@ -77,11 +78,11 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 	if !ok {
 		return nil, errors.New("the preview's sandbox is no longer on this server")
 	}
-	e, err := h.sandboxFor(ctx, person)
+	e, err := h.fleet.For(ctx, person)
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.sb.DialPort(ctx, port)
+	c, err := e.Sandbox().DialPort(ctx, port)
 	if errors.Is(err, boxapi.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
@@ -96,7 +97,7 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 // sandbox. A kept-alive relay serves many requests, a WebSocket many messages.
 type usedConn struct {
 	net.Conn
-	e *sandboxEntry
+	e *fleet.Entry
 }
 
 func (c *usedConn) Read(p []byte) (int, error) {
