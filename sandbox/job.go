@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
@@ -205,12 +204,12 @@ type scriptRun struct {
 // is the one place that builds the job script's exec.
 func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	if sess := s.agentSession(ctx); sess != nil {
-		if hj, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
-			return s.readScript(hj, stdin, limit), nil
+		if p, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
+			return s.readScript(p, stdin, limit), nil
 		}
 	}
 	cmd, env := runnerExec(args, env)
-	_, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  stdin != nil,
@@ -222,21 +221,21 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 	if err != nil {
 		return nil, err
 	}
-	return s.readScript(hj, stdin, limit), nil
+	return s.readScript(p, stdin, limit), nil
 }
 
 // readScript writes the job script's stdin and reads its output.
-func (s *Sandbox) readScript(hj types.HijackedResponse, stdin []byte, limit int) *scriptRun {
+func (s *Sandbox) readScript(p proc, stdin []byte, limit int) *scriptRun {
 	if stdin != nil {
 		go func() {
-			_, _ = hj.Conn.Write(stdin)
-			_ = hj.CloseWrite()
+			_, _ = p.Write(stdin)
+			_ = p.CloseWrite()
 		}()
 	}
 	out := &scriptOutput{limit: limit}
 	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
-	return &scriptRun{out: out, done: done, close: hj.Close}
+	go func() { done <- drain(p, out.stdout, out.stderr) }()
+	return &scriptRun{out: out, done: done, close: func() { _ = p.Close() }}
 }
 
 // header parses the header of output read to its end. A script that printed none
@@ -683,24 +682,24 @@ func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buff
 
 // collectExecEnv is collectExec with env added to the exec's environment.
 func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
 	if err != nil {
 		return 0, err
 	}
-	stop := context.AfterFunc(ctx, hj.Close)
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()
-	err = demux(hj.Reader, func(p []byte) {
+	err = drain(p, func(b []byte) {
 		if out.Len() < limit {
-			out.Write(p[:min(len(p), limit-out.Len())])
+			out.Write(b[:min(len(b), limit-out.Len())])
 		}
 	}, func([]byte) {})
-	hj.Close()
+	_ = p.Close()
 	if err != nil {
 		return 0, fmt.Errorf("reading internal command output: %w", err)
 	}
-	code, ok := s.exitCode(ctx, execID, false)
+	code, ok := p.exitCode(ctx, false)
 	if !ok {
 		return 0, errors.New("internal command did not report an exit code")
 	}

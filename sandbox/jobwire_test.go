@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/docker/docker/api/types"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -337,7 +336,7 @@ func FuzzExecFrames(f *testing.F) {
 		if outN+errN > len(raw) {
 			t.Fatalf("demux passed on %d bytes of %d", outN+errN, len(raw))
 		}
-		e := &execStream{hj: types.HijackedResponse{Reader: bufio.NewReader(bytes.NewReader(raw))}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
+		e := &execStream{p: &dockerProc{out: dockerReader{r: bufio.NewReader(bytes.NewReader(raw))}}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
 		var buf [4096]byte
 		n = allocated(func() {
 			for {
