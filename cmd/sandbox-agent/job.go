@@ -153,7 +153,12 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 	if a.interactive {
 		_ = syscall.Mkfifo(d+".in", 0o666)
 	}
-	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, shlvl(env)})
+	// As under jobs.sh, whose bash changed into cwd from the runner's directory.
+	from := req.Dir
+	if from == "" {
+		from = "/"
+	}
+	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, "OLDPWD=" + from, shlvl(env)})
 	tty := "0"
 	if a.tty {
 		tty = "1"
@@ -350,7 +355,8 @@ func replaceFile(path, content string) error {
 	return os.Rename(tmp, path)
 }
 
-// shlvl is the SHLVL the runner's bash would have passed on.
+// shlvl is the SHLVL the runner's bash passes on: its own level (one above env's), less
+// the one bash takes off in the forked shell that execs the command.
 func shlvl(env []string) string {
 	n := 0
 	for _, e := range env {
@@ -358,7 +364,7 @@ func shlvl(env []string) string {
 			n, _ = strconv.Atoi(v)
 		}
 	}
-	return "SHLVL=" + strconv.Itoa(max(n, 0)+1)
+	return "SHLVL=" + strconv.Itoa(max(n, 0))
 }
 
 var agentNameOnce = sync.OnceValue(func() string { return runnerName(os.Getpid()) })
