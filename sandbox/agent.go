@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -327,12 +326,13 @@ func (s *Sandbox) CloseAgent() {
 
 // agentExec starts a command on the agent.
 func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (proc, error) {
-	return s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: opts.Cmd, Env: opts.Env,
+	return s.agentStart(sess, agentwire.ExecRequest{Argv: opts.Cmd, Env: opts.Env,
 		Dir: opts.WorkingDir, Stdin: opts.AttachStdin, TTY: opts.Tty})
 }
 
+// agentStart opens a stream for r on the agent.
 func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (proc, error) {
-	req, err := json.Marshal(r)
+	req, err := agentwire.Encode(r)
 	if err != nil {
 		return nil, err
 	}
@@ -343,14 +343,11 @@ func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (proc
 	return &agentProc{streamEnd: streamEnd{st}}, nil
 }
 
-// agentRunner starts the job runner with args and env on the agent. The agent runs
-// "run" itself (its native runner, answering as jobs.sh does); the other modes go to a
-// spare runner started ahead of need (the script parsed already) when one is ready: the
-// arguments and environment travel on its stdin (jobs.sh, "spare").
+// agentRunner starts a mode of the job runner other than "run" (which the agent's
+// native runner serves, startJob) with args and env on the agent: on a spare runner
+// started ahead of need (the script parsed already) when one is ready, the arguments
+// and environment travelling on its stdin (jobs.sh, "spare").
 func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (proc, error) {
-	if len(args) > 0 && args[0] == "run" {
-		return s.agentStart(sess, agentwire.Request{Op: agentwire.OpJob, Argv: args, Env: env, Dir: "/", Stdin: stdin})
-	}
 	var prefix []byte
 	field := func(v string) { prefix = append(append(prefix, v...), 0) }
 	field(strconv.Itoa(len(env)))
@@ -362,7 +359,7 @@ func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin
 		field(a)
 	}
 	cmd, spareEnv := runnerExec([]string{"spare"}, nil)
-	return s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: cmd, Env: spareEnv,
+	return s.agentStart(sess, agentwire.ExecRequest{Argv: cmd, Env: spareEnv,
 		Dir: "/", Stdin: stdin, Spare: true, Prefix: prefix})
 }
 

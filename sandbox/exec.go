@@ -119,35 +119,25 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 			s.jobSeen(id, false)
 		}
 	}()
-	wait, waitArg := opts.Wait, "-1"
+	_, head, tail := budget(maxOutput)
+	j := jobStart{dir: JobsDir, id: id, timeout: timeout, wait: opts.Wait, interactive: opts.Interactive,
+		tty: opts.TTY, cwd: cwd, head: head, tail: tail, command: command}
+	wait := opts.Wait
 	switch {
 	case wait < 0:
-		waitArg = "0"
+		j.wait = 0
 	case wait > 0 && wait < timeout:
-		waitArg = secondsArg(wait)
 	default:
-		wait = timeout
-	}
-	interactive, tty := "0", "0"
-	if opts.Interactive {
-		interactive = "1"
-	}
-	_, head, tail := budget(maxOutput)
-	src, env := "env", []string{"MCP_SANDBOX_CMD=" + command}
-	var stdin []byte
-	if len(command) > commandEnvLimit {
-		src, env, stdin = "stdin", nil, []byte(command)
+		wait, j.wait = timeout, waitToEnd
 	}
 	if opts.TTY {
-		tty = "1"
-		env = append(env, agentEnv+"="+s.agentBinary())
+		j.agent = s.agentBinary()
 	}
 	s.mu.Lock()
-	env = append(env, s.cmdEnv...)
+	j.env = append(j.env, s.cmdEnv...)
 	s.mu.Unlock()
-	env = append(env, s.cfg.proxyEnv(id)...)
-	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
-		interactive, tty, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
+	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
 		ended = true
 		if ctx.Err() != nil {

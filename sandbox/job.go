@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -199,15 +200,104 @@ type scriptRun struct {
 	close func()
 }
 
+// jobStart is one job to start, stated once for both runners: the agent's native
+// runner takes it as an agentwire.JobRequest (request), jobs.sh as the arguments and
+// environment of its "run" mode (script).
+type jobStart struct {
+	dir, id          string
+	timeout          time.Duration
+	wait             time.Duration // 0: answer at once; waitToEnd: at the job's end
+	interactive, tty bool
+	agent            string // tty: the agent's binary, which holds the terminal
+	cwd              string
+	head, tail       int // bytes sent of each end of a longer output
+	command          string
+	env              []string // added to the command's environment
+}
+
+// waitToEnd as jobStart.wait waits for the job's end.
+const waitToEnd = time.Duration(-1)
+
+// onStdin reports whether the command is too long for the environment and goes on
+// the runner's stdin instead.
+func (j jobStart) onStdin() bool { return len(j.command) > commandEnvLimit }
+
+// request is j for the agent, with the runner's stdin.
+func (j jobStart) request() (agentwire.JobRequest, []byte) {
+	r := agentwire.JobRequest{JobsDir: j.dir, ID: j.id, TimeoutMS: j.timeout.Round(time.Millisecond).Milliseconds(),
+		WaitMS: j.wait.Round(time.Millisecond).Milliseconds(), Interactive: j.interactive, TTY: j.tty,
+		Cwd: j.cwd, Head: int64(j.head), Tail: int64(j.tail), Env: j.env}
+	if j.wait == waitToEnd {
+		r.WaitMS = -1
+	}
+	if j.tty {
+		r.Agent = j.agent
+	}
+	if j.onStdin() {
+		r.CommandOnStdin = true
+		return r, []byte(j.command)
+	}
+	r.Command = j.command
+	return r, nil
+}
+
+// script is j for jobs.sh: the arguments and environment of "run", and its stdin.
+func (j jobStart) script() (args, env []string, stdin []byte) {
+	wait := "-1"
+	if j.wait != waitToEnd {
+		wait = secondsArg(j.wait)
+	}
+	if j.wait == 0 {
+		wait = "0"
+	}
+	src := "env"
+	if j.onStdin() {
+		src, stdin = "stdin", []byte(j.command)
+	} else {
+		env = append(env, "MCP_SANDBOX_CMD="+j.command)
+	}
+	if j.tty {
+		env = append(env, agentEnv+"="+j.agent)
+	}
+	env = append(env, j.env...)
+	return []string{"run", j.dir, j.id, secondsArg(j.timeout), wait, flag01(j.interactive), flag01(j.tty),
+		j.cwd, strconv.Itoa(j.head), strconv.Itoa(j.tail), src}, env, stdin
+}
+
+func flag01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// startJob starts job j, on the agent's native runner when the agent runs, else with
+// jobs.sh, and reads the runner's answer, up to limit bytes a stream.
+func (s *Sandbox) startJob(ctx context.Context, j jobStart, limit int) (*scriptRun, error) {
+	if sess := s.agentSession(ctx); sess != nil {
+		req, stdin := j.request()
+		if p, err := s.agentStart(sess, req); err == nil {
+			return s.readScript(p, stdin, limit), nil
+		}
+	}
+	args, env, stdin := j.script()
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
 // startScript starts the job script with args, env and optional stdin (written, then
-// closed, in the background), and reads its output, up to limit bytes a stream. This
-// is the one place that builds the job script's exec.
+// closed, in the background), and reads its output, up to limit bytes a stream.
 func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	if sess := s.agentSession(ctx); sess != nil {
 		if p, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
 			return s.readScript(p, stdin, limit), nil
 		}
 	}
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
+// execScript runs the job script in an exec of its own. This is the one place that
+// builds the job script's exec.
+func (s *Sandbox) execScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	cmd, env := runnerExec(args, env)
 	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",

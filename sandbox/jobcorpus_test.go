@@ -90,9 +90,10 @@ func corpusEnv() []string {
 	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "HOME=/root"}
 }
 
-// corpusRunner runs one mode of the job runner: args and env as Caddy gives them,
-// stdin as the mode's input (nil: none).
+// corpusRunner starts jobs and runs the other modes of the job runner: args and env as
+// Caddy gives them, stdin as the mode's input (nil: none).
 type corpusRunner interface {
+	start(t *testing.T, j jobStart) (stdout, stderr []byte)
 	call(t *testing.T, args, env []string, stdin []byte) (stdout, stderr []byte)
 	list(t *testing.T, dir string) []byte
 }
@@ -114,6 +115,11 @@ func (shellRunner) call(t *testing.T, args, env []string, stdin []byte) ([]byte,
 		t.Fatalf("jobs.sh %v: %v (%s)", args, err, errb.Bytes())
 	}
 	return out.Bytes(), errb.Bytes()
+}
+
+func (r shellRunner) start(t *testing.T, j jobStart) ([]byte, []byte) {
+	args, env, stdin := j.script()
+	return r.call(t, args, env, stdin)
 }
 
 func (r shellRunner) list(t *testing.T, dir string) []byte {
@@ -166,13 +172,29 @@ func newAgentCorpusRunner(t *testing.T, agentPath string) *agentCorpusRunner {
 	return &agentCorpusRunner{sb: &Sandbox{}, sess: sess}
 }
 
+func (r *agentCorpusRunner) start(t *testing.T, j jobStart) ([]byte, []byte) {
+	t.Helper()
+	req, stdin := j.request()
+	p, err := r.sb.agentStart(r.sess, req)
+	if err != nil {
+		t.Fatalf("agent %+v: %v", req, err)
+	}
+	return r.answer(t, "run", r.sb.readScript(p, stdin, 64<<20))
+}
+
 func (r *agentCorpusRunner) call(t *testing.T, args, env []string, stdin []byte) ([]byte, []byte) {
 	t.Helper()
 	p, err := r.sb.agentRunner(r.sess, args, env, stdin != nil)
 	if err != nil {
 		t.Fatalf("agent %v: %v", args, err)
 	}
-	run := r.sb.readScript(p, stdin, 64<<20)
+	return r.answer(t, args[0], r.sb.readScript(p, stdin, 64<<20))
+}
+
+// answer waits for a runner's answer and returns it as the runner wrote it.
+func (r *agentCorpusRunner) answer(t *testing.T, args string, run *scriptRun) ([]byte, []byte) {
+	t.Helper()
+	var err error
 	defer run.close()
 	select {
 	case err = <-run.done:
@@ -193,7 +215,7 @@ func (r *agentCorpusRunner) call(t *testing.T, args, env []string, stdin []byte)
 func (r *agentCorpusRunner) list(t *testing.T, dir string) []byte {
 	t.Helper()
 	cmd, env := runnerExec([]string{"list", dir, "-"}, nil)
-	p, err := r.sb.agentStart(r.sess, agentwire.Request{Op: agentwire.OpExec, Argv: cmd, Env: env, Dir: "/"})
+	p, err := r.sb.agentStart(r.sess, agentwire.ExecRequest{Argv: cmd, Env: env, Dir: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,27 +259,16 @@ func runCorpusCase(t *testing.T, c txtar, r corpusRunner, agentPath string) stri
 			}
 			return def
 		}
-		flag01 := func(k string) string {
-			if _, ok := opt[k]; ok {
-				return "1"
-			}
-			return "0"
-		}
 		n, _ := strconv.Atoi(get("id", "1"))
 		id := fmt.Sprintf("j%012x", n)
 		fmt.Fprintf(&b, "> %s\n", line)
 		var out, errOut []byte
 		switch f[0] {
 		case "run":
-			command := c.section(get("cmd", "cmd"))
-			command = strings.TrimSuffix(command, "\n")
-			src, env := "env", []string{"MCP_SANDBOX_CMD=" + command}
-			var stdin []byte
-			if _, ok := opt["stdin"]; ok {
-				src, env, stdin = "stdin", nil, []byte(command)
-			}
-			if _, ok := opt["tty"]; ok {
-				env = append(env, agentEnv+"="+agentPath)
+			j := jobStart{dir: jobs, id: id, interactive: has(opt, "interactive"), tty: has(opt, "tty"),
+				agent: agentPath, command: strings.TrimSuffix(c.section(get("cmd", "cmd")), "\n")}
+			if _, ok := opt["stdin"]; ok { // as a command over the environment's limit goes
+				j.command += "\n" + strings.Repeat("#", commandEnvLimit)
 			}
 			cwd := strings.ReplaceAll(get("cwd", dir), `\x20`, " ")
 			if !strings.HasPrefix(cwd, "/") {
@@ -266,8 +277,11 @@ func runCorpusCase(t *testing.T, c txtar, r corpusRunner, agentPath string) stri
 					t.Fatal(err)
 				}
 			}
-			out, errOut = r.call(t, []string{"run", jobs, id, get("timeout", "30.000"), get("wait", "-1"),
-				flag01("interactive"), flag01("tty"), cwd, get("head", "1000"), get("tail", "1000"), src}, env, stdin)
+			j.cwd = cwd
+			j.timeout, j.wait = seconds(get("timeout", "30")), seconds(get("wait", "-1"))
+			j.head, _ = strconv.Atoi(get("head", "1000"))
+			j.tail, _ = strconv.Atoi(get("tail", "1000"))
+			out, errOut = r.start(t, j)
 		case "poll":
 			mode, env := "-", []string(nil)
 			if sec, ok := opt["input"]; ok {
@@ -325,6 +339,21 @@ func endJobs(t *testing.T, dir string) {
 			return err == nil && fi.Size() > 0
 		})
 	}
+}
+
+// has reports whether a step has the option k.
+func has(opt map[string]string, k string) bool {
+	_, ok := opt[k]
+	return ok
+}
+
+// seconds reads a step's seconds; -1 is waitToEnd.
+func seconds(s string) time.Duration {
+	if s == "-1" {
+		return waitToEnd
+	}
+	f, _ := strconv.ParseFloat(s, 64)
+	return time.Duration(f * float64(time.Second))
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
