@@ -309,8 +309,8 @@ func FuzzJobList(f *testing.F) {
 	})
 }
 
-// FuzzExecFrames: both readers of Docker's multiplexed exec stream (demux for the job
-// runner, execStream for other programs) take any bytes, and allocate a fixed amount
+// FuzzExecFrames: both users of the one reader of Docker's multiplexed exec stream
+// (dockerReader: demux for the job runner, execStream for other programs) take any bytes, and allocate a fixed amount
 // whatever the frames say: demux's 32 KiB buffer, a Docker error message of at most
 // 4 KiB (read, then copied into the error), execStream's 4 KiB of standard error
 // (bytes.Buffer may double it).
