@@ -18,8 +18,9 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
 
-// The native job runner: an OpJob request is jobs.sh's "run" mode, with the same
-// arguments and environment, done by the agent without starting bash for the runner.
+// The native job runner: a JobRequest is what jobs.sh's "run" mode does, done by the
+// agent without starting bash for the runner (sandbox/testdata/jobs holds the cases both
+// must answer alike, byte for byte).
 // It claims the job's id, starts the job's own runner ("sandbox-agent job", jobwait.go,
 // which outlives the agent), waits as asked and answers in jobs.sh's format (an MCPJOB1
 // header, then the output on channels 1 and 2). The files it writes are those of
