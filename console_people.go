@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -119,7 +120,7 @@ func (h *Handler) sandboxInfo(ctx context.Context, person string) console.Sandbo
 		// Placed, not used: looking from the console keeps no sandbox from idling.
 		e, err := h.placedEntry(ctx, person)
 		if err == nil {
-			var jobs []sandbox.JobInfo
+			var jobs []boxapi.JobInfo
 			jobs, err = e.sb.RunningJobs(ctx)
 			info.Jobs = len(jobs)
 		}

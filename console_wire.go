@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
@@ -127,7 +129,7 @@ func (h *Handler) releaseConsole() error {
 // consoleSandbox shows the sandbox container to the console.
 type consoleSandbox struct {
 	sb     *sandbox.Sandbox
-	egress *egressState // nil without an egress block
+	egress *egress.Gateway // nil without an egress block
 }
 
 func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, error) {
@@ -145,10 +147,9 @@ func (c consoleSandbox) egressStatus() *console.Egress {
 	if c.egress == nil {
 		return nil
 	}
-	info := c.egress.info()
-	e := &console.Egress{Allowed: info.Hosts, Offline: info.Offline, Refused: []console.HostCount{}}
-	for _, r := range c.egress.refusedCounts() {
-		e.Refused = append(e.Refused, console.HostCount(r))
+	e := &console.Egress{Allowed: c.egress.Allowed(), Offline: c.egress.Offline(), Refused: []console.HostCount{}}
+	for _, r := range c.egress.RefusedCounts() {
+		e.Refused = append(e.Refused, console.HostCount{Host: r.Host, Count: r.Count})
 	}
 	return e
 }
@@ -205,7 +206,7 @@ func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
 		return err
 	}
 	err = sb.StopJob(ctx, id)
-	if errors.Is(err, sandbox.ErrJobNotFound) {
+	if errors.Is(err, boxapi.ErrJobNotFound) {
 		return console.ErrNotFound
 	}
 	if err == nil {

@@ -96,7 +96,7 @@ func (s *site) egressProxyConns(t testing.TB) func() int {
 	if e == nil {
 		t.Fatal("no egress proxy for the site's sandbox")
 	}
-	return e.egress.proxy.Conns
+	return e.egress.Conns
 }
 
 // heldHeap is the live heap plus goroutine stacks after a collection, and the

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // What is installed in the sandbox is detected once (internal/facts) and given to the
@@ -32,7 +32,7 @@ func (h *Handler) factsDeps(e *sandboxEntry) facts.Deps {
 
 // sandboxFacts returns the facts of the sandbox of e if known, waiting up to wait for
 // a detection under way.
-func (h *Handler) sandboxFacts(ctx context.Context, e *sandboxEntry, wait time.Duration) *sandbox.Facts {
+func (h *Handler) sandboxFacts(ctx context.Context, e *sandboxEntry, wait time.Duration) *boxapi.Facts {
 	return e.facts.Get(ctx, h.factsDeps(e), wait)
 }
 

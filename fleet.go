@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -207,7 +208,7 @@ func (h *Handler) placedEntry(ctx context.Context, person string) (*sandboxEntry
 	}
 	e.startCleanup()
 	if e.egress != nil {
-		e.egress.start()
+		e.egress.Start()
 	}
 	h.fleetMu.Lock()
 	defer h.fleetMu.Unlock()
@@ -426,7 +427,7 @@ func (h *Handler) stopIdle(ctx context.Context, e *sandboxEntry, d time.Duration
 	case err != nil && ctx.Err() == nil:
 		h.logger.Warn("checking an idle sandbox", zap.String("container", e.sb.Config().Container), zap.Error(err))
 	case stopped:
-		metricIdleStops.Inc()
+		metrics.IdleStops.Inc()
 		h.logger.Info("stopped an idle sandbox; /sandbox is kept, the next call starts it again",
 			zap.String("container", e.sb.Config().Container), zap.String("engine", e.engine.Name), zap.Duration("idle_stop", d))
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -63,7 +65,7 @@ func containerRunning(t testing.TB, cli client.APIClient, name string) bool {
 func sandboxesByState(t testing.TB, engine, state string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(sandboxCollector{})
+	reg.MustRegister(metrics.Sandboxes(pooledSandboxes))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	sb := siteHandler(t).entry.sb
 	done := make(chan error, 1)
 	go func() {
-		_, err := sb.Exec(ctx, "sleep 3", sandbox.ExecOptions{})
+		_, err := sb.Exec(ctx, "sleep 3", boxapi.ExecOptions{})
 		done <- err
 	}()
 	time.Sleep(time.Second)
@@ -145,7 +147,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	if _, err := sb.Exec(ctx, "true", sandbox.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
+	if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("a command after Caddy stopped: %v, want ErrClosed", err)
 	}
 	if _, err := s.docker.ContainerInspect(ctx, s.container); err == nil {
@@ -166,7 +168,7 @@ func TestStoppedSitePlacesNoSandbox(t *testing.T) {
 	defer cancel()
 	e, err := h.sandboxFor(ctx, "alice")
 	if err == nil {
-		_, err = e.sb.Exec(ctx, "true", sandbox.ExecOptions{})
+		_, err = e.sb.Exec(ctx, "true", boxapi.ExecOptions{})
 	}
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)
@@ -221,7 +223,7 @@ func TestTwoEngines(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		res, err := e.sb.Exec(ctx, cmd, sandbox.ExecOptions{})
+		res, err := e.sb.Exec(ctx, cmd, boxapi.ExecOptions{})
 		if err != nil {
 			return "", err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcphttp"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
@@ -172,7 +173,7 @@ type Handler struct {
 	host       string
 	auth       *oauth.Server
 	mcp        *server.StreamableHTTPServer
-	sessionIDs sessionIDs // MCP session ids bound to their person (mcp.go)
+	sessionIDs mcphttp.SessionIDs // MCP session ids bound to their person
 	tools      *mcptools.Tools
 	signer     *links.Signer
 	links      *links.Server

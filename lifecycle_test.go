@@ -1,58 +1,10 @@
 package mcpsandbox
 
 import (
-	"net/http"
 	"testing"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
-
-// TestSessionIDs: an id minted for a person belongs to that person only, under the
-// key it was minted with; anything else (another person, the operator, another key,
-// mcp-go's own form, a changed character) belongs to no one.
-func TestSessionIDs(t *testing.T) {
-	ids := newSessionIDs("the-api-key-0123456789")
-	alice := ids.mint("alice")
-	changed := alice[:len(alice)-1] + "0"
-	if changed == alice {
-		changed = alice[:len(alice)-1] + "1"
-	}
-	if !ids.belongs(alice, "alice") {
-		t.Fatalf("%q is not alice's", alice)
-	}
-	if ids.mint("alice") == alice {
-		t.Fatal("two sessions got the same id")
-	}
-	for _, tc := range []struct{ id, person string }{
-		{alice, "bob"},
-		{alice, ""},
-		{changed, "alice"},
-		{"mcp-session-00000000-0000-4000-8000-000000000000", "alice"},
-		{"", "alice"},
-		{"mcp-session-", ""},
-	} {
-		if ids.belongs(tc.id, tc.person) {
-			t.Errorf("%q belongs to %q", tc.id, tc.person)
-		}
-	}
-	if newSessionIDs("another-api-key-0123456789").belongs(alice, "alice") {
-		t.Error("an id belongs under another api_key")
-	}
-	// mcp-go asks the manager of the request's person.
-	r, _ := http.NewRequest("POST", "/mcp", nil)
-	r = r.WithContext(mcptools.WithCaller(r.Context(), mcptools.Caller{Person: "bob"}))
-	m := ids.ResolveSessionIdManager(r)
-	if _, err := m.Validate(alice); err == nil {
-		t.Error("bob's manager validates alice's id")
-	}
-	if _, err := m.Terminate(alice); err == nil {
-		t.Error("bob's manager ends alice's session")
-	}
-	if _, err := m.Validate(m.Generate()); err != nil {
-		t.Errorf("bob's own id: %v", err)
-	}
-}
 
 // TestPersonOfContainer: a container is a person's sandbox of the site when it is
 // named <container>-<person> and labelled with that person; made before the label, on

@@ -22,7 +22,9 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -100,7 +102,7 @@ func (a *App) Start() error {
 	for _, e := range a.entries {
 		e.startCleanup()
 		if e.egress != nil {
-			e.egress.start()
+			e.egress.Start()
 		}
 	}
 	for _, w := range a.warmups {
@@ -190,7 +192,7 @@ func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, er
 		}
 		e := newSandboxEntry(sb, cli, eng, a.logger)
 		if cfg.ProxyPort != 0 {
-			e.egress = newEgressState(sb, a.logger)
+			e.egress = newEgressGateway(sb, a.logger)
 		}
 		return e, nil
 	})
@@ -260,8 +262,8 @@ type sandboxEntry struct {
 	cli    *client.Client
 	engine Engine // the engine the container is on (no name: the default engine)
 	logger *zap.Logger
-	facts  facts.Cache  // what is installed in the container, detected once
-	egress *egressState // the egress proxy; nil without an egress block
+	facts  facts.Cache     // what is installed in the container, detected once
+	egress *egress.Gateway // the egress proxy; nil without an egress block
 
 	idle idleState // activity and idle stops (fleet.go)
 
@@ -292,7 +294,7 @@ func (e *sandboxEntry) startCleanup() {
 			defer close(e.done)
 			// The sandbox logs each pass; here it is only counted.
 			e.sb.RunCleanup(ctx, func(paths []string) {
-				metricCleanupDeleted.Add(float64(len(paths)))
+				metrics.CleanupDeleted.Add(float64(len(paths)))
 			})
 		}()
 	})
@@ -314,7 +316,7 @@ func (e *sandboxEntry) Destruct() error {
 	e.buildMu.Unlock()
 	e.builds.Wait()
 	if e.egress != nil {
-		e.egress.Destruct()
+		e.egress.Close()
 	}
 	e.sb.CloseTransfers()
 	e.sb.CloseAgent()

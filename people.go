@@ -127,7 +127,7 @@ func (h *Handler) validatePeople() []error {
 			if _, err := egress.Compile(h.egressRules(p.Name)); err != nil {
 				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
 			}
-			if _, err := trustRoots(p.Egress.TrustCA); err != nil {
+			if _, err := egress.TrustRoots(p.Egress.TrustCA); err != nil {
 				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
 			}
 		}

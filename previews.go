@@ -11,8 +11,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // defaultPreviewTTL is how long an exposed port stays reachable unless preview_ttl
@@ -48,8 +49,8 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
-			metricPreviewRequests.WithLabelValues(result).Inc()
-			metricPreviewBytes.Add(float64(n))
+			metrics.PreviewRequests.WithLabelValues(result).Inc()
+			metrics.PreviewBytes.Add(float64(n))
 		},
 		Logger: h.logger.Named("preview"),
 	})
@@ -81,7 +82,7 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 		return nil, err
 	}
 	c, err := e.sb.DialPort(ctx, port)
-	if errors.Is(err, sandbox.ErrNoListener) {
+	if errors.Is(err, boxapi.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -62,7 +64,7 @@ func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	metricPersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	metrics.PersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
 	return toolBox{Sandbox: e.sb, e: e, h: b.h}, nil
 }
 
@@ -75,18 +77,18 @@ type toolBox struct {
 
 // Exec and JobOutput keep the sandbox from idling while they run. A command starts
 // once the egress proxy listens, when there is one.
-func (b toolBox) Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error) {
+func (b toolBox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	defer b.e.begin()()
 	b.e.awaitEgress(ctx)
 	return b.Sandbox.Exec(ctx, command, opts)
 }
 
-func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
+func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	defer b.e.begin()()
 	return b.Sandbox.JobOutput(ctx, id, wait, input, maxOutput, onOutput)
 }
 
-func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
+func (b toolBox) Facts(ctx context.Context, wait time.Duration) *boxapi.Facts {
 	return b.h.sandboxFacts(ctx, b.e, wait)
 }
 
@@ -111,7 +113,7 @@ func (b toolBox) Egress() *mcptools.Egress {
 	if b.e.egress == nil {
 		return nil
 	}
-	return b.e.egress.info()
+	return &mcptools.Egress{Hosts: b.e.egress.Allowed(), Offline: b.e.egress.Offline()}
 }
 
 // Blocked returns, once, what the proxy refused to a job's commands.
@@ -119,7 +121,7 @@ func (b toolBox) Blocked(job string) []string {
 	if b.e.egress == nil {
 		return nil
 	}
-	return b.e.egress.takeBlocked(job)
+	return b.e.egress.TakeBlocked(job)
 }
 
 // EngineDown knows the Docker client's errors besides the text of the common ones.

@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // agentDial connects to port on the container's loopback over the agent's channel: a
@@ -16,7 +17,7 @@ func (s *Sandbox) agentDial(ctx context.Context, sess *agentwire.Session, port i
 	st, err := openNet(ctx, sess, agentwire.DialRequest{Port: port})
 	if err != nil {
 		if errors.Is(err, errRefused) {
-			return nil, fmt.Errorf("connecting to port %d in the sandbox: %w (%v)", port, ErrNoListener, err)
+			return nil, fmt.Errorf("connecting to port %d in the sandbox: %w (%v)", port, boxapi.ErrNoListener, err)
 		}
 		return nil, err
 	}

@@ -16,24 +16,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Stream names one of a command's output streams.
-type Stream = boxapi.Stream
-
-// The output streams of a command.
-const (
-	Stdout = boxapi.Stdout
-	Stderr = boxapi.Stderr
-)
-
-// ExecOptions tune one [Sandbox.Exec].
-type ExecOptions = boxapi.ExecOptions
-
-// NoWait as ExecOptions.Wait starts the command and returns at once.
-const NoWait = boxapi.NoWait
-
-// ExecResult is what a command did, or the part of it delivered by this call.
-type ExecResult = boxapi.ExecResult
-
 const (
 	// killTimeout bounds the exec that kills a cancelled command.
 	killTimeout = 30 * time.Second
@@ -63,7 +45,7 @@ const (
 // image missing, ...) or the request was refused (ErrNoCwd, ErrTooManyJobs). If the
 // container turns out to be gone or stopped, Exec repairs it with Ensure and tries once
 // more.
-func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*ExecResult, error) {
+func (s *Sandbox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	if strings.ContainsRune(command, 0) {
 		return nil, errors.New("running command: it contains a NUL byte, which no program can receive")
 	}
@@ -78,18 +60,18 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		opts.MaxJobs = DefaultMaxJobs
 	}
 	if opts.Cwd == "" {
-		opts.Cwd = WorkDir
+		opts.Cwd = boxapi.WorkDir
 	}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
-			return &ExecResult{ExitCode: -1, Cancelled: true}, nil
+			return &boxapi.ExecResult{ExitCode: -1, Cancelled: true}, nil
 		}
 		return nil, err
 	}
 	if opts.TTY {
 		if s.agentSession(ctx); s.agentBinary() == "" {
-			return nil, ErrNoTTY
+			return nil, boxapi.ErrNoTTY
 		}
 		opts.Interactive = true
 	}
@@ -103,9 +85,9 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 
 // execJob is Exec with the job id drawn and opts filled in; rerun says the agent went
 // before the runner claimed the job's id, and the command is started again.
-func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, rerun bool, begin time.Time) (*ExecResult, error) {
+func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.ExecOptions, rerun bool, begin time.Time) (*boxapi.ExecResult, error) {
 	timeout, maxOutput, maxJobs, cwd := opts.Timeout, opts.MaxOutput, opts.MaxJobs, opts.Cwd
-	res := &ExecResult{ExitCode: -1}
+	res := &boxapi.ExecResult{ExitCode: -1}
 	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
 		if ctx.Err() != nil {
 			res.Cancelled = true
@@ -180,7 +162,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		run.close()
 		if kerr != nil {
 			s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
-			kres = &ExecResult{JobID: id, ExitCode: -1}
+			kres = &boxapi.ExecResult{JobID: id, ExitCode: -1}
 		}
 		kres.Cancelled, kres.Killed = true, false
 		kres.Duration = time.Since(begin)
@@ -200,12 +182,12 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(readErr))
 		// The new agent may break too (a program in the agent's place): each try
 		// starts another, until the sandbox falls back to Docker execs.
-		var res *ExecResult
+		var res *boxapi.ExecResult
 		err := readErr
 		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
 			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
 		}
-		if errors.Is(err, ErrJobNotFound) && !rerun {
+		if errors.Is(err, boxapi.ErrJobNotFound) && !rerun {
 			// No runner claimed the id: the agent went before it ran the command.
 			// Start it again under the same id: a first runner that claims it late
 			// makes this start answer "taken" (and is followed instead), so the
@@ -240,7 +222,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 // followLive samples the job's output not delivered yet every liveInterval for
 // onOutput, until the returned stop is called. Each sample is one short exec that
 // reads the files.
-func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Stream, []byte)) (stop func()) {
+func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(boxapi.Stream, []byte)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -269,10 +251,10 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 				return
 			}
 			if len(o.out) > 0 {
-				onOutput(Stdout, o.out)
+				onOutput(boxapi.Stdout, o.out)
 			}
 			if len(o.err) > 0 {
-				onOutput(Stderr, o.err)
+				onOutput(boxapi.Stderr, o.err)
 			}
 			outOff, errOff = max(outOff, os), max(errOff, es)
 		}
@@ -286,8 +268,8 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 // run executes an internal command (not a job) with a timeout, passing its output to
 // onOutput and keeping maxOutput bytes of each stream. On timeout or cancellation the
 // exec is abandoned and Docker kills its process.
-func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
-	res := &ExecResult{ExitCode: -1}
+func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+	res := &boxapi.ExecResult{ExitCode: -1}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -297,7 +279,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		return nil, err
 	}
 	p, err := s.startExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: WorkDir, AttachStdout: true, AttachStderr: true,
+		User: "root", WorkingDir: boxapi.WorkDir, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"bash", "-c", command},
 	})
 	if err != nil {
@@ -308,7 +290,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		return nil, err
 	}
 	stdout, stderr := newBoundedOutput(maxOutput), newBoundedOutput(maxOutput)
-	sink := func(st Stream, out *boundedOutput) func([]byte) {
+	sink := func(st boxapi.Stream, out *boundedOutput) func([]byte) {
 		return func(p []byte) {
 			_, _ = out.Write(p)
 			if onOutput != nil {
@@ -317,7 +299,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- drain(p, sink(Stdout, stdout), sink(Stderr, stderr)) }()
+	go func() { done <- drain(p, sink(boxapi.Stdout, stdout), sink(boxapi.Stderr, stderr)) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var readErr error

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // execStream is a program running in the container (no shell, argv as given) whose
@@ -81,7 +82,7 @@ func (e *execStream) Read(p []byte) (int, error) {
 			return 0, e.err
 		}
 		n, st, err := e.p.ReadOutput(p)
-		if st == Stderr {
+		if st == boxapi.Stderr {
 			_, _ = e.stderr.Write(p[:n])
 			n = 0
 		}

@@ -80,28 +80,12 @@ const DefaultMaxJobs = 32
 // ones go through the exec's stdin (Linux refuses single strings over 128 KiB).
 const commandEnvLimit = 96 << 10
 
-// MaxInputBytes bounds one JobInput ([boxapi.MaxInputBytes]).
-const MaxInputBytes = boxapi.MaxInputBytes
-
 // lineSlack is how far a cut may move to land on a line boundary.
 const lineSlack = 4096
 
-// Errors of the job functions; test them with errors.Is.
-var (
-	ErrJobNotFound       = boxapi.ErrJobNotFound
-	ErrJobNotInteractive = boxapi.ErrJobNotInteractive
-	ErrJobFinished       = boxapi.ErrJobFinished
-	ErrTooManyJobs       = boxapi.ErrTooManyJobs
-	ErrNoCwd             = boxapi.ErrNoCwd
-	ErrInputWaiting      = boxapi.ErrInputWaiting
-	ErrNoTTY             = boxapi.ErrNoTTY
-	ErrOldBash           = boxapi.ErrOldBash
-	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
-	errJobIDTaken = errors.New("job id in use")
-)
-
-// ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
-func ValidJobID(id string) bool { return boxapi.ValidJobID(id) }
+// errJobIDTaken: a job with the drawn id exists already; Exec draws another. The job
+// functions' own errors are internal/boxapi's (ErrJobNotFound and its kin).
+var errJobIDTaken = errors.New("job id in use")
 
 // newJobID draws a job id; a variable so a test can draw the same one twice.
 var newJobID = randomJobID
@@ -116,8 +100,8 @@ func randomJobID() string {
 }
 
 // JobFile returns the path of a job's stdout or stderr file inside the container.
-func JobFile(id string, st Stream) string {
-	if st == Stderr {
+func JobFile(id string, st boxapi.Stream) string {
+	if st == boxapi.Stderr {
 		return JobsDir + "/" + id + ".err"
 	}
 	return JobsDir + "/" + id + ".out"
@@ -411,7 +395,7 @@ const maxHeld = 1024
 
 // result turns a delivery of job id into an ExecResult (see header.result), with the
 // bytes held back from the job's previous delivery in front.
-func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *ExecResult {
+func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *boxapi.ExecResult {
 	s.held.mu.Lock()
 	prev := s.held.m[id]
 	delete(s.held.m, id)
@@ -438,9 +422,9 @@ func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *E
 // at line boundaries. held are bytes of each stream held back from the previous
 // delivery; while the job runs, the bytes of a character cut at the end of this one
 // are held back in turn and returned.
-func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*ExecResult, [2][]byte) {
+func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*boxapi.ExecResult, [2][]byte) {
 	keep, head, tail := budget(maxOutput)
-	res := &ExecResult{
+	res := &boxapi.ExecResult{
 		JobID:             id,
 		Running:           h.state == "running",
 		ExitCode:          h.exit,
@@ -449,8 +433,8 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		Cancelled:         h.cancelled,
 		StdoutBytes:       h.outSize,
 		StderrBytes:       h.errSize,
-		StdoutFile:        JobFile(id, Stdout),
-		StderrFile:        JobFile(id, Stderr),
+		StdoutFile:        JobFile(id, boxapi.Stdout),
+		StderrFile:        JobFile(id, boxapi.Stderr),
 		HeldBy:            h.held,
 		Background:        h.bgJob,
 		BackgroundPid:     h.bgPid,
@@ -603,17 +587,17 @@ func scriptError(h header, id string) error {
 	case "done", "running", "lost":
 		return nil
 	case "unknown":
-		return fmt.Errorf("%w: %s", ErrJobNotFound, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrJobNotFound, id)
 	case "notinteractive":
-		return fmt.Errorf("%w: %s", ErrJobNotInteractive, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrJobNotInteractive, id)
 	case "nocwd":
-		return ErrNoCwd
+		return boxapi.ErrNoCwd
 	case "taken":
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)
 	case "inputwaiting":
-		return fmt.Errorf("%w: %s", ErrInputWaiting, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrInputWaiting, id)
 	case "notty":
-		return ErrNoTTY
+		return boxapi.ErrNoTTY
 	case "oldbash":
 		return oldBashError(h.extra)
 	}
@@ -622,14 +606,14 @@ func scriptError(h header, id string) error {
 
 // oldBashError says which bash the image has and which it needs.
 func oldBashError(version string) error {
-	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, ErrOldBash)
+	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, boxapi.ErrOldBash)
 }
 
 // lockJob checks that id is a job id and takes the job's lock, which the caller
 // releases with unlock; it returns maxOutput clamped to Config.MaxOutput (0: that).
 func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(), err error) {
-	if !ValidJobID(id) {
-		return 0, nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	if !boxapi.ValidJobID(id) {
+		return 0, nil, fmt.Errorf("%w: %q is not a job id", boxapi.ErrJobNotFound, id)
 	}
 	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
 		maxOutput = s.cfg.MaxOutput
@@ -645,13 +629,13 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 // error, with the job's last output in the result; a job that ends after taking it
 // (the input made it quit) is a result like any other.
 // onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
-func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
+func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	return s.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
 }
 
 // jobOutput is JobOutput; with again, the last delivery did not arrive (its agent died
 // before reading it) and is sent again.
-func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte), again bool) (*ExecResult, error) {
+func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte), again bool) (*boxapi.ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -691,7 +675,7 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 	s.jobSeen(id, res.Running)
 	// Input the job took before it ended (say, the "quit" that ended it) was sent.
 	if input != nil && !res.Running && !h.inputSent {
-		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", ErrJobFinished, id, res.ExitCode)
+		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", boxapi.ErrJobFinished, id, res.ExitCode)
 	}
 	return res, nil
 }
@@ -699,7 +683,7 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 // KillJob kills job id with every process of its process group and session (a command
 // that emptied its environment is found too; one that detached with setsid is not),
 // and returns its last output.
-func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*boxapi.ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -710,7 +694,7 @@ func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecR
 
 // killJob kills job id and records why: "killed" (KillJob) or "cancelled" (the call
 // that waited for it was cancelled).
-func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*ExecResult, error) {
+func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*boxapi.ExecResult, error) {
 	_, head, tail := budget(maxOutput)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -737,19 +721,9 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why str
 	return nil, lastErr
 }
 
-// JobInfo describes one job for a listing.
-type JobInfo = boxapi.JobInfo
-
-// What killed a job, as JobInfo.KilledBy says it.
-const (
-	KilledByTimeout = boxapi.KilledByTimeout
-	KilledByJobKill = boxapi.KilledByJobKill
-	KilledByClient  = boxapi.KilledByClient
-)
-
 // ListJobs returns the running and the retained finished jobs, oldest first: the
 // newest maxListedJobs (1000) of them, each command cut to its first 200 bytes.
-func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
+func (s *Sandbox) ListJobs(ctx context.Context) ([]boxapi.JobInfo, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -836,7 +810,7 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 		}
 	}
 	if n := len(s.running); n >= max {
-		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)
+		return fmt.Errorf("%w: %d running", boxapi.ErrTooManyJobs, n)
 	}
 	if s.running[id] {
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -21,7 +22,7 @@ import (
 type proc interface {
 	// ReadOutput reads the next bytes of output into p and says whose they are;
 	// io.EOF once all of it was read.
-	ReadOutput(p []byte) (int, Stream, error)
+	ReadOutput(p []byte) (int, boxapi.Stream, error)
 	// Write writes to the program's standard input, when it was started with one.
 	Write(p []byte) (int, error)
 	// CloseWrite ends the program's standard input.
@@ -55,7 +56,7 @@ func drain(p proc, stdout, stderr func([]byte)) error {
 	for {
 		n, st, err := p.ReadOutput(buf)
 		if n > 0 {
-			if st == Stderr {
+			if st == boxapi.Stderr {
 				stderr(buf[:n])
 			} else {
 				stdout(buf[:n])
@@ -81,8 +82,8 @@ func demux(r io.Reader, stdout, stderr func([]byte)) error {
 // into the caller's buffer: whatever the frames, it holds nothing but a header.
 type dockerReader struct {
 	r    io.Reader
-	left int    // bytes of the current frame not read yet
-	st   Stream // the current frame's stream
+	left int           // bytes of the current frame not read yet
+	st   boxapi.Stream // the current frame's stream
 	err  error
 	hdr  [8]byte
 }
@@ -90,7 +91,7 @@ type dockerReader struct {
 // ReadOutput reads payload bytes of the current frame, reading the next header first
 // when none is left. io.EOF comes only at a frame boundary; an end inside a frame is
 // io.ErrUnexpectedEOF.
-func (d *dockerReader) ReadOutput(p []byte) (int, Stream, error) {
+func (d *dockerReader) ReadOutput(p []byte) (int, boxapi.Stream, error) {
 	for d.left == 0 {
 		if d.err != nil {
 			return 0, 0, d.err
@@ -102,9 +103,9 @@ func (d *dockerReader) ReadOutput(p []byte) (int, Stream, error) {
 		size := int(binary.BigEndian.Uint32(d.hdr[4:]))
 		switch d.hdr[0] {
 		case 0, 1:
-			d.st = Stdout
+			d.st = boxapi.Stdout
 		case 2:
-			d.st = Stderr
+			d.st = boxapi.Stderr
 		case 3: // Docker reports its own errors on stream 3
 			msg := make([]byte, min(size, 4096))
 			n, _ := io.ReadFull(d.r, msg)
@@ -146,14 +147,14 @@ func newDockerProc(s *Sandbox, id string, hj types.HijackedResponse) *dockerProc
 	return &dockerProc{s: s, id: id, hj: hj, out: dockerReader{r: hj.Reader}}
 }
 
-func (d *dockerProc) ReadOutput(p []byte) (int, Stream, error) { return d.out.ReadOutput(p) }
-func (d *dockerProc) Write(p []byte) (int, error)              { return d.hj.Conn.Write(p) }
-func (d *dockerProc) CloseWrite() error                        { return d.hj.CloseWrite() }
-func (d *dockerProc) Close() error                             { d.hj.Close(); return nil }
-func (d *dockerProc) LocalAddr() net.Addr                      { return d.hj.Conn.LocalAddr() }
-func (d *dockerProc) SetDeadline(t time.Time) error            { return d.hj.Conn.SetDeadline(t) }
-func (d *dockerProc) SetReadDeadline(t time.Time) error        { return d.hj.Conn.SetReadDeadline(t) }
-func (d *dockerProc) SetWriteDeadline(t time.Time) error       { return d.hj.Conn.SetWriteDeadline(t) }
+func (d *dockerProc) ReadOutput(p []byte) (int, boxapi.Stream, error) { return d.out.ReadOutput(p) }
+func (d *dockerProc) Write(p []byte) (int, error)                     { return d.hj.Conn.Write(p) }
+func (d *dockerProc) CloseWrite() error                               { return d.hj.CloseWrite() }
+func (d *dockerProc) Close() error                                    { d.hj.Close(); return nil }
+func (d *dockerProc) LocalAddr() net.Addr                             { return d.hj.Conn.LocalAddr() }
+func (d *dockerProc) SetDeadline(t time.Time) error                   { return d.hj.Conn.SetDeadline(t) }
+func (d *dockerProc) SetReadDeadline(t time.Time) error               { return d.hj.Conn.SetReadDeadline(t) }
+func (d *dockerProc) SetWriteDeadline(t time.Time) error              { return d.hj.Conn.SetWriteDeadline(t) }
 
 // exitCode asks Docker for the exit status, a few times while it still says running.
 func (d *dockerProc) exitCode(ctx context.Context, killed bool) (int, bool) {
@@ -189,10 +190,10 @@ func (s *Sandbox) dockerExitCode(ctx context.Context, execID string, wait time.D
 type agentProc struct {
 	streamEnd
 	data []byte // the current chunk's bytes not read yet
-	from Stream
+	from boxapi.Stream
 }
 
-func (a *agentProc) ReadOutput(p []byte) (int, Stream, error) {
+func (a *agentProc) ReadOutput(p []byte) (int, boxapi.Stream, error) {
 	for len(a.data) == 0 {
 		ch, err := a.st.ReadChunk()
 		if err != nil {
@@ -201,9 +202,9 @@ func (a *agentProc) ReadOutput(p []byte) (int, Stream, error) {
 		if ch.EOF || len(ch.Data) == 0 {
 			continue
 		}
-		a.data, a.from = ch.Data, Stdout
+		a.data, a.from = ch.Data, boxapi.Stdout
 		if ch.Ch == agentwire.Stderr {
-			a.from = Stderr
+			a.from = boxapi.Stderr
 		}
 	}
 	n := copy(p, a.data)
@@ -225,7 +226,7 @@ type procStdout struct {
 func (r *procStdout) Read(b []byte) (int, error) {
 	for {
 		n, st, err := r.p.ReadOutput(b)
-		if st == Stderr {
+		if st == boxapi.Stderr {
 			_, _ = r.stderr.Write(b[:n])
 			n = 0
 		}

@@ -15,10 +15,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// ErrNoListener is returned (wrapped) by [Sandbox.DialPort] when nothing accepts
-// connections on the port inside the container.
-var ErrNoListener = boxapi.ErrNoListener
-
 // relayReady is the byte the relay writes once it is connected, before any byte of the
 // stream, so that a refused connection and an open one are told apart.
 const relayReady = 'R'
@@ -63,7 +59,7 @@ const relayDialTimeout = 30 * time.Second
 // DialPort opens a connection to port on the container's loopback interface, through
 // the Docker API only: an exec whose attached stdin and stdout carry the bytes, as
 // `kubectl port-forward` does. It works with any network mode (also none) and with a
-// remote engine. When nothing listens on the port, the error wraps [ErrNoListener].
+// remote engine. When nothing listens on the port, the error wraps [boxapi.ErrNoListener].
 //
 // The connection supports CloseWrite; closing it ends the relay inside the container.
 // ctx bounds only the setup: cancelling it later does not affect the connection.
@@ -81,7 +77,7 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	if sess := s.agentSession(ctx); sess != nil {
 		c, err := s.agentDial(ctx, sess, port)
-		if err == nil || errors.Is(err, ErrNoListener) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, boxapi.ErrNoListener) || ctx.Err() != nil {
 			return c, err
 		}
 		// The channel ended under the dial: this one takes an exec.
@@ -128,12 +124,12 @@ type relayConn struct {
 }
 
 // awaitReady reads up to the relay's ready byte. A relay that ends before it could
-// not connect: that is ErrNoListener, with what bash said.
+// not connect: that is boxapi.ErrNoListener, with what bash said.
 func (c *relayConn) awaitReady() error {
 	b, err := c.r.ReadByte()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("port %d: %w (%s)", c.port, ErrNoListener, c.out.stderr.String())
+			return fmt.Errorf("port %d: %w (%s)", c.port, boxapi.ErrNoListener, c.out.stderr.String())
 		}
 		return fmt.Errorf("relay to port %d: %w", c.port, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -52,13 +53,13 @@ const maxRealDir = 4096
 // its newline). It comes from the container, and it ends up in answers, the log and
 // the audit log: it must be one line of valid UTF-8 without control characters, an
 // absolute clean path of at most maxRealDir bytes. A directory whose real path is not
-// (a symbolic link to "/tmp/a\nb", say) fails with [ErrBadName]: the upload could not
+// (a symbolic link to "/tmp/a\nb", say) fails with [boxapi.ErrBadName]: the upload could not
 // say truthfully where the file went.
 func realDirPath(out string) (string, error) {
 	p, ok := strings.CutSuffix(out, "\n")
 	if !ok || len(p) > maxRealDir || !path.IsAbs(p) || path.Clean(p) != p || !utf8.ValidString(p) ||
 		strings.ContainsFunc(p, unicode.IsControl) {
-		return "", fmt.Errorf("the directory's real path %.100q: %w: it must be one absolute line of text", out, ErrBadName)
+		return "", fmt.Errorf("the directory's real path %.100q: %w: it must be one absolute line of text", out, boxapi.ErrBadName)
 	}
 	return p, nil
 }
@@ -86,7 +87,7 @@ func (e *guardExitError) Error() string {
 
 // startGuard starts guardScript for the directory dir and waits until it is ready; it
 // returns the directory's real path (see realDirPath). A directory that cannot be made fails with
-// [ErrNotDir] when a file is in the way.
+// [boxapi.ErrNotDir] when a file is in the way.
 func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []string) (*guard, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
@@ -104,7 +105,7 @@ func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []s
 		_ = p.Close()
 		var exit *guardExitError
 		if errors.As(err, &exit) && (strings.Contains(exit.stderr, "Not a directory") || strings.Contains(exit.stderr, "File exists")) {
-			return nil, "", fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, human.Clip(exit.stderr, 300))
+			return nil, "", fmt.Errorf("%s: %w (%s)", dir, boxapi.ErrNotDir, human.Clip(exit.stderr, 300))
 		}
 		return nil, "", fmt.Errorf("creating %s in the sandbox: %w", dir, err)
 	}
