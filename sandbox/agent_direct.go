@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -171,7 +170,7 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	if f := directTokenForTest.Get(); f != nil {
 		told = (*f)(token)
 	}
-	req, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: sock, Token: told})
+	req, _ := agentwire.Encode(agentwire.ChannelRequest{Path: sock, Token: told})
 	st, err := sess.Open(req)
 	if err != nil {
 		return nil, err

@@ -26,16 +26,19 @@ import (
 // agentFile opens a file operation on the agent and, unless it writes, reads its
 // reply. The stream is closed when ctx ends; the returned stop undoes that.
 func agentFile(ctx context.Context, sess *agentwire.Session, r agentwire.Request) (*agentwire.Stream, agentwire.FileReply, func() bool, error) {
-	b, _ := json.Marshal(r)
+	b, err := agentwire.Encode(r)
+	if err != nil {
+		return nil, agentwire.FileReply{}, nil, err
+	}
 	st, err := sess.Open(b)
 	if err != nil {
 		return nil, agentwire.FileReply{}, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { st.Close() })
-	if r.Op == agentwire.OpRead || r.Op == agentwire.OpTar {
+	if op := r.Op(); op == agentwire.OpRead || op == agentwire.OpTar {
 		_ = st.SetReceiveWindow(agentwire.FileWindow)
 	}
-	if r.Op == agentwire.OpWrite {
+	if r.Op() == agentwire.OpWrite {
 		return st, agentwire.FileReply{}, stop, nil
 	}
 	rep, err := readReply(st)
@@ -128,7 +131,7 @@ func agentMessage(m string) string {
 
 // agentStat describes the file p leads to.
 func agentStat(ctx context.Context, sess *agentwire.Session, p string) (boxapi.FileInfo, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpStat, Path: p})
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.StatRequest{Path: p})
 	if err != nil {
 		return boxapi.FileInfo{}, fmt.Errorf("stat %s in the sandbox: %w", p, err)
 	}
@@ -147,7 +150,7 @@ func agentStat(ctx context.Context, sess *agentwire.Session, p string) (boxapi.F
 // agentOpen streams length bytes (-1: to the end) of the regular file p from offset.
 // It reads no more than asked for, nor than the file held when the agent opened it.
 func agentOpen(ctx context.Context, sess *agentwire.Session, p string, offset, length int64) (*boxapi.File, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpRead, Path: p, Offset: offset, Length: length})
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.ReadRequest{Path: p, Offset: offset, Length: length})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", p, err)
 	}
@@ -218,11 +221,10 @@ func (r *agentReader) Close() error {
 	return r.st.Close()
 }
 
-// agentWrite streams body into the file p as req says (Op, Path set here) and returns
+// agentWrite streams body into the file req.Path as req says and returns
 // the agent's reply once the file is closed. When body fails, the stream is abandoned
 // and, within uploadStepTimeout, the agent has removed a file it created.
-func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Request, body io.Reader, bulk *bulkSocket) (rep agentwire.FileReply, n int64, err error) {
-	req.Op = agentwire.OpWrite
+func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.WriteRequest, body io.Reader, bulk *bulkSocket) (rep agentwire.FileReply, n int64, err error) {
 	if bulk != nil {
 		req.Socket, req.Token = bulk.path, bulk.token
 	}
@@ -312,7 +314,7 @@ const agentListMax = 4 << 20
 
 // agentList lists up to max regular files of dir.
 func agentList(ctx context.Context, sess *agentwire.Session, dir string, max int) ([]boxapi.DirEntry, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpList, Path: dir, Length: int64(max), Hide: tempPrefix})
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.ListRequest{Path: dir, Max: int64(max), Hide: tempPrefix})
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +340,7 @@ func agentList(ctx context.Context, sess *agentwire.Session, dir string, max int
 // agentTar streams the directory p (symbolic links to it followed) as a tar stream,
 // and returns the directory's real path.
 func agentTar(ctx context.Context, sess *agentwire.Session, p string) (io.ReadCloser, string, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpTar, Path: p})
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.TarRequest{Path: p})
 	if err != nil {
 		return nil, "", fmt.Errorf("archiving %s in the sandbox: %w", p, err)
 	}
@@ -381,7 +383,7 @@ func (s *Sandbox) agentUpload(ctx context.Context, sess *agentwire.Session, tmp 
 		bulk = s.bulkListen(sess)
 		defer bulk.Close()
 	}
-	_, n, err := agentWrite(ctx, sess, agentwire.Request{Path: tmp, Excl: true}, r, bulk)
+	_, n, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: tmp, Excl: true}, r, bulk)
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("%d bytes of %d came: %w", n, size, io.ErrUnexpectedEOF)
 	}

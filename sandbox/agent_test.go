@@ -178,7 +178,7 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 func TestHostileAgent(t *testing.T) {
 	cases := map[string]string{
 		"garbage":  `head -c 100000 /dev/urandom; sleep 5`,
-		"1 GB":     `printf '\000\000\000\015\001\000\000\000\000{"version":1}\100\000\000\000\003\000\000\000\001'; cat >/dev/null`,
+		"1 GB":     `printf '\000\000\000\015\001\000\000\000\000{"version":2}\100\000\000\000\003\000\000\000\001'; cat >/dev/null`,
 		"silence":  `sleep 600`,
 		"wrong v":  `printf '\000\000\000\015\001\000\000\000\000{"version":9}'; sleep 5`,
 		"no hello": `exit 0`,
@@ -290,7 +290,7 @@ func TestAgentGoneBeforeCommandStarts(t *testing.T) {
 	hello, _ := json.Marshal(agentwire.HelloMsg{Version: agentwire.Version})
 	agentArgvForTest.Set(func(path string) []string {
 		return []string{"sh", "-c", `if mkdir /tmp/agent-gone-once 2>/dev/null; then
-	printf '\000\000\000\015\001\000\000\000\000{"version":1}'
+	printf '\000\000\000\015\001\000\000\000\000{"version":2}'
 	dd bs=1 count=$2 >/dev/null 2>&1
 	exit 0
 fi

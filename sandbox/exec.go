@@ -3,16 +3,13 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -104,35 +101,25 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 			s.jobSeen(id, false)
 		}
 	}()
-	wait, waitArg := opts.Wait, "-1"
+	_, head, tail := budget(maxOutput)
+	j := jobStart{dir: JobsDir, id: id, timeout: timeout, wait: opts.Wait, interactive: opts.Interactive,
+		tty: opts.TTY, cwd: cwd, head: head, tail: tail, command: command}
+	wait := opts.Wait
 	switch {
 	case wait < 0:
-		waitArg = "0"
+		j.wait = 0
 	case wait > 0 && wait < timeout:
-		waitArg = secondsArg(wait)
 	default:
-		wait = timeout
-	}
-	interactive, tty := "0", "0"
-	if opts.Interactive {
-		interactive = "1"
-	}
-	_, head, tail := budget(maxOutput)
-	src, env := "env", []string{"MCP_SANDBOX_CMD=" + command}
-	var stdin []byte
-	if len(command) > commandEnvLimit {
-		src, env, stdin = "stdin", nil, []byte(command)
+		wait, j.wait = timeout, waitToEnd
 	}
 	if opts.TTY {
-		tty = "1"
-		env = append(env, agentEnv+"="+s.agentBinary())
+		j.agent = s.agentBinary()
 	}
 	s.mu.Lock()
-	env = append(env, s.cmdEnv...)
+	j.env = append(j.env, s.cmdEnv...)
 	s.mu.Unlock()
-	env = append(env, s.cfg.proxyEnv(id)...)
-	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
-		interactive, tty, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
+	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
 		ended = true
 		if ctx.Err() != nil {
@@ -291,7 +278,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 		return nil, err
 	}
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: boxapi.WorkDir, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"bash", "-c", command},
 	})
@@ -312,7 +299,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, sink(boxapi.Stdout, stdout), sink(boxapi.Stderr, stderr)) }()
+	go func() { done <- drain(p, sink(boxapi.Stdout, stdout), sink(boxapi.Stderr, stderr)) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var readErr error
@@ -323,13 +310,13 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	case <-ctx.Done():
 		res.Cancelled = true
 	}
-	hj.Close()
+	p.Close()
 	if res.TimedOut || res.Cancelled {
 		<-done
 	} else {
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
 		defer cancel()
-		if code, ok := s.exitCode(ictx, execID, false); ok {
+		if code, ok := p.exitCode(ictx, false); ok {
 			res.ExitCode = code
 		}
 	}
@@ -343,115 +330,39 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	return res, nil
 }
 
-// startExec creates and starts an exec, repairing the container once if it is gone.
-func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+// startExec starts a program in the container, on the agent when it runs, else as a
+// Docker exec, repairing the container once if it is gone.
+func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
 	for attempt := 0; ; attempt++ {
-		id, hj, err := s.tryStartExec(ctx, opts)
+		p, err := s.tryStartExec(ctx, opts)
 		if err == nil || attempt > 0 || !containerGone(err) || ctx.Err() != nil || isUpkeep(ctx) {
-			return id, hj, err
+			return p, err
 		}
 		s.log.Info("sandbox container is gone or stopped; repairing it", zap.Error(err))
 		s.invalidate()
 		if err := s.Ensure(ctx); err != nil {
-			return "", hj, err
+			return nil, err
 		}
 	}
 }
 
-func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
 	if sess := s.agentSession(ctx); sess != nil {
-		if id, hj, err := s.agentExec(sess, opts); err == nil {
-			return id, hj, nil
+		if p, err := s.agentExec(sess, opts); err == nil {
+			return p, nil
 		}
 		// The channel ended under this call: it takes a Docker exec; the next starts a
 		// new agent.
 	}
 	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, opts)
 	if err != nil {
-		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
+		return nil, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
 	}
 	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return "", hj, fmt.Errorf("starting exec in sandbox container %s: %w", s.cfg.Container, err)
+		return nil, fmt.Errorf("starting exec in sandbox container %s: %w", s.cfg.Container, err)
 	}
-	return resp.ID, hj, nil
-}
-
-// exitCode asks Docker for the exit status. Right after the stream ends Docker may still
-// report the exec as running for a moment, so it asks a few times.
-func (s *Sandbox) exitCode(ctx context.Context, execID string, killed bool) (int, bool) {
-	wait := 2 * time.Second
-	if killed {
-		wait = 500 * time.Millisecond
-	}
-	if st, ok := s.agentStream(execID); ok {
-		return agentExitCode(ctx, st, wait)
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		ins, err := s.cli.ContainerExecInspect(ctx, execID)
-		if err != nil {
-			s.log.Warn("inspecting finished exec", zap.Error(err))
-			return 0, false
-		}
-		if !ins.Running {
-			return ins.ExitCode, true
-		}
-		if time.Now().After(deadline) {
-			return 0, false
-		}
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// demux splits Docker's multiplexed exec stream (8-byte header: stream, 3 zero bytes,
-// big-endian length; then the payload) into stdout and stderr chunks as they arrive,
-// never holding more than one small buffer.
-func demux(r io.Reader, stdout, stderr func([]byte)) error {
-	var hdr [8]byte
-	buf := make([]byte, 32<<10)
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		size := int(binary.BigEndian.Uint32(hdr[4:]))
-		var sink func([]byte)
-		switch hdr[0] {
-		case 0, 1:
-			sink = stdout
-		case 2:
-			sink = stderr
-		case 3: // Docker reports its own errors on stream 3
-			msg := make([]byte, min(size, 4096))
-			n, _ := io.ReadFull(r, msg)
-			return fmt.Errorf("docker: %s", msg[:n])
-		default:
-			return fmt.Errorf("unknown stream %d in exec output", hdr[0])
-		}
-		for size > 0 {
-			n, err := r.Read(buf[:min(size, len(buf))])
-			if n > 0 {
-				sink(buf[:n])
-				size -= n
-			}
-			if err != nil {
-				if err == io.EOF && size == 0 {
-					break
-				}
-				if err == io.EOF {
-					return io.ErrUnexpectedEOF
-				}
-				return err
-			}
-		}
-	}
+	return newDockerProc(s, resp.ID, hj), nil
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -184,17 +184,106 @@ type scriptRun struct {
 	close func()
 }
 
-// startScript starts the job script with args, env and optional stdin (written, then
-// closed, in the background), and reads its output, up to limit bytes a stream. This
-// is the one place that builds the job script's exec.
-func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+// jobStart is one job to start, stated once for both runners: the agent's native
+// runner takes it as an agentwire.JobRequest (request), jobs.sh as the arguments and
+// environment of its "run" mode (script).
+type jobStart struct {
+	dir, id          string
+	timeout          time.Duration
+	wait             time.Duration // 0: answer at once; waitToEnd: at the job's end
+	interactive, tty bool
+	agent            string // tty: the agent's binary, which holds the terminal
+	cwd              string
+	head, tail       int // bytes sent of each end of a longer output
+	command          string
+	env              []string // added to the command's environment
+}
+
+// waitToEnd as jobStart.wait waits for the job's end.
+const waitToEnd = time.Duration(-1)
+
+// onStdin reports whether the command is too long for the environment and goes on
+// the runner's stdin instead.
+func (j jobStart) onStdin() bool { return len(j.command) > commandEnvLimit }
+
+// request is j for the agent, with the runner's stdin.
+func (j jobStart) request() (agentwire.JobRequest, []byte) {
+	r := agentwire.JobRequest{JobsDir: j.dir, ID: j.id, TimeoutMS: j.timeout.Round(time.Millisecond).Milliseconds(),
+		WaitMS: j.wait.Round(time.Millisecond).Milliseconds(), Interactive: j.interactive, TTY: j.tty,
+		Cwd: j.cwd, Head: int64(j.head), Tail: int64(j.tail), Env: j.env}
+	if j.wait == waitToEnd {
+		r.WaitMS = -1
+	}
+	if j.tty {
+		r.Agent = j.agent
+	}
+	if j.onStdin() {
+		r.CommandOnStdin = true
+		return r, []byte(j.command)
+	}
+	r.Command = j.command
+	return r, nil
+}
+
+// script is j for jobs.sh: the arguments and environment of "run", and its stdin.
+func (j jobStart) script() (args, env []string, stdin []byte) {
+	wait := "-1"
+	if j.wait != waitToEnd {
+		wait = secondsArg(j.wait)
+	}
+	if j.wait == 0 {
+		wait = "0"
+	}
+	src := "env"
+	if j.onStdin() {
+		src, stdin = "stdin", []byte(j.command)
+	} else {
+		env = append(env, "MCP_SANDBOX_CMD="+j.command)
+	}
+	if j.tty {
+		env = append(env, agentEnv+"="+j.agent)
+	}
+	env = append(env, j.env...)
+	return []string{"run", j.dir, j.id, secondsArg(j.timeout), wait, flag01(j.interactive), flag01(j.tty),
+		j.cwd, strconv.Itoa(j.head), strconv.Itoa(j.tail), src}, env, stdin
+}
+
+func flag01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// startJob starts job j, on the agent's native runner when the agent runs, else with
+// jobs.sh, and reads the runner's answer, up to limit bytes a stream.
+func (s *Sandbox) startJob(ctx context.Context, j jobStart, limit int) (*scriptRun, error) {
 	if sess := s.agentSession(ctx); sess != nil {
-		if hj, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
-			return s.readScript(hj, stdin, limit), nil
+		req, stdin := j.request()
+		if p, err := s.agentStart(sess, req); err == nil {
+			return s.readScript(p, stdin, limit), nil
 		}
 	}
+	args, env, stdin := j.script()
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
+// startScript starts the job script with args, env and optional stdin (written, then
+// closed, in the background), and reads its output, up to limit bytes a stream.
+func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+	if sess := s.agentSession(ctx); sess != nil {
+		if p, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
+			return s.readScript(p, stdin, limit), nil
+		}
+	}
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
+// execScript runs the job script in an exec of its own. This is the one place that
+// builds the job script's exec.
+func (s *Sandbox) execScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	cmd, env := runnerExec(args, env)
-	_, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  stdin != nil,
@@ -206,21 +295,21 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 	if err != nil {
 		return nil, err
 	}
-	return s.readScript(hj, stdin, limit), nil
+	return s.readScript(p, stdin, limit), nil
 }
 
 // readScript writes the job script's stdin and reads its output.
-func (s *Sandbox) readScript(hj types.HijackedResponse, stdin []byte, limit int) *scriptRun {
+func (s *Sandbox) readScript(p proc, stdin []byte, limit int) *scriptRun {
 	if stdin != nil {
 		go func() {
-			_, _ = hj.Conn.Write(stdin)
-			_ = hj.CloseWrite()
+			_, _ = p.Write(stdin)
+			_ = p.CloseWrite()
 		}()
 	}
 	out := &scriptOutput{limit: limit}
 	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
-	return &scriptRun{out: out, done: done, close: hj.Close}
+	go func() { done <- drain(p, out.stdout, out.stderr) }()
+	return &scriptRun{out: out, done: done, close: func() { _ = p.Close() }}
 }
 
 // header parses the header of output read to its end. A script that printed none
@@ -657,24 +746,24 @@ func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buff
 
 // collectExecEnv is collectExec with env added to the exec's environment.
 func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
 	if err != nil {
 		return 0, err
 	}
-	stop := context.AfterFunc(ctx, hj.Close)
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()
-	err = demux(hj.Reader, func(p []byte) {
+	err = drain(p, func(b []byte) {
 		if out.Len() < limit {
-			out.Write(p[:min(len(p), limit-out.Len())])
+			out.Write(b[:min(len(b), limit-out.Len())])
 		}
 	}, func([]byte) {})
-	hj.Close()
+	_ = p.Close()
 	if err != nil {
 		return 0, fmt.Errorf("reading internal command output: %w", err)
 	}
-	code, ok := s.exitCode(ctx, execID, false)
+	code, ok := p.exitCode(ctx, false)
 	if !ok {
 		return 0, errors.New("internal command did not report an exit code")
 	}

@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/docker/docker/api/types"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
@@ -311,8 +310,8 @@ func FuzzJobList(f *testing.F) {
 	})
 }
 
-// FuzzExecFrames: both readers of Docker's multiplexed exec stream (demux for the job
-// runner, execStream for other programs) take any bytes, and allocate a fixed amount
+// FuzzExecFrames: both users of the one reader of Docker's multiplexed exec stream
+// (dockerReader: demux for the job runner, execStream for other programs) take any bytes, and allocate a fixed amount
 // whatever the frames say: demux's 32 KiB buffer, a Docker error message of at most
 // 4 KiB (read, then copied into the error), execStream's 4 KiB of standard error
 // (bytes.Buffer may double it).
@@ -338,7 +337,7 @@ func FuzzExecFrames(f *testing.F) {
 		if outN+errN > len(raw) {
 			t.Fatalf("demux passed on %d bytes of %d", outN+errN, len(raw))
 		}
-		e := &execStream{hj: types.HijackedResponse{Reader: bufio.NewReader(bytes.NewReader(raw))}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
+		e := &execStream{p: &dockerProc{out: dockerReader{r: bufio.NewReader(bytes.NewReader(raw))}}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
 		var buf [4096]byte
 		n = allocated(func() {
 			for {

@@ -348,7 +348,7 @@ func TestUploadGuardRemovesOnHangup(t *testing.T) {
 	if real != "/sandbox" {
 		t.Errorf("real path %q, want /sandbox", real)
 	}
-	g.hj.Close()
+	g.p.Close()
 	var out string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if out = mustExec(t, sb, "ls -A /sandbox", boxapi.ExecOptions{}).Stdout; out == "" {

@@ -33,7 +33,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxa
 	if sess, err := s.fileAgent(ctx, p); err != nil {
 		return boxapi.FileInfo{}, false, err
 	} else if sess != nil {
-		rep, _, err := agentWrite(ctx, sess, agentwire.Request{Path: p, Mkdir: true}, bytes.NewReader(data), nil)
+		rep, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: p, Mkdir: true}, bytes.NewReader(data), nil)
 		if !agentGone(ctx, err) {
 			if err != nil {
 				return boxapi.FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
@@ -99,7 +99,7 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 // else with putFile.
 func (s *Sandbox) writeBack(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
 	if sess := s.agentSession(ctx); sess != nil {
-		_, _, err := agentWrite(ctx, sess, agentwire.Request{Path: target}, bytes.NewReader(data), nil)
+		_, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: target}, bytes.NewReader(data), nil)
 		if !agentGone(ctx, err) {
 			return err
 		}
