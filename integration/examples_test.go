@@ -183,7 +183,7 @@ func validateExample(t *testing.T, cfgJSON []byte) {
 	}
 	delete(cfg, "logging")
 	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
-	cfg["storage"] = map[string]any{"module": "file_system", "root": t.TempDir()}
+	cfg["storage"] = map[string]any{"module": "file_system", "root": testsite.StorageDir(t)}
 	var c caddy.Config
 	b, _ := json.Marshal(cfg)
 	if err := json.Unmarshal(b, &c); err != nil {
@@ -322,7 +322,7 @@ func TestLocalExampleStarts(t *testing.T) {
 	// What the test needs besides the example: no admin endpoint (other Caddy
 	// instances may hold :2019) and storage of its own.
 	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
-	cfg["storage"] = map[string]any{"module": "file_system", "root": t.TempDir()}
+	cfg["storage"] = map[string]any{"module": "file_system", "root": testsite.StorageDir(t)}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)

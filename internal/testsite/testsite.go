@@ -90,7 +90,7 @@ func New(t testing.TB) *Site {
 		T:         t,
 		Key:       "test-key-" + testenv.RandomHex(16),
 		Container: "mcp-sandbox-test-" + testenv.RandomHex(4),
-		Storage:   t.TempDir(),
+		Storage:   StorageDir(t),
 		Port:      FreePort(t),
 		Docker:    testenv.DockerClient(t),
 	}
@@ -450,4 +450,26 @@ func ContainerRunning(t testing.TB, cli client.APIClient, name string) bool {
 		t.Fatalf("inspecting %s: %v", name, err)
 	}
 	return info.State != nil && info.State.Running
+}
+
+// StorageDir is a directory for Caddy's storage, removed when the test ends. Unlike
+// t.TempDir, its removal tries again for a few seconds: a Caddy just stopped may still
+// be writing there in the background (the fingerprints of keys it saw), and a write
+// that lands during the removal would fail the test for no fault of what it checks.
+func StorageDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mcp-sandbox-storage-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+		}
+		t.Errorf("removing Caddy's storage %s: %v", dir, err)
+	})
+	return dir
 }
