@@ -173,6 +173,7 @@ func New(o Options) *Tools {
 	s.addTool(m, s.readFileTool(), s.readFile)
 	s.addTool(m, s.writeFileTool(), s.writeFile)
 	s.addTool(m, s.editFileTool(), s.editFile)
+	s.addCheckpointTools(m)
 	if o.Previews != nil {
 		s.addTool(m, s.exposePortTool(), s.exposePort)
 		s.addTool(m, s.unexposePortTool(), s.unexposePort)
