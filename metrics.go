@@ -169,7 +169,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	cs := []prometheus.Collector{metricCleanupDeleted, metricPreviewsLive, metricPreviewRequests, metricPreviewBytes,
-		metricPersonCalls, metricIdleStops, metricEgressRefused, agentCollector{}, sandboxCollector{}}
+		metricPersonCalls, metricIdleStops, metricEgressRefused, agentCollector{}, sandboxCollector{}, metricCheckpointBytes}
 	cs = append(cs, mcptools.Collectors()...)
 	for _, c := range append(cs, links.Collectors()...) {
 		var already prometheus.AlreadyRegisteredError

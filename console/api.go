@@ -135,6 +135,10 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 		c.serveSandboxes(w, r, actor, method, id)
 		return
 	}
+	if coll == "checkpoints" {
+		c.serveCheckpoints(w, r, actor, method, id)
+		return
+	}
 	route := method + " " + coll
 	if id != "" {
 		route += "/{id}"

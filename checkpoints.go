@@ -1,0 +1,239 @@
+package mcpsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// This file wires checkpoints (sandbox/checkpoint.go) to the tools and the console.
+// The engines' image labels are the only record: they survive Caddy's restarts and
+// reloads, and a checkpoint lives on its sandbox's engine with them.
+
+// metricCheckpointBytes is the size of each person's checkpoints, as last listed.
+var metricCheckpointBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "checkpoint_bytes",
+	Help: "Bytes held by each person's sandbox checkpoints (images' own layers and copies of /sandbox), as last listed.",
+}, []string{"person"})
+
+// checkpointPeople are the people the gauge has a value for, so a person whose last
+// checkpoint went is set to 0.
+var checkpointPeople sync.Map
+
+// noteCheckpointBytes sets the gauge from a listing of every checkpoint of the people
+// in it (all of them when all is true).
+func noteCheckpointBytes(list []boxapi.Checkpoint, people []string, all bool) {
+	sum := map[string]float64{}
+	for _, p := range people {
+		sum[personLabel(p)] = 0
+	}
+	if all {
+		checkpointPeople.Range(func(k, _ any) bool { sum[k.(string)] = 0; return true })
+	}
+	for _, c := range list {
+		sum[personLabel(c.Person)] += float64(c.SizeBytes)
+	}
+	for p, n := range sum {
+		checkpointPeople.Store(p, true)
+		metricCheckpointBytes.WithLabelValues(p).Set(n)
+	}
+}
+
+// maxCheckpoints is max_checkpoints with its default.
+func (h *Handler) maxCheckpoints() int {
+	if h.MaxCheckpoints > 0 {
+		return h.MaxCheckpoints
+	}
+	return sandbox.DefaultMaxCheckpoints
+}
+
+// SaveCheckpoint, ListCheckpoints and RestoreCheckpoint give the tools
+// (mcptools.Checkpoints) the sandbox's own checkpoints.
+func (b toolBox) SaveCheckpoint(ctx context.Context, name string) (boxapi.Checkpoint, []boxapi.Checkpoint, error) {
+	defer b.e.begin()()
+	res, err := b.Checkpoint(ctx, name, b.h.maxCheckpoints())
+	if err != nil {
+		return boxapi.Checkpoint{}, nil, b.e.engineError(err)
+	}
+	_, _ = b.ListCheckpoints(ctx)
+	return res.Checkpoint, res.Dropped, nil
+}
+
+func (b toolBox) ListCheckpoints(ctx context.Context) ([]boxapi.Checkpoint, error) {
+	list, err := b.Checkpoints(ctx)
+	if err != nil {
+		return nil, b.e.engineError(err)
+	}
+	noteCheckpointBytes(list, []string{b.Config().Person}, false)
+	return list, nil
+}
+
+func (b toolBox) RestoreCheckpoint(ctx context.Context, id string) error {
+	defer b.e.begin()()
+	_, err := b.Restore(ctx, id)
+	return b.e.engineError(err)
+}
+
+// consoleCheckpoints is every sandbox's checkpoints, on every engine, for the console.
+type consoleCheckpoints struct{ h *Handler }
+
+// engines are the engines checkpoints may be on.
+func (h *Handler) checkpointEngines() []Engine {
+	if len(h.Engines) == 0 {
+		return []Engine{{}}
+	}
+	return h.Engines
+}
+
+func (c consoleCheckpoints) Checkpoints(ctx context.Context) ([]console.Checkpoint, error) {
+	all, err := c.all(ctx)
+	out := make([]console.Checkpoint, 0, len(all))
+	for _, ck := range all {
+		out = append(out, console.Checkpoint{ID: ck.ID, Name: ck.Name, Person: ck.Person, SizeBytes: ck.SizeBytes,
+			CreatedAt: ck.CreatedAt, Engine: ck.Engine})
+	}
+	return out, err
+}
+
+// all lists the checkpoints of this site's sandboxes on every engine.
+func (c consoleCheckpoints) all(ctx context.Context) ([]boxapi.Checkpoint, error) {
+	var all []boxapi.Checkpoint
+	var errs []error
+	prefix := c.h.box.Config().Container
+	for _, eng := range c.h.checkpointEngines() {
+		cli, done, err := c.h.engineClient(eng)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		list, err := sandbox.Checkpoints(ctx, cli)
+		done()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("engine %s: %w", eng.Name, err))
+			continue
+		}
+		for _, ck := range list {
+			// This site's sandboxes only: another site on the same engine has its own.
+			if ck.Container == prefix || ck.Person != "" && ck.Container == prefix+"-"+ck.Person {
+				all = append(all, ck)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		noteCheckpointBytes(all, nil, true)
+	}
+	return all, errors.Join(errs...)
+}
+
+// find is checkpoint id of this site.
+func (c consoleCheckpoints) find(ctx context.Context, id string) (boxapi.Checkpoint, error) {
+	all, err := c.all(ctx)
+	if i := slices.IndexFunc(all, func(ck boxapi.Checkpoint) bool { return ck.ID == id }); i >= 0 {
+		return all[i], nil
+	}
+	if err != nil {
+		return boxapi.Checkpoint{}, err
+	}
+	return boxapi.Checkpoint{}, fmt.Errorf("%w: no checkpoint %s", console.ErrNotFound, id)
+}
+
+func (c consoleCheckpoints) DeleteCheckpoint(ctx context.Context, id string) error {
+	ck, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	cli, done, err := c.h.engineClient(c.h.engineNamed(ck.Engine))
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := sandbox.DeleteCheckpoint(ctx, cli, id); err != nil {
+		return err
+	}
+	_, _ = c.all(ctx)
+	return nil
+}
+
+// engineNamed is the engine of that name ("" the only one).
+func (h *Handler) engineNamed(name string) Engine {
+	for _, e := range h.Engines {
+		if e.Name == name {
+			return e
+		}
+	}
+	return Engine{}
+}
+
+func (c consoleCheckpoints) RestoreCheckpoint(ctx context.Context, id string) error {
+	ck, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ck.Person != "" && c.h.person(ck.Person) == nil {
+		return fmt.Errorf("%w: %s is no longer configured; copy the checkpoint to a person instead", console.ErrConflict, ck.Person)
+	}
+	return c.seed(ctx, ck, ck.Person, false)
+}
+
+func (c consoleCheckpoints) CopyCheckpoint(ctx context.Context, id, to string, replace bool) error {
+	if to != "" && c.h.person(to) == nil {
+		return fmt.Errorf("%w: no person %q is configured", console.ErrNotFound, to)
+	}
+	ck, err := c.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !replace {
+		cfg, err := c.h.sandboxConfigFor(to)
+		if err != nil {
+			return err
+		}
+		eng := c.h.engineNamed(ck.Engine)
+		if e := c.h.heldSandbox(to); e != nil {
+			eng = e.engine
+		}
+		cli, done, err := c.h.engineClient(eng)
+		if err != nil {
+			return err
+		}
+		exists, err := sandbox.Exists(ctx, cli, cfg.Container)
+		done()
+		if err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("%w: %s exists already; send \"replace\": true to replace its system and /sandbox by the checkpoint's", console.ErrConflict, whoseSandbox(to))
+		}
+	}
+	return c.seed(ctx, ck, to, true)
+}
+
+// seed makes person's sandbox checkpoint ck: its own (restore), or any (copy).
+func (c consoleCheckpoints) seed(ctx context.Context, ck boxapi.Checkpoint, person string, any bool) error {
+	e, err := c.h.placedEntry(ctx, person)
+	if err != nil {
+		return err
+	}
+	if e.engine.Name != ck.Engine {
+		return fmt.Errorf("%w: the checkpoint is on engine %q and %s on engine %q; a checkpoint is restored on its own engine only",
+			console.ErrConflict, ck.Engine, whoseSandbox(person), e.engine.Name)
+	}
+	defer e.begin()()
+	if any {
+		_, err = e.sb.Seed(context.WithoutCancel(ctx), ck.ID)
+	} else {
+		_, err = e.sb.Restore(context.WithoutCancel(ctx), ck.ID)
+	}
+	if errors.Is(err, boxapi.ErrCheckpointNotFound) {
+		return fmt.Errorf("%w: %w", console.ErrNotFound, err)
+	}
+	return err
+}
