@@ -435,7 +435,8 @@ func lastLine(s string) string {
 
 // lastNumber reads du's "<kilobytes>\t<path>" from the last line of out.
 func lastNumber(out string) (int64, error) {
-	f := strings.Fields(lastLine(out))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	f := strings.Fields(lines[len(lines)-1])
 	if len(f) == 0 {
 		return 0, errors.New("du printed nothing")
 	}

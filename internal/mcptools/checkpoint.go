@@ -111,8 +111,10 @@ func checkpointError(box Box, err error, id string) *mcp.CallToolResult {
 		return mcp.NewToolResultError(fmt.Sprintf("There is no checkpoint %s in this sandbox. Call checkpoint_list to see its checkpoints.", id))
 	case errors.Is(err, boxapi.ErrNoSandbox):
 		return mcp.NewToolResultError("There is nothing to save yet: the sandbox has not run. Run a command first.")
+	case box.EngineDown(err), errors.Is(err, boxapi.ErrImageMissing):
+		return mcp.NewToolResultError(execErrorText(box, err))
 	}
-	return mcp.NewToolResultError(execErrorText(box, err))
+	return mcp.NewToolResultError("It did not work: " + err.Error() + ".")
 }
 
 func (s *Tools) checkpoint(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
