@@ -55,8 +55,9 @@ const (
 	stagingDir = ".mcp-sandbox-restore"
 	retiredDir = ".mcp-sandbox-replaced"
 
-	// copierMemory and copierPids bound a copying container.
-	copierMemory = 512 << 20
+	// copierPids bounds a copying container's processes. It has no memory limit: cp
+	// holds little, and a limit also caps the page cache it may dirty, which slowed a
+	// 400 MB copy from 0.9 s to 2.5 s here.
 	copierPids   = 64
 	// copierOutput bounds what is kept of a copying container's output.
 	copierOutput = 4096
@@ -65,9 +66,6 @@ const (
 	// directory holds at most 1 GB of output by the runner's own pruning.
 	carryMaxBytes   = 2 << 30
 	carryMaxEntries = 20000
-	// restoreStopTimeout is how long the processes of a restored sandbox get after
-	// SIGTERM: they end anyway.
-	restoreStopTimeout = 2
 )
 
 // copierCaps are what `cp -a` needs as root to read every file and keep owners,
@@ -363,7 +361,7 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 	}, &container.HostConfig{
 		Mounts: mounts, NetworkMode: "none", Init: &init,
 		CapDrop: []string{"ALL"}, CapAdd: copierCaps, SecurityOpt: securityOpts,
-		Resources: container.Resources{Memory: copierMemory, MemorySwap: copierMemory, PidsLimit: &pids},
+		Resources: container.Resources{PidsLimit: &pids},
 	}, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
 		s.removeCopier(ctx, id)
@@ -491,35 +489,18 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		Labels: map[string]string{labelManaged: "true"}}); err != nil {
 		return RestoreResult{}, fmt.Errorf("creating sandbox volume %s: %w", s.cfg.Volume, err)
 	}
-	staged := false
-	if id != boxapi.ImageReset {
-		// The slow part first, while the sandbox still runs: copy the checkpoint's
-		// WorkDir beside the current one.
-		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+` && cp -a /from/. /to/`+stagingDir+`/`,
-			[]mount.Mount{
-				{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
-				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
-			})
-		if err != nil {
-			s.unstage(ctx, id)
-			return RestoreResult{}, fmt.Errorf("copying the checkpoint's %s (the sandbox is unchanged): %w", WorkDir, err)
-		}
-		staged = true
-	}
-	// The old container stops, keeps its job records for the new one, and is put
-	// aside under another name until the new one runs.
+	// The old container is killed (its processes end anyway), keeps its job records
+	// for the new one, and is put aside under another name until the new one runs.
 	s.CloseAgent()
 	s.invalidate()
 	old, err := s.cli.ContainerInspect(ctx, name)
 	hadOld := err == nil
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		if staged {
-			s.unstage(ctx, id)
-		}
 		return RestoreResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
 	aside := name + "-replaced-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	wasRunning := hadOld && old.State != nil && old.State.Running
+	copied := false
 	rollback := func(why error) (RestoreResult, error) {
 		bg := context.WithoutCancel(ctx)
 		_ = s.cli.ContainerRemove(bg, name, container.RemoveOptions{Force: true})
@@ -530,43 +511,58 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 				_ = s.cli.ContainerStart(bg, name, container.StartOptions{})
 			}
 		}
-		if staged {
+		if copied {
 			s.unstage(bg, id)
 		}
 		s.invalidate()
 		return RestoreResult{}, why
 	}
-	if hadOld {
-		t := restoreStopTimeout
-		if err := s.cli.ContainerStop(ctx, old.ID, container.StopOptions{Timeout: &t}); err != nil {
+	if wasRunning {
+		if err := s.cli.ContainerKill(ctx, old.ID, "KILL"); err != nil && !cerrdefs.IsConflict(err) {
 			return rollback(fmt.Errorf("stopping sandbox container %s: %w", name, err))
 		}
+	}
+	if hadOld {
 		if err := s.cli.ContainerRename(ctx, old.ID, aside); err != nil {
 			return rollback(fmt.Errorf("putting sandbox container %s aside: %w", name, err))
 		}
 	}
 	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
+		// The job records first: a failure there leaves WorkDir untouched.
 		if hadOld {
 			if err := s.carryJobs(ctx, old.ID, newID); err != nil {
-				return fmt.Errorf("keeping the job records: %w", err)
+				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
 			}
 		}
-		if staged {
-			if _, err := s.copyVolumes(ctx, id, swapScript, []mount.Mount{
+		if id == boxapi.ImageReset {
+			return nil
+		}
+		copied = true
+		// Copied beside the current WorkDir first, so a full disk stops it before
+		// anything is replaced; then swapped in with renames.
+		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
+			` && cp -a /from/. /to/`+stagingDir+`/ && `+swapScript,
+			[]mount.Mount{
+				{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
 				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
-			}); err != nil {
-				return fmt.Errorf("putting the checkpoint's %s in place: %w", WorkDir, err)
-			}
+			})
+		if err != nil {
+			return fmt.Errorf("copying the checkpoint's %s: %w", WorkDir, err)
 		}
 		return nil
 	})
 	if err != nil {
-		return rollback(fmt.Errorf("restoring the sandbox (it is as it was): %w", err))
+		return rollback(fmt.Errorf("restoring the sandbox (it is as it was; its processes ended): %w", err))
 	}
 	if hadOld {
-		if err := s.cli.ContainerRemove(context.WithoutCancel(ctx), old.ID, container.RemoveOptions{Force: true}); err != nil {
-			s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
-		}
+		// Its writable layer may be large: removed after the restore has answered.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			defer cancel()
+			if err := s.cli.ContainerRemove(rctx, old.ID, container.RemoveOptions{Force: true}); err != nil {
+				s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
+			}
+		}()
 	}
 	s.mu.Lock()
 	s.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
@@ -580,8 +576,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 
 // swapScript replaces WorkDir's contents by the staged ones with renames, then deletes
 // the old. With nothing staged (done already) it does nothing.
-const swapScript = `cd /to && [ -d ` + stagingDir + ` ] || exit 0
-set -e
+const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
+set -e &&
 rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
 for f in * .[!.]* ..?*; do
 	[ -e "$f" ] || [ -L "$f" ] || continue
