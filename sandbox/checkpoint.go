@@ -58,7 +58,7 @@ const (
 	// copierPids bounds a copying container's processes. It has no memory limit: cp
 	// holds little, and a limit also caps the page cache it may dirty, which slowed a
 	// 400 MB copy from 0.9 s to 2.5 s here.
-	copierPids   = 64
+	copierPids = 64
 	// copierOutput bounds what is kept of a copying container's output.
 	copierOutput = 4096
 
