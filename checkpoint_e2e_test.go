@@ -363,3 +363,34 @@ func removeCheckpoints(cli *client.Client, names ...string) {
 		}
 	}
 }
+
+// TestCheckpointRemovedPerson: a removed person's checkpoints are kept through the
+// grace period, counted from when the site first found them gone, then deleted; the
+// others' are kept.
+func TestCheckpointRemovedPerson(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice", "bob"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob")) })
+	ids := map[string]string{}
+	for _, person := range []string{"alice", "bob"} {
+		c := p.client(ctx, person)
+		stdoutOf(ctx, t, c, "echo x > /sandbox/x")
+		ids[person] = structured(t, call(ctx, t, c, "checkpoint", map[string]any{}))["id"].(string)
+	}
+	p.load(p.options([]string{"bob"}))
+	h := siteHandler(t)
+	now := time.Now()
+	h.sweepRemovedCheckpoints(ctx, now)
+	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace-time.Hour))
+	if imageGone(t, p.docker, ids["alice"]) {
+		t.Fatal("alice's checkpoint went before the grace period ended")
+	}
+	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace+time.Minute))
+	if !imageGone(t, p.docker, ids["alice"]) {
+		t.Error("alice's checkpoint is kept after the grace period")
+	}
+	if imageGone(t, p.docker, ids["bob"]) {
+		t.Error("bob's checkpoint was deleted")
+	}
+}

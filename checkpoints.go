@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -236,4 +238,87 @@ func (c consoleCheckpoints) seed(ctx context.Context, ck boxapi.Checkpoint, pers
 		return fmt.Errorf("%w: %w", console.ErrNotFound, err)
 	}
 	return err
+}
+
+// checkpointGrace is how long the checkpoints of a person no longer configured are
+// kept, counted from when this site first found the person gone (recorded in storage
+// under removedCheckpointsPrefix, so a restart does not start the count again).
+const checkpointGrace = 7 * 24 * time.Hour
+
+// checkpointSweepEvery is how often the checkpoints of removed people are looked at.
+const checkpointSweepEvery = time.Hour
+
+const removedCheckpointsPrefix = "mcp_sandbox/checkpoints/removed/"
+
+// startCheckpointSweeps deletes, once checkpointGrace has passed, the checkpoints of
+// people the configuration no longer names. The operator's are never swept.
+func (h *Handler) startCheckpointSweeps() {
+	if len(h.People) == 0 {
+		return
+	}
+	h.goBackground(func(ctx context.Context) {
+		wait := time.Minute
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = checkpointSweepEvery
+			h.sweepRemovedCheckpoints(ctx, time.Now())
+		}
+	})
+}
+
+// sweepRemovedCheckpoints is one pass of startCheckpointSweeps at now.
+func (h *Handler) sweepRemovedCheckpoints(ctx context.Context, now time.Time) {
+	c := consoleCheckpoints{h}
+	all, err := c.all(ctx)
+	if err != nil {
+		h.logger.Warn("listing checkpoints to sweep those of removed people", zap.Error(err))
+		return
+	}
+	gone := map[string]time.Time{}
+	for _, ck := range all {
+		if ck.Person == "" || h.person(ck.Person) != nil {
+			if ck.Person != "" {
+				_ = h.storage.Delete(ctx, removedCheckpointsPrefix+ck.Person)
+			}
+			continue
+		}
+		since, seen := gone[ck.Person]
+		if !seen {
+			since = h.removedSince(ctx, ck.Person, now)
+			gone[ck.Person] = since
+		}
+		if now.Sub(since) < checkpointGrace {
+			continue
+		}
+		cli, done, err := h.engineClient(h.engineNamed(ck.Engine))
+		if err != nil {
+			continue
+		}
+		err = sandbox.DeleteCheckpoint(ctx, cli, ck.ID)
+		done()
+		if err != nil {
+			h.logger.Warn("deleting a removed person's checkpoint", zap.String("person", ck.Person), zap.String("id", ck.ID), zap.Error(err))
+			continue
+		}
+		h.logger.Info("deleted the checkpoint of a person no longer configured, after the grace period",
+			zap.String("person", ck.Person), zap.String("id", ck.ID), zap.Duration("grace", checkpointGrace))
+	}
+}
+
+// removedSince is when this site first found person gone, recording now when it had not.
+func (h *Handler) removedSince(ctx context.Context, person string, now time.Time) time.Time {
+	key := removedCheckpointsPrefix + person
+	if b, err := h.storage.Load(ctx, key); err == nil {
+		if t, err := time.Parse(time.RFC3339, string(b)); err == nil {
+			return t
+		}
+	}
+	if err := h.storage.Store(ctx, key, []byte(now.UTC().Format(time.RFC3339))); err != nil {
+		h.logger.Warn("recording when a person's checkpoints were left", zap.String("person", person), zap.Error(err))
+	}
+	return now
 }

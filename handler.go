@@ -365,6 +365,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.app.addWarmup(h.warmFacts)
 	h.app.addWarmup(h.startIdleStops)
 	h.app.addWarmup(h.startRemovedStops)
+	h.app.addWarmup(h.startCheckpointSweeps)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err
