@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,33 @@ type Checkpoints interface {
 	// CopyCheckpoint makes person to's sandbox the checkpoint; one that exists is
 	// replaced only when replace is true, else ErrConflict.
 	CopyCheckpoint(ctx context.Context, id, to string, replace bool) error
+}
+
+// The form actions on checkpoints (the id is the checkpoint's).
+const (
+	actRestoreCheckpoint = "restore_checkpoint"
+	actDeleteCheckpoint  = "delete_checkpoint"
+)
+
+// checkpointConfirmations say what the checkpoint actions do.
+var checkpointConfirmations = map[string]confirmation{
+	actRestoreCheckpoint: {Action: actRestoreCheckpoint, Title: "Restore checkpoint %s?", Button: "Restore",
+		Ends: []string{"every running command and background job of the sandbox it was saved from",
+			"every change made since the checkpoint, in the system and under /sandbox"},
+		Survives: []string{"the checkpoint itself, which can be restored again", "the sandbox's name, limits, network and egress"}},
+	actDeleteCheckpoint: {Action: actDeleteCheckpoint, Title: "Delete checkpoint %s?", Button: "Delete",
+		Ends:     []string{"the checkpoint: its image and its copy of /sandbox"},
+		Survives: []string{"the sandbox as it is now", "the other checkpoints"}},
+}
+
+// checkpointsForPage lists the checkpoints for the overview, newest first.
+func (c *Console) checkpointsForPage(ctx context.Context) ([]Checkpoint, string) {
+	list, err := c.opts.Checkpoints.Checkpoints(ctx)
+	slices.SortStableFunc(list, func(a, b Checkpoint) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	if err != nil {
+		return list, err.Error()
+	}
+	return list, ""
 }
 
 // checkpointTimeout bounds one checkpoint action: a restore copies /sandbox.
