@@ -72,6 +72,24 @@ const (
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
 
+// saving holds the names of the containers a checkpoint has paused: Ensure waits for
+// the checkpoint to unpause them instead of unpausing them halfway.
+var saving sync.Map
+
+// waitSaved waits while a checkpoint holds the container paused.
+func (s *Sandbox) waitSaved(ctx context.Context) error {
+	for {
+		if _, ok := saving.Load(s.cfg.Container); !ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // checkpointsBusy holds the ids of checkpoints being made in this process, whose
 // volume has no image yet on purpose.
 var checkpointsBusy sync.Map
@@ -202,13 +220,16 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if info.State != nil && info.State.Running && !info.State.Paused {
 		// Paused, the processes write nothing while both copies are taken, so the
 		// system and WorkDir are of one moment.
+		saving.Store(name0, true)
 		if err := s.cli.ContainerPause(ctx, name0); err != nil {
+			saving.Delete(name0)
 			return CheckpointResult{}, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
 		}
 		defer func() {
 			if err := s.cli.ContainerUnpause(context.WithoutCancel(ctx), name0); err != nil {
 				s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
 			}
+			saving.Delete(name0)
 		}()
 	}
 	id := newCheckpointID()

@@ -123,3 +123,43 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 		t.Errorf("restoring an unknown checkpoint: %v", err)
 	}
 }
+
+// TestCheckpointHoldsCommands: a command that comes while a checkpoint holds the
+// container paused waits for it (even as its own Docker exec, which fails on a paused
+// container and repairs through Ensure) instead of unpausing it halfway.
+func TestCheckpointHoldsCommands(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", ExecOptions{Timeout: time.Minute})
+	saved := make(chan time.Time, 1)
+	go func() {
+		res, err := sb.Checkpoint(ctx, "", 0)
+		if err != nil {
+			t.Error(err)
+		} else {
+			t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+		}
+		saved <- time.Now()
+	}()
+	for {
+		info, err := cli.ContainerInspect(ctx, cfg.Container)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Paused {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sb.invalidate() // the next command asks Docker, as one would after readyTrust
+	r := mustExec(t, sb, "echo ran", ExecOptions{})
+	ran := time.Now()
+	end := <-saved
+	if r.Stdout != "ran\n" || ran.Before(end) {
+		t.Errorf("the command %q ended at %v, before the checkpoint ended at %v", r.Stdout, ran, end)
+	}
+}

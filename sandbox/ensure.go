@@ -505,6 +505,9 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	case st.Running && !st.Paused && !st.Restarting:
 		return nil
 	case st.Paused:
+		if _, ok := saving.Load(name); ok {
+			return s.waitSaved(ctx)
+		}
 		if err := s.cli.ContainerUnpause(ctx, name); err != nil {
 			return fmt.Errorf("unpausing sandbox container %s: %w", name, err)
 		}
