@@ -65,10 +65,10 @@ func checkpointIDs(t *testing.T, m map[string]any) []string {
 }
 
 func TestCheckpointRestore(t *testing.T) {
-	p := startPeopleSite(t, []string{"alice", "bob"}, "max_checkpoints 3")
+	p := startPeopleSite(t, []string{"alice", "bob", "carol"}, "max_checkpoints 3")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t.Cleanup(func() { removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob")) })
+	t.Cleanup(func() { removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob"), p.containerOf("carol")) })
 	alice, bob := p.client(ctx, "alice"), p.client(ctx, "bob")
 
 	stdoutOf(ctx, t, alice, setupScript)
@@ -138,7 +138,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if err := stopCaddy(); err != nil {
 		t.Fatal(err)
 	}
-	p.load(p.options([]string{"alice", "bob"}))
+	p.load(p.options([]string{"alice", "bob", "carol"}))
 	alice = p.client(ctx, "alice")
 	if ids := checkpointIDs(t, structured(t, call(ctx, t, alice, "checkpoint_list", map[string]any{}))); len(ids) != 1 || ids[0] != id {
 		t.Fatalf("after a Caddy restart alice lists %v, want [%s]", ids, id)
@@ -202,6 +202,14 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 	if ids := checkpointIDs(t, structured(t, call(ctx, t, bob, "checkpoint_list", map[string]any{}))); len(ids) != 0 {
 		t.Errorf("bob lists alice's checkpoints after the copy: %v", ids)
+	}
+	// A new teammate starts from the checkpoint: carol has never run anything.
+	resp, body = p.request(t, "POST", p.url+"/console/api/checkpoints/"+seed+"/copy", p.key, strings.NewReader(`{"to":"carol"}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("copy to carol: %d %s", resp.StatusCode, body)
+	}
+	if out := stdoutOf(ctx, t, p.client(ctx, "carol"), "cat /opt/app/data /sandbox/notes.txt; hello"); out != "v1\nkeep\nhello-from-bin\n" {
+		t.Errorf("carol after the copy: %q", out)
 	}
 	resp, body = p.request(t, "POST", p.url+"/console/api/checkpoints/"+seed+"/restore", p.key, nil)
 	if resp.StatusCode != 200 {
