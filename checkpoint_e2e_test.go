@@ -68,7 +68,9 @@ func TestCheckpointRestore(t *testing.T) {
 	p := startPeopleSite(t, []string{"alice", "bob", "carol"}, "max_checkpoints 3")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t.Cleanup(func() { removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob"), p.containerOf("carol")) })
+	t.Cleanup(func() {
+		removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob"), p.containerOf("carol"))
+	})
 	alice, bob := p.client(ctx, "alice"), p.client(ctx, "bob")
 
 	stdoutOf(ctx, t, alice, setupScript)
