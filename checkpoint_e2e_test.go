@@ -260,6 +260,16 @@ func TestCheckpointStopped(t *testing.T) {
 	if out := stdoutOf(ctx, t, c, "cat /opt/app/data /sandbox/notes.txt"); out != "v1\nkeep\n" {
 		t.Errorf("after the restore: %q", out)
 	}
+	// The restored container has its agent again.
+	var status struct {
+		Agent struct {
+			Running bool   `json:"running"`
+			Reason  string `json:"reason"`
+		} `json:"agent"`
+	}
+	if code := apiCall(t, s, "GET", "/sandbox", &status); code != 200 || !status.Agent.Running {
+		t.Errorf("GET /console/api/sandbox after the restore: %d %+v", code, status)
+	}
 }
 
 // TestCheckpointDiskFull: a checkpoint whose copy of /sandbox runs out of space says

@@ -72,8 +72,8 @@ const (
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
 
-// saving holds the names of the containers a checkpoint has paused: Ensure waits for
-// the checkpoint to unpause them instead of unpausing them halfway.
+// saving holds the names of the containers a checkpoint has paused or a restore is
+// replacing: Ensure waits for them instead of unpausing or recreating them halfway.
 var saving sync.Map
 
 // waitSaved waits while a checkpoint holds the container paused.
@@ -512,6 +512,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	}
 	// The old container is killed (its processes end anyway), keeps its job records
 	// for the new one, and is put aside under another name until the new one runs.
+	// Meanwhile Ensure waits instead of making a container of its own under the name.
+	saving.Store(name, true)
+	defer saving.Delete(name)
 	s.CloseAgent()
 	s.invalidate()
 	old, err := s.cli.ContainerInspect(ctx, name)
@@ -588,6 +591,12 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	s.mu.Lock()
 	s.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
 	s.mu.Unlock()
+	// Background work that met the container missing while it was replaced (an idle
+	// cleanup) may have sent the agent to the fallback: the new container gets a try.
+	s.agentMu.Lock()
+	s.agent.off, s.agent.retry = "", time.Time{}
+	s.agentMu.Unlock()
+	saving.Delete(name)
 	if err := s.Ensure(ctx); err != nil {
 		return RestoreResult{}, fmt.Errorf("starting the restored sandbox: %w", err)
 	}

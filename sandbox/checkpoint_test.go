@@ -163,3 +163,47 @@ func TestCheckpointHoldsCommands(t *testing.T) {
 		t.Errorf("the command %q ended at %v, before the checkpoint ended at %v", r.Stdout, ran, end)
 	}
 }
+
+// TestRestoreWithCommands: commands that come while a restore replaces the container
+// wait for the restored one; none makes a container of its own under the name, which
+// would fail the restore.
+func TestRestoreWithCommands(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=200 2>/dev/null", ExecOptions{Timeout: time.Minute})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+	mustExec(t, sb, "echo changed > /sandbox/f", ExecOptions{})
+	done := make(chan error, 1)
+	go func() { _, err := sb.Restore(ctx, res.Checkpoint.ID); done <- err }()
+	outs := make(chan string, 5)
+	for i := 0; i < 5; i++ {
+		go func() {
+			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
+			sb.invalidate()
+			r, err := sb.Exec(ctx, "cat /sandbox/f", ExecOptions{})
+			if err != nil {
+				outs <- err.Error()
+				return
+			}
+			outs <- r.Stdout
+		}()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("restore with commands under way: %v", err)
+	}
+	// A command the restore killed fails; the others see one sandbox or the other.
+	for i := 0; i < 5; i++ {
+		t.Logf("a command during the restore: %q", <-outs)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/f", ExecOptions{}); r.Stdout != "saved\n" {
+		t.Errorf("after the restore: %q", r.Stdout)
+	}
+}

@@ -161,6 +161,9 @@ func (s *Sandbox) invalidate() {
 
 func (s *Sandbox) ensure(ctx context.Context) error {
 	name := s.cfg.Container
+	if err := s.waitSaved(ctx); err != nil {
+		return err
+	}
 	info, err := s.cli.ContainerInspect(ctx, name)
 	missing := cerrdefs.IsNotFound(err)
 	if err == nil && info.State != nil && (info.State.Status == "removing" || info.State.Dead) {
