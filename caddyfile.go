@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 )
 
 func init() {
@@ -212,7 +214,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.AllowedOrigins = append(h.AllowedOrigins, args...)
 		case "engine":
-			var e Engine
+			var e fleet.Engine
 			if e, err = parseEngine(d); err == nil {
 				h.Engines = append(h.Engines, e)
 			}
@@ -266,12 +268,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 // parseEngine reads `engine <name> <address> [{ tls_ca <file> tls_cert <file> tls_key <file> }]`.
-func parseEngine(d *caddyfile.Dispenser) (Engine, error) {
+func parseEngine(d *caddyfile.Dispenser) (fleet.Engine, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
-		return Engine{}, d.Errf("engine takes a name and an address, e.g. engine big tcp://10.0.0.7:2376")
+		return fleet.Engine{}, d.Errf("engine takes a name and an address, e.g. engine big tcp://10.0.0.7:2376")
 	}
-	e := Engine{Name: args[0], Host: args[1]}
+	e := fleet.Engine{Name: args[0], Host: args[1]}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		var err error
 		switch d.Val() {
@@ -282,10 +284,10 @@ func parseEngine(d *caddyfile.Dispenser) (Engine, error) {
 		case "tls_key":
 			err = oneString(d, &e.TLSKey)
 		default:
-			return Engine{}, d.Errf("engine %s: unrecognized setting %s (tls_ca, tls_cert, tls_key)", e.Name, d.Val())
+			return fleet.Engine{}, d.Errf("engine %s: unrecognized setting %s (tls_ca, tls_cert, tls_key)", e.Name, d.Val())
 		}
 		if err != nil {
-			return Engine{}, err
+			return fleet.Engine{}, err
 		}
 	}
 	return e, nil

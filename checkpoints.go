@@ -60,10 +60,10 @@ func (h *Handler) maxCheckpoints() int {
 // SaveCheckpoint, ListCheckpoints and RestoreCheckpoint give the tools
 // (mcptools.Checkpoints) the sandbox's own checkpoints.
 func (b toolBox) SaveCheckpoint(ctx context.Context, name string) (boxapi.Checkpoint, []boxapi.Checkpoint, error) {
-	defer b.e.begin()()
+	defer b.e.Begin()()
 	res, err := b.Checkpoint(ctx, name, b.h.maxCheckpoints())
 	if err != nil {
-		return boxapi.Checkpoint{}, nil, b.e.engineError(err)
+		return boxapi.Checkpoint{}, nil, b.e.EngineError(err)
 	}
 	_, _ = b.ListCheckpoints(ctx)
 	return res.Checkpoint, res.Dropped, nil
@@ -72,28 +72,20 @@ func (b toolBox) SaveCheckpoint(ctx context.Context, name string) (boxapi.Checkp
 func (b toolBox) ListCheckpoints(ctx context.Context) ([]boxapi.Checkpoint, error) {
 	list, err := b.Checkpoints(ctx)
 	if err != nil {
-		return nil, b.e.engineError(err)
+		return nil, b.e.EngineError(err)
 	}
 	noteCheckpointBytes(list, []string{b.Config().Person}, false)
 	return list, nil
 }
 
 func (b toolBox) RestoreCheckpoint(ctx context.Context, id string) error {
-	defer b.e.begin()()
+	defer b.e.Begin()()
 	_, err := b.Restore(ctx, id)
-	return b.e.engineError(err)
+	return b.e.EngineError(err)
 }
 
 // consoleCheckpoints is every sandbox's checkpoints, on every engine, for the console.
 type consoleCheckpoints struct{ h *Handler }
-
-// engines are the engines checkpoints may be on.
-func (h *Handler) checkpointEngines() []Engine {
-	if len(h.Engines) == 0 {
-		return []Engine{{}}
-	}
-	return h.Engines
-}
 
 func (c consoleCheckpoints) Checkpoints(ctx context.Context) ([]console.Checkpoint, error) {
 	all, err := c.all(ctx)
@@ -109,9 +101,9 @@ func (c consoleCheckpoints) Checkpoints(ctx context.Context) ([]console.Checkpoi
 func (c consoleCheckpoints) all(ctx context.Context) ([]boxapi.Checkpoint, error) {
 	var all []boxapi.Checkpoint
 	var errs []error
-	prefix := c.h.box.Config().Container
-	for _, eng := range c.h.checkpointEngines() {
-		cli, done, err := c.h.engineClient(eng)
+	prefix := c.h.fleet.Operator().Sandbox().Config().Container
+	for _, eng := range c.h.fleet.Engines() {
+		cli, done, err := c.h.fleet.EngineClient(eng.Name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -152,7 +144,7 @@ func (c consoleCheckpoints) DeleteCheckpoint(ctx context.Context, id string) err
 	if err != nil {
 		return err
 	}
-	cli, done, err := c.h.engineClient(c.h.engineNamed(ck.Engine))
+	cli, done, err := c.h.fleet.EngineClient(ck.Engine)
 	if err != nil {
 		return err
 	}
@@ -164,29 +156,19 @@ func (c consoleCheckpoints) DeleteCheckpoint(ctx context.Context, id string) err
 	return nil
 }
 
-// engineNamed is the engine of that name ("" the only one).
-func (h *Handler) engineNamed(name string) Engine {
-	for _, e := range h.Engines {
-		if e.Name == name {
-			return e
-		}
-	}
-	return Engine{}
-}
-
 func (c consoleCheckpoints) RestoreCheckpoint(ctx context.Context, id string) error {
 	ck, err := c.find(ctx, id)
 	if err != nil {
 		return err
 	}
-	if ck.Person != "" && c.h.person(ck.Person) == nil {
+	if ck.Person != "" && !c.h.fleet.Configured(ck.Person) {
 		return fmt.Errorf("%w: %s is no longer configured; copy the checkpoint to a person instead", console.ErrConflict, ck.Person)
 	}
 	return c.seed(ctx, ck, ck.Person, false)
 }
 
 func (c consoleCheckpoints) CopyCheckpoint(ctx context.Context, id, to string, replace bool) error {
-	if to != "" && c.h.person(to) == nil {
+	if to != "" && !c.h.fleet.Configured(to) {
 		return fmt.Errorf("%w: no person %q is configured", console.ErrNotFound, to)
 	}
 	ck, err := c.find(ctx, id)
@@ -194,15 +176,15 @@ func (c consoleCheckpoints) CopyCheckpoint(ctx context.Context, id, to string, r
 		return err
 	}
 	if !replace {
-		cfg, err := c.h.sandboxConfigFor(to)
+		cfg, err := c.h.fleet.Config(to)
 		if err != nil {
 			return err
 		}
-		eng := c.h.engineNamed(ck.Engine)
-		if e := c.h.heldSandbox(to); e != nil {
-			eng = e.engine
+		eng := ck.Engine
+		if e := c.h.fleet.Held(to); e != nil {
+			eng = e.Engine().Name
 		}
-		cli, done, err := c.h.engineClient(eng)
+		cli, done, err := c.h.fleet.EngineClient(eng)
 		if err != nil {
 			return err
 		}
@@ -220,19 +202,19 @@ func (c consoleCheckpoints) CopyCheckpoint(ctx context.Context, id, to string, r
 
 // seed makes person's sandbox checkpoint ck: its own (restore), or any (copy).
 func (c consoleCheckpoints) seed(ctx context.Context, ck boxapi.Checkpoint, person string, any bool) error {
-	e, err := c.h.placedEntry(ctx, person)
+	e, err := c.h.fleet.Entry(ctx, person)
 	if err != nil {
 		return err
 	}
-	if e.engine.Name != ck.Engine {
+	if e.Engine().Name != ck.Engine {
 		return fmt.Errorf("%w: the checkpoint is on engine %q and %s on engine %q; a checkpoint is restored on its own engine only",
-			console.ErrConflict, ck.Engine, whoseSandbox(person), e.engine.Name)
+			console.ErrConflict, ck.Engine, whoseSandbox(person), e.Engine().Name)
 	}
-	defer e.begin()()
+	defer e.Begin()()
 	if any {
-		_, err = e.sb.Seed(context.WithoutCancel(ctx), ck.ID)
+		_, err = e.Sandbox().Seed(context.WithoutCancel(ctx), ck.ID)
 	} else {
-		_, err = e.sb.Restore(context.WithoutCancel(ctx), ck.ID)
+		_, err = e.Sandbox().Restore(context.WithoutCancel(ctx), ck.ID)
 	}
 	if errors.Is(err, boxapi.ErrCheckpointNotFound) {
 		return fmt.Errorf("%w: %w", console.ErrNotFound, err)
@@ -256,7 +238,7 @@ func (h *Handler) startCheckpointSweeps() {
 	if len(h.People) == 0 {
 		return
 	}
-	h.goBackground(func(ctx context.Context) {
+	h.fleet.GoBackground(func(ctx context.Context) {
 		wait := time.Minute
 		for {
 			select {
@@ -280,7 +262,7 @@ func (h *Handler) sweepRemovedCheckpoints(ctx context.Context, now time.Time) {
 	}
 	gone := map[string]time.Time{}
 	for _, ck := range all {
-		if ck.Person == "" || h.person(ck.Person) != nil {
+		if ck.Person == "" || h.fleet.Configured(ck.Person) {
 			if ck.Person != "" {
 				_ = h.storage.Delete(ctx, removedCheckpointsPrefix+ck.Person)
 			}
@@ -294,7 +276,7 @@ func (h *Handler) sweepRemovedCheckpoints(ctx context.Context, now time.Time) {
 		if now.Sub(since) < checkpointGrace {
 			continue
 		}
-		cli, done, err := h.engineClient(h.engineNamed(ck.Engine))
+		cli, done, err := h.fleet.EngineClient(ck.Engine)
 		if err != nil {
 			continue
 		}

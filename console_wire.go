@@ -14,6 +14,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
@@ -98,7 +101,7 @@ func (h *Handler) provisionConsole() error {
 	h.console, err = console.New(console.Options{
 		SessionKey:  secret.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:        h.auth,
-		Sandbox:     consoleSandbox{h.box, h.entry.egress},
+		Sandbox:     consoleSandbox{h.fleet.Operator().Sandbox(), egressOf(h.fleet.Operator())},
 		Access:      consoleAccess{h.auth},
 		Links:       consoleLinks{h.linkReg},
 		Jobs:        consoleJobs{h},
@@ -128,7 +131,7 @@ func (h *Handler) releaseConsole() error {
 // consoleSandbox shows the sandbox container to the console.
 type consoleSandbox struct {
 	sb     *sandbox.Sandbox
-	egress *egressState // nil without an egress block
+	egress *egress.Gateway // nil without an egress block
 }
 
 func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, error) {
@@ -146,10 +149,9 @@ func (c consoleSandbox) egressStatus() *console.Egress {
 	if c.egress == nil {
 		return nil
 	}
-	info := c.egress.info()
-	e := &console.Egress{Allowed: info.Hosts, Offline: info.Offline, Refused: []console.HostCount{}}
-	for _, r := range c.egress.refusedCounts() {
-		e.Refused = append(e.Refused, console.HostCount(r))
+	e := &console.Egress{Allowed: c.egress.Allowed(), Offline: c.egress.Offline(), Refused: []console.HostCount{}}
+	for _, r := range c.egress.RefusedCounts() {
+		e.Refused = append(e.Refused, console.HostCount{Host: r.Host, Count: r.Count})
 	}
 	return e
 }
@@ -178,7 +180,7 @@ func (c consoleJobs) Jobs(ctx context.Context, people ...string) ([]console.Job,
 	out := make([]console.Job, 0)
 	var errs []error
 	for _, p := range people {
-		sb, err := c.h.runningSandbox(ctx, p)
+		sb, err := c.h.fleet.Running(ctx, p)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", whoseSandbox(p), err))
 			continue
@@ -198,15 +200,15 @@ func (c consoleJobs) Jobs(ctx context.Context, people ...string) ([]console.Job,
 }
 
 func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
-	sb, err := c.h.runningSandbox(ctx, person)
+	sb, err := c.h.fleet.Running(ctx, person)
 	if err != nil || sb == nil {
-		if err == nil || errors.Is(err, errNoPerson) {
+		if err == nil || errors.Is(err, fleet.ErrNotConfigured) {
 			err = console.ErrNotFound
 		}
 		return err
 	}
 	err = sb.StopJob(ctx, id)
-	if errors.Is(err, sandbox.ErrJobNotFound) {
+	if errors.Is(err, boxapi.ErrJobNotFound) {
 		return console.ErrNotFound
 	}
 	if err == nil {
@@ -216,37 +218,10 @@ func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
 	return err
 }
 
-// errNoPerson is runningSandbox's answer for a person who is not configured.
-var errNoPerson = errors.New("no such person is configured")
-
-// runningSandbox is person's sandbox when its container runs, nil when it does not:
-// the one this config holds, or, for a person whose sandbox it has not used yet, the
-// pooled one once a look at the container (which starts nothing) finds it running.
-func (h *Handler) runningSandbox(ctx context.Context, person string) (*sandbox.Sandbox, error) {
-	if person != "" && h.person(person) == nil {
-		return nil, errNoPerson
-	}
-	if e := h.heldSandbox(person); e != nil {
-		return e.sb, nil
-	}
-	sb, err := h.observed(person)
-	if err != nil {
-		return nil, err
-	}
-	if running, err := sb.Running(ctx); err != nil || !running {
-		return nil, err
-	}
-	e, err := h.placedEntry(ctx, person)
-	if err != nil {
-		return nil, err
-	}
-	return e.sb, nil
-}
-
 // containerOf is the name of person's container ("" the operator's), as
 // sandboxConfigFor makes it, for logs.
 func (h *Handler) containerOf(person string) string {
-	name := h.box.Config().Container
+	name := h.fleet.Operator().Sandbox().Config().Container
 	if person == "" {
 		return name
 	}

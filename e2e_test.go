@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcphttp"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -177,7 +178,7 @@ func TestHTTPErrors(t *testing.T) {
 	if resp := post(s.key, "", "text/plain", initBody); resp.StatusCode != 400 {
 		t.Fatalf("wrong content type: %d", resp.StatusCode)
 	}
-	if resp := post(s.key, "", "application/json", `{"x":"`+strings.Repeat("a", maxRequestBody)+`"}`); resp.StatusCode != 413 {
+	if resp := post(s.key, "", "application/json", `{"x":"`+strings.Repeat("a", mcphttp.MaxRequestBody)+`"}`); resp.StatusCode != 413 {
 		t.Fatalf("oversized body: %d", resp.StatusCode)
 	}
 	// Other paths reach the next handler.

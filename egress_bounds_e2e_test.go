@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 )
 
 // Through a real Caddy and container: a program opens 200 connections to the egress
@@ -85,18 +88,18 @@ func TestEgressNeverReadingThroughCaddy(t *testing.T) {
 // egressProxyConns returns how many connections the site's sandbox's egress proxy
 // serves now.
 func (s *site) egressProxyConns(t testing.TB) func() int {
-	var e *sandboxEntry
+	var gw *egress.Gateway
 	sandboxes.Range(func(_, v any) bool {
-		if x, ok := v.(*sandboxEntry); ok && x.egress != nil && x.sb.Config().Container == s.container {
-			e = x
+		if x, ok := v.(*fleet.Entry); ok && egressOf(x) != nil && x.Sandbox().Config().Container == s.container {
+			gw = egressOf(x)
 			return false
 		}
 		return true
 	})
-	if e == nil {
+	if gw == nil {
 		t.Fatal("no egress proxy for the site's sandbox")
 	}
-	return e.egress.proxy.Conns
+	return gw.Conns
 }
 
 // heldHeap is the live heap plus goroutine stacks after a collection, and the

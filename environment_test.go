@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -117,7 +118,7 @@ func TestToolBoxCPUs(t *testing.T) {
 		"unix:///var/run/docker.sock": float64(runtime.NumCPU()),
 		"tcp://10.0.0.7:2376":         1000,
 	} {
-		if got := (toolBox{Sandbox: sb, e: &sandboxEntry{engine: Engine{Host: host}}}).CPUs(); got != want {
+		if got := (toolBox{Sandbox: sb, e: fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Engine: fleet.Engine{Host: host}})}).CPUs(); got != want {
 			t.Errorf("engine %s: CPUs() = %v, want %v", host, got, want)
 		}
 	}

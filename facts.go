@@ -5,8 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 )
 
 // What is installed in the sandbox is detected once (internal/facts) and given to the
@@ -19,9 +20,9 @@ import (
 var warmedContainers sync.Map
 
 // factsDeps is what this configuration brings to a detection in the sandbox of e.
-func (h *Handler) factsDeps(e *sandboxEntry) facts.Deps {
+func (h *Handler) factsDeps(e *fleet.Entry) facts.Deps {
 	return facts.Deps{
-		Source: e.sb, Store: h.storage, Key: facts.Key(e.sb.Config().Container), Logger: h.logger,
+		Source: e.Sandbox(), Store: h.storage, Key: facts.Key(e.Sandbox().Config().Container), Logger: h.logger,
 		Changed: func() {
 			if h.tools != nil {
 				h.tools.DescriptionsChanged()
@@ -32,14 +33,15 @@ func (h *Handler) factsDeps(e *sandboxEntry) facts.Deps {
 
 // sandboxFacts returns the facts of the sandbox of e if known, waiting up to wait for
 // a detection under way.
-func (h *Handler) sandboxFacts(ctx context.Context, e *sandboxEntry, wait time.Duration) *sandbox.Facts {
-	return e.facts.Get(ctx, h.factsDeps(e), wait)
+func (h *Handler) sandboxFacts(ctx context.Context, e *fleet.Entry, wait time.Duration) *boxapi.Facts {
+	return e.Facts().Get(ctx, h.factsDeps(e), wait)
 }
 
 // warmFacts starts detection when the app starts, once per container and process: a
 // config reload leaves the container alone.
 func (h *Handler) warmFacts() {
-	if _, done := warmedContainers.LoadOrStore(h.host+"\x00"+h.box.Config().Container, true); !done {
-		h.facts.Warm(h.factsDeps(h.entry))
+	e := h.fleet.Operator()
+	if _, done := warmedContainers.LoadOrStore(e.Engine().Host+"\x00"+e.Sandbox().Config().Container, true); !done {
+		e.Facts().Warm(h.factsDeps(e))
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -63,7 +66,7 @@ func containerRunning(t testing.TB, cli client.APIClient, name string) bool {
 func sandboxesByState(t testing.TB, engine, state string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(sandboxCollector{})
+	reg.MustRegister(metrics.Sandboxes(pooledSandboxes))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +134,10 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	call(ctx, t, s.client(ctx), "execute", map[string]any{"command": "true"})
-	sb := siteHandler(t).entry.sb
+	sb := siteHandler(t).fleet.Operator().Sandbox()
 	done := make(chan error, 1)
 	go func() {
-		_, err := sb.Exec(ctx, "sleep 3", sandbox.ExecOptions{})
+		_, err := sb.Exec(ctx, "sleep 3", boxapi.ExecOptions{})
 		done <- err
 	}()
 	time.Sleep(time.Second)
@@ -145,7 +148,7 @@ func TestStoppedSiteLeavesItsContainerAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	if _, err := sb.Exec(ctx, "true", sandbox.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
+	if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("a command after Caddy stopped: %v, want ErrClosed", err)
 	}
 	if _, err := s.docker.ContainerInspect(ctx, s.container); err == nil {
@@ -164,9 +167,9 @@ func TestStoppedSitePlacesNoSandbox(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := h.sandboxFor(ctx, "alice")
+	e, err := h.fleet.For(ctx, "alice")
 	if err == nil {
-		_, err = e.sb.Exec(ctx, "true", sandbox.ExecOptions{})
+		_, err = e.Sandbox().Exec(ctx, "true", boxapi.ExecOptions{})
 	}
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("alice's sandbox after Caddy stopped: %v, want ErrClosed", err)
@@ -213,15 +216,15 @@ func TestTwoEngines(t *testing.T) {
 	h := siteHandler(t)
 	// p2 was placed on local earlier (recorded in storage); p1 is new and goes to the
 	// engine with fewer sandboxes: two, which has none.
-	if err := h.storage.Store(ctx, placementPrefix+s.container+"-p2", []byte(`{"engine":"local"}`)); err != nil {
+	if err := h.storage.Store(ctx, fleet.PlacementPrefix+s.container+"-p2", []byte(`{"engine":"local"}`)); err != nil {
 		t.Fatal(err)
 	}
 	run := func(h *Handler, person, cmd string) (string, error) {
-		e, err := h.sandboxFor(ctx, person)
+		e, err := h.fleet.For(ctx, person)
 		if err != nil {
 			return "", err
 		}
-		res, err := e.sb.Exec(ctx, cmd, sandbox.ExecOptions{})
+		res, err := e.Sandbox().Exec(ctx, cmd, boxapi.ExecOptions{})
 		if err != nil {
 			return "", err
 		}
@@ -279,9 +282,9 @@ func TestTwoEngines(t *testing.T) {
 			t.Fatalf("%s after Caddy restarted: %q %v", p, out, err)
 		}
 	}
-	e, _ := h.sandboxFor(ctx, "p1")
-	if e.engine.Name != "two" {
-		t.Errorf("p1 after Caddy restarted is on %q", e.engine.Name)
+	e, _ := h.fleet.For(ctx, "p1")
+	if e.Engine().Name != "two" {
+		t.Errorf("p1 after Caddy restarted is on %q", e.Engine().Name)
 	}
 	c = s.client(ctx)
 	res = call(ctx, t, c, "execute", map[string]any{"command": "cat /sandbox/f"})

@@ -14,15 +14,15 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/certmagic"
-	"github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/zap"
 
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcphttp"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
@@ -129,7 +129,7 @@ type Handler struct {
 	// Engines are the Docker engines sandboxes are placed on (`engine` lines): a
 	// person's on the one with the fewest sandboxes when it is first made, the
 	// operator's on the first. Empty: the app's docker_host.
-	Engines []Engine `json:"engines,omitempty"`
+	Engines []fleet.Engine `json:"engines,omitempty"`
 	// IdleStop stops a sandbox's container after this long without tool calls,
 	// previews, uploads, downloads or job output; the next call starts it again with
 	// its files. 0: never.
@@ -169,17 +169,13 @@ type Handler struct {
 	storage certmagic.Storage
 	logger  *zap.Logger
 	app     *App
-	poolKey string
-	entry   *sandboxEntry // the operator's sandbox
+	fleet   *fleet.Fleet // the operator's sandbox and the people's (fleet_wire.go)
 
 	ownersOnce sync.Once
 	owners     map[string]string // preview owner -> person (people.go)
-	box        *sandbox.Sandbox
-	docker     *client.Client
-	host       string
 	auth       *oauth.Server
 	mcp        *server.StreamableHTTPServer
-	sessionIDs sessionIDs // MCP session ids bound to their person (mcp.go)
+	sessionIDs mcphttp.SessionIDs // MCP session ids bound to their person
 	tools      *mcptools.Tools
 	signer     *links.Signer
 	links      *links.Server
@@ -188,8 +184,6 @@ type Handler struct {
 	guessKey   string
 	keyHistory *oauth.KeyHistory // the keys accepted within 30 days, per storage (guesses.go)
 	historyKey string
-
-	facts *facts.Cache // shared with every config that uses this sandbox
 
 	console     *console.Console
 	audit       *console.AuditLog
@@ -200,17 +194,6 @@ type Handler struct {
 
 	egressCA  *caddypki.CA  // the egress proxy's own CA; nil without an egress block
 	egressCtx caddy.Context // the config's, for renewing that CA
-
-	placeMu    sync.Mutex // one placement at a time
-	fleetMu    sync.Mutex
-	placed     map[string]*sandboxEntry // people's sandboxes, by person (fleet.go)
-	placedKeys []string                 // their pool keys
-	released   bool                     // Cleanup gave them back: no more are placed
-
-	idleMu   sync.Mutex // guards bgCtx and bgCancel
-	bgCtx    context.Context
-	bgCancel context.CancelFunc // ends the loops of goBackground (fleet.go)
-	bg       sync.WaitGroup
 }
 
 // CaddyModule returns the Caddy module information.
@@ -315,7 +298,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.MaxTasksTotal = max(defaultTasksTotal, h.MaxTasks)
 	}
 	for i := range h.Engines {
-		h.Engines[i].resolve(repl)
+		e := &h.Engines[i]
+		for _, s := range []*string{&e.Host, &e.TLSCA, &e.TLSCert, &e.TLSKey} {
+			*s = strings.TrimSpace(repl.ReplaceAll(*s, ""))
+		}
 	}
 	h.storage = ctx.Storage()
 	if h.StorageRaw != nil {
@@ -342,18 +328,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
 	}
 	h.app = appIface.(*App)
-	var eng Engine // the operator's sandbox is on the first engine
-	if len(h.Engines) > 0 {
-		eng = h.Engines[0]
-	}
-	cfg.Engine = eng.Name
-	entry, key, err := h.app.acquire(eng, cfg)
-	if err != nil {
+	if err := h.provisionFleet(cfg); err != nil {
 		return err
 	}
-	h.poolKey, h.entry, h.box, h.docker, h.host = key, entry, entry.sb, entry.cli, entry.engine.Host
-	h.facts = &entry.facts
-	if entry.egress != nil {
+	entry := h.fleet.Operator()
+	if egressOf(entry) != nil {
 		if h.egressCA, err = provisionEgressCA(ctx, h.logger.Named("egress")); err != nil {
 			return err
 		}
@@ -363,8 +342,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.app.addWarmup(h.warmFacts)
-	h.app.addWarmup(h.startIdleStops)
-	h.app.addWarmup(h.startRemovedStops)
+	h.app.addWarmup(h.fleet.Start)
 	h.app.addWarmup(h.startCheckpointSweeps)
 
 	if err := h.provisionGuesses(); err != nil {
@@ -465,7 +443,7 @@ func (h *Handler) Validate() error {
 	if h.IdleStop < 0 || h.IdleStop > 0 && h.IdleStop < caddy.Duration(time.Second) {
 		errs = append(errs, errors.New("idle_stop must be at least 1s (or 0: never)"))
 	}
-	if err := validateEngines(h.Engines); err != nil {
+	if err := fleet.ValidateEngines(h.Engines); err != nil {
 		errs = append(errs, err)
 	}
 	cfg, err := h.sandboxConfig()
@@ -504,7 +482,6 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
-	h.stopBackground()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}
@@ -516,7 +493,11 @@ func (h *Handler) Cleanup() error {
 	if h.tools != nil {
 		h.tools.Close()
 	}
-	return errors.Join(h.releaseConsole(), h.releaseGuesses(), h.releaseFleet(), release(h.poolKey))
+	var fleetErr error
+	if h.fleet != nil {
+		fleetErr = h.fleet.Close()
+	}
+	return errors.Join(h.releaseConsole(), h.releaseGuesses(), fleetErr)
 }
 
 // ServeHTTP routes the plugin's own paths and passes every other request on.

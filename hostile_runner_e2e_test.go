@@ -10,8 +10,8 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // timedCall runs a tool with its own deadline and returns the result and how long it
@@ -44,7 +44,7 @@ func TestJobInputNeverBlocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := s.client(ctx)
-	total := 2 * (sandbox.MaxInputBytes + 1) // job_input adds a newline to each
+	total := 2 * (boxapi.MaxInputBytes + 1) // job_input adds a newline to each
 	st := structured(t, call(ctx, t, c, "execute", map[string]any{
 		"command":     fmt.Sprintf("echo ready; until [ -e /tmp/go-read ]; do sleep 0.2; done; head -c %d | tr -s ab; echo read-done", total),
 		"interactive": true, "wait": 1}))
@@ -54,7 +54,7 @@ func TestJobInputNeverBlocks(t *testing.T) {
 	id := st["job_id"]
 	for i, ch := range []string{"a", "b"} {
 		res, took := timedCall(ctx, t, c, 20*time.Second, "job_input", map[string]any{
-			"job_id": id, "input": strings.Repeat(ch, sandbox.MaxInputBytes), "wait": 1})
+			"job_id": id, "input": strings.Repeat(ch, boxapi.MaxInputBytes), "wait": 1})
 		t.Logf("job_input %d of 60 KiB answered in %v: error %v, %q", i+1, took, res.IsError, human.Clip(resultText(res), 300))
 		if took > 10*time.Second {
 			t.Errorf("job_input %d took %v, want under 10 s", i+1, took)
@@ -89,7 +89,7 @@ func TestJobInputNeverBlocks(t *testing.T) {
 	// A job killed while its input waits leaves no writer behind.
 	st = structured(t, call(ctx, t, c, "execute", map[string]any{"command": "sleep 600", "interactive": true, "wait": 0}))
 	for range 2 {
-		res, _ = timedCall(ctx, t, c, 20*time.Second, "job_input", map[string]any{"job_id": st["job_id"], "input": strings.Repeat("x", sandbox.MaxInputBytes), "wait": 0})
+		res, _ = timedCall(ctx, t, c, 20*time.Second, "job_input", map[string]any{"job_id": st["job_id"], "input": strings.Repeat("x", boxapi.MaxInputBytes), "wait": 0})
 		if res.IsError {
 			t.Fatalf("input to sleep: %q", resultText(res))
 		}

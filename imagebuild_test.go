@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 )
 
 // withRecipe makes tag buildable from dockerfile for one test.
@@ -101,9 +103,9 @@ func TestImageBuildEndsWithSandbox(t *testing.T) {
 	if res := call(ctx, t, c, "execute", map[string]any{"command": "true"}); !strings.Contains(resultText(res), "is being built") {
 		t.Fatalf("first call: %q", resultText(res))
 	}
-	var entry *sandboxEntry
+	var entry *fleet.Entry
 	sandboxes.Range(func(_, v any) bool {
-		if e := v.(*sandboxEntry); e.sb.Config().Container == s.container {
+		if e := v.(*fleet.Entry); e.Sandbox().Config().Container == s.container {
 			entry = e
 		}
 		return true
@@ -118,13 +120,7 @@ func TestImageBuildEndsWithSandbox(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("stopping took %v", d)
 	}
-	entry.buildMu.Lock()
-	b := entry.build
-	entry.buildMu.Unlock()
-	b.mu.Lock()
-	done, err := b.done, b.err
-	b.mu.Unlock()
-	if !done || err == nil {
+	if started, done, err := entry.ImageBuild(); !started || !done || err == nil {
 		t.Fatalf("the build still runs after the sandbox was released (done %v, err %v)", done, err)
 	}
 	if _, err := s.docker.ImageInspect(context.Background(), tag); err == nil {

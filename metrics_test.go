@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -46,7 +47,9 @@ func TestAgentOffByConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "test\x00" + cfg.Container
-	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) { return newSandboxEntry(sb, cli, Engine{}, nil), nil }); err != nil {
+	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Client: cli}), nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = sandboxes.Delete(key) })

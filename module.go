@@ -22,7 +22,8 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -48,7 +49,7 @@ type App struct {
 	logger *zap.Logger
 
 	mu      sync.Mutex
-	entries map[string]*sandboxEntry // pool keys this config holds
+	entries map[string]*fleet.Entry // pool keys this config holds
 	byName  map[string]sandbox.Config
 	pruners []pruner
 	warmups []func() // started with the app (see facts.go)
@@ -75,7 +76,7 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.DockerHost = caddy.NewReplacer().ReplaceAll(a.DockerHost, "")
-	a.entries = make(map[string]*sandboxEntry)
+	a.entries = make(map[string]*fleet.Entry)
 	a.byName = make(map[string]sandbox.Config)
 	return nil
 }
@@ -91,17 +92,14 @@ func (a *App) Validate() error {
 	return nil
 }
 
-// Start starts the idle-file cleanup loop of every sandbox this config uses (a sandbox
-// shared with the previous config keeps the loop it already has) and the loop that
-// prunes expired OAuth state.
+// Start starts the idle-file cleanup loop and egress gateway of every sandbox this
+// config uses (a sandbox shared with the previous config keeps those it already has)
+// and the loop that prunes expired OAuth state.
 func (a *App) Start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.entries {
-		e.startCleanup()
-		if e.egress != nil {
-			e.egress.start()
-		}
+		e.Start()
 	}
 	for _, w := range a.warmups {
 		w()
@@ -161,23 +159,23 @@ func (a *App) addPruner(p pruner) {
 
 // acquire returns the sandbox for cfg on the engine eng (the default engine, from
 // docker_host, when eng has no name), shared with any earlier config that uses the
-// same container with the same settings. Two handlers of one config that name the same
-// container with different settings are a configuration error. The caller must
-// release the returned key when it is cleaned up.
-func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, error) {
+// same container with the same settings, and the function that gives it back (the
+// entry is destructed when no config holds it any more). Two handlers of one config
+// that name the same container with different settings are a configuration error.
+func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func() error, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if prev, ok := a.byName[cfg.Container]; ok && prev != cfg {
-		return nil, "", fmt.Errorf("container %q is configured twice with different settings (%+v vs %+v); give each site its own container or the same settings", cfg.Container, prev, cfg)
+		return nil, nil, fmt.Errorf("container %q is configured twice with different settings (%+v vs %+v); give each site its own container or the same settings", cfg.Container, prev, cfg)
 	}
 	if eng.Host == "" {
 		eng.Host = a.dockerHost()
 	}
 	key := fmt.Sprintf("%+v\x00%+v", eng, cfg)
 	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-		newClient := newEngineClient
+		newClient := fleet.Engine.NewClient
 		if eng.Name == "" {
-			newClient = func(e Engine) (*client.Client, error) { return newDockerClient(e.Host) }
+			newClient = func(e fleet.Engine) (*client.Client, error) { return newDockerClient(e.Host) }
 		}
 		cli, err := newClient(eng)
 		if err != nil {
@@ -188,49 +186,28 @@ func (a *App) acquire(eng Engine, cfg sandbox.Config) (*sandboxEntry, string, er
 			cli.Close()
 			return nil, err
 		}
-		e := newSandboxEntry(sb, cli, eng, a.logger)
+		o := fleet.EntryOptions{Sandbox: sb, Client: cli, Engine: eng, Logger: a.logger,
+			Cleaned: func(paths []string) { metrics.CleanupDeleted.Add(float64(len(paths))) }}
 		if cfg.ProxyPort != 0 {
-			e.egress = newEgressState(sb, a.logger)
+			o.Sidecar = newEgressGateway(sb, a.logger)
 		}
-		return e, nil
+		return fleet.NewEntry(o), nil
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
+		return nil, nil, fmt.Errorf("setting up sandbox %q: %w", cfg.Container, err)
 	}
-	e := val.(*sandboxEntry)
+	e := val.(*fleet.Entry)
 	a.byName[cfg.Container] = cfg
 	a.entries[key] = e
-	return e, key, nil
+	return e, func() error { _, err := sandboxes.Delete(key); return err }, nil
 }
 
-// configuresOther reports whether a handler of this config other than h uses the
-// container name (its operator's sandbox, or one of its people's).
-func (a *App) configuresOther(name string, h *Handler) bool {
+// claimed reports whether a handler of this config uses the container name.
+func (a *App) claimed(name string) bool {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	_, ok := a.byName[name]
-	a.mu.Unlock()
-	if !ok {
-		return false
-	}
-	if cfg, err := h.sandboxConfig(); err == nil && cfg.Container == name {
-		return false
-	}
-	for _, p := range h.People {
-		if c, err := h.sandboxConfigFor(p.Name); err == nil && c.Container == name {
-			return false
-		}
-	}
-	return true
-}
-
-// release gives back a key acquire returned (none for ""): the entry is destructed
-// when no config holds it any more.
-func release(key string) error {
-	if key == "" {
-		return nil
-	}
-	_, err := sandboxes.Delete(key)
-	return err
+	return ok
 }
 
 func (a *App) dockerHost() string {
@@ -253,78 +230,10 @@ func newDockerClient(host string) (*client.Client, error) {
 	return cli, nil
 }
 
-// sandboxEntry is one pooled sandbox with its Docker client, cleanup loop and image
-// build: everything that runs for the sandbox ends in Destruct.
-type sandboxEntry struct {
-	sb     *sandbox.Sandbox
-	cli    *client.Client
-	engine Engine // the engine the container is on (no name: the default engine)
-	logger *zap.Logger
-	facts  facts.Cache  // what is installed in the container, detected once
-	egress *egressState // the egress proxy; nil without an egress block
-
-	idle idleState // activity and idle stops (fleet.go)
-
-	once   sync.Once
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	buildMu     sync.Mutex
-	build       *imageBuild // the latest build of the image, if one was needed
-	buildCtx    context.Context
-	buildCancel context.CancelFunc
-	builds      sync.WaitGroup
-}
-
-func newSandboxEntry(sb *sandbox.Sandbox, cli *client.Client, eng Engine, logger *zap.Logger) *sandboxEntry {
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &sandboxEntry{sb: sb, cli: cli, engine: eng, logger: logger, buildCtx: ctx, buildCancel: cancel}
-	e.Touch()
-	return e
-}
-
-func (e *sandboxEntry) startCleanup() {
-	e.once.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		e.cancel = cancel
-		e.done = make(chan struct{})
-		go func() {
-			defer close(e.done)
-			// The sandbox logs each pass; here it is only counted.
-			e.sb.RunCleanup(ctx, func(paths []string) {
-				metricCleanupDeleted.Add(float64(len(paths)))
-			})
-		}()
-	})
-}
-
-// Destruct stops the cleanup loop and any image build, and closes the Docker client,
-// when the last config lets go. It leaves the container running, and from then on
-// nothing still holding the entry (a call or task under way, a background loop) creates
-// or starts it again.
-func (e *sandboxEntry) Destruct() error {
-	e.sb.Close()
-	e.once.Do(func() {}) // a loop can no longer start
-	if e.cancel != nil {
-		e.cancel()
-		<-e.done
-	}
-	e.buildMu.Lock()
-	e.buildCancel() // a build can no longer start
-	e.buildMu.Unlock()
-	e.builds.Wait()
-	if e.egress != nil {
-		e.egress.Destruct()
-	}
-	e.sb.CloseTransfers()
-	e.sb.CloseAgent()
-	return e.cli.Close()
-}
-
 // Interface guards
 var (
 	_ caddy.App         = (*App)(nil)
 	_ caddy.Provisioner = (*App)(nil)
 	_ caddy.Validator   = (*App)(nil)
-	_ caddy.Destructor  = (*sandboxEntry)(nil)
+	_ caddy.Destructor  = (*fleet.Entry)(nil)
 )

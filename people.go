@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -34,9 +34,6 @@ type Person struct {
 	Egress *EgressConfig `json:"egress,omitempty"`
 }
 
-// personName is what a person may be called.
-var personName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
-
 // person returns the person called name, or nil.
 func (h *Handler) person(name string) *Person {
 	for i := range h.People {
@@ -59,6 +56,11 @@ func (h *Handler) peopleKeys() map[string]string {
 	return m
 }
 
+// limits is what the fleet knows of the person: the name and the limits.
+func (p Person) limits() fleet.Person {
+	return fleet.Person{Name: p.Name, Memory: p.Memory, CPUs: p.CPUs, PidsLimit: p.PidsLimit}
+}
+
 // sandboxConfigFor is the configuration of person's sandbox: "" is the operator's (the
 // site's settings as they are); a person's is named after them and has their limits.
 func (h *Handler) sandboxConfigFor(person string) (sandbox.Config, error) {
@@ -70,24 +72,7 @@ func (h *Handler) sandboxConfigFor(person string) (sandbox.Config, error) {
 	if p == nil {
 		return cfg, fmt.Errorf("no person %q is configured", person)
 	}
-	cfg.Container += "-" + p.Name
-	cfg.Volume += "-" + p.Name
-	cfg.Person = p.Name
-	if p.Memory != "" {
-		if cfg.Memory, err = sandbox.ParseMemory(p.Memory); err != nil {
-			return cfg, fmt.Errorf("person %s: memory: %w", p.Name, err)
-		}
-	}
-	if p.CPUs != 0 {
-		cfg.CPUs = p.CPUs
-	}
-	if p.PidsLimit != 0 {
-		cfg.PidsLimit = p.PidsLimit
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("person %s: %w", p.Name, err)
-	}
-	return cfg, nil
+	return fleet.PersonConfig(cfg, p.limits())
 }
 
 // validatePeople reports what is wrong with the `person` lines and max_sandboxes.
@@ -97,7 +82,7 @@ func (h *Handler) validatePeople() []error {
 	names, keys := map[string]bool{}, map[string]string{h.APIKey: "api_key"}
 	for _, p := range h.People {
 		switch {
-		case !personName.MatchString(p.Name):
+		case !fleet.ValidName(p.Name):
 			errs = append(errs, fmt.Errorf("person %q: a name is 1 to 32 lower-case letters, digits, '_', '.' or '-', starting with a letter or digit", p.Name))
 			continue
 		case names[p.Name]:
@@ -127,7 +112,7 @@ func (h *Handler) validatePeople() []error {
 			if _, err := egress.Compile(h.egressRules(p.Name)); err != nil {
 				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
 			}
-			if _, err := trustRoots(p.Egress.TrustCA); err != nil {
+			if _, err := egress.TrustRoots(p.Egress.TrustCA); err != nil {
 				errs = append(errs, fmt.Errorf("person %s: egress: %w", p.Name, err))
 			}
 		}
@@ -187,7 +172,7 @@ func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 // container, as the operator's always was.
 func (h *Handler) previewOwner(person string) string {
 	cfg, _ := h.sandboxConfigFor(person)
-	return h.host + "\x00" + cfg.Container
+	return h.fleet.Operator().Engine().Host + "\x00" + cfg.Container
 }
 
 // previewOwners tells the preview server whose previews it serves, and the key that
@@ -222,11 +207,11 @@ func (h *Handler) linkFiles(ctx context.Context, owner string) (links.Files, err
 	if owner != "" && h.person(owner) == nil {
 		return nil, links.ErrNoOwner
 	}
-	e, err := h.sandboxFor(ctx, owner)
+	e, err := h.fleet.For(ctx, owner)
 	if err != nil {
 		return nil, err
 	}
-	return e.sb, nil
+	return e.Sandbox(), nil
 }
 
 // personLabel is how metrics name a person: "-" for the operator.

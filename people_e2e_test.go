@@ -15,6 +15,8 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 )
 
 // A site with the operator and two people, alice and bob, through a real Caddy and real
@@ -367,12 +369,12 @@ func TestPeople(t *testing.T) {
 
 	t.Run("metrics: sandboxes by state, calls by person", func(t *testing.T) {
 		for _, person := range []string{"alice", "bob", "-"} {
-			if counterValue(t, metricPersonCalls.WithLabelValues(person)) < 1 {
+			if counterValue(t, metrics.PersonCalls.WithLabelValues(person)) < 1 {
 				t.Errorf("no calls counted for %s", person)
 			}
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(sandboxCollector{})
+		reg.MustRegister(metrics.Sandboxes(pooledSandboxes))
 		mfs, err := reg.Gather()
 		if err != nil || len(mfs) != 1 {
 			t.Fatalf("gathering: %v %v", mfs, err)

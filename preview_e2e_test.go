@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -513,7 +514,7 @@ func TestPreviewWebSocketBytes(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %v %v", err, resp)
 	}
-	before := counterValue(t, metricPreviewBytes)
+	before := counterValue(t, metrics.PreviewBytes)
 
 	// One masked text frame of 100,000 bytes (64-bit length, a zero mask), then a close.
 	const n = 100000
@@ -537,7 +538,7 @@ func TestPreviewWebSocketBytes(t *testing.T) {
 
 	var got float64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got = counterValue(t, metricPreviewBytes) - before; got >= n+10 {
+		if got = counterValue(t, metrics.PreviewBytes) - before; got >= n+10 {
 			return
 		}
 	}

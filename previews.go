@@ -11,8 +11,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // defaultPreviewTTL is how long an exposed port stays reachable unless preview_ttl
@@ -48,8 +50,8 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
 		Observe: func(result string, n int64) {
-			metricPreviewRequests.WithLabelValues(result).Inc()
-			metricPreviewBytes.Add(float64(n))
+			metrics.PreviewRequests.WithLabelValues(result).Inc()
+			metrics.PreviewBytes.Add(float64(n))
 		},
 		Logger: h.logger.Named("preview"),
 	})
@@ -76,12 +78,12 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 	if !ok {
 		return nil, errors.New("the preview's sandbox is no longer on this server")
 	}
-	e, err := h.sandboxFor(ctx, person)
+	e, err := h.fleet.For(ctx, person)
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.sb.DialPort(ctx, port)
-	if errors.Is(err, sandbox.ErrNoListener) {
+	c, err := e.Sandbox().DialPort(ctx, port)
+	if errors.Is(err, boxapi.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
 	if err != nil {
@@ -95,7 +97,7 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 // sandbox. A kept-alive relay serves many requests, a WebSocket many messages.
 type usedConn struct {
 	net.Conn
-	e *sandboxEntry
+	e *fleet.Entry
 }
 
 func (c *usedConn) Read(p []byte) (int, error) {

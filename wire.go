@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -18,7 +21,7 @@ import (
 // toolOptions are the tools' settings and dependencies.
 func (h *Handler) toolOptions() mcptools.Options {
 	o := mcptools.Options{
-		Config:  toolConfig(h.box.Config()),
+		Config:  toolConfig(h.fleet.Operator().Sandbox().Config()),
 		Boxes:   boxes{h},
 		Links:   toolLinks{h},
 		Audit:   h.audit,
@@ -52,41 +55,43 @@ func toolConfig(c sandbox.Config) mcptools.Config {
 		ExecTimeout: c.ExecTimeout, MaxOutput: c.MaxOutput, FileTTL: c.FileTTL}
 }
 
-// boxes resolves the sandbox of a call: the caller's person's (fleet.go), the
+// boxes resolves the sandbox of a call: the caller's person's (the fleet's), the
 // operator's for the API key and its sign-ins.
 type boxes struct{ h *Handler }
 
 func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
 	caller := mcptools.CallerFrom(ctx)
-	e, err := b.h.sandboxFor(ctx, caller.Person)
+	e, err := b.h.fleet.For(ctx, caller.Person)
 	if err != nil {
 		return nil, err
 	}
-	metricPersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
-	return toolBox{Sandbox: e.sb, e: e, h: b.h}, nil
+	metrics.PersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	return toolBox{Sandbox: e.Sandbox(), e: e, h: b.h}, nil
 }
 
 // toolBox is a pooled sandbox as the tools use it.
 type toolBox struct {
 	*sandbox.Sandbox
-	e *sandboxEntry
+	e *fleet.Entry
 	h *Handler
 }
 
 // Exec and JobOutput keep the sandbox from idling while they run. A command starts
 // once the egress proxy listens, when there is one.
-func (b toolBox) Exec(ctx context.Context, command string, opts sandbox.ExecOptions) (*sandbox.ExecResult, error) {
-	defer b.e.begin()()
-	b.e.awaitEgress(ctx)
+func (b toolBox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
+	defer b.e.Begin()()
+	if egressOf(b.e) != nil {
+		b.e.AwaitListener(ctx, egressPort)
+	}
 	return b.Sandbox.Exec(ctx, command, opts)
 }
 
-func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(sandbox.Stream, []byte)) (*sandbox.ExecResult, error) {
-	defer b.e.begin()()
+func (b toolBox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+	defer b.e.Begin()()
 	return b.Sandbox.JobOutput(ctx, id, wait, input, maxOutput, onOutput)
 }
 
-func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
+func (b toolBox) Facts(ctx context.Context, wait time.Duration) *boxapi.Facts {
 	return b.h.sandboxFacts(ctx, b.e, wait)
 }
 
@@ -95,7 +100,7 @@ func (b toolBox) Facts(ctx context.Context, wait time.Duration) *sandbox.Facts {
 // asked, a local engine's count is taken to be this machine's (runtime.NumCPU).
 func (b toolBox) CPUs() float64 {
 	n, known := b.Sandbox.CPUs()
-	if !known && localEngine(b.e.engine.Host) {
+	if !known && localEngine(b.e.Engine().Host) {
 		n = min(n, float64(runtime.NumCPU()))
 	}
 	return n
@@ -108,24 +113,25 @@ func localEngine(host string) bool {
 
 // Egress is the sandbox's way out through the proxy; nil without an egress block.
 func (b toolBox) Egress() *mcptools.Egress {
-	if b.e.egress == nil {
+	gw := egressOf(b.e)
+	if gw == nil {
 		return nil
 	}
-	return b.e.egress.info()
+	return &mcptools.Egress{Hosts: gw.Allowed(), Offline: gw.Offline()}
 }
 
 // Blocked returns, once, what the proxy refused to a job's commands.
 func (b toolBox) Blocked(job string) []string {
-	if b.e.egress == nil {
-		return nil
+	if gw := egressOf(b.e); gw != nil {
+		return gw.TakeBlocked(job)
 	}
-	return b.e.egress.takeBlocked(job)
+	return nil
 }
 
 // EngineDown knows the Docker client's errors besides the text of the common ones.
 func (b toolBox) EngineDown(err error) bool { return sandbox.EngineDown(err) }
 
-func (b toolBox) ImageMissing() string { return b.h.imageMissing(b.e) }
+func (b toolBox) ImageMissing() string { return b.e.ImageMissing(imageRecipe(b.Sandbox)) }
 
 // toolLinks signs the tools' links and records them for the console.
 type toolLinks struct{ h *Handler }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"go.uber.org/zap"
 )
 
@@ -70,9 +71,9 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 	default:
 		return errUnknownAction
 	}
-	outcome, errText := OutcomeOK, ""
+	outcome, errText := audit.OutcomeOK, ""
 	if err != nil {
-		outcome, errText = OutcomeError, err.Error()
+		outcome, errText = audit.OutcomeError, err.Error()
 	}
 	c.record(r, actor, "console."+action, args, outcome, errText, start)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) && !errors.Is(err, errVolumeChoice) {
@@ -100,11 +101,11 @@ func (c *Console) apiAuth(w http.ResponseWriter, r *http.Request) (actor string,
 			writeJSONError(w, http.StatusTooManyRequests, "too many wrong keys from this address; try the key again in "+roundUp(retry))
 			return "", false
 		case err != nil:
-			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, err.Error(), c.opts.Now())
+			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, audit.OutcomeDenied, err.Error(), c.opts.Now())
 			c.apiUnauthorized(w, err.Error())
 			return "", false
 		case !good:
-			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, OutcomeDenied, "wrong API key", c.opts.Now())
+			c.record(r, "API key", "console.api", r.Method+" "+r.URL.Path, audit.OutcomeDenied, "wrong API key", c.opts.Now())
 			c.apiUnauthorized(w, "the bearer token is not the API key")
 			return "", false
 		}
@@ -117,7 +118,7 @@ func (c *Console) apiAuth(w http.ResponseWriter, r *http.Request) (actor string,
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		if !c.sameOrigin(r) || !sess.checkCSRF(r.Header.Get(csrfHeader)) {
-			c.record(r, "console", "console.refused", r.Method+" "+r.URL.Path, OutcomeDenied, "missing or wrong CSRF token", c.opts.Now())
+			c.record(r, "console", "console.refused", r.Method+" "+r.URL.Path, audit.OutcomeDenied, "missing or wrong CSRF token", c.opts.Now())
 			writeJSONError(w, http.StatusForbidden, "a console session must send its CSRF token in "+csrfHeader)
 			return "", false
 		}
@@ -318,7 +319,7 @@ func (c *Console) access(ctx context.Context) ([]Client, []Grant, error) {
 	return clients, grants, nil
 }
 
-func writeJSONLines(w http.ResponseWriter, entries []Entry) {
+func writeJSONLines(w http.ResponseWriter, entries []audit.Entry) {
 	w.Header().Set("Content-Type", "application/jsonl; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="activity.jsonl"`)
 	bw := bufio.NewWriterSize(w, 64<<10)

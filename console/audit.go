@@ -21,21 +21,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Entry is one line of the audit log, the record every layer writes and the console
-// stores and displays.
-type Entry = audit.Entry
-
-// Outcomes of an [Entry].
-const (
-	OutcomeOK        = audit.OutcomeOK
-	OutcomeNonZero   = audit.OutcomeNonZero
-	OutcomeTimeout   = audit.OutcomeTimeout
-	OutcomeCancelled = audit.OutcomeCancelled
-	OutcomeError     = audit.OutcomeError
-	OutcomeDenied    = audit.OutcomeDenied
-	OutcomeRefused   = audit.OutcomeRefused
-)
-
 // Defaults of the audit log.
 const (
 	DefaultAuditEntries = 10000
@@ -60,10 +45,10 @@ type AuditLog struct {
 	inst    string // this process's chunk suffix
 
 	mu      sync.Mutex
-	ring    []Entry // oldest first once full: ring[next:] then ring[:next]
+	ring    []audit.Entry // oldest first once full: ring[next:] then ring[:next]
 	next    int
 	full    bool
-	open    []Entry // entries of the open chunk
+	open    []audit.Entry // entries of the open chunk
 	openKey string
 	dirty   bool
 	chunks  []string // chunk keys on disk, oldest first
@@ -88,7 +73,7 @@ func NewAuditLog(storage certmagic.Storage, prefix string, max int, logger *zap.
 	_, _ = rand.Read(b)
 	return &AuditLog{
 		storage: storage, prefix: path.Join(prefix, "audit"), max: max, log: logger,
-		inst: hex.EncodeToString(b), ring: make([]Entry, 0, min(max, 1024)), seen: make(map[string]time.Time),
+		inst: hex.EncodeToString(b), ring: make([]audit.Entry, 0, min(max, 1024)), seen: make(map[string]time.Time),
 	}
 }
 
@@ -99,7 +84,7 @@ func (l *AuditLog) Load(ctx context.Context) error {
 		return fmt.Errorf("listing audit log: %w", err)
 	}
 	slices.Sort(keys)
-	var all []Entry
+	var all []audit.Entry
 	// Read newest first until Max entries are in hand.
 	for i := len(keys) - 1; i >= 0 && len(all) < l.max; i-- {
 		data, err := l.storage.Load(ctx, keys[i])
@@ -111,7 +96,7 @@ func (l *AuditLog) Load(ctx context.Context) error {
 		}
 		all = append(decodeChunk(data), all...)
 	}
-	slices.SortStableFunc(all, func(a, b Entry) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(all, func(a, b audit.Entry) int { return a.Time.Compare(b.Time) })
 	if len(all) > l.max {
 		all = all[len(all)-l.max:]
 	}
@@ -124,12 +109,12 @@ func (l *AuditLog) Load(ctx context.Context) error {
 	return nil
 }
 
-func decodeChunk(data []byte) []Entry {
-	var out []Entry
+func decodeChunk(data []byte) []audit.Entry {
+	var out []audit.Entry
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		var e Entry
+		var e audit.Entry
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}
@@ -138,7 +123,7 @@ func decodeChunk(data []byte) []Entry {
 }
 
 // Record appends an entry. It never blocks on storage.
-func (l *AuditLog) Record(e Entry) {
+func (l *AuditLog) Record(e audit.Entry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
@@ -150,7 +135,7 @@ func (l *AuditLog) Record(e Entry) {
 }
 
 // push adds to the ring; the caller holds mu.
-func (l *AuditLog) push(e Entry) {
+func (l *AuditLog) push(e audit.Entry) {
 	if len(l.ring) < l.max {
 		l.ring = append(l.ring, e)
 	} else {
@@ -191,7 +176,7 @@ type Filter struct {
 	Limit   int // 0 means all
 }
 
-func (f Filter) match(e *Entry) bool {
+func (f Filter) match(e *audit.Entry) bool {
 	if f.Client != "" && !strings.EqualFold(f.Client, e.Client) && f.Client != e.ClientID {
 		return false
 	}
@@ -205,7 +190,7 @@ func (f Filter) match(e *Entry) bool {
 }
 
 // Query returns the matching entries, newest first.
-func (l *AuditLog) Query(f Filter) []Entry {
+func (l *AuditLog) Query(f Filter) []audit.Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := len(l.ring)
@@ -213,7 +198,7 @@ func (l *AuditLog) Query(f Filter) []Entry {
 	if limit <= 0 || limit > n {
 		limit = n
 	}
-	out := make([]Entry, 0, min(limit, 1024))
+	out := make([]audit.Entry, 0, min(limit, 1024))
 	for i := 0; i < n && len(out) < limit; i++ {
 		// Newest is just before next (or at the end while the ring fills).
 		idx := n - 1 - i
@@ -259,7 +244,7 @@ func (l *AuditLog) Flush(ctx context.Context) error {
 	}
 	type write struct {
 		key     string
-		entries []Entry
+		entries []audit.Entry
 	}
 	var writes []write
 	for len(l.open) >= auditChunk {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"go.uber.org/zap"
 )
 
@@ -131,9 +132,9 @@ func (c *Console) checkpointAct(w http.ResponseWriter, r *http.Request, actor, a
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), checkpointTimeout)
 	defer cancel()
 	err := f(ctx)
-	outcome, errText := OutcomeOK, ""
+	outcome, errText := audit.OutcomeOK, ""
 	if err != nil {
-		outcome, errText = OutcomeError, err.Error()
+		outcome, errText = audit.OutcomeError, err.Error()
 	}
 	c.record(r, actor, "console."+action, args, outcome, errText, start)
 	switch {

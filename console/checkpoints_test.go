@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 // fakeCheckpoints records what the console asks of the checkpoints.
@@ -77,7 +79,7 @@ func TestCheckpointsAPI(t *testing.T) {
 	if got := strings.Join(f.did, "; "); got != "delete c0000000100000a; restore c0000000100000a; copy c0000000100000a bob true" {
 		t.Errorf("did: %s", got)
 	}
-	if e := c.opts.Audit.Query(Filter{Tool: "console.copy_checkpoint"}); len(e) != 2 || e[0].Outcome != OutcomeOK || e[1].Outcome != OutcomeError {
+	if e := c.opts.Audit.Query(Filter{Tool: "console.copy_checkpoint"}); len(e) != 2 || e[0].Outcome != audit.OutcomeOK || e[1].Outcome != audit.OutcomeError {
 		t.Errorf("copies in the audit log: %+v", e)
 	}
 }

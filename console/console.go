@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"go.uber.org/zap"
 )
 
@@ -351,7 +352,7 @@ func (c *Console) sameOrigin(r *http.Request) bool {
 
 // record adds an operator action to the audit log.
 func (c *Console) record(r *http.Request, actor, action, args, outcome, errText string, start time.Time) {
-	c.opts.Audit.Record(Entry{
+	c.opts.Audit.Record(audit.Entry{
 		Time: c.opts.Now(), Client: actor, Remote: c.opts.ClientIP(r), Tool: action, Args: args,
 		Outcome: outcome, Error: errText, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	})

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 // The sandbox, OAuth server and jobs are the plugin's; here they are stand-ins, since
@@ -87,12 +88,12 @@ func signedIn(t testing.TB, c *Console) *http.Cookie {
 	return nil
 }
 
-func entry(i int, t0 time.Time) Entry {
+func entry(i int, t0 time.Time) audit.Entry {
 	code := i % 3
-	return Entry{
+	return audit.Entry{
 		Time: t0.Add(time.Duration(i) * time.Millisecond), Client: fmt.Sprintf("client-%d", i%4), Subject: fmt.Sprintf("grant-%d", i%4),
 		Tool: "execute", Args: fmt.Sprintf(`{"command":"echo <b>%d</b> && ls -la /sandbox/project-%d | grep -v '\u001b'"}`, i, i),
-		Outcome: map[int]string{0: OutcomeOK, 1: OutcomeNonZero, 2: OutcomeNonZero}[code], ExitCode: &code,
+		Outcome: map[int]string{0: audit.OutcomeOK, 1: audit.OutcomeNonZero, 2: audit.OutcomeNonZero}[code], ExitCode: &code,
 		DurationMS: 51.2, Bytes: int64(i),
 	}
 }
@@ -150,8 +151,8 @@ func TestAuditLogBounded(t *testing.T) {
 	if len(all) != DefaultAuditEntries || all[0].Bytes != 19999 || all[len(all)-1].Bytes != 10000 {
 		t.Fatalf("after reload: %d entries, newest %d, oldest %d", len(all), all[0].Bytes, all[len(all)-1].Bytes)
 	}
-	got := l2.Query(Filter{Client: "client-1", Outcome: OutcomeNonZero, Limit: 5})
-	if len(got) != 5 || got[0].Client != "client-1" || got[0].Outcome != OutcomeNonZero || got[0].Time.Before(got[1].Time) {
+	got := l2.Query(Filter{Client: "client-1", Outcome: audit.OutcomeNonZero, Limit: 5})
+	if len(got) != 5 || got[0].Client != "client-1" || got[0].Outcome != audit.OutcomeNonZero || got[0].Time.Before(got[1].Time) {
 		t.Fatalf("filtered: %+v", got)
 	}
 	if seen := l2.LastSeen("grant-3"); !seen.Equal(entry(19999, t0).Time) {
@@ -387,7 +388,7 @@ func TestOverviewJobs(t *testing.T) {
 	if rec.Code != http.StatusSeeOther || len(jobs.killed) != 1 {
 		t.Fatalf("kill: %d %v", rec.Code, jobs.killed)
 	}
-	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job"}); len(e) != 1 || e[0].Outcome != OutcomeOK {
+	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job"}); len(e) != 1 || e[0].Outcome != audit.OutcomeOK {
 		t.Fatalf("kill in the audit log: %+v", e)
 	}
 }

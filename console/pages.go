@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -141,7 +142,7 @@ type overview struct {
 	StatusErr string
 	Jobs      []Job
 	JobsErr   string
-	Errors    []Entry
+	Errors    []audit.Entry
 	// Sandboxes are every person's, with person lines only.
 	Sandboxes    []SandboxInfo
 	SandboxesErr string
@@ -168,7 +169,7 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 	if o.Jobs, err = c.opts.Jobs.Jobs(ctx); err != nil {
 		o.JobsErr = err.Error()
 	}
-	o.Errors = c.opts.Audit.Query(Filter{Outcome: OutcomeError, Limit: 10})
+	o.Errors = c.opts.Audit.Query(Filter{Outcome: audit.OutcomeError, Limit: 10})
 	if c.opts.Sandboxes != nil {
 		o.People = true
 		if o.Sandboxes, err = c.sandboxes(ctx); err != nil {
@@ -191,7 +192,7 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 
 // activity is the data of the Activity page.
 type activity struct {
-	Entries        []Entry
+	Entries        []audit.Entry
 	Filter         Filter
 	Clients, Tools []string
 	Outcomes       []string
@@ -207,7 +208,7 @@ type activity struct {
 // template.HTMLEscapeString (after visible and clip), exactly as the template would
 // escape it in element content and quoted attributes.
 // With people, a Person column names whose sandbox each entry is about.
-func activityRows(entries []Entry, people bool) template.HTML {
+func activityRows(entries []audit.Entry, people bool) template.HTML {
 	var b strings.Builder
 	b.Grow(len(entries) * 400)
 	esc := func(s string) { b.WriteString(template.HTMLEscapeString(s)) }
@@ -267,7 +268,7 @@ const defaultPageEntries = 500
 func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := filterFrom(r.URL.Query(), defaultPageEntries)
 	a := activity{Filter: f, Entries: c.opts.Audit.Query(f), Total: c.opts.Audit.Len(),
-		Outcomes: []string{OutcomeOK, OutcomeNonZero, OutcomeTimeout, OutcomeCancelled, OutcomeError, OutcomeDenied, OutcomeRefused}}
+		Outcomes: []string{audit.OutcomeOK, audit.OutcomeNonZero, audit.OutcomeTimeout, audit.OutcomeCancelled, audit.OutcomeError, audit.OutcomeDenied, audit.OutcomeRefused}}
 	a.Clients, a.Tools = c.opts.Audit.Facets()
 	if c.opts.Sandboxes != nil {
 		a.People = c.opts.Sandboxes.People()

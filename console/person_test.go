@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 type personAccess struct{ fakeAccess }
@@ -79,7 +81,7 @@ func TestJobsByPerson(t *testing.T) {
 	if strings.Join(jobs.killed, ",") != "alice/job-2,alice/job-2" {
 		t.Errorf("killed: %v", jobs.killed)
 	}
-	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job", Outcome: OutcomeOK, Limit: 1}); len(e) != 1 || !strings.Contains(e[0].Args, `"person":"alice"`) {
+	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job", Outcome: audit.OutcomeOK, Limit: 1}); len(e) != 1 || !strings.Contains(e[0].Args, `"person":"alice"`) {
 		t.Errorf("the kill in the audit log: %+v", e)
 	}
 }
@@ -88,9 +90,9 @@ func TestJobsByPerson(t *testing.T) {
 // sign-ins and the links each show whose they are; without people no Person column
 // shows.
 func TestPagesNamePeople(t *testing.T) {
-	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
-	audit.Record(Entry{Time: time.Now(), Client: "Claude", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: OutcomeOK})
-	c := newTestConsole(t, audit)
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
+	log.Record(audit.Entry{Time: time.Now(), Client: "Claude", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: audit.OutcomeOK})
+	c := newTestConsole(t, log)
 	reg := NewLinkRegistry(fileStorage(t), "console", nil)
 	if err := reg.Record(context.Background(), Link{ID: "preview-0123456789", Kind: KindPreview, Target: "8000", Person: "alice",
 		Creator: "Claude", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 type fakeSandboxes struct {
@@ -38,11 +40,11 @@ func (f *fakeSandboxes) Act(_ context.Context, person, action string) error {
 // each; an unknown person or action is a 404, a person's key is not the operator's, and
 // the activity log filters by person.
 func TestSandboxesAPI(t *testing.T) {
-	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	audit.Record(Entry{Time: t0, Client: "c", Person: "alice", Tool: "execute", Outcome: OutcomeOK})
-	audit.Record(Entry{Time: t0.Add(time.Second), Client: "c", Tool: "execute", Outcome: OutcomeOK})
-	c := newTestConsole(t, audit)
+	log.Record(audit.Entry{Time: t0, Client: "c", Person: "alice", Tool: "execute", Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: t0.Add(time.Second), Client: "c", Tool: "execute", Outcome: audit.OutcomeOK})
+	c := newTestConsole(t, log)
 	fs := &fakeSandboxes{}
 	c.opts.Sandboxes = fs
 	do := func(method, path, key string) (int, map[string]any) {
@@ -103,10 +105,10 @@ func TestSandboxesAPI(t *testing.T) {
 // stopping asks first and then acts on that person's sandbox, and the activity page
 // filters by person; without people neither shows.
 func TestSandboxesPages(t *testing.T) {
-	audit := NewAuditLog(fileStorage(t), "console", 100, nil)
-	audit.Record(Entry{Time: time.Now(), Client: "c", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: OutcomeOK})
-	audit.Record(Entry{Time: time.Now(), Client: "c", Person: "bob", Tool: "execute", Args: `"bob-cmd"`, Outcome: OutcomeOK})
-	c := newTestConsole(t, audit)
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
+	log.Record(audit.Entry{Time: time.Now(), Client: "c", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: time.Now(), Client: "c", Person: "bob", Tool: "execute", Args: `"bob-cmd"`, Outcome: audit.OutcomeOK})
+	c := newTestConsole(t, log)
 	ck := signedIn(t, c)
 	get := func(path string) (int, string) {
 		req := httptest.NewRequest("GET", "http://console.test"+path, nil)

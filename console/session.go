@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 // Session lifetime and cookie names. Browsers refuse __Host- cookies without Secure,
@@ -141,7 +143,7 @@ func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, value string
 // checkPost refuses a form post without the session's CSRF token or from another site.
 func (c *Console) checkPost(w http.ResponseWriter, r *http.Request, sess *session) bool {
 	if !c.sameOrigin(r) {
-		c.record(r, "console", "console.refused", r.URL.Path, OutcomeDenied, "cross-site request", c.opts.Now())
+		c.record(r, "console", "console.refused", r.URL.Path, audit.OutcomeDenied, "cross-site request", c.opts.Now())
 		c.renderMessage(w, http.StatusForbidden, "Refused", "This request came from another site.")
 		return false
 	}
@@ -151,7 +153,7 @@ func (c *Console) checkPost(w http.ResponseWriter, r *http.Request, sess *sessio
 		token = r.Header.Get(csrfHeader)
 	}
 	if !sess.checkCSRF(token) {
-		c.record(r, "console", "console.refused", r.URL.Path, OutcomeDenied, "missing or wrong CSRF token", c.opts.Now())
+		c.record(r, "console", "console.refused", r.URL.Path, audit.OutcomeDenied, "missing or wrong CSRF token", c.opts.Now())
 		c.renderMessage(w, http.StatusForbidden, "Refused", "This form expired or did not come from the console. Go back, reload the page and try again.")
 		return false
 	}
@@ -185,29 +187,29 @@ func (c *Console) serveSignIn(w http.ResponseWriter, r *http.Request) {
 	case retry > 0:
 		secs := int(retry/time.Second) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		c.record(r, "console", "console.sign_in", "", OutcomeDenied, "too many wrong keys", start)
+		c.record(r, "console", "console.sign_in", "", audit.OutcomeDenied, "too many wrong keys", start)
 		c.renderSignIn(w, http.StatusTooManyRequests, "Too many wrong keys were tried from your address. Try the API key again in "+roundUp(retry)+".")
 		return
 	case err != nil:
-		c.record(r, "console", "console.sign_in", "", OutcomeDenied, err.Error(), start)
+		c.record(r, "console", "console.sign_in", "", audit.OutcomeDenied, err.Error(), start)
 		msg := err.Error()
 		c.renderSignIn(w, http.StatusForbidden, strings.ToUpper(msg[:1])+msg[1:]+". The console takes the api_key of the Caddyfile.")
 		return
 	case !ok:
-		c.record(r, "console", "console.sign_in", "", OutcomeDenied, "wrong API key", start)
+		c.record(r, "console", "console.sign_in", "", audit.OutcomeDenied, "wrong API key", start)
 		c.renderSignIn(w, http.StatusForbidden, "That API key is not correct.")
 		return
 	}
 	value, _ := c.sessions.create()
 	c.setCookie(w, r, value, int(sessionTTL/time.Second))
-	c.record(r, "console", "console.sign_in", "", OutcomeOK, "", start)
+	c.record(r, "console", "console.sign_in", "", audit.OutcomeOK, "", start)
 	http.Redirect(w, r, Prefix+"?done=signed_in", http.StatusSeeOther)
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, sess *session) {
 	c.sessions.end(sess)
 	c.setCookie(w, r, "", -1)
-	c.record(r, "console", "console.sign_out", "", OutcomeOK, "", c.opts.Now())
+	c.record(r, "console", "console.sign_out", "", audit.OutcomeOK, "", c.opts.Now())
 	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
 }
 

@@ -7,6 +7,9 @@
 //	px := &egress.Proxy{Policy: func() *egress.Policy { return pol }}
 //	go px.ServeConn(conn) // each connection a program in the sandbox makes
 //
+// A [Gateway] is one sandbox's proxy kept listening in it, over a small [Sandbox]
+// interface, with its CA and the refusals it made.
+//
 // The package knows nothing of Docker or Caddy's configuration; the plugin feeds it
 // connections and rules.
 package egress

@@ -1,21 +1,15 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
@@ -52,10 +46,6 @@ func (h *testHook[F]) Get() *F { return h.p.Load() }
 // agentGreetTimeout bounds the wait for the agent's greeting.
 const agentGreetTimeout = 5 * time.Second
 
-// agentExecPrefix starts the ids of commands run by the agent, where Docker's exec ids
-// are hex.
-const agentExecPrefix = "agent/"
-
 type agentState struct {
 	group singleflight.Group
 	sess  *agentwire.Session
@@ -73,8 +63,6 @@ type agentState struct {
 	readOnlyRan, readOnlyUnusable string
 	// listeners are ListenPort's listeners, by their stream.
 	listeners map[listenerKey]listener
-	seq       atomic.Uint64
-	exits     sync.Map // exec id → *agentwire.Stream, a minute past its end
 }
 
 // AgentStatus tells whether commands go through the agent, and if not, why.
@@ -206,7 +194,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 	if err != nil {
 		return nil, path, err
 	}
-	out := &agentOutput{r: hj.Reader, stderr: &boundedBuffer{max: 2048}}
+	out := &procStdout{p: newDockerProc(s, resp.ID, hj), stderr: &boundedBuffer{max: 2048}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
@@ -220,7 +208,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 	}
 	if err != nil {
 		hj.Close()
-		code, ok := s.exitCode(context.WithoutCancel(ctx), resp.ID, true)
+		code, ok := s.dockerExitCode(context.WithoutCancel(ctx), resp.ID, exitWait(true))
 		exit := "still running"
 		if ok {
 			exit = "exit code " + strconv.Itoa(code)
@@ -336,41 +324,30 @@ func (s *Sandbox) CloseAgent() {
 	}
 }
 
-// agentExec starts a command on the agent, in the shape of a Docker exec: its output in
-// Docker's multiplexed format, its stdin as the connection's writes.
-func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (string, types.HijackedResponse, error) {
-	return s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: opts.Cmd, Env: opts.Env,
+// agentExec starts a command on the agent.
+func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (proc, error) {
+	return s.agentStart(sess, agentwire.ExecRequest{Argv: opts.Cmd, Env: opts.Env,
 		Dir: opts.WorkingDir, Stdin: opts.AttachStdin, TTY: opts.Tty})
 }
 
-func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (string, types.HijackedResponse, error) {
-	req, err := json.Marshal(r)
+// agentStart opens a stream for r on the agent.
+func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (proc, error) {
+	req, err := agentwire.Encode(r)
 	if err != nil {
-		return "", types.HijackedResponse{}, err
+		return nil, err
 	}
 	st, err := sess.Open(req)
 	if err != nil {
-		return "", types.HijackedResponse{}, err
+		return nil, err
 	}
-	id := agentExecPrefix + strconv.FormatUint(s.agent.seq.Add(1), 10)
-	s.agent.exits.Store(id, st)
-	go func() {
-		<-st.Done()
-		time.AfterFunc(time.Minute, func() { s.agent.exits.Delete(id) })
-	}()
-	conn := &agentConn{streamEnd: streamEnd{st}}
-	return id, types.HijackedResponse{Conn: conn, Reader: bufio.NewReaderSize(conn, 32<<10)}, nil
+	return &agentProc{streamEnd: streamEnd{st}}, nil
 }
 
-// agentRunner starts the job runner with args and env on the agent. The agent runs
-// "run" itself (its native runner, answering as jobs.sh does); the other modes go to a
-// spare runner started ahead of need (the script parsed already) when one is ready: the
-// arguments and environment travel on its stdin (jobs.sh, "spare").
-func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (types.HijackedResponse, error) {
-	if len(args) > 0 && args[0] == "run" {
-		_, hj, err := s.agentStart(sess, agentwire.Request{Op: agentwire.OpJob, Argv: args, Env: env, Dir: "/", Stdin: stdin})
-		return hj, err
-	}
+// agentRunner starts a mode of the job runner other than "run" (which the agent's
+// native runner serves, startJob) with args and env on the agent: on a spare runner
+// started ahead of need (the script parsed already) when one is ready, the arguments
+// and environment travelling on its stdin (jobs.sh, "spare").
+func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (proc, error) {
 	var prefix []byte
 	field := func(v string) { prefix = append(append(prefix, v...), 0) }
 	field(strconv.Itoa(len(env)))
@@ -382,21 +359,8 @@ func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin
 		field(a)
 	}
 	cmd, spareEnv := runnerExec([]string{"spare"}, nil)
-	_, hj, err := s.agentStart(sess, agentwire.Request{Op: agentwire.OpExec, Argv: cmd, Env: spareEnv,
+	return s.agentStart(sess, agentwire.ExecRequest{Argv: cmd, Env: spareEnv,
 		Dir: "/", Stdin: stdin, Spare: true, Prefix: prefix})
-	return hj, err
-}
-
-// agentStream returns the stream of a command the agent runs.
-func (s *Sandbox) agentStream(execID string) (*agentwire.Stream, bool) {
-	if !strings.HasPrefix(execID, agentExecPrefix) {
-		return nil, false
-	}
-	v, ok := s.agent.exits.Load(execID)
-	if !ok {
-		return nil, true
-	}
-	return v.(*agentwire.Stream), true
 }
 
 // agentExitCode waits up to wait for a command's end and returns its status.
@@ -413,76 +377,6 @@ func agentExitCode(ctx context.Context, st *agentwire.Stream, wait time.Duration
 	}
 	return st.Status()
 }
-
-// agentOutput reads the agent's stdout out of Docker's multiplexed stream and keeps the
-// start of its stderr (for the reason it failed).
-type agentOutput struct {
-	r      io.Reader
-	left   int
-	hdr    [8]byte
-	stderr *boundedBuffer
-}
-
-func (o *agentOutput) Read(p []byte) (int, error) {
-	for o.left == 0 {
-		if _, err := io.ReadFull(o.r, o.hdr[:]); err != nil {
-			return 0, err
-		}
-		size := int(binary.BigEndian.Uint32(o.hdr[4:]))
-		switch o.hdr[0] {
-		case 0, 1:
-			o.left = size
-		case 2:
-			if _, err := io.CopyN(o.stderr, o.r, int64(size)); err != nil {
-				return 0, io.ErrUnexpectedEOF
-			}
-		default:
-			return 0, fmt.Errorf("unknown stream %d in the agent's output", o.hdr[0])
-		}
-	}
-	n, err := o.r.Read(p[:min(len(p), o.left)])
-	o.left -= n
-	if err == io.EOF && o.left > 0 {
-		err = io.ErrUnexpectedEOF
-	}
-	return n, err
-}
-
-// agentConn is a command on the agent seen as a Docker exec's hijacked connection.
-type agentConn struct {
-	streamEnd
-	hdr    [8]byte
-	hdrOff int    // header bytes of the current frame returned so far
-	data   []byte // the current frame's data not returned yet
-}
-
-func (c *agentConn) Read(p []byte) (int, error) {
-	for c.data == nil {
-		ch, err := c.st.ReadChunk()
-		if err != nil {
-			return 0, err
-		}
-		if ch.EOF || len(ch.Data) == 0 {
-			continue
-		}
-		c.hdr = [8]byte{ch.Ch}
-		binary.BigEndian.PutUint32(c.hdr[4:], uint32(len(ch.Data)))
-		c.hdrOff, c.data = 0, ch.Data
-	}
-	if c.hdrOff < len(c.hdr) {
-		n := copy(p, c.hdr[c.hdrOff:])
-		c.hdrOff += n
-		return n, nil
-	}
-	n := copy(p, c.data)
-	c.data = c.data[n:]
-	if len(c.data) == 0 {
-		c.data = nil
-	}
-	return n, nil
-}
-
-func (c *agentConn) RemoteAddr() net.Addr { return agentAddr{} }
 
 // streamEnd is what the connections carried by a stream share: writes go to channel 0,
 // CloseWrite ends it, Close abandons the stream; a write deadline bounds the wait for

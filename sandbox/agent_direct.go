@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -170,7 +170,7 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	if f := directTokenForTest.Get(); f != nil {
 		told = (*f)(token)
 	}
-	req, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: sock, Token: told})
+	req, _ := agentwire.Encode(agentwire.ChannelRequest{Path: sock, Token: told})
 	st, err := sess.Open(req)
 	if err != nil {
 		return nil, err
@@ -241,7 +241,7 @@ func (s *Sandbox) dialFailed(ctx context.Context, sess *agentwire.Session, dir, 
 	err := fmt.Errorf("the agent could not dial its socket: %s", why)
 	switch {
 	case strings.Contains(why, "no such file"):
-		if _, serr := agentStat(ctx, sess, directMount); errors.Is(serr, ErrNotFound) {
+		if _, serr := agentStat(ctx, sess, directMount); errors.Is(serr, boxapi.ErrNotFound) {
 			return fmt.Errorf("%w (a container made before its directory %s was shared has none: recreating the sandbox adds it)", err, dir)
 		}
 		s.noBind.Store(true)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // directConfig is testConfig with a directory for the agent's direct channel.
@@ -33,17 +34,17 @@ func TestDirectChannel(t *testing.T) {
 	cfg := directConfig(t)
 	sb, cli := agentTestSandbox(t, cfg)
 	ctx := context.Background()
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if ok, why := sb.AgentDirect(); !ok {
 		t.Fatalf("no direct channel: %s", why)
 	}
 	before := cli.n.Load()
-	res := mustExec(t, sb, "ls -A "+directMount+"; touch "+directMount+"/x 2>&1; echo $((6*7))", ExecOptions{})
+	res := mustExec(t, sb, "ls -A "+directMount+"; touch "+directMount+"/x 2>&1; echo $((6*7))", boxapi.ExecOptions{})
 	if !strings.Contains(res.Stdout, "Read-only file system") || !strings.HasSuffix(res.Stdout, "42\n") || strings.Contains(res.Stdout, directSocket) {
 		t.Fatalf("the container's view of its directory: %q", res.Stdout)
 	}
 	data := strings.Repeat("direct channel\n", 300000) // 4.5 MB: past archiveMin
-	if _, err := sb.Upload(ctx, "/sandbox/d", "big.txt", strings.NewReader(data), UploadOptions{Size: int64(len(data))}); err != nil {
+	if _, err := sb.Upload(ctx, "/sandbox/d", "big.txt", strings.NewReader(data), boxapi.UploadOptions{Size: int64(len(data))}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := sb.OpenRange(ctx, "/sandbox/d/big.txt", 0, -1)
@@ -85,7 +86,7 @@ func TestDirectChannel(t *testing.T) {
 // placing it and running it, and every agent started is the real one.
 func TestAgentBinaryCannotBeSwapped(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	bin := sb.agentBinary()
 	if !strings.HasPrefix(bin, directMount+"/sandbox-agent-") {
 		t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
@@ -95,20 +96,20 @@ for how in "cp /tmp/impostor `+bin+`" "mv -f /tmp/impostor `+bin+`" "rm -f `+bin
 	$how 2>/dev/null && echo "$how: done"
 done
 cmp -s /bin/busybox `+bin+` && echo "the binary is busybox"
-true`, ExecOptions{})
+true`, boxapi.ExecOptions{})
 	if try.Stdout != "" {
 		t.Fatalf("the container changed the agent's binary: %q", try.Stdout)
 	}
 	// A terminal job runs under the same binary.
-	if res := mustExec(t, sb, "tty", ExecOptions{TTY: true}); !strings.HasPrefix(res.Stdout, "/dev/pts/") {
+	if res := mustExec(t, sb, "tty", boxapi.ExecOptions{TTY: true}); !strings.HasPrefix(res.Stdout, "/dev/pts/") {
 		t.Fatalf("tty job: %+v", res)
 	}
 	// A loop renaming an impostor over every agent binary it can find, while Caddy
 	// starts agents.
-	mustExec(t, sb, `nohup sh -c 'while :; do for f in `+agentDir+`/sandbox-agent-* `+directMount+`/sandbox-agent-*; do cp /bin/busybox /tmp/i 2>/dev/null; mv -f /tmp/i "$f" 2>/dev/null; done; done' >/dev/null 2>&1 &`, ExecOptions{})
+	mustExec(t, sb, `nohup sh -c 'while :; do for f in `+agentDir+`/sandbox-agent-* `+directMount+`/sandbox-agent-*; do cp /bin/busybox /tmp/i 2>/dev/null; mv -f /tmp/i "$f" 2>/dev/null; done; done' >/dev/null 2>&1 &`, boxapi.ExecOptions{})
 	for i := 0; i < 5; i++ {
 		sb.CloseAgent()
-		if res := mustExec(t, sb, "echo real", ExecOptions{}); res.Stdout != "real\n" {
+		if res := mustExec(t, sb, "echo real", boxapi.ExecOptions{}); res.Stdout != "real\n" {
 			t.Fatalf("start %d: %+v", i, res)
 		}
 		sb.agentMu.Lock()
@@ -124,7 +125,7 @@ true`, ExecOptions{})
 // calls; a new agent makes a new direct channel.
 func TestDirectChannelEnds(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	sb.agentMu.Lock()
 	direct, sess := sb.agent.direct, sb.agent.sess
 	sb.agentMu.Unlock()
@@ -132,7 +133,7 @@ func TestDirectChannelEnds(t *testing.T) {
 		t.Fatal("no direct channel")
 	}
 	direct.Close()
-	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
+	if res := mustExec(t, sb, "echo still", boxapi.ExecOptions{}); res.Stdout != "still\n" {
 		t.Fatalf("%+v", res)
 	}
 	for i := 0; ; i++ {
@@ -147,7 +148,7 @@ func TestDirectChannelEnds(t *testing.T) {
 		t.Fatal("the call after the direct channel ended did not go through the agent's exec")
 	}
 	sb.CloseAgent()
-	if res := mustExec(t, sb, "echo again", ExecOptions{}); res.Stdout != "again\n" {
+	if res := mustExec(t, sb, "echo again", boxapi.ExecOptions{}); res.Stdout != "again\n" {
 		t.Fatalf("%+v", res)
 	}
 	if ok, why := sb.AgentDirect(); !ok {
@@ -160,7 +161,7 @@ func TestDirectChannelEnds(t *testing.T) {
 func withoutDirect(t *testing.T, cfg Config, why string) *Sandbox {
 	t.Helper()
 	sb, _ := agentTestSandbox(t, cfg)
-	if res := mustExec(t, sb, "echo ok", ExecOptions{}); res.Stdout != "ok\n" {
+	if res := mustExec(t, sb, "echo ok", boxapi.ExecOptions{}); res.Stdout != "ok\n" {
 		t.Fatalf("%+v", res)
 	}
 	if ok, reason := sb.AgentDirect(); ok || !strings.Contains(reason, why) {
@@ -204,7 +205,7 @@ func TestDirectChannelRefused(t *testing.T) {
 		dir := cfg.AgentSocketDir
 		cfg.AgentSocketDir = ""
 		first, _ := agentTestSandbox(t, cfg)
-		mustExec(t, first, "true", ExecOptions{})
+		mustExec(t, first, "true", boxapi.ExecOptions{})
 		first.CloseAgent()
 		cfg.AgentSocketDir = dir
 		withoutDirect(t, cfg, "recreating the sandbox adds it")
@@ -320,7 +321,7 @@ func TestDirectChannelBindRefused(t *testing.T) {
 	})
 	t.Cleanup(hostConfigForTest.Clear)
 	sb := withoutDirect(t, directConfig(t), "does not see")
-	if res := mustExec(t, sb, "ls "+directMount+" 2>&1", ExecOptions{}); !strings.Contains(res.Stdout, "No such file") {
+	if res := mustExec(t, sb, "ls "+directMount+" 2>&1", boxapi.ExecOptions{}); !strings.Contains(res.Stdout, "No such file") {
 		t.Fatalf("the container has the directory: %+v", res)
 	}
 	if !sb.noBind.Load() {
@@ -341,7 +342,7 @@ func TestAgentKilledNotCopied(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sb, _ := agentTestSandbox(t, directConfig(t))
 			if first {
-				mustExec(t, sb, "true", ExecOptions{})
+				mustExec(t, sb, "true", boxapi.ExecOptions{})
 				if bin := sb.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
 					t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
 				}
@@ -356,14 +357,14 @@ func TestAgentKilledNotCopied(t *testing.T) {
 				return []string{path, "serve"}
 			})
 			t.Cleanup(agentArgvForTest.Clear)
-			if res := mustExec(t, sb, "echo on", ExecOptions{}); res.Stdout != "on\n" {
+			if res := mustExec(t, sb, "echo on", boxapi.ExecOptions{}); res.Stdout != "on\n" {
 				t.Fatalf("%+v", res)
 			}
 			if running, why := sb.AgentStatus(); running || sb.agentBinary() != "" {
 				t.Fatalf("an agent runs (%v %q) from %q", running, why, sb.agentBinary())
 			}
 			agentArgvForTest.Clear()
-			if res := mustExec(t, sb, "ls -A "+agentDir+" 2>/dev/null; true", ExecOptions{}); res.Stdout != "" {
+			if res := mustExec(t, sb, "ls -A "+agentDir+" 2>/dev/null; true", boxapi.ExecOptions{}); res.Stdout != "" {
 				t.Fatalf("the agent was copied into the container: %q", res.Stdout)
 			}
 		})
@@ -374,11 +375,11 @@ func TestAgentKilledNotCopied(t *testing.T) {
 // it exit as though its binary could not be executed, or answer in its place.
 func TestAgentNotTraceable(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	sb.agentMu.Lock()
 	pid := sb.agent.sess.Peer().PID
 	sb.agentMu.Unlock()
-	res := mustExec(t, sb, fmt.Sprintf("cat /proc/%d/environ >/dev/null && echo readable; cat /proc/self/environ >/dev/null && echo own", pid), ExecOptions{})
+	res := mustExec(t, sb, fmt.Sprintf("cat /proc/%d/environ >/dev/null && echo readable; cat /proc/self/environ >/dev/null && echo own", pid), boxapi.ExecOptions{})
 	if res.Stdout != "own\n" {
 		t.Fatalf("the agent's memory (pid %d): %+v", pid, res)
 	}

@@ -19,22 +19,26 @@ import (
 	"unicode"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
 // agentFile opens a file operation on the agent and, unless it writes, reads its
 // reply. The stream is closed when ctx ends; the returned stop undoes that.
 func agentFile(ctx context.Context, sess *agentwire.Session, r agentwire.Request) (*agentwire.Stream, agentwire.FileReply, func() bool, error) {
-	b, _ := json.Marshal(r)
+	b, err := agentwire.Encode(r)
+	if err != nil {
+		return nil, agentwire.FileReply{}, nil, err
+	}
 	st, err := sess.Open(b)
 	if err != nil {
 		return nil, agentwire.FileReply{}, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { st.Close() })
-	if r.Op == agentwire.OpRead || r.Op == agentwire.OpTar {
+	if op := r.Op(); op == agentwire.OpRead || op == agentwire.OpTar {
 		_ = st.SetReceiveWindow(agentwire.FileWindow)
 	}
-	if r.Op == agentwire.OpWrite {
+	if r.Op() == agentwire.OpWrite {
 		return st, agentwire.FileReply{}, stop, nil
 	}
 	rep, err := readReply(st)
@@ -83,8 +87,8 @@ func readReply(st *agentwire.Stream) (agentwire.FileReply, error) {
 }
 
 // replyInfo is what a reply says of the file at p.
-func replyInfo(p string, rep agentwire.FileReply) FileInfo {
-	return FileInfo{Path: p, Name: path.Base(p), Size: rep.Size, ModTime: time.Unix(0, rep.MTime), Mode: fs.FileMode(rep.Mode)}
+func replyInfo(p string, rep agentwire.FileReply) boxapi.FileInfo {
+	return boxapi.FileInfo{Path: p, Name: path.Base(p), Size: rep.Size, ModTime: time.Unix(0, rep.MTime), Mode: fs.FileMode(rep.Mode)}
 }
 
 // replyErr is a reply's error in the sandbox's terms, about the path p.
@@ -94,18 +98,18 @@ func replyErr(p string, rep agentwire.FileReply) error {
 	case "":
 		return nil
 	case agentwire.FileNotFound:
-		return fmt.Errorf("stat %s: %w", p, ErrNotFound)
+		return fmt.Errorf("stat %s: %w", p, boxapi.ErrNotFound)
 	case agentwire.FileIsDir:
-		return fmt.Errorf("%s: %w", p, ErrIsDir)
+		return fmt.Errorf("%s: %w", p, boxapi.ErrIsDir)
 	case agentwire.FileNotRegular:
 		if fs.FileMode(rep.Mode).Type() != 0 {
-			return fmt.Errorf("%s: %w", p, ErrNotRegular)
+			return fmt.Errorf("%s: %w", p, boxapi.ErrNotRegular)
 		}
-		return fmt.Errorf("%s: %w (it does not lead to a file: a symbolic link loop or a broken path)", p, ErrNotRegular)
+		return fmt.Errorf("%s: %w (it does not lead to a file: a symbolic link loop or a broken path)", p, boxapi.ErrNotRegular)
 	case agentwire.FileNotDir:
 		return fmt.Errorf("%s is not a directory", p)
 	case agentwire.FileTooLarge:
-		return fmt.Errorf("%s: %w (%s)", p, ErrTooLarge, msg)
+		return fmt.Errorf("%s: %w (%s)", p, boxapi.ErrTooLarge, msg)
 	case agentwire.FileExists:
 		return fmt.Errorf("%s: %w", p, fs.ErrExist)
 	case agentwire.FileRange:
@@ -126,27 +130,27 @@ func agentMessage(m string) string {
 }
 
 // agentStat describes the file p leads to.
-func agentStat(ctx context.Context, sess *agentwire.Session, p string) (FileInfo, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpStat, Path: p})
+func agentStat(ctx context.Context, sess *agentwire.Session, p string) (boxapi.FileInfo, error) {
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.StatRequest{Path: p})
 	if err != nil {
-		return FileInfo{}, fmt.Errorf("stat %s in the sandbox: %w", p, err)
+		return boxapi.FileInfo{}, fmt.Errorf("stat %s in the sandbox: %w", p, err)
 	}
 	stop()
 	st.Close()
 	fi := replyInfo(p, rep)
 	if err := replyErr(p, rep); err != nil {
 		if rep.Err == agentwire.FileNotFound {
-			return FileInfo{}, err
+			return boxapi.FileInfo{}, err
 		}
-		return FileInfo{Path: p, Name: path.Base(p)}, err
+		return boxapi.FileInfo{Path: p, Name: path.Base(p)}, err
 	}
 	return fi, nil
 }
 
 // agentOpen streams length bytes (-1: to the end) of the regular file p from offset.
 // It reads no more than asked for, nor than the file held when the agent opened it.
-func agentOpen(ctx context.Context, sess *agentwire.Session, p string, offset, length int64) (*File, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpRead, Path: p, Offset: offset, Length: length})
+func agentOpen(ctx context.Context, sess *agentwire.Session, p string, offset, length int64) (*boxapi.File, error) {
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.ReadRequest{Path: p, Offset: offset, Length: length})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", p, err)
 	}
@@ -165,7 +169,7 @@ func agentOpen(ctx context.Context, sess *agentwire.Session, p string, offset, l
 	if length >= 0 {
 		want = min(want, length)
 	}
-	return &File{ReadCloser: &agentReader{st: st, left: want, stop: stop}, FileInfo: fi}, nil
+	return &boxapi.File{ReadCloser: &agentReader{st: st, left: want, stop: stop}, FileInfo: fi}, nil
 }
 
 // agentReader reads channel 1 of a file operation, left bytes at most: past them the
@@ -217,11 +221,10 @@ func (r *agentReader) Close() error {
 	return r.st.Close()
 }
 
-// agentWrite streams body into the file p as req says (Op, Path set here) and returns
+// agentWrite streams body into the file req.Path as req says and returns
 // the agent's reply once the file is closed. When body fails, the stream is abandoned
 // and, within uploadStepTimeout, the agent has removed a file it created.
-func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.Request, body io.Reader, bulk *bulkSocket) (rep agentwire.FileReply, n int64, err error) {
-	req.Op = agentwire.OpWrite
+func agentWrite(ctx context.Context, sess *agentwire.Session, req agentwire.WriteRequest, body io.Reader, bulk *bulkSocket) (rep agentwire.FileReply, n int64, err error) {
 	if bulk != nil {
 		req.Socket, req.Token = bulk.path, bulk.token
 	}
@@ -310,8 +313,8 @@ func sendFrames(st *agentwire.Stream, body io.Reader) (n int64, werr, rerr error
 const agentListMax = 4 << 20
 
 // agentList lists up to max regular files of dir.
-func agentList(ctx context.Context, sess *agentwire.Session, dir string, max int) ([]DirEntry, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpList, Path: dir, Length: int64(max), Hide: tempPrefix})
+func agentList(ctx context.Context, sess *agentwire.Session, dir string, max int) ([]boxapi.DirEntry, error) {
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.ListRequest{Path: dir, Max: int64(max), Hide: tempPrefix})
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +340,7 @@ func agentList(ctx context.Context, sess *agentwire.Session, dir string, max int
 // agentTar streams the directory p (symbolic links to it followed) as a tar stream,
 // and returns the directory's real path.
 func agentTar(ctx context.Context, sess *agentwire.Session, p string) (io.ReadCloser, string, error) {
-	st, rep, stop, err := agentFile(ctx, sess, agentwire.Request{Op: agentwire.OpTar, Path: p})
+	st, rep, stop, err := agentFile(ctx, sess, agentwire.TarRequest{Path: p})
 	if err != nil {
 		return nil, "", fmt.Errorf("archiving %s in the sandbox: %w", p, err)
 	}
@@ -358,7 +361,7 @@ func agentTar(ctx context.Context, sess *agentwire.Session, p string) (io.ReadCl
 // the agent's channel, or nil for the fallback (Docker's API and execs).
 func (s *Sandbox) fileAgent(ctx context.Context, p string) (*agentwire.Session, error) {
 	if !path.IsAbs(p) {
-		return nil, fmt.Errorf("%q: %w", p, ErrRelativePath)
+		return nil, fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
@@ -380,7 +383,7 @@ func (s *Sandbox) agentUpload(ctx context.Context, sess *agentwire.Session, tmp 
 		bulk = s.bulkListen(sess)
 		defer bulk.Close()
 	}
-	_, n, err := agentWrite(ctx, sess, agentwire.Request{Path: tmp, Excl: true}, r, bulk)
+	_, n, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: tmp, Excl: true}, r, bulk)
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("%d bytes of %d came: %w", n, size, io.ErrUnexpectedEOF)
 	}

@@ -23,8 +23,7 @@ func fakeAgent(t *testing.T, handler func(st *agentwire.Stream, req agentwire.Re
 	ar, cw := io.Pipe()
 	go func() {
 		agentwire.Serve(ar, aw, agentwire.HelloMsg{}, func(st *agentwire.Stream) {
-			var req agentwire.Request
-			json.Unmarshal(st.Request(), &req)
+			req, _ := agentwire.Decode(st.Request())
 			handler(st, req)
 		})
 		aw.Close()
@@ -185,7 +184,7 @@ func TestAgentWriteSizeChecked(t *testing.T) {
 		sendReply(st, agentwire.FileReply{Size: 3})
 		st.Exit(0)
 	})
-	_, _, err := agentWrite(context.Background(), sess, agentwire.Request{Path: "/f"}, strings.NewReader("12345"), nil)
+	_, _, err := agentWrite(context.Background(), sess, agentwire.WriteRequest{Path: "/f"}, strings.NewReader("12345"), nil)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("%v, want a short write", err)
 	}
@@ -209,7 +208,7 @@ func TestAgentWriteReleasesStream(t *testing.T) {
 		close(trailing)
 		st.Exit(0)
 	})
-	if _, _, err := agentWrite(context.Background(), sess, agentwire.Request{Path: "/f"}, strings.NewReader("12345"), nil); err != nil {
+	if _, _, err := agentWrite(context.Background(), sess, agentwire.WriteRequest{Path: "/f"}, strings.NewReader("12345"), nil); err != nil {
 		t.Fatal(err)
 	}
 	<-trailing

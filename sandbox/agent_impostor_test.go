@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -39,18 +40,18 @@ func TestImpostorAgentBounded(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
 	bin := buildImpostor(t)
 	ctx := context.Background()
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	f, err := os.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := f.Stat()
-	_, err = sb.Upload(ctx, "/tmp", "impostor", f, UploadOptions{Size: fi.Size()})
+	_, err = sb.Upload(ctx, "/tmp", "impostor", f, boxapi.UploadOptions{Size: fi.Size()})
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, sb, "chmod 755 /tmp/impostor", ExecOptions{})
+	mustExec(t, sb, "chmod 755 /tmp/impostor", boxapi.ExecOptions{})
 
 	heap0 := testenv.HeapAfterGC()
 	agentArgvForTest.Set(func(string) []string { return []string{"/tmp/impostor"} })
@@ -113,7 +114,7 @@ func TestImpostorAgentBounded(t *testing.T) {
 	stop()
 	agentArgvForTest.Clear()
 	sb.CloseAgent()
-	if res := mustExec(t, sb, "echo answers", ExecOptions{Timeout: 30 * time.Second}); res.Stdout != "answers\n" {
+	if res := mustExec(t, sb, "echo answers", boxapi.ExecOptions{Timeout: 30 * time.Second}); res.Stdout != "answers\n" {
 		t.Fatalf("%+v", res)
 	}
 	if ok, why := sb.AgentStatus(); !ok {
@@ -137,7 +138,7 @@ func TestStreamConnWriteDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	job := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3129; sleep 60`, ExecOptions{Wait: NoWait})
+	job := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3129; sleep 60`, boxapi.ExecOptions{Wait: boxapi.NoWait})
 	defer sb.KillJob(ctx, job.JobID, 0)
 	select {
 	case err := <-errs:
@@ -175,7 +176,7 @@ for fd in $fds; do
 	read -t 0.01 -u $fd x; rc=$?
 	if [ $rc -gt 128 ]; then open=$((open+1)); else closed=$((closed+1)); fi
 done
-echo "open=$open closed=$closed"`, n), ExecOptions{Timeout: time.Minute})
+echo "open=$open closed=$closed"`, n), boxapi.ExecOptions{Timeout: time.Minute})
 	want := fmt.Sprintf("open=%d closed=%d\n", agentwire.MaxAgentStreams, n-agentwire.MaxAgentStreams)
 	mu.Lock()
 	took := len(conns)
@@ -190,7 +191,7 @@ echo "open=$open closed=$closed"`, n), ExecOptions{Timeout: time.Minute})
 	conns = nil
 	mu.Unlock()
 	time.Sleep(200 * time.Millisecond)
-	mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3130; sleep 1`, ExecOptions{})
+	mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3130; sleep 1`, boxapi.ExecOptions{})
 	mu.Lock()
 	took = len(conns)
 	mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // archClient answers the two inspections installAgent makes, for containers of an
@@ -63,7 +64,7 @@ func TestInstallAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	const stat = "stat -c '%n %a %u:%g' /var /var/lib"
-	before := mustExec(t, sb, "chmod 0751 /var/lib && chown 1:2 /var && "+stat, ExecOptions{}).Stdout
+	before := mustExec(t, sb, "chmod 0751 /var/lib && chown 1:2 /var && "+stat, boxapi.ExecOptions{}).Stdout
 	var first string
 	for i := range 2 {
 		start := time.Now()
@@ -79,15 +80,15 @@ func TestInstallAgent(t *testing.T) {
 			t.Fatalf("second install at %q, first at %q", p, first)
 		}
 		first = p
-		if res := mustExec(t, sb, p+" version", ExecOptions{}); res.ExitCode != 0 || res.Stdout != "1\n" {
+		if res := mustExec(t, sb, p+" version", boxapi.ExecOptions{}); res.ExitCode != 0 || res.Stdout != "1\n" {
 			t.Fatalf("%s version: %+v", p, res)
 		}
 	}
-	if after := mustExec(t, sb, stat, ExecOptions{}).Stdout; after != before {
+	if after := mustExec(t, sb, stat, boxapi.ExecOptions{}).Stdout; after != before {
 		t.Errorf("installAgent changed the image's directories:\nbefore %safter  %s", before, after)
 	}
 	want := path.Dir(agentDir) + " 755 0:0\n" + agentDir + " 755 0:0\n" + first + " 755 0:0\n"
-	if got := mustExec(t, sb, "stat -c '%n %a %u:%g' "+path.Dir(agentDir)+" "+agentDir+" "+first, ExecOptions{}).Stdout; got != want {
+	if got := mustExec(t, sb, "stat -c '%n %a %u:%g' "+path.Dir(agentDir)+" "+agentDir+" "+first, boxapi.ExecOptions{}).Stdout; got != want {
 		t.Errorf("installed files:\n%swant\n%s", got, want)
 	}
 }

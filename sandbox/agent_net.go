@@ -2,22 +2,22 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // agentDial connects to port on the container's loopback over the agent's channel: a
 // stream, no exec.
 func (s *Sandbox) agentDial(ctx context.Context, sess *agentwire.Session, port int) (net.Conn, error) {
-	st, err := openNet(ctx, sess, agentwire.Request{Op: agentwire.OpDial, Port: port})
+	st, err := openNet(ctx, sess, agentwire.DialRequest{Port: port})
 	if err != nil {
 		if errors.Is(err, errRefused) {
-			return nil, fmt.Errorf("connecting to port %d in the sandbox: %w (%v)", port, ErrNoListener, err)
+			return nil, fmt.Errorf("connecting to port %d in the sandbox: %w (%v)", port, boxapi.ErrNoListener, err)
 		}
 		return nil, err
 	}
@@ -29,7 +29,7 @@ var errRefused = errors.New("refused")
 // openNet opens a dial or listen stream and waits until the agent says it is connected
 // (or listening).
 func openNet(ctx context.Context, sess *agentwire.Session, r agentwire.Request) (*agentwire.Stream, error) {
-	req, _ := json.Marshal(r)
+	req, _ := agentwire.Encode(r)
 	st, err := sess.Open(req)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn
 		_, why := s.AgentStatus()
 		return nil, nil, fmt.Errorf("listening in the sandbox needs its agent, which does not run: %s", why)
 	}
-	st, err := openNet(ctx, sess, agentwire.Request{Op: agentwire.OpListen, Port: port})
+	st, err := openNet(ctx, sess, agentwire.ListenRequest{Port: port})
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w", port, err)
 	}
@@ -103,8 +103,9 @@ type listener struct {
 // agentAccept serves a stream the agent opens: a connection accepted by one of our
 // listeners; anything else is refused.
 func (s *Sandbox) agentAccept(st *agentwire.Stream) {
-	var r agentwire.Request
-	if err := json.Unmarshal(st.Request(), &r); err != nil || r.Op != agentwire.OpAccept {
+	req, err := agentwire.Decode(st.Request())
+	r, ok := req.(*agentwire.AcceptRequest)
+	if err != nil || !ok {
 		st.Reset("not accepted")
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -43,13 +44,13 @@ func agentTestSandbox(t *testing.T, cfg Config) (*Sandbox, *execCounter) {
 // Once the agent runs, commands create no Docker exec at all.
 func TestAgentCarriesCommands(t *testing.T) {
 	sb, cli := agentTestSandbox(t, testConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if ok, why := sb.AgentStatus(); !ok {
 		t.Fatalf("agent not running: %s", why)
 	}
 	before := cli.n.Load()
 	for i := 0; i < 20; i++ {
-		res := mustExec(t, sb, "echo $((6*7)); echo err >&2; exit 3", ExecOptions{})
+		res := mustExec(t, sb, "echo $((6*7)); echo err >&2; exit 3", boxapi.ExecOptions{})
 		if res.Stdout != "42\n" || res.Stderr != "err\n" || res.ExitCode != 3 {
 			t.Fatalf("%+v", res)
 		}
@@ -74,7 +75,7 @@ func recoverAfter(t *testing.T, sb *Sandbox) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < 30*time.Second {
-		res, err := sb.Exec(context.Background(), "echo ok", ExecOptions{})
+		res, err := sb.Exec(context.Background(), "echo ok", boxapi.ExecOptions{})
 		if err == nil && res.Stdout == "ok\n" {
 			return time.Since(start)
 		}
@@ -88,9 +89,9 @@ func recoverAfter(t *testing.T, sb *Sandbox) time.Duration {
 // not lost, and the next call works at once through a new agent.
 func TestAgentKilledJobGoesOn(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
-	job := mustExec(t, sb, "for i in $(seq 1 15); do echo line $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
+	job := mustExec(t, sb, "for i in $(seq 1 15); do echo line $i; sleep 0.2; done", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	pid := agentPID(t, sb)
-	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid)+"; echo killed", ExecOptions{})
+	res, err := sb.Exec(context.Background(), "kill -9 "+strconv.Itoa(pid)+"; echo killed", boxapi.ExecOptions{})
 	t.Logf("the killing call: %+v, %v", res, err)
 	// Its own output, sent to the dead agent, comes through the new one.
 	if err != nil || res.ExitCode != 0 || res.Stdout != "killed\n" {
@@ -119,8 +120,8 @@ func TestAgentKilledJobGoesOn(t *testing.T) {
 // output so far.
 func TestKillAllRecovers(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
-	job := mustExec(t, sb, "echo started; sleep 600", ExecOptions{Wait: time.Second})
-	res, err := sb.Exec(context.Background(), "kill -9 -1", ExecOptions{})
+	job := mustExec(t, sb, "echo started; sleep 600", boxapi.ExecOptions{Wait: time.Second})
+	res, err := sb.Exec(context.Background(), "kill -9 -1", boxapi.ExecOptions{})
 	t.Logf("kill -9 -1: %+v, %v", res, err)
 	took := recoverAfter(t, sb)
 	t.Logf("recovered in %v", took)
@@ -145,7 +146,7 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 	})
 	t.Cleanup(func() { hostConfigForTest.Clear() })
 	sb, cli := agentTestSandbox(t, testConfig(t))
-	res := mustExec(t, sb, "echo fallback; exit 5", ExecOptions{})
+	res := mustExec(t, sb, "echo fallback; exit 5", boxapi.ExecOptions{})
 	if res.Stdout != "fallback\n" || res.ExitCode != 5 {
 		t.Fatalf("%+v", res)
 	}
@@ -155,7 +156,7 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 		t.Fatalf("status %v %q", ok, why)
 	}
 	before := cli.n.Load()
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if cli.n.Load() == before {
 		t.Fatal("a command on the fallback created no Docker exec")
 	}
@@ -165,8 +166,8 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 	sb.agentMu.Unlock()
 	agentArgvForTest.Set(func(string) []string { return []string{"/tmp/sandbox-agent", "serve"} })
 	t.Cleanup(func() { agentArgvForTest.Clear() })
-	mustExec(t, sb, "cp /bin/busybox /tmp/sandbox-agent", ExecOptions{})
-	if res := mustExec(t, sb, "echo still", ExecOptions{}); res.Stdout != "still\n" {
+	mustExec(t, sb, "cp /bin/busybox /tmp/sandbox-agent", boxapi.ExecOptions{})
+	if res := mustExec(t, sb, "echo still", boxapi.ExecOptions{}); res.Stdout != "still\n" {
 		t.Fatalf("%+v", res)
 	}
 }
@@ -177,7 +178,7 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 func TestHostileAgent(t *testing.T) {
 	cases := map[string]string{
 		"garbage":  `head -c 100000 /dev/urandom; sleep 5`,
-		"1 GB":     `printf '\000\000\000\015\001\000\000\000\000{"version":1}\100\000\000\000\003\000\000\000\001'; cat >/dev/null`,
+		"1 GB":     `printf '\000\000\000\015\001\000\000\000\000{"version":2}\100\000\000\000\003\000\000\000\001'; cat >/dev/null`,
 		"silence":  `sleep 600`,
 		"wrong v":  `printf '\000\000\000\015\001\000\000\000\000{"version":9}'; sleep 5`,
 		"no hello": `exit 0`,
@@ -189,7 +190,7 @@ func TestHostileAgent(t *testing.T) {
 			sb, _ := agentTestSandbox(t, testConfig(t))
 			heap0 := testenv.HeapAfterGC()
 			for i := 0; i < 4; i++ {
-				res := mustExec(t, sb, "echo ok", ExecOptions{})
+				res := mustExec(t, sb, "echo ok", boxapi.ExecOptions{})
 				if res.Stdout != "ok\n" {
 					t.Fatalf("call %d: %+v", i, res)
 				}
@@ -214,7 +215,7 @@ func TestHostileAgent(t *testing.T) {
 func TestAgentReplacedKeepsJobs(t *testing.T) {
 	cfg := testConfig(t)
 	old, _ := agentTestSandbox(t, cfg)
-	job := mustExec(t, old, "for i in $(seq 1 10); do echo $i; sleep 0.2; done", ExecOptions{Wait: NoWait})
+	job := mustExec(t, old, "for i in $(seq 1 10); do echo $i; sleep 0.2; done", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	oldPID := agentPID(t, old)
 	old.CloseAgent() // the old Caddy exits: its channel closes, its agent ends
 	agentArgvForTest.Set(func(path string) []string {
@@ -232,7 +233,7 @@ func TestAgentReplacedKeepsJobs(t *testing.T) {
 	if all := job.Stdout + out.Stdout; out.Running || !strings.HasSuffix(all, "10\n") || strings.Count(all, "\n") != 10 {
 		t.Fatalf("job after the agent was replaced: %+v", out)
 	}
-	ps := mustExec(t, next, "ps -o pid,args | grep '[s]andbox-agent'", ExecOptions{})
+	ps := mustExec(t, next, "ps -o pid,args | grep '[s]andbox-agent'", boxapi.ExecOptions{})
 	oldRuns := false
 	for _, line := range strings.Split(ps.Stdout, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == strconv.Itoa(oldPID) {
@@ -260,7 +261,7 @@ func TestListenPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128; echo hello >&3; read -r x <&3; echo "answer: $x"`, ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
+	res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128; echo hello >&3; read -r x <&3; echo "answer: $x"`, boxapi.ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
 	if res.Stdout != "answer: world\n" {
 		t.Fatalf("%+v", res)
 	}
@@ -273,7 +274,7 @@ func TestListenPort(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the listener did not end")
 	}
-	if res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128 && echo connected`, ExecOptions{}); res.Stdout != "" {
+	if res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128 && echo connected`, boxapi.ExecOptions{}); res.Stdout != "" {
 		t.Fatalf("the port still accepts after stop: %+v", res)
 	}
 }
@@ -282,21 +283,21 @@ func TestListenPort(t *testing.T) {
 // command is started again through the next agent, and runs once.
 func TestAgentGoneBeforeCommandStarts(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	sb.CloseAgent()
 	// The next agent greets, reads Caddy's hello and the first byte of the command's
 	// request, and exits; the one after it is the real agent.
 	hello, _ := json.Marshal(agentwire.HelloMsg{Version: agentwire.Version})
 	agentArgvForTest.Set(func(path string) []string {
 		return []string{"sh", "-c", `if mkdir /tmp/agent-gone-once 2>/dev/null; then
-	printf '\000\000\000\015\001\000\000\000\000{"version":1}'
+	printf '\000\000\000\015\001\000\000\000\000{"version":2}'
 	dd bs=1 count=$2 >/dev/null 2>&1
 	exit 0
 fi
 exec "$1" serve`, "sh", path, strconv.Itoa(9 + len(hello) + 1)}
 	})
 	t.Cleanup(func() { agentArgvForTest.Clear() })
-	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", ExecOptions{})
+	res, err := sb.Exec(context.Background(), "echo run >> /sandbox/runs; cat /sandbox/runs", boxapi.ExecOptions{})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "run\n" {
 		t.Fatalf("the command through an agent that went: %+v, %v", res, err)
 	}
@@ -316,7 +317,7 @@ func TestStalledReadsDoNotStopCommands(t *testing.T) {
 			cfg.MaxOutput = 2 << 20
 			sb, _ := agentTestSandbox(t, cfg)
 			ctx := context.Background()
-			mustExec(t, sb, "head -c 12m /dev/zero > /sandbox/big", ExecOptions{})
+			mustExec(t, sb, "head -c 12m /dev/zero > /sandbox/big", boxapi.ExecOptions{})
 			const stalled = 10
 			for i := 0; i < stalled; i++ {
 				// From an offset, as a Range request reads: through the agent even
@@ -332,7 +333,7 @@ func TestStalledReadsDoNotStopCommands(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond) // the windows fill
 			for i := 0; i < 3; i++ {
-				res, err := sb.Exec(ctx, "head -c 1048576 /dev/zero | tr '\\0' x", ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
+				res, err := sb.Exec(ctx, "head -c 1048576 /dev/zero | tr '\\0' x", boxapi.ExecOptions{Timeout: 20 * time.Second, MaxOutput: 2 << 20})
 				if err != nil {
 					t.Fatalf("command %d beside %d stalled reads: %v", i, stalled, err)
 				}

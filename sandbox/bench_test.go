@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // benchSandbox returns a running sandbox for benchmarks.
@@ -20,7 +21,7 @@ func benchSandbox(b *testing.B) (*Sandbox, *client.Client) {
 	b.Helper()
 	cli := dockerClient(b)
 	sb := newTestSandbox(b, cli, testConfig(b))
-	if _, err := sb.Exec(context.Background(), "true", ExecOptions{}); err != nil {
+	if _, err := sb.Exec(context.Background(), "true", boxapi.ExecOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	return sb, cli
@@ -54,7 +55,7 @@ func rawExec(ctx context.Context, cli client.APIClient, name string) error {
 }
 
 func sandboxExecTrue(ctx context.Context, sb *Sandbox) error {
-	res, err := sb.Exec(ctx, "true", ExecOptions{})
+	res, err := sb.Exec(ctx, "true", boxapi.ExecOptions{})
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func BenchmarkExecOutputThroughput(b *testing.B) {
 	b.SetBytes(size)
 	b.ResetTimer()
 	for b.Loop() {
-		res, err := sb.Exec(ctx, fmt.Sprintf("head -c %d /dev/zero", size), ExecOptions{})
+		res, err := sb.Exec(ctx, fmt.Sprintf("head -c %d /dev/zero", size), boxapi.ExecOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -161,7 +162,7 @@ func BenchmarkRawDockerOutputThroughput(b *testing.B) {
 func BenchmarkJobOutputVsRaw(b *testing.B) {
 	sb, cli := benchSandbox(b)
 	ctx := context.Background()
-	res, err := sb.Exec(ctx, "sleep 3600", ExecOptions{Wait: NoWait})
+	res, err := sb.Exec(ctx, "sleep 3600", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	if err != nil || !res.Running {
 		b.Fatal(err, res)
 	}
@@ -207,7 +208,7 @@ func BenchmarkAgentChannels20(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		parallelDo(b, sbs, func(sb *Sandbox) error {
-			res, err := sb.Exec(ctx, "head -c 1000000 /dev/zero | tr '\\0' x; echo", ExecOptions{})
+			res, err := sb.Exec(ctx, "head -c 1000000 /dev/zero | tr '\\0' x; echo", boxapi.ExecOptions{})
 			if err == nil && res.StdoutBytes != 1000001 {
 				err = fmt.Errorf("got %d bytes", res.StdoutBytes)
 			}

@@ -28,7 +28,7 @@ import (
 // Checkpoints.
 //
 // A checkpoint is the whole sandbox: `docker commit` of the container (its filesystem
-// outside WorkDir) to an image tagged checkpointRepo:<id>, and a copy of the WorkDir
+// outside boxapi.WorkDir) to an image tagged checkpointRepo:<id>, and a copy of the boxapi.WorkDir
 // volume in a volume of its own. The image is written last and is the record: its
 // labels name the checkpoint, its owner and size, and survive Caddy's restarts; a copy
 // volume without its image is a checkpoint that failed halfway, and is removed.
@@ -43,14 +43,14 @@ const (
 	labelCheckpointOf      = "mcp-sandbox.checkpoint.of"      // the sandbox container it was saved from
 	labelCheckpointName    = "mcp-sandbox.checkpoint.name"    // the name given, or ""
 	labelCheckpointCreated = "mcp-sandbox.checkpoint.created" // RFC 3339 with nanoseconds
-	labelCheckpointVolume  = "mcp-sandbox.checkpoint.volume"  // the copy of WorkDir
+	labelCheckpointVolume  = "mcp-sandbox.checkpoint.volume"  // the copy of boxapi.WorkDir
 	labelCheckpointBytes   = "mcp-sandbox.checkpoint.bytes"   // the image's own layer plus the copy
 	labelCheckpointCopier  = "mcp-sandbox.checkpoint.copier"  // on a copying container: the sandbox container
 
 	// DefaultMaxCheckpoints is max_checkpoints' default.
 	DefaultMaxCheckpoints = 5
 
-	// stagingDir and retiredDir are where a restore puts the checkpoint's WorkDir
+	// stagingDir and retiredDir are where a restore puts the checkpoint's boxapi.WorkDir
 	// before it swaps it in, and the replaced contents until they are deleted.
 	stagingDir = ".mcp-sandbox-restore"
 	retiredDir = ".mcp-sandbox-replaced"
@@ -105,7 +105,7 @@ func newCheckpointID() string {
 // CheckpointImage is the image reference of checkpoint id.
 func CheckpointImage(id string) string { return checkpointRepo + ":" + id }
 
-// checkpointVolume is the name of checkpoint id's copy of WorkDir.
+// checkpointVolume is the name of checkpoint id's copy of boxapi.WorkDir.
 func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
 
 // Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
@@ -141,7 +141,7 @@ func checkpointOf(l map[string]string) boxapi.Checkpoint {
 	return c
 }
 
-// DeleteCheckpoint removes checkpoint id's image and its copy of WorkDir. An image a
+// DeleteCheckpoint removes checkpoint id's image and its copy of boxapi.WorkDir. An image a
 // sandbox or a later checkpoint is built on loses its tag and its label at once, and
 // its layers when the last container or image on it goes.
 func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
@@ -197,7 +197,7 @@ type CheckpointResult struct {
 }
 
 // Checkpoint saves the sandbox: its container (running, paused for the copy, or
-// stopped) and WorkDir. Running processes are not kept. Past max checkpoints (0: no
+// stopped) and boxapi.WorkDir. Running processes are not kept. Past max checkpoints (0: no
 // limit), the oldest are removed. A checkpoint that fails removes what it made.
 func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (CheckpointResult, error) {
 	begin := time.Now()
@@ -219,7 +219,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	}
 	if info.State != nil && info.State.Running && !info.State.Paused {
 		// Paused, the processes write nothing while both copies are taken, so the
-		// system and WorkDir are of one moment.
+		// system and boxapi.WorkDir are of one moment.
 		saving.Store(name0, true)
 		if err := s.cli.ContainerPause(ctx, name0); err != nil {
 			saving.Delete(name0)
@@ -254,11 +254,11 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
 	})
 	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", WorkDir, err)
+		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
 	}
 	volKB, err := lastNumber(out)
 	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", WorkDir, err)
+		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
 	}
 	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
 	if err != nil {
@@ -473,10 +473,10 @@ type RestoreResult struct {
 }
 
 // Restore makes the sandbox checkpoint id of its own: a new container of the same
-// name, limits, network, mounts and labels from the checkpoint's image, and WorkDir
+// name, limits, network, mounts and labels from the checkpoint's image, and boxapi.WorkDir
 // replaced by the checkpoint's copy. Every process ends; the records of the jobs of
 // before are kept, so they show as ended. id boxapi.ImageReset makes the container
-// from the configured image and keeps WorkDir. Another sandbox's checkpoint is not
+// from the configured image and keeps boxapi.WorkDir. Another sandbox's checkpoint is not
 // found. A restore that fails leaves the sandbox as it was.
 func (s *Sandbox) Restore(ctx context.Context, id string) (RestoreResult, error) {
 	return s.restore(ctx, id, true)
@@ -552,7 +552,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		}
 	}
 	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
-		// The job records first: a failure there leaves WorkDir untouched.
+		// The job records first: a failure there leaves boxapi.WorkDir untouched.
 		if hadOld {
 			if err := s.carryJobs(ctx, old.ID, newID); err != nil {
 				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
@@ -562,7 +562,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return nil
 		}
 		copied = true
-		// Copied beside the current WorkDir first, so a full disk stops it before
+		// Copied beside the current boxapi.WorkDir first, so a full disk stops it before
 		// anything is replaced; then swapped in with renames.
 		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
 			` && cp -a /from/. /to/`+stagingDir+`/ && `+swapScript,
@@ -571,7 +571,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
 			})
 		if err != nil {
-			return fmt.Errorf("copying the checkpoint's %s: %w", WorkDir, err)
+			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
 		}
 		return nil
 	})
@@ -604,7 +604,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	return RestoreResult{Checkpoint: ck, Took: time.Since(begin)}, nil
 }
 
-// swapScript replaces WorkDir's contents by the staged ones with renames, then deletes
+// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, then deletes
 // the old. With nothing staged (done already) it does nothing.
 const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
 set -e &&

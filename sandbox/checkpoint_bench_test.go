@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // BenchmarkCheckpoint: a checkpoint and a restore of a sandbox with new data in /opt
@@ -31,7 +32,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	sb := newTestSandbox(b, cli, cfg)
 	ctx := context.Background()
 	fill := fmt.Sprintf("mkdir -p /opt/data && dd if=/dev/urandom of=/opt/data/blob bs=1M count=%d 2>/dev/null && dd if=/dev/urandom of=/sandbox/blob bs=1M count=%d 2>/dev/null && sync", mb, mb)
-	if res := mustExec(b, sb, fill, ExecOptions{Timeout: 5 * time.Minute}); res.ExitCode != 0 {
+	if res := mustExec(b, sb, fill, boxapi.ExecOptions{Timeout: 5 * time.Minute}); res.ExitCode != 0 {
 		b.Fatalf("filling: %s", res.Stderr)
 	}
 	b.Cleanup(func() {
@@ -145,7 +146,7 @@ func handRestoreRun(b *testing.B, cli *client.Client, cfg Config, ref, vol strin
 	ctx := context.Background()
 	name := cfg.Container + "-bench-restore"
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Entrypoint: []string{"bash", "-c", keepAlive}},
-		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: cfg.Volume, Target: WorkDir}}},
+		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: cfg.Volume, Target: boxapi.WorkDir}}},
 		nil, nil, name)
 	if err != nil {
 		b.Fatal(err)

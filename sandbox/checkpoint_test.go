@@ -89,7 +89,7 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	mustExec(t, sb, "echo saved > /sandbox/f && echo sys > /etc/marker", ExecOptions{})
+	mustExec(t, sb, "echo saved > /sandbox/f && echo sys > /etc/marker", boxapi.ExecOptions{})
 	res, err := sb.Checkpoint(ctx, "x", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
 	// More records than a restore carries.
 	mustExec(t, sb, "echo changed > /sandbox/f && echo sys2 > /etc/marker && mkdir -p "+JobsDir+" && cd "+JobsDir+
-		" && i=0; while [ $i -le 20001 ]; do : > x$i; i=$((i+1)); done", ExecOptions{Timeout: 2 * time.Minute})
+		" && i=0; while [ $i -le 20001 ]; do : > x$i; i=$((i+1)); done", boxapi.ExecOptions{Timeout: 2 * time.Minute})
 	before, err := cli.ContainerInspect(ctx, cfg.Container)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 	if err != nil || after.ID != before.ID || !after.State.Running {
 		t.Fatalf("after the failed restore: %v, id %s (was %s)", err, after.ID, before.ID)
 	}
-	if r := mustExec(t, sb, "cat /sandbox/f /etc/marker; ls -a /sandbox", ExecOptions{}); r.Stdout != "changed\nsys2\n.\n..\nf\n" {
+	if r := mustExec(t, sb, "cat /sandbox/f /etc/marker; ls -a /sandbox", boxapi.ExecOptions{}); r.Stdout != "changed\nsys2\n.\n..\nf\n" {
 		t.Errorf("after the failed restore: %q", r.Stdout)
 	}
 	list, _ := cli.ContainerList(ctx, container.ListOptions{All: true})
@@ -134,7 +134,7 @@ func TestCheckpointHoldsCommands(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", ExecOptions{Timeout: time.Minute})
+	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
 	saved := make(chan time.Time, 1)
 	go func() {
 		res, err := sb.Checkpoint(ctx, "", 0)
@@ -156,7 +156,7 @@ func TestCheckpointHoldsCommands(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	sb.invalidate() // the next command asks Docker, as one would after readyTrust
-	r := mustExec(t, sb, "echo ran", ExecOptions{})
+	r := mustExec(t, sb, "echo ran", boxapi.ExecOptions{})
 	ran := time.Now()
 	end := <-saved
 	if r.Stdout != "ran\n" || ran.Before(end) {
@@ -174,13 +174,13 @@ func TestRestoreWithCommands(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=200 2>/dev/null", ExecOptions{Timeout: time.Minute})
+	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=200 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
-	mustExec(t, sb, "echo changed > /sandbox/f", ExecOptions{})
+	mustExec(t, sb, "echo changed > /sandbox/f", boxapi.ExecOptions{})
 	done := make(chan error, 1)
 	go func() { _, err := sb.Restore(ctx, res.Checkpoint.ID); done <- err }()
 	outs := make(chan string, 5)
@@ -188,7 +188,7 @@ func TestRestoreWithCommands(t *testing.T) {
 		go func() {
 			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
 			sb.invalidate()
-			r, err := sb.Exec(ctx, "cat /sandbox/f", ExecOptions{})
+			r, err := sb.Exec(ctx, "cat /sandbox/f", boxapi.ExecOptions{})
 			if err != nil {
 				outs <- err.Error()
 				return
@@ -203,7 +203,7 @@ func TestRestoreWithCommands(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		t.Logf("a command during the restore: %q", <-outs)
 	}
-	if r := mustExec(t, sb, "cat /sandbox/f", ExecOptions{}); r.Stdout != "saved\n" {
+	if r := mustExec(t, sb, "cat /sandbox/f", boxapi.ExecOptions{}); r.Stdout != "saved\n" {
 		t.Errorf("after the restore: %q", r.Stdout)
 	}
 }

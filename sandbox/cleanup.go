@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
@@ -25,7 +26,7 @@ ref=/tmp/.mcp-sandbox-cleanup.$$
 touch -d "@$(( $(date +%s) - ttl ))" "$ref" || exit 1
 trap 'rm -f "$ref"' EXIT
 shopt -s dotglob nullglob
-for e in ` + WorkDir + `/*; do
+for e in ` + boxapi.WorkDir + `/*; do
 	recent=$(find "$e" -newer "$ref" -print -quit 2>/dev/null) || continue
 	[ -z "$recent" ] || continue
 	rm -rf -- "$e" && printf '%s\0' "$e"
@@ -43,8 +44,8 @@ func (s *Sandbox) Cleanup(ctx context.Context) ([]string, error) {
 	}
 	var out bytes.Buffer
 	res, err := s.run(ctx, "bash -c "+shellQuote(cleanupScript)+" cleanup "+strconv.FormatInt(ttl, 10),
-		s.cfg.ExecTimeout, minMaxOutput, func(st Stream, p []byte) {
-			if st == Stdout && out.Len()+len(p) <= maxCleanupReport {
+		s.cfg.ExecTimeout, minMaxOutput, func(st boxapi.Stream, p []byte) {
+			if st == boxapi.Stdout && out.Len()+len(p) <= maxCleanupReport {
 				out.Write(p)
 			}
 		})

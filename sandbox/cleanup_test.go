@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // setupIdleTree makes entries that are idle for two hours next to recent ones.
@@ -21,7 +23,7 @@ func setupIdleTree(t *testing.T, sb *Sandbox) {
 		touch -d "$old" mixed/old mixed/a mixed
 		mkdir -p newdir; echo x > newdir/f; touch -d "$old" newdir/f
 		echo x > new.txt
-		ls -A`, ExecOptions{})
+		ls -A`, boxapi.ExecOptions{})
 	if res.ExitCode != 0 {
 		t.Fatalf("setup: %+v", res)
 	}
@@ -43,7 +45,7 @@ func TestCleanupDeletesOnlyIdleEntries(t *testing.T) {
 	if !slices.Equal(deleted, want) {
 		t.Errorf("deleted %q, want %q", deleted, want)
 	}
-	res := mustExec(t, sb, "ls -A; find mixed -type f | sort", ExecOptions{})
+	res := mustExec(t, sb, "ls -A; find mixed -type f | sort", boxapi.ExecOptions{})
 	if res.Stdout != "mixed\nnew.txt\nnewdir\nmixed/a/b/new.txt\nmixed/old\n" {
 		t.Errorf("left:\n%s", res.Stdout)
 	}

@@ -22,26 +22,22 @@ print(" ".join(m for m in "` + "%s" + `".split() if u.find_spec(m)))
 EOF
 fi`
 
-// Facts are what a model should know of the running sandbox beyond its settings
-// ([boxapi.Facts]).
-type Facts = boxapi.Facts
-
 // Detect looks for well-known programs and Python modules in the running container,
 // in one short exec. It is background upkeep: it never creates or starts the
 // container, and fails while none runs. What the container prints is parsed strictly:
 // only exact names from the lists looked for are kept.
-func (s *Sandbox) Detect(ctx context.Context) (Facts, error) {
+func (s *Sandbox) Detect(ctx context.Context) (boxapi.Facts, error) {
 	ctx, cancel := context.WithTimeout(upkeep(ctx), 30*time.Second)
 	defer cancel()
 	info, err := s.runningInfo(ctx)
 	if err != nil {
-		return Facts{}, err
+		return boxapi.Facts{}, err
 	}
 	script := fmt.Sprintf(detectScript, strings.Join(boxapi.DetectPythonModules, " "))
 	var out bytes.Buffer
 	// One byte over the limit tells the parser that the output was longer.
 	if _, err := s.collectExec(ctx, append([]string{"bash", "-c", script, "detect"}, boxapi.DetectPrograms...), &out, boxapi.MaxDetectOutput+1); err != nil {
-		return Facts{}, fmt.Errorf("detecting installed tools: %w", err)
+		return boxapi.Facts{}, fmt.Errorf("detecting installed tools: %w", err)
 	}
 	f, ignored := boxapi.ParseDetect(out.Bytes())
 	if ignored > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkEgressInSandbox(b *testing.B) {
 	defer stopRelay()
 	timed := func(cmd string) time.Duration {
 		begin := time.Now()
-		res, err := sb.Exec(ctx, cmd, ExecOptions{Timeout: 5 * time.Minute})
+		res, err := sb.Exec(ctx, cmd, boxapi.ExecOptions{Timeout: 5 * time.Minute})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%s: %+v %v", cmd, res, err)
 		}

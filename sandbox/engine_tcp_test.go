@@ -7,6 +7,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -27,11 +28,11 @@ func TestExecConnectionsOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	sb := newTestSandbox(t, cli, testConfig(t)) // network none: the engine has no bridge
-	mustExec(t, sb, "true", ExecOptions{})      // creates the container
+	sb := newTestSandbox(t, cli, testConfig(t))   // network none: the engine has no bridge
+	mustExec(t, sb, "true", boxapi.ExecOptions{}) // creates the container
 	before, start := count(), time.Now()
 	for i := range 100 {
-		if res := mustExec(t, sb, "true", ExecOptions{}); res.ExitCode != 0 || res.Running {
+		if res := mustExec(t, sb, "true", boxapi.ExecOptions{}); res.ExitCode != 0 || res.Running {
 			t.Fatalf("call %d: exit %d, running %v, stderr %q", i, res.ExitCode, res.Running, strings.TrimSpace(res.Stderr))
 		}
 	}

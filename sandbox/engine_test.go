@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestEngineDown: the errors of an engine that does not answer are told apart from
@@ -35,8 +36,8 @@ func TestEngineDown(t *testing.T) {
 		{runnerErr, true},
 		{errors.New("cannot connect to the Docker daemon. Is 'docker daemon' running on this host?: dial unix /var/run/docker.sock: connect: no such file or directory"), true},
 		{nil, false},
-		{ErrNotFound, false},
-		{ErrImageMissing, false},
+		{boxapi.ErrNotFound, false},
+		{boxapi.ErrImageMissing, false},
 		{errors.New("the job runner failed in the sandbox: bash: /bin/sh: not found"), false},
 		{context.DeadlineExceeded, false},
 	} {

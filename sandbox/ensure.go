@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -176,7 +177,7 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 		if why := s.outdated(info); why != "" {
 			// Isolation cannot be changed on an existing container: replace it on the
 			// same volume, so /sandbox and what it holds stay.
-			s.log.Warn("recreating the sandbox container with the current isolation settings; running processes end, "+WorkDir+" is kept",
+			s.log.Warn("recreating the sandbox container with the current isolation settings; running processes end, "+boxapi.WorkDir+" is kept",
 				zap.String("reason", why), zap.String("old_id", info.ID), zap.String("volume", s.cfg.Volume))
 			if err := s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 				return fmt.Errorf("removing outdated sandbox container %s: %w", name, err)
@@ -336,7 +337,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 	img, err := s.cli.ImageInspect(ctx, image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && image == c.Image {
-			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", ErrImageMissing, c.Image, ImageBuildHint(c.Image))
+			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", boxapi.ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
 		return fmt.Errorf("inspecting sandbox image %s: %w", image, err)
 	}
@@ -365,7 +366,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 	res.PidsLimit = &pids
 	init := host.hasInit
 	hc := &container.HostConfig{
-		Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: WorkDir}},
+		Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: boxapi.WorkDir}},
 		NetworkMode:   container.NetworkMode(c.network()),
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 		Init:          &init,
@@ -393,7 +394,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 			Image:      image,
 			Hostname:   "sandbox",
 			User:       "root",
-			WorkingDir: WorkDir,
+			WorkingDir: boxapi.WorkDir,
 			// Our own main process, whatever the image would start: the image's
 			// entrypoint might exit or expect a terminal.
 			Entrypoint: []string{"bash", "-c", keepAlive},
@@ -674,7 +675,7 @@ func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse
 		zap.String("container_image", info.Config.Image),
 		zap.String("configured_image", s.cfg.Image),
 		zap.String("to_recreate", fmt.Sprintf("docker rm -f %s (the volume %s keeps %s; the next command recreates the container)",
-			s.cfg.Container, s.cfg.Volume, WorkDir)))
+			s.cfg.Container, s.cfg.Volume, boxapi.WorkDir)))
 }
 
 // containerGone reports whether a Docker error means the container is missing or not

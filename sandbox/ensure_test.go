@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func TestEnsureCreatesIsolatedContainer(t *testing.T) {
 	if hc.Privileged || len(hc.Binds) != 0 || hc.NetworkMode != "none" {
 		t.Errorf("privileged %v binds %v network %q", hc.Privileged, hc.Binds, hc.NetworkMode)
 	}
-	if len(info.Mounts) != 1 || info.Mounts[0].Name != cfg.Volume || info.Mounts[0].Destination != WorkDir {
+	if len(info.Mounts) != 1 || info.Mounts[0].Name != cfg.Volume || info.Mounts[0].Destination != boxapi.WorkDir {
 		t.Errorf("mounts %+v", info.Mounts)
 	}
 	if hc.Memory != cfg.Memory || hc.MemorySwap != cfg.Memory || hc.NanoCPUs != 1e9 || hc.PidsLimit == nil || *hc.PidsLimit != cfg.PidsLimit {
@@ -53,11 +54,11 @@ func TestEnsureCreatesIsolatedContainer(t *testing.T) {
 	if hc.RestartPolicy.Name != container.RestartPolicyUnlessStopped {
 		t.Errorf("restart policy %q", hc.RestartPolicy.Name)
 	}
-	if info.Config.Labels[labelManaged] != "true" || info.Config.WorkingDir != WorkDir {
+	if info.Config.Labels[labelManaged] != "true" || info.Config.WorkingDir != boxapi.WorkDir {
 		t.Errorf("labels %v workdir %q", info.Config.Labels, info.Config.WorkingDir)
 	}
 	// No Docker socket reachable from inside.
-	res := mustExec(t, sb, "ls /var/run/docker.sock /run/docker.sock 2>&1; true", ExecOptions{})
+	res := mustExec(t, sb, "ls /var/run/docker.sock /run/docker.sock 2>&1; true", boxapi.ExecOptions{})
 	if strings.Contains(res.Stdout, "docker.sock\n") && !strings.Contains(res.Stdout, "No such file") {
 		t.Errorf("docker socket visible: %q", res.Stdout)
 	}
@@ -95,11 +96,11 @@ func TestEnsureRepairsContainer(t *testing.T) {
 	cli := dockerClient(t)
 	ctx := context.Background()
 	sb := newTestSandbox(t, cli, testConfig(t))
-	mustExec(t, sb, "echo precious > /sandbox/data.txt", ExecOptions{})
+	mustExec(t, sb, "echo precious > /sandbox/data.txt", boxapi.ExecOptions{})
 	firstID := inspect(t, sb).ID
 	check := func(t *testing.T) {
 		t.Helper()
-		res := mustExec(t, sb, "cat /sandbox/data.txt", ExecOptions{})
+		res := mustExec(t, sb, "cat /sandbox/data.txt", boxapi.ExecOptions{})
 		if res.Stdout != "precious\n" || res.ExitCode != 0 {
 			t.Fatalf("data lost: %+v", res)
 		}
@@ -165,7 +166,7 @@ func TestEnsureAppliesLimitsLive(t *testing.T) {
 		if info.ID != id || hc.Memory != mem || hc.MemorySwap != mem || hc.NanoCPUs != 5e8 || *hc.PidsLimit != 300 {
 			t.Errorf("after update: id %s memory %d swap %d cpus %d pids %d", info.ID, hc.Memory, hc.MemorySwap, hc.NanoCPUs, *hc.PidsLimit)
 		}
-		res := mustExec(t, sb2, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max", ExecOptions{})
+		res := mustExec(t, sb2, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max", boxapi.ExecOptions{})
 		if strings.TrimSpace(res.Stdout) != strconv.FormatInt(mem, 10) {
 			t.Errorf("cgroup memory limit %q, want %d", res.Stdout, mem)
 		}
@@ -181,10 +182,10 @@ func TestEnsureImageChecks(t *testing.T) {
 		cfg.Image = "mcp-sandbox-no-such-image:" + testenv.RandomHex(4)
 		sb := newTestSandbox(t, cli, cfg)
 		err := sb.Ensure(ctx)
-		if !errors.Is(err, ErrImageMissing) || !strings.Contains(err.Error(), "build") {
+		if !errors.Is(err, boxapi.ErrImageMissing) || !strings.Contains(err.Error(), "build") {
 			t.Fatalf("got %v", err)
 		}
-		if _, err := sb.Exec(ctx, "true", ExecOptions{}); !errors.Is(err, ErrImageMissing) {
+		if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); !errors.Is(err, boxapi.ErrImageMissing) {
 			t.Fatalf("Exec: got %v", err)
 		}
 	})
@@ -235,7 +236,7 @@ func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
 	cfg.FileTTL, cfg.CleanupInterval = time.Hour, time.Hour
 	sb := newTestSandbox(t, cli, cfg)
 	ctx := context.Background()
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
 	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
 		t.Fatal("upkeep brought back the container that was removed")
 	}
-	if res := mustExec(t, sb, "echo back", ExecOptions{}); res.Stdout != "back\n" {
+	if res := mustExec(t, sb, "echo back", boxapi.ExecOptions{}); res.Stdout != "back\n" {
 		t.Fatalf("the next command: %+v", res)
 	}
 }
@@ -275,7 +276,7 @@ func runningTestSandbox(t *testing.T) (*client.Client, Config, *Sandbox) {
 	t.Helper()
 	cli, cfg := dockerClient(t), testConfig(t)
 	sb := newTestSandbox(t, cli, cfg)
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	return cli, cfg, sb
 }
 
@@ -284,7 +285,7 @@ func execAside(ctx context.Context, t *testing.T, sb *Sandbox, command string) (
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = sb.Exec(ctx, command, ExecOptions{})
+		_, _ = sb.Exec(ctx, command, boxapi.ExecOptions{})
 	}()
 	return func() {
 		t.Helper()
@@ -312,7 +313,7 @@ func TestClosedSandboxLeavesARemovedContainerAlone(t *testing.T) {
 	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
 		t.Fatal("the command under way brought back the container that was removed")
 	}
-	if _, err := sb.Exec(ctx, "true", ExecOptions{}); !errors.Is(err, ErrClosed) {
+	if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("a command after Close: %v, want ErrClosed", err)
 	}
 	if err := sb.Start(ctx); !errors.Is(err, ErrClosed) {
@@ -349,7 +350,7 @@ func TestNewContainerHasGitIdentity(t *testing.T) {
 				})
 			}
 			sb := newTestSandbox(t, cli, cfg)
-			res := mustExec(t, sb, "cat /etc/gitconfig", ExecOptions{})
+			res := mustExec(t, sb, "cat /etc/gitconfig", boxapi.ExecOptions{})
 			if res.Stdout != tc.want {
 				t.Errorf("/etc/gitconfig is %q, want %q", res.Stdout, tc.want)
 			}

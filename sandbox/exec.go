@@ -3,39 +3,18 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
-
-// Stream names one of a command's output streams.
-type Stream = boxapi.Stream
-
-// The output streams of a command.
-const (
-	Stdout = boxapi.Stdout
-	Stderr = boxapi.Stderr
-)
-
-// ExecOptions tune one [Sandbox.Exec].
-type ExecOptions = boxapi.ExecOptions
-
-// NoWait as ExecOptions.Wait starts the command and returns at once.
-const NoWait = boxapi.NoWait
-
-// ExecResult is what a command did, or the part of it delivered by this call.
-type ExecResult = boxapi.ExecResult
 
 const (
 	// killTimeout bounds the exec that kills a cancelled command.
@@ -66,7 +45,7 @@ const (
 // image missing, ...) or the request was refused (ErrNoCwd, ErrTooManyJobs). If the
 // container turns out to be gone or stopped, Exec repairs it with Ensure and tries once
 // more.
-func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*ExecResult, error) {
+func (s *Sandbox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	if strings.ContainsRune(command, 0) {
 		return nil, errors.New("running command: it contains a NUL byte, which no program can receive")
 	}
@@ -81,18 +60,18 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 		opts.MaxJobs = DefaultMaxJobs
 	}
 	if opts.Cwd == "" {
-		opts.Cwd = WorkDir
+		opts.Cwd = boxapi.WorkDir
 	}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
-			return &ExecResult{ExitCode: -1, Cancelled: true}, nil
+			return &boxapi.ExecResult{ExitCode: -1, Cancelled: true}, nil
 		}
 		return nil, err
 	}
 	if opts.TTY {
 		if s.agentSession(ctx); s.agentBinary() == "" {
-			return nil, ErrNoTTY
+			return nil, boxapi.ErrNoTTY
 		}
 		opts.Interactive = true
 	}
@@ -106,9 +85,9 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts ExecOptions) (*
 
 // execJob is Exec with the job id drawn and opts filled in; rerun says the agent went
 // before the runner claimed the job's id, and the command is started again.
-func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOptions, rerun bool, begin time.Time) (*ExecResult, error) {
+func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.ExecOptions, rerun bool, begin time.Time) (*boxapi.ExecResult, error) {
 	timeout, maxOutput, maxJobs, cwd := opts.Timeout, opts.MaxOutput, opts.MaxJobs, opts.Cwd
-	res := &ExecResult{ExitCode: -1}
+	res := &boxapi.ExecResult{ExitCode: -1}
 	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
 		if ctx.Err() != nil {
 			res.Cancelled = true
@@ -122,35 +101,25 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 			s.jobSeen(id, false)
 		}
 	}()
-	wait, waitArg := opts.Wait, "-1"
+	_, head, tail := budget(maxOutput)
+	j := jobStart{dir: JobsDir, id: id, timeout: timeout, wait: opts.Wait, interactive: opts.Interactive,
+		tty: opts.TTY, cwd: cwd, head: head, tail: tail, command: command}
+	wait := opts.Wait
 	switch {
 	case wait < 0:
-		waitArg = "0"
+		j.wait = 0
 	case wait > 0 && wait < timeout:
-		waitArg = secondsArg(wait)
 	default:
-		wait = timeout
-	}
-	interactive, tty := "0", "0"
-	if opts.Interactive {
-		interactive = "1"
-	}
-	_, head, tail := budget(maxOutput)
-	src, env := "env", []string{"MCP_SANDBOX_CMD=" + command}
-	var stdin []byte
-	if len(command) > commandEnvLimit {
-		src, env, stdin = "stdin", nil, []byte(command)
+		wait, j.wait = timeout, waitToEnd
 	}
 	if opts.TTY {
-		tty = "1"
-		env = append(env, agentEnv+"="+s.agentBinary())
+		j.agent = s.agentBinary()
 	}
 	s.mu.Lock()
-	env = append(env, s.cmdEnv...)
+	j.env = append(j.env, s.cmdEnv...)
 	s.mu.Unlock()
-	env = append(env, s.cfg.proxyEnv(id)...)
-	run, err := s.startScript(ctx, []string{"run", JobsDir, id, secondsArg(timeout), waitArg,
-		interactive, tty, cwd, strconv.Itoa(head), strconv.Itoa(tail), src}, env, stdin, head+tail)
+	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
 		ended = true
 		if ctx.Err() != nil {
@@ -193,7 +162,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		run.close()
 		if kerr != nil {
 			s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
-			kres = &ExecResult{JobID: id, ExitCode: -1}
+			kres = &boxapi.ExecResult{JobID: id, ExitCode: -1}
 		}
 		kres.Cancelled, kres.Killed = true, false
 		kres.Duration = time.Since(begin)
@@ -213,12 +182,12 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 		s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(readErr))
 		// The new agent may break too (a program in the agent's place): each try
 		// starts another, until the sandbox falls back to Docker execs.
-		var res *ExecResult
+		var res *boxapi.ExecResult
 		err := readErr
 		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
 			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
 		}
-		if errors.Is(err, ErrJobNotFound) && !rerun {
+		if errors.Is(err, boxapi.ErrJobNotFound) && !rerun {
 			// No runner claimed the id: the agent went before it ran the command.
 			// Start it again under the same id: a first runner that claims it late
 			// makes this start answer "taken" (and is followed instead), so the
@@ -253,7 +222,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts ExecOpti
 // followLive samples the job's output not delivered yet every liveInterval for
 // onOutput, until the returned stop is called. Each sample is one short exec that
 // reads the files.
-func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Stream, []byte)) (stop func()) {
+func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(boxapi.Stream, []byte)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -282,10 +251,10 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 				return
 			}
 			if len(o.out) > 0 {
-				onOutput(Stdout, o.out)
+				onOutput(boxapi.Stdout, o.out)
 			}
 			if len(o.err) > 0 {
-				onOutput(Stderr, o.err)
+				onOutput(boxapi.Stderr, o.err)
 			}
 			outOff, errOff = max(outOff, os), max(errOff, es)
 		}
@@ -299,8 +268,8 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(Strea
 // run executes an internal command (not a job) with a timeout, passing its output to
 // onOutput and keeping maxOutput bytes of each stream. On timeout or cancellation the
 // exec is abandoned and Docker kills its process.
-func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
-	res := &ExecResult{ExitCode: -1}
+func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+	res := &boxapi.ExecResult{ExitCode: -1}
 	begin := time.Now()
 	if err := s.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -309,8 +278,8 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 		return nil, err
 	}
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
-		User: "root", WorkingDir: WorkDir, AttachStdout: true, AttachStderr: true,
+	p, err := s.startExec(ctx, container.ExecOptions{
+		User: "root", WorkingDir: boxapi.WorkDir, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"bash", "-c", command},
 	})
 	if err != nil {
@@ -321,7 +290,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		return nil, err
 	}
 	stdout, stderr := newBoundedOutput(maxOutput), newBoundedOutput(maxOutput)
-	sink := func(st Stream, out *boundedOutput) func([]byte) {
+	sink := func(st boxapi.Stream, out *boundedOutput) func([]byte) {
 		return func(p []byte) {
 			_, _ = out.Write(p)
 			if onOutput != nil {
@@ -330,7 +299,7 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, sink(Stdout, stdout), sink(Stderr, stderr)) }()
+	go func() { done <- drain(p, sink(boxapi.Stdout, stdout), sink(boxapi.Stderr, stderr)) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var readErr error
@@ -341,13 +310,13 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	case <-ctx.Done():
 		res.Cancelled = true
 	}
-	hj.Close()
+	p.Close()
 	if res.TimedOut || res.Cancelled {
 		<-done
 	} else {
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectTimeout)
 		defer cancel()
-		if code, ok := s.exitCode(ictx, execID, false); ok {
+		if code, ok := p.exitCode(ictx, false); ok {
 			res.ExitCode = code
 		}
 	}
@@ -361,115 +330,39 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 	return res, nil
 }
 
-// startExec creates and starts an exec, repairing the container once if it is gone.
-func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+// startExec starts a program in the container, on the agent when it runs, else as a
+// Docker exec, repairing the container once if it is gone.
+func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
 	for attempt := 0; ; attempt++ {
-		id, hj, err := s.tryStartExec(ctx, opts)
+		p, err := s.tryStartExec(ctx, opts)
 		if err == nil || attempt > 0 || !containerGone(err) || ctx.Err() != nil || isUpkeep(ctx) {
-			return id, hj, err
+			return p, err
 		}
 		s.log.Info("sandbox container is gone or stopped; repairing it", zap.Error(err))
 		s.invalidate()
 		if err := s.Ensure(ctx); err != nil {
-			return "", hj, err
+			return nil, err
 		}
 	}
 }
 
-func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
 	if sess := s.agentSession(ctx); sess != nil {
-		if id, hj, err := s.agentExec(sess, opts); err == nil {
-			return id, hj, nil
+		if p, err := s.agentExec(sess, opts); err == nil {
+			return p, nil
 		}
 		// The channel ended under this call: it takes a Docker exec; the next starts a
 		// new agent.
 	}
 	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, opts)
 	if err != nil {
-		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
+		return nil, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
 	}
 	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return "", hj, fmt.Errorf("starting exec in sandbox container %s: %w", s.cfg.Container, err)
+		return nil, fmt.Errorf("starting exec in sandbox container %s: %w", s.cfg.Container, err)
 	}
-	return resp.ID, hj, nil
-}
-
-// exitCode asks Docker for the exit status. Right after the stream ends Docker may still
-// report the exec as running for a moment, so it asks a few times.
-func (s *Sandbox) exitCode(ctx context.Context, execID string, killed bool) (int, bool) {
-	wait := 2 * time.Second
-	if killed {
-		wait = 500 * time.Millisecond
-	}
-	if st, ok := s.agentStream(execID); ok {
-		return agentExitCode(ctx, st, wait)
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		ins, err := s.cli.ContainerExecInspect(ctx, execID)
-		if err != nil {
-			s.log.Warn("inspecting finished exec", zap.Error(err))
-			return 0, false
-		}
-		if !ins.Running {
-			return ins.ExitCode, true
-		}
-		if time.Now().After(deadline) {
-			return 0, false
-		}
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// demux splits Docker's multiplexed exec stream (8-byte header: stream, 3 zero bytes,
-// big-endian length; then the payload) into stdout and stderr chunks as they arrive,
-// never holding more than one small buffer.
-func demux(r io.Reader, stdout, stderr func([]byte)) error {
-	var hdr [8]byte
-	buf := make([]byte, 32<<10)
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		size := int(binary.BigEndian.Uint32(hdr[4:]))
-		var sink func([]byte)
-		switch hdr[0] {
-		case 0, 1:
-			sink = stdout
-		case 2:
-			sink = stderr
-		case 3: // Docker reports its own errors on stream 3
-			msg := make([]byte, min(size, 4096))
-			n, _ := io.ReadFull(r, msg)
-			return fmt.Errorf("docker: %s", msg[:n])
-		default:
-			return fmt.Errorf("unknown stream %d in exec output", hdr[0])
-		}
-		for size > 0 {
-			n, err := r.Read(buf[:min(size, len(buf))])
-			if n > 0 {
-				sink(buf[:n])
-				size -= n
-			}
-			if err != nil {
-				if err == io.EOF && size == 0 {
-					break
-				}
-				if err == io.EOF {
-					return io.ErrUnexpectedEOF
-				}
-				return err
-			}
-		}
-	}
+	return newDockerProc(s, resp.ID, hj), nil
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -22,13 +23,13 @@ func TestExecBasics(t *testing.T) {
 
 	t.Run("exit codes", func(t *testing.T) {
 		for cmd, want := range map[string]int{"true": 0, "false": 1, "exit 42": 42, "no-such-program-xyz": 127} {
-			if res := mustExec(t, sb, cmd, ExecOptions{}); res.ExitCode != want {
+			if res := mustExec(t, sb, cmd, boxapi.ExecOptions{}); res.ExitCode != want {
 				t.Errorf("%q: exit code %d, want %d", cmd, res.ExitCode, want)
 			}
 		}
 	})
 	t.Run("stdout and stderr apart", func(t *testing.T) {
-		res := mustExec(t, sb, "echo out; echo err >&2; echo out2", ExecOptions{})
+		res := mustExec(t, sb, "echo out; echo err >&2; echo out2", boxapi.ExecOptions{})
 		if res.Stdout != "out\nout2\n" || res.Stderr != "err\n" {
 			t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
 		}
@@ -37,21 +38,21 @@ func TestExecBasics(t *testing.T) {
 		}
 	})
 	t.Run("root in workdir with empty stdin", func(t *testing.T) {
-		res := mustExec(t, sb, `id -u; pwd; cat; echo "[$0]"`, ExecOptions{})
+		res := mustExec(t, sb, `id -u; pwd; cat; echo "[$0]"`, boxapi.ExecOptions{})
 		if res.Stdout != "0\n/sandbox\n[bash]\n" {
 			t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
 		}
 	})
 	t.Run("fresh shell each call", func(t *testing.T) {
-		mustExec(t, sb, "cd /tmp; export X=1", ExecOptions{})
-		res := mustExec(t, sb, `pwd; echo "X=$X"`, ExecOptions{})
+		mustExec(t, sb, "cd /tmp; export X=1", boxapi.ExecOptions{})
+		res := mustExec(t, sb, `pwd; echo "X=$X"`, boxapi.ExecOptions{})
 		if res.Stdout != "/sandbox\nX=\n" {
 			t.Errorf("state carried over: %q", res.Stdout)
 		}
 	})
 	t.Run("files and programs persist", func(t *testing.T) {
-		mustExec(t, sb, `echo data > /sandbox/keep.txt && printf '#!/bin/bash\necho installed\n' > /usr/local/bin/mytool && chmod +x /usr/local/bin/mytool`, ExecOptions{})
-		res := mustExec(t, sb, "cat keep.txt; mytool", ExecOptions{})
+		mustExec(t, sb, `echo data > /sandbox/keep.txt && printf '#!/bin/bash\necho installed\n' > /usr/local/bin/mytool && chmod +x /usr/local/bin/mytool`, boxapi.ExecOptions{})
+		res := mustExec(t, sb, "cat keep.txt; mytool", boxapi.ExecOptions{})
 		if res.Stdout != "data\ninstalled\n" {
 			t.Errorf("got %q, stderr %q", res.Stdout, res.Stderr)
 		}
@@ -61,7 +62,7 @@ func TestExecBasics(t *testing.T) {
 		var got []string
 		var firstAt time.Time
 		start := time.Now()
-		res := mustExec(t, sb, "echo first; sleep 2; echo second >&2", ExecOptions{OnOutput: func(st Stream, p []byte) {
+		res := mustExec(t, sb, "echo first; sleep 2; echo second >&2", boxapi.ExecOptions{OnOutput: func(st boxapi.Stream, p []byte) {
 			mu.Lock()
 			defer mu.Unlock()
 			if firstAt.IsZero() {
@@ -88,7 +89,7 @@ func TestExecBoundedOutputUTF8(t *testing.T) {
 	sb := newTestSandbox(t, cli, cfg)
 	// 3-byte characters: 512 is not a multiple of 3, so both cuts fall inside one.
 	// Invalid bytes (\xff) appear at both ends.
-	res := mustExec(t, sb, `printf '\xff'; for i in $(seq 2000); do printf '€'; done; printf '\xfe'`, ExecOptions{})
+	res := mustExec(t, sb, `printf '\xff'; for i in $(seq 2000); do printf '€'; done; printf '\xfe'`, boxapi.ExecOptions{})
 	if !utf8.ValidString(res.Stdout) {
 		t.Fatalf("stdout is not valid UTF-8")
 	}
@@ -114,7 +115,7 @@ func TestExecBoundedOutputUTF8(t *testing.T) {
 	// ones after the head's 170.
 	cmd, _ := strings.CutPrefix(marker, "part of line 1 left out (4980 bytes); read them with execute: ")
 	check := `[ "$(` + cmd + ` | sha256sum)" = "$(for i in $(seq 1660); do printf '€'; done | sha256sum)" ] && echo same`
-	if got := mustExec(t, sb, check, ExecOptions{}); got.Stdout != "same\n" {
+	if got := mustExec(t, sb, check, boxapi.ExecOptions{}); got.Stdout != "same\n" {
 		t.Errorf("%s is not the part left out: %+v", cmd, got)
 	}
 }
@@ -125,7 +126,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
-		res := mustExec(t, sb, "echo started; sleep 1000 & sleep 1001; echo never", ExecOptions{Timeout: 2 * time.Second})
+		res := mustExec(t, sb, "echo started; sleep 1000 & sleep 1001; echo never", boxapi.ExecOptions{Timeout: 2 * time.Second})
 		if d := time.Since(start); d > 10*time.Second || d < 2*time.Second {
 			t.Errorf("returned after %v", d)
 		}
@@ -138,7 +139,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(time.Second, cancel)
 		start := time.Now()
-		res, err := sb.Exec(ctx, "sleep 1002", ExecOptions{})
+		res, err := sb.Exec(ctx, "sleep 1002", boxapi.ExecOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,13 +153,13 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 	})
 	t.Run("detached survives", func(t *testing.T) {
 		// Debian's busybox-static has no nohup applet; give the test image one.
-		mustExec(t, sb, `command -v nohup >/dev/null || printf '#!/bin/bash\ntrap "" HUP\nexec "$@"\n' >/usr/local/bin/nohup; chmod +x /usr/local/bin/nohup`, ExecOptions{})
-		mustExec(t, sb, "setsid nohup sleep 1234 >/dev/null 2>&1 &", ExecOptions{})
-		res := mustExec(t, sb, "setsid nohup sleep 1235 >/dev/null 2>&1 & sleep 1003", ExecOptions{Timeout: time.Second})
+		mustExec(t, sb, `command -v nohup >/dev/null || printf '#!/bin/bash\ntrap "" HUP\nexec "$@"\n' >/usr/local/bin/nohup; chmod +x /usr/local/bin/nohup`, boxapi.ExecOptions{})
+		mustExec(t, sb, "setsid nohup sleep 1234 >/dev/null 2>&1 &", boxapi.ExecOptions{})
+		res := mustExec(t, sb, "setsid nohup sleep 1235 >/dev/null 2>&1 & sleep 1003", boxapi.ExecOptions{Timeout: time.Second})
 		if !res.TimedOut {
 			t.Errorf("result %+v", res)
 		}
-		ps := mustExec(t, sb, "ps -o args", ExecOptions{}).Stdout
+		ps := mustExec(t, sb, "ps -o args", boxapi.ExecOptions{}).Stdout
 		for _, want := range []string{"sleep 1234", "sleep 1235"} {
 			if !strings.Contains(ps, want) {
 				t.Errorf("detached %q was killed; ps:\n%s", want, ps)
@@ -171,7 +172,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 // assertNoProcess fails when a process matching the extended regexp runs in the sandbox.
 func assertNoProcess(t *testing.T, sb *Sandbox, pattern string) {
 	t.Helper()
-	res := mustExec(t, sb, "ps -o args | grep -E '^"+pattern+"$' || true", ExecOptions{})
+	res := mustExec(t, sb, "ps -o args | grep -E '^"+pattern+"$' || true", boxapi.ExecOptions{})
 	if res.Stdout != "" {
 		t.Errorf("still running: %q", res.Stdout)
 	}
@@ -180,14 +181,14 @@ func assertNoProcess(t *testing.T, sb *Sandbox, pattern string) {
 func TestExecConcurrent(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
-	mustExec(t, sb, "true", ExecOptions{}) // create the container first
+	mustExec(t, sb, "true", boxapi.ExecOptions{}) // create the container first
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := mustExec(t, sb, "sleep 1; echo done", ExecOptions{})
+			res := mustExec(t, sb, "sleep 1; echo done", boxapi.ExecOptions{})
 			if res.Stdout != "done\n" {
 				t.Errorf("got %q", res.Stdout)
 			}
@@ -204,12 +205,12 @@ func TestExecConcurrent(t *testing.T) {
 func TestExecHugeOutputBoundedMemory(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	const total = 500_000_000
 	var seen int64
 	stop := testenv.HeapPeak(20 * time.Millisecond)
-	res := mustExec(t, sb, fmt.Sprintf("echo start; yes | head -c %d; echo; echo end", total), ExecOptions{
-		OnOutput: func(_ Stream, p []byte) { seen += int64(len(p)) },
+	res := mustExec(t, sb, fmt.Sprintf("echo start; yes | head -c %d; echo; echo end", total), boxapi.ExecOptions{
+		OnOutput: func(_ boxapi.Stream, p []byte) { seen += int64(len(p)) },
 	})
 	peak := stop()
 	t.Logf("500 MB in %v, heap peak +%d KiB", res.Duration, peak>>10)
@@ -240,17 +241,17 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.PidsLimit = 200
 	sb := newTestSandbox(t, cli, cfg)
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	start := time.Now()
-	res := mustExec(t, sb, ":(){ :|:& };:", ExecOptions{Timeout: time.Second})
+	res := mustExec(t, sb, ":(){ :|:& };:", boxapi.ExecOptions{Timeout: time.Second})
 	t.Logf("fork bomb returned after %v: timed out %v, exit %d, stderr %d bytes", time.Since(start), res.TimedOut, res.ExitCode, res.StderrBytes)
 	// The bomb's first process exits at once and the rest goes on as a job of its own;
 	// holding the container at its process limit, it is killed 3 s later. A command may
 	// find a free process slot before that (the agent starts one process per command):
 	// it runs, and the bomb is counted again until it is gone.
-	var out *ExecResult
+	var out *boxapi.ExecResult
 	for i := 0; i < 20; i++ {
-		out = mustExec(t, sb, "echo ok; "+countBombs, ExecOptions{Timeout: 30 * time.Second})
+		out = mustExec(t, sb, "echo ok; "+countBombs, boxapi.ExecOptions{Timeout: 30 * time.Second})
 		if f := strings.Fields(out.Stdout); len(f) == 2 && f[0] == "ok" && f[1] == "0" {
 			break
 		}
@@ -265,7 +266,7 @@ func TestExecForkBombHitsPidsLimit(t *testing.T) {
 	}
 	// The bomb's first process may end before the limit is reached (a fast start): its
 	// errors then reach the file after the result.
-	errs := mustExec(t, sb, "head -c 300 "+res.StderrFile, ExecOptions{})
+	errs := mustExec(t, sb, "head -c 300 "+res.StderrFile, boxapi.ExecOptions{})
 	if !strings.Contains(res.Stderr+errs.Stdout, "fork") {
 		t.Errorf("fork bomb did not hit the limit? stderr %.200q", res.Stderr+errs.Stdout)
 	}
@@ -286,14 +287,14 @@ func TestExecForkWalkerBecomesJob(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		start := time.Now()
-		res := mustExec(t, sb, ":(){ :& };:", ExecOptions{Timeout: 2 * time.Second})
+		res := mustExec(t, sb, ":(){ :& };:", boxapi.ExecOptions{Timeout: 2 * time.Second})
 		t.Logf("walker %d returned after %v: job %q", i, time.Since(start), res.Background)
 		if res.Background == "" || res.Running || res.ExitCode != 0 {
 			t.Fatalf("walker %d: got %+v, want it done and its leftovers a job", i, res)
 		}
 		if i == 0 {
 			time.Sleep(3 * time.Second)
-			if left := mustExec(t, sb, countBombs, ExecOptions{}).Stdout; left == "0\n" {
+			if left := mustExec(t, sb, countBombs, boxapi.ExecOptions{}).Stdout; left == "0\n" {
 				t.Fatalf("walker %d ended with the command's timeout", i)
 			}
 		}
@@ -302,7 +303,7 @@ func TestExecForkWalkerBecomesJob(t *testing.T) {
 		}
 		left := ""
 		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
-			if left = mustExec(t, sb, countBombs, ExecOptions{}).Stdout; left == "0\n" {
+			if left = mustExec(t, sb, countBombs, boxapi.ExecOptions{}).Stdout; left == "0\n" {
 				break
 			}
 		}
@@ -319,11 +320,11 @@ func TestExecDockerUnreachable(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := sb.Exec(ctx, "true", ExecOptions{})
+	res, err := sb.Exec(ctx, "true", boxapi.ExecOptions{})
 	if err == nil || res != nil {
 		t.Fatalf("got %+v, %v; want an infrastructure error", res, err)
 	}
-	if _, err := sb.Stat(ctx, "/sandbox/x"); err == nil || errors.Is(err, ErrNotFound) {
+	if _, err := sb.Stat(ctx, "/sandbox/x"); err == nil || errors.Is(err, boxapi.ErrNotFound) {
 		t.Errorf("Stat: got %v, want an infrastructure error", err)
 	}
 }
@@ -334,7 +335,7 @@ func TestJobLostWithContainerRestart(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	res := mustExec(t, sb, "echo before; sleep 600", ExecOptions{Wait: time.Second})
+	res := mustExec(t, sb, "echo before; sleep 600", boxapi.ExecOptions{Wait: time.Second})
 	if !res.Running || res.Stdout != "before\n" {
 		t.Fatalf("start: %+v", res)
 	}
@@ -357,7 +358,7 @@ func TestJobLostWithContainerRestart(t *testing.T) {
 // writes, a poll apart, comes back whole in the second poll instead of as U+FFFD.
 func TestJobOutputSplitCharacter(t *testing.T) {
 	sb := newTestSandbox(t, dockerClient(t), testConfig(t))
-	res := mustExec(t, sb, `printf 'bar \xe2\x94'; sleep 2; printf '\x81 done\n'`, ExecOptions{Wait: 500 * time.Millisecond})
+	res := mustExec(t, sb, `printf 'bar \xe2\x94'; sleep 2; printf '\x81 done\n'`, boxapi.ExecOptions{Wait: 500 * time.Millisecond})
 	if !res.Running || res.Stdout != "bar " {
 		t.Fatalf("first delivery: %+v", res)
 	}
@@ -371,8 +372,8 @@ func TestJobOutputSplitCharacter(t *testing.T) {
 // or running, draws another; the existing jobs' output stays whole.
 func TestExecJobIDDrawnTwice(t *testing.T) {
 	sb := newTestSandbox(t, dockerClient(t), testConfig(t))
-	first := mustExec(t, sb, "echo first-output", ExecOptions{})
-	running := mustExec(t, sb, "sleep 2; echo running-output", ExecOptions{Wait: NoWait})
+	first := mustExec(t, sb, "echo first-output", boxapi.ExecOptions{})
+	running := mustExec(t, sb, "sleep 2; echo running-output", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	draws := 0
 	newJobID = func() string {
 		draws++
@@ -385,11 +386,11 @@ func TestExecJobIDDrawnTwice(t *testing.T) {
 		return randomJobID()
 	}
 	t.Cleanup(func() { newJobID = randomJobID })
-	second := mustExec(t, sb, "echo second", ExecOptions{})
+	second := mustExec(t, sb, "echo second", boxapi.ExecOptions{})
 	if draws != 3 || second.JobID == first.JobID || second.JobID == running.JobID || second.Stdout != "second\n" {
 		t.Fatalf("%d draws, new job %s (existing %s, %s) printed %q", draws, second.JobID, first.JobID, running.JobID, second.Stdout)
 	}
-	out := mustExec(t, sb, "cat "+JobFile(first.JobID, Stdout), ExecOptions{})
+	out := mustExec(t, sb, "cat "+JobFile(first.JobID, boxapi.Stdout), boxapi.ExecOptions{})
 	if out.Stdout != "first-output\n" {
 		t.Errorf("the first job's output is now %q", out.Stdout)
 	}

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,28 +11,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // execStream is a program running in the container (no shell, argv as given) whose
-// standard output is read as a stream. Docker's multiplexed frames are taken apart in
-// Read itself, straight into the caller's buffer: no goroutine, no copy in between.
-// Standard error is kept, bounded, for error messages. Memory does not depend on how
-// much the program writes: while nobody reads, the program waits.
+// standard output is read as a stream, straight into the caller's buffer: no goroutine,
+// no copy in between. Standard error is kept, bounded, for error messages. Memory does
+// not depend on how much the program writes: while nobody reads, the program waits.
 type execStream struct {
-	s      *Sandbox
-	id     string
-	hj     types.HijackedResponse
-	left   int // bytes of the current standard output frame not read yet
+	p      proc
 	err    error
 	stderr *boundedBuffer
 	done   chan struct{} // closed when the output ended or the stream was closed
 	once   sync.Once
-	// hdr and scratch take frame headers, and standard error frames on their way to
-	// stderr: however many frames come, reading them allocates nothing.
-	hdr     [8]byte
-	scratch [512]byte
 }
 
 // startStream starts argv in the container as root, in dir, and returns its output.
@@ -47,28 +38,28 @@ func (s *Sandbox) startStream(ctx context.Context, dir string, argv []string, st
 	}
 	if stdin != nil {
 		go func() {
-			_, _ = io.Copy(e.hj.Conn, stdin)
-			_ = e.hj.CloseWrite()
+			_, _ = io.Copy(e.p, stdin)
+			_ = e.p.CloseWrite()
 		}()
 	}
 	e.bind(ctx)
 	return e, nil
 }
 
-// startRaw starts argv; with attachStdin the caller writes the program's input to
-// e.hj.Conn and closes it with CloseWrite.
+// startRaw starts argv; with attachStdin the caller writes the program's input to e.p
+// and closes it with CloseWrite.
 func (s *Sandbox) startRaw(ctx context.Context, dir string, argv []string, attachStdin bool) (*execStream, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	id, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: dir, Cmd: argv,
 		AttachStdout: true, AttachStderr: true, AttachStdin: attachStdin,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &execStream{s: s, id: id, hj: hj, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}, nil
+	return &execStream{p: p, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}, nil
 }
 
 // bind closes e when ctx ends before the output does.
@@ -80,71 +71,31 @@ func (e *execStream) bind(ctx context.Context) {
 	}()
 }
 
-// Read reads the program's standard output.
+// Read reads the program's standard output; its standard error goes to e.stderr on
+// the way (p serves as scratch for it).
 func (e *execStream) Read(p []byte) (int, error) {
-	for e.left == 0 {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
 		if e.err != nil {
 			return 0, e.err
 		}
-		hdr := e.hdr[:]
-		if _, err := io.ReadFull(e.hj.Reader, hdr); err != nil {
-			if err == io.ErrUnexpectedEOF {
-				return 0, e.finish(err)
-			}
-			if err != io.EOF {
-				return 0, e.finish(err)
-			}
-			return 0, e.finish(io.EOF)
+		n, st, err := e.p.ReadOutput(p)
+		if st == boxapi.Stderr {
+			_, _ = e.stderr.Write(p[:n])
+			n = 0
 		}
-		size := int(binary.BigEndian.Uint32(hdr[4:]))
-		switch hdr[0] {
-		case 0, 1:
-			e.left = size
-		case 2:
-			if err := e.readStderr(size); err != nil {
-				return 0, e.finish(io.ErrUnexpectedEOF)
-			}
-		case 3: // Docker reports its own errors on stream 3
-			msg := make([]byte, min(size, 4096))
-			n, _ := io.ReadFull(e.hj.Reader, msg)
-			return 0, e.finish(fmt.Errorf("docker: %s", msg[:n]))
-		default:
-			return 0, e.finish(fmt.Errorf("unknown stream %d in exec output", hdr[0]))
-		}
-	}
-	if len(p) > e.left {
-		p = p[:e.left]
-	}
-	n, err := e.hj.Reader.Read(p)
-	e.left -= n
-	if err != nil {
-		if err == io.EOF && e.left > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != io.EOF || e.left == 0 {
-			// EOF right at the end of a frame is the end of the output.
+		if err != nil {
 			_ = e.finish(err)
 		}
 		if n > 0 {
 			return n, nil
 		}
-		return 0, err
-	}
-	return n, nil
-}
-
-// readStderr reads a standard error frame of size bytes into stderr (which keeps what
-// fits).
-func (e *execStream) readStderr(size int) error {
-	for size > 0 {
-		n, err := e.hj.Reader.Read(e.scratch[:min(size, len(e.scratch))])
-		_, _ = e.stderr.Write(e.scratch[:n])
-		size -= n
-		if err != nil && size > 0 {
-			return err
+		if err != nil {
+			return 0, err
 		}
 	}
-	return nil
 }
 
 func (e *execStream) finish(err error) error {
@@ -156,7 +107,7 @@ func (e *execStream) finish(err error) error {
 // Close stops reading; a program still writing gets a broken pipe.
 func (e *execStream) Close() error {
 	e.once.Do(func() { close(e.done) })
-	return e.hj.Conn.Close()
+	return e.p.Close()
 }
 
 // wait reads what is left of the output and returns the program's exit code and the
@@ -165,7 +116,7 @@ func (e *execStream) wait(ctx context.Context) (int, string, error) {
 	if e.err == nil {
 		_, _ = io.Copy(io.Discard, e)
 	}
-	code, ok := e.s.exitCode(ctx, e.id, false)
+	code, ok := e.p.exitCode(ctx, false)
 	if !ok {
 		return 0, e.stderr.String(), errors.New("the program in the sandbox did not report an exit code")
 	}
@@ -285,8 +236,8 @@ func (e *execStream) request(file string, skip, count int64) error {
 	if count >= 0 {
 		c = fmt.Sprint(count)
 	}
-	if _, err := fmt.Fprintf(e.hj.Conn, "%s\x00%d\x00%s\x00", file, skip, c); err != nil {
+	if _, err := fmt.Fprintf(e.p, "%s\x00%d\x00%s\x00", file, skip, c); err != nil {
 		return err
 	}
-	return e.hj.CloseWrite()
+	return e.p.CloseWrite()
 }

@@ -23,24 +23,17 @@ import (
 // maxSymlinks bounds how many symbolic links one lookup follows (as Linux does).
 const maxSymlinks = 40
 
-// FileInfo describes a file in the sandbox.
-type FileInfo = boxapi.FileInfo
-
-// File is an open file in the sandbox: a stream of its bytes plus what Stat said.
-// Close it to release the connection to Docker.
-type File = boxapi.File
-
 // Stat describes the regular file at the absolute path p, following symbolic links. It
-// fails with [ErrRelativePath], [ErrNotFound], [ErrIsDir] or [ErrNotRegular] (wrapped);
+// fails with [boxapi.ErrRelativePath], [boxapi.ErrNotFound], [boxapi.ErrIsDir] or [boxapi.ErrNotRegular] (wrapped);
 // for the last two the returned FileInfo is filled in.
-func (s *Sandbox) Stat(ctx context.Context, p string) (FileInfo, error) {
+func (s *Sandbox) Stat(ctx context.Context, p string) (boxapi.FileInfo, error) {
 	fi, _, err := s.statRegular(ctx, p)
 	return fi, err
 }
 
 // Open streams the regular file at the absolute path p, starting offset bytes into it
 // (0 for the whole file). It is [Sandbox.OpenRange] to the end of the file.
-func (s *Sandbox) Open(ctx context.Context, p string, offset int64) (*File, error) {
+func (s *Sandbox) Open(ctx context.Context, p string, offset int64) (*boxapi.File, error) {
 	return s.OpenRange(ctx, p, offset, -1)
 }
 
@@ -59,7 +52,7 @@ const rangeBlock = 64 << 10
 // API (faster than either) from a transfer container. Never from the sandbox's own container: the archive API cannot seek and
 // holds the lock of the container it reads while its stream is open, so one slow
 // download would stall every exec behind it.
-func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64) (*File, error) {
+func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64) (*boxapi.File, error) {
 	if offset < 0 {
 		return nil, fmt.Errorf("opening %s: negative offset %d", p, offset)
 	}
@@ -105,7 +98,7 @@ const archiveMin = 4 << 20
 // openArchive reads the whole file target through a transfer container. It reports
 // false when that is not possible (off the volume, no transfer container, a symbolic
 // link among the directories, a file that changed), and the caller reads with dd.
-func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (*File, bool) {
+func (s *Sandbox) openArchive(ctx context.Context, fi boxapi.FileInfo, target string) (*boxapi.File, bool) {
 	if !s.plainOnVolume(ctx, target) {
 		return nil, false
 	}
@@ -132,7 +125,7 @@ func (s *Sandbox) openArchive(ctx context.Context, fi FileInfo, target string) (
 		once.Do(func() { release(true) })
 		return err
 	})
-	return &File{ReadCloser: tarFile{Reader: body, Closer: closer}, FileInfo: fi}, true
+	return &boxapi.File{ReadCloser: tarFile{Reader: body, Closer: closer}, FileInfo: fi}, true
 }
 
 // archiveHeaderMax bounds what is read of an archive before its file's bytes: the tar
@@ -167,11 +160,11 @@ func (f closerFunc) Close() error { return f() }
 // symbolic link among its directories, so that a transfer container, which resolves
 // links in a root of its own, finds the same file.
 func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
-	if !onVolume(p) || p == WorkDir {
+	if !onVolume(p) || p == boxapi.WorkDir {
 		return false
 	}
-	dirs := strings.Split(strings.TrimPrefix(p, WorkDir+"/"), "/")
-	cur := WorkDir
+	dirs := strings.Split(strings.TrimPrefix(p, boxapi.WorkDir+"/"), "/")
+	cur := boxapi.WorkDir
 	for _, d := range dirs[:len(dirs)-1] {
 		cur += "/" + d
 		st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, cur)
@@ -186,7 +179,7 @@ func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
 // POSIX operands are used): it starts at the block holding offset, and the bytes before
 // offset in that block are discarded here. A reader started ahead of need serves the
 // request when there is one; a fresh dd otherwise, or when that reader failed.
-func (s *Sandbox) openAt(ctx context.Context, fi FileInfo, target string, offset, length int64) (*File, error) {
+func (s *Sandbox) openAt(ctx context.Context, fi boxapi.FileInfo, target string, offset, length int64) (*boxapi.File, error) {
 	skip := offset % rangeBlock
 	count := int64(-1)
 	if length >= 0 {
@@ -213,7 +206,7 @@ func (s *Sandbox) openAt(ctx context.Context, fi FileInfo, target string, offset
 }
 
 // readFrom skips to offset in the block dd started at and checks that bytes come.
-func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offset, length int64) (*File, error) {
+func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi boxapi.FileInfo, offset, length int64) (*boxapi.File, error) {
 	br := bufio.NewReaderSize(e, 64<<10)
 	_, err := br.Discard(int(offset % rangeBlock))
 	want := length != 0 && offset < fi.Size
@@ -226,9 +219,9 @@ func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offs
 		e.Close()
 		switch {
 		case strings.Contains(stderr, "No such file"):
-			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrNotFound)
+			return nil, fmt.Errorf("opening %s: %w", fi.Path, boxapi.ErrNotFound)
 		case strings.Contains(stderr, "Is a directory"):
-			return nil, fmt.Errorf("opening %s: %w", fi.Path, ErrIsDir)
+			return nil, fmt.Errorf("opening %s: %w", fi.Path, boxapi.ErrIsDir)
 		}
 		return nil, fmt.Errorf("reading %s at offset %d in the sandbox (dd exit %d: %s): %w", fi.Path, offset, code, human.Clip(stderr, 200), err)
 	}
@@ -236,7 +229,7 @@ func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi FileInfo, offs
 	if length >= 0 {
 		r = io.LimitReader(br, length)
 	}
-	return &File{ReadCloser: tarFile{Reader: r, Closer: e}, FileInfo: fi}, nil
+	return &boxapi.File{ReadCloser: tarFile{Reader: r, Closer: e}, FileInfo: fi}, nil
 }
 
 // tarFile reads one file's bytes from an archive and closes the archive stream.
@@ -247,13 +240,13 @@ type tarFile struct {
 
 // statRegular stats p following symbolic links and checks it is a regular file. It
 // returns the path of the file the links lead to.
-func (s *Sandbox) statRegular(ctx context.Context, p string) (FileInfo, string, error) {
+func (s *Sandbox) statRegular(ctx context.Context, p string) (boxapi.FileInfo, string, error) {
 	if !path.IsAbs(p) {
-		return FileInfo{}, "", fmt.Errorf("%q: %w", p, ErrRelativePath)
+		return boxapi.FileInfo{}, "", fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
 	if err := s.Ensure(ctx); err != nil {
-		return FileInfo{}, "", err
+		return boxapi.FileInfo{}, "", err
 	}
 	if sess := s.agentSession(ctx); sess != nil {
 		fi, err := agentStat(ctx, sess, p)
@@ -261,9 +254,9 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (FileInfo, string, 
 			switch {
 			case err != nil:
 			case fi.Mode.IsDir():
-				err = fmt.Errorf("%s: %w", p, ErrIsDir)
+				err = fmt.Errorf("%s: %w", p, boxapi.ErrIsDir)
 			case !fi.Mode.IsRegular():
-				err = fmt.Errorf("%s: %w", p, ErrNotRegular)
+				err = fmt.Errorf("%s: %w", p, boxapi.ErrNotRegular)
 			}
 			return fi, p, err
 		}
@@ -273,28 +266,28 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (FileInfo, string, 
 		// The path may exist; it is the container that went away.
 		s.invalidate()
 		if err := s.Ensure(ctx); err != nil {
-			return FileInfo{}, "", err
+			return boxapi.FileInfo{}, "", err
 		}
 		st, target, err = s.statFollow(ctx, p)
 	}
 	if err != nil {
 		switch {
 		case cerrdefs.IsNotFound(err):
-			return FileInfo{}, "", fmt.Errorf("stat %s: %w", p, ErrNotFound)
+			return boxapi.FileInfo{}, "", fmt.Errorf("stat %s: %w", p, boxapi.ErrNotFound)
 		case errors.Is(err, errLinkLoop) || pathRefused(err):
 			// The engine answered, so the trouble is the path (a symbolic link loop, a
 			// component that is not a directory). Its error text names the engine's
 			// API URL and socket, which is nobody's business: say what the path is.
-			return FileInfo{Path: p, Name: path.Base(p)}, "", fmt.Errorf("%s: %w (it does not lead to a file: a symbolic link loop or a broken path)", p, ErrNotRegular)
+			return boxapi.FileInfo{Path: p, Name: path.Base(p)}, "", fmt.Errorf("%s: %w (it does not lead to a file: a symbolic link loop or a broken path)", p, boxapi.ErrNotRegular)
 		}
-		return FileInfo{}, "", fmt.Errorf("stat %s in the sandbox: %w", p, err)
+		return boxapi.FileInfo{}, "", fmt.Errorf("stat %s in the sandbox: %w", p, err)
 	}
-	fi := FileInfo{Path: p, Name: path.Base(p), Size: st.Size, ModTime: st.Mtime, Mode: st.Mode}
+	fi := boxapi.FileInfo{Path: p, Name: path.Base(p), Size: st.Size, ModTime: st.Mtime, Mode: st.Mode}
 	switch {
 	case st.Mode.IsDir():
-		return fi, "", fmt.Errorf("%s: %w", p, ErrIsDir)
+		return fi, "", fmt.Errorf("%s: %w", p, boxapi.ErrIsDir)
 	case !st.Mode.IsRegular():
-		return fi, "", fmt.Errorf("%s: %w", p, ErrNotRegular)
+		return fi, "", fmt.Errorf("%s: %w", p, boxapi.ErrNotRegular)
 	}
 	return fi, target, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -20,22 +21,22 @@ func TestStatAndOpenErrors(t *testing.T) {
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
 	mustExec(t, sb, `mkdir -p d && echo hello > f.txt && ln -s f.txt rel-link && ln -s /sandbox/f.txt abs-link &&
-		ln -s d dir-link && ln -s missing dangling && mkfifo fifo && mknod chardev c 1 3 && ln -s rel-link link-to-link`, ExecOptions{})
+		ln -s d dir-link && ln -s missing dangling && mkfifo fifo && mknod chardev c 1 3 && ln -s rel-link link-to-link`, boxapi.ExecOptions{})
 
 	for _, tc := range []struct {
 		path string
 		want error
 	}{
-		{"f.txt", ErrRelativePath},
-		{"sandbox/f.txt", ErrRelativePath},
-		{"/sandbox/missing", ErrNotFound},
-		{"/nope/nope", ErrNotFound},
-		{"/sandbox/dangling", ErrNotFound},
-		{"/sandbox/d", ErrIsDir},
-		{"/sandbox", ErrIsDir},
-		{"/sandbox/dir-link", ErrIsDir},
-		{"/sandbox/fifo", ErrNotRegular},
-		{"/sandbox/chardev", ErrNotRegular},
+		{"f.txt", boxapi.ErrRelativePath},
+		{"sandbox/f.txt", boxapi.ErrRelativePath},
+		{"/sandbox/missing", boxapi.ErrNotFound},
+		{"/nope/nope", boxapi.ErrNotFound},
+		{"/sandbox/dangling", boxapi.ErrNotFound},
+		{"/sandbox/d", boxapi.ErrIsDir},
+		{"/sandbox", boxapi.ErrIsDir},
+		{"/sandbox/dir-link", boxapi.ErrIsDir},
+		{"/sandbox/fifo", boxapi.ErrNotRegular},
+		{"/sandbox/chardev", boxapi.ErrNotRegular},
 	} {
 		if _, err := sb.Stat(ctx, tc.path); !errors.Is(err, tc.want) {
 			t.Errorf("Stat(%q) = %v, want %v", tc.path, err, tc.want)
@@ -77,7 +78,7 @@ func TestOpenOffsets(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	mustExec(t, sb, "seq 1 200000 > /sandbox/nums", ExecOptions{})
+	mustExec(t, sb, "seq 1 200000 > /sandbox/nums", boxapi.ExecOptions{})
 	var want bytes.Buffer
 	for i := 1; i <= 200000; i++ {
 		fmt.Fprintf(&want, "%d\n", i)
@@ -107,7 +108,7 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
 	const size = 300_000_000
-	res := mustExec(t, sb, fmt.Sprintf("head -c %d /dev/urandom > /sandbox/big && sha256sum /sandbox/big", size), ExecOptions{})
+	res := mustExec(t, sb, fmt.Sprintf("head -c %d /dev/urandom > /sandbox/big && sha256sum /sandbox/big", size), boxapi.ExecOptions{})
 	wantSum, _, _ := strings.Cut(res.Stdout, " ")
 	if len(wantSum) != 64 {
 		t.Fatalf("sha256sum in container: %+v", res)
@@ -134,7 +135,7 @@ func TestOpenLargeFileBoundedMemory(t *testing.T) {
 	}
 
 	// A tail read at an offset is exact too.
-	res = mustExec(t, sb, fmt.Sprintf("tail -c %d /sandbox/big | sha256sum", 1000), ExecOptions{})
+	res = mustExec(t, sb, fmt.Sprintf("tail -c %d /sandbox/big | sha256sum", 1000), boxapi.ExecOptions{})
 	f, err = sb.Open(ctx, "/sandbox/big", size-1000)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestOpenRecreatesRemovedContainer(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	mustExec(t, sb, "echo kept > /sandbox/k", ExecOptions{})
+	mustExec(t, sb, "echo kept > /sandbox/k", boxapi.ExecOptions{})
 	if err := cli.ContainerRemove(ctx, sb.cfg.Container, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +175,9 @@ func testOpenLeavesExecsFree(t *testing.T, cfg Config) {
 	sb := newTestSandbox(t, cli, cfg)
 	ctx := context.Background()
 	mustExec(t, sb, `mkdir -p /sandbox/d /tmp/off && head -c 9000000 /dev/urandom > /sandbox/d/big.bin &&
-		head -c 6000000 /dev/urandom > /tmp/off/big.bin && ln -s /tmp/off /sandbox/lnk`, ExecOptions{})
+		head -c 6000000 /dev/urandom > /tmp/off/big.bin && ln -s /tmp/off /sandbox/lnk`, boxapi.ExecOptions{})
 	sum := func(p string) string {
-		return strings.Fields(mustExec(t, sb, "sha256sum "+p, ExecOptions{}).Stdout)[0]
+		return strings.Fields(mustExec(t, sb, "sha256sum "+p, boxapi.ExecOptions{}).Stdout)[0]
 	}
 	for _, p := range []string{"/sandbox/d/big.bin", "/sandbox/lnk/big.bin"} {
 		f, err := sb.Open(ctx, p, 0)
@@ -204,7 +205,7 @@ func testOpenLeavesExecsFree(t *testing.T, cfg Config) {
 	time.Sleep(300 * time.Millisecond)
 	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	res, err := sb.Exec(ectx, "echo free > /sandbox/d/note && cat /sandbox/d/note", ExecOptions{})
+	res, err := sb.Exec(ectx, "echo free > /sandbox/d/note && cat /sandbox/d/note", boxapi.ExecOptions{})
 	if err != nil || res.Stdout != "free\n" {
 		t.Fatalf("a command while a download stalls: %v %+v", err, res)
 	}

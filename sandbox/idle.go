@@ -10,6 +10,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -84,8 +85,8 @@ exit 0`
 func (s *Sandbox) JobOutputSince(ctx context.Context, t time.Time) (bool, error) {
 	var out bytes.Buffer
 	res, err := s.run(upkeep(ctx), "bash -c "+shellQuote(jobOutputScript)+" idle "+JobsDir+" "+strconv.FormatInt(t.Unix(), 10),
-		30*time.Second, minMaxOutput, func(st Stream, p []byte) {
-			if st == Stdout && out.Len() < 4096 {
+		30*time.Second, minMaxOutput, func(st boxapi.Stream, p []byte) {
+			if st == boxapi.Stdout && out.Len() < 4096 {
 				out.Write(p)
 			}
 		})

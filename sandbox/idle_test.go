@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -16,15 +17,15 @@ func TestStopAndStartAgain(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	mustExec(t, sb, "echo kept > /sandbox/f", ExecOptions{})
+	mustExec(t, sb, "echo kept > /sandbox/f", boxapi.ExecOptions{})
 
-	silent := mustExec(t, sb, "cp /bin/sleep /tmp/silent; exec /tmp/silent 300", ExecOptions{Wait: NoWait})
+	silent := mustExec(t, sb, "cp /bin/sleep /tmp/silent; exec /tmp/silent 300", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	since := time.Now()
 	time.Sleep(1100 * time.Millisecond) // the check has whole seconds
 	if busy, err := sb.JobOutputSince(ctx, time.Now().Add(-time.Second)); err != nil || busy {
 		t.Fatalf("a silent job (%s) counts as output: %v %v", silent.JobID, busy, err)
 	}
-	loud := mustExec(t, sb, "while :; do echo tick; sleep 0.3; done", ExecOptions{Wait: NoWait})
+	loud := mustExec(t, sb, "while :; do echo tick; sleep 0.3; done", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	time.Sleep(1100 * time.Millisecond)
 	if busy, err := sb.JobOutputSince(ctx, since); err != nil || !busy {
 		t.Fatalf("a printing job (%s) does not count as output: %v %v", loud.JobID, busy, err)
@@ -44,7 +45,7 @@ func TestStopAndStartAgain(t *testing.T) {
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res := mustExec(t, sb, "cat /sandbox/f; for p in /proc/[0-9]*; do readlink $p/exe; done | grep -c /tmp/silent", ExecOptions{})
+	res := mustExec(t, sb, "cat /sandbox/f; for p in /proc/[0-9]*; do readlink $p/exe; done | grep -c /tmp/silent", boxapi.ExecOptions{})
 	took := time.Since(begin)
 	t.Logf("the first command after the stop took %v (a bare container starts in %v)", took.Round(time.Millisecond), raw.Round(time.Millisecond))
 	if res.Stdout != "kept\n0\n" {
@@ -63,7 +64,7 @@ func TestCleanupCatchesUpAfterStart(t *testing.T) {
 	cfg.FileTTL = time.Hour
 	cfg.CleanupInterval = 8 * time.Second
 	sb := newTestSandbox(t, cli, cfg)
-	mustExec(t, sb, `echo x > old.txt; touch -d "@$(( $(date +%s) - 7200 ))" old.txt`, ExecOptions{})
+	mustExec(t, sb, `echo x > old.txt; touch -d "@$(( $(date +%s) - 7200 ))" old.txt`, boxapi.ExecOptions{})
 	ctx := context.Background()
 	if err := sb.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestUpkeepListenWaitsForStart(t *testing.T) {
 	cfg.Person = "carol"
 	sb := newTestSandbox(t, cli, cfg)
 	ctx := context.Background()
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if info, err := cli.ContainerInspect(ctx, cfg.Container); err != nil || info.Config.Labels[labelPerson] != "carol" {
 		t.Fatalf("the person label: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func wantIsolated(t *testing.T, sb *Sandbox) container.InspectResponse {
 		t.Errorf("SecurityOpt %v lacks no-new-privileges", hc.SecurityOpt)
 	}
 	// From inside: NoNewPrivs set, and CAP_NET_RAW (bit 13) absent from every set.
-	res := mustExec(t, sb, "grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status", ExecOptions{})
+	res := mustExec(t, sb, "grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status", boxapi.ExecOptions{})
 	if !strings.Contains(res.Stdout, "NoNewPrivs:\t1") {
 		t.Errorf("inside, no_new_privs is not set:\n%s", res.Stdout)
 	}
@@ -63,7 +64,7 @@ func TestEnsureIsolation(t *testing.T) {
 	// iputils ping (the production image's) does without NET_RAW: an unprivileged ICMP
 	// echo. Loopback only: the test container has no network.
 	installProgram(t, sb, "./testdata/pingprobe", "/tmp/pingprobe")
-	res := mustExec(t, sb, "/tmp/pingprobe", ExecOptions{})
+	res := mustExec(t, sb, "/tmp/pingprobe", boxapi.ExecOptions{})
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "ping: ok") {
 		t.Errorf("ping without NET_RAW: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
@@ -118,9 +119,9 @@ func TestEnsureUpgradesOldContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	old, err := cli.ContainerCreate(ctx,
-		&container.Config{Image: cfg.Image, WorkingDir: WorkDir, Entrypoint: []string{"bash", "-c", keepAlive},
+		&container.Config{Image: cfg.Image, WorkingDir: boxapi.WorkDir, Entrypoint: []string{"bash", "-c", keepAlive},
 			Labels: map[string]string{labelManaged: "true"}},
-		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: cfg.Volume, Target: WorkDir}},
+		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: cfg.Volume, Target: boxapi.WorkDir}},
 			NetworkMode: "none", RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}},
 		nil, nil, cfg.Container)
 	if err != nil {
@@ -129,7 +130,7 @@ func TestEnsureUpgradesOldContainer(t *testing.T) {
 	if err := cli.ContainerStart(ctx, old.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if res := mustExec(t, sb, "echo kept > /sandbox/keep.txt && mkdir -p /sandbox/d && echo deep > /sandbox/d/f", ExecOptions{}); res.ExitCode != 0 {
+	if res := mustExec(t, sb, "echo kept > /sandbox/keep.txt && mkdir -p /sandbox/d && echo deep > /sandbox/d/f", boxapi.ExecOptions{}); res.ExitCode != 0 {
 		t.Fatalf("writing: %+v", res)
 	}
 	sb.invalidate()
@@ -140,7 +141,7 @@ func TestEnsureUpgradesOldContainer(t *testing.T) {
 	if info.ID == old.ID {
 		t.Fatal("the old container was kept")
 	}
-	if res := mustExec(t, sb, "cat /sandbox/keep.txt /sandbox/d/f", ExecOptions{}); res.Stdout != "kept\ndeep\n" {
+	if res := mustExec(t, sb, "cat /sandbox/keep.txt /sandbox/d/f", boxapi.ExecOptions{}); res.Stdout != "kept\ndeep\n" {
 		t.Fatalf("/sandbox after the upgrade: %q %q", res.Stdout, res.Stderr)
 	}
 	// Once upgraded, Ensure leaves it alone.

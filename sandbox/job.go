@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -80,28 +80,12 @@ const DefaultMaxJobs = 32
 // ones go through the exec's stdin (Linux refuses single strings over 128 KiB).
 const commandEnvLimit = 96 << 10
 
-// MaxInputBytes bounds one JobInput ([boxapi.MaxInputBytes]).
-const MaxInputBytes = boxapi.MaxInputBytes
-
 // lineSlack is how far a cut may move to land on a line boundary.
 const lineSlack = 4096
 
-// Errors of the job functions; test them with errors.Is.
-var (
-	ErrJobNotFound       = boxapi.ErrJobNotFound
-	ErrJobNotInteractive = boxapi.ErrJobNotInteractive
-	ErrJobFinished       = boxapi.ErrJobFinished
-	ErrTooManyJobs       = boxapi.ErrTooManyJobs
-	ErrNoCwd             = boxapi.ErrNoCwd
-	ErrInputWaiting      = boxapi.ErrInputWaiting
-	ErrNoTTY             = boxapi.ErrNoTTY
-	ErrOldBash           = boxapi.ErrOldBash
-	// errJobIDTaken: a job with the drawn id exists already; Exec draws another.
-	errJobIDTaken = errors.New("job id in use")
-)
-
-// ValidJobID reports whether id has the form of a job id (j and 12 hex digits).
-func ValidJobID(id string) bool { return boxapi.ValidJobID(id) }
+// errJobIDTaken: a job with the drawn id exists already; Exec draws another. The job
+// functions' own errors are internal/boxapi's (ErrJobNotFound and its kin).
+var errJobIDTaken = errors.New("job id in use")
 
 // newJobID draws a job id; a variable so a test can draw the same one twice.
 var newJobID = randomJobID
@@ -116,8 +100,8 @@ func randomJobID() string {
 }
 
 // JobFile returns the path of a job's stdout or stderr file inside the container.
-func JobFile(id string, st Stream) string {
-	if st == Stderr {
+func JobFile(id string, st boxapi.Stream) string {
+	if st == boxapi.Stderr {
 		return JobsDir + "/" + id + ".err"
 	}
 	return JobsDir + "/" + id + ".out"
@@ -200,17 +184,106 @@ type scriptRun struct {
 	close func()
 }
 
-// startScript starts the job script with args, env and optional stdin (written, then
-// closed, in the background), and reads its output, up to limit bytes a stream. This
-// is the one place that builds the job script's exec.
-func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+// jobStart is one job to start, stated once for both runners: the agent's native
+// runner takes it as an agentwire.JobRequest (request), jobs.sh as the arguments and
+// environment of its "run" mode (script).
+type jobStart struct {
+	dir, id          string
+	timeout          time.Duration
+	wait             time.Duration // 0: answer at once; waitToEnd: at the job's end
+	interactive, tty bool
+	agent            string // tty: the agent's binary, which holds the terminal
+	cwd              string
+	head, tail       int // bytes sent of each end of a longer output
+	command          string
+	env              []string // added to the command's environment
+}
+
+// waitToEnd as jobStart.wait waits for the job's end.
+const waitToEnd = time.Duration(-1)
+
+// onStdin reports whether the command is too long for the environment and goes on
+// the runner's stdin instead.
+func (j jobStart) onStdin() bool { return len(j.command) > commandEnvLimit }
+
+// request is j for the agent, with the runner's stdin.
+func (j jobStart) request() (agentwire.JobRequest, []byte) {
+	r := agentwire.JobRequest{JobsDir: j.dir, ID: j.id, TimeoutMS: j.timeout.Round(time.Millisecond).Milliseconds(),
+		WaitMS: j.wait.Round(time.Millisecond).Milliseconds(), Interactive: j.interactive, TTY: j.tty,
+		Cwd: j.cwd, Head: int64(j.head), Tail: int64(j.tail), Env: j.env}
+	if j.wait == waitToEnd {
+		r.WaitMS = -1
+	}
+	if j.tty {
+		r.Agent = j.agent
+	}
+	if j.onStdin() {
+		r.CommandOnStdin = true
+		return r, []byte(j.command)
+	}
+	r.Command = j.command
+	return r, nil
+}
+
+// script is j for jobs.sh: the arguments and environment of "run", and its stdin.
+func (j jobStart) script() (args, env []string, stdin []byte) {
+	wait := "-1"
+	if j.wait != waitToEnd {
+		wait = secondsArg(j.wait)
+	}
+	if j.wait == 0 {
+		wait = "0"
+	}
+	src := "env"
+	if j.onStdin() {
+		src, stdin = "stdin", []byte(j.command)
+	} else {
+		env = append(env, "MCP_SANDBOX_CMD="+j.command)
+	}
+	if j.tty {
+		env = append(env, agentEnv+"="+j.agent)
+	}
+	env = append(env, j.env...)
+	return []string{"run", j.dir, j.id, secondsArg(j.timeout), wait, flag01(j.interactive), flag01(j.tty),
+		j.cwd, strconv.Itoa(j.head), strconv.Itoa(j.tail), src}, env, stdin
+}
+
+func flag01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// startJob starts job j, on the agent's native runner when the agent runs, else with
+// jobs.sh, and reads the runner's answer, up to limit bytes a stream.
+func (s *Sandbox) startJob(ctx context.Context, j jobStart, limit int) (*scriptRun, error) {
 	if sess := s.agentSession(ctx); sess != nil {
-		if hj, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
-			return s.readScript(hj, stdin, limit), nil
+		req, stdin := j.request()
+		if p, err := s.agentStart(sess, req); err == nil {
+			return s.readScript(p, stdin, limit), nil
 		}
 	}
+	args, env, stdin := j.script()
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
+// startScript starts the job script with args, env and optional stdin (written, then
+// closed, in the background), and reads its output, up to limit bytes a stream.
+func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+	if sess := s.agentSession(ctx); sess != nil {
+		if p, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
+			return s.readScript(p, stdin, limit), nil
+		}
+	}
+	return s.execScript(ctx, args, env, stdin, limit)
+}
+
+// execScript runs the job script in an exec of its own. This is the one place that
+// builds the job script's exec.
+func (s *Sandbox) execScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	cmd, env := runnerExec(args, env)
-	_, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  stdin != nil,
@@ -222,21 +295,21 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 	if err != nil {
 		return nil, err
 	}
-	return s.readScript(hj, stdin, limit), nil
+	return s.readScript(p, stdin, limit), nil
 }
 
 // readScript writes the job script's stdin and reads its output.
-func (s *Sandbox) readScript(hj types.HijackedResponse, stdin []byte, limit int) *scriptRun {
+func (s *Sandbox) readScript(p proc, stdin []byte, limit int) *scriptRun {
 	if stdin != nil {
 		go func() {
-			_, _ = hj.Conn.Write(stdin)
-			_ = hj.CloseWrite()
+			_, _ = p.Write(stdin)
+			_ = p.CloseWrite()
 		}()
 	}
 	out := &scriptOutput{limit: limit}
 	done := make(chan error, 1)
-	go func() { done <- demux(hj.Reader, out.stdout, out.stderr) }()
-	return &scriptRun{out: out, done: done, close: hj.Close}
+	go func() { done <- drain(p, out.stdout, out.stderr) }()
+	return &scriptRun{out: out, done: done, close: func() { _ = p.Close() }}
 }
 
 // header parses the header of output read to its end. A script that printed none
@@ -322,7 +395,7 @@ const maxHeld = 1024
 
 // result turns a delivery of job id into an ExecResult (see header.result), with the
 // bytes held back from the job's previous delivery in front.
-func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *ExecResult {
+func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *boxapi.ExecResult {
 	s.held.mu.Lock()
 	prev := s.held.m[id]
 	delete(s.held.m, id)
@@ -349,9 +422,9 @@ func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *E
 // at line boundaries. held are bytes of each stream held back from the previous
 // delivery; while the job runs, the bytes of a character cut at the end of this one
 // are held back in turn and returned.
-func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*ExecResult, [2][]byte) {
+func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte) (*boxapi.ExecResult, [2][]byte) {
 	keep, head, tail := budget(maxOutput)
-	res := &ExecResult{
+	res := &boxapi.ExecResult{
 		JobID:             id,
 		Running:           h.state == "running",
 		ExitCode:          h.exit,
@@ -360,8 +433,8 @@ func (h header) result(id string, o *scriptOutput, maxOutput int, held [2][]byte
 		Cancelled:         h.cancelled,
 		StdoutBytes:       h.outSize,
 		StderrBytes:       h.errSize,
-		StdoutFile:        JobFile(id, Stdout),
-		StderrFile:        JobFile(id, Stderr),
+		StdoutFile:        JobFile(id, boxapi.Stdout),
+		StderrFile:        JobFile(id, boxapi.Stderr),
 		HeldBy:            h.held,
 		Background:        h.bgJob,
 		BackgroundPid:     h.bgPid,
@@ -514,17 +587,17 @@ func scriptError(h header, id string) error {
 	case "done", "running", "lost":
 		return nil
 	case "unknown":
-		return fmt.Errorf("%w: %s", ErrJobNotFound, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrJobNotFound, id)
 	case "notinteractive":
-		return fmt.Errorf("%w: %s", ErrJobNotInteractive, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrJobNotInteractive, id)
 	case "nocwd":
-		return ErrNoCwd
+		return boxapi.ErrNoCwd
 	case "taken":
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)
 	case "inputwaiting":
-		return fmt.Errorf("%w: %s", ErrInputWaiting, id)
+		return fmt.Errorf("%w: %s", boxapi.ErrInputWaiting, id)
 	case "notty":
-		return ErrNoTTY
+		return boxapi.ErrNoTTY
 	case "oldbash":
 		return oldBashError(h.extra)
 	}
@@ -533,14 +606,14 @@ func scriptError(h header, id string) error {
 
 // oldBashError says which bash the image has and which it needs.
 func oldBashError(version string) error {
-	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, ErrOldBash)
+	return fmt.Errorf("the sandbox image's bash is %s; %w (Debian 11+, Ubuntu 22.04+); the server's operator must configure an image with a newer bash", version, boxapi.ErrOldBash)
 }
 
 // lockJob checks that id is a job id and takes the job's lock, which the caller
 // releases with unlock; it returns maxOutput clamped to Config.MaxOutput (0: that).
 func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(), err error) {
-	if !ValidJobID(id) {
-		return 0, nil, fmt.Errorf("%w: %q is not a job id", ErrJobNotFound, id)
+	if !boxapi.ValidJobID(id) {
+		return 0, nil, fmt.Errorf("%w: %q is not a job id", boxapi.ErrJobNotFound, id)
 	}
 	if maxOutput <= 0 || maxOutput > s.cfg.MaxOutput {
 		maxOutput = s.cfg.MaxOutput
@@ -556,13 +629,13 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 // error, with the job's last output in the result; a job that ends after taking it
 // (the input made it quit) is a result like any other.
 // onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
-func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte)) (*ExecResult, error) {
+func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	return s.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
 }
 
 // jobOutput is JobOutput; with again, the last delivery did not arrive (its agent died
 // before reading it) and is sent again.
-func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(Stream, []byte), again bool) (*ExecResult, error) {
+func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte), again bool) (*boxapi.ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -602,7 +675,7 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 	s.jobSeen(id, res.Running)
 	// Input the job took before it ended (say, the "quit" that ended it) was sent.
 	if input != nil && !res.Running && !h.inputSent {
-		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", ErrJobFinished, id, res.ExitCode)
+		return res, fmt.Errorf("%w: %s (exit code %d); its last output is in this result", boxapi.ErrJobFinished, id, res.ExitCode)
 	}
 	return res, nil
 }
@@ -610,7 +683,7 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 // KillJob kills job id with every process of its process group and session (a command
 // that emptied its environment is found too; one that detached with setsid is not),
 // and returns its last output.
-func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecResult, error) {
+func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*boxapi.ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -621,7 +694,7 @@ func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*ExecR
 
 // killJob kills job id and records why: "killed" (KillJob) or "cancelled" (the call
 // that waited for it was cancelled).
-func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*ExecResult, error) {
+func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*boxapi.ExecResult, error) {
 	_, head, tail := budget(maxOutput)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -648,19 +721,9 @@ func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why str
 	return nil, lastErr
 }
 
-// JobInfo describes one job for a listing.
-type JobInfo = boxapi.JobInfo
-
-// What killed a job, as JobInfo.KilledBy says it.
-const (
-	KilledByTimeout = boxapi.KilledByTimeout
-	KilledByJobKill = boxapi.KilledByJobKill
-	KilledByClient  = boxapi.KilledByClient
-)
-
 // ListJobs returns the running and the retained finished jobs, oldest first: the
 // newest maxListedJobs (1000) of them, each command cut to its first 200 bytes.
-func (s *Sandbox) ListJobs(ctx context.Context) ([]JobInfo, error) {
+func (s *Sandbox) ListJobs(ctx context.Context) ([]boxapi.JobInfo, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -683,24 +746,24 @@ func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buff
 
 // collectExecEnv is collectExec with env added to the exec's environment.
 func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
-	execID, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
 	if err != nil {
 		return 0, err
 	}
-	stop := context.AfterFunc(ctx, hj.Close)
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()
-	err = demux(hj.Reader, func(p []byte) {
+	err = drain(p, func(b []byte) {
 		if out.Len() < limit {
-			out.Write(p[:min(len(p), limit-out.Len())])
+			out.Write(b[:min(len(b), limit-out.Len())])
 		}
 	}, func([]byte) {})
-	hj.Close()
+	_ = p.Close()
 	if err != nil {
 		return 0, fmt.Errorf("reading internal command output: %w", err)
 	}
-	code, ok := s.exitCode(ctx, execID, false)
+	code, ok := p.exitCode(ctx, false)
 	if !ok {
 		return 0, errors.New("internal command did not report an exit code")
 	}
@@ -747,7 +810,7 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 		}
 	}
 	if n := len(s.running); n >= max {
-		return fmt.Errorf("%w: %d running", ErrTooManyJobs, n)
+		return fmt.Errorf("%w: %d running", boxapi.ErrTooManyJobs, n)
 	}
 	if s.running[id] {
 		return fmt.Errorf("%w: %s", errJobIDTaken, id)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestCancelledCallLeavesItsOutput: the output a cancelled call would have returned
@@ -17,7 +19,7 @@ func TestCancelledCallLeavesItsOutput(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		res, err := sb.Exec(ctx, "echo before; echo warn >&2; sleep 30", ExecOptions{Wait: 20 * time.Second})
+		res, err := sb.Exec(ctx, "echo before; echo warn >&2; sleep 30", boxapi.ExecOptions{Wait: 20 * time.Second})
 		if err != nil || !res.Cancelled || res.JobID == "" {
 			t.Fatalf("cancelled call: %+v, %v", res, err)
 		}

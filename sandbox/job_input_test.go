@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestJobInputThatEndsTheJob: input a program reads and then ends on is reported as
@@ -18,7 +20,7 @@ func TestJobInputThatEndsTheJob(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for i := range 5 {
-			job := mustExec(t, sb, `echo ready; read x; echo "got $x"; exit 4`, ExecOptions{Interactive: true, Wait: time.Second})
+			job := mustExec(t, sb, `echo ready; read x; echo "got $x"; exit 4`, boxapi.ExecOptions{Interactive: true, Wait: time.Second})
 			if !job.Running || job.Stdout != "ready\n" {
 				t.Fatalf("start %d: %+v", i, job)
 			}
@@ -29,15 +31,15 @@ func TestJobInputThatEndsTheJob(t *testing.T) {
 			}
 			// Input to the job that has ended now is refused, its output not repeated.
 			res, err = sb.JobOutput(ctx, job.JobID, time.Second, &in, 0, nil)
-			if !errors.Is(err, ErrJobFinished) || res == nil || res.Stdout != "" || res.ExitCode != 4 {
+			if !errors.Is(err, boxapi.ErrJobFinished) || res == nil || res.Stdout != "" || res.ExitCode != 4 {
 				t.Fatalf("try %d: input after the end: %+v, %v", i, res, err)
 			}
 		}
 
 		// A program that reads nothing: the first input fills most of the pipe, the
 		// second waits for a reader; the job ends and its runner kills the writer.
-		job := mustExec(t, sb, `sleep 3; echo done`, ExecOptions{Interactive: true, Wait: NoWait})
-		big := strings.Repeat("x", MaxInputBytes-1) + "\n"
+		job := mustExec(t, sb, `sleep 3; echo done`, boxapi.ExecOptions{Interactive: true, Wait: boxapi.NoWait})
+		big := strings.Repeat("x", boxapi.MaxInputBytes-1) + "\n"
 		if res, err := sb.JobOutput(ctx, job.JobID, 0, &big, 0, nil); err != nil || !res.Running {
 			t.Fatalf("first input: %+v, %v", res, err)
 		}
@@ -50,7 +52,7 @@ func TestJobInputThatEndsTheJob(t *testing.T) {
 		res, err := sb.JobOutput(ctx, job.JobID, 10*time.Second, &big, 0, nil)
 		if err == nil && res.Running && res.InputWaiting {
 			res, err = sb.JobOutput(ctx, job.JobID, 10*time.Second, nil, 0, nil)
-		} else if !errors.Is(err, ErrJobFinished) {
+		} else if !errors.Is(err, boxapi.ErrJobFinished) {
 			t.Errorf("input the job never read is reported as sent: %+v, %v", res, err)
 		}
 		if res == nil || res.Running || res.Stderr != "" || res.Stdout != "done\n" {

@@ -283,6 +283,13 @@ send() {
 	fi
 }
 
+# preview: sets P to the first 300 bytes of the command.
+preview() {
+	local LC_ALL=C
+	P=${C:0:300}
+	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
+}
+
 # main runs a mode. It is a function so that a spare runner (below) has parsed all of
 # the script before its request comes.
 main() {
@@ -408,9 +415,9 @@ run)
 	r=$!
 	rm=$r
 	pstart "$r" && rm=$r:$pst
-	# The listing shows the start of the command, from the file for a long one.
-	P=${C:0:300}
-	[ "$src" = stdin ] && IFS= read -r -N 300 P <"$d.cmd"
+	# The listing shows the first 300 bytes of the command (not characters, whatever
+	# the locale), from the file for a long one.
+	preview
 	printf '%s %s %s %s %s\n%s\n' "$t0" "$T" "$I" "$rm" "$cwd" "$P" >"$d.meta"
 	state=running
 	if [ "$W" = -1 ]; then

@@ -230,7 +230,7 @@ func bashVersion(b []byte) bool {
 // with "…"); lines that are too long or not well formed are left out. Its memory
 // depends on maxJobs and maxCommand, not on the size of out. An old bash in the
 // container answers with its header instead, which is the error ErrOldBash.
-func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
+func parseJobList(out []byte, maxJobs, maxCommand int) ([]boxapi.JobInfo, error) {
 	if bytes.HasPrefix(out, []byte("MCPJOB1 ")) {
 		line, _, _ := bytes.Cut(out, []byte{'\n'})
 		h, err := parseHeader(line)
@@ -239,7 +239,7 @@ func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
 		}
 		return nil, scriptError(h, "")
 	}
-	var jobs []JobInfo
+	var jobs []boxapi.JobInfo
 	// From the end: the newest jobs are the ones to keep.
 	for end := len(out); end > 0 && len(jobs) < maxJobs; {
 		start := bytes.LastIndexByte(out[:end-1], '\n') + 1
@@ -251,7 +251,7 @@ func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
 		}
 		if j, ok := parseJobLine(line, maxCommand); ok {
 			if jobs == nil {
-				jobs = make([]JobInfo, 0, min(maxJobs, 64))
+				jobs = make([]boxapi.JobInfo, 0, min(maxJobs, 64))
 			}
 			jobs = append(jobs, j)
 		}
@@ -263,14 +263,14 @@ func parseJobList(out []byte, maxJobs, maxCommand int) ([]JobInfo, error) {
 }
 
 // parseJobLine reads one listing line; see parseJobList.
-func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
+func parseJobLine(line []byte, maxCommand int) (boxapi.JobInfo, bool) {
 	var f [9][]byte
 	rest := line
 	for n := 0; n < 8; n++ {
 		i := bytes.IndexByte(rest, ' ')
 		if i < 0 {
 			if n < 7 {
-				return JobInfo{}, false
+				return boxapi.JobInfo{}, false
 			}
 			f[n], rest = rest, nil
 			break
@@ -279,9 +279,9 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 	}
 	f[8] = rest
 	if string(f[0]) != "JOB" || !validJobID(f[1]) {
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
-	j := JobInfo{ExitCode: -1}
+	j := boxapi.JobInfo{ExitCode: -1}
 	switch string(f[2]) {
 	case "running":
 		j.State = "running"
@@ -290,38 +290,38 @@ func parseJobLine(line []byte, maxCommand int) (JobInfo, bool) {
 	case "lost":
 		j.State = "lost"
 	default:
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	exit, ok := fieldNumber(f[3], true)
 	if !ok || (exit >= 0) != (j.State == "done") || exit > 255 {
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	j.ExitCode = int(exit)
 	start, ok := fieldNumber(f[4], false)
 	if !ok || start > 1<<40 {
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	j.Started = time.Unix(start, 0).UTC()
 	if j.Timeout, ok = parseSeconds(f[5]); !ok {
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	switch string(f[6]) {
 	case "0":
 	case "1":
 		j.Interactive = true
 	default:
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	switch string(f[7]) {
 	case "-":
 	case "timedout":
-		j.KilledBy = KilledByTimeout
+		j.KilledBy = boxapi.KilledByTimeout
 	case "killed":
-		j.KilledBy = KilledByJobKill
+		j.KilledBy = boxapi.KilledByJobKill
 	case "cancelled":
-		j.KilledBy = KilledByClient
+		j.KilledBy = boxapi.KilledByClient
 	default:
-		return JobInfo{}, false
+		return boxapi.JobInfo{}, false
 	}
 	j.ID = string(f[1])
 	cmd := f[8]

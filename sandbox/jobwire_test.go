@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/docker/docker/api/types"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -180,7 +180,7 @@ func TestJobListParse(t *testing.T) {
 		t.Errorf("with 2 at most: %+v", jobs)
 	}
 	// An old bash answers with its header.
-	if _, err := parseJobList([]byte("MCPJOB1 oldbash 4.4\n"), 10, 20); !errors.Is(err, ErrOldBash) || !strings.Contains(err.Error(), "bash is 4.4; commands need bash 5.1 or newer") {
+	if _, err := parseJobList([]byte("MCPJOB1 oldbash 4.4\n"), 10, 20); !errors.Is(err, boxapi.ErrOldBash) || !strings.Contains(err.Error(), "bash is 4.4; commands need bash 5.1 or newer") {
 		t.Errorf("old bash listing: %v", err)
 	}
 }
@@ -235,7 +235,7 @@ func FuzzScriptOutput(f *testing.F) {
 		frame(&stream, 1, stdout, int(chunk)+1)
 		frame(&stream, 2, stderr, int(chunk)+1)
 		raw := stream.Bytes()
-		var res *ExecResult
+		var res *boxapi.ExecResult
 		n := allocated(func() {
 			o := &scriptOutput{limit: limit}
 			if err := demux(bytes.NewReader(raw), o.stdout, o.stderr); err != nil || !o.gotHdr {
@@ -287,10 +287,10 @@ func FuzzJobList(f *testing.F) {
 	f.Fuzz(func(t *testing.T, out []byte, rep uint16, maxJobs uint8, maxCommand uint16) {
 		out = amplify(out, int(rep))
 		mj, mc := int(maxJobs)+1, int(maxCommand)%1000+1
-		var jobs []JobInfo
+		var jobs []boxapi.JobInfo
 		var err error
 		n := allocated(func() { jobs, err = parseJobList(out, mj, mc) })
-		size := int(unsafe.Sizeof(JobInfo{}))
+		size := int(unsafe.Sizeof(boxapi.JobInfo{}))
 		bound := uint64(allocSlack + 2*max(mj, 64)*size + mj*(16+8*mc+64))
 		if n > bound {
 			t.Fatalf("listing of %d bytes (max %d jobs, %d bytes of command) allocated %d bytes, over %d", len(out), mj, mc, n, bound)
@@ -302,7 +302,7 @@ func FuzzJobList(f *testing.F) {
 			t.Fatalf("%d jobs kept, max %d", len(jobs), mj)
 		}
 		for _, j := range jobs {
-			if !ValidJobID(j.ID) || !utf8.ValidString(j.Command) || len(j.Command) > 2*mc+6 ||
+			if !boxapi.ValidJobID(j.ID) || !utf8.ValidString(j.Command) || len(j.Command) > 2*mc+6 ||
 				(j.State != "running" && j.State != "done" && j.State != "lost") || (j.ExitCode >= 0) != (j.State == "done") {
 				t.Fatalf("kept %+v", j)
 			}
@@ -310,8 +310,8 @@ func FuzzJobList(f *testing.F) {
 	})
 }
 
-// FuzzExecFrames: both readers of Docker's multiplexed exec stream (demux for the job
-// runner, execStream for other programs) take any bytes, and allocate a fixed amount
+// FuzzExecFrames: both users of the one reader of Docker's multiplexed exec stream
+// (dockerReader: demux for the job runner, execStream for other programs) take any bytes, and allocate a fixed amount
 // whatever the frames say: demux's 32 KiB buffer, a Docker error message of at most
 // 4 KiB (read, then copied into the error), execStream's 4 KiB of standard error
 // (bytes.Buffer may double it).
@@ -337,7 +337,7 @@ func FuzzExecFrames(f *testing.F) {
 		if outN+errN > len(raw) {
 			t.Fatalf("demux passed on %d bytes of %d", outN+errN, len(raw))
 		}
-		e := &execStream{hj: types.HijackedResponse{Reader: bufio.NewReader(bytes.NewReader(raw))}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
+		e := &execStream{p: &dockerProc{out: dockerReader{r: bufio.NewReader(bytes.NewReader(raw))}}, stderr: &boundedBuffer{max: 4096}, done: make(chan struct{})}
 		var buf [4096]byte
 		n = allocated(func() {
 			for {

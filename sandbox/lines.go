@@ -14,9 +14,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
-// Lines is a run of lines of a text file, as [Sandbox.ReadLines] returns it.
-type Lines = boxapi.Lines
-
 // ReadLines returns up to n lines of the regular file at the absolute path p, starting
 // with line first (1-based). Each line keeps at most maxLine bytes, and the lines
 // returned take at most maxBytes in total (or one line, when the first is longer). The
@@ -24,7 +21,7 @@ type Lines = boxapi.Lines
 // neither the time nor the memory depends on the size of the file beyond the lines
 // skipped. At most linesScanMax bytes are read: a longer line ends the read, as if
 // more followed.
-func (s *Sandbox) ReadLines(ctx context.Context, p string, first, n int64, maxLine, maxBytes int) (*Lines, error) {
+func (s *Sandbox) ReadLines(ctx context.Context, p string, first, n int64, maxLine, maxBytes int) (*boxapi.Lines, error) {
 	if first < 1 || n < 1 || maxLine < 1 || maxBytes < 1 {
 		return nil, fmt.Errorf("reading lines of %s: bad range %d+%d", p, first, n)
 	}
@@ -39,7 +36,7 @@ func (s *Sandbox) ReadLines(ctx context.Context, p string, first, n int64, maxLi
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", fi.Path, err)
 	}
 	defer e.Close()
-	out := &Lines{FileInfo: fi, First: first}
+	out := &boxapi.Lines{FileInfo: fi, First: first}
 	lim := lineLimits{lines: n, line: maxLine, bytes: maxBytes, scan: linesScanMax}
 	if err := collectLines(e, lim, out); err != nil {
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", fi.Path, err)
@@ -70,7 +67,7 @@ type lineLimits struct {
 // collectLines reads lines from r into out.Lines within lim, and sets out.Cut, More
 // and Capped. At most lim.scan bytes are read, and held: lim.line bytes of the line
 // being read (its rest is dropped), the lines kept, and a 64 KiB buffer.
-func collectLines(r io.Reader, lim lineLimits, out *Lines) error {
+func collectLines(r io.Reader, lim lineLimits, out *boxapi.Lines) error {
 	lr := &io.LimitedReader{R: r, N: lim.scan}
 	br := bufio.NewReaderSize(lr, 64<<10)
 	budget := lim.bytes

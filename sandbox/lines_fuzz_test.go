@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestCollectLinesEndless: a program that prints one endless line, or endless empty
@@ -12,7 +14,7 @@ import (
 func TestCollectLinesEndless(t *testing.T) {
 	lim := lineLimits{lines: 10, line: 100, bytes: 1000, scan: 1 << 20}
 	src := &endless{chunk: []byte("x")}
-	var out Lines
+	var out boxapi.Lines
 	if err := collectLines(src, lim, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +25,7 @@ func TestCollectLinesEndless(t *testing.T) {
 		t.Errorf("read %d bytes, limit %d", src.read, lim.scan)
 	}
 
-	out = Lines{}
+	out = boxapi.Lines{}
 	if err := collectLines(&endless{chunk: []byte("\n")}, lim, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func TestCollectLinesEndless(t *testing.T) {
 // TestCollectLinesInvalidUTF8: replacing invalid bytes does not take a line past its
 // limit.
 func TestCollectLinesInvalidUTF8(t *testing.T) {
-	var out Lines
+	var out boxapi.Lines
 	err := collectLines(strings.NewReader(strings.Repeat("a\xff", 3)+"\nok\n"), lineLimits{lines: 5, line: 6, bytes: 100, scan: 1 << 20}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +61,7 @@ func FuzzCollectLines(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, line, total, n uint16, scan uint32) {
 		lim := lineLimits{lines: int64(n%1000) + 1, line: int(line%4096) + 1, bytes: int(total) + 1, scan: int64(scan % (1 << 22))}
 		src := &countingReader{r: bytes.NewReader(data)}
-		var out Lines
+		var out boxapi.Lines
 		var err error
 		alloc := allocatedBytes(func() { err = collectLines(src, lim, &out) })
 		if err != nil {

@@ -16,9 +16,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
-// DirEntry is a file listed by [Sandbox.ListFiles].
-type DirEntry = boxapi.DirEntry
-
 // listScript prints, for the regular files of $1 (unfinished uploads left out, at most $2),
 // one "size mtime" line each, then a NUL, then their names, each ended by a NUL.
 const listScript = `cd -- "$1" 2>/dev/null || exit 0
@@ -37,17 +34,17 @@ printf '%s\0' "${files[@]}"`
 // ListFiles lists up to max regular files of dir (not symbolic links, not unfinished
 // uploads),
 // for showing what a directory holds. A missing directory lists as empty.
-func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
+func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error) {
 	out, err := s.listFiles(ctx, dir, max)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", dir, err)
 	}
-	slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b boxapi.DirEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
 // listFiles lists through the agent, else with listScript in an exec.
-func (s *Sandbox) listFiles(ctx context.Context, dir string, max int) ([]DirEntry, error) {
+func (s *Sandbox) listFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error) {
 	if sess, err := s.fileAgent(ctx, dir); err != nil {
 		return nil, err
 	} else if sess != nil {
@@ -77,12 +74,12 @@ var errListing = errors.New("unexpected output from the listing")
 // are empty, hold a slash or are longer than a file name can be, and numbers that are
 // not. It holds at most max entries, whose names share out's memory. The programs the
 // script runs are the sandbox's to replace, so none of this is taken on trust.
-func parseListing(out string, max int) ([]DirEntry, error) {
+func parseListing(out string, max int) ([]boxapi.DirEntry, error) {
 	stats, names, ok := strings.Cut(out, "\x00")
 	if !ok || !strings.HasSuffix(stats, "\n") || !strings.HasSuffix(names, "\x00") {
 		return nil, errListing
 	}
-	var list []DirEntry
+	var list []boxapi.DirEntry
 	for stats != "" {
 		if len(list) == max {
 			return nil, errors.New("more files listed than asked for")
@@ -90,7 +87,7 @@ func parseListing(out string, max int) ([]DirEntry, error) {
 		var line, name string
 		line, stats, _ = strings.Cut(stats, "\n")
 		name, names, ok = strings.Cut(names, "\x00")
-		if !ok || name == "" || len(name) > MaxNameBytes || strings.Contains(name, "/") {
+		if !ok || name == "" || len(name) > boxapi.MaxNameBytes || strings.Contains(name, "/") {
 			return nil, errListing
 		}
 		a, b, _ := strings.Cut(line, " ")
@@ -102,7 +99,7 @@ func parseListing(out string, max int) ([]DirEntry, error) {
 		if err1 != nil || err2 != nil || size < 0 {
 			return nil, errListing
 		}
-		list = append(list, DirEntry{Name: name, Size: size, ModTime: time.Unix(mtime, 0)})
+		list = append(list, boxapi.DirEntry{Name: name, Size: size, ModTime: time.Unix(mtime, 0)})
 	}
 	if names != "" {
 		return nil, errListing

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestParseListing: the listing script's output becomes entries; more files than were
@@ -45,10 +47,10 @@ func FuzzParseListing(f *testing.F) {
 	f.Add("1 1\n\x00a/b\x00", uint16(3))
 	f.Add(strings.Repeat("1 1\n", 50)+"\x00"+strings.Repeat("f\x00", 50), uint16(20))
 	f.Add("\n\x00\x00", uint16(0))
-	entry := int64(unsafe.Sizeof(DirEntry{}))
+	entry := int64(unsafe.Sizeof(boxapi.DirEntry{}))
 	f.Fuzz(func(t *testing.T, out string, max uint16) {
 		m := int(max % 600)
-		var list []DirEntry
+		var list []boxapi.DirEntry
 		var err error
 		alloc := allocatedBytes(func() { list, err = parseListing(out, m) })
 		if maxAlloc := 3*int64(m+1)*entry + measureSlack; alloc > maxAlloc {
@@ -61,7 +63,7 @@ func FuzzParseListing(f *testing.F) {
 			t.Fatalf("%d entries, max %d", len(list), m)
 		}
 		for _, e := range list {
-			if e.Name == "" || len(e.Name) > MaxNameBytes || strings.Contains(e.Name, "/") || e.Size < 0 {
+			if e.Name == "" || len(e.Name) > boxapi.MaxNameBytes || strings.Contains(e.Name, "/") || e.Size < 0 {
 				t.Errorf("entry %+v", e)
 			}
 		}

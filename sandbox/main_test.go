@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -112,7 +113,7 @@ func removeSandbox(tb testing.TB, cli client.APIClient, cfg Config) {
 }
 
 // mustExec runs command and fails the test on an infrastructure error.
-func mustExec(tb testing.TB, sb *Sandbox, command string, opts ExecOptions) *ExecResult {
+func mustExec(tb testing.TB, sb *Sandbox, command string, opts boxapi.ExecOptions) *boxapi.ExecResult {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -167,7 +168,7 @@ func installProgram(tb testing.TB, sb *Sandbox, pkg, path string) {
 	tb.Helper()
 	data := goProgram(tb, pkg)
 	dir, name := filepath.Split(path)
-	mustExec(tb, sb, "mkdir -p "+dir, ExecOptions{})
+	mustExec(tb, sb, "mkdir -p "+dir, boxapi.ExecOptions{})
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))})

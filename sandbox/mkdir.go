@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -19,11 +20,11 @@ find "$1" -maxdepth 1 -name '` + tempPrefix + `*' -type f -mmin +1440 -exec rm -
 exit 0`
 
 // MakeDir makes sure the absolute path dir is a directory, creating it and its parents
-// when missing ([ErrNotDir] when a file is in the way). A stat through the archive API
+// when missing ([boxapi.ErrNotDir] when a file is in the way). A stat through the archive API
 // answers the common case without starting a process.
 func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 	if !path.IsAbs(dir) {
-		return fmt.Errorf("%q: %w", dir, ErrRelativePath)
+		return fmt.Errorf("%q: %w", dir, boxapi.ErrRelativePath)
 	}
 	if err := s.Ensure(ctx); err != nil {
 		return err
@@ -33,7 +34,7 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 		return nil
 	}
 	if err == nil && st.Mode&fs.ModeSymlink == 0 {
-		return fmt.Errorf("%s: %w", dir, ErrNotDir)
+		return fmt.Errorf("%s: %w", dir, boxapi.ErrNotDir)
 	}
 	// Missing, a symbolic link, or the container went away: the exec repairs the
 	// container if needed and mkdir -p follows links.
@@ -44,7 +45,7 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 	if res.ExitCode != 0 {
 		msg := strings.TrimSpace(res.Stderr)
 		if strings.Contains(msg, "Not a directory") || strings.Contains(msg, "File exists") {
-			return fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, human.Clip(msg, 300))
+			return fmt.Errorf("%s: %w (%s)", dir, boxapi.ErrNotDir, human.Clip(msg, 300))
 		}
 		return fmt.Errorf("creating %s in the sandbox: exit code %d: %s", dir, res.ExitCode, human.Clip(msg, 300))
 	}

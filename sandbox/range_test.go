@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestOpenRangeSeeks: a read at an offset starts there, so the last byte of a 2 GB
@@ -16,7 +18,7 @@ func TestOpenRangeSeeks(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	mustExec(t, sb, "truncate -s 2G /sandbox/sparse && printf Z | dd of=/sandbox/sparse bs=1 seek=2147483647 conv=notrunc 2>/dev/null", ExecOptions{})
+	mustExec(t, sb, "truncate -s 2G /sandbox/sparse && printf Z | dd of=/sandbox/sparse bs=1 seek=2147483647 conv=notrunc 2>/dev/null", boxapi.ExecOptions{})
 	const size = 2 << 30
 	for i := range 6 { // the first calls may pay for Ensure and for starting a reader ahead
 		start := time.Now()
@@ -40,7 +42,7 @@ func TestOpenRangeSeeks(t *testing.T) {
 	}
 
 	// Exact bytes at offsets around block edges, with and without a length.
-	mustExec(t, sb, "seq 1 300000 > /sandbox/nums", ExecOptions{})
+	mustExec(t, sb, "seq 1 300000 > /sandbox/nums", boxapi.ExecOptions{})
 	var want bytes.Buffer
 	for i := 1; i <= 300000; i++ {
 		want.WriteString(itoa(i) + "\n")
@@ -76,7 +78,7 @@ func TestOpenRangeSeeks(t *testing.T) {
 	f.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		res := mustExec(t, sb, "ps -o args | grep -c '^[d]d if=/sandbox/sparse' || true", ExecOptions{})
+		res := mustExec(t, sb, "ps -o args | grep -c '^[d]d if=/sandbox/sparse' || true", boxapi.ExecOptions{})
 		if strings.TrimSpace(res.Stdout) == "0" {
 			break
 		}
@@ -93,10 +95,10 @@ func TestSymlinkLoopIsNotRegular(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	ctx := context.Background()
-	mustExec(t, sb, "ln -s loop-b /sandbox/loop-a && ln -s loop-a /sandbox/loop-b && ln -s self /sandbox/self && mkdir -p /sandbox/d && ln -s /sandbox/loop-a/x /sandbox/d/through", ExecOptions{})
+	mustExec(t, sb, "ln -s loop-b /sandbox/loop-a && ln -s loop-a /sandbox/loop-b && ln -s self /sandbox/self && mkdir -p /sandbox/d && ln -s /sandbox/loop-a/x /sandbox/d/through", boxapi.ExecOptions{})
 	for _, p := range []string{"/sandbox/loop-a", "/sandbox/self", "/sandbox/loop-a/x", "/sandbox/d/through"} {
 		_, err := sb.Stat(ctx, p)
-		if !errors.Is(err, ErrNotRegular) && !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, boxapi.ErrNotRegular) && !errors.Is(err, boxapi.ErrNotFound) {
 			t.Errorf("Stat(%s) = %v, want not a regular file", p, err)
 		}
 		if err != nil && (strings.Contains(err.Error(), "sock") || strings.Contains(err.Error(), "http") || strings.Contains(err.Error(), "API")) {

@@ -3,24 +3,17 @@ package sandbox
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
-
-// ErrNoListener is returned (wrapped) by [Sandbox.DialPort] when nothing accepts
-// connections on the port inside the container.
-var ErrNoListener = boxapi.ErrNoListener
 
 // relayReady is the byte the relay writes once it is connected, before any byte of the
 // stream, so that a refused connection and an open one are told apart.
@@ -66,7 +59,7 @@ const relayDialTimeout = 30 * time.Second
 // DialPort opens a connection to port on the container's loopback interface, through
 // the Docker API only: an exec whose attached stdin and stdout carry the bytes, as
 // `kubectl port-forward` does. It works with any network mode (also none) and with a
-// remote engine. When nothing listens on the port, the error wraps [ErrNoListener].
+// remote engine. When nothing listens on the port, the error wraps [boxapi.ErrNoListener].
 //
 // The connection supports CloseWrite; closing it ends the relay inside the container.
 // ctx bounds only the setup: cancelling it later does not affect the connection.
@@ -84,12 +77,12 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	if sess := s.agentSession(ctx); sess != nil {
 		c, err := s.agentDial(ctx, sess, port)
-		if err == nil || errors.Is(err, ErrNoListener) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, boxapi.ErrNoListener) || ctx.Err() != nil {
 			return c, err
 		}
 		// The channel ended under the dial: this one takes an exec.
 	}
-	_, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  true,
@@ -100,153 +93,72 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A large buffer over the stream: Docker frames stdout in pieces of up to 32 KiB,
+	// A large buffer over the output: Docker frames stdout in pieces of up to 32 KiB,
 	// and the client's own 4 KiB reader would take several reads per frame.
-	c := &relayConn{hj: hj, r: bufio.NewReaderSize(hj.Reader, relayBuffer), port: port}
-	stop := context.AfterFunc(ctx, func() { hj.Close() })
+	out := &procStdout{p: p, stderr: &boundedBuffer{max: 1024}}
+	c := &relayConn{p: p, out: out, r: bufio.NewReaderSize(out, relayBuffer), port: port}
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	err = c.awaitReady()
 	if !stop() || ctx.Err() != nil {
-		hj.Close()
+		_ = p.Close()
 		if err == nil {
 			err = ctx.Err()
 		}
 		return nil, fmt.Errorf("connecting to port %d in the sandbox: %w", port, err)
 	}
 	if err != nil {
-		hj.Close()
+		_ = p.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-// relayConn is one relay: writes go to the exec's stdin unframed, reads take the
-// payload of the exec's stdout frames (Docker multiplexes stdout and stderr on one
-// stream with an 8-byte header per frame).
+// relayConn is one relay: writes go to the program's stdin, reads take its stdout.
 type relayConn struct {
-	hj   types.HijackedResponse
-	r    *bufio.Reader // over hj.Reader, which may hold bytes read with the upgrade
+	p    proc
+	out  *procStdout   // what bash said on stderr stays there
+	r    *bufio.Reader // over out
 	port int
-
-	remaining int // bytes left in the current stdout frame
 
 	closeOnce sync.Once
 }
 
 // awaitReady reads up to the relay's ready byte. A relay that ends before it could
-// not connect: that is ErrNoListener, with what bash said.
+// not connect: that is boxapi.ErrNoListener, with what bash said.
 func (c *relayConn) awaitReady() error {
-	var said strings.Builder
-	for {
-		stream, size, err := c.header()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("port %d: %w (%s)", c.port, ErrNoListener, strings.TrimSpace(said.String()))
-			}
-			return fmt.Errorf("relay to port %d: %w", c.port, err)
-		}
-		if stream != 1 {
-			if err := c.skip(size, &said); err != nil {
-				return err
-			}
-			continue
-		}
-		if size == 0 {
-			continue
-		}
-		b, err := c.r.ReadByte()
-		if err != nil {
-			return fmt.Errorf("relay to port %d: %w", c.port, err)
-		}
-		if b != relayReady {
-			return fmt.Errorf("relay to port %d: unexpected first byte %q", c.port, b)
-		}
-		c.remaining = size - 1
-		return nil
-	}
-}
-
-// header reads one frame header and returns its stream and size.
-func (c *relayConn) header() (byte, int, error) {
-	var hdr [8]byte
-	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
-		return 0, 0, err // io.EOF only at a frame boundary
-	}
-	size := int(binary.BigEndian.Uint32(hdr[4:]))
-	switch hdr[0] {
-	case 0, 1:
-		return 1, size, nil
-	case 2:
-		return 2, size, nil
-	case 3:
-		msg := make([]byte, min(size, 4096))
-		n, _ := io.ReadFull(c.r, msg)
-		return 0, 0, fmt.Errorf("docker: %s", msg[:n])
-	}
-	return 0, 0, fmt.Errorf("unknown stream %d in relay output", hdr[0])
-}
-
-// skip discards a frame that is not stdout, keeping a little of it for errors.
-func (c *relayConn) skip(size int, keep *strings.Builder) error {
-	buf := make([]byte, min(size, 512))
-	n, err := io.ReadFull(c.r, buf)
-	if keep != nil && keep.Len() < 1024 {
-		keep.Write(buf[:n])
-	}
+	b, err := c.r.ReadByte()
 	if err != nil {
-		return err
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("port %d: %w (%s)", c.port, boxapi.ErrNoListener, c.out.stderr.String())
+		}
+		return fmt.Errorf("relay to port %d: %w", c.port, err)
 	}
-	if _, err := io.CopyN(io.Discard, c.r, int64(size-n)); err != nil {
-		return err
+	if b != relayReady {
+		return fmt.Errorf("relay to port %d: unexpected first byte %q", c.port, b)
 	}
 	return nil
 }
 
 // Read returns bytes the server inside the container sent.
-func (c *relayConn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for c.remaining == 0 {
-		stream, size, err := c.header()
-		if err != nil {
-			return 0, err
-		}
-		if stream != 1 {
-			if err := c.skip(size, nil); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		c.remaining = size
-	}
-	n, err := c.r.Read(p[:min(len(p), c.remaining)])
-	c.remaining -= n
-	if err == io.EOF && c.remaining > 0 {
-		err = io.ErrUnexpectedEOF
-	}
-	if err == io.EOF && n > 0 {
-		err = nil // the next Read reports the end at a frame boundary
-	}
-	return n, err
-}
+func (c *relayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // Write sends bytes to the server inside the container.
-func (c *relayConn) Write(p []byte) (int, error) { return c.hj.Conn.Write(p) }
+func (c *relayConn) Write(p []byte) (int, error) { return c.p.Write(p) }
 
 // CloseWrite ends what we send; the server still gets a few seconds to answer.
-func (c *relayConn) CloseWrite() error { return c.hj.CloseWrite() }
+func (c *relayConn) CloseWrite() error { return c.p.CloseWrite() }
 
 // Close ends the relay: its stdin reaches EOF and it exits.
 func (c *relayConn) Close() error {
-	c.closeOnce.Do(c.hj.Close)
+	c.closeOnce.Do(func() { _ = c.p.Close() })
 	return nil
 }
 
-func (c *relayConn) LocalAddr() net.Addr                { return c.hj.Conn.LocalAddr() }
+func (c *relayConn) LocalAddr() net.Addr                { return c.p.LocalAddr() }
 func (c *relayConn) RemoteAddr() net.Addr               { return relayAddr(c.port) }
-func (c *relayConn) SetDeadline(t time.Time) error      { return c.hj.Conn.SetDeadline(t) }
-func (c *relayConn) SetReadDeadline(t time.Time) error  { return c.hj.Conn.SetReadDeadline(t) }
-func (c *relayConn) SetWriteDeadline(t time.Time) error { return c.hj.Conn.SetWriteDeadline(t) }
+func (c *relayConn) SetDeadline(t time.Time) error      { return c.p.SetDeadline(t) }
+func (c *relayConn) SetReadDeadline(t time.Time) error  { return c.p.SetReadDeadline(t) }
+func (c *relayConn) SetWriteDeadline(t time.Time) error { return c.p.SetWriteDeadline(t) }
 
 // relayAddr names the far end of a relay: a port on the sandbox's loopback.
 type relayAddr int

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestDialPort relays HTTP to busybox httpd on the loopback of a container with no
@@ -24,10 +26,10 @@ func TestDialPort(t *testing.T) {
 	if _, err := sb.DialPort(ctx, 0); err == nil {
 		t.Fatal("port 0 accepted")
 	}
-	if _, err := sb.DialPort(ctx, 8000); !errors.Is(err, ErrNoListener) {
+	if _, err := sb.DialPort(ctx, 8000); !errors.Is(err, boxapi.ErrNoListener) {
 		t.Fatalf("no listener yet: got %v, want ErrNoListener", err)
 	}
-	res := mustExec(t, sb, `mkdir -p /srv/w && echo hello > /srv/w/index.html && busybox httpd -p 127.0.0.1:8000 -h /srv/w && sleep 0.2`, ExecOptions{})
+	res := mustExec(t, sb, `mkdir -p /srv/w && echo hello > /srv/w/index.html && busybox httpd -p 127.0.0.1:8000 -h /srv/w && sleep 0.2`, boxapi.ExecOptions{})
 	if res.ExitCode != 0 {
 		t.Fatalf("starting httpd: %+v", res)
 	}
@@ -82,12 +84,12 @@ func TestDialPort(t *testing.T) {
 	// Every relay has exited (the server closed each connection).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res := mustExec(t, sb, `ps -o pid,args | grep -c '[r]elay' || true`, ExecOptions{})
+		res := mustExec(t, sb, `ps -o pid,args | grep -c '[r]elay' || true`, boxapi.ExecOptions{})
 		if strings.TrimSpace(res.Stdout) == "0" {
 			break
 		}
 		if time.Now().After(deadline) {
-			out := mustExec(t, sb, `ps -o pid,args`, ExecOptions{})
+			out := mustExec(t, sb, `ps -o pid,args`, boxapi.ExecOptions{})
 			t.Fatalf("relays still running:\n%s", out.Stdout)
 		}
 		time.Sleep(200 * time.Millisecond)

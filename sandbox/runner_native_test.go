@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // nativeRunner reports whether job id's runner (named in its .meta) is the agent's
@@ -31,7 +33,7 @@ func TestNativeAndFallbackShareJobs(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	job := mustExec(t, native, "echo ready; read x; echo got $x; echo oops >&2; sleep 0.5; exit 3", ExecOptions{Interactive: true, Wait: NoWait})
+	job := mustExec(t, native, "echo ready; read x; echo got $x; echo oops >&2; sleep 0.5; exit 3", boxapi.ExecOptions{Interactive: true, Wait: boxapi.NoWait})
 	if !nativeRunner(t, native, job.JobID) {
 		t.Fatal("the job did not start on the native runner")
 	}
@@ -50,7 +52,7 @@ func TestNativeAndFallbackShareJobs(t *testing.T) {
 		t.Fatalf("native job followed by the fallback: %+v (first part %q)", got, job.Stdout)
 	}
 
-	job = mustExec(t, fallback, "echo started; sleep 600", ExecOptions{Wait: time.Second})
+	job = mustExec(t, fallback, "echo started; sleep 600", boxapi.ExecOptions{Wait: time.Second})
 	if nativeRunner(t, native, job.JobID) || !job.Running || job.Stdout != "started\n" {
 		t.Fatalf("fallback job: %+v", job)
 	}
@@ -68,7 +70,7 @@ func TestNativeAndFallbackShareJobs(t *testing.T) {
 func TestNativeJobEndsAfterAgentKilled(t *testing.T) {
 	cfg := testConfig(t)
 	sb, _ := agentTestSandbox(t, cfg)
-	job := mustExec(t, sb, "echo one; sleep 1; echo two; exit 7", ExecOptions{Wait: NoWait})
+	job := mustExec(t, sb, "echo one; sleep 1; echo two; exit 7", boxapi.ExecOptions{Wait: boxapi.NoWait})
 	if !nativeRunner(t, sb, job.JobID) {
 		t.Fatal("the job did not start on the native runner")
 	}
@@ -99,7 +101,7 @@ func TestNativeJobEndsAfterAgentKilled(t *testing.T) {
 // whose reader went (`yes | head` ends), SIGHUP is ignored.
 func TestNativeJobSignals(t *testing.T) {
 	sb, _ := agentTestSandbox(t, testConfig(t))
-	res := mustExec(t, sb, "yes | head -c 4; echo; kill -HUP $$; echo alive", ExecOptions{Timeout: 20 * time.Second})
+	res := mustExec(t, sb, "yes | head -c 4; echo; kill -HUP $$; echo alive", boxapi.ExecOptions{Timeout: 20 * time.Second})
 	if res.Stdout != "y\ny\n\nalive\n" || res.ExitCode != 0 || res.TimedOut || res.Duration > 10*time.Second {
 		t.Fatalf("%+v", res)
 	}

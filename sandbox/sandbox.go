@@ -2,13 +2,13 @@
 // in it: [Sandbox.Ensure] creates or repairs the container and its volume,
 // [Sandbox.Exec] runs `bash -c` with a timeout, cancellation, bounded output and a live
 // output callback, [Sandbox.Open] streams a file out, and [Sandbox.Cleanup] deletes idle
-// top-level entries of [WorkDir].
+// top-level entries of [boxapi.WorkDir].
 //
 // The package talks only to the Docker Engine API; it knows nothing of HTTP or MCP.
 //
 //	cli, _ := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 //	sb, _ := sandbox.New(cli, sandbox.DefaultConfig(), logger)
-//	res, err := sb.Exec(ctx, "uname -a", sandbox.ExecOptions{})
+//	res, err := sb.Exec(ctx, "uname -a", boxapi.ExecOptions{})
 package sandbox
 
 import (
@@ -24,23 +24,13 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
 
-// WorkDir is where the persistent volume is mounted and where commands start.
-const WorkDir = boxapi.WorkDir
-
-// Errors returned (wrapped) by the file functions and by Ensure; test them with errors.Is.
-var (
-	ErrNotFound      = boxapi.ErrNotFound
-	ErrIsDir         = boxapi.ErrIsDir
-	ErrNotRegular    = boxapi.ErrNotRegular
-	ErrRelativePath  = boxapi.ErrRelativePath
-	ErrImageMissing  = boxapi.ErrImageMissing
-	errConfigInvalid = errors.New("invalid sandbox configuration")
-)
+// errConfigInvalid wraps every error of [Config.Validate]. The file functions and
+// Ensure return the errors of internal/boxapi (wrapped); test them with errors.Is.
+var errConfigInvalid = errors.New("invalid sandbox configuration")
 
 // Limits under which Docker or the output buffer would not work sensibly.
 const (

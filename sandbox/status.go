@@ -12,6 +12,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -152,7 +153,7 @@ func (s *Sandbox) stats(ctx context.Context) (container.StatsResponse, error) {
 func (s *Sandbox) diskUsed(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, duTimeout)
 	defer cancel()
-	out, err := s.internalOutput(ctx, []string{"du", "-sxk", WorkDir})
+	out, err := s.internalOutput(ctx, []string{"du", "-sxk", boxapi.WorkDir})
 	if err != nil {
 		s.log.Debug("measuring disk use of the sandbox", zap.Error(err))
 		return -1

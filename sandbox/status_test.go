@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestStatusRestartRecreate reads the facts of a real container (missing, then running
@@ -26,7 +28,7 @@ func TestStatusRestartRecreate(t *testing.T) {
 	}
 
 	// 2 MiB on the volume, a marker outside it, and a busy loop for the CPU sample.
-	mustExec(t, sb, "head -c 2097152 /dev/zero > /sandbox/keep.bin && echo x > /root/outside && (setsid nohup bash -c 'while :; do :; done' >/dev/null 2>&1 &)", ExecOptions{})
+	mustExec(t, sb, "head -c 2097152 /dev/zero > /sandbox/keep.bin && echo x > /root/outside && (setsid nohup bash -c 'while :; do :; done' >/dev/null 2>&1 &)", boxapi.ExecOptions{})
 	st, err = sb.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +63,7 @@ func TestStatusRestartRecreate(t *testing.T) {
 	if st.CPU > 0.2 {
 		t.Errorf("after restart the busy loop should be gone, CPU %.2f", st.CPU)
 	}
-	if out := mustExec(t, sb, "wc -c < /sandbox/keep.bin; cat /root/outside", ExecOptions{}).Stdout; out != "2097152\nx\n" {
+	if out := mustExec(t, sb, "wc -c < /sandbox/keep.bin; cat /root/outside", boxapi.ExecOptions{}).Stdout; out != "2097152\nx\n" {
 		t.Fatalf("after restart: %q", out)
 	}
 
@@ -75,7 +77,7 @@ func TestStatusRestartRecreate(t *testing.T) {
 	if st.ID == firstID || st.State != "running" {
 		t.Fatalf("after recreate: %+v (old id %s)", st, firstID)
 	}
-	out := mustExec(t, sb, "wc -c < /sandbox/keep.bin; cat /root/outside 2>&1", ExecOptions{}).Stdout
+	out := mustExec(t, sb, "wc -c < /sandbox/keep.bin; cat /root/outside 2>&1", boxapi.ExecOptions{}).Stdout
 	if !strings.HasPrefix(out, "2097152\n") || !strings.Contains(out, "No such file") {
 		t.Fatalf("after recreate /sandbox must stay and /root/outside be gone: %q", out)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -62,7 +63,7 @@ type idleTransfer struct {
 
 // onVolume reports whether the absolute, clean path p lies on the sandbox's volume.
 func onVolume(p string) bool {
-	return p == WorkDir || strings.HasPrefix(p, WorkDir+"/")
+	return p == boxapi.WorkDir || strings.HasPrefix(p, boxapi.WorkDir+"/")
 }
 
 // takeTransfer returns a transfer container for the caller's sole use: an idle one that
@@ -104,7 +105,7 @@ func (s *Sandbox) takeIdleOrNew(ctx context.Context) (string, error) {
 		s.xfer.mu.Unlock()
 		// Someone may have removed it: a stat also mounts the volume, which is what
 		// the transfer needs.
-		if _, err := s.cli.ContainerStatPath(ctx, it.id, WorkDir); err == nil {
+		if _, err := s.cli.ContainerStatPath(ctx, it.id, boxapi.WorkDir); err == nil {
 			return it.id, nil
 		}
 		s.removeTransfer(it.id)
@@ -119,12 +120,12 @@ func (s *Sandbox) createTransfer(ctx context.Context) (string, error) {
 			Entrypoint:      []string{"true"}, // never started
 			Cmd:             []string{},
 			NetworkDisabled: true,
-			WorkingDir:      WorkDir,
+			WorkingDir:      boxapi.WorkDir,
 			Labels:          map[string]string{labelTransferOf: s.cfg.Container},
 		},
 		&container.HostConfig{
 			NetworkMode: "none",
-			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: WorkDir}},
+			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: boxapi.WorkDir}},
 			CapDrop:     []string{"ALL"},
 		},
 		nil, nil, s.cfg.Container+"-transfer-"+newExecID()[:12])

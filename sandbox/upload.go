@@ -17,52 +17,39 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// Errors of [Sandbox.Upload], wrapped; test them with errors.Is. A stream over the
-// limit fails with [ErrTooLarge], shared with EditFile.
-var (
-	ErrBadName = boxapi.ErrBadName
-	ErrNotDir  = boxapi.ErrNotDir
-)
-
 // tempPrefix starts the hidden name a file is written under until it is complete.
 const tempPrefix = boxapi.UploadTempPrefix
 
 // uploadStepTimeout bounds each short step of an upload (mkdir, rename, removal).
 const uploadStepTimeout = 30 * time.Second
 
-// UploadOptions describe the stream given to [Sandbox.Upload].
-type UploadOptions = boxapi.UploadOptions
-
-// UploadResult says where an uploaded file landed.
-type UploadResult = boxapi.UploadResult
-
 // Upload streams r into the container as the file name in the directory dir (created
 // when missing), in bounded memory and without touching the host's disk. The bytes go
 // to a hidden temporary file in dir which is renamed only once complete; an existing
 // file is never replaced: the first free name among "name", "name (1).ext", ... is
 // taken and reported. When r fails, ends early, or passes opts.Max bytes
-// ([ErrTooLarge]), nothing is left behind.
+// ([boxapi.ErrTooLarge]), nothing is left behind.
 //
 // A stream of known length into a directory on the volume goes through Docker's archive
 // API and a transfer container (the fastest path, and one that leaves the sandbox's
 // execs free however slowly the bytes come); anything else through the agent when it
 // runs (a stream of its own), else through the standard input of `cat` in an exec. The container is created or repaired first, as for Exec.
-func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opts UploadOptions) (UploadResult, error) {
+func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opts boxapi.UploadOptions) (boxapi.UploadResult, error) {
 	if !path.IsAbs(dir) {
-		return UploadResult{}, fmt.Errorf("%q: %w", dir, ErrRelativePath)
+		return boxapi.UploadResult{}, fmt.Errorf("%q: %w", dir, boxapi.ErrRelativePath)
 	}
 	if strings.ContainsRune(dir, 0) {
-		return UploadResult{}, fmt.Errorf("directory %q contains a NUL byte: %w", dir, ErrBadName)
+		return boxapi.UploadResult{}, fmt.Errorf("directory %q contains a NUL byte: %w", dir, boxapi.ErrBadName)
 	}
 	dir = path.Clean(dir)
 	if !validName(name) {
-		return UploadResult{}, fmt.Errorf("%q: %w", name, ErrBadName)
+		return boxapi.UploadResult{}, fmt.Errorf("%q: %w", name, boxapi.ErrBadName)
 	}
 	if opts.Max > 0 && opts.Size > opts.Max {
-		return UploadResult{}, fmt.Errorf("%d bytes: %w of %d bytes", opts.Size, ErrTooLarge, opts.Max)
+		return boxapi.UploadResult{}, fmt.Errorf("%d bytes: %w of %d bytes", opts.Size, boxapi.ErrTooLarge, opts.Max)
 	}
 	if err := s.Ensure(ctx); err != nil {
-		return UploadResult{}, err
+		return boxapi.UploadResult{}, err
 	}
 	sess := s.agentSession(ctx)
 	// The transfer container is fetched while the guard starts.
@@ -94,7 +81,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		if via.release != nil {
 			via.release(true)
 		}
-		return UploadResult{}, err
+		return boxapi.UploadResult{}, err
 	}
 	tmp := path.Join(realDir, tmpName)
 	src := &limitedReader{r: r, max: opts.Max}
@@ -112,7 +99,7 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		}
 	}
 	if src.over.Load() {
-		err = fmt.Errorf("more than %d bytes: %w", opts.Max, ErrTooLarge)
+		err = fmt.Errorf("more than %d bytes: %w", opts.Max, boxapi.ErrTooLarge)
 	}
 	verdict := "commit"
 	if err != nil {
@@ -128,17 +115,17 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 		if via.id != "" {
 			s.settleRemoved(ctx, tmp)
 		}
-		return UploadResult{}, err
+		return boxapi.UploadResult{}, err
 	case ferr != nil || final == "":
 		s.removeTemp(ctx, tmp)
-		return UploadResult{}, fmt.Errorf("naming the uploaded file: %w", ferr)
+		return boxapi.UploadResult{}, fmt.Errorf("naming the uploaded file: %w", ferr)
 	case !slices.Contains(names, final):
 		// The guard answers from inside the container: only a name it was given may
 		// come back as where the file is.
 		s.removeTemp(ctx, tmp)
-		return UploadResult{}, fmt.Errorf("naming the uploaded file: the sandbox answered a name it was not offered: %.100q", final)
+		return boxapi.UploadResult{}, fmt.Errorf("naming the uploaded file: the sandbox answered a name it was not offered: %.100q", final)
 	}
 	// The directory as it really is: a signed directory that is a symbolic link sends
 	// the file elsewhere, and the answer must name where it went.
-	return UploadResult{Path: path.Join(realDir, final), Name: final, Renamed: final != name, Size: n}, nil
+	return boxapi.UploadResult{Path: path.Join(realDir, final), Name: final, Renamed: final != name, Size: n}, nil
 }

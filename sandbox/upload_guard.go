@@ -15,8 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -53,13 +53,13 @@ const maxRealDir = 4096
 // its newline). It comes from the container, and it ends up in answers, the log and
 // the audit log: it must be one line of valid UTF-8 without control characters, an
 // absolute clean path of at most maxRealDir bytes. A directory whose real path is not
-// (a symbolic link to "/tmp/a\nb", say) fails with [ErrBadName]: the upload could not
+// (a symbolic link to "/tmp/a\nb", say) fails with [boxapi.ErrBadName]: the upload could not
 // say truthfully where the file went.
 func realDirPath(out string) (string, error) {
 	p, ok := strings.CutSuffix(out, "\n")
 	if !ok || len(p) > maxRealDir || !path.IsAbs(p) || path.Clean(p) != p || !utf8.ValidString(p) ||
 		strings.ContainsFunc(p, unicode.IsControl) {
-		return "", fmt.Errorf("the directory's real path %.100q: %w: it must be one absolute line of text", out, ErrBadName)
+		return "", fmt.Errorf("the directory's real path %.100q: %w: it must be one absolute line of text", out, boxapi.ErrBadName)
 	}
 	return p, nil
 }
@@ -67,8 +67,7 @@ func realDirPath(out string) (string, error) {
 // guard is a running guardScript.
 type guard struct {
 	s       *Sandbox
-	execID  string
-	hj      types.HijackedResponse
+	p       proc
 	records chan string // what it printed, split at NUL bytes; closed when it ends
 	ended   chan error  // how reading its output ended, once records is closed
 
@@ -88,30 +87,30 @@ func (e *guardExitError) Error() string {
 
 // startGuard starts guardScript for the directory dir and waits until it is ready; it
 // returns the directory's real path (see realDirPath). A directory that cannot be made fails with
-// [ErrNotDir] when a file is in the way.
+// [boxapi.ErrNotDir] when a file is in the way.
 func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []string) (*guard, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
-	id, hj, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: append([]string{"bash", "-c", guardScript, "upload", dir, tmpName}, names...),
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("starting the upload's guard: %w", err)
 	}
-	g := &guard{s: s, execID: id, hj: hj, records: make(chan string, 4), ended: make(chan error, 1)}
+	g := &guard{s: s, p: p, records: make(chan string, 4), ended: make(chan error, 1)}
 	go g.read()
 	real, err := g.next(ctx)
 	if err != nil {
-		hj.Close()
+		_ = p.Close()
 		var exit *guardExitError
 		if errors.As(err, &exit) && (strings.Contains(exit.stderr, "Not a directory") || strings.Contains(exit.stderr, "File exists")) {
-			return nil, "", fmt.Errorf("%s: %w (%s)", dir, ErrNotDir, human.Clip(exit.stderr, 300))
+			return nil, "", fmt.Errorf("%s: %w (%s)", dir, boxapi.ErrNotDir, human.Clip(exit.stderr, 300))
 		}
 		return nil, "", fmt.Errorf("creating %s in the sandbox: %w", dir, err)
 	}
 	if real, err = realDirPath(real); err != nil {
-		hj.Close() // the guard then removes the temporary file, not yet written
+		_ = p.Close() // the guard then removes the temporary file, not yet written
 		return nil, "", fmt.Errorf("%s: %w", dir, err)
 	}
 	return g, real, nil
@@ -120,7 +119,7 @@ func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []s
 // read splits the guard's output into records until it ends.
 func (g *guard) read() {
 	var pending []byte
-	err := demux(g.hj.Reader, func(p []byte) {
+	err := drain(g.p, func(p []byte) {
 		pending = append(pending, p...)
 		for {
 			i := bytes.IndexByte(pending, 0)
@@ -161,7 +160,7 @@ func (g *guard) next(ctx context.Context) (string, error) {
 	if err := <-g.ended; err != nil {
 		return "", fmt.Errorf("reading the upload's guard: %w", err)
 	}
-	code, ok := g.s.exitCode(ctx, g.execID, false)
+	code, ok := g.p.exitCode(ctx, false)
 	if !ok {
 		return "", errors.New("the upload's guard reported no exit code")
 	}
@@ -176,12 +175,12 @@ func (g *guard) finish(ctx context.Context, verdict string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
 	// Once the name is printed the file is in place; the exec finishes on its own.
-	defer g.hj.Close()
-	stop := context.AfterFunc(ctx, g.hj.Close)
+	defer g.p.Close()
+	stop := context.AfterFunc(ctx, func() { _ = g.p.Close() })
 	defer stop()
-	if _, err := io.WriteString(g.hj.Conn, verdict+"\n"); err != nil {
+	if _, err := io.WriteString(g.p, verdict+"\n"); err != nil {
 		return "", fmt.Errorf("telling the guard: %w", err)
 	}
-	_ = g.hj.CloseWrite()
+	_ = g.p.CloseWrite()
 	return g.next(ctx)
 }

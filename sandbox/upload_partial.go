@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -28,7 +29,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	l.n += int64(n)
 	if l.max > 0 && l.n > l.max {
 		l.over.Store(true)
-		return 0, fmt.Errorf("more than %d bytes: %w", l.max, ErrTooLarge)
+		return 0, fmt.Errorf("more than %d bytes: %w", l.max, boxapi.ErrTooLarge)
 	}
 	return n, err
 }

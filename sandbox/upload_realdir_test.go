@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 func TestRealDirPath(t *testing.T) {
@@ -35,7 +37,7 @@ func TestRealDirPath(t *testing.T) {
 		if got != tc.want || (err == nil) != (tc.want != "") {
 			t.Errorf("realDirPath(%.60q) = %q, %v; want %q", tc.out, got, err, tc.want)
 		}
-		if err != nil && !errors.Is(err, ErrBadName) {
+		if err != nil && !errors.Is(err, boxapi.ErrBadName) {
 			t.Errorf("realDirPath(%.60q): %v, want ErrBadName", tc.out, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 func TestSanitizeName(t *testing.T) {
@@ -48,16 +49,16 @@ func TestSanitizeName(t *testing.T) {
 		{tempPrefix + "x.part", ""},
 		{"bad\xffutf8", "bad\uFFFDutf8"},
 	} {
-		got, changed := SanitizeName(tc.in)
+		got, changed := boxapi.SanitizeName(tc.in)
 		if got != tc.want {
-			t.Errorf("SanitizeName(%q) = %q, want %q", tc.in, got, tc.want)
+			t.Errorf("boxapi.SanitizeName(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 		if changed != (got != tc.in) {
-			t.Errorf("SanitizeName(%q) changed = %v", tc.in, changed)
+			t.Errorf("boxapi.SanitizeName(%q) changed = %v", tc.in, changed)
 		}
 	}
-	got, _ := SanitizeName(long)
-	if len(got) > MaxNameBytes || !utf8.ValidString(got) || !strings.HasSuffix(got, ".csv") {
+	got, _ := boxapi.SanitizeName(long)
+	if len(got) > boxapi.MaxNameBytes || !utf8.ValidString(got) || !strings.HasSuffix(got, ".csv") {
 		t.Errorf("10 KB name: got %d bytes, valid %v, %q...", len(got), utf8.ValidString(got), got[len(got)-10:])
 	}
 	// Properties over random input: one component, bounded, no control bytes.
@@ -70,14 +71,14 @@ func TestSanitizeName(t *testing.T) {
 				b[i] = "./\\\x00\n"[r.IntN(5)]
 			}
 		}
-		got, _ := SanitizeName(string(b))
+		got, _ := boxapi.SanitizeName(string(b))
 		if got == "" {
 			continue
 		}
-		if len(got) > MaxNameBytes || strings.ContainsAny(got, "/\\\x00\n\r") || got == "." || got == ".." || !utf8.ValidString(got) {
-			t.Fatalf("SanitizeName(%q) = %q", b, got)
+		if len(got) > boxapi.MaxNameBytes || strings.ContainsAny(got, "/\\\x00\n\r") || got == "." || got == ".." || !utf8.ValidString(got) {
+			t.Fatalf("boxapi.SanitizeName(%q) = %q", b, got)
 		}
-		if again, changed := SanitizeName(got); again != got || changed {
+		if again, changed := boxapi.SanitizeName(got); again != got || changed {
 			t.Fatalf("SanitizeName is not stable on %q: %q", got, again)
 		}
 	}
@@ -91,16 +92,16 @@ func TestCandidates(t *testing.T) {
 	if c := candidates(".env"); c[1] != ".env (1)" {
 		t.Errorf("candidates(.env) = %q", c[:2])
 	}
-	name, _ := SanitizeName(strings.Repeat("ж", 200) + ".txt")
+	name, _ := boxapi.SanitizeName(strings.Repeat("ж", 200) + ".txt")
 	for _, c := range candidates(name) {
-		if len(c) > MaxNameBytes || !utf8.ValidString(c) || !strings.HasSuffix(c, ".txt") {
+		if len(c) > boxapi.MaxNameBytes || !utf8.ValidString(c) || !strings.HasSuffix(c, ".txt") {
 			t.Errorf("candidate %q (%d bytes)", c, len(c))
 		}
 	}
 }
 
 // upload streams data into the sandbox and returns the result.
-func upload(t *testing.T, sb *Sandbox, dir, name string, r io.Reader, opts UploadOptions) (UploadResult, error) {
+func upload(t *testing.T, sb *Sandbox, dir, name string, r io.Reader, opts boxapi.UploadOptions) (boxapi.UploadResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -131,7 +132,7 @@ func TestUpload(t *testing.T) {
 	}
 	const dir = "/sandbox/in/deeper"
 	listTemp := func() string {
-		return mustExec(t, sb, "ls -A "+dir+" | grep '^"+tempPrefix+"' || true", ExecOptions{}).Stdout
+		return mustExec(t, sb, "ls -A "+dir+" | grep '^"+tempPrefix+"' || true", boxapi.ExecOptions{}).Stdout
 	}
 
 	for _, known := range []bool{true, false} {
@@ -139,7 +140,7 @@ func TestUpload(t *testing.T) {
 		if known {
 			size = int64(len(data))
 		}
-		res, err := upload(t, sb, dir, "data.bin", bytes.NewReader(data), UploadOptions{Size: size, Max: 10 << 20})
+		res, err := upload(t, sb, dir, "data.bin", bytes.NewReader(data), boxapi.UploadOptions{Size: size, Max: 10 << 20})
 		if err != nil {
 			t.Fatalf("known=%v: %v", known, err)
 		}
@@ -150,7 +151,7 @@ func TestUpload(t *testing.T) {
 		if res.Name != want || res.Path != dir+"/"+want || res.Renamed != !known || res.Size != int64(len(data)) {
 			t.Errorf("known=%v: %+v", known, res)
 		}
-		got := mustExec(t, sb, "sha256sum '"+res.Path+"'", ExecOptions{}).Stdout
+		got := mustExec(t, sb, "sha256sum '"+res.Path+"'", boxapi.ExecOptions{}).Stdout
 		if !strings.HasPrefix(got, sha(data)) {
 			t.Errorf("known=%v: sha256 in the sandbox %q, want %s", known, got, sha(data))
 		}
@@ -161,21 +162,21 @@ func TestUpload(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		r    io.Reader
-		opts UploadOptions
+		opts boxapi.UploadOptions
 		want error
 	}{
-		{"big-known", bytes.NewReader(data), UploadOptions{Size: int64(len(data)), Max: 1 << 20}, ErrTooLarge},
-		{"big-chunked", bytes.NewReader(data), UploadOptions{Size: -1, Max: 1 << 20}, ErrTooLarge},
-		{"big-lying", bytes.NewReader(data), UploadOptions{Size: 1000, Max: 1 << 20}, nil},
-		{"abort-known", &failingReader{n: 2 << 20}, UploadOptions{Size: 3 << 20, Max: 10 << 20}, nil},
-		{"abort-chunked", &failingReader{n: 2 << 20}, UploadOptions{Size: -1, Max: 10 << 20}, nil},
-		{"short-known", bytes.NewReader(data[:100]), UploadOptions{Size: 1000, Max: 10 << 20}, nil},
+		{"big-known", bytes.NewReader(data), boxapi.UploadOptions{Size: int64(len(data)), Max: 1 << 20}, boxapi.ErrTooLarge},
+		{"big-chunked", bytes.NewReader(data), boxapi.UploadOptions{Size: -1, Max: 1 << 20}, boxapi.ErrTooLarge},
+		{"big-lying", bytes.NewReader(data), boxapi.UploadOptions{Size: 1000, Max: 1 << 20}, nil},
+		{"abort-known", &failingReader{n: 2 << 20}, boxapi.UploadOptions{Size: 3 << 20, Max: 10 << 20}, nil},
+		{"abort-chunked", &failingReader{n: 2 << 20}, boxapi.UploadOptions{Size: -1, Max: 10 << 20}, nil},
+		{"short-known", bytes.NewReader(data[:100]), boxapi.UploadOptions{Size: 1000, Max: 10 << 20}, nil},
 	} {
 		_, err := upload(t, sb, dir, tc.name, tc.r, tc.opts)
 		if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
-		if out := mustExec(t, sb, "ls -A "+dir, ExecOptions{}).Stdout; strings.Contains(out, tc.name) || strings.Contains(out, tempPrefix) {
+		if out := mustExec(t, sb, "ls -A "+dir, boxapi.ExecOptions{}).Stdout; strings.Contains(out, tc.name) || strings.Contains(out, tempPrefix) {
 			t.Errorf("%s left something behind: %q", tc.name, out)
 		}
 	}
@@ -185,30 +186,30 @@ func TestUpload(t *testing.T) {
 
 	// Bad names are refused by Upload itself, whatever the caller did.
 	for _, name := range []string{"../x", "a/b", ".", "..", "nul\x00", "nl\n", strings.Repeat("a", 300)} {
-		if _, err := upload(t, sb, dir, name, strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrBadName) {
+		if _, err := upload(t, sb, dir, name, strings.NewReader("x"), boxapi.UploadOptions{Size: 1}); !errors.Is(err, boxapi.ErrBadName) {
 			t.Errorf("Upload(%q) = %v, want ErrBadName", name, err)
 		}
 	}
-	if _, err := upload(t, sb, "relative", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrRelativePath) {
+	if _, err := upload(t, sb, "relative", "x", strings.NewReader("x"), boxapi.UploadOptions{Size: 1}); !errors.Is(err, boxapi.ErrRelativePath) {
 		t.Errorf("relative dir: %v", err)
 	}
-	mustExec(t, sb, "echo > /sandbox/afile", ExecOptions{})
-	if _, err := upload(t, sb, "/sandbox/afile", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrNotDir) {
+	mustExec(t, sb, "echo > /sandbox/afile", boxapi.ExecOptions{})
+	if _, err := upload(t, sb, "/sandbox/afile", "x", strings.NewReader("x"), boxapi.UploadOptions{Size: 1}); !errors.Is(err, boxapi.ErrNotDir) {
 		t.Errorf("dir is a file: %v", err)
 	}
-	if _, err := upload(t, sb, "/sandbox/afile/sub", "x", strings.NewReader("x"), UploadOptions{Size: 1}); !errors.Is(err, ErrNotDir) {
+	if _, err := upload(t, sb, "/sandbox/afile/sub", "x", strings.NewReader("x"), boxapi.UploadOptions{Size: 1}); !errors.Is(err, boxapi.ErrNotDir) {
 		t.Errorf("dir below a file: %v", err)
 	}
 
 	// A symbolic link where the name would go is never followed or replaced.
-	mustExec(t, sb, "ln -s /etc/passwd "+dir+"/link.txt && mkdir "+dir+"/sub.txt && echo -n h > "+dir+"/.hidden && echo > "+dir+"/"+tempPrefix+"x.part", ExecOptions{})
+	mustExec(t, sb, "ln -s /etc/passwd "+dir+"/link.txt && mkdir "+dir+"/sub.txt && echo -n h > "+dir+"/.hidden && echo > "+dir+"/"+tempPrefix+"x.part", boxapi.ExecOptions{})
 	for _, name := range []string{"link.txt", "sub.txt"} {
-		res, err := upload(t, sb, dir, name, strings.NewReader("new"), UploadOptions{Size: 3})
+		res, err := upload(t, sb, dir, name, strings.NewReader("new"), boxapi.UploadOptions{Size: 3})
 		if err != nil || !res.Renamed || res.Name == name {
 			t.Errorf("upload over %s: %+v %v", name, res, err)
 		}
 	}
-	if out := mustExec(t, sb, "head -c 5 /etc/passwd", ExecOptions{}).Stdout; out != "root:" {
+	if out := mustExec(t, sb, "head -c 5 /etc/passwd", boxapi.ExecOptions{}).Stdout; out != "root:" {
 		t.Errorf("/etc/passwd changed: %q", out)
 	}
 
@@ -232,12 +233,12 @@ func TestUpload(t *testing.T) {
 
 	// Empty files are files too, whichever way they come.
 	for _, size := range []int64{0, -1} {
-		res, err := upload(t, sb, "/sandbox/empty", "empty.txt", strings.NewReader(""), UploadOptions{Size: size})
+		res, err := upload(t, sb, "/sandbox/empty", "empty.txt", strings.NewReader(""), boxapi.UploadOptions{Size: size})
 		if err != nil || res.Size != 0 {
 			t.Errorf("empty upload (size %d): %+v %v", size, res, err)
 		}
 	}
-	if out := mustExec(t, sb, "ls -A /sandbox/empty && wc -c < '/sandbox/empty/empty (1).txt'", ExecOptions{}).Stdout; out != "empty (1).txt\nempty.txt\n0\n" {
+	if out := mustExec(t, sb, "ls -A /sandbox/empty && wc -c < '/sandbox/empty/empty (1).txt'", boxapi.ExecOptions{}).Stdout; out != "empty (1).txt\nempty.txt\n0\n" {
 		t.Errorf("empty uploads: %q", out)
 	}
 
@@ -245,7 +246,7 @@ func TestUpload(t *testing.T) {
 	if err := cli.ContainerRemove(context.Background(), sb.cfg.Container, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := upload(t, sb, "/sandbox/after", "x.txt", strings.NewReader("hello"), UploadOptions{Size: 5}); err != nil || res.Path != "/sandbox/after/x.txt" {
+	if res, err := upload(t, sb, "/sandbox/after", "x.txt", strings.NewReader("hello"), boxapi.UploadOptions{Size: 5}); err != nil || res.Path != "/sandbox/after/x.txt" {
 		t.Fatalf("upload after removal: %+v %v", res, err)
 	}
 }
@@ -260,7 +261,7 @@ func TestUploadConcurrentSameName(t *testing.T) {
 	for i := range n {
 		go func() {
 			body := strings.Repeat(fmt.Sprint(i), 1000)
-			_, err := sb.Upload(context.Background(), "/sandbox/c", "same.txt", strings.NewReader(body), UploadOptions{Size: int64(len(body))})
+			_, err := sb.Upload(context.Background(), "/sandbox/c", "same.txt", strings.NewReader(body), boxapi.UploadOptions{Size: int64(len(body))})
 			errs <- err
 		}()
 	}
@@ -269,7 +270,7 @@ func TestUploadConcurrentSameName(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := mustExec(t, sb, "cd /sandbox/c && ls -A | wc -l && cat * | fold -w 1000 | sort -u | wc -l", ExecOptions{}).Stdout
+	out := mustExec(t, sb, "cd /sandbox/c && ls -A | wc -l && cat * | fold -w 1000 | sort -u | wc -l", boxapi.ExecOptions{}).Stdout
 	if strings.Fields(out)[0] != "6" || strings.Fields(out)[1] != "6" {
 		t.Errorf("want 6 files with 6 different contents, got %q", out)
 	}
@@ -304,17 +305,17 @@ func BenchmarkUploadPaths(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if _, err := sb.Upload(ctx, "/sandbox", "a.bin", src(), UploadOptions{Size: size}); err != nil {
+		if _, err := sb.Upload(ctx, "/sandbox", "a.bin", src(), boxapi.UploadOptions{Size: size}); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if _, err := sb.Upload(ctx, "/sandbox", "s.bin", src(), UploadOptions{Size: -1}); err != nil {
+		if _, err := sb.Upload(ctx, "/sandbox", "s.bin", src(), boxapi.UploadOptions{Size: -1}); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()
 		raw, archive, stdin = raw+t1.Sub(t0), archive+t2.Sub(t1), stdin+t3.Sub(t2)
 		b.StopTimer()
-		mustExec(b, sb, "rm -f /sandbox/*.bin", ExecOptions{})
+		mustExec(b, sb, "rm -f /sandbox/*.bin", boxapi.ExecOptions{})
 		b.StartTimer()
 	}
 	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
@@ -339,7 +340,7 @@ func TestUploadGuardRemovesOnHangup(t *testing.T) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, testConfig(t))
 	tmp := tempPrefix + "hangup.part"
-	mustExec(t, sb, "echo partial > /sandbox/"+tmp, ExecOptions{})
+	mustExec(t, sb, "echo partial > /sandbox/"+tmp, boxapi.ExecOptions{})
 	g, real, err := sb.startGuard(context.Background(), "/sandbox", tmp, []string{"final.txt"})
 	if err != nil {
 		t.Fatal(err)
@@ -347,10 +348,10 @@ func TestUploadGuardRemovesOnHangup(t *testing.T) {
 	if real != "/sandbox" {
 		t.Errorf("real path %q, want /sandbox", real)
 	}
-	g.hj.Close()
+	g.p.Close()
 	var out string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if out = mustExec(t, sb, "ls -A /sandbox", ExecOptions{}).Stdout; out == "" {
+		if out = mustExec(t, sb, "ls -A /sandbox", boxapi.ExecOptions{}).Stdout; out == "" {
 			return
 		}
 	}
@@ -384,19 +385,19 @@ func TestUploadLeavesExecsFree(t *testing.T) {
 func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 	cli := dockerClient(t)
 	sb := newTestSandbox(t, cli, cfg)
-	mustExec(t, sb, "true", ExecOptions{})
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	for _, dir := range []string{"/sandbox/slow", "/sandbox/off"} {
 		t.Run(path.Base(dir), func(t *testing.T) {
 			if dir == "/sandbox/off" {
-				mustExec(t, sb, "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere /sandbox/off", ExecOptions{})
+				mustExec(t, sb, "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere /sandbox/off", boxapi.ExecOptions{})
 			}
 			body := strings.Repeat("slow bytes\n", 100000)
 			g := &gatedReader{open: make(chan struct{}), r: strings.NewReader(body), read: make(chan struct{})}
 			done := make(chan error, 1)
-			var res UploadResult
+			var res boxapi.UploadResult
 			go func() {
 				var err error
-				res, err = sb.Upload(context.Background(), dir, "late.txt", g, UploadOptions{Size: int64(len(body))})
+				res, err = sb.Upload(context.Background(), dir, "late.txt", g, boxapi.UploadOptions{Size: int64(len(body))})
 				done <- err
 			}()
 			select {
@@ -407,7 +408,7 @@ func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 			time.Sleep(300 * time.Millisecond) // the bytes are awaited now
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			t0 := time.Now()
-			r, err := sb.Exec(ctx, "echo free", ExecOptions{})
+			r, err := sb.Exec(ctx, "echo free", boxapi.ExecOptions{})
 			cancel()
 			if err != nil || r.Stdout != "free\n" {
 				t.Fatalf("a command during the upload: %v %+v", err, r)
@@ -422,7 +423,7 @@ func testUploadLeavesExecsFree(t *testing.T, cfg Config) {
 				t.Errorf("path %q, want where the file went, %s/late.txt", res.Path, real)
 			}
 			want := sha([]byte(body))
-			got := strings.Fields(mustExec(t, sb, "sha256sum "+real+"/late.txt", ExecOptions{}).Stdout)
+			got := strings.Fields(mustExec(t, sb, "sha256sum "+real+"/late.txt", boxapi.ExecOptions{}).Stdout)
 			if len(got) == 0 || got[0] != want {
 				t.Errorf("sha256 in the sandbox %v, want %s", got, want)
 			}
@@ -462,11 +463,11 @@ func TestUploadDiskFull(t *testing.T) {
 		sb := newTestSandbox(t, dockerClient(t), cfg)
 		body := strings.Repeat("x", 4<<20)
 		for _, size := range []int64{int64(len(body)), -1} {
-			_, err := sb.Upload(context.Background(), "/small", "big.bin", strings.NewReader(body), UploadOptions{Size: size})
+			_, err := sb.Upload(context.Background(), "/small", "big.bin", strings.NewReader(body), boxapi.UploadOptions{Size: size})
 			if err == nil || !strings.Contains(strings.ToLower(err.Error()), "no space") {
 				t.Fatalf("an upload of %d bytes into 1 MB: %v, want an error that says there is no space", size, err)
 			}
-			if res := mustExec(t, sb, "ls -A /small", ExecOptions{}); res.Stdout != "" {
+			if res := mustExec(t, sb, "ls -A /small", boxapi.ExecOptions{}); res.Stdout != "" {
 				t.Fatalf("left behind: %q", res.Stdout)
 			}
 		}

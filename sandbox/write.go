@@ -23,20 +23,20 @@ import (
 // quoting). Missing parent directories
 // are created. A file that exists keeps its permission bits (a new one gets 0644), and
 // a symbolic link is written through, as a shell redirection would. It fails with
-// [ErrIsDir] when p is a directory and [ErrNotRegular] when it is something else.
+// [boxapi.ErrIsDir] when p is a directory and [boxapi.ErrNotRegular] when it is something else.
 // created says whether the file is new.
-func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi FileInfo, created bool, err error) {
+func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxapi.FileInfo, created bool, err error) {
 	if !path.IsAbs(p) {
-		return FileInfo{}, false, fmt.Errorf("%q: %w", p, ErrRelativePath)
+		return boxapi.FileInfo{}, false, fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
 	if sess, err := s.fileAgent(ctx, p); err != nil {
-		return FileInfo{}, false, err
+		return boxapi.FileInfo{}, false, err
 	} else if sess != nil {
-		rep, _, err := agentWrite(ctx, sess, agentwire.Request{Path: p, Mkdir: true}, bytes.NewReader(data), nil)
+		rep, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: p, Mkdir: true}, bytes.NewReader(data), nil)
 		if !agentGone(ctx, err) {
 			if err != nil {
-				return FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
+				return boxapi.FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
 			}
 			fi := replyInfo(p, rep)
 			fi.Mode &= fs.ModePerm
@@ -48,19 +48,19 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi File
 	switch {
 	case err == nil:
 		mode = fi.Mode
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, boxapi.ErrNotFound):
 		created = true
 		target, err = s.resolveNew(ctx, p)
 		if err != nil {
-			return FileInfo{}, false, err
+			return boxapi.FileInfo{}, false, err
 		}
 	default:
-		return FileInfo{}, false, err
+		return boxapi.FileInfo{}, false, err
 	}
 	if err := s.putFile(ctx, target, data, mode); err != nil {
-		return FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
+		return boxapi.FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
 	}
-	return FileInfo{Path: p, Name: path.Base(p), Size: int64(len(data)), ModTime: time.Now(), Mode: mode & fs.ModePerm}, created, nil
+	return boxapi.FileInfo{Path: p, Name: path.Base(p), Size: int64(len(data)), ModTime: time.Now(), Mode: mode & fs.ModePerm}, created, nil
 }
 
 // resolveNew returns where a new file at p goes: p itself, or the target of a dangling
@@ -81,9 +81,9 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 	case err == nil && dst.Mode.IsDir():
 		return p, nil
 	case err == nil:
-		return "", fmt.Errorf("%s: %s is not a directory: %w", p, dir, ErrNotRegular)
+		return "", fmt.Errorf("%s: %s is not a directory: %w", p, dir, boxapi.ErrNotRegular)
 	case !cerrdefs.IsNotFound(err):
-		return "", fmt.Errorf("%s: %w (a parent does not lead to a directory)", p, ErrNotRegular)
+		return "", fmt.Errorf("%s: %w (a parent does not lead to a directory)", p, boxapi.ErrNotRegular)
 	}
 	code, _, stderr, err := s.runCapture(ctx, []string{"mkdir", "-p", "--", dir}, nil, 1024)
 	if err != nil {
@@ -99,7 +99,7 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 // else with putFile.
 func (s *Sandbox) writeBack(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
 	if sess := s.agentSession(ctx); sess != nil {
-		_, _, err := agentWrite(ctx, sess, agentwire.Request{Path: target}, bytes.NewReader(data), nil)
+		_, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: target}, bytes.NewReader(data), nil)
 		if !agentGone(ctx, err) {
 			return err
 		}
@@ -139,7 +139,7 @@ func (s *Sandbox) putFile(ctx context.Context, target string, data []byte, mode 
 	}
 	err := s.cli.CopyToContainer(ctx, s.cfg.Container, path.Dir(target), &buf, container.CopyToContainerOptions{})
 	if err != nil && strings.Contains(err.Error(), "directory") {
-		return fmt.Errorf("%w: %s", ErrIsDir, target)
+		return fmt.Errorf("%w: %s", boxapi.ErrIsDir, target)
 	}
 	return err
 }
@@ -147,39 +147,30 @@ func (s *Sandbox) putFile(ctx context.Context, target string, data []byte, mode 
 // maxEditSize bounds the files EditFile reads whole into memory.
 const maxEditSize = 16 << 20
 
-// ErrTooLarge is returned (wrapped) by EditFile for files beyond its size limit.
-var ErrTooLarge = boxapi.ErrTooLarge
-
-// MatchError says that the text to replace was not found exactly once.
-type MatchError = boxapi.MatchError
-
-// EditResult is what EditFile changed.
-type EditResult = boxapi.EditResult
-
 // EditFile replaces the one occurrence of old in the regular file at p with new. When
 // old occurs zero times or more than once it changes nothing and returns a
 // [*MatchError]. The file keeps its permission bits. A file changed by someone else
 // between the read and the write is not overwritten.
-func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (EditResult, error) {
+func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (boxapi.EditResult, error) {
 	if old == "" {
-		return EditResult{}, errors.New("the text to replace is empty")
+		return boxapi.EditResult{}, errors.New("the text to replace is empty")
 	}
 	fi, err := s.Stat(ctx, p)
 	if err != nil {
-		return EditResult{}, err
+		return boxapi.EditResult{}, err
 	}
 	if fi.Size > maxEditSize {
-		return EditResult{}, fmt.Errorf("%s has %d bytes, more than %d: %w", fi.Path, fi.Size, maxEditSize, ErrTooLarge)
+		return boxapi.EditResult{}, fmt.Errorf("%s has %d bytes, more than %d: %w", fi.Path, fi.Size, maxEditSize, boxapi.ErrTooLarge)
 	}
 	f, err := s.Open(ctx, p, 0)
 	if err != nil {
-		return EditResult{}, err
+		return boxapi.EditResult{}, err
 	}
 	var content bytes.Buffer
 	_, err = content.ReadFrom(f)
 	f.Close()
 	if err != nil {
-		return EditResult{}, fmt.Errorf("reading %s: %w", fi.Path, err)
+		return boxapi.EditResult{}, fmt.Errorf("reading %s: %w", fi.Path, err)
 	}
 	text := content.String()
 	var at []int
@@ -200,20 +191,20 @@ func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (EditResult,
 		lines[k] = strings.Count(text[:off], "\n") + 1
 	}
 	if count != 1 {
-		return EditResult{}, &MatchError{Count: count, Lines: lines}
+		return boxapi.EditResult{}, &boxapi.MatchError{Count: count, Lines: lines}
 	}
 	edited := text[:at[0]] + new + text[at[0]+len(old):]
 
 	now, target, err := s.statRegular(ctx, fi.Path)
 	if err != nil {
-		return EditResult{}, err
+		return boxapi.EditResult{}, err
 	}
 	if now.Size != fi.Size || !now.ModTime.Equal(fi.ModTime) {
-		return EditResult{}, fmt.Errorf("%s changed while it was being edited; read it again and retry", fi.Path)
+		return boxapi.EditResult{}, fmt.Errorf("%s changed while it was being edited; read it again and retry", fi.Path)
 	}
 	if err := s.writeBack(ctx, target, []byte(edited), now.Mode); err != nil {
-		return EditResult{}, fmt.Errorf("writing %s: %w", fi.Path, err)
+		return boxapi.EditResult{}, fmt.Errorf("writing %s: %w", fi.Path, err)
 	}
 	fi.Size, fi.ModTime, fi.Mode = int64(len(edited)), time.Now(), now.Mode
-	return EditResult{FileInfo: fi, Line: lines[0]}, nil
+	return boxapi.EditResult{FileInfo: fi, Line: lines[0]}, nil
 }

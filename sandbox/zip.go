@@ -65,10 +65,10 @@ var errZipLimit = errors.New("the directory is too large to download as a zip ar
 // zipLimit bounds. Symbolic links inside become symbolic link entries; hard links
 // become copies; devices, FIFOs and sockets are left out. An error after the first
 // byte was written leaves w with a truncated archive, which no unzip accepts. It fails
-// with [ErrNotFound] or [ErrNotRegular] like Stat, and when p is not a directory.
+// with [boxapi.ErrNotFound] or [boxapi.ErrNotRegular] like Stat, and when p is not a directory.
 func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 	if !path.IsAbs(p) {
-		return fmt.Errorf("%q: %w", p, ErrRelativePath)
+		return fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
 	rc, dir, wait, err := s.tarDir(ctx, p)
@@ -79,7 +79,7 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 
 	zw := zip.NewWriter(w)
 	zw.RegisterCompressor(zip.Deflate, newFlateWriter)
-	links, err := zipEntries(rc, zw, strings.TrimSuffix(ZipName(p), ".zip"), dir, zipLimit)
+	links, err := zipEntries(rc, zw, strings.TrimSuffix(boxapi.ZipName(p), ".zip"), dir, zipLimit)
 	if errors.Is(err, errZipLimit) {
 		// Say it where an operator looks: the person downloading only sees the
 		// transfer end early.
@@ -125,9 +125,9 @@ func (s *Sandbox) tarDir(ctx context.Context, p string) (rc io.ReadCloser, dir s
 	st, target, err := s.statFollow(ctx, p)
 	switch {
 	case cerrdefs.IsNotFound(err):
-		return nil, "", nil, fmt.Errorf("stat %s: %w", p, ErrNotFound)
+		return nil, "", nil, fmt.Errorf("stat %s: %w", p, boxapi.ErrNotFound)
 	case err != nil:
-		return nil, "", nil, fmt.Errorf("%s: %w", p, ErrNotRegular)
+		return nil, "", nil, fmt.Errorf("%s: %w", p, boxapi.ErrNotRegular)
 	case !st.Mode.IsDir():
 		return nil, "", nil, fmt.Errorf("%s is not a directory", p)
 	}
@@ -324,9 +324,6 @@ func writeEntry(zw *zip.Writer, fh *zip.FileHeader, body io.Reader, buf []byte) 
 	}
 	return nil
 }
-
-// ZipName is the file name of the zip archive of directory p: its base name and .zip.
-func ZipName(p string) string { return boxapi.ZipName(p) }
 
 // zipMethod stores files that are compressed already and deflates the rest.
 func zipMethod(name string) uint16 {

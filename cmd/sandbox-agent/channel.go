@@ -18,7 +18,7 @@ const channelDialTimeout = 2 * time.Second
 // runChannel dials the Unix socket Caddy listens on and serves a second session over
 // it (agentwire.OpChannel). That session ends with the connection; the agent itself
 // ends with its first one.
-func runChannel(st *agentwire.Stream, req agentwire.Request) {
+func runChannel(st *agentwire.Stream, req agentwire.ChannelRequest) {
 	if req.Path == "" || !filepath.IsAbs(req.Path) {
 		st.Reset("a channel needs the absolute path of a socket")
 		return
@@ -38,7 +38,7 @@ func runChannel(st *agentwire.Stream, req agentwire.Request) {
 // receiveBulk copies a write's bytes from the socket req.Socket into f (spliced by the
 // kernel where it can), then waits for the stream's commit (channel 0's EOF). It
 // returns -1 when Caddy abandoned the write.
-func receiveBulk(st *agentwire.Stream, req agentwire.Request, f *os.File) (int64, error) {
+func receiveBulk(st *agentwire.Stream, req agentwire.WriteRequest, f *os.File) (int64, error) {
 	conn, err := net.DialTimeout("unix", req.Socket, channelDialTimeout)
 	if err != nil {
 		return 0, fmt.Errorf("dialing the transfer's socket: %w", err)

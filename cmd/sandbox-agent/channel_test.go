@@ -30,7 +30,7 @@ func listenIn(t *testing.T) (*net.UnixListener, string) {
 func TestChannel(t *testing.T) {
 	s := agent(t)
 	ln, p := listenIn(t)
-	if r := run(t, s, agentwire.Request{Op: agentwire.OpChannel, Path: p, Token: "tok"}, ""); !r.ok || r.code != 0 {
+	if r := run(t, s, agentwire.ChannelRequest{Path: p, Token: "tok"}, ""); !r.ok || r.code != 0 {
 		t.Fatalf("channel: %+v", r)
 	}
 	conn, err := ln.Accept()
@@ -45,10 +45,10 @@ func TestChannel(t *testing.T) {
 	if d.Peer().Token != "tok" {
 		t.Fatalf("hello: %+v", d.Peer())
 	}
-	if r := run(t, d, agentwire.Request{Op: agentwire.OpExec, Argv: []string{"sh", "-c", "echo second"}}, ""); r.stdout != "second\n" {
+	if r := run(t, d, agentwire.ExecRequest{Argv: []string{"sh", "-c", "echo second"}}, ""); r.stdout != "second\n" {
 		t.Fatalf("on the second session: %+v", r)
 	}
-	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpChannel, Path: p + "-missing"})
+	b, _ := agentwire.Encode(agentwire.ChannelRequest{Path: p + "-missing"})
 	st, _ := s.Open(b)
 	if _, err := st.ReadChunk(); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("a channel to no socket: %v, want a reset saying why", err)
@@ -60,7 +60,7 @@ func TestChannel(t *testing.T) {
 func bulkWrite(t *testing.T, s *agentwire.Session, path string, max int64) (*agentwire.Stream, *net.UnixConn) {
 	t.Helper()
 	ln, p := listenIn(t)
-	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpWrite, Path: path, Excl: true, Max: max, Socket: p, Token: "tok"})
+	b, _ := agentwire.Encode(agentwire.WriteRequest{Path: path, Excl: true, Max: max, Socket: p, Token: "tok"})
 	st, err := s.Open(b)
 	if err != nil {
 		t.Fatal(err)

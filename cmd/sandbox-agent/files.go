@@ -19,21 +19,34 @@ import (
 
 // runFile serves a file operation.
 func runFile(st *agentwire.Stream, req agentwire.Request) {
-	if !path.IsAbs(req.Path) {
+	var p string
+	switch req := req.(type) {
+	case *agentwire.StatRequest:
+		p = req.Path
+	case *agentwire.ReadRequest:
+		p = req.Path
+	case *agentwire.WriteRequest:
+		p = req.Path
+	case *agentwire.ListRequest:
+		p = req.Path
+	case *agentwire.TarRequest:
+		p = req.Path
+	}
+	if !path.IsAbs(p) {
 		st.Reset("a file operation needs an absolute path")
 		return
 	}
-	switch req.Op {
-	case agentwire.OpStat:
-		runStat(st, req)
-	case agentwire.OpRead:
-		runRead(st, req)
-	case agentwire.OpWrite:
-		runWrite(st, req)
-	case agentwire.OpList:
-		runList(st, req)
-	case agentwire.OpTar:
-		runTar(st, req)
+	switch req := req.(type) {
+	case *agentwire.StatRequest:
+		runStat(st, *req)
+	case *agentwire.ReadRequest:
+		runRead(st, *req)
+	case *agentwire.WriteRequest:
+		runWrite(st, *req)
+	case *agentwire.ListRequest:
+		runList(st, *req)
+	case *agentwire.TarRequest:
+		runTar(st, *req)
 	}
 }
 
@@ -113,7 +126,7 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-func runStat(st *agentwire.Stream, req agentwire.Request) {
+func runStat(st *agentwire.Stream, req agentwire.StatRequest) {
 	fi, err := os.Stat(req.Path)
 	if err != nil {
 		fail(st, err)
@@ -125,7 +138,7 @@ func runStat(st *agentwire.Stream, req agentwire.Request) {
 
 // runRead sends a range of a regular file: no more than its size when opened, so a
 // file that grows while it is read ends where it ended then.
-func runRead(st *agentwire.Stream, req agentwire.Request) {
+func runRead(st *agentwire.Stream, req agentwire.ReadRequest) {
 	f, fi, err := openRegular(req.Path)
 	if err != nil {
 		if fi != nil {
@@ -181,7 +194,7 @@ func sendFile(st *agentwire.Stream, r io.Reader) error {
 
 // runWrite writes channel 0 to a file, as a shell redirection would (in place, a
 // symbolic link written through), or to a new file only (Excl).
-func runWrite(st *agentwire.Stream, req agentwire.Request) {
+func runWrite(st *agentwire.Stream, req agentwire.WriteRequest) {
 	perm := uint32(fs.FileMode(req.Mode).Perm())
 	if req.Mode == 0 {
 		perm = 0o644
@@ -253,7 +266,7 @@ func runWrite(st *agentwire.Stream, req agentwire.Request) {
 }
 
 // finishWrite closes a written file and answers with what it is.
-func finishWrite(st *agentwire.Stream, req agentwire.Request, f *os.File, created bool) {
+func finishWrite(st *agentwire.Stream, req agentwire.WriteRequest, f *os.File, created bool) {
 	fi, err := f.Stat()
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -327,7 +340,7 @@ func openForWrite(p string, excl, mkdir bool, perm uint32) (f *os.File, created 
 }
 
 // runList lists the regular files of a directory in the listing script's format.
-func runList(st *agentwire.Stream, req agentwire.Request) {
+func runList(st *agentwire.Stream, req agentwire.ListRequest) {
 	d, err := os.Open(req.Path)
 	if err != nil {
 		_ = reply(st, agentwire.FileReply{})
@@ -337,10 +350,10 @@ func runList(st *agentwire.Stream, req agentwire.Request) {
 	defer d.Close()
 	var stats, names strings.Builder
 	count := int64(0)
-	for count < req.Length {
+	for count < req.Max {
 		ents, err := d.ReadDir(256)
 		for _, e := range ents {
-			if count == req.Length {
+			if count == req.Max {
 				break
 			}
 			name := e.Name()
@@ -373,7 +386,7 @@ func runList(st *agentwire.Stream, req agentwire.Request) {
 
 // runTar sends a directory as a tar stream, going on past files it cannot read as tar
 // does.
-func runTar(st *agentwire.Stream, req agentwire.Request) {
+func runTar(st *agentwire.Stream, req agentwire.TarRequest) {
 	real, err := filepath.EvalSymlinks(req.Path)
 	var fi fs.FileInfo
 	if err == nil {

@@ -18,7 +18,6 @@ import (
 // fileOp runs a file operation and returns its reply and what came on channel 1.
 func fileOp(t *testing.T, s *agentwire.Session, req agentwire.Request, input string) (agentwire.FileReply, string, result) {
 	t.Helper()
-	req.Stdin = req.Op == agentwire.OpWrite
 	r := run(t, s, req, input)
 	var rep agentwire.FileReply
 	if err := json.Unmarshal([]byte(r.stderr), &rep); err != nil {
@@ -49,7 +48,7 @@ func TestFileRead(t *testing.T) {
 		{filepath.Join(dir, "missing"), 0, -1, "", agentwire.FileNotFound},
 		{filepath.Join(p, "under"), 0, -1, "", agentwire.FileNotRegular},
 	} {
-		rep, out, r := fileOp(t, s, agentwire.Request{Op: agentwire.OpRead, Path: c.path, Offset: c.offset, Length: c.length}, "")
+		rep, out, r := fileOp(t, s, agentwire.ReadRequest{Path: c.path, Offset: c.offset, Length: c.length}, "")
 		if rep.Err != c.err || out != c.want || (c.err == "") != (r.code == 0) {
 			t.Errorf("read %s at %d+%d: %+v %q %+v", c.path, c.offset, c.length, rep, out, r)
 		}
@@ -65,10 +64,10 @@ func TestFileReadFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(p, 0o644); err != nil {
 		t.Skip(err)
 	}
-	for _, op := range []string{agentwire.OpRead, agentwire.OpWrite} {
-		rep, _, _ := fileOp(t, s, agentwire.Request{Op: op, Path: p, Length: -1}, "x")
+	for _, req := range []agentwire.Request{agentwire.ReadRequest{Path: p, Length: -1}, agentwire.WriteRequest{Path: p}} {
+		rep, _, _ := fileOp(t, s, req, "x")
 		if rep.Err != agentwire.FileNotRegular {
-			t.Errorf("%s of a FIFO: %+v", op, rep)
+			t.Errorf("%s of a FIFO: %+v", req.Op(), rep)
 		}
 	}
 }
@@ -77,7 +76,7 @@ func TestFileWrite(t *testing.T) {
 	s := agent(t)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "a", "b", "new")
-	rep, _, _ := fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: p, Mkdir: true}, "hello")
+	rep, _, _ := fileOp(t, s, agentwire.WriteRequest{Path: p, Mkdir: true}, "hello")
 	if rep.Err != "" || !rep.Created || rep.Size != 5 || fs.FileMode(rep.Mode) != 0o644 {
 		t.Fatalf("%+v", rep)
 	}
@@ -87,7 +86,7 @@ func TestFileWrite(t *testing.T) {
 	// In place: the file keeps its mode and inode, and is truncated.
 	os.Chmod(p, 0o755)
 	before, _ := os.Stat(p)
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: p}, "hi")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: p}, "hi")
 	after, _ := os.Stat(p)
 	if rep.Err != "" || rep.Created || after.Mode().Perm() != 0o755 || !os.SameFile(before, after) {
 		t.Fatalf("%+v %v", rep, after.Mode())
@@ -97,30 +96,30 @@ func TestFileWrite(t *testing.T) {
 	}
 	// A dangling link is written where it points, its directories made.
 	os.Symlink("sub/target", filepath.Join(dir, "dangling"))
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: filepath.Join(dir, "dangling"), Mkdir: true}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: filepath.Join(dir, "dangling"), Mkdir: true}, "x")
 	if b, _ := os.ReadFile(filepath.Join(dir, "sub", "target")); rep.Err != "" || string(b) != "x" {
 		t.Fatalf("%+v %q", rep, b)
 	}
 	// Without mkdir a missing directory is not made.
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: filepath.Join(dir, "no", "f")}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: filepath.Join(dir, "no", "f")}, "x")
 	if rep.Err != agentwire.FileNotFound {
 		t.Fatalf("%+v", rep)
 	}
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: p, Excl: true}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: p, Excl: true}, "x")
 	if rep.Err != agentwire.FileExists {
 		t.Fatalf("%+v", rep)
 	}
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: dir}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: dir}, "x")
 	if rep.Err != agentwire.FileIsDir {
 		t.Fatalf("%+v", rep)
 	}
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: filepath.Join(p, "x"), Mkdir: true}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: filepath.Join(p, "x"), Mkdir: true}, "x")
 	if rep.Err != agentwire.FileNotRegular {
 		t.Fatalf("%+v", rep)
 	}
 	// setuid and the like are kept on a new file, whatever the umask.
 	q := filepath.Join(dir, "suid")
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: q, Mode: uint32(fs.ModeSetuid | 0o700)}, "x")
+	rep, _, _ = fileOp(t, s, agentwire.WriteRequest{Path: q, Mode: uint32(fs.ModeSetuid | 0o700)}, "x")
 	if fi, _ := os.Stat(q); rep.Err != "" || fi.Mode() != fs.ModeSetuid|0o700 {
 		t.Fatalf("%+v %v", rep, fi.Mode())
 	}
@@ -129,7 +128,7 @@ func TestFileWrite(t *testing.T) {
 func TestFileWriteLimit(t *testing.T) {
 	s := agent(t)
 	p := filepath.Join(t.TempDir(), "big")
-	rep, _, _ := fileOp(t, s, agentwire.Request{Op: agentwire.OpWrite, Path: p, Excl: true, Max: 4}, "12345")
+	rep, _, _ := fileOp(t, s, agentwire.WriteRequest{Path: p, Excl: true, Max: 4}, "12345")
 	if rep.Err != agentwire.FileTooLarge {
 		t.Fatalf("%+v", rep)
 	}
@@ -142,7 +141,7 @@ func TestFileWriteLimit(t *testing.T) {
 func TestFileWriteCancelled(t *testing.T) {
 	s := agent(t)
 	p := filepath.Join(t.TempDir(), "part")
-	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpWrite, Path: p, Excl: true, Stdin: true})
+	b, _ := agentwire.Encode(agentwire.WriteRequest{Path: p, Excl: true})
 	st, err := s.Open(b)
 	if err != nil {
 		t.Fatal(err)
@@ -171,11 +170,11 @@ func TestFileStat(t *testing.T) {
 	s := agent(t)
 	dir := t.TempDir()
 	os.Symlink("loop", filepath.Join(dir, "loop"))
-	rep, _, _ := fileOp(t, s, agentwire.Request{Op: agentwire.OpStat, Path: dir}, "")
+	rep, _, _ := fileOp(t, s, agentwire.StatRequest{Path: dir}, "")
 	if rep.Err != "" || !fs.FileMode(rep.Mode).IsDir() {
 		t.Fatalf("%+v", rep)
 	}
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpStat, Path: filepath.Join(dir, "loop")}, "")
+	rep, _, _ = fileOp(t, s, agentwire.StatRequest{Path: filepath.Join(dir, "loop")}, "")
 	if rep.Err != agentwire.FileNotRegular {
 		t.Fatalf("%+v", rep)
 	}
@@ -189,17 +188,17 @@ func TestFileList(t *testing.T) {
 	}
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
 	os.Symlink("a", filepath.Join(dir, "link"))
-	_, out, _ := fileOp(t, s, agentwire.Request{Op: agentwire.OpList, Path: dir, Length: 10, Hide: ".mcp-upload-"}, "")
+	_, out, _ := fileOp(t, s, agentwire.ListRequest{Path: dir, Max: 10, Hide: ".mcp-upload-"}, "")
 	stats, names, _ := strings.Cut(out, "\x00")
 	got := strings.Split(strings.TrimSuffix(names, "\x00"), "\x00")
 	if len(got) != 3 || strings.Count(stats, "\n") != 3 || strings.Contains(names, "upload") || strings.Contains(names, "link") {
 		t.Fatalf("%q", out)
 	}
-	_, out, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpList, Path: dir, Length: 2}, "")
+	_, out, _ = fileOp(t, s, agentwire.ListRequest{Path: dir, Max: 2}, "")
 	if strings.Count(out, "\x00") != 3 {
 		t.Fatalf("not capped at 2: %q", out)
 	}
-	rep, out, r := fileOp(t, s, agentwire.Request{Op: agentwire.OpList, Path: filepath.Join(dir, "missing"), Length: 2}, "")
+	rep, out, r := fileOp(t, s, agentwire.ListRequest{Path: filepath.Join(dir, "missing"), Max: 2}, "")
 	if rep.Err != "" || out != "" || r.code != 0 {
 		t.Fatalf("%+v %q", rep, out)
 	}
@@ -215,7 +214,7 @@ func TestFileTar(t *testing.T) {
 	os.Symlink("../a.txt", filepath.Join(root, "sub", "soft"))
 	syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644)
 	os.Symlink("proj", filepath.Join(dir, "via"))
-	rep, out, r := fileOp(t, s, agentwire.Request{Op: agentwire.OpTar, Path: filepath.Join(dir, "via")}, "")
+	rep, out, r := fileOp(t, s, agentwire.TarRequest{Path: filepath.Join(dir, "via")}, "")
 	if rep.Err != "" || rep.Path != root || r.code != 0 {
 		t.Fatalf("%+v %+v", rep, r)
 	}
@@ -236,7 +235,7 @@ func TestFileTar(t *testing.T) {
 	if strings.Join(got, "|") != want {
 		t.Fatalf("got  %q\nwant %q", strings.Join(got, "|"), want)
 	}
-	rep, _, _ = fileOp(t, s, agentwire.Request{Op: agentwire.OpTar, Path: filepath.Join(root, "a.txt")}, "")
+	rep, _, _ = fileOp(t, s, agentwire.TarRequest{Path: filepath.Join(root, "a.txt")}, "")
 	if rep.Err != agentwire.FileNotDir {
 		t.Fatalf("%+v", rep)
 	}

@@ -18,57 +18,18 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
 
-// The native job runner: an OpJob request is jobs.sh's "run" mode, with the same
-// arguments and environment, done by the agent without starting bash for the runner.
+// The native job runner: a JobRequest is what jobs.sh's "run" mode does, done by the
+// agent without starting bash for the runner (sandbox/testdata/jobs holds the cases both
+// must answer alike, byte for byte).
 // It claims the job's id, starts the job's own runner ("sandbox-agent job", jobwait.go,
 // which outlives the agent), waits as asked and answers in jobs.sh's format (an MCPJOB1
 // header, then the output on channels 1 and 2). The files it writes are those of
 // jobs.sh, so the fallback (one Docker exec per call running jobs.sh) follows, feeds
 // and kills a job started here, and the other way round.
 
-// runArgs are the arguments of "run":
-//
-//	run <dir> <id> <timeout s> <wait s, -1 = to the end> <interactive 0|1> <tty 0|1> <cwd> <head> <tail> <env|stdin>
-type runArgs struct {
-	dir, id, timeout string
-	wait             time.Duration // -1: to the end
-	interactive, tty bool
-	cwd              string
-	head, tail       int64
-	fromStdin        bool
-}
-
-func parseRunArgs(a []string) (runArgs, error) {
-	if len(a) != 11 || a[0] != "run" {
-		return runArgs{}, errors.New("want run and 10 arguments")
-	}
-	r := runArgs{dir: a[1], id: a[2], timeout: a[3], interactive: a[5] == "1", tty: a[6] == "1",
-		cwd: a[7], fromStdin: a[10] == "stdin"}
-	if !strings.HasPrefix(r.dir, "/") || !validID(r.id) || r.cwd == "" {
-		return runArgs{}, errors.New("bad directory, id or cwd")
-	}
-	if t, err := strconv.ParseFloat(r.timeout, 64); err != nil || t < 0 {
-		return runArgs{}, fmt.Errorf("bad timeout %q", r.timeout)
-	}
-	if a[4] == "-1" {
-		r.wait = -1
-	} else if w, err := strconv.ParseFloat(a[4], 64); err == nil && w >= 0 {
-		r.wait = time.Duration(w * float64(time.Second))
-	} else {
-		return runArgs{}, fmt.Errorf("bad wait %q", a[4])
-	}
-	var err1, err2 error
-	r.head, err1 = strconv.ParseInt(a[8], 10, 64)
-	r.tail, err2 = strconv.ParseInt(a[9], 10, 64)
-	if err1 != nil || err2 != nil || r.head < 0 || r.tail < 0 {
-		return runArgs{}, errors.New("bad head or tail")
-	}
-	return r, nil
-}
-
 // runJob serves an OpJob request.
-func runJob(st *agentwire.Stream, req agentwire.Request) {
-	a, err := parseRunArgs(req.Argv)
+func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
+	a, err := checkJob(req)
 	if err != nil {
 		st.Reset("bad job request: " + err.Error())
 		return
@@ -81,20 +42,8 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 		st.Write(agentwire.Stderr, []byte("sandbox-agent: "+err.Error()+"\n"))
 		st.Exit(3)
 	}
-	var command, agent string
-	var env []string
-	for _, e := range req.Env {
-		name, v, _ := strings.Cut(e, "=")
-		switch name {
-		case "MCP_SANDBOX_CMD":
-			command = v
-		case "MCP_SANDBOX_AGENT":
-			agent = v
-		default:
-			env = append(env, e)
-		}
-	}
-	env = mergeEnv(os.Environ(), env)
+	command, agent := req.Command, req.Agent
+	env := mergeEnv(os.Environ(), req.Env)
 	if v := bashVersion(env); v != "" {
 		answer("oldbash " + v)
 		return
@@ -153,7 +102,8 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 	if a.interactive {
 		_ = syscall.Mkfifo(d+".in", 0o666)
 	}
-	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, shlvl(env)})
+	// As under jobs.sh, whose bash changed into cwd from /, the runner's directory.
+	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, "OLDPWD=/", shlvl(env)})
 	tty := "0"
 	if a.tty {
 		tty = "1"
@@ -193,6 +143,35 @@ func runJob(st *agentwire.Stream, req agentwire.Request) {
 	}
 	emit(st, a.dir, a.id, state, a.head, a.tail)
 	st.Exit(0)
+}
+
+// jobArgs is a JobRequest checked, in the forms the job's files and runner take.
+type jobArgs struct {
+	dir, id          string
+	timeout          string // seconds with three decimals, as .meta and the listing show it
+	wait             time.Duration
+	interactive, tty bool
+	cwd              string
+	head, tail       int64
+	fromStdin        bool
+}
+
+// checkJob checks a job request; wait is -1 for "to the end".
+func checkJob(r agentwire.JobRequest) (jobArgs, error) {
+	a := jobArgs{dir: r.JobsDir, id: r.ID, interactive: r.Interactive, tty: r.TTY, cwd: r.Cwd,
+		head: r.Head, tail: r.Tail, fromStdin: r.CommandOnStdin}
+	if !strings.HasPrefix(a.dir, "/") || !validID(a.id) || a.cwd == "" {
+		return a, errors.New("bad directory, id or cwd")
+	}
+	if r.TimeoutMS < 0 || r.WaitMS < -1 || a.head < 0 || a.tail < 0 {
+		return a, errors.New("bad timeout, wait, head or tail")
+	}
+	a.timeout = strconv.FormatInt(r.TimeoutMS/1000, 10) + "." + leftPad(strconv.FormatInt(r.TimeoutMS%1000, 10), 3)
+	a.wait = time.Duration(r.WaitMS) * time.Millisecond
+	if r.WaitMS < 0 {
+		a.wait = -1
+	}
+	return a, nil
 }
 
 // startRetrying starts the command newCmd makes, trying again for up to 30 s while the
@@ -350,7 +329,8 @@ func replaceFile(path, content string) error {
 	return os.Rename(tmp, path)
 }
 
-// shlvl is the SHLVL the runner's bash would have passed on.
+// shlvl is the SHLVL the runner's bash passes on: its own level (one above env's), less
+// the one bash takes off in the forked shell that execs the command.
 func shlvl(env []string) string {
 	n := 0
 	for _, e := range env {
@@ -358,7 +338,7 @@ func shlvl(env []string) string {
 			n, _ = strconv.Atoi(v)
 		}
 	}
-	return "SHLVL=" + strconv.Itoa(max(n, 0)+1)
+	return "SHLVL=" + strconv.Itoa(max(n, 0))
 }
 
 var agentNameOnce = sync.OnceValue(func() string { return runnerName(os.Getpid()) })

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"net"
 	"strconv"
 	"sync"
@@ -10,7 +9,7 @@ import (
 )
 
 // runDial connects to a port on the container's loopback and relays the connection.
-func runDial(st *agentwire.Stream, req agentwire.Request) {
+func runDial(st *agentwire.Stream, req agentwire.DialRequest) {
 	if req.Port < 1 || req.Port > 65535 {
 		st.Reset("port out of range 1-65535")
 		return
@@ -75,7 +74,7 @@ func relayConn(st *agentwire.Stream, conn *net.TCPConn) {
 
 // runListen listens on a loopback port while the stream is open and hands each
 // connection to Caddy as a stream the agent opens.
-func runListen(st *agentwire.Stream, req agentwire.Request) {
+func runListen(st *agentwire.Stream, req agentwire.ListenRequest) {
 	if req.Port < 1 || req.Port > 65535 {
 		st.Reset("port out of range 1-65535")
 		return
@@ -104,7 +103,7 @@ func runListen(st *agentwire.Stream, req agentwire.Request) {
 		if err != nil {
 			break
 		}
-		b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpAccept, Listener: st.ID(), Remote: conn.RemoteAddr().String()})
+		b, _ := agentwire.Encode(agentwire.AcceptRequest{Listener: st.ID(), Remote: conn.RemoteAddr().String()})
 		cs, err := st.Session().Open(b)
 		if err != nil {
 			conn.Close()

@@ -51,30 +51,30 @@ func hello(token string) agentwire.HelloMsg {
 }
 
 func handle(st *agentwire.Stream) {
-	var req agentwire.Request
-	if err := json.Unmarshal(st.Request(), &req); err != nil {
+	req, err := agentwire.Decode(st.Request())
+	if err != nil {
 		st.Reset("bad request: " + err.Error())
 		return
 	}
-	switch req.Op {
-	case agentwire.OpExec:
+	switch req := req.(type) {
+	case *agentwire.ExecRequest:
 		if len(req.Argv) == 0 {
 			st.Reset("exec without a program")
 			return
 		}
-		runExec(st, req)
-	case agentwire.OpJob:
-		runJob(st, req)
-	case agentwire.OpDial:
-		runDial(st, req)
-	case agentwire.OpListen:
-		runListen(st, req)
-	case agentwire.OpChannel:
-		runChannel(st, req)
-	case agentwire.OpStat, agentwire.OpRead, agentwire.OpWrite, agentwire.OpList, agentwire.OpTar:
+		runExec(st, *req)
+	case *agentwire.JobRequest:
+		runJob(st, *req)
+	case *agentwire.DialRequest:
+		runDial(st, *req)
+	case *agentwire.ListenRequest:
+		runListen(st, *req)
+	case *agentwire.ChannelRequest:
+		runChannel(st, *req)
+	case *agentwire.StatRequest, *agentwire.ReadRequest, *agentwire.WriteRequest, *agentwire.ListRequest, *agentwire.TarRequest:
 		runFile(st, req)
 	default:
-		st.Reset(fmt.Sprintf("unknown operation %q", req.Op))
+		st.Reset(fmt.Sprintf("operation %q is not served here", req.Op()))
 	}
 }
 
@@ -89,7 +89,7 @@ type proc struct {
 }
 
 // startProc starts req's program.
-func startProc(req agentwire.Request) (*proc, error) {
+func startProc(req agentwire.ExecRequest) (*proc, error) {
 	env := mergeEnv(os.Environ(), req.Env)
 	cmd := &exec.Cmd{Path: lookPath(req.Argv[0], env), Args: req.Argv, Env: env, Dir: req.Dir}
 	if cmd.Dir == "" {
@@ -156,7 +156,7 @@ func startProc(req agentwire.Request) (*proc, error) {
 }
 
 // runExec runs one program and relays its stdin, output, signals and exit status.
-func runExec(st *agentwire.Stream, req agentwire.Request) {
+func runExec(st *agentwire.Stream, req agentwire.ExecRequest) {
 	var p *proc
 	if req.Spare && !req.TTY {
 		p = spares.take(req)
@@ -232,13 +232,13 @@ type sparePool struct {
 }
 
 // spareKey is what must match for a spare to serve a request.
-func spareKey(req agentwire.Request) string {
+func spareKey(req agentwire.ExecRequest) string {
 	b, _ := json.Marshal([]any{req.Argv, req.Env, req.Dir})
 	return string(b)
 }
 
 // take returns a running spare for req, or nil.
-func (sp *sparePool) take(req agentwire.Request) *proc {
+func (sp *sparePool) take(req agentwire.ExecRequest) *proc {
 	key := spareKey(req)
 	sp.mu.Lock()
 	p := sp.ready[key]
@@ -261,7 +261,7 @@ func (sp *sparePool) take(req agentwire.Request) *proc {
 }
 
 // fill starts a spare for req unless one is ready or starting.
-func (sp *sparePool) fill(req agentwire.Request) {
+func (sp *sparePool) fill(req agentwire.ExecRequest) {
 	key := spareKey(req)
 	sp.mu.Lock()
 	if sp.ready[key] != nil || sp.filling[key] || len(sp.ready)+len(sp.filling) >= maxSpareShapes {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net"
 	"strings"
@@ -34,12 +33,14 @@ type result struct {
 
 func run(t *testing.T, s *agentwire.Session, req agentwire.Request, input string) result {
 	t.Helper()
-	b, _ := json.Marshal(req)
+	b, _ := agentwire.Encode(req)
 	st, err := s.Open(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.Stdin {
+	// Execs read channel 0 when they ask for it; writes always do.
+	exec, isExec := req.(agentwire.ExecRequest)
+	if _, isWrite := req.(agentwire.WriteRequest); isWrite || (isExec && exec.Stdin) {
 		go func() {
 			st.Write(agentwire.Stdin, []byte(input))
 			st.CloseChannel(agentwire.Stdin)
@@ -74,24 +75,24 @@ func run(t *testing.T, s *agentwire.Session, req agentwire.Request, input string
 
 func TestExec(t *testing.T) {
 	s := agent(t)
-	r := run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "echo out; echo err >&2; pwd; echo $FOO; exit 7"},
+	r := run(t, s, agentwire.ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2; pwd; echo $FOO; exit 7"},
 		Env: []string{"FOO=bar"}, Dir: "/tmp"}, "")
 	if r.stdout != "out\n/tmp\nbar\n" || r.stderr != "err\n" || r.code != 7 || !r.ok {
 		t.Fatalf("%+v", r)
 	}
-	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"cat"}, Stdin: true}, "fed through stdin")
+	r = run(t, s, agentwire.ExecRequest{Argv: []string{"cat"}, Stdin: true}, "fed through stdin")
 	if r.stdout != "fed through stdin" || r.code != 0 {
 		t.Fatalf("%+v", r)
 	}
-	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"no-such-program-here"}}, "")
+	r = run(t, s, agentwire.ExecRequest{Argv: []string{"no-such-program-here"}}, "")
 	if r.code != agentwire.ExitNotFound || !strings.Contains(r.stderr, "no-such-program-here") {
 		t.Fatalf("%+v", r)
 	}
-	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sleep", "30"}, TimeoutMS: 200}, "")
+	r = run(t, s, agentwire.ExecRequest{Argv: []string{"sleep", "30"}, TimeoutMS: 200}, "")
 	if r.code != 128+9 {
 		t.Fatalf("timeout: %+v", r)
 	}
-	r = run(t, s, agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "tty; [ -t 0 ] && echo interactive; echo $TERM"}, TTY: true}, "")
+	r = run(t, s, agentwire.ExecRequest{Argv: []string{"sh", "-c", "tty; [ -t 0 ] && echo interactive; echo $TERM"}, TTY: true}, "")
 	if !strings.Contains(r.stdout, "/dev/pts/") || !strings.Contains(r.stdout, "interactive") || !strings.Contains(r.stdout, "dumb") {
 		t.Fatalf("tty: %+v", r)
 	}
@@ -99,7 +100,7 @@ func TestExec(t *testing.T) {
 
 func TestSignalAndLargeOutput(t *testing.T) {
 	s := agent(t)
-	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"sleep", "30"}})
+	b, _ := agentwire.Encode(agentwire.ExecRequest{Argv: []string{"sleep", "30"}})
 	st, _ := s.Open(b)
 	time.Sleep(100 * time.Millisecond)
 	st.Signal(15)
@@ -111,7 +112,7 @@ func TestSignalAndLargeOutput(t *testing.T) {
 	if code, _ := st.Status(); code != 128+15 {
 		t.Fatalf("code %d", code)
 	}
-	r := run(t, s, agentwire.Request{Op: "exec", Argv: []string{"head", "-c", "5000000", "/dev/zero"}}, "")
+	r := run(t, s, agentwire.ExecRequest{Argv: []string{"head", "-c", "5000000", "/dev/zero"}}, "")
 	if len(r.stdout) != 5000000 || r.code != 0 {
 		t.Fatalf("got %d bytes, code %d", len(r.stdout), r.code)
 	}
@@ -130,7 +131,7 @@ func TestBadRequests(t *testing.T) {
 // A stream Caddy closes still reports when its program ends.
 func TestClosedStreamReportsTheEnd(t *testing.T) {
 	s := agent(t)
-	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", "sleep 0.3; exit 4"}})
+	b, _ := agentwire.Encode(agentwire.ExecRequest{Argv: []string{"sh", "-c", "sleep 0.3; exit 4"}})
 	st, _ := s.Open(b)
 	st.Close()
 	if _, err := st.ReadChunk(); err != agentwire.ErrClosed {
@@ -153,7 +154,7 @@ func TestClosedStreamReportsTheEnd(t *testing.T) {
 // request arriving as the prefix of its stdin.
 func TestSpare(t *testing.T) {
 	s := agent(t)
-	req := agentwire.Request{Op: "exec", Argv: []string{"sh", "-c", `read -r x; echo "got $x pid $$"`}, Spare: true}
+	req := agentwire.ExecRequest{Argv: []string{"sh", "-c", `read -r x; echo "got $x pid $$"`}, Spare: true}
 	pids := map[string]bool{}
 	for i, word := range []string{"one", "two", "three"} {
 		req.Prefix = []byte(word + "\n")
@@ -202,7 +203,7 @@ func TestDial(t *testing.T) {
 	}()
 	s := agent(t)
 	port := ln.Addr().(*net.TCPAddr).Port
-	b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpDial, Port: port})
+	b, _ := agentwire.Encode(agentwire.DialRequest{Port: port})
 	st, _ := s.Open(b)
 	if c, err := st.ReadChunk(); err != nil || !c.EOF || c.Ch != agentwire.Connected {
 		t.Fatalf("%+v %v", c, err)
@@ -221,7 +222,7 @@ func TestDial(t *testing.T) {
 		t.Fatalf("got %q", got.String())
 	}
 	ln.Close()
-	b, _ = json.Marshal(agentwire.Request{Op: agentwire.OpDial, Port: port})
+	b, _ = agentwire.Encode(agentwire.DialRequest{Port: port})
 	st, _ = s.Open(b)
 	if _, err := st.ReadChunk(); err == nil || !strings.Contains(err.Error(), "nothing listens") {
 		t.Fatalf("refused dial: %v", err)
@@ -232,7 +233,7 @@ func TestDial(t *testing.T) {
 // reads it.
 func TestSlowReaderGetsAllOutput(t *testing.T) {
 	s := agent(t)
-	b, _ := json.Marshal(agentwire.Request{Op: "exec", Argv: []string{"head", "-c", "1000000", "/dev/zero"}})
+	b, _ := agentwire.Encode(agentwire.ExecRequest{Argv: []string{"head", "-c", "1000000", "/dev/zero"}})
 	st, _ := s.Open(b)
 	n := 0
 	for {

@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
 
 func TestBinarySpellings(t *testing.T) {
@@ -71,16 +74,16 @@ func TestBinariesAreStaticELF(t *testing.T) {
 	}
 
 	bin, _, _ := Binary("amd64")
-	if out := runAgent(t, "", bin); out != "1" {
-		t.Errorf("amd64 agent version printed %q, want 1", out)
+	if out := runAgent(t, "", bin); out != strconv.Itoa(agentwire.Version) {
+		t.Errorf("amd64 agent version printed %q, want %d", out, agentwire.Version)
 	}
 	qemu, err := exec.LookPath("qemu-aarch64-static")
 	if err != nil {
 		t.Skip("qemu-aarch64-static is not installed (scripts/test-deps.sh installs it): the arm64 agent was checked as an ELF file only")
 	}
 	bin, _, _ = Binary("arm64")
-	if out := runAgent(t, qemu, bin); out != "1" {
-		t.Errorf("arm64 agent version under qemu printed %q, want 1", out)
+	if out := runAgent(t, qemu, bin); out != strconv.Itoa(agentwire.Version) {
+		t.Errorf("arm64 agent version under qemu printed %q, want %d", out, agentwire.Version)
 	}
 }
 

@@ -33,8 +33,9 @@ import (
 	"io"
 )
 
-// Version is the protocol version; both sides send it in Hello and refuse another.
-const Version = 1
+// Version is the protocol version; both sides send it in Hello and refuse another. 2:
+// each operation its own request message (Encode, Decode).
+const Version = 2
 
 // Frame types.
 const (

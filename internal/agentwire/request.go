@@ -1,8 +1,21 @@
 package agentwire
 
-// Request is the Open payload of a stream Caddy starts.
-type Request struct {
-	Op   string   `json:"op"`             // "exec"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Request is one operation's message, the Open payload of a stream Caddy starts: each
+// operation has its own type, so a field means one thing. On the wire it is JSON, the
+// operation's name in "op" beside the message's fields (Encode, Decode).
+type Request interface {
+	// Op names the operation.
+	Op() string
+}
+
+// ExecRequest starts a program (OpExec).
+type ExecRequest struct {
 	Argv []string `json:"argv,omitempty"` // the program and its arguments
 	// Env is added to the agent's own environment (later entries win).
 	Env   []string `json:"env,omitempty"`
@@ -20,36 +33,168 @@ type Request struct {
 	// channel 0 (with Stdin false, stdin then ends).
 	Spare  bool   `json:"spare,omitempty"`
 	Prefix []byte `json:"prefix,omitempty"`
+}
 
-	Port     int    `json:"port,omitempty"`     // dial, listen
-	Listener uint32 `json:"listener,omitempty"` // accept: the listen stream's id
-	Remote   string `json:"remote,omitempty"`   // accept: the peer's address
+// JobRequest starts a job (OpJob) as the job runner's (sandbox/jobs.sh) "run" mode
+// does, with the same files, and answers as it does: the MCPJOB1 header on channel 1,
+// then the output delivered, stdout on channel 1 and stderr on channel 2.
+type JobRequest struct {
+	JobsDir   string `json:"jobs_dir"`   // where jobs keep their files
+	ID        string `json:"id"`         // the job's id, claimed or refused as "taken"
+	TimeoutMS int64  `json:"timeout_ms"` // the job's process group is killed after that long
+	// WaitMS is how long to wait for the job's end before answering "running";
+	// -1 waits for the end, 0 answers at once.
+	WaitMS      int64  `json:"wait_ms"`
+	Interactive bool   `json:"interactive,omitempty"` // stdin is a FIFO job_input feeds
+	TTY         bool   `json:"tty,omitempty"`         // under a pseudo-terminal held by Agent
+	Agent       string `json:"agent,omitempty"`       // the agent's binary, for TTY
+	Cwd         string `json:"cwd"`
+	Head        int64  `json:"head"` // bytes sent of each end of a range longer than Head+Tail
+	Tail        int64  `json:"tail"`
+	// Command is run by bash -c; with CommandOnStdin it comes on channel 0 instead
+	// (too long for the environment) and is run from a file.
+	Command        string `json:"command,omitempty"`
+	CommandOnStdin bool   `json:"command_on_stdin,omitempty"`
+	// Env is added to the agent's own environment for the command.
+	Env []string `json:"env,omitempty"`
+}
 
-	// File operations (files.go).
-	Path   string `json:"path,omitempty"`
-	Offset int64  `json:"offset,omitempty"` // read: where to start
-	Length int64  `json:"length,omitempty"` // read: how many bytes (-1: to the end); list: how many files at most
-	Max    int64  `json:"max,omitempty"`    // write: the largest file accepted; 0 is no limit
-	Mode   uint32 `json:"mode,omitempty"`   // write: a new file's mode (an fs.FileMode); 0 is 0644
-	Mkdir  bool   `json:"mkdir,omitempty"`  // write: create missing parent directories
-	Excl   bool   `json:"excl,omitempty"`   // write: the file must not exist yet
-	Hide   string `json:"hide,omitempty"`   // list: names starting with this are left out
+// DialRequest connects to Port on the container's loopback (OpDial).
+type DialRequest struct {
+	Port int `json:"port"`
+}
 
-	Token string `json:"token,omitempty"` // channel: what the agent says in its Hello there; write: what it sends first on Socket
-	// Socket, for a write, is a Unix socket the agent dials for the file's bytes (Token
-	// first, then nothing), instead of channel 0: a bulk transfer that no framing
-	// slows. The stream's channel 0 then carries only its EOF, which commits the file
-	// once the connection has ended; a stream that ends without it aborts the write.
+// ListenRequest listens on Port on the container's loopback (OpListen).
+type ListenRequest struct {
+	Port int `json:"port"`
+}
+
+// AcceptRequest is what the agent opens a stream with for a connection a listen stream
+// accepted (OpAccept).
+type AcceptRequest struct {
+	Listener uint32 `json:"listener"` // the listen stream's id
+	Remote   string `json:"remote"`   // the peer's address
+}
+
+// ChannelRequest asks for a second session over a Unix socket (OpChannel).
+type ChannelRequest struct {
+	Path  string `json:"path"`  // the socket Caddy listens on
+	Token string `json:"token"` // what the agent says in its Hello there
+}
+
+// StatRequest describes a file (OpStat).
+type StatRequest struct {
+	Path string `json:"path"`
+}
+
+// ReadRequest reads a regular file (OpRead).
+type ReadRequest struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"` // where to start
+	Length int64  `json:"length"`           // how many bytes; -1: to the end
+}
+
+// WriteRequest writes a file (OpWrite).
+type WriteRequest struct {
+	Path  string `json:"path"`
+	Max   int64  `json:"max,omitempty"`   // the largest file accepted; 0 is no limit
+	Mode  uint32 `json:"mode,omitempty"`  // a new file's mode (an fs.FileMode); 0 is 0644
+	Mkdir bool   `json:"mkdir,omitempty"` // create missing parent directories
+	Excl  bool   `json:"excl,omitempty"`  // the file must not exist yet
+	// Socket is a Unix socket the agent dials for the file's bytes (Token first, then
+	// nothing), instead of channel 0: a bulk transfer that no framing slows. The
+	// stream's channel 0 then carries only its EOF, which commits the file once the
+	// connection has ended; a stream that ends without it aborts the write.
 	Socket string `json:"socket,omitempty"`
+	Token  string `json:"token,omitempty"`
+}
+
+// ListRequest lists a directory's regular files (OpList).
+type ListRequest struct {
+	Path string `json:"path"`
+	Max  int64  `json:"max"`            // how many files at most
+	Hide string `json:"hide,omitempty"` // names starting with this are left out
+}
+
+// TarRequest sends a directory as a tar stream (OpTar).
+type TarRequest struct {
+	Path string `json:"path"`
+}
+
+func (ExecRequest) Op() string    { return OpExec }
+func (JobRequest) Op() string     { return OpJob }
+func (DialRequest) Op() string    { return OpDial }
+func (ListenRequest) Op() string  { return OpListen }
+func (AcceptRequest) Op() string  { return OpAccept }
+func (ChannelRequest) Op() string { return OpChannel }
+func (StatRequest) Op() string    { return OpStat }
+func (ReadRequest) Op() string    { return OpRead }
+func (WriteRequest) Op() string   { return OpWrite }
+func (ListRequest) Op() string    { return OpList }
+func (TarRequest) Op() string     { return OpTar }
+
+// Encode gives r's wire form: its fields and its operation's name in "op".
+func Encode(r Request) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	op, _ := json.Marshal(r.Op())
+	out := append([]byte(`{"op":`), op...)
+	if len(b) > 2 { // not "{}"
+		out = append(out, ',')
+	}
+	return append(out, b[1:]...), nil
+}
+
+// Decode reads a request Encode wrote, as the message type its operation names.
+func Decode(b []byte) (Request, error) {
+	var head struct {
+		Op string `json:"op"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, err
+	}
+	var r Request
+	switch head.Op {
+	case OpExec:
+		r = &ExecRequest{}
+	case OpJob:
+		r = &JobRequest{}
+	case OpDial:
+		r = &DialRequest{}
+	case OpListen:
+		r = &ListenRequest{}
+	case OpAccept:
+		r = &AcceptRequest{}
+	case OpChannel:
+		r = &ChannelRequest{}
+	case OpStat:
+		r = &StatRequest{}
+	case OpRead:
+		r = &ReadRequest{}
+	case OpWrite:
+		r = &WriteRequest{}
+	case OpList:
+		r = &ListRequest{}
+	case OpTar:
+		r = &TarRequest{}
+	case "":
+		return nil, errors.New("a request without an operation")
+	default:
+		return nil, fmt.Errorf("unknown operation %q", head.Op)
+	}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s request: %w", head.Op, err)
+	}
+	return r, nil
 }
 
 // Operations.
 const (
 	// OpExec starts a program.
 	OpExec = "exec"
-	// OpJob runs a job as the job runner's (sandbox/jobs.sh) "run" mode does: Argv
-	// holds that mode and its arguments, Env its environment, channel 0 (Stdin) a long
-	// command; the answer is that mode's output.
+	// OpJob runs a job (JobRequest).
 	OpJob = "job"
 	// OpDial connects to Port on the container's loopback (127.0.0.1, then ::1). The
 	// agent ends channel 2 once connected (Connected); then channel 0 carries bytes to

@@ -160,7 +160,7 @@ func rawAgent(t *testing.T, after []byte) (*Session, error) {
 	go io.Copy(io.Discard, ar)
 	go func() {
 		var hello bytes.Buffer
-		hello.Write(appendFrame(nil, Hello, 0, []byte(`{"version":1}`)))
+		hello.Write(appendFrame(nil, Hello, 0, []byte(`{"version":2}`)))
 		hello.Write(after)
 		aw.Write(hello.Bytes())
 	}()
@@ -182,7 +182,7 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 		"data beyond the window":  overWindow,
 		"signal sent to Caddy":    appendFrame(nil, Signal, 1, []byte{9}),
 		"channel 7":               appendFrame(nil, Data, 1, []byte{7, 'x'}),
-		"second greeting":         appendFrame(nil, Hello, 0, []byte(`{"version":1}`)),
+		"second greeting":         appendFrame(nil, Hello, 0, []byte(`{"version":2}`)),
 		"window overflow":         appendFrame(nil, Window, 1, binary.BigEndian.AppendUint32(nil, 1<<31)),
 		"exit of the wrong size":  appendFrame(nil, Exit, 1, []byte{1}),
 		"stream opened by parity": appendFrame(nil, Open, 3, []byte("x")),
@@ -215,7 +215,7 @@ func TestVersionMismatch(t *testing.T) {
 	cr, aw := io.Pipe()
 	ar, cw := io.Pipe()
 	go io.Copy(io.Discard, ar)
-	go aw.Write(appendFrame(nil, Hello, 0, []byte(`{"version":2}`)))
+	go aw.Write(appendFrame(nil, Hello, 0, []byte(`{"version":1}`)))
 	defer cw.Close()
 	if _, err := Client(cr, cw, closers{cr, cw}, HelloMsg{}, nil); !errors.Is(err, ErrVersion) {
 		t.Fatalf("got %v, want ErrVersion", err)
@@ -344,7 +344,7 @@ func TestAgentWaitsForSlowCaddy(t *testing.T) {
 	})
 	caddy.SetDeadline(time.Now().Add(10 * time.Second))
 	var hdr [headerSize]byte
-	if _, err := caddy.Write(appendFrame(nil, Hello, 0, []byte(`{"version":1}`))); err != nil {
+	if _, err := caddy.Write(appendFrame(nil, Hello, 0, []byte(`{"version":2}`))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := readFrame(caddy, &hdr, maxHello, nil); err != nil {

@@ -13,14 +13,14 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // Source is the sandbox detection looks at.
 type Source interface {
 	Ensure(ctx context.Context) error
 	ImageID(ctx context.Context) (string, error)
-	Detect(ctx context.Context) (sandbox.Facts, error)
+	Detect(ctx context.Context) (boxapi.Facts, error)
 }
 
 // Store keeps facts across restarts (Caddy's storage).
@@ -45,7 +45,7 @@ func Key(container string) string { return "mcp_sandbox/facts/" + container + ".
 // Cache holds the detected facts of one sandbox. Its zero value is ready.
 type Cache struct {
 	mu        sync.Mutex
-	facts     *sandbox.Facts
+	facts     *boxapi.Facts
 	detecting bool
 	done      chan struct{} // closed when the detection under way ends
 	failedAt  time.Time
@@ -59,7 +59,7 @@ const retry = 5 * time.Second
 // Get returns the facts if known. When they are not, it starts one detection in the
 // background (loading them from storage first), so a later session sees them, and
 // waits up to wait (while ctx lasts) for a detection under way.
-func (c *Cache) Get(ctx context.Context, d Deps, wait time.Duration) *sandbox.Facts {
+func (c *Cache) Get(ctx context.Context, d Deps, wait time.Duration) *boxapi.Facts {
 	c.mu.Lock()
 	if c.facts == nil && !c.detecting && time.Since(c.failedAt) >= retry {
 		c.start(d, false)
@@ -101,7 +101,7 @@ func (c *Cache) start(d Deps, ensure bool) {
 }
 
 func (c *Cache) detect(d Deps, ensure bool) {
-	var f *sandbox.Facts
+	var f *boxapi.Facts
 	defer func() {
 		if v := recover(); v != nil {
 			d.Logger.Error("panic while detecting sandbox tools", zap.Any("panic", v))
@@ -156,17 +156,17 @@ const maxStored = 64 << 10
 // decodeStored reads facts stored earlier, keeping only the known names: an earlier
 // version stored whatever the container printed, a prompt injection included. stale
 // says that something was dropped; ok is false when b holds no facts.
-func decodeStored(b []byte) (f sandbox.Facts, stale, ok bool) {
-	var stored sandbox.Facts
+func decodeStored(b []byte) (f boxapi.Facts, stale, ok bool) {
+	var stored boxapi.Facts
 	if len(b) > maxStored || json.Unmarshal(b, &stored) != nil || stored.ImageID == "" {
-		return sandbox.Facts{}, false, false
+		return boxapi.Facts{}, false, false
 	}
 	f = stored.Known()
 	stale = !slices.Equal(f.Programs, stored.Programs) || !slices.Equal(f.PythonModules, stored.PythonModules)
 	return f, stale, true
 }
 
-func store(ctx context.Context, d Deps, f sandbox.Facts) {
+func store(ctx context.Context, d Deps, f boxapi.Facts) {
 	b, err := json.Marshal(f)
 	if err == nil {
 		err = d.Store.Store(ctx, d.Key, b)

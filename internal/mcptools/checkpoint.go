@@ -54,28 +54,36 @@ type restoreOutput struct {
 	Seconds float64 `json:"seconds"`
 }
 
+// checkpointArgs are checkpoint's arguments.
+type checkpointArgs struct {
+	Name string `json:"name"`
+}
+
+// restoreArgs are restore's arguments.
+type restoreArgs struct {
+	ID string `json:"id" arg:"required,pattern=^(c[0-9a-f]{14}|image)$" needs:"a checkpoint id like c6940a1f03f2a1b from checkpoint_list, or \"image\""`
+}
+
 // addCheckpointTools registers checkpoint, checkpoint_list and restore.
 func (s *Tools) addCheckpointTools(m *server.MCPServer) {
-	s.addTool(m, mcp.NewTool("checkpoint",
+	addTool(s, m, define[checkpointArgs](mcp.NewTool("checkpoint",
 		mcp.WithDescription(`Save the whole sandbox: installed packages and every file outside /sandbox, and /sandbox itself. Running processes and jobs are not kept. Returns its id for restore. Save before risky changes (system installs, upgrades, migrations, deletions). The oldest checkpoints beyond the operator's limit are removed.`),
 		title("Save a checkpoint of the sandbox"),
-		mcp.WithString("name", mcp.MaxLength(boxapi.MaxCheckpointName), mcp.Description("A short label, e.g. before-upgrade.")),
 		outputSchema[checkpointOutput](),
 		hints(false, false, false, false),
-	), s.checkpoint)
-	s.addTool(m, mcp.NewTool("checkpoint_list",
+	), map[string]about{"name": {desc: "A short label, e.g. before-upgrade."}}), s.checkpoint)
+	addTool(s, m, define[noArgs](mcp.NewTool("checkpoint_list",
 		mcp.WithDescription(`List this sandbox's checkpoints, oldest first.`),
 		title("List checkpoints"),
 		outputSchema[checkpointListOutput](),
 		hints(true, false, true, false),
-	), s.checkpointList)
-	s.addTool(m, mcp.NewTool("restore",
+	), nil), s.checkpointList)
+	addTool(s, m, define[restoreArgs](mcp.NewTool("restore",
 		mcp.WithDescription(`Make the sandbox exactly a checkpoint again: the system and /sandbox. Every running process and job ends (jobs show as lost); what changed since the checkpoint is gone. id "image" instead resets the system to the original image and keeps /sandbox as it is.`),
 		title("Restore a checkpoint"),
-		mcp.WithString("id", mcp.Required(), mcp.Pattern(`^(c[0-9a-f]{14}|image)$`), mcp.Description(`From checkpoint or checkpoint_list, or "image".`)),
 		outputSchema[restoreOutput](),
 		hints(false, true, true, false),
-	), s.restore)
+	), map[string]about{"id": {desc: `From checkpoint or checkpoint_list, or "image".`}}), s.restore)
 }
 
 // checkpointsOf is box's checkpoints, or the result saying there are none here.
@@ -117,16 +125,12 @@ func checkpointError(box Box, err error, id string) *mcp.CallToolResult {
 	return mcp.NewToolResultError("It did not work: " + err.Error() + ".")
 }
 
-func (s *Tools) checkpoint(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) checkpoint(ctx context.Context, box Box, _ call, in checkpointArgs) (*mcp.CallToolResult, error) {
 	cb, fail := checkpointsOf(box)
 	if fail != nil {
 		return fail, nil
 	}
-	name, bad := a.str("name")
-	if bad != nil {
-		return bad.result(), nil
-	}
-	name = strings.TrimSpace(name)
+	name := strings.TrimSpace(in.Name)
 	if len(name) > boxapi.MaxCheckpointName || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return mcp.NewToolResultError(fmt.Sprintf("checkpoint's name is a short label on one line, at most %d bytes, e.g. before-upgrade.", boxapi.MaxCheckpointName)), nil
 	}
@@ -159,7 +163,7 @@ func (s *Tools) checkpoint(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	return mcp.NewToolResultStructured(out, b.String()), nil
 }
 
-func (s *Tools) checkpointList(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) checkpointList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.CallToolResult, error) {
 	cb, fail := checkpointsOf(box)
 	if fail != nil {
 		return fail, nil
@@ -179,18 +183,12 @@ func (s *Tools) checkpointList(ctx context.Context, box Box, a args) (*mcp.CallT
 	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil
 }
 
-func (s *Tools) restore(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) restore(ctx context.Context, box Box, _ call, in restoreArgs) (*mcp.CallToolResult, error) {
 	cb, fail := checkpointsOf(box)
 	if fail != nil {
 		return fail, nil
 	}
-	id, bad := a.str("id")
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if id != boxapi.ImageReset && !boxapi.ValidCheckpointID(id) {
-		return mcp.NewToolResultError(fmt.Sprintf(`restore needs "id": a checkpoint id like c6940a1f03f2a1b from checkpoint_list, or "image"; got %s.`, describe(a.m["id"]))), nil
-	}
+	id := in.ID
 	begin := time.Now()
 	// The restore goes on when the client gives up: stopping halfway would leave
 	// nothing better than finishing.

@@ -14,9 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxTimeout is the longest timeout a single execute call may ask for.
-const maxTimeout = 24 * time.Hour
-
 // MinOutput is the fewest bytes per stream a call may ask for with max_output.
 const MinOutput = 1024
 
@@ -60,7 +57,18 @@ func idleStopText(d time.Duration) string {
 	return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again."
 }
 
-func (s *Tools) executeTool() mcp.Tool {
+// executeArgs are execute's arguments. A timeout, like a wait, is at most a day.
+type executeArgs struct {
+	Command string   `json:"command" arg:"required,nonblank" needs:"a non-empty bash command line, e.g. {\"command\": \"ls -la\"}"`
+	Timeout *float64 `json:"timeout" arg:"min=1,max=86400" unit:"a number of seconds"`
+	waitArg
+	Interactive bool   `json:"interactive"`
+	TTY         bool   `json:"tty"`
+	Cwd         string `json:"cwd"`
+	MaxOutput   *int   `json:"max_output" unit:"a number of bytes"` // from MinOutput to the server's max_output
+}
+
+func (s *Tools) executeTool() toolDef[executeArgs] {
 	cfg := s.opts.Config
 	ttl := "."
 	if cfg.FileTTL > 0 {
@@ -96,25 +104,22 @@ func (s *Tools) executeTool() mcp.Tool {
 	if yield == 0 {
 		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
 	}
-	return mcp.NewTool("execute",
+	return define[executeArgs](mcp.NewTool("execute",
 		mcp.WithDescription(desc),
 		title("Run a command in the sandbox"),
-		mcp.WithString("command", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("The bash command line, e.g. `python3 script.py`.")),
-		mcp.WithNumber("timeout", mcp.Min(1), mcp.Max(maxTimeout.Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds())))),
-		mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()), mcp.Description(waitDesc)),
-		mcp.WithBoolean("interactive",
-			mcp.Description("Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty.")),
-		mcp.WithBoolean("tty",
-			mcp.Description("Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout.")),
-		mcp.WithString("cwd", pathDesc("Directory to start in (default /sandbox)", "app")),
-		mcp.WithNumber("max_output", mcp.Min(MinOutput), mcp.Max(float64(cfg.MaxOutput)),
-			mcp.Description(fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()))),
 		outputSchema[ExecuteOutput](),
 		hints(false, true, false, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
-	)
+	), map[string]about{
+		"command":     {desc: "The bash command line, e.g. `python3 script.py`."},
+		"timeout":     {desc: fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds()))},
+		"wait":        s.waitAbout(waitDesc),
+		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty."},
+		"tty":         {desc: "Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout."},
+		"cwd":         {desc: pathDesc("Directory to start in (default /sandbox)", "app")},
+		"max_output": {desc: fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()),
+			min: bound(MinOutput), max: bound(cfg.MaxOutput)},
+	})
 }
 
 // defaultOutput is default_output: the bytes of each stream a call returns unless it
@@ -126,77 +131,58 @@ func (s *Tools) defaultOutput() int {
 	return s.opts.Config.MaxOutput
 }
 
-func (s *Tools) shareFileTool() mcp.Tool {
-	return mcp.NewTool("share_file",
+// shareFileArgs are share_file's arguments.
+type shareFileArgs struct {
+	Path      string `json:"path" arg:"required,minLength=1" needs:"the path of a file or directory, such as report.pdf or /sandbox/report.pdf"`
+	ExpiresIn *int64 `json:"expires_in" arg:"min=1"` // at most max_link_ttl
+}
+
+func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
+	ttl, maxTTL := time.Duration(s.opts.LinkTTL), time.Duration(s.opts.MaxLinkTTL)
+	return define[shareFileArgs](mcp.NewTool("share_file",
 		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; a directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.`,
-			human.Duration(time.Duration(s.opts.LinkTTL)), human.Duration(time.Duration(s.opts.MaxLinkTTL)))),
+			human.Duration(ttl), human.Duration(maxTTL))),
 		title("Share a sandbox file as a download link"),
-		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			pathDesc("The file or directory", "report.pdf")),
-		mcp.WithNumber("expires_in", mcp.Min(1), mcp.Max(time.Duration(s.opts.MaxLinkTTL).Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
-				int64(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
-				int64(time.Duration(s.opts.MaxLinkTTL).Seconds()), human.Duration(time.Duration(s.opts.MaxLinkTTL))))),
 		outputSchema[shareOutput](),
 		hints(true, false, false, false),
-	)
+	), map[string]about{
+		"path": {desc: pathDesc("The file or directory", "report.pdf")},
+		"expires_in": {desc: fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
+			int64(ttl.Seconds()), human.Duration(ttl), int64(maxTTL.Seconds()), human.Duration(maxTTL)),
+			max: bound(maxTTL.Seconds()), unit: fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", human.Duration(maxTTL))},
+	})
 }
 
 // execute runs one command and reports its output live as progress notifications.
-func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	command, bad := a.str("command")
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if strings.TrimSpace(command) == "" {
-		return mcp.NewToolResultError(`execute needs "command": a non-empty bash command line, e.g. {"command": "ls -la"}`), nil
-	}
+func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*mcp.CallToolResult, error) {
 	cfg := s.opts.Config
 	timeout := cfg.ExecTimeout
-	secs, ok, bad := a.num("timeout", "a number of seconds", 1, maxTimeout.Seconds())
-	if bad != nil {
-		return bad.result(), nil
+	if in.Timeout != nil {
+		timeout = time.Duration(*in.Timeout * float64(time.Second))
 	}
-	if ok {
-		timeout = time.Duration(secs * float64(time.Second))
-	}
-	opts := boxapi.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs}
+	opts := boxapi.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs, Interactive: in.Interactive, TTY: in.TTY}
 	var waitNote string
-	if opts.Wait, waitNote, bad = s.waitArg(a); bad != nil {
-		return bad.result(), nil
-	}
-	if a.task {
+	opts.Wait, waitNote = s.execWait(in.Wait)
+	if c.task {
 		// As an MCP task the call itself is the long wait (the client polls tasks/get),
 		// and it outlives the request that created it.
-		if !a.has("wait") {
+		if in.Wait == nil {
 			opts.Wait = 0
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = taskContext(ctx)
 		defer cancel()
 	}
-	if opts.Interactive, _, bad = a.boolean("interactive"); bad != nil {
-		return bad.result(), nil
-	}
-	if opts.TTY, _, bad = a.boolean("tty"); bad != nil {
-		return bad.result(), nil
-	}
-	if opts.Cwd, bad = a.str("cwd"); bad != nil {
-		return bad.result(), nil
-	}
-	if opts.Cwd != "" {
-		opts.Cwd = inSandbox(opts.Cwd)
+	if in.Cwd != "" {
+		opts.Cwd = inSandbox(in.Cwd)
 	}
 	opts.MaxOutput = s.defaultOutput()
-	mo, ok, bad := a.integer("max_output", "a number of bytes", MinOutput, int64(cfg.MaxOutput))
-	if bad != nil {
-		return bad.result(), nil
+	if in.MaxOutput != nil {
+		opts.MaxOutput = *in.MaxOutput
 	}
-	if ok {
-		opts.MaxOutput = int(mo)
-	}
+	command := in.Command
 
-	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
+	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()
 	res, err := box.Exec(ctx, command, opts)
@@ -241,37 +227,42 @@ func (s *Tools) execute(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-// waitArg reads execute's wait argument: seconds from 0, more than yield_after (when
-// on) cut to it with a note. Absent, it is yield_after.
-func (s *Tools) waitArg(a args) (time.Duration, string, *badArg) {
-	w, ok, note, bad := s.waitSeconds(a, "for longer work call job_output")
-	switch {
-	case bad != nil:
-		return 0, "", bad
-	case !ok:
-		return s.opts.Yield, "", nil // 0 (off) waits for the end
-	case w == 0:
-		return boxapi.NoWait, note, nil
-	}
-	return w, note, nil
+// waitArg is the wait of execute and of the job tools: seconds, at most a day; more
+// than yield_after (when on) counts as yield_after.
+type waitArg struct {
+	Wait *float64 `json:"wait" arg:"min=0,max=86400" unit:"a number of seconds"`
 }
 
-// waitSeconds reads a wait argument of up to a day; more than yield_after (when on) is
-// cut to it, and note says so and what to do for longer (then).
-func (s *Tools) waitSeconds(a args, then string) (w time.Duration, ok bool, note string, bad *badArg) {
-	secs, ok, bad := a.num("wait", "a number of seconds", 0, maxTimeout.Seconds())
-	if bad != nil && s.opts.Yield > 0 {
-		y := fmtNum(s.opts.Yield.Seconds())
-		bad.msg = fmt.Sprintf(`"wait" must be a number of seconds from 0 to %s (more counts as %s, the server's yield_after), got %s`, y, y, describe(a.m["wait"]))
+// waitAbout describes a wait argument; with yield_after on, its errors say that more
+// counts as yield_after.
+func (s *Tools) waitAbout(desc string) about {
+	a := about{desc: desc}
+	if y := s.opts.Yield; y > 0 {
+		a.must = fmt.Sprintf("a number of seconds from 0 to %s (more counts as %s, the server's yield_after)", fmtNum(y.Seconds()), fmtNum(y.Seconds()))
 	}
-	if bad != nil || !ok {
-		return 0, false, "", bad
+	return a
+}
+
+// execWait is execute's wait, with the note of a wait cut to yield_after. Absent, it
+// is yield_after.
+func (s *Tools) execWait(secs *float64) (time.Duration, string) {
+	switch {
+	case secs == nil:
+		return s.opts.Yield, "" // 0 (off) waits for the end
+	case *secs == 0:
+		return boxapi.NoWait, ""
 	}
+	return s.cutWait(*secs, "for longer work call job_output")
+}
+
+// cutWait is a wait of secs, cut to yield_after (when on); note says so and what to
+// do for longer (then).
+func (s *Tools) cutWait(secs float64, then string) (w time.Duration, note string) {
 	if y := s.opts.Yield; y > 0 && secs > y.Seconds() {
 		note = fmt.Sprintf("\n[wait %s was cut to %s: no call waits longer than the server's yield_after; %s]", fmtNum(secs), fmtNum(y.Seconds()), then)
 		secs = y.Seconds()
 	}
-	return time.Duration(secs * float64(time.Second)), true, note, nil
+	return time.Duration(secs * float64(time.Second)), note
 }
 
 func toOutput(res *boxapi.ExecResult) ExecuteOutput {
@@ -430,24 +421,12 @@ func execErrorText(box Box, err error) string {
 }
 
 // shareFile makes a signed link for a file or directory in the container.
-func (s *Tools) shareFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	path, bad := a.str("path")
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if path == "" {
-		return mcp.NewToolResultError(`share_file needs "path": the path of a file or directory, such as report.pdf or /sandbox/report.pdf`), nil
-	}
+func (s *Tools) shareFile(ctx context.Context, box Box, _ call, in shareFileArgs) (*mcp.CallToolResult, error) {
 	ttl := time.Duration(s.opts.LinkTTL)
-	maxTTL := time.Duration(s.opts.MaxLinkTTL)
-	secs, ok, bad := a.integer("expires_in", fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", human.Duration(maxTTL)), 1, int64(maxTTL.Seconds()))
-	if bad != nil {
-		return bad.result(), nil
+	if in.ExpiresIn != nil {
+		ttl = time.Duration(*in.ExpiresIn) * time.Second
 	}
-	if ok {
-		ttl = time.Duration(secs) * time.Second
-	}
-	path = boxapi.CleanPath(inSandbox(path))
+	path := boxapi.CleanPath(inSandbox(in.Path))
 	info, err := box.Stat(ctx, path)
 	dir := errors.Is(err, boxapi.ErrIsDir)
 	if err != nil && !dir {

@@ -21,7 +21,6 @@ import (
 // Limits of read_file.
 const (
 	DefaultReadLines = 2000
-	maxReadLines     = 20000
 	MaxLineBytes     = 2000    // a longer line is cut, with a note
 	MaxReadBytes     = 100_000 // text returned by one call
 	sniffBytes       = 8192    // read to tell text from binary
@@ -42,49 +41,72 @@ var imageFitter = imagefit.New(imagefit.Options{
 	MaxEdge: MaxImageEdge, MaxBytes: MaxImageBytes, MaxFile: maxImageFile, Budget: ImageBudget,
 })
 
-func (s *Tools) readFileTool() mcp.Tool {
-	return mcp.NewTool("read_file",
+// fileArg is the path of the file tools.
+type fileArg struct {
+	Path string `json:"path" arg:"required,minLength=1" needs:"the file's path, such as notes.txt or /sandbox/notes.txt"`
+}
+
+// path is the file's path, absolute and cleaned.
+func (f fileArg) path() string { return boxapi.CleanPath(inSandbox(f.Path)) }
+
+// readFileArgs are read_file's arguments.
+type readFileArgs struct {
+	fileArg
+	Offset *int64 `json:"offset" arg:"min=1" unit:"a line number"`
+	Limit  *int64 `json:"limit" arg:"min=1,max=20000" unit:"a number of lines"`
+}
+
+func (s *Tools) readFileTool() toolDef[readFileArgs] {
+	return define[readFileArgs](mcp.NewTool("read_file",
 		mcp.WithDescription(fmt.Sprintf(`Read a file in the sandbox: text as numbered lines (%d by default; page with offset and limit), images (PNG, JPEG, GIF, WebP) as an image you can see, scaled to at most %d px; other files only by type and size. Clearer than cat through execute.`, DefaultReadLines, MaxImageEdge)),
 		title("Read a sandbox file"),
-		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			pathDesc("The file", "notes.txt")),
-		mcp.WithNumber("offset", mcp.Min(1),
-			mcp.Description("Number of the first line to return, counting from 1. Default 1.")),
-		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(maxReadLines),
-			mcp.Description(fmt.Sprintf("How many lines to return at most. Default %d.", DefaultReadLines))),
 		hints(true, false, true, false),
-	)
+	), map[string]about{
+		"path":   {desc: pathDesc("The file", "notes.txt")},
+		"offset": {desc: "Number of the first line to return, counting from 1. Default 1."},
+		"limit":  {desc: fmt.Sprintf("How many lines to return at most. Default %d.", DefaultReadLines)},
+	})
 }
 
-func (s *Tools) writeFileTool() mcp.Tool {
-	return mcp.NewTool("write_file",
+// writeFileArgs are write_file's arguments.
+type writeFileArgs struct {
+	fileArg
+	Content string `json:"content" arg:"required" needs:"the whole text of the file (an empty string makes an empty file)"`
+}
+
+func (s *Tools) writeFileTool() toolDef[writeFileArgs] {
+	return define[writeFileArgs](mcp.NewTool("write_file",
 		mcp.WithDescription(`Create or replace a text file in the sandbox with exactly content (no shell quoting; missing parent directories are created; an existing file keeps its mode). To change part of a file, use edit_file.`),
 		title("Write a sandbox file"),
-		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			pathDesc("The file", "app/main.py")),
-		mcp.WithString("content", mcp.Required(),
-			mcp.Description("The whole new content of the file, byte for byte (add a final newline if you want one).")),
 		hints(false, true, true, false),
-	)
+	), map[string]about{
+		"path":    {desc: pathDesc("The file", "app/main.py")},
+		"content": {desc: "The whole new content of the file, byte for byte (add a final newline if you want one)."},
+	})
 }
 
-func (s *Tools) editFileTool() mcp.Tool {
-	return mcp.NewTool("edit_file",
+// editFileArgs are edit_file's arguments.
+type editFileArgs struct {
+	fileArg
+	OldText string `json:"old_text" arg:"required,minLength=1" needs:"the exact text to replace, copied from the file. To write a whole file, use write_file."`
+	NewText string `json:"new_text" arg:"required" needs:"the text to put in place of old_text (an empty string deletes it)"`
+}
+
+func (s *Tools) editFileTool() toolDef[editFileArgs] {
+	return define[editFileArgs](mcp.NewTool("edit_file",
 		mcp.WithDescription(`Replace one exact piece of text in a sandbox file. old_text must occur exactly once, whitespace included; otherwise nothing changes and the error says where it matches.`),
 		title("Edit a sandbox file"),
-		mcp.WithString("path", mcp.Required(), mcp.MinLength(1),
-			pathDesc("The file", "app/main.py")),
-		mcp.WithString("old_text", mcp.Required(), mcp.MinLength(1),
-			mcp.Description("The exact text to replace, as it is in the file (copy it from read_file without the line numbers).")),
-		mcp.WithString("new_text", mcp.Required(),
-			mcp.Description("The text to put in its place; empty deletes old_text.")),
 		hints(false, true, false, false),
-	)
+	), map[string]about{
+		"path":     {desc: pathDesc("The file", "app/main.py")},
+		"old_text": {desc: "The exact text to replace, as it is in the file (copy it from read_file without the line numbers)."},
+		"new_text": {desc: "The text to put in its place; empty deletes old_text."},
+	})
 }
 
 // pathDesc describes a path argument; what is one is the tool's own text.
-func pathDesc(what, example string) mcp.PropertyOption {
-	return mcp.Description(what + ", absolute or relative to /sandbox, e.g. " + example + ".")
+func pathDesc(what, example string) string {
+	return what + ", absolute or relative to /sandbox, e.g. " + example + "."
 }
 
 // inSandbox makes a path given relative to /sandbox absolute, as the shell of execute
@@ -94,19 +116,6 @@ func inSandbox(p string) string {
 		return p
 	}
 	return boxapi.WorkDir + "/" + p
-}
-
-// filePath reads the "path" argument of the file tools: required, absolute or relative
-// to /sandbox, cleaned.
-func filePath(a args) (string, *mcp.CallToolResult) {
-	p, bad := a.str("path")
-	if bad != nil {
-		return "", bad.result()
-	}
-	if p == "" {
-		return "", argError(`%s needs "path": the file's path, such as notes.txt or /sandbox/notes.txt`, a.tool)
-	}
-	return boxapi.CleanPath(inSandbox(p)), nil
 }
 
 // fileErrorResult turns a sandbox error into a result the model can act on.
@@ -152,23 +161,15 @@ func joinLines(v []int) string {
 
 // readFile returns text as numbered lines, images as image content, and a short
 // description for other files.
-func (s *Tools) readFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	p, errRes := filePath(a)
-	if errRes != nil {
-		return errRes, nil
+func (s *Tools) readFile(ctx context.Context, box Box, _ call, in readFileArgs) (*mcp.CallToolResult, error) {
+	p := in.path()
+	offset, limit := int64(1), int64(DefaultReadLines)
+	if in.Offset != nil {
+		offset = *in.Offset
 	}
-	offset, _, bad := a.integer("offset", "a line number", 1, 1<<53)
-	if bad != nil {
-		return bad.result(), nil
+	if in.Limit != nil {
+		limit = *in.Limit
 	}
-	limit, ok, bad := a.integer("limit", "a number of lines", 1, maxReadLines)
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if !ok {
-		limit = DefaultReadLines
-	}
-	offset = max(offset, 1)
 
 	f, err := box.OpenRange(ctx, p, 0, sniffBytes)
 	if err != nil {
@@ -278,18 +279,8 @@ func smallerCopyHint(p, mimeType string) string {
 }
 
 // writeFile creates or replaces a file with the given content.
-func (s *Tools) writeFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	p, errRes := filePath(a)
-	if errRes != nil {
-		return errRes, nil
-	}
-	if !a.has("content") {
-		return argError(`write_file needs "content": the whole text of the file (an empty string makes an empty file)`), nil
-	}
-	content, bad := a.str("content")
-	if bad != nil {
-		return bad.result(), nil
-	}
+func (s *Tools) writeFile(ctx context.Context, box Box, _ call, in writeFileArgs) (*mcp.CallToolResult, error) {
+	p, content := in.path(), in.Content
 	fi, created, err := box.WriteFile(ctx, p, []byte(content))
 	if err != nil {
 		return s.fileErrorResult(box, "write_file", p, err), nil
@@ -302,25 +293,8 @@ func (s *Tools) writeFile(ctx context.Context, box Box, a args) (*mcp.CallToolRe
 }
 
 // editFile replaces one exact, unique piece of text.
-func (s *Tools) editFile(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	p, errRes := filePath(a)
-	if errRes != nil {
-		return errRes, nil
-	}
-	oldText, bad := a.str("old_text")
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if oldText == "" {
-		return argError(`edit_file needs "old_text": the exact text to replace, copied from the file. To write a whole file, use write_file.`), nil
-	}
-	if !a.has("new_text") {
-		return argError(`edit_file needs "new_text": the text to put in place of old_text (an empty string deletes it)`), nil
-	}
-	newText, bad := a.str("new_text")
-	if bad != nil {
-		return bad.result(), nil
-	}
+func (s *Tools) editFile(ctx context.Context, box Box, _ call, in editFileArgs) (*mcp.CallToolResult, error) {
+	p, oldText, newText := in.path(), in.OldText, in.NewText
 	if oldText == newText {
 		return argError("old_text and new_text are the same, so there is nothing to change."), nil
 	}

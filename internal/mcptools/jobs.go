@@ -46,129 +46,116 @@ func (s *Tools) pollWait() time.Duration {
 	return defaultPollWaitOff
 }
 
-func (s *Tools) jobIDArg() mcp.ToolOption {
-	return mcp.WithString("job_id", mcp.Required(), mcp.Pattern(`^j[0-9a-f]{12}$`),
-		mcp.Description("From execute's result or job_list."))
+// jobRef is the job_id of the job tools.
+type jobRef struct {
+	JobID string `json:"job_id" arg:"required,pattern=^j[0-9a-f]{12}$" needs:"the job_id from execute's result, like j6940a1f03f2a (job_list shows the jobs)"`
 }
 
-func (s *Tools) jobWaitArg(what string) mcp.ToolOption {
+const jobIDDesc = "From execute's result or job_list."
+
+// jobWaitAbout describes the wait of job_output and job_input.
+func (s *Tools) jobWaitAbout(what string) about {
 	if y := s.opts.Yield; y > 0 {
-		return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds to wait %s, 0 to %d (more counts as %d). Default %d.", what, int(y.Seconds()), int(y.Seconds()), int(y.Seconds()))))
+		return s.waitAbout(fmt.Sprintf("Seconds to wait %s, 0 to %d (more counts as %d). Default %d.", what, int(y.Seconds()), int(y.Seconds()), int(y.Seconds())))
 	}
-	return mcp.WithNumber("wait", mcp.Min(0), mcp.Max(maxTimeout.Seconds()),
-		mcp.Description(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds()))))
+	return s.waitAbout(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds())))
 }
 
-func (s *Tools) jobOutputTool() mcp.Tool {
-	return mcp.NewTool("job_output",
+// jobOutputArgs are job_output's arguments.
+type jobOutputArgs struct {
+	jobRef
+	waitArg
+}
+
+func (s *Tools) jobOutputTool() toolDef[jobOutputArgs] {
+	return define[jobOutputArgs](mcp.NewTool("job_output",
 		mcp.WithDescription(`Get the new output of a job: a command that execute returned with running: true. Waits until the job ends or wait seconds pass (wait: 0 returns at once), then returns only the output not returned before (never repeated, never skipped), whether it still runs, and its exit code once it has ended. Call it again while running is true; between calls you can do other work. The whole output is also in the files named in the result. The result has execute's fields.`),
 		title("Follow a running command"),
-		s.jobIDArg(),
-		s.jobWaitArg("for the job to end"),
 		hints(false, false, false, false), // not read-only: it marks the output as delivered
-	)
+	), map[string]about{
+		"job_id": {desc: jobIDDesc},
+		"wait":   s.jobWaitAbout("for the job to end"),
+	})
 }
 
-func (s *Tools) jobInputTool() mcp.Tool {
-	return mcp.NewTool("job_input",
+// jobInputArgs are job_input's arguments.
+type jobInputArgs struct {
+	jobRef
+	Input string `json:"input" arg:"required" needs:"the text to write to the job's stdin, e.g. {\"job_id\": \"...\", \"input\": \"yes\"}"`
+	waitArg
+}
+
+func (s *Tools) jobInputTool() toolDef[jobInputArgs] {
+	return define[jobInputArgs](mcp.NewTool("job_input",
 		mcp.WithDescription(fmt.Sprintf(`Write to the stdin of a job started with execute(..., interactive: true), e.g. an answer to a prompt, a line for a REPL or for `+"`read`"+`, then return its new output once it answers (or the job ends, or wait passes). A newline is added when input does not end with one. At most %d KiB per call; while the program has not read earlier input, more is refused. The result has execute's fields.`, boxapi.MaxInputBytes>>10)),
 		title("Send input to a running command"),
-		s.jobIDArg(),
-		mcp.WithString("input", mcp.Required(), mcp.Description("Text to write to the job's stdin, e.g. `yes` or `print(2+2)`.")),
-		s.jobWaitArg("for the job's answer"),
 		hints(false, true, false, false),
-	)
+	), map[string]about{
+		"job_id": {desc: jobIDDesc},
+		"input":  {desc: "Text to write to the job's stdin, e.g. `yes` or `print(2+2)`."},
+		"wait":   s.jobWaitAbout("for the job's answer"),
+	})
 }
 
-func (s *Tools) jobKillTool() mcp.Tool {
-	return mcp.NewTool("job_kill",
+// jobKillArgs are job_kill's arguments.
+type jobKillArgs struct {
+	jobRef
+}
+
+func (s *Tools) jobKillTool() toolDef[jobKillArgs] {
+	return define[jobKillArgs](mcp.NewTool("job_kill",
 		mcp.WithDescription(`Stop a job: kill its command and every process it started (not those detached with setsid: use kill), and return its last output and exit code (137), as execute's fields.`),
 		title("Stop a running command"),
-		s.jobIDArg(),
 		hints(false, true, true, false),
-	)
+	), map[string]about{"job_id": {desc: jobIDDesc}})
 }
 
-func (s *Tools) jobListTool() mcp.Tool {
-	return mcp.NewTool("job_list",
+// noArgs are the arguments of a tool that takes none.
+type noArgs struct{}
+
+func (s *Tools) jobListTool() toolDef[noArgs] {
+	return define[noArgs](mcp.NewTool("job_list",
 		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands and the newest %d finished ones of the last day, with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
 		title("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
 		hints(true, false, true, false),
-	)
+	), nil)
 }
 
-// jobID reads and checks the job_id argument.
-func jobID(a args) (string, *mcp.CallToolResult) {
-	id, bad := a.str("job_id")
-	if bad != nil {
-		return "", bad.result()
-	}
-	if !boxapi.ValidJobID(id) {
-		return "", mcp.NewToolResultError(fmt.Sprintf(`%s needs "job_id": the job_id from execute's result, like j6940a1f03f2a; got %s. Call job_list to see the jobs.`, a.tool, describe(a.m["job_id"])))
-	}
-	return id, nil
-}
-
-// pollWaitArg reads job_output's and job_input's wait, with the note of a wait cut to
+// pollWaitOf is the wait of job_output and job_input, with the note of a wait cut to
 // yield_after.
-func (s *Tools) pollWaitArg(a args) (time.Duration, string, *badArg) {
-	w, ok, note, bad := s.waitSeconds(a, "call job_output again to wait longer")
-	if bad != nil {
-		return 0, "", bad
+func (s *Tools) pollWaitOf(w waitArg) (time.Duration, string) {
+	if w.Wait == nil {
+		return s.pollWait(), ""
 	}
-	if !ok {
-		return s.pollWait(), "", nil
-	}
-	return w, note, nil
+	return s.cutWait(*w.Wait, "call job_output again to wait longer")
 }
 
-func (s *Tools) jobOutput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	id, errRes := jobID(a)
-	if errRes != nil {
-		return errRes, nil
-	}
-	wait, note, bad := s.pollWaitArg(a)
-	if bad != nil {
-		return bad.result(), nil
-	}
-	return s.follow(ctx, box, a, id, wait, note, nil)
+func (s *Tools) jobOutput(ctx context.Context, box Box, c call, in jobOutputArgs) (*mcp.CallToolResult, error) {
+	wait, note := s.pollWaitOf(in.waitArg)
+	return s.follow(ctx, box, c, in.JobID, wait, note, nil)
 }
 
-func (s *Tools) jobInput(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	id, errRes := jobID(a)
-	if errRes != nil {
-		return errRes, nil
-	}
-	if !a.has("input") {
-		return mcp.NewToolResultError(`job_input needs "input": the text to write to the job's stdin, e.g. {"job_id": "...", "input": "yes"}`), nil
-	}
-	input, bad := a.str("input")
-	if bad != nil {
-		return bad.result(), nil
-	}
+func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) (*mcp.CallToolResult, error) {
+	input := in.Input
 	if len(input) > boxapi.MaxInputBytes {
 		return mcp.NewToolResultError(fmt.Sprintf("input is %d bytes; job_input takes at most %d KiB per call. Write large input to a file with execute and have the program read it.", len(input), boxapi.MaxInputBytes>>10)), nil
 	}
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}
-	wait, note, bad := s.pollWaitArg(a)
-	if bad != nil {
-		return bad.result(), nil
-	}
-	return s.follow(ctx, box, a, id, wait, note, &input)
+	wait, note := s.pollWaitOf(in.waitArg)
+	return s.follow(ctx, box, c, in.JobID, wait, note, &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
 // progress keep-alive while it waits. waitNote is the note of a wait cut short.
-func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
-	prog := startProgress(ctx, a.progress, time.Duration(s.opts.Keepalive))
+func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
+	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
 	prog.stop()
 	if err != nil && res == nil {
-		return jobError(box, err, id, a.tool), nil
+		return jobError(box, err, id, c.tool), nil
 	}
 	out := toOutput(res)
 	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID) + waitNote
@@ -191,14 +178,11 @@ func (s *Tools) follow(ctx context.Context, box Box, a args, id string, wait tim
 	return mcp.NewToolResultStructured(out, text), nil
 }
 
-func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	id, errRes := jobID(a)
-	if errRes != nil {
-		return errRes, nil
-	}
+func (s *Tools) jobKill(ctx context.Context, box Box, c call, in jobKillArgs) (*mcp.CallToolResult, error) {
+	id := in.JobID
 	res, err := box.KillJob(ctx, id, s.defaultOutput())
 	if err != nil {
-		return jobError(box, err, id, a.tool), nil
+		return jobError(box, err, id, c.tool), nil
 	}
 	ident := CallerFrom(ctx)
 	s.opts.Logger.Info("job_kill", zap.String("client", ident.ClientName), zap.String("person", ident.Person),
@@ -211,7 +195,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, a args) (*mcp.CallToolResu
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-func (s *Tools) jobList(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
+func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.CallToolResult, error) {
 	jobs, err := box.ListJobs(ctx)
 	if err != nil {
 		return mcp.NewToolResultError(execErrorText(box, err)), nil

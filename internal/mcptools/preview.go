@@ -29,53 +29,39 @@ type exposeOutput struct {
 	Listening bool      `json:"listening" jsonschema:"Something accepted a connection on the port when the URL was made."`
 }
 
-func (s *Tools) exposePortTool() mcp.Tool {
+// portArg is the port of the preview tools.
+type portArg struct {
+	Port int `json:"port" arg:"required,min=1,max=65535" unit:"a TCP port" needs:"the port the app listens on inside the sandbox, e.g. {\"port\": 8000}"`
+}
+
+func (s *Tools) exposePortTool() toolDef[portArg] {
 	auth := "Anyone with the URL can open it until it expires, so share it only with the user."
 	if s.opts.PreviewAuth {
 		auth = "The user signs in once per browser with their key before seeing it."
 	}
-	return mcp.NewTool("expose_port",
+	return define[portArg](mcp.NewTool("expose_port",
 		mcp.WithDescription(fmt.Sprintf(`Give the user a live preview URL of a web app, API or dev server listening on a TCP port in the sandbox (HTTP, SSE and WebSockets: hot reload works). The URL has its own origin and expires after %s; exposing the port again renews it. %s
 Bind the server to 0.0.0.0 or 127.0.0.1 (not only ::1) and detach it: `+"`setsid nohup npm run dev -- --host 0.0.0.0 --port 5173 > /sandbox/dev.log 2>&1 &`"+`. Requests arrive with Host "localhost:<port>". Until something listens, the page says so and retries.`,
 			human.Duration(time.Duration(s.opts.PreviewTTL)), auth)),
 		title("Expose a sandbox port as a preview URL"),
-		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
-			mcp.Description("The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000.")),
 		outputSchema[exposeOutput](),
 		hints(false, false, true, true),
-	)
+	), map[string]about{"port": {desc: "The TCP port the app listens on inside the sandbox, e.g. 5173 or 8000."}})
 }
 
-func (s *Tools) unexposePortTool() mcp.Tool {
-	return mcp.NewTool("unexpose_port",
+func (s *Tools) unexposePortTool() toolDef[portArg] {
+	return define[portArg](mcp.NewTool("unexpose_port",
 		mcp.WithDescription("End the preview URL of a port made by expose_port (it then answers 404). The app keeps running."),
 		title("End a port's preview URL"),
-		mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535),
-			mcp.Description("The port given to expose_port.")),
 		outputSchema[unexposeOutput](),
 		hints(false, true, true, false),
-	)
-}
-
-// portArg reads the required port argument.
-func portArg(tool string, a args) (int, *mcp.CallToolResult) {
-	port, ok, bad := a.integer("port", "a TCP port", 1, 65535)
-	if bad != nil {
-		return 0, bad.result()
-	}
-	if !ok {
-		return 0, argError(`%s needs "port": the TCP port the app listens on inside the sandbox, a whole number between 1 and 65535, e.g. {"port": 8000}`, tool)
-	}
-	return int(port), nil
+	), map[string]about{"port": {desc: "The port given to expose_port."}})
 }
 
 // exposePort makes (or renews) the preview of a port and says whether something
 // listens there now.
-func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	port, bad := portArg("expose_port", a)
-	if bad != nil {
-		return bad, nil
-	}
+func (s *Tools) exposePort(ctx context.Context, box Box, _ call, in portArg) (*mcp.CallToolResult, error) {
+	port := in.Port
 	listening := false
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	conn, err := box.DialPort(pctx, port)
@@ -113,11 +99,8 @@ func (s *Tools) exposePort(ctx context.Context, box Box, a args) (*mcp.CallToolR
 }
 
 // unexposePort ends the preview of a port.
-func (s *Tools) unexposePort(ctx context.Context, _ Box, a args) (*mcp.CallToolResult, error) {
-	port, bad := portArg("unexpose_port", a)
-	if bad != nil {
-		return bad, nil
-	}
+func (s *Tools) unexposePort(ctx context.Context, _ Box, _ call, in portArg) (*mcp.CallToolResult, error) {
+	port := in.Port
 	was := s.opts.Previews.Unexpose(ctx, port)
 	text := fmt.Sprintf("Port %d is no longer exposed; its preview URL now answers 404.", port)
 	if !was {

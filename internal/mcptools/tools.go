@@ -163,20 +163,20 @@ func New(o Options) *Tools {
 		server.WithToolHandlerMiddleware(s.auditTool),
 	)
 	m := server.NewMCPServer("mcp-sandbox", o.Version, opts...)
-	s.addTool(m, s.executeTool(), s.execute)
-	s.addTool(m, s.shareFileTool(), s.shareFile)
-	s.addTool(m, s.jobOutputTool(), s.jobOutput)
-	s.addTool(m, s.jobInputTool(), s.jobInput)
-	s.addTool(m, s.jobKillTool(), s.jobKill)
-	s.addTool(m, s.jobListTool(), s.jobList)
-	s.addTool(m, s.uploadLinkTool(), s.uploadLink)
-	s.addTool(m, s.readFileTool(), s.readFile)
-	s.addTool(m, s.writeFileTool(), s.writeFile)
-	s.addTool(m, s.editFileTool(), s.editFile)
+	addTool(s, m, s.executeTool(), s.execute)
+	addTool(s, m, s.shareFileTool(), s.shareFile)
+	addTool(s, m, s.jobOutputTool(), s.jobOutput)
+	addTool(s, m, s.jobInputTool(), s.jobInput)
+	addTool(s, m, s.jobKillTool(), s.jobKill)
+	addTool(s, m, s.jobListTool(), s.jobList)
+	addTool(s, m, s.uploadLinkTool(), s.uploadLink)
+	addTool(s, m, s.readFileTool(), s.readFile)
+	addTool(s, m, s.writeFileTool(), s.writeFile)
+	addTool(s, m, s.editFileTool(), s.editFile)
 	s.addCheckpointTools(m)
 	if o.Previews != nil {
-		s.addTool(m, s.exposePortTool(), s.exposePort)
-		s.addTool(m, s.unexposePortTool(), s.unexposePort)
+		addTool(s, m, s.exposePortTool(), s.exposePort)
+		addTool(s, m, s.unexposePortTool(), s.unexposePort)
 	}
 	s.server = m
 	return s

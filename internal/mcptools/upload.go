@@ -26,7 +26,6 @@ type uploadLinkOutput struct {
 const (
 	defaultUploadDir = boxapi.WorkDir + "/uploads"
 	maxUploadLinkTTL = 7 * 24 * time.Hour // when max_link_ttl is not set
-	minUploadLinkTTL = time.Minute
 )
 
 // uploadTTLBound is the longest lifetime an upload link may ask for: max_link_ttl, as
@@ -38,28 +37,31 @@ func (s *Tools) uploadTTLBound() time.Duration {
 	return max(time.Duration(s.opts.LinkTTL), maxUploadLinkTTL)
 }
 
-func (s *Tools) uploadLinkTool() mcp.Tool {
-	return mcp.NewTool("upload_link",
+// uploadLinkArgs are upload_link's arguments. A link lives at least a minute.
+type uploadLinkArgs struct {
+	Directory string `json:"directory"`
+	ExpiresIn *int64 `json:"expires_in" arg:"min=60" unit:"a number of seconds"` // at most uploadTTLBound
+}
+
+func (s *Tools) uploadLinkTool() toolDef[uploadLinkArgs] {
+	ttl := time.Duration(s.opts.LinkTTL)
+	return define[uploadLinkArgs](mcp.NewTool("upload_link",
 		mcp.WithDescription(fmt.Sprintf(`Make a link the user opens to send files from their device into the sandbox: chat attachments never reach it, so call this when the user wants you to work on their own file, and give them the URL. They choose or drag files (up to %s each); scripts can use curl -T file <url>. Files land in the directory (default %s, created if missing); a taken name becomes "name (1).ext", never overwriting. The link expires after %s unless expires_in says otherwise. When the user is done, ls the directory.`,
-			human.Size(s.opts.MaxUpload), defaultUploadDir, human.Duration(time.Duration(s.opts.LinkTTL)))),
+			human.Size(s.opts.MaxUpload), defaultUploadDir, human.Duration(ttl))),
 		title("Let the user upload files into the sandbox"),
-		mcp.WithString("directory",
-			pathDesc("Where the files land (default "+defaultUploadDir+")", "data")),
-		mcp.WithNumber("expires_in", mcp.Min(minUploadLinkTTL.Seconds()), mcp.Max(s.uploadTTLBound().Seconds()),
-			mcp.Description(fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
-				int(time.Duration(s.opts.LinkTTL).Seconds()), human.Duration(time.Duration(s.opts.LinkTTL)),
-				int(s.uploadTTLBound().Seconds()), human.Duration(s.uploadTTLBound())))),
 		outputSchema[uploadLinkOutput](),
 		hints(false, false, false, true),
-	)
+	), map[string]about{
+		"directory": {desc: pathDesc("Where the files land (default "+defaultUploadDir+")", "data")},
+		"expires_in": {desc: fmt.Sprintf("Seconds the link stays valid. Default %d (%s), at most %d (%s).",
+			int(ttl.Seconds()), human.Duration(ttl), int(s.uploadTTLBound().Seconds()), human.Duration(s.uploadTTLBound())),
+			max: bound(s.uploadTTLBound().Seconds())},
+	})
 }
 
 // uploadLink makes a signed upload page for a directory of the sandbox.
-func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolResult, error) {
-	dir, bad := a.str("directory")
-	if bad != nil {
-		return bad.result(), nil
-	}
+func (s *Tools) uploadLink(ctx context.Context, box Box, _ call, in uploadLinkArgs) (*mcp.CallToolResult, error) {
+	dir := in.Directory
 	if dir == "" {
 		dir = defaultUploadDir
 	}
@@ -68,12 +70,8 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, a args) (*mcp.CallToolR
 	}
 	dir = path.Clean(inSandbox(dir))
 	ttl := time.Duration(s.opts.LinkTTL)
-	secs, ok, bad := a.integer("expires_in", "a number of seconds", int64(minUploadLinkTTL.Seconds()), int64(s.uploadTTLBound().Seconds()))
-	if bad != nil {
-		return bad.result(), nil
-	}
-	if ok {
-		ttl = time.Duration(secs) * time.Second
+	if in.ExpiresIn != nil {
+		ttl = time.Duration(*in.ExpiresIn) * time.Second
 	}
 	// Creating the directory now lets the model ls it at once and finds a file in the
 	// way before the person tries.

@@ -5,7 +5,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"sync"
 
@@ -17,16 +16,14 @@ func main() {
 }
 
 func handle(st *agentwire.Stream) {
-	var req agentwire.Request
-	json.Unmarshal(st.Request(), &req)
-	if req.Op != agentwire.OpListen {
+	if req, err := agentwire.Decode(st.Request()); err != nil || req.Op() != agentwire.OpListen {
 		st.Reset("impostor")
 		return
 	}
 	st.CloseChannel(agentwire.Connected)
 	var streams []*agentwire.Stream
 	for i := 0; i < 2*agentwire.MaxAgentStreams; i++ {
-		b, _ := json.Marshal(agentwire.Request{Op: agentwire.OpAccept, Listener: st.ID(), Remote: "127.0.0.1:1"})
+		b, _ := agentwire.Encode(agentwire.AcceptRequest{Listener: st.ID(), Remote: "127.0.0.1:1"})
 		cs, err := st.Session().Open(b)
 		if err != nil {
 			break

@@ -1,8 +1,7 @@
-package mcpsandbox
+package fleet
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,16 +13,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
-
-// unifiedDockerfile is the production image's recipe, built in the background when the
-// default image is missing so that a new install works without a manual build.
-//
-//go:embed containers/Dockerfile.unified
-var unifiedDockerfile []byte
-
-// autoBuildImages are the image names built from unifiedDockerfile when missing. A
-// custom image name is never built from our recipe: the error says how to provide it.
-var autoBuildImages = map[string]bool{"code-sandbox:latest": true}
 
 // retryFailedBuildAfter keeps a failing build from being retried on every tool call;
 // imageBuildTimeout bounds one build.
@@ -44,16 +33,16 @@ type imageBuild struct {
 	err   error
 }
 
-// imageMissing answers a tool call or download that found the image missing on e's
-// engine: it starts the background build there when it may, and says what is
-// happening and what to do.
-func (h *Handler) imageMissing(e *sandboxEntry) string {
+// ImageMissing answers a tool call or download that found the sandbox's image missing
+// on its engine: it starts the background build there from dockerfile when there is
+// one (nil: the image is not ours to build), and says what is happening and what to do.
+func (e *Entry) ImageMissing(dockerfile []byte) string {
 	image := e.sb.Config().Image
 	manual := sandbox.ImageBuildHint(image)
-	if !autoBuildImages[image] {
+	if dockerfile == nil {
 		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)
 	}
-	b := e.startImageBuild(e.cli, image)
+	b := e.startImageBuild(e.cli, image, dockerfile)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -69,10 +58,24 @@ func (h *Handler) imageMissing(e *sandboxEntry) string {
 	return fmt.Sprintf("The sandbox image %s has just been built. Try again.", image)
 }
 
+// ImageBuild tells whether a build of the image was started, whether it has ended,
+// and how.
+func (e *Entry) ImageBuild() (started, done bool, err error) {
+	e.buildMu.Lock()
+	b := e.build
+	e.buildMu.Unlock()
+	if b == nil {
+		return false, false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return true, b.done, b.err
+}
+
 // startImageBuild returns the entry's build of image, starting one unless one is
 // running, has succeeded, or failed recently. The build runs under the entry's context,
 // so Destruct (the last config letting go of the sandbox) stops it and waits for it.
-func (e *sandboxEntry) startImageBuild(cli client.APIClient, image string) *imageBuild {
+func (e *Entry) startImageBuild(cli client.APIClient, image string, dockerfile []byte) *imageBuild {
 	e.buildMu.Lock()
 	defer e.buildMu.Unlock()
 	if b := e.build; b != nil {
@@ -96,7 +99,7 @@ func (e *sandboxEntry) startImageBuild(cli client.APIClient, image string) *imag
 		defer e.builds.Done()
 		ctx, cancel := context.WithTimeout(e.buildCtx, imageBuildTimeout)
 		defer cancel()
-		err := sandbox.BuildImage(ctx, cli, image, unifiedDockerfile, func(line string) {
+		err := sandbox.BuildImage(ctx, cli, image, dockerfile, func(line string) {
 			if strings.HasPrefix(line, "Step ") {
 				logger.Info("building sandbox image", zap.String("image", image), zap.String("step", line))
 				b.mu.Lock()

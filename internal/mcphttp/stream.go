@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcphttp
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// streamWriter adapts Caddy's response writer to mcp-go's transport writer and keeps
+// StreamWriter adapts Caddy's response writer to mcp-go's transport writer and keeps
 // long responses alive.
 //
 // Caddy's response writers do not implement http.Flusher, so mcp-go, left to itself,
@@ -21,7 +21,7 @@ import (
 // silent for the keep-alive interval, the writer turns it into an event stream itself
 // and writes an SSE comment, and repeats that while the handler runs. If mcp-go then
 // answers with plain JSON, the body is sent as one SSE message event instead.
-type streamWriter struct {
+type StreamWriter struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	keepalive time.Duration
@@ -42,23 +42,27 @@ type streamWriter struct {
 	stopped     chan struct{}
 }
 
-func newStreamWriter(w http.ResponseWriter, keepalive time.Duration) *streamWriter {
-	return &streamWriter{w: w, rc: http.NewResponseController(w), keepalive: keepalive, lastWrite: time.Now(), header: http.Header{}}
+// NewStreamWriter wraps w; keepalive is the longest the response may stay silent once
+// [StreamWriter.StartKeepalive] runs.
+func NewStreamWriter(w http.ResponseWriter, keepalive time.Duration) *StreamWriter {
+	return &StreamWriter{w: w, rc: http.NewResponseController(w), keepalive: keepalive, lastWrite: time.Now(), header: http.Header{}}
 }
 
 // Header is the handler's own header map; only the handler's goroutine uses it.
-func (s *streamWriter) Header() http.Header { return s.header }
+func (s *StreamWriter) Header() http.Header { return s.header }
 
 // CanStream reports true: every write can be flushed to the client at once.
-func (s *streamWriter) CanStream() bool { return true }
+func (s *StreamWriter) CanStream() bool { return true }
 
-func (s *streamWriter) WriteHeader(code int) {
+// WriteHeader sends the handler's header and status, unless the keep-alive has sent
+// the wire's already.
+func (s *StreamWriter) WriteHeader(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.writeHeaderLocked(code)
 }
 
-func (s *streamWriter) writeHeaderLocked(code int) {
+func (s *StreamWriter) writeHeaderLocked(code int) {
 	ct := s.header.Get("Content-Type")
 	if s.wroteHeader {
 		if s.ourUpgrade && !strings.HasPrefix(ct, "text/event-stream") {
@@ -75,7 +79,9 @@ func (s *streamWriter) writeHeaderLocked(code int) {
 	s.w.WriteHeader(code)
 }
 
-func (s *streamWriter) Write(p []byte) (int, error) {
+// Write sends p at once, or holds it back to send as one SSE event when the keep-alive
+// turned a plain JSON answer into an event stream.
+func (s *StreamWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.wroteHeader {
@@ -88,21 +94,22 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// status is the status code sent, 0 while none is.
-func (s *streamWriter) status() int {
+// Status is the status code sent, 0 while none is.
+func (s *StreamWriter) Status() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.code
 }
 
-func (s *streamWriter) Flush() {
+// Flush sends what has been written to the client.
+func (s *StreamWriter) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.rc.Flush()
 }
 
-// startKeepalive writes keep-alive comments until finish is called.
-func (s *streamWriter) startKeepalive() {
+// StartKeepalive writes keep-alive comments until [StreamWriter.Finish] is called.
+func (s *StreamWriter) StartKeepalive() {
 	s.done = make(chan struct{})
 	s.stopped = make(chan struct{})
 	go func() {
@@ -124,7 +131,7 @@ func (s *streamWriter) startKeepalive() {
 
 // ping writes a comment if the stream has been silent for the keep-alive interval. It
 // returns false once no more pings can be useful (a plain JSON answer is under way).
-func (s *streamWriter) ping() bool {
+func (s *StreamWriter) ping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if time.Since(s.lastWrite) < s.keepalive {
@@ -148,9 +155,9 @@ func (s *streamWriter) ping() bool {
 	return s.rc.Flush() == nil
 }
 
-// finish stops the keep-alive and sends a body held back after our upgrade as one SSE
+// Finish stops the keep-alive and sends a body held back after our upgrade as one SSE
 // message event (a JSON-RPC message is one line: the encoder escapes newlines).
-func (s *streamWriter) finish() {
+func (s *StreamWriter) Finish() {
 	if s.done != nil {
 		close(s.done)
 		<-s.stopped

@@ -1,4 +1,4 @@
-package mcpsandbox
+package fleet
 
 import (
 	"context"
@@ -116,10 +116,10 @@ func TestEngineTLS(t *testing.T) {
 	host := "tcp://" + srv.Listener.Addr().String()
 
 	ping := func(e Engine) error {
-		if err := validateEngines([]Engine{e}); err != nil {
+		if err := ValidateEngines([]Engine{e}); err != nil {
 			t.Fatalf("engine %+v: %v", e, err)
 		}
-		cli, err := newEngineClient(e)
+		cli, err := e.NewClient()
 		if err != nil {
 			return err
 		}
@@ -149,28 +149,28 @@ func TestEngineTLS(t *testing.T) {
 // names an engine the configuration dropped, fails with an error that says so; a
 // recorded placement is used without asking any engine.
 func TestPlaceWithoutEngines(t *testing.T) {
-	h := &Handler{
+	st := &certmagic.FileStorage{Path: t.TempDir()}
+	f := &Fleet{o: Options{
 		Engines: []Engine{{Name: "a", Host: "unix:///nonexistent/a.sock"}, {Name: "b", Host: "unix:///nonexistent/b.sock"}},
-		storage: &certmagic.FileStorage{Path: t.TempDir()},
-		logger:  zap.NewNop(),
-	}
+		Storage: st,
+	}, logger: zap.NewNop()}
 	ctx := context.Background()
-	if _, err := h.place(ctx, "box-p1"); err == nil || !strings.Contains(err.Error(), "none of the configured Docker engines answers") {
+	if _, err := f.place(ctx, "box-p1"); err == nil || !strings.Contains(err.Error(), "none of the configured Docker engines answers") {
 		t.Errorf("no engine answers: %v", err)
 	}
-	if _, err := h.storage.Load(ctx, placementPrefix+"box-p1"); err == nil {
+	if _, err := st.Load(ctx, PlacementPrefix+"box-p1"); err == nil {
 		t.Error("a failed placement was recorded")
 	}
-	if err := h.storage.Store(ctx, placementPrefix+"box-p2", []byte(`{"engine":"b"}`)); err != nil {
+	if err := st.Store(ctx, PlacementPrefix+"box-p2", []byte(`{"engine":"b"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := h.place(ctx, "box-p2"); err != nil || e.Name != "b" {
+	if e, err := f.place(ctx, "box-p2"); err != nil || e.Name != "b" {
 		t.Errorf("recorded on b: %+v %v", e, err)
 	}
-	if err := h.storage.Store(ctx, placementPrefix+"box-p3", []byte(`{"engine":"gone"}`)); err != nil {
+	if err := st.Store(ctx, PlacementPrefix+"box-p3", []byte(`{"engine":"gone"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.place(ctx, "box-p3"); err == nil || !strings.Contains(err.Error(), `on the Docker engine "gone", which the configuration no longer names`) {
+	if _, err := f.place(ctx, "box-p3"); err == nil || !strings.Contains(err.Error(), `on the Docker engine "gone", which the configuration no longer names`) {
 		t.Errorf("recorded on a removed engine: %v", err)
 	}
 }

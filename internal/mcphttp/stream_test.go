@@ -1,4 +1,4 @@
-package mcpsandbox
+package mcphttp
 
 import (
 	"io"
@@ -12,13 +12,13 @@ import (
 // These run without Docker or Caddy: the keep-alive writer over a plain net/http
 // server.
 
-// serveStream answers one request through a streamWriter whose handler is slow.
+// serveStream answers one request through a StreamWriter whose handler is slow.
 func serveStream(t *testing.T, handler func(w http.ResponseWriter)) (http.Header, string) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := newStreamWriter(w, time.Second)
-		sw.startKeepalive()
-		defer sw.finish()
+		sw := NewStreamWriter(w, time.Second)
+		sw.StartKeepalive()
+		defer sw.Finish()
 		handler(sw)
 	}))
 	defer srv.Close()

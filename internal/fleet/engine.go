@@ -1,12 +1,10 @@
-package mcpsandbox
+package fleet
 
 import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/docker/docker/client"
 )
 
@@ -24,24 +22,22 @@ type Engine struct {
 	TLSKey  string `json:"tls_key,omitempty"`
 }
 
-// engineName is what an engine may be called: short, and safe in a Docker label and
-// a storage key.
-var engineName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
+// validName is what a person or an engine may be called: short, and safe in Docker
+// names and labels and in storage keys.
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
 
-func (e *Engine) resolve(repl *caddy.Replacer) {
-	for _, s := range []*string{&e.Host, &e.TLSCA, &e.TLSCert, &e.TLSKey} {
-		*s = strings.TrimSpace(repl.ReplaceAll(*s, ""))
-	}
-}
+// ValidName reports whether name may name a person or an engine: 1 to 32 lower-case
+// letters, digits, '_', '.' or '-', starting with a letter or digit.
+func ValidName(name string) bool { return validName.MatchString(name) }
 
 func (e Engine) tls() bool { return e.TLSCA != "" || e.TLSCert != "" || e.TLSKey != "" }
 
-// validateEngines reports every engine line that cannot work. It does no I/O.
-func validateEngines(engines []Engine) error {
+// ValidateEngines reports every engine line that cannot work. It does no I/O.
+func ValidateEngines(engines []Engine) error {
 	var errs []error
 	seen := map[string]bool{}
 	for _, e := range engines {
-		if !engineName.MatchString(e.Name) {
+		if !ValidName(e.Name) {
 			errs = append(errs, fmt.Errorf("engine %q: a name is 1 to 32 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", e.Name))
 		}
 		if seen[e.Name] {
@@ -71,10 +67,10 @@ func validateEngines(engines []Engine) error {
 	return errors.Join(errs...)
 }
 
-// newEngineClient makes a client for a named engine. Unlike the default engine's, it
-// takes nothing from the environment (DOCKER_CERT_PATH would apply to every engine).
-// It reads the TLS files and does no other I/O.
-func newEngineClient(e Engine) (*client.Client, error) {
+// NewClient makes a client for a named engine. Unlike the default engine's, it takes
+// nothing from the environment (DOCKER_CERT_PATH would apply to every engine). It
+// reads the TLS files and does no other I/O.
+func (e Engine) NewClient() (*client.Client, error) {
 	opts := []client.Opt{client.WithHost(e.Host), client.WithAPIVersionNegotiation()}
 	if e.tls() {
 		opts = append(opts, client.WithTLSClientConfig(e.TLSCA, e.TLSCert, e.TLSKey))

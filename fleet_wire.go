@@ -1,0 +1,149 @@
+package mcpsandbox
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// This file builds the handler's fleet (internal/fleet: placement on engines, idle
+// stop, removed people's sandboxes) from its configuration, and shows it to the console.
+
+// unifiedDockerfile is the production image's recipe, built in the background when the
+// default image is missing so that a new install works without a manual build.
+//
+//go:embed containers/Dockerfile.unified
+var unifiedDockerfile []byte
+
+// autoBuildImages are the image names built from unifiedDockerfile when missing. A
+// custom image name is never built from our recipe: the error says how to provide it.
+var autoBuildImages = map[string]bool{"code-sandbox:latest": true}
+
+// provisionFleet makes the fleet, which acquires the operator's sandbox (base) from the
+// app's pool. It does no Docker I/O.
+func (h *Handler) provisionFleet(base sandbox.Config) error {
+	people := make([]fleet.Person, 0, len(h.People))
+	for _, p := range h.People {
+		people = append(people, p.limits())
+	}
+	f, err := fleet.New(fleet.Options{
+		Base: base, People: people, Engines: h.Engines,
+		Acquire: h.app.acquire, Placed: h.setupEgress, Claimed: h.app.claimed,
+		Storage: h.storage, IdleStop: time.Duration(h.IdleStop), MaxSandboxes: h.MaxSandboxes,
+		IdleStopped: metrics.IdleStops.Inc, Logger: h.logger,
+	})
+	if err != nil {
+		return err
+	}
+	h.fleet = f
+	return nil
+}
+
+// egressOf is the egress gateway of a sandbox; nil without an egress block.
+func egressOf(e *fleet.Entry) *egress.Gateway {
+	gw, _ := e.Sidecar().(*egress.Gateway)
+	return gw
+}
+
+// imageRecipe is the recipe the image of sb is built from when missing; nil when the
+// image is not ours to build.
+func imageRecipe(sb *sandbox.Sandbox) []byte {
+	if autoBuildImages[sb.Config().Image] {
+		return unifiedDockerfile
+	}
+	return nil
+}
+
+// consoleSandboxes shows the operator every sandbox of a site with people (the
+// operator's own first) and acts on one.
+type consoleSandboxes struct{ h *Handler }
+
+func (c consoleSandboxes) People() []string { return c.h.fleet.People() }
+
+func (c consoleSandboxes) Removed(ctx context.Context) []string {
+	var out []string
+	for _, x := range c.h.fleet.Removed(ctx) {
+		out = append(out, x.Person)
+	}
+	return out
+}
+
+// List is the operator's sandbox, the people's, and then the sandboxes of people the
+// configuration no longer names that still exist (removed: true).
+func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
+	var out []console.SandboxInfo
+	for _, s := range c.h.fleet.Statuses(ctx) {
+		info := console.SandboxInfo{Person: s.Person, Container: s.Container, Engine: s.Engine, State: s.State,
+			CPU: s.CPU, Memory: s.Memory, MemoryLimit: s.MemoryLimit, DiskUsed: s.DiskUsed, Jobs: s.Jobs, Removed: s.Removed}
+		if s.Err != nil {
+			info.Error = s.Err.Error()
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (c consoleSandboxes) Act(ctx context.Context, person, action string) error {
+	f := c.h.fleet
+	if person != "" && !f.Configured(person) {
+		return c.actRemoved(ctx, person, action)
+	}
+	switch action {
+	case "stop":
+		sb, err := f.Observe(person)
+		if err != nil {
+			return err
+		}
+		return sb.Stop(ctx, "operator")
+	case console.ActDelete, console.ActDeleteVolume:
+		return fmt.Errorf("%w: only the sandbox of a person no longer configured is deleted here; Recreate replaces a configured person's container and keeps /sandbox", console.ErrConflict)
+	}
+	e, err := f.For(ctx, person)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "start":
+		return e.Sandbox().Ensure(ctx)
+	case "restart":
+		return e.Sandbox().Restart(ctx)
+	case "recreate":
+		return e.Sandbox().Recreate(ctx)
+	}
+	return console.ErrNotFound
+}
+
+// actRemoved stops or deletes the sandbox of a person the configuration no longer
+// names; nothing else is done to it, so that it cannot run again unnoticed.
+func (c consoleSandboxes) actRemoved(ctx context.Context, person, action string) error {
+	var err error
+	switch action {
+	case "stop":
+		var sb *sandbox.Sandbox
+		var done func()
+		if sb, done, err = c.h.fleet.RemovedSandbox(ctx, person); err == nil {
+			defer done()
+			err = sb.Stop(ctx, "operator")
+		}
+	case console.ActDelete, console.ActDeleteVolume:
+		err = c.h.fleet.DeleteRemoved(ctx, person, action == console.ActDeleteVolume)
+	default:
+		var done func()
+		if _, done, err = c.h.fleet.RemovedSandbox(ctx, person); err == nil {
+			done()
+			err = fmt.Errorf("%w: %s is no longer configured: add their person line back to start their sandbox, or delete it", console.ErrConflict, person)
+		}
+	}
+	if errors.Is(err, fleet.ErrNoRemoved) {
+		return console.ErrNotFound
+	}
+	return err
+}

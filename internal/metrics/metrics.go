@@ -1,0 +1,199 @@
+// Package metrics holds the plugin's Prometheus metrics that no single room owns:
+// counts the root's wiring makes (cleanup, previews, calls per person, idle stops) and
+// the collectors that read the pooled sandboxes when scraped. The tools and links
+// layers keep their own (mcptools.Collectors, links.Collectors).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The counters live for the whole process, so counts survive config reloads; each
+// config's registry gets them registered once.
+var (
+	// CleanupDeleted counts idle top-level entries of /sandbox the cleanup deleted.
+	CleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "cleanup_deleted_total",
+		Help: "Idle top-level entries of /sandbox deleted by the cleanup.",
+	})
+	// PreviewRequests counts requests to preview hosts by result.
+	PreviewRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_requests_total",
+		Help: "Requests to preview hosts, by result (ok, not_found, no_listener, unauthorized, error).",
+	}, []string{"result"})
+	// PreviewBytes counts response bytes sent through previews.
+	PreviewBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "preview_bytes_total",
+		Help: "Response bytes sent to people through previews (WebSocket traffic is not counted).",
+	})
+	// PersonCalls counts tool calls by the person whose sandbox they used ("-" for
+	// the operator's).
+	PersonCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "person_calls_total",
+		Help: "Tool calls, by the person whose sandbox they used (- for the operator's).",
+	}, []string{"person"})
+	// IdleStops counts containers stopped after idle_stop.
+	IdleStops = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "idle_stops_total",
+		Help: "Sandbox containers stopped after idle_stop without use.",
+	})
+)
+
+// Sandbox is one pooled sandbox as a scrape sees it.
+type Sandbox struct {
+	Engine       Engine // the engine its container is on
+	Container    string
+	IdleStopped  bool // stopped by this process for idleness
+	AgentRunning bool // its commands run through the agent in its container
+	AgentStarts  int  // agents it has started
+}
+
+// Engine is a Docker engine as the sandboxes gauge asks it. Sandboxes whose Engine
+// values are equal share one listing per scrape, so implementations should be
+// comparable values (a struct of a client pointer and a name).
+type Engine interface {
+	// Name is the engine's name, "" without engine lines.
+	Name() string
+	// States gives the state (running, exited, created, ...) of the named containers
+	// the engine holds; a name it does not hold is absent.
+	States(ctx context.Context, names []string) (map[string]string, error)
+}
+
+// Collectors are the metrics of this package, with the pooled sandboxes read through
+// pool and the live previews through previewsLive at each scrape.
+func Collectors(pool func() []Sandbox, previewsLive func() int) []prometheus.Collector {
+	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "previews_live",
+		Help: "Ports exposed by expose_port that are live now.",
+	}, func() float64 { return float64(previewsLive()) })
+	return []prometheus.Collector{CleanupDeleted, live, PreviewRequests, PreviewBytes, PersonCalls, IdleStops,
+		Agents(pool), Sandboxes(pool)}
+}
+
+// Agents reports, per sandbox container, whether its commands run through the agent
+// inside it (caddy_mcp_sandbox_agent_running) and how many agents it has started
+// (caddy_mcp_sandbox_agent_starts_total), from pool at each scrape.
+func Agents(pool func() []Sandbox) prometheus.Collector { return agentCollector{pool} }
+
+// Sandboxes counts the pooled sandboxes by engine and their container's state
+// (caddy_mcp_sandbox_sandboxes), from pool at each scrape.
+func Sandboxes(pool func() []Sandbox) prometheus.Collector { return sandboxCollector{pool} }
+
+// Register registers cs with reg, keeping what an earlier config registered: the
+// counters are the process's, so their counts carry on. A nil reg registers nothing.
+func Register(reg *prometheus.Registry, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// agentCollector reports, per sandbox container, whether its commands run through the
+// agent inside it and how many agents it has started. It reads the pooled sandboxes
+// when scraped, so a sandbox counts while some config holds it.
+type agentCollector struct{ pool func() []Sandbox }
+
+var (
+	descAgentRunning = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "agent_running"),
+		"1 when the sandbox's commands run through the agent in its container, 0 on the fallback (one Docker exec per call).",
+		[]string{"container"}, nil)
+	descAgentStarts = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "agent_starts_total"),
+		"Agents the sandbox has started in its container.",
+		[]string{"container"}, nil)
+)
+
+func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descAgentRunning
+	ch <- descAgentStarts
+}
+
+func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
+	// A reload with new settings briefly holds two sandboxes of one container: they
+	// are reported as one (running if either runs, their starts added).
+	type agent struct {
+		running bool
+		starts  int
+	}
+	byName := map[string]*agent{}
+	for _, s := range c.pool() {
+		a := byName[s.Container]
+		if a == nil {
+			a = &agent{}
+			byName[s.Container] = a
+		}
+		a.running = a.running || s.AgentRunning
+		a.starts += s.AgentStarts
+	}
+	for name, a := range byName {
+		v := 0.0
+		if a.running {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descAgentRunning, prometheus.GaugeValue, v, name)
+		ch <- prometheus.MustNewConstMetric(descAgentStarts, prometheus.CounterValue, float64(a.starts), name)
+	}
+}
+
+// sandboxCollector counts the pooled sandboxes (the operator's and every person's a
+// config holds) by engine and by their container's state: running, exited, created,
+// ..., missing (not created yet), stopped (for idleness; the next call starts it
+// again), or unknown (the engine did not answer). It asks each engine once per scrape.
+type sandboxCollector struct{ pool func() []Sandbox }
+
+var descSandboxes = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "sandboxes"),
+	"Sandboxes in use by the configuration, by engine (\"\" without engine lines) and the state of their container (stopped: for idleness; missing: not created yet).",
+	[]string{"engine", "state"}, nil)
+
+func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSandboxes }
+
+// listTimeout bounds one engine's answer to a scrape.
+const listTimeout = 2 * time.Second
+
+func (c sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	byEngine := map[Engine]map[string]bool{} // container -> stopped for idleness
+	for _, s := range c.pool() {
+		if byEngine[s.Engine] == nil {
+			byEngine[s.Engine] = map[string]bool{}
+		}
+		byEngine[s.Engine][s.Container] = byEngine[s.Engine][s.Container] || s.IdleStopped
+	}
+	type countKey struct{ engine, state string }
+	counts := map[countKey]float64{}
+	for eng, names := range byEngine {
+		list := make([]string, 0, len(names))
+		for n := range names {
+			list = append(list, n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+		states, err := eng.States(ctx, list)
+		cancel()
+		if err != nil {
+			counts[countKey{eng.Name(), "unknown"}] += float64(len(names))
+			continue
+		}
+		for n, idle := range names {
+			state, ok := states[n]
+			switch {
+			case !ok:
+				state = "missing"
+			case idle && state != "running":
+				state = "stopped"
+			}
+			counts[countKey{eng.Name(), state}]++
+		}
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, n, k.engine, k.state)
+	}
+}
