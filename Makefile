@@ -19,8 +19,8 @@ export SANDBOX_TEST_IMAGE := $(TEST_IMAGE)
 test: check lint testenv
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
-	# Restarts dockerd under a running Caddy, so it runs alone, after the rest.
-	MCP_SANDBOX_RESTART_DOCKER=1 $(GO) test -race -count=1 -run '^TestEngineRestart$$' ./integration
+	# These restart dockerd under a running Caddy, so they run alone, after the rest.
+	MCP_SANDBOX_RESTART_DOCKER=1 $(GO) test -race -count=1 -run '^(TestEngineRestart|TestCheckpointEngineRestart)$$' ./integration
 
 testenv:
 	scripts/docker-up.sh

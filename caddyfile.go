@@ -70,6 +70,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
 //		idle_stop        <duration>         # default: 0 (never); stop a sandbox unused this long, files kept
+//		max_checkpoints  <number>           # default: 5 per sandbox; a new one past it removes the oldest
+//		checkpoint_volume_options <key=value...>  # local driver options of checkpoints' copies of /sandbox
 //		engine <name> <address> {           # repeated: the engines sandboxes are placed on; default: docker_host
 //			tls_ca   <file>                 # Docker's --tlscacert, --tlscert, --tlskey
 //			tls_cert <file>
@@ -218,6 +220,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "idle_stop":
 			err = oneDuration(d, &h.IdleStop)
+		case "max_checkpoints":
+			if err = oneInt(d, &h.MaxCheckpoints); err == nil && h.MaxCheckpoints == 0 {
+				return d.Errf("max_checkpoints: must be at least 1")
+			}
+		case "checkpoint_volume_options":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("checkpoint_volume_options takes key=value options of Docker's local volume driver, e.g. type=tmpfs device=tmpfs o=size=2g")
+			}
+			h.CheckpointVolumeOptions = append(h.CheckpointVolumeOptions, args...)
 		case "previews":
 			err = oneString(d, &h.Previews)
 		case "preview_ttl":

@@ -99,18 +99,19 @@ func (h *Handler) provisionConsole() error {
 		egressLog = consoleEgress{h}
 	}
 	h.console, err = console.New(console.Options{
-		SessionKey: secret.DeriveKey(h.APIKey, "console sessions v1"),
-		Keys:       h.auth,
-		Sandbox:    consoleSandbox{h.fleet.Operator().Sandbox(), egressOf(h.fleet.Operator())},
-		Access:     consoleAccess{h.auth},
-		Links:      consoleLinks{h.linkReg},
-		Jobs:       consoleJobs{h},
-		Sandboxes:  sandboxes,
-		Egress:     egressLog,
-		Audit:      h.audit,
-		Origin:     h.auth.Origin,
-		ClientIP:   clientIP,
-		Logger:     logger,
+		SessionKey:  secret.DeriveKey(h.APIKey, "console sessions v1"),
+		Keys:        h.auth,
+		Sandbox:     consoleSandbox{h.fleet.Operator().Sandbox(), egressOf(h.fleet.Operator())},
+		Access:      consoleAccess{h.auth},
+		Links:       consoleLinks{h.linkReg},
+		Jobs:        consoleJobs{h},
+		Sandboxes:   sandboxes,
+		Egress:      egressLog,
+		Checkpoints: consoleCheckpoints{h},
+		Audit:       h.audit,
+		Origin:      h.auth.Origin,
+		ClientIP:    clientIP,
+		Logger:      logger,
 	})
 	return err
 }

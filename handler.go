@@ -134,6 +134,13 @@ type Handler struct {
 	// previews, uploads, downloads or job output; the next call starts it again with
 	// its files. 0: never.
 	IdleStop caddy.Duration `json:"idle_stop,omitempty"`
+	// MaxCheckpoints is how many checkpoints each sandbox keeps: a new one past it
+	// removes the oldest. Default: 5.
+	MaxCheckpoints int `json:"max_checkpoints,omitempty"`
+	// CheckpointVolumeOptions are the local volume driver's options (key=value) for
+	// the volumes holding checkpoints' copies of /sandbox, e.g. type=tmpfs
+	// device=tmpfs o=size=2g, or another device.
+	CheckpointVolumeOptions []string `json:"checkpoint_volume_options,omitempty"`
 
 	// Previews is the domain under which exposed ports are served, each at
 	// <label>.<domain> (e.g. preview.example.com, or localhost for local use).
@@ -236,6 +243,7 @@ func (h *Handler) sandboxConfig() (sandbox.Config, error) {
 	if h.CleanupInterval != 0 {
 		cfg.CleanupInterval = time.Duration(h.CleanupInterval)
 	}
+	cfg.CheckpointVolumeOptions = strings.Join(h.CheckpointVolumeOptions, "\n")
 	return cfg, cfg.Validate()
 }
 
@@ -335,6 +343,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addWarmup(h.warmFacts)
 	h.app.addWarmup(h.fleet.Start)
+	h.app.addWarmup(h.startCheckpointSweeps)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err
@@ -411,6 +420,14 @@ func (h *Handler) Validate() error {
 	}
 	if h.YieldAfter != nil && *h.YieldAfter < 0 {
 		errs = append(errs, errors.New("yield_after must be a positive duration or off"))
+	}
+	if h.MaxCheckpoints < 0 {
+		errs = append(errs, errors.New("max_checkpoints must be at least 1"))
+	}
+	for _, o := range h.CheckpointVolumeOptions {
+		if k, _, ok := strings.Cut(o, "="); !ok || k == "" || strings.ContainsAny(o, "\n") {
+			errs = append(errs, fmt.Errorf("checkpoint_volume_options: %q is not key=value", o))
+		}
 	}
 	if h.MaxJobs < 0 {
 		errs = append(errs, errors.New("max_jobs must be positive"))

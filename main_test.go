@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
@@ -61,15 +62,18 @@ func (s *site) clientWith(ctx context.Context, base, version string) *mcpclient.
 	return s.ClientWith(ctx, base, version)
 }
 
-// peopleSite is a site with `person` lines on any host.
-type peopleSite struct{ *site }
+// peopleSite is a site with `person` lines on any host; keys are by person.
+type peopleSite struct {
+	*site
+	keys map[string]string
+}
 
 func startPeopleSite(t testing.TB, people []string) *peopleSite {
 	t.Helper()
 	s := newSite(t)
-	var lines []string
+	p := &peopleSite{site: s, keys: map[string]string{}}
 	for _, name := range people {
-		lines = append(lines, "person "+name+" "+name+"-key-"+testenv.RandomHex(16))
+		p.keys[name] = name + "-key-" + testenv.RandomHex(16)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -79,8 +83,24 @@ func startPeopleSite(t testing.TB, people []string) *peopleSite {
 			_ = s.docker.VolumeRemove(ctx, s.volume+"-"+name, true)
 		}
 	})
-	s.Start(testsite.Options{Address: "http://:%d", Directive: lines})
-	return &peopleSite{s}
+	s.Start(p.options(people))
+	return p
+}
+
+// options are the site's with person lines for people.
+func (p *peopleSite) options(people []string) testsite.Options {
+	var lines []string
+	for _, name := range people {
+		lines = append(lines, "person "+name+" "+p.keys[name])
+	}
+	return testsite.Options{Address: "http://:%d", Directive: lines}
+}
+
+func (p *peopleSite) load(opts testsite.Options) { p.t.Helper(); p.Load(opts) }
+
+func (p *peopleSite) client(ctx context.Context, person string) *mcpclient.Client {
+	p.t.Helper()
+	return p.ClientAs(ctx, p.url, mcp.LATEST_PROTOCOL_VERSION, p.keys[person])
 }
 
 func (p *peopleSite) containerOf(person string) string { return p.container + "-" + person }

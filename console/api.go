@@ -56,6 +56,16 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 			err = c.opts.Jobs.KillJob(ctx, p, id)
 		}
 		args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(p) + `}`
+	case actRestoreCheckpoint, actDeleteCheckpoint:
+		if c.opts.Checkpoints == nil {
+			return errUnknownAction
+		}
+		args = `{"id":` + strconv.Quote(id) + `}`
+		if action == actRestoreCheckpoint {
+			err = c.opts.Checkpoints.RestoreCheckpoint(ctx, id)
+		} else {
+			err = c.opts.Checkpoints.DeleteCheckpoint(ctx, id)
+		}
 	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate, "sandbox_" + actDelete:
 		args, err = c.actSandbox(ctx, action, id, r.FormValue("volume"))
 	default:
@@ -134,6 +144,10 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 	coll, id, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
 	if coll == "sandboxes" {
 		c.serveSandboxes(w, r, actor, method, id)
+		return
+	}
+	if coll == "checkpoints" {
+		c.serveCheckpoints(w, r, actor, method, id)
 		return
 	}
 	route := method + " " + coll

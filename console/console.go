@@ -211,7 +211,9 @@ type Options struct {
 	// Egress, when set, lists egress refusals across the sandboxes (a site with an
 	// egress block).
 	Egress EgressLog
-	Audit  *AuditLog
+	// Checkpoints, when set, are the sandboxes' checkpoints.
+	Checkpoints Checkpoints
+	Audit       *AuditLog
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.
 	Origin func(r *http.Request) string

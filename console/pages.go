@@ -118,6 +118,9 @@ var flashes = map[string]string{
 	sbRestart:      "The sandbox container was restarted.",
 	sbRecreate:     "The sandbox container was recreated; /sandbox was kept.",
 	sbDelete:       "The sandbox container was deleted.",
+
+	actRestoreCheckpoint: "The checkpoint was restored; the processes of before ended.",
+	actDeleteCheckpoint:  "The checkpoint was deleted.",
 }
 
 // The form actions on one person's sandbox (the id is the person, "-" the operator).
@@ -148,6 +151,10 @@ type overview struct {
 	Refusals    []EgressRefusal
 	RefusalsErr string
 	Egress      bool
+	// Checkpoints are every sandbox's, newest first, when the site offers them.
+	Checkpoints    []Checkpoint
+	CheckpointsErr string
+	HasCheckpoints bool
 }
 
 func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -175,6 +182,10 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 			o.RefusalsErr = err.Error()
 		}
 		o.Refusals = o.Refusals[:min(len(o.Refusals), maxOverviewRefusals)]
+	}
+	if c.opts.Checkpoints != nil {
+		o.HasCheckpoints = true
+		o.Checkpoints, o.CheckpointsErr = c.checkpointsForPage(ctx)
 	}
 	c.render(w, http.StatusOK, "overview", c.newPage(r, sess, "overview", "Overview", o))
 }
@@ -395,6 +406,13 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 			whose = "the operator's sandbox"
 		}
 		cf.Title = fmt.Sprintf(cf.Title, whose)
+	}
+	if cc, found := checkpointConfirmations[q.Get("action")]; found {
+		id := q.Get("id")
+		ok = c.opts.Checkpoints != nil && id != "" && len(id) <= 64
+		cf = cc
+		cf.ID = id
+		cf.Title = fmt.Sprintf(cf.Title, id)
 	}
 	if !ok {
 		http.NotFound(w, r)

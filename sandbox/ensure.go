@@ -162,6 +162,9 @@ func (s *Sandbox) invalidate() {
 
 func (s *Sandbox) ensure(ctx context.Context) error {
 	name := s.cfg.Container
+	if err := s.waitSaved(ctx); err != nil {
+		return err
+	}
 	info, err := s.cli.ContainerInspect(ctx, name)
 	missing := cerrdefs.IsNotFound(err)
 	if err == nil && info.State != nil && (info.State.Status == "removing" || info.State.Dead) {
@@ -324,14 +327,19 @@ func (s *Sandbox) ensureNetwork(ctx context.Context) error {
 }
 
 // create makes the volume, the network and the container and starts it.
-func (s *Sandbox) create(ctx context.Context) error {
+func (s *Sandbox) create(ctx context.Context) error { return s.createFrom(ctx, s.cfg.Image, nil) }
+
+// createFrom is create from image (the configured one or a checkpoint's); prepare,
+// when set, runs on the created container before it starts, and a failure of it
+// removes the container.
+func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx context.Context, id string) error) error {
 	c := s.cfg
-	img, err := s.cli.ImageInspect(ctx, c.Image)
+	img, err := s.cli.ImageInspect(ctx, image)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) && image == c.Image {
 			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", boxapi.ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
-		return fmt.Errorf("inspecting sandbox image %s: %w", c.Image, err)
+		return fmt.Errorf("inspecting sandbox image %s: %w", image, err)
 	}
 	if img.Config != nil {
 		s.noteEnv(img.Config.Env)
@@ -375,9 +383,15 @@ func (s *Sandbox) create(ctx context.Context) error {
 	if f := hostConfigForTest.Get(); f != nil {
 		(*f)(hc)
 	}
+	labels := s.labels()
+	if image != c.Image {
+		// A checkpoint's image carries the labels of the container it was saved from
+		// (another person's, when seeding): state every one of ours.
+		labels[labelPerson], labels[labelEngine] = c.Person, c.Engine
+	}
 	resp, err := s.cli.ContainerCreate(ctx,
 		&container.Config{
-			Image:      c.Image,
+			Image:      image,
 			Hostname:   "sandbox",
 			User:       "root",
 			WorkingDir: boxapi.WorkDir,
@@ -385,11 +399,11 @@ func (s *Sandbox) create(ctx context.Context) error {
 			// entrypoint might exit or expect a terminal.
 			Entrypoint: []string{"bash", "-c", keepAlive},
 			Cmd:        []string{"mcp-sandbox"},
-			Labels:     s.labels(),
+			Labels:     labels,
 		},
 		hc, nil, nil, c.Container)
 	if err != nil && len(hc.Binds) > 0 && s.bindRefused(err) {
-		return s.create(ctx)
+		return s.createFrom(ctx, image, prepare)
 	}
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
@@ -398,20 +412,31 @@ func (s *Sandbox) create(ctx context.Context) error {
 		return fmt.Errorf("creating sandbox container %s: %w", c.Container, err)
 	}
 	s.log.Info("created sandbox container",
-		zap.String("id", resp.ID), zap.String("image", c.Image), zap.String("volume", c.Volume))
+		zap.String("id", resp.ID), zap.String("image", image), zap.String("volume", c.Volume))
 	for _, w := range resp.Warnings {
 		s.log.Warn("docker warning while creating sandbox container", zap.String("warning", w))
+	}
+	if prepare != nil {
+		if err := prepare(ctx, resp.ID); err != nil {
+			_ = s.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+			return err
+		}
 	}
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		if len(hc.Binds) > 0 && s.bindRefused(err) {
 			// The engine cannot mount the direct channel's directory (it sees
 			// another file system than Caddy): the container goes without it.
 			_ = s.cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
-			return s.create(ctx)
+			return s.createFrom(ctx, image, prepare)
+		}
+		if prepare != nil {
+			_ = s.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
-	s.setGitIdentity(ctx)
+	if image == c.Image {
+		s.setGitIdentity(ctx)
+	}
 	return nil
 }
 
@@ -484,6 +509,9 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	case st.Running && !st.Paused && !st.Restarting:
 		return nil
 	case st.Paused:
+		if _, ok := saving.Load(name); ok {
+			return s.waitSaved(ctx)
+		}
 		if err := s.cli.ContainerUnpause(ctx, name); err != nil {
 			return fmt.Errorf("unpausing sandbox container %s: %w", name, err)
 		}

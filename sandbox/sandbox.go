@@ -74,6 +74,11 @@ type Config struct {
 	// mcp-sandbox.person ("" for the operator's: no label).
 	Person string
 
+	// CheckpointVolumeOptions are the local volume driver's options (key=value, one
+	// per line) for the volumes that hold checkpoints' copies of WorkDir: another
+	// device, or a size limit.
+	CheckpointVolumeOptions string
+
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
 	FileTTL         time.Duration // idle time after which a top-level entry is deleted; 0 disables
@@ -240,7 +245,8 @@ type Sandbox struct {
 	log *zap.Logger
 
 	ensureGroup singleflight.Group
-	jobs        jobLocks // one delivery of a job's output at a time
+	ckMu        sync.Mutex // one checkpoint or restore at a time
+	jobs        jobLocks   // one delivery of a job's output at a time
 
 	jobsMu    sync.Mutex
 	running   map[string]bool // jobs started and not yet seen ending, for max_jobs

@@ -160,18 +160,21 @@ func TestArgSpecRefusesBadStructs(t *testing.T) {
 
 // validArgs are arguments each tool takes, to change one at a time.
 var validArgs = map[string]map[string]any{
-	"execute":       {"command": "true"},
-	"share_file":    {"path": "a.txt"},
-	"job_output":    {"job_id": fakeJob},
-	"job_input":     {"job_id": fakeJob, "input": "y"},
-	"job_kill":      {"job_id": fakeJob},
-	"job_list":      {},
-	"upload_link":   {},
-	"read_file":     {"path": "a.txt"},
-	"write_file":    {"path": "a.txt", "content": "x"},
-	"edit_file":     {"path": "a.txt", "old_text": "a", "new_text": "b"},
-	"expose_port":   {"port": 8000},
-	"unexpose_port": {"port": 8000},
+	"execute":         {"command": "true"},
+	"share_file":      {"path": "a.txt"},
+	"job_output":      {"job_id": fakeJob},
+	"job_input":       {"job_id": fakeJob, "input": "y"},
+	"job_kill":        {"job_id": fakeJob},
+	"job_list":        {},
+	"upload_link":     {},
+	"read_file":       {"path": "a.txt"},
+	"write_file":      {"path": "a.txt", "content": "x"},
+	"edit_file":       {"path": "a.txt", "old_text": "a", "new_text": "b"},
+	"expose_port":     {"port": 8000},
+	"unexpose_port":   {"port": 8000},
+	"checkpoint":      {"name": "before"},
+	"checkpoint_list": {},
+	"restore":         {"id": "image"},
 }
 
 // TestSchemaIsWhatIsChecked: every bound tools/list shows the model is the one a call

@@ -173,6 +173,7 @@ func New(o Options) *Tools {
 	addTool(s, m, s.readFileTool(), s.readFile)
 	addTool(s, m, s.writeFileTool(), s.writeFile)
 	addTool(s, m, s.editFileTool(), s.editFile)
+	s.addCheckpointTools(m)
 	if o.Previews != nil {
 		addTool(s, m, s.exposePortTool(), s.exposePort)
 		addTool(s, m, s.unexposePortTool(), s.unexposePort)

@@ -353,12 +353,15 @@ func TestSandboxErrorsSayWhatToDo(t *testing.T) {
 
 // outputTypes are the structured results, by tool.
 var outputTypes = map[string]reflect.Type{
-	"execute":       reflect.TypeFor[ExecuteOutput](),
-	"job_list":      reflect.TypeFor[jobListOutput](),
-	"share_file":    reflect.TypeFor[shareOutput](),
-	"upload_link":   reflect.TypeFor[uploadLinkOutput](),
-	"expose_port":   reflect.TypeFor[exposeOutput](),
-	"unexpose_port": reflect.TypeFor[unexposeOutput](),
+	"execute":         reflect.TypeFor[ExecuteOutput](),
+	"job_list":        reflect.TypeFor[jobListOutput](),
+	"share_file":      reflect.TypeFor[shareOutput](),
+	"upload_link":     reflect.TypeFor[uploadLinkOutput](),
+	"expose_port":     reflect.TypeFor[exposeOutput](),
+	"unexpose_port":   reflect.TypeFor[unexposeOutput](),
+	"checkpoint":      reflect.TypeFor[checkpointOutput](),
+	"checkpoint_list": reflect.TypeFor[checkpointListOutput](),
+	"restore":         reflect.TypeFor[restoreOutput](),
 }
 
 // jsonFields are the JSON names of a struct's fields, and which of them are omitempty.
@@ -505,8 +508,8 @@ func TestToolListSmall(t *testing.T) {
 	h := newToolsHarness(t)
 	list := h.rpc("tools/list", map[string]any{})
 	tools := list["tools"].([]any)
-	if len(tools) != 12 {
-		t.Errorf("%d tools listed, want all 12", len(tools))
+	if len(tools) != 15 {
+		t.Errorf("%d tools listed, want all 15", len(tools))
 	}
 	for _, tool := range tools {
 		if tool := tool.(map[string]any); tool["title"] == nil || tool["title"] == "" {

@@ -1,0 +1,78 @@
+package mcpsandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+
+	"github.com/docker/docker/client"
+	mcpclient "github.com/mark3labs/mcp-go/client"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+func stdoutOf(ctx context.Context, t *testing.T, c *mcpclient.Client, command string) string {
+	t.Helper()
+	res := call(ctx, t, c, "execute", map[string]any{"command": command})
+	if res.IsError {
+		t.Fatalf("%s: %s", command, resultText(res))
+	}
+	return structured(t, res)["stdout"].(string)
+}
+
+// imageGone reports whether checkpoint id's image and volume are gone from the engine.
+func imageGone(t *testing.T, cli *client.Client, id string) bool {
+	t.Helper()
+	ctx := context.Background()
+	_, err := cli.ImageInspect(ctx, sandbox.CheckpointImage(id))
+	_, verr := cli.VolumeInspect(ctx, "mcp-sandbox-checkpoint-"+id)
+	return cerrdefs.IsNotFound(err) && cerrdefs.IsNotFound(verr)
+}
+
+// removeCheckpoints removes every checkpoint of the containers.
+func removeCheckpoints(cli *client.Client, names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, _ := sandbox.Checkpoints(ctx, cli)
+	for _, c := range list {
+		for _, n := range names {
+			if c.Container == n {
+				_ = sandbox.DeleteCheckpoint(ctx, cli, c.ID)
+			}
+		}
+	}
+}
+
+// TestCheckpointRemovedPerson sweeps as the site would at later times, through the
+// handler, so it stays beside it. A removed person's checkpoints are kept through the
+// grace period, counted from when the site first found them gone, then deleted; the
+// others' are kept.
+func TestCheckpointRemovedPerson(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice", "bob"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { removeCheckpoints(p.docker, p.containerOf("alice"), p.containerOf("bob")) })
+	ids := map[string]string{}
+	for _, person := range []string{"alice", "bob"} {
+		c := p.client(ctx, person)
+		stdoutOf(ctx, t, c, "echo x > /sandbox/x")
+		ids[person] = structured(t, call(ctx, t, c, "checkpoint", map[string]any{}))["id"].(string)
+	}
+	p.load(p.options([]string{"bob"}))
+	h := siteHandler(t)
+	now := time.Now()
+	h.sweepRemovedCheckpoints(ctx, now)
+	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace-time.Hour))
+	if imageGone(t, p.docker, ids["alice"]) {
+		t.Fatal("alice's checkpoint went before the grace period ended")
+	}
+	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace+time.Minute))
+	if !imageGone(t, p.docker, ids["alice"]) {
+		t.Error("alice's checkpoint is kept after the grace period")
+	}
+	if imageGone(t, p.docker, ids["bob"]) {
+		t.Error("bob's checkpoint was deleted")
+	}
+}

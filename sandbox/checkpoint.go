@@ -1,0 +1,709 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"go.uber.org/zap"
+)
+
+// Checkpoints.
+//
+// A checkpoint is the whole sandbox: `docker commit` of the container (its filesystem
+// outside boxapi.WorkDir) to an image tagged checkpointRepo:<id>, and a copy of the boxapi.WorkDir
+// volume in a volume of its own. The image is written last and is the record: its
+// labels name the checkpoint, its owner and size, and survive Caddy's restarts; a copy
+// volume without its image is a checkpoint that failed halfway, and is removed.
+//
+// The copies run in a short-lived container made from the operator's configured image
+// (never from the sandbox's own, which the model may have changed), with no network,
+// no privileges beyond the file capabilities `cp -a` needs, and both volumes mounted.
+const (
+	checkpointRepo = "mcp-sandbox-checkpoint"
+
+	labelCheckpoint        = "mcp-sandbox.checkpoint"         // the id, on the image and its volume
+	labelCheckpointOf      = "mcp-sandbox.checkpoint.of"      // the sandbox container it was saved from
+	labelCheckpointName    = "mcp-sandbox.checkpoint.name"    // the name given, or ""
+	labelCheckpointCreated = "mcp-sandbox.checkpoint.created" // RFC 3339 with nanoseconds
+	labelCheckpointVolume  = "mcp-sandbox.checkpoint.volume"  // the copy of boxapi.WorkDir
+	labelCheckpointBytes   = "mcp-sandbox.checkpoint.bytes"   // the image's own layer plus the copy
+	labelCheckpointCopier  = "mcp-sandbox.checkpoint.copier"  // on a copying container: the sandbox container
+
+	// DefaultMaxCheckpoints is max_checkpoints' default.
+	DefaultMaxCheckpoints = 5
+
+	// stagingDir and retiredDir are where a restore puts the checkpoint's boxapi.WorkDir
+	// before it swaps it in, and the replaced contents until they are deleted.
+	stagingDir = ".mcp-sandbox-restore"
+	retiredDir = ".mcp-sandbox-replaced"
+
+	// copierPids bounds a copying container's processes. It has no memory limit: cp
+	// holds little, and a limit also caps the page cache it may dirty, which throttled
+	// large copies (restores of 800 MB took 4.0 s with 2 GiB, 3.1 s without, here).
+	copierPids = 64
+	// copierOutput bounds what is kept of a copying container's output.
+	copierOutput = 4096
+
+	// Bounds of the job records carried over a restore (see carryJobs): the jobs
+	// directory holds at most 1 GB of output by the runner's own pruning.
+	carryMaxBytes   = 2 << 30
+	carryMaxEntries = 20000
+)
+
+// copierCaps are what `cp -a` needs as root to read every file and keep owners,
+// modes, times, device nodes and file capabilities; everything else is dropped.
+var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
+
+// saving holds the names of the containers a checkpoint has paused or a restore is
+// replacing: Ensure waits for them instead of unpausing or recreating them halfway.
+var saving sync.Map
+
+// waitSaved waits while a checkpoint holds the container paused.
+func (s *Sandbox) waitSaved(ctx context.Context) error {
+	for {
+		if _, ok := saving.Load(s.cfg.Container); !ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// checkpointsBusy holds the ids of checkpoints being made in this process, whose
+// volume has no image yet on purpose.
+var checkpointsBusy sync.Map
+
+// newCheckpointID returns an id that sorts by time: c, the Unix time in 8 hex digits,
+// 6 random hex digits.
+func newCheckpointID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("c%08x%s", uint32(time.Now().Unix()), hex.EncodeToString(b[:]))
+}
+
+// CheckpointImage is the image reference of checkpoint id.
+func CheckpointImage(id string) string { return checkpointRepo + ":" + id }
+
+// checkpointVolume is the name of checkpoint id's copy of boxapi.WorkDir.
+func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
+
+// Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
+func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+	// Filtered here, not by the engine (see Containers).
+	list, err := cli.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing checkpoint images: %w", err)
+	}
+	var out []boxapi.Checkpoint
+	for _, im := range list {
+		id := im.Labels[labelCheckpoint]
+		if !boxapi.ValidCheckpointID(id) || !slices.Contains(im.RepoTags, CheckpointImage(id)) {
+			continue
+		}
+		out = append(out, checkpointOf(im.Labels))
+	}
+	slices.SortFunc(out, func(a, b boxapi.Checkpoint) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// checkpointOf reads a checkpoint's labels.
+func checkpointOf(l map[string]string) boxapi.Checkpoint {
+	c := boxapi.Checkpoint{ID: l[labelCheckpoint], Name: l[labelCheckpointName], Person: l[labelPerson],
+		Container: l[labelCheckpointOf], Engine: l[labelEngine]}
+	c.SizeBytes, _ = strconv.ParseInt(l[labelCheckpointBytes], 10, 64)
+	c.CreatedAt, _ = time.Parse(time.RFC3339Nano, l[labelCheckpointCreated])
+	return c
+}
+
+// DeleteCheckpoint removes checkpoint id's image and its copy of boxapi.WorkDir. An image a
+// sandbox or a later checkpoint is built on loses its tag and its label at once, and
+// its layers when the last container or image on it goes.
+func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
+	if !boxapi.ValidCheckpointID(id) {
+		return fmt.Errorf("%w: %q", boxapi.ErrCheckpointNotFound, id)
+	}
+	_, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true})
+	if cerrdefs.IsNotFound(err) {
+		err = fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
+	} else if err != nil {
+		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, CheckpointImage(id), err)
+	}
+	if verr := cli.VolumeRemove(ctx, checkpointVolume(id), true); verr != nil && !cerrdefs.IsNotFound(verr) {
+		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, checkpointVolume(id), verr)
+	}
+	return err
+}
+
+// Engine is the part of Docker's client the checkpoint functions use.
+type Engine interface {
+	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
+	ImageRemove(ctx context.Context, image string, options image.RemoveOptions) ([]image.DeleteResponse, error)
+	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+}
+
+// Checkpoints lists this sandbox's checkpoints, oldest first, after removing what
+// checkpoints that failed halfway left behind.
+func (s *Sandbox) Checkpoints(ctx context.Context) ([]boxapi.Checkpoint, error) {
+	all, err := Checkpoints(ctx, s.cli)
+	if err != nil {
+		return nil, err
+	}
+	s.sweepCheckpoints(ctx, all)
+	return s.own(all), nil
+}
+
+func (s *Sandbox) own(all []boxapi.Checkpoint) []boxapi.Checkpoint {
+	var out []boxapi.Checkpoint
+	for _, c := range all {
+		if c.Container == s.cfg.Container {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CheckpointResult is what Checkpoint made, and the checkpoints it removed to keep
+// MaxCheckpoints.
+type CheckpointResult struct {
+	Checkpoint boxapi.Checkpoint
+	Dropped    []boxapi.Checkpoint
+	Took       time.Duration
+}
+
+// Checkpoint saves the sandbox: its container (running, paused for the copy, or
+// stopped) and boxapi.WorkDir. Running processes are not kept. Past max checkpoints (0: no
+// limit), the oldest are removed. A checkpoint that fails removes what it made.
+func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (CheckpointResult, error) {
+	begin := time.Now()
+	if len(name) > boxapi.MaxCheckpointName {
+		return CheckpointResult{}, fmt.Errorf("a checkpoint name is at most %d bytes", boxapi.MaxCheckpointName)
+	}
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	if _, err := s.Checkpoints(ctx); err != nil { // sweeps leftovers first
+		return CheckpointResult{}, err
+	}
+	name0 := s.cfg.Container
+	info, err := s.cli.ContainerInspect(ctx, name0)
+	if cerrdefs.IsNotFound(err) {
+		return CheckpointResult{}, fmt.Errorf("%w: run a command first, then save it", boxapi.ErrNoSandbox)
+	}
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name0, err)
+	}
+	if info.State != nil && info.State.Running && !info.State.Paused {
+		// Paused, the processes write nothing while both copies are taken, so the
+		// system and boxapi.WorkDir are of one moment.
+		saving.Store(name0, true)
+		if err := s.cli.ContainerPause(ctx, name0); err != nil {
+			saving.Delete(name0)
+			return CheckpointResult{}, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
+		}
+		defer func() {
+			if err := s.cli.ContainerUnpause(context.WithoutCancel(ctx), name0); err != nil {
+				s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
+			}
+			saving.Delete(name0)
+		}()
+	}
+	id := newCheckpointID()
+	checkpointsBusy.Store(id, true)
+	defer checkpointsBusy.Delete(id)
+	ck := boxapi.Checkpoint{ID: id, Name: name, Person: s.cfg.Person, Container: name0, Engine: s.cfg.Engine,
+		CreatedAt: time.Now().UTC()}
+	made := false
+	defer func() {
+		if !made {
+			s.removeCheckpoint(context.WithoutCancel(ctx), id)
+		}
+	}()
+	vol := checkpointVolume(id)
+	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
+		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
+		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
+		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
+	}
+	out, err := s.copyVolumes(ctx, id, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
+		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
+		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
+	})
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
+	}
+	volKB, err := lastNumber(out)
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
+	}
+	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
+	}
+	var sysBytes int64
+	if sized.SizeRw != nil {
+		sysBytes = *sized.SizeRw
+	}
+	ck.SizeBytes = sysBytes + volKB*1024
+	labels := map[string]string{
+		labelCheckpoint: id, labelCheckpointOf: name0, labelCheckpointName: name,
+		labelCheckpointCreated: ck.CreatedAt.Format(time.RFC3339Nano), labelCheckpointVolume: vol,
+		labelCheckpointBytes: strconv.FormatInt(ck.SizeBytes, 10),
+		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
+	}
+	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
+		Reference: CheckpointImage(id), Pause: false, Comment: "mcp-sandbox checkpoint " + id,
+		Config: &container.Config{Labels: labels},
+	}); err != nil {
+		return CheckpointResult{}, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
+	}
+	made = true
+	res := CheckpointResult{Checkpoint: ck}
+	s.log.Info("saved a checkpoint", zap.String("id", id), zap.Int64("bytes", ck.SizeBytes))
+	if max > 0 {
+		list, err := s.Checkpoints(ctx)
+		if err == nil {
+			for len(list) > max {
+				old := list[0]
+				list = list[1:]
+				if old.ID == id {
+					continue
+				}
+				if err := DeleteCheckpoint(ctx, s.cli, old.ID); err != nil && !errors.Is(err, boxapi.ErrCheckpointNotFound) {
+					s.log.Warn("removing an old checkpoint past max_checkpoints", zap.String("id", old.ID), zap.Error(err))
+					continue
+				}
+				res.Dropped = append(res.Dropped, old)
+			}
+		}
+	}
+	res.Took = time.Since(begin)
+	return res, nil
+}
+
+// removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
+// and copying container. Failures are logged; the next list sweeps what is left.
+func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	s.removeCopier(ctx, id)
+	if _, err := s.cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		s.log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+	}
+	if err := s.cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
+		s.log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
+	}
+}
+
+// sweepCheckpoints removes the copy volumes and copying containers of this sandbox's
+// checkpoints that failed halfway (Caddy stopped, or the engine restarted, while one
+// was made): those with no image, not being made by this process.
+func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint) {
+	have := map[string]bool{}
+	for _, c := range all {
+		have[c.ID] = true
+	}
+	vols, err := s.cli.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, v := range vols.Volumes {
+		id := v.Labels[labelCheckpoint]
+		if v.Labels[labelCheckpointOf] != s.cfg.Container || !boxapi.ValidCheckpointID(id) || have[id] {
+			continue
+		}
+		if _, busy := checkpointsBusy.Load(id); busy {
+			continue
+		}
+		s.log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
+		s.removeCheckpoint(ctx, id)
+	}
+	list, err := s.cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		if c.Labels[labelCheckpointCopier] != s.cfg.Container {
+			continue
+		}
+		if _, busy := checkpointsBusy.Load(c.Labels[labelCheckpoint]); busy {
+			continue
+		}
+		_ = s.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
+}
+
+// copierName is the name of checkpoint id's copying container.
+func (s *Sandbox) copierName(id string) string { return s.cfg.Container + "-copy-" + id }
+
+func (s *Sandbox) removeCopier(ctx context.Context, id string) {
+	err := s.cli.ContainerRemove(ctx, s.copierName(id), container.RemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		s.log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
+	}
+}
+
+// copyVolumes runs script with bash in a copying container with mounts, and returns
+// the end of its output. A non-zero exit is an error naming the last line it printed
+// (such as "No space left on device").
+func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []mount.Mount) (string, error) {
+	name := s.copierName(id)
+	pids := int64(copierPids)
+	init := false
+	resp, err := s.cli.ContainerCreate(ctx, &container.Config{
+		Image: s.cfg.Image, User: "root", WorkingDir: "/",
+		Entrypoint: []string{"bash", "-c", script}, Cmd: []string{},
+		Labels:          map[string]string{labelCheckpointCopier: s.cfg.Container, labelCheckpoint: id},
+		NetworkDisabled: true,
+	}, &container.HostConfig{
+		Mounts: mounts, NetworkMode: "none", Init: &init,
+		CapDrop: []string{"ALL"}, CapAdd: copierCaps, SecurityOpt: securityOpts,
+		Resources: container.Resources{PidsLimit: &pids},
+	}, nil, nil, name)
+	if cerrdefs.IsConflict(err) {
+		s.removeCopier(ctx, id)
+		return s.copyVolumes(ctx, id, script, mounts)
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
+	}
+	defer s.removeCopier(context.WithoutCancel(ctx), id)
+	waitC, errC := s.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return "", fmt.Errorf("starting the copying container: %w", err)
+	}
+	var code int64
+	select {
+	case w := <-waitC:
+		if w.Error != nil {
+			return "", fmt.Errorf("waiting for the copying container: %s", w.Error.Message)
+		}
+		code = w.StatusCode
+	case err := <-errC:
+		return "", fmt.Errorf("waiting for the copying container: %w", err)
+	}
+	logs, err := s.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	var out tailBuffer
+	if err == nil {
+		_, _ = stdcopy.StdCopy(&out, &out, logs)
+		logs.Close()
+	}
+	if code != 0 {
+		last := lastLine(out.String())
+		if last == "" {
+			last = "no message"
+		}
+		return "", fmt.Errorf("the copy failed (exit %d): %s", code, last)
+	}
+	return out.String(), nil
+}
+
+// tailBuffer keeps the last copierOutput bytes written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > copierOutput {
+		t.b = append(t.b[:0], t.b[len(t.b)-copierOutput:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
+
+// lastLine is the last non-empty line of s, printable and at most 300 bytes: the
+// copy's messages name files of the sandbox.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	l := strings.TrimSpace(lines[len(lines)-1])
+	l = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, l)
+	if len(l) > 300 {
+		l = "…" + l[len(l)-300:]
+	}
+	return l
+}
+
+// lastNumber reads du's "<kilobytes>\t<path>" from the last line of out.
+func lastNumber(out string) (int64, error) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) == 0 {
+		return 0, errors.New("du printed nothing")
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("du printed %q", f[0])
+	}
+	return n, nil
+}
+
+// RestoreResult is what Restore did.
+type RestoreResult struct {
+	Checkpoint boxapi.Checkpoint // the zero value's ID is boxapi.ImageReset for a reset
+	Took       time.Duration
+}
+
+// Restore makes the sandbox checkpoint id of its own: a new container of the same
+// name, limits, network, mounts and labels from the checkpoint's image, and boxapi.WorkDir
+// replaced by the checkpoint's copy. Every process ends; the records of the jobs of
+// before are kept, so they show as ended. id boxapi.ImageReset makes the container
+// from the configured image and keeps boxapi.WorkDir. Another sandbox's checkpoint is not
+// found. A restore that fails leaves the sandbox as it was.
+func (s *Sandbox) Restore(ctx context.Context, id string) (RestoreResult, error) {
+	return s.restore(ctx, id, true)
+}
+
+// Seed makes the sandbox checkpoint id of any sandbox on its engine, as Restore does.
+func (s *Sandbox) Seed(ctx context.Context, id string) (RestoreResult, error) {
+	return s.restore(ctx, id, false)
+}
+
+func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResult, error) {
+	begin := time.Now()
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	ck := boxapi.Checkpoint{ID: boxapi.ImageReset}
+	img := s.cfg.Image
+	if id != boxapi.ImageReset {
+		all, err := Checkpoints(ctx, s.cli)
+		if err != nil {
+			return RestoreResult{}, err
+		}
+		i := slices.IndexFunc(all, func(c boxapi.Checkpoint) bool { return c.ID == id && (!own || c.Container == s.cfg.Container) })
+		if i < 0 {
+			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
+		}
+		ck, img = all[i], CheckpointImage(id)
+	}
+	name := s.cfg.Container
+	// The volume exists for a sandbox being seeded that never ran.
+	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: s.cfg.Volume,
+		Labels: map[string]string{labelManaged: "true"}}); err != nil {
+		return RestoreResult{}, fmt.Errorf("creating sandbox volume %s: %w", s.cfg.Volume, err)
+	}
+	// The old container is killed (its processes end anyway), keeps its job records
+	// for the new one, and is put aside under another name until the new one runs.
+	// Meanwhile Ensure waits instead of making a container of its own under the name.
+	saving.Store(name, true)
+	defer saving.Delete(name)
+	s.CloseAgent()
+	s.invalidate()
+	old, err := s.cli.ContainerInspect(ctx, name)
+	hadOld := err == nil
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return RestoreResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name, err)
+	}
+	aside := name + "-replaced-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	wasRunning := hadOld && old.State != nil && old.State.Running
+	copied := false
+	rollback := func(why error) (RestoreResult, error) {
+		bg := context.WithoutCancel(ctx)
+		_ = s.cli.ContainerRemove(bg, name, container.RemoveOptions{Force: true})
+		if hadOld {
+			if err := s.cli.ContainerRename(bg, old.ID, name); err != nil {
+				s.log.Error("putting the sandbox back after a failed restore", zap.Error(err))
+			} else if wasRunning {
+				_ = s.cli.ContainerStart(bg, name, container.StartOptions{})
+			}
+		}
+		if copied {
+			s.unstage(bg, id)
+		}
+		s.invalidate()
+		return RestoreResult{}, why
+	}
+	if wasRunning {
+		if err := s.cli.ContainerKill(ctx, old.ID, "KILL"); err != nil && !cerrdefs.IsConflict(err) {
+			return rollback(fmt.Errorf("stopping sandbox container %s: %w", name, err))
+		}
+	}
+	if hadOld {
+		if err := s.cli.ContainerRename(ctx, old.ID, aside); err != nil {
+			return rollback(fmt.Errorf("putting sandbox container %s aside: %w", name, err))
+		}
+	}
+	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
+		// The job records first: a failure there leaves boxapi.WorkDir untouched.
+		if hadOld {
+			if err := s.carryJobs(ctx, old.ID, newID); err != nil {
+				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
+			}
+		}
+		if id == boxapi.ImageReset {
+			return nil
+		}
+		copied = true
+		// Copied beside the current boxapi.WorkDir first, so a full disk stops it before
+		// anything is replaced; then swapped in with renames.
+		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
+			` && cp -a /from/. /to/`+stagingDir+`/ && `+swapScript,
+			[]mount.Mount{
+				{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
+				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
+			})
+		if err != nil {
+			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return rollback(fmt.Errorf("restoring the sandbox (it is as it was; its processes ended): %w", err))
+	}
+	if hadOld {
+		// Its writable layer may be large: removed after the restore has answered.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			defer cancel()
+			if err := s.cli.ContainerRemove(rctx, old.ID, container.RemoveOptions{Force: true}); err != nil {
+				s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
+			}
+		}()
+	}
+	s.mu.Lock()
+	s.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
+	s.mu.Unlock()
+	// Background work that met the container missing while it was replaced (an idle
+	// cleanup) may have sent the agent to the fallback: the new container gets a try.
+	s.agentMu.Lock()
+	s.agent.off, s.agent.retry = "", time.Time{}
+	s.agentMu.Unlock()
+	saving.Delete(name)
+	if err := s.Ensure(ctx); err != nil {
+		return RestoreResult{}, fmt.Errorf("starting the restored sandbox: %w", err)
+	}
+	s.log.Info("restored the sandbox", zap.String("checkpoint", id), zap.Duration("took", time.Since(begin)))
+	return RestoreResult{Checkpoint: ck, Took: time.Since(begin)}, nil
+}
+
+// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, then deletes
+// the old. With nothing staged (done already) it does nothing.
+const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
+set -e &&
+rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
+for f in * .[!.]* ..?*; do
+	[ -e "$f" ] || [ -L "$f" ] || continue
+	case $f in ` + stagingDir + `|` + retiredDir + `) continue ;; esac
+	mv -- "$f" ` + retiredDir + `/
+done
+cd ` + stagingDir + `
+for f in * .[!.]* ..?*; do
+	[ -e "$f" ] || [ -L "$f" ] || continue
+	mv -- "$f" ../
+done
+cd .. && rmdir ` + stagingDir + ` && rm -rf ` + retiredDir
+
+// unstage removes a staged copy after a restore that did not happen.
+func (s *Sandbox) unstage(ctx context.Context, id string) {
+	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, `rm -rf /to/`+stagingDir,
+		[]mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"}}); err != nil {
+		s.log.Warn("removing a staged restore", zap.Error(err))
+	}
+}
+
+// carryJobs copies the job records of container from into container to, so the jobs
+// of before a restore show as ended (their runners are gone) instead of vanishing.
+// The archive comes from the sandbox: only regular files directly in the jobs
+// directory pass, within carryMaxBytes and carryMaxEntries.
+func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
+	rc, _, err := s.cli.CopyFromContainer(ctx, from, JobsDir)
+	if cerrdefs.IsNotFound(err) {
+		return nil // no job ever ran
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", JobsDir, err)
+	}
+	defer rc.Close()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(filterJobs(rc, pw)) }()
+	err = s.cli.CopyToContainer(ctx, to, "/", pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", JobsDir, err)
+	}
+	return nil
+}
+
+// filterJobs writes to w an archive, rooted at /, of the regular files directly in
+// the jobs directory found in the archive r (as Docker reads JobsDir).
+func filterJobs(r io.Reader, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	base := strings.TrimPrefix(JobsDir, "/")
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: base + "/", Mode: 0o755, ModTime: time.Now()}); err != nil {
+		return err
+	}
+	tr := tar.NewReader(io.LimitReader(r, carryMaxBytes+carryMaxEntries*1024))
+	var total int64
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
+		}
+		if n > carryMaxEntries {
+			return fmt.Errorf("%s holds over %d entries", JobsDir, carryMaxEntries)
+		}
+		dir, file := path.Split(path.Clean(h.Name))
+		if h.Typeflag != tar.TypeReg || dir != path.Base(JobsDir)+"/" || file == "" || strings.HasPrefix(file, ".") {
+			continue
+		}
+		total += h.Size
+		if total > carryMaxBytes {
+			return fmt.Errorf("%s holds over %d bytes", JobsDir, int64(carryMaxBytes))
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + file, Size: h.Size,
+			Mode: h.Mode & 0o777, ModTime: h.ModTime}); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
+		}
+	}
+	return tw.Close()
+}
+
+// volumeOptions reads CheckpointVolumeOptions.
+func volumeOptions(s string) map[string]string {
+	var m map[string]string
+	for _, kv := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[k] = v
+	}
+	return m
+}
