@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"regexp"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
@@ -80,7 +82,7 @@ func TestInstallAgent(t *testing.T) {
 			t.Fatalf("second install at %q, first at %q", p, first)
 		}
 		first = p
-		if res := mustExec(t, sb, p+" version", boxapi.ExecOptions{}); res.ExitCode != 0 || res.Stdout != "1\n" {
+		if res := mustExec(t, sb, p+" version", boxapi.ExecOptions{}); res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\n", agentwire.Version) {
 			t.Fatalf("%s version: %+v", p, res)
 		}
 	}

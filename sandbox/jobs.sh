@@ -331,17 +331,17 @@ run)
 	C=$MCP_SANDBOX_CMD
 	unset MCP_SANDBOX_CMD
 	tick
-	# The input FIFO exists before the runner answers: job_input may come at once.
-	if [ "$I" = 1 ]; then mkfifo "$d.in"; fi
+	# The input FIFO exists, held open on fd 3, before the runner answers: job_input
+	# may come at once, and what it writes waits in the pipe until the command reads
+	# it (a FIFO nobody holds open drops what it holds). The runner's subshell takes
+	# fd 3 over; this script lets go of it once that has started.
+	inp=/dev/null
+	if [ "$I" = 1 ]; then mkfifo "$d.in" && exec 3<>"$d.in" && inp=$d.in; fi
 	(
 		trap '' HUP
 		# Job control gives the command a process group of its own (its id is the
 		# command's pid) without exec'ing setsid; job notices go to /dev/null.
 		set -m
-		inp=/dev/null
-		if [ "$I" = 1 ]; then
-			[ -p "$d.in" ] && exec 3<>"$d.in" && inp=$d.in
-		fi
 		# The holder of a tty job's terminal puts its output on stdout; its stderr
 		# gets only its own errors.
 		pty=()
@@ -413,6 +413,7 @@ run)
 		echo "$e $EPOCHREALTIME" >"$d.exit"
 	) </dev/null >/dev/null 2>&1 &
 	r=$!
+	[ "$inp" = /dev/null ] || exec 3<&-
 	rm=$r
 	pstart "$r" && rm=$r:$pst
 	# The listing shows the first 300 bytes of the command (not characters, whatever

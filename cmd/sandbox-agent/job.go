@@ -98,9 +98,10 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 			preview = string(b)
 		}
 	}
-	// The input FIFO exists before the answer: job_input may come at once.
+	// The input FIFO exists, held open, before the answer: job_input may come at once.
+	var hold *os.File
 	if a.interactive {
-		_ = syscall.Mkfifo(d+".in", 0o666)
+		hold = openInput(d + ".in")
 	}
 	// As under jobs.sh, whose bash changed into cwd from /, the runner's directory.
 	jenv := mergeEnv(env, []string{"MCP_SANDBOX_CMD=" + command, "MCP_SANDBOX_AGENT=" + agent, "PWD=" + a.cwd, "OLDPWD=/", shlvl(env)})
@@ -112,8 +113,11 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 	if a.fromStdin {
 		src = "stdin"
 	}
-	runner, ended, err := jobRunner.start([]string{a.dir, a.id, a.timeout, inter, tty, a.cwd, src}, jenv, st.Done())
+	runner, ended, err := jobRunner.start([]string{a.dir, a.id, a.timeout, inter, tty, a.cwd, src}, jenv, hold, st.Done())
 	if err != nil {
+		if hold != nil {
+			hold.Close()
+		}
 		// The job ends here: nothing runs it.
 		_ = writeFile(d+".exit", "126 "+epochReal(time.Now())+"\n")
 		fail(fmt.Errorf("starting the job's runner: %w", err))
@@ -195,6 +199,33 @@ func startRetrying(newCmd func() *exec.Cmd, stop <-chan struct{}) (*exec.Cmd, er
 	}
 }
 
+// openInput makes a job's input FIFO and returns it held open for reading and writing
+// (nil when it could not be opened). A FIFO that nobody holds open drops what was
+// written to it as its last holder closes it (and a writer alone gets EPIPE), so input
+// sent before the job's runner has opened the FIFO would be lost: the agent holds it
+// until the runner does (runnerProc). It is made under another name and moved in
+// place once held, so no call finds it without a holder.
+func openInput(path string) *os.File {
+	tmp := path + ".new"
+	if err := syscall.Mkfifo(tmp, 0o666); err != nil {
+		_ = syscall.Mkfifo(path, 0o666)
+		return nil
+	}
+	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
+	if err != nil {
+		f = nil
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		if f != nil {
+			f.Close()
+		}
+		_ = syscall.Mkfifo(path, 0o666)
+		return nil
+	}
+	return f
+}
+
 // jobRunner is the agent's runner of jobs, "sandbox-agent jobs" (jobwait.go).
 var jobRunner = &runnerProc{}
 
@@ -203,12 +234,28 @@ type runnerProc struct {
 	mu      sync.Mutex
 	name    string // the runner as .meta names it; "" when none runs
 	stdin   *os.File
-	waiting map[string]chan struct{} // by job id, closed at "done <id>"
+	waiting map[string]*pending // by job id
+}
+
+// pending is a job handed to the runner.
+type pending struct {
+	done chan struct{} // closed at "done <id>"
+	hold *os.File      // the job's input FIFO, held until "open <id>" (the runner holds it then); nil when none
+}
+
+// release closes the job's input FIFO, which the runner holds now (or never will).
+func (p *pending) release() {
+	if p.hold != nil {
+		p.hold.Close()
+		p.hold = nil
+	}
 }
 
 // start hands a job to the runner and returns the runner's name and a channel closed
-// when the job's status is written (or the runner is gone).
-func (r *runnerProc) start(args, env []string, stop <-chan struct{}) (string, <-chan struct{}, error) {
+// when the job's status is written (or the runner is gone). hold (may be nil) is the
+// job's input FIFO held open: it is closed once the runner holds it, or is gone; it
+// is the caller's to close when start fails.
+func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct{}) (string, <-chan struct{}, error) {
 	line, err := json.Marshal(map[string][]string{"args": args, "env": env})
 	if err != nil {
 		return "", nil, err
@@ -220,13 +267,13 @@ func (r *runnerProc) start(args, env []string, stop <-chan struct{}) (string, <-
 			return "", nil, err
 		}
 	}
-	done := make(chan struct{})
-	r.waiting[args[1]] = done
+	p := &pending{done: make(chan struct{}), hold: hold}
+	r.waiting[args[1]] = p
 	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
 		delete(r.waiting, args[1])
 		return "", nil, err
 	}
-	return r.name, done, nil
+	return r.name, p.done, nil
 }
 
 // launch starts a runner; r.mu is held.
@@ -261,29 +308,36 @@ func (r *runnerProc) launch(stop <-chan struct{}) error {
 	pid := cmd.Process.Pid
 	children.register(pid) // reaped when it ends
 	cmd.Process.Release()
-	waiting := map[string]chan struct{}{}
+	waiting := map[string]*pending{}
 	r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
 	go r.follow(events, feed, waiting)
 	return nil
 }
 
-// follow reads a runner's "done <id>" lines; when it is gone, the jobs it ran are
-// answered for as they stand (lost, unless their status was written).
-func (r *runnerProc) follow(events, feed *os.File, waiting map[string]chan struct{}) {
+// follow reads a runner's "open <id>" and "done <id>" lines; when it is gone, the jobs
+// it ran are answered for as they stand (lost, unless their status was written).
+func (r *runnerProc) follow(events, feed *os.File, waiting map[string]*pending) {
 	sc := bufio.NewScanner(events)
 	for sc.Scan() {
-		id, ok := strings.CutPrefix(sc.Text(), "done ")
+		ev, id, _ := strings.Cut(sc.Text(), " ")
 		r.mu.Lock()
-		if c := waiting[id]; ok && c != nil {
-			close(c)
-			delete(waiting, id)
+		if p := waiting[id]; p != nil {
+			switch ev {
+			case "open":
+				p.release()
+			case "done":
+				p.release()
+				close(p.done)
+				delete(waiting, id)
+			}
 		}
 		r.mu.Unlock()
 	}
 	events.Close()
 	r.mu.Lock()
-	for id, c := range waiting {
-		close(c)
+	for id, p := range waiting {
+		p.release()
+		close(p.done)
 		delete(waiting, id)
 	}
 	if r.stdin == feed {

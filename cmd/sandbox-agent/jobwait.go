@@ -29,7 +29,9 @@ import (
 // starts the command (bash -c "$MCP_SANDBOX_CMD", or bash <id>.cmd), under the pty
 // holder "$MCP_SANDBOX_AGENT pty" for a tty job, in a process group of its own; kills
 // the group at the timeout; waits for it; hands what it left holding its output over to
-// a job of its own, as jobs.sh does; writes .exit; then writes "done <id>" on fd 3. At
+// a job of its own, as jobs.sh does; writes .exit; then writes "done <id>" on fd 3. For
+// an interactive job it writes "open <id>" once it holds the input FIFO open (or could
+// not): the agent holds it until then (openInput). At
 // the end of stdin (the agent is gone) it takes no more jobs and exits once those it
 // runs have ended. It execs nothing but the commands.
 func jobsMain(args []string) int {
@@ -75,14 +77,15 @@ func jobsMain(args []string) int {
 				w.env = append(w.env, e)
 			}
 		}
+		event := func(ev string) {
+			mu.Lock()
+			_, _ = events.Write([]byte(ev + " " + w.id + "\n"))
+			mu.Unlock()
+		}
 		running.Add(1)
 		go func() {
 			defer running.Done()
-			w.run(time.Duration(secs*float64(time.Second)), func() {
-				mu.Lock()
-				_, _ = events.Write([]byte("done " + w.id + "\n"))
-				mu.Unlock()
-			})
+			w.run(time.Duration(secs*float64(time.Second)), func() { event("open") }, func() { event("done") })
 		}()
 	}
 	running.Wait()
@@ -97,13 +100,20 @@ type waiter struct {
 	env             []string
 }
 
-// run runs the job to its end and calls finished once its status is written; see
-// jobsMain.
-func (w *waiter) run(timeout time.Duration, finished func()) {
+// beforeInputHold, when set (by tests), runs before a job's runner opens its input
+// FIFO: a runner slow to start.
+var beforeInputHold func()
+
+// run runs the job to its end, calls opened once it holds an interactive job's input
+// FIFO (or could not), and finished once its status is written; see jobsMain.
+func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	d := w.d
 	var hold *os.File // the FIFO held open, so input written before the command reads waits in it
 	stdin, _ := os.Open(os.DevNull)
 	if w.interactive {
+		if beforeInputHold != nil {
+			beforeInputHold()
+		}
 		if fi, err := os.Stat(d + ".in"); err == nil && fi.Mode()&fs.ModeNamedPipe != 0 {
 			if h, err := os.OpenFile(d+".in", os.O_RDWR, 0); err == nil {
 				if r, err := os.OpenFile(d+".in", os.O_RDONLY, 0); err == nil {
@@ -114,6 +124,7 @@ func (w *waiter) run(timeout time.Duration, finished func()) {
 				}
 			}
 		}
+		opened()
 	}
 	argv := []string{"bash", "-c", w.cmd}
 	if w.fromFile {
