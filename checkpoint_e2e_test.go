@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/client"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -63,12 +64,12 @@ func TestCheckpointRemovedPerson(t *testing.T) {
 	p.load(p.options([]string{"bob"}))
 	h := siteHandler(t)
 	now := time.Now()
-	h.sweepRemovedCheckpoints(ctx, now)
-	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace-time.Hour))
+	h.fleet.SweepRemovedCheckpoints(ctx, now)
+	h.fleet.SweepRemovedCheckpoints(ctx, now.Add(fleet.CheckpointGrace-time.Hour))
 	if imageGone(t, p.docker, ids["alice"]) {
 		t.Fatal("alice's checkpoint went before the grace period ended")
 	}
-	h.sweepRemovedCheckpoints(ctx, now.Add(checkpointGrace+time.Minute))
+	h.fleet.SweepRemovedCheckpoints(ctx, now.Add(fleet.CheckpointGrace+time.Minute))
 	if !imageGone(t, p.docker, ids["alice"]) {
 		t.Error("alice's checkpoint is kept after the grace period")
 	}

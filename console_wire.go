@@ -15,7 +15,6 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
@@ -104,10 +103,10 @@ func (h *Handler) provisionConsole() error {
 		Sandbox:     consoleSandbox{h.fleet.Operator().Sandbox(), egressOf(h.fleet.Operator())},
 		Access:      consoleAccess{h.auth},
 		Links:       consoleLinks{h.linkReg},
-		Jobs:        consoleJobs{h},
+		Jobs:        consoleJobs{h.fleet},
 		Sandboxes:   sandboxes,
 		Egress:      egressLog,
-		Checkpoints: consoleCheckpoints{h},
+		Checkpoints: consoleCheckpoints{h.fleet},
 		Audit:       h.audit,
 		Origin:      h.auth.Origin,
 		ClientIP:    clientIP,
@@ -170,70 +169,19 @@ func (c consoleSandbox) Restart(ctx context.Context) error  { return c.sb.Restar
 func (c consoleSandbox) Recreate(ctx context.Context) error { return c.sb.Recreate(ctx) }
 
 // consoleJobs shows the running jobs of every sandbox to the console and kills them.
-// Looking never starts a container: one that does not run has no jobs.
-type consoleJobs struct{ h *Handler }
+type consoleJobs struct{ f *fleet.Fleet }
 
 func (c consoleJobs) Jobs(ctx context.Context, people ...string) ([]console.Job, error) {
-	if len(people) == 0 {
-		people = append([]string{""}, consoleSandboxes(c).People()...)
+	js, err := c.f.Jobs(ctx, people...)
+	out := make([]console.Job, 0, len(js))
+	for _, j := range js {
+		out = append(out, console.Job{ID: j.ID, Command: j.Command, Person: j.Person, StartedAt: j.Started, State: j.State})
 	}
-	out := make([]console.Job, 0)
-	var errs []error
-	for _, p := range people {
-		sb, err := c.h.fleet.Running(ctx, p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", whoseSandbox(p), err))
-			continue
-		}
-		if sb == nil {
-			continue
-		}
-		js, err := sb.RunningJobs(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", whoseSandbox(p), err))
-		}
-		for _, j := range js {
-			out = append(out, console.Job{ID: j.ID, Command: j.Command, Person: p, StartedAt: j.Started, State: j.State})
-		}
-	}
-	return out, errors.Join(errs...)
+	return out, err
 }
 
 func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
-	sb, err := c.h.fleet.Running(ctx, person)
-	if err != nil || sb == nil {
-		if err == nil || errors.Is(err, fleet.ErrNotConfigured) {
-			err = console.ErrNotFound
-		}
-		return err
-	}
-	err = sb.StopJob(ctx, id)
-	if errors.Is(err, boxapi.ErrJobNotFound) {
-		return console.ErrNotFound
-	}
-	if err == nil {
-		c.h.logger.Info("job killed from the console", zap.String("person", person),
-			zap.String("container", sb.Config().Container), zap.String("job", id))
-	}
-	return err
-}
-
-// containerOf is the name of person's container ("" the operator's), as
-// sandboxConfigFor makes it, for logs.
-func (h *Handler) containerOf(person string) string {
-	name := h.fleet.Operator().Sandbox().Config().Container
-	if person == "" {
-		return name
-	}
-	return name + "-" + person
-}
-
-// whoseSandbox names person's sandbox in messages.
-func whoseSandbox(person string) string {
-	if person == "" {
-		return "the operator's sandbox"
-	}
-	return person + "'s sandbox"
+	return consoleError(c.f.KillJob(ctx, person, id))
 }
 
 // consoleAccess shows the OAuth clients and sign-ins to the console.

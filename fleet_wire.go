@@ -38,13 +38,18 @@ func (h *Handler) provisionFleet(base sandbox.Config) error {
 		Base: base, People: people, Engines: h.Engines,
 		Acquire: h.app.acquire, Placed: h.setupEgress, Claimed: h.app.claimed,
 		Storage: h.storage, IdleStop: time.Duration(h.IdleStop), MaxSandboxes: h.MaxSandboxes,
-		IdleStopped: metrics.IdleStops.Inc, Logger: h.logger,
+		IdleStopped: metrics.IdleStops.Inc, CheckpointBytes: noteCheckpointBytes, Logger: h.logger,
 	})
 	if err != nil {
 		return err
 	}
 	h.fleet = f
 	return nil
+}
+
+// noteCheckpointBytes sets the gauge of person's checkpoints.
+func noteCheckpointBytes(person string, n int64) {
+	metrics.CheckpointBytes.WithLabelValues(personLabel(person)).Set(float64(n))
 }
 
 // egressOf is the egress gateway of a sandbox; nil without an egress block.

@@ -343,7 +343,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app.addWarmup(h.warmFacts)
 	h.app.addWarmup(h.fleet.Start)
-	h.app.addWarmup(h.startCheckpointSweeps)
+	h.app.addWarmup(h.fleet.StartCheckpointSweeps)
 
 	if err := h.provisionGuesses(); err != nil {
 		return err

@@ -55,7 +55,7 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx, done := h.tools.Request(r.Context())
 	ctx = mcptools.WithCaller(ctx, mcptools.Caller{
 		ClientName: id.ClientName, ClientID: id.ClientID, Subject: id.Subject, Method: id.Method, Person: id.Person,
-		Container: h.containerOf(id.Person), Label: clientLabel(id), Origin: h.auth.Origin(r), Remote: clientIP(r),
+		Container: h.fleet.Container(id.Person), Label: clientLabel(id), Origin: h.auth.Origin(r), Remote: clientIP(r),
 	})
 	h.mcp.Handle(sw, &server.HTTPRequest{
 		Method:  r.Method,

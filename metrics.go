@@ -19,7 +19,6 @@ import (
 func registerMetrics(reg *prometheus.Registry) error {
 	cs := metrics.Collectors(pooledSandboxes, func() int { return preview.Shared().Live() })
 	cs = append(cs, metricEgressRefused)
-	cs = append(cs, metricCheckpointBytes)
 	cs = append(cs, mcptools.Collectors()...)
 	return metrics.Register(reg, append(cs, links.Collectors()...)...)
 }

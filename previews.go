@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 )
@@ -70,9 +69,8 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 }
 
 // dialPreview opens one upstream connection of the preview proxy: a relay into the
-// loopback of the owner's container, made through the Docker API. Opening it, and
-// every byte through it, is a use of the owner's sandbox: a preview in use keeps it
-// from idle stop.
+// loopback of the owner's container, made through the Docker API, that keeps the
+// owner's sandbox from idle stop while in use (fleet.Entry.DialPort).
 func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.Conn, error) {
 	person, ok := h.personOfOwner(owner)
 	if !ok {
@@ -82,7 +80,7 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.Sandbox().DialPort(ctx, port)
+	c, err := e.DialPort(ctx, port)
 	if errors.Is(err, boxapi.ErrNoListener) {
 		return nil, fmt.Errorf("%w: %w", preview.ErrNoListener, err)
 	}
@@ -90,33 +88,5 @@ func (h *Handler) dialPreview(ctx context.Context, owner string, port int) (net.
 		h.logger.Warn("preview relay failed", zap.Int("port", port), zap.Error(err))
 		return nil, err
 	}
-	return &usedConn{Conn: c, e: e}, nil
-}
-
-// usedConn is a preview relay that records each read and write as a use of its
-// sandbox. A kept-alive relay serves many requests, a WebSocket many messages.
-type usedConn struct {
-	net.Conn
-	e *fleet.Entry
-}
-
-func (c *usedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.e.Touch()
-	}
-	return n, err
-}
-
-func (c *usedConn) Write(p []byte) (int, error) {
-	c.e.Touch()
-	return c.Conn.Write(p)
-}
-
-// CloseWrite half-closes the relay, as the reverse proxy does when one side ends.
-func (c *usedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Close()
+	return c, nil
 }

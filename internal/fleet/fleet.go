@@ -66,7 +66,10 @@ type Options struct {
 	MaxSandboxes int
 	// IdleStopped is told of each sandbox stopped for idleness (a metric). Optional.
 	IdleStopped func()
-	Logger      *zap.Logger
+	// CheckpointBytes is told the bytes of a person's checkpoints ("" the operator's)
+	// whenever they are listed, 0 once the last is gone (a metric). Optional.
+	CheckpointBytes func(person string, bytes int64)
+	Logger          *zap.Logger
 }
 
 // Fleet is the sandboxes of one site under one configuration: the operator's, placed

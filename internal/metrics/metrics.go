@@ -42,6 +42,12 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "idle_stops_total",
 		Help: "Sandbox containers stopped after idle_stop without use.",
 	})
+	// CheckpointBytes is the size of each person's checkpoints ("-" for the
+	// operator's), as last listed.
+	CheckpointBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "checkpoint_bytes",
+		Help: "Bytes held by each person's sandbox checkpoints (images' own layers and copies of /sandbox), as last listed.",
+	}, []string{"person"})
 )
 
 // Sandbox is one pooled sandbox as a scrape sees it.
@@ -72,7 +78,7 @@ func Collectors(pool func() []Sandbox, previewsLive func() int) []prometheus.Col
 		Help: "Ports exposed by expose_port that are live now.",
 	}, func() float64 { return float64(previewsLive()) })
 	return []prometheus.Collector{CleanupDeleted, live, PreviewRequests, PreviewBytes, PersonCalls, IdleStops,
-		Agents(pool), Sandboxes(pool)}
+		CheckpointBytes, Agents(pool), Sandboxes(pool)}
 }
 
 // Agents reports, per sandbox container, whether its commands run through the agent
