@@ -3,8 +3,6 @@ package mcpsandbox
 import (
 	"context"
 	_ "embed"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
@@ -96,59 +94,8 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 	return out, nil
 }
 
+// Act does action to person's sandbox (fleet.Act; the console's action names are the
+// fleet's).
 func (c consoleSandboxes) Act(ctx context.Context, person, action string) error {
-	f := c.h.fleet
-	if person != "" && !f.Configured(person) {
-		return c.actRemoved(ctx, person, action)
-	}
-	switch action {
-	case "stop":
-		sb, err := f.Observe(person)
-		if err != nil {
-			return err
-		}
-		return sb.Stop(ctx, "operator")
-	case console.ActDelete, console.ActDeleteVolume:
-		return fmt.Errorf("%w: only the sandbox of a person no longer configured is deleted here; Recreate replaces a configured person's container and keeps /sandbox", console.ErrConflict)
-	}
-	e, err := f.For(ctx, person)
-	if err != nil {
-		return err
-	}
-	switch action {
-	case "start":
-		return e.Sandbox().Ensure(ctx)
-	case "restart":
-		return e.Sandbox().Restart(ctx)
-	case "recreate":
-		return e.Sandbox().Recreate(ctx)
-	}
-	return console.ErrNotFound
-}
-
-// actRemoved stops or deletes the sandbox of a person the configuration no longer
-// names; nothing else is done to it, so that it cannot run again unnoticed.
-func (c consoleSandboxes) actRemoved(ctx context.Context, person, action string) error {
-	var err error
-	switch action {
-	case "stop":
-		var sb *sandbox.Sandbox
-		var done func()
-		if sb, done, err = c.h.fleet.RemovedSandbox(ctx, person); err == nil {
-			defer done()
-			err = sb.Stop(ctx, "operator")
-		}
-	case console.ActDelete, console.ActDeleteVolume:
-		err = c.h.fleet.DeleteRemoved(ctx, person, action == console.ActDeleteVolume)
-	default:
-		var done func()
-		if _, done, err = c.h.fleet.RemovedSandbox(ctx, person); err == nil {
-			done()
-			err = fmt.Errorf("%w: %s is no longer configured: add their person line back to start their sandbox, or delete it", console.ErrConflict, person)
-		}
-	}
-	if errors.Is(err, fleet.ErrNoRemoved) {
-		return console.ErrNotFound
-	}
-	return err
+	return consoleError(c.h.fleet.Act(ctx, person, action))
 }

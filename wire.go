@@ -2,8 +2,6 @@ package mcpsandbox
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
@@ -95,21 +93,8 @@ func (b toolBox) Facts(ctx context.Context, wait time.Duration) *boxapi.Facts {
 	return b.h.sandboxFacts(ctx, b.e, wait)
 }
 
-// CPUs is the CPUs the sandbox gets: the smaller of cpus and the engine's CPU count
-// (docker info's NCPU, asked when the container is ensured). Until the engine has been
-// asked, a local engine's count is taken to be this machine's (runtime.NumCPU).
-func (b toolBox) CPUs() float64 {
-	n, known := b.Sandbox.CPUs()
-	if !known && localEngine(b.e.Engine().Host) {
-		n = min(n, float64(runtime.NumCPU()))
-	}
-	return n
-}
-
-// localEngine reports whether a Docker host address is on this machine.
-func localEngine(host string) bool {
-	return strings.HasPrefix(host, "unix://") || strings.HasPrefix(host, "npipe://")
-}
+// CPUs is the CPUs the sandbox gets, the engine's count considered (fleet.Entry.CPUs).
+func (b toolBox) CPUs() float64 { return b.e.CPUs() }
 
 // Egress is the sandbox's way out through the proxy; nil without an egress block.
 func (b toolBox) Egress() *mcptools.Egress {

@@ -1,34 +1,41 @@
 package mcpsandbox
 
 import (
-	"runtime"
+	"errors"
+	"fmt"
 	"testing"
 
-	"github.com/docker/docker/client"
-
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
-// TestToolBoxCPUs: until the engine has been asked, a local engine's CPU count is this
-// machine's, and a remote engine's is unknown, so cpus is stated as set.
-func TestToolBoxCPUs(t *testing.T) {
-	cli, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := sandbox.DefaultConfig()
-	cfg.CPUs = 1000
-	sb, err := sandbox.New(cli, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for host, want := range map[string]float64{
-		"unix:///var/run/docker.sock": float64(runtime.NumCPU()),
-		"tcp://10.0.0.7:2376":         1000,
+// TestConsoleError: the fleet's not-found and conflict reach the console as its own,
+// with the fleet's text unchanged; other errors pass as they are.
+func TestConsoleError(t *testing.T) {
+	for _, c := range []struct {
+		err, want error
+	}{
+		{fmt.Errorf("%w: no checkpoint x", fleet.ErrNotFound), console.ErrNotFound},
+		{fmt.Errorf("%w: bob's sandbox exists already", fleet.ErrConflict), console.ErrConflict},
 	} {
-		if got := (toolBox{Sandbox: sb, e: fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Engine: fleet.Engine{Host: host}})}).CPUs(); got != want {
-			t.Errorf("engine %s: CPUs() = %v, want %v", host, got, want)
+		got := consoleError(c.err)
+		if !errors.Is(got, c.want) || !errors.Is(got, c.err) || got.Error() != c.err.Error() {
+			t.Errorf("consoleError(%v) = %v, want it to be %v with the same text", c.err, got, c.want)
 		}
+	}
+	other := errors.New("engine down")
+	if got := consoleError(other); got != other {
+		t.Errorf("consoleError(other) = %v", got)
+	}
+	if fleet.ErrNotFound.Error() != console.ErrNotFound.Error() || fleet.ErrConflict.Error() != console.ErrConflict.Error() {
+		t.Error("the fleet's errors read differently from the console's")
+	}
+}
+
+// TestFleetActionsAreTheConsoles: the console hands its action names to the fleet as
+// they are.
+func TestFleetActionsAreTheConsoles(t *testing.T) {
+	if fleet.ActDelete != console.ActDelete || fleet.ActDeleteVolume != console.ActDeleteVolume {
+		t.Errorf("delete actions: fleet %q %q, console %q %q", fleet.ActDelete, fleet.ActDeleteVolume, console.ActDelete, console.ActDeleteVolume)
 	}
 }
