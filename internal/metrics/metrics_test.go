@@ -154,6 +154,7 @@ func TestNamesAndRegister(t *testing.T) {
 	want := []string{
 		"caddy_mcp_sandbox_agent_running",
 		"caddy_mcp_sandbox_agent_starts_total",
+		"caddy_mcp_sandbox_checkpoint_bytes",
 		"caddy_mcp_sandbox_cleanup_deleted_total",
 		"caddy_mcp_sandbox_idle_stops_total",
 		"caddy_mcp_sandbox_person_calls_total",
