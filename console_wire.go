@@ -219,7 +219,7 @@ func (c consoleJobs) KillJob(ctx context.Context, person, id string) error {
 }
 
 // containerOf is the name of person's container ("" the operator's), as
-// sandboxConfigFor makes it, for logs.
+// SandboxConfigFor makes it, for logs.
 func (h *Handler) containerOf(person string) string {
 	name := h.fleet.Operator().Sandbox().Config().Container
 	if person == "" {
@@ -316,7 +316,7 @@ func (h *Handler) unexposeRevoked(_ context.Context, l console.Link) error {
 	if err != nil || h.previews == nil {
 		return nil
 	}
-	if l.Person != "" && h.person(l.Person) == nil {
+	if l.Person != "" && h.Person(l.Person) == nil {
 		return nil // a removed person's previews no longer open
 	}
 	if h.previews.Unexpose(h.previewOwner(l.Person), port) {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	_ "github.com/mcp-sandbox/caddy-mcp-sandbox"
+	mcpsandbox "github.com/mcp-sandbox/caddy-mcp-sandbox"
 )
 
 // The settings are a contract: the JSON a Caddyfile adapts to, and the words of every
@@ -84,6 +85,7 @@ func TestCorpusAdapts(t *testing.T) {
 			if !bytes.Equal(pretty.Bytes(), want) {
 				t.Errorf("%s adapts to\n%s\nwant %s", f, pretty.Bytes(), golden)
 			}
+			roundTrip(t, out)
 		})
 	}
 }
@@ -193,4 +195,55 @@ func parseArchive(data []byte) (comment []byte, files []section) {
 		}
 	}
 	return comment, files
+}
+
+// roundTrip decodes each mcp_sandbox handler of an adapted config into the Handler,
+// refusing unknown fields, and encodes it again: the same JSON, so every field the
+// Caddyfile writes is one of config.Settings, read and written at the top level.
+func roundTrip(t *testing.T, cfg []byte) {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal(cfg, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["handler"] == "mcp_sandbox" {
+				n++
+				delete(v, "handler")
+				raw, _ := json.Marshal(v)
+				dec := json.NewDecoder(bytes.NewReader(raw))
+				dec.DisallowUnknownFields()
+				var h mcpsandbox.Handler
+				if err := dec.Decode(&h); err != nil {
+					t.Errorf("decoding %s: %v", raw, err)
+					return
+				}
+				again, err := json.Marshal(&h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				settings, _ := json.Marshal(&h.Settings)
+				var back any
+				if err := json.Unmarshal(again, &back); err != nil || !reflect.DeepEqual(back, any(v)) || !bytes.Equal(again, settings) {
+					t.Errorf("the handler %s encodes again as %s (its settings alone: %s)", raw, again, settings)
+				}
+				return
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	if n == 0 {
+		t.Error("no mcp_sandbox handler in the config")
+	}
 }
