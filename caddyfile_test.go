@@ -190,7 +190,7 @@ func TestAgentSwitch(t *testing.T) {
 		if err := json.Unmarshal(doc.Apps.HTTP.Servers["srv0"].Routes[0].Handle[0].Routes[0].Handle[0], &h); err != nil {
 			t.Fatal(err)
 		}
-		sc, err := h.sandboxConfig()
+		sc, err := h.SandboxConfig()
 		if err != nil || sc.NoAgent != tc.noAgent {
 			t.Errorf("%q: NoAgent %v (%v), want %v", tc.line, sc.NoAgent, err, tc.noAgent)
 		}

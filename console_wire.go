@@ -264,7 +264,7 @@ func (h *Handler) unexposeRevoked(_ context.Context, l console.Link) error {
 	if err != nil || h.previews == nil {
 		return nil
 	}
-	if l.Person != "" && h.person(l.Person) == nil {
+	if l.Person != "" && h.Person(l.Person) == nil {
 		return nil // a removed person's previews no longer open
 	}
 	if h.previews.Unexpose(h.previewOwner(l.Person), port) {

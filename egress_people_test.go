@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 )
 
 // TestPersonEgressCaddyfile: a person's block holds an egress block of its own, read
@@ -40,7 +41,7 @@ func TestPersonEgressCaddyfile(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	a, b := h.person("alice"), h.person("bob")
+	a, b := h.Person("alice"), h.Person("bob")
 	if a == nil || a.Egress == nil || b == nil || b.Egress != nil {
 		t.Fatalf("people: %+v", h.People)
 	}
@@ -70,22 +71,23 @@ func TestPersonEgressCredentials(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
-	h := &Handler{
-		Egress: &EgressConfig{Allow: []string{"up.example:" + port}, Hosts: map[string]string{"up.example": "127.0.0.1", "extra.example": "127.0.0.1"}},
-		People: []Person{
-			{Name: "alice", Key: "0123456789abcdef-alice", Egress: &EgressConfig{
+	h := &Handler{Settings: config.Settings{
+		APIKey: "0123456789abcdef-operator",
+		Egress: &config.EgressConfig{Allow: []string{"up.example:" + port}, Hosts: map[string]string{"up.example": "127.0.0.1", "extra.example": "127.0.0.1"}},
+		People: []config.Person{
+			{Name: "alice", Key: "0123456789abcdef-alice", Egress: &config.EgressConfig{
 				Allow:       []string{"extra.example:" + port},
-				Credentials: []EgressCredential{{Prefix: "http://up.example:" + port + "/", Header: "X-Token", Value: "{env.MCP_SANDBOX_TEST_ALICE_TOKEN}"}},
+				Credentials: []config.EgressCredential{{Prefix: "http://up.example:" + port + "/", Header: "X-Token", Value: "{env.MCP_SANDBOX_TEST_ALICE_TOKEN}"}},
 			}},
 			{Name: "bob", Key: "0123456789abcdef-bob"},
 		},
-	}
-	if errs := h.validatePeople(); len(errs) > 0 {
-		t.Fatal(errs)
+	}}
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
 	}
 	get := func(person, host string) (int, http.Header) {
 		t.Helper()
-		pol, err := egress.Compile(h.egressRules(person))
+		pol, err := egress.Compile(h.EgressRules(person))
 		if err != nil {
 			t.Fatal(err)
 		}

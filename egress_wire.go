@@ -2,14 +2,12 @@ package mcpsandbox
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"path"
-	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -23,64 +21,6 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
-
-// Egress: with an `egress` block the sandbox has no network of its own (network none)
-// and reaches the outside only through the plugin's proxy (package egress). The agent
-// listens on egressPort on the container's loopback and hands each connection to
-// Caddy as a stream; commands find the proxy in their environment.
-
-// egressPort is where the proxy listens inside the container.
-const egressPort = 3128
-
-// EgressConfig is the `egress` block: what the sandbox may reach, through Caddy.
-type EgressConfig struct {
-	// Allow lists the reachable hosts: example.com, *.example.com (subdomains),
-	// example.com:8443 (that port; without one, 80 and 443), or * (every public host;
-	// a name Hosts maps to a private or local address needs an entry of its own).
-	Allow []string `json:"allow,omitempty"`
-	// Deny lists hosts refused even when allowed, in the same forms.
-	Deny []string `json:"deny,omitempty"`
-	// Hosts maps names to addresses instead of DNS; the only way to reach a private or
-	// loopback address.
-	Hosts map[string]string `json:"hosts,omitempty"`
-	// Credentials are added by Caddy to requests whose URL starts with their prefix;
-	// the values never enter the sandbox. One applies per request: the longest prefix
-	// that matches. A prefix with a path is matched on the decoded path, and requests
-	// with dot segments or encoded slashes, backslashes, dots or % in their path are
-	// refused there; TRACE and TRACK are refused to credential hosts. An upstream
-	// that echoes request headers back shows the credential to the sandbox: give
-	// credentials only for hosts that do not.
-	Credentials []EgressCredential `json:"credentials,omitempty"`
-	// TrustCA lists PEM files of extra roots that upstream TLS of intercepted hosts is
-	// verified with, on top of the system's.
-	TrustCA []string `json:"trust_ca,omitempty"`
-}
-
-// EgressCredential is one `credential` line: a header (Header and Value) or Basic
-// credentials (User and Password) for a URL prefix. Values may hold placeholders such
-// as {env.GITHUB_TOKEN}.
-type EgressCredential struct {
-	Prefix   string `json:"prefix"`
-	Header   string `json:"header,omitempty"`
-	Value    string `json:"value,omitempty"`
-	User     string `json:"user,omitempty"`
-	Password string `json:"password,omitempty"`
-}
-
-// rules are the block's rules with placeholders resolved.
-func (c *EgressConfig) rules() egress.Rules {
-	repl := caddy.NewReplacer()
-	r := egress.Rules{Allow: c.Allow, Deny: c.Deny, Hosts: c.Hosts}
-	for _, cr := range c.Credentials {
-		ec := egress.Credential{Prefix: cr.Prefix, Header: cr.Header, Value: repl.ReplaceAll(cr.Value, "")}
-		if cr.User != "" || cr.Password != "" {
-			user, pass := repl.ReplaceAll(cr.User, ""), repl.ReplaceAll(cr.Password, "")
-			ec.Header, ec.Value = "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
-		}
-		r.Credentials = append(r.Credentials, ec)
-	}
-	return r
-}
 
 // newEgressGateway makes the egress gateway of a pooled sandbox: it outlives config
 // reloads with the sandbox, and each config that provisions sets the policy in force.
@@ -150,7 +90,7 @@ func (c consoleEgress) Refusals(context.Context) ([]console.EgressRefusal, error
 		names = append(names, p.Name)
 	}
 	for _, p := range names {
-		if cfg, err := h.sandboxConfigFor(p); err == nil {
+		if cfg, err := h.SandboxConfigFor(p); err == nil {
 			owner[cfg.Container] = p
 		}
 	}
@@ -182,30 +122,7 @@ var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 // The plugin's own CA for intercepted hosts, in Caddy's storage under
 // pki/authorities/<egressCAID>: never Caddy's `local` CA, which `tls internal` shares,
 // and never installed in the host's trust store.
-const (
-	egressCAID = "mcp_sandbox_egress"
-	// egressBundle is the CA bundle commands are pointed at: the image's roots plus ours.
-	egressBundle = "/var/lib/mcp-sandbox/egress/ca-bundle.pem"
-)
-
-// egressRules are the rules of person's sandbox ("" the operator's): the site's, with
-// the person's own layered on.
-func (h *Handler) egressRules(person string) egress.Rules {
-	r := h.Egress.rules()
-	if p := h.person(person); p != nil && p.Egress != nil {
-		r = r.Merge(p.Egress.rules())
-	}
-	return r
-}
-
-// egressTrust is the trust_ca files of person's sandbox: the site's and the person's.
-func (h *Handler) egressTrust(person string) []string {
-	trust := h.Egress.TrustCA
-	if p := h.person(person); p != nil && p.Egress != nil {
-		trust = append(slices.Clone(trust), p.Egress.TrustCA...)
-	}
-	return trust
-}
+const egressCAID = "mcp_sandbox_egress"
 
 // setupEgress gives person's sandbox proxy ("" the operator's) this config's CA and
 // rules: the operator's when the config is provisioned, a person's when their sandbox
@@ -216,9 +133,9 @@ func (h *Handler) setupEgress(e *fleet.Entry, person string) error {
 		return nil
 	}
 	ctx, logger := h.egressCtx, h.logger.Named("egress")
-	pol, _ := egress.Compile(h.egressRules(person)) // Validate compiled it
+	pol, _ := egress.Compile(h.EgressRules(person)) // Validate compiled it
 	err := gw.Configure(egress.Settings{
-		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.egressTrust(person),
+		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.EgressTrust(person),
 		RenewCA: func() (egress.CA, error) {
 			ca, err := provisionEgressCA(ctx, logger)
 			if err != nil {

@@ -30,7 +30,7 @@ var autoBuildImages = map[string]bool{"code-sandbox:latest": true}
 func (h *Handler) provisionFleet(base sandbox.Config) error {
 	people := make([]fleet.Person, 0, len(h.People))
 	for _, p := range h.People {
-		people = append(people, p.limits())
+		people = append(people, p.Limits())
 	}
 	f, err := fleet.New(fleet.Options{
 		Base: base, People: people, Engines: h.Engines,

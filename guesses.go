@@ -30,7 +30,7 @@ var keyHistories = caddy.NewUsagePool()
 
 type keyHistory struct{ *oauth.KeyHistory }
 
-func (keyHistory) Destruct() error { return nil }
+func (k keyHistory) Destruct() error { k.Close(); return nil }
 
 // keyHistoryPrefix is where the fingerprints of past keys are kept in storage.
 const keyHistoryPrefix = "mcp_sandbox/keys"

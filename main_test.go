@@ -2,7 +2,6 @@ package mcpsandbox
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -113,13 +112,3 @@ var (
 	randomHex  = testenv.RandomHex
 	waitFor    = testenv.WaitFor
 )
-
-// readExample reads a file of the repository, which fails the test when missing.
-func readExample(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
@@ -79,7 +80,7 @@ type toolBox struct {
 func (b toolBox) Exec(ctx context.Context, command string, opts boxapi.ExecOptions) (*boxapi.ExecResult, error) {
 	defer b.e.Begin()()
 	if egressOf(b.e) != nil {
-		b.e.AwaitListener(ctx, egressPort)
+		b.e.AwaitListener(ctx, config.EgressPort)
 	}
 	return b.Sandbox.Exec(ctx, command, opts)
 }

@@ -5,11 +5,13 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/origin"
 )
 
-// OriginAllowed is the rule for browser origins on /mcp. An Origin is accepted when it
-// is publicOrigin (public_url), one of allowed (allowed_origins, normalised by
-// ParseOrigin), or a loopback origin (localhost, *.localhost, 127.0.0.0/8, [::1]):
+// OriginAllowed is the rule for browser origins (raw) on /mcp. An Origin is accepted
+// when it is publicOrigin (public_url), one of allowed (allowed_origins, normalised by
+// origin.Parse), or a loopback origin (localhost, *.localhost, 127.0.0.0/8, [::1]):
 // local developer tools such as the MCP Inspector.
 //
 // The site's own origin as derived from the request's Host is deliberately not trusted:
@@ -18,9 +20,9 @@ import (
 // serves can never carry a loopback or a configured origin, which is why this rule holds
 // whatever the site's address (a catch-all site included). Pages of the site itself that
 // call /mcp need public_url.
-func OriginAllowed(origin, publicOrigin string, allowed []string) bool {
-	o, err := ParseOrigin(origin)
-	if err != nil || strings.HasSuffix(origin, "/") {
+func OriginAllowed(raw, publicOrigin string, allowed []string) bool {
+	o, err := origin.Parse(raw)
+	if err != nil || strings.HasSuffix(raw, "/") {
 		return false // includes "null", sent by sandboxed frames and file: pages
 	}
 	if publicOrigin != "" && o == publicOrigin {

@@ -64,6 +64,8 @@ type KeyHistory struct {
 	loading bool
 	noted   map[string]time.Time // fingerprint -> when it was last stored
 	pending []string             // keys noted before the salt was known
+	closed  bool                 // Close was called: no new background work
+	work    sync.WaitGroup       // background reads and writes under way
 }
 
 // NewKeyHistory returns a history over storage under prefix (default
@@ -164,11 +166,13 @@ func (k *KeyHistory) loadSalt(ctx context.Context) ([]byte, error) {
 
 // refresh reads storage again in the background when it is due; the caller holds mu.
 func (k *KeyHistory) refresh() {
-	if k.loading || (k.salt != nil && k.now().Sub(k.loaded) < keyReload) {
+	if k.closed || k.loading || (k.salt != nil && k.now().Sub(k.loaded) < keyReload) {
 		return
 	}
 	k.loading = true
+	k.work.Add(1)
 	go func() {
+		defer k.work.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := k.Load(ctx); err != nil {
@@ -211,10 +215,12 @@ func (k *KeyHistory) Note(keys []string) {
 			due = append(due, fp)
 		}
 	}
-	if len(due) == 0 {
+	if len(due) == 0 || k.closed {
 		return
 	}
+	k.work.Add(1)
 	go func() {
+		defer k.work.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		stamp := []byte(strconv.FormatInt(now.Unix(), 10))
@@ -227,6 +233,15 @@ func (k *KeyHistory) Note(keys []string) {
 			}
 		}
 	}()
+}
+
+// Close starts no more background reads or writes and waits for those under way, so
+// nothing writes to storage once the history's last user has let it go.
+func (k *KeyHistory) Close() {
+	k.mu.Lock()
+	k.closed = true
+	k.mu.Unlock()
+	k.work.Wait()
 }
 
 // Retired reports whether key was valid within RetiredKeyTTL and current says it no

@@ -1,12 +1,15 @@
 package oauth
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/certmagic"
 )
 
 // TestRetiredKeys: a key this server accepted and then lost to a new configuration
@@ -118,4 +121,37 @@ func consoleRequest() *http.Request {
 	r, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/console/signin", nil)
 	r.RemoteAddr = "127.0.0.1:1234"
 	return r
+}
+
+// TestKeyHistoryClose: Close waits for the writes under way, and a history closed by its
+// last user writes nothing more to storage.
+func TestKeyHistoryClose(t *testing.T) {
+	dir := t.TempDir()
+	history := NewKeyHistory(&certmagic.FileStorage{Path: dir}, "", nil, nil)
+	if err := history.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	history.Note([]string{"first-key-0123456789abcdef"})
+	history.Close()
+	files := func() []string {
+		entries, err := os.ReadDir(filepath.Join(dir, "mcp_sandbox", "keys"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			if e.Name() != "salt" {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	if got := files(); len(got) != 1 {
+		t.Fatalf("after Close, storage holds %q; want the one noted key's fingerprint", got)
+	}
+	history.Note([]string{"second-key-0123456789abcdef"})
+	time.Sleep(100 * time.Millisecond)
+	if got := files(); len(got) != 1 {
+		t.Fatalf("a closed history wrote to storage: %q", got)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/origin"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"go.uber.org/zap"
 )
@@ -162,7 +162,7 @@ func New(opts Options) (*Server, error) {
 	var publicURL string
 	if opts.PublicURL != "" {
 		var err error
-		if publicURL, err = ParseOrigin(opts.PublicURL); err != nil {
+		if publicURL, err = origin.Parse(opts.PublicURL); err != nil {
 			return nil, fmt.Errorf("oauth: public URL: %w", err)
 		}
 	}
@@ -248,22 +248,6 @@ func New(opts Options) (*Server, error) {
 func KeyFingerprint(apiKey string) string {
 	sum := sha256.Sum256([]byte("mcp-sandbox oauth\x00" + apiKey))
 	return hex.EncodeToString(sum[:])[:16]
-}
-
-// ParseOrigin checks that raw is an origin, "http(s)://host[:port]" with nothing after
-// the host but an optional "/", and returns it with scheme and host in lower case. It is
-// the one rule for public_url and allowed_origins.
-func ParseOrigin(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err == nil {
-		u.Scheme = strings.ToLower(u.Scheme)
-	}
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" ||
-		strings.ContainsAny(raw, "#? \t") {
-		return "", fmt.Errorf("%q must be an origin like https://sandbox.example.com (scheme and host, no path)", raw)
-	}
-	return u.Scheme + "://" + strings.ToLower(u.Host), nil
 }
 
 // Origin returns the origin this server speaks for on r: the issuer, and the prefix of

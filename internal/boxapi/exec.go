@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// MinOutput is the fewest bytes per stream a tool call may ask for with max_output,
+// and so the least default_output.
+const MinOutput = 1024
+
 // Stream names one of a command's output streams.
 type Stream int
 

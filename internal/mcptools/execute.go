@@ -14,9 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// MinOutput is the fewest bytes per stream a call may ask for with max_output.
-const MinOutput = 1024
-
 // ExecuteOutput is the structured result of execute and of the job tools. Only execute
 // declares it as its output schema; the job tools' descriptions point there, so that
 // tools/list carries it once.
@@ -65,7 +62,7 @@ type executeArgs struct {
 	Interactive bool   `json:"interactive"`
 	TTY         bool   `json:"tty"`
 	Cwd         string `json:"cwd"`
-	MaxOutput   *int   `json:"max_output" unit:"a number of bytes"` // from MinOutput to the server's max_output
+	MaxOutput   *int   `json:"max_output" unit:"a number of bytes"` // from boxapi.MinOutput to the server's max_output
 }
 
 func (s *Tools) executeTool() toolDef[executeArgs] {
@@ -118,7 +115,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		"tty":         {desc: "Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout."},
 		"cwd":         {desc: pathDesc("Directory to start in (default /sandbox)", "app")},
 		"max_output": {desc: fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()),
-			min: bound(MinOutput), max: bound(cfg.MaxOutput)},
+			min: bound(boxapi.MinOutput), max: bound(cfg.MaxOutput)},
 	})
 }
 

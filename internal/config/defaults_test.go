@@ -1,9 +1,10 @@
-package mcpsandbox
+package config_test
 
 import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -13,12 +14,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // TestDefaultsStatedOnce: sandbox.DefaultConfig is where the sandbox's defaults live;
-// the README, the Caddyfile syntax in UnmarshalCaddyfile's doc comment and the Handler's
-// field comments must say the same.
+// the configuration reference, the Caddyfile syntax in UnmarshalCaddyfile's doc comment
+// and the Settings' field comments must say the same.
 func TestDefaultsStatedOnce(t *testing.T) {
 	d := sandbox.DefaultConfig()
 	// want checks one documented value of a setting against DefaultConfig.
@@ -37,7 +39,7 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		},
 		"pids_limit":     func(v string) bool { return v == strconv.FormatInt(d.PidsLimit, 10) },
 		"max_output":     func(v string) bool { return v == strconv.Itoa(d.MaxOutput) },
-		"default_output": func(v string) bool { return v == strconv.Itoa(defaultOutput) },
+		"default_output": func(v string) bool { return v == strconv.Itoa(config.DefaultOutput) },
 		"exec_timeout":   func(v string) bool { return durationIs(v, d.ExecTimeout) },
 		"file_ttl":       func(v string) bool { return durationIs(v, d.FileTTL) },
 		"cleanup_interval": func(v string) bool {
@@ -65,9 +67,9 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		}
 		return got
 	}
-	readme := string(readExample(t, "docs/configuration.md"))
+	readme := string(readFile(t, "../../docs/configuration.md"))
 	check("docs/configuration.md (Caddyfile block)", fromSyntax(readme))
-	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readExample(t, "caddyfile.go"))))
+	check("UnmarshalCaddyfile's doc comment", fromSyntax(string(readFile(t, "caddyfile.go"))))
 
 	// The README table of the original settings: | `VAR` | `name` | `value` ... |
 	table := map[string]string{}
@@ -80,16 +82,16 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		}
 	}
 
-	// Handler field comments: "... Default: value." with the JSON name as the setting.
+	// Settings field comments: "... Default: value." with the JSON name as the setting.
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "handler.go", nil, parser.ParseComments)
+	f, err := parser.ParseFile(fset, "settings.go", nil, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fields := map[string]string{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
-		if !ok || ts.Name.Name != "Handler" {
+		if !ok || ts.Name.Name != "Settings" {
 			return true
 		}
 		for _, fld := range ts.Type.(*ast.StructType).Fields.List {
@@ -105,10 +107,19 @@ func TestDefaultsStatedOnce(t *testing.T) {
 		}
 		return false
 	})
-	check("Handler field comments", fields)
+	check("Settings field comments", fields)
 }
 
 func durationIs(v string, d time.Duration) bool {
 	got, err := caddy.ParseDuration(v)
 	return err == nil && got == d
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

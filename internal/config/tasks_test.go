@@ -1,4 +1,4 @@
-package mcpsandbox
+package config_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 )
 
@@ -47,42 +48,42 @@ func TestTaskSettingsCaddyfile(t *testing.T) {
 func TestTaskSettingsValidate(t *testing.T) {
 	const key = "a-long-enough-test-key-0123456789"
 	for _, tc := range []struct {
-		h    *Handler
+		h    *config.Settings
 		want string
 	}{
-		{&Handler{APIKey: key, MaxTasks: 10, MaxTasksTotal: 5}, "max_tasks: the number in all (5) must be at least the number per session (10)"},
-		{&Handler{APIKey: key, MaxTasks: -1}, "max_tasks must be positive"},
-		{&Handler{APIKey: key, MaxTaskTTL: caddy.Duration(time.Millisecond)}, "max_task_ttl must be at least 1s"},
+		{&config.Settings{APIKey: key, MaxTasks: 10, MaxTasksTotal: 5}, "max_tasks: the number in all (5) must be at least the number per session (10)"},
+		{&config.Settings{APIKey: key, MaxTasks: -1}, "max_tasks must be positive"},
+		{&config.Settings{APIKey: key, MaxTaskTTL: caddy.Duration(time.Millisecond)}, "max_task_ttl must be at least 1s"},
 	} {
 		if err := tc.h.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
 	}
-	if err := (&Handler{APIKey: key, MaxTasks: 2000, MaxTaskTTL: caddy.Duration(time.Second)}).Validate(); err != nil {
+	if err := (&config.Settings{APIKey: key, MaxTasks: 2000, MaxTaskTTL: caddy.Duration(time.Second)}).Validate(); err != nil {
 		t.Errorf("max_tasks 2000 alone (the total defaults to it): %v", err)
 	}
 }
 
 // TestTaskDefaultsDocumented: the configuration reference's Caddyfile block, UnmarshalCaddyfile's doc
-// comment and the Handler's field comments state the task defaults the code applies.
+// comment and the Settings' field comments state the task defaults the code applies.
 func TestTaskDefaultsDocumented(t *testing.T) {
-	ttl := human.Duration(defaultMaxTaskTTL)
+	ttl := human.Duration(config.DefaultMaxTaskTTL)
 	ttlLine := regexp.MustCompile(`(?m)^\W*max_task_ttl\s+<duration>\s+# default: ` + regexp.QuoteMeta(ttl) + `;`)
-	tasksLine := regexp.MustCompile(fmt.Sprintf(`(?m)^\W*max_tasks\s+<n> \[<in all>\]\s+# default: %d MCP tasks per session, %d in all$`, defaultMaxTasks, defaultTasksTotal))
-	for _, f := range []string{"docs/configuration.md", "caddyfile.go"} {
-		b := string(readExample(t, f))
+	tasksLine := regexp.MustCompile(fmt.Sprintf(`(?m)^\W*max_tasks\s+<n> \[<in all>\]\s+# default: %d MCP tasks per session, %d in all$`, config.DefaultMaxTasks, config.DefaultTasksTotal))
+	for _, f := range []string{"../../docs/configuration.md", "caddyfile.go"} {
+		b := string(readFile(t, f))
 		if !ttlLine.MatchString(b) || !tasksLine.MatchString(b) {
-			t.Errorf("%s does not state max_task_ttl %s and max_tasks %d / %d in its Caddyfile syntax", f, ttl, defaultMaxTasks, defaultTasksTotal)
+			t.Errorf("%s does not state max_task_ttl %s and max_tasks %d / %d in its Caddyfile syntax", f, ttl, config.DefaultMaxTasks, config.DefaultTasksTotal)
 		}
 	}
-	h := string(readExample(t, "handler.go"))
+	h := string(readFile(t, "settings.go"))
 	for _, want := range []string{
 		"none, is cut to it. Default: " + ttl + ".",
-		fmt.Sprintf("one session holds. Default: %d.", defaultMaxTasks),
-		fmt.Sprintf("across sessions. Default: %d (or", defaultTasksTotal),
+		fmt.Sprintf("one session holds. Default: %d.", config.DefaultMaxTasks),
+		fmt.Sprintf("across sessions. Default: %d (or", config.DefaultTasksTotal),
 	} {
 		if !strings.Contains(h, want) {
-			t.Errorf("handler.go's field comments lack %q", want)
+			t.Errorf("settings.go's field comments lack %q", want)
 		}
 	}
 }
