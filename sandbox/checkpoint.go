@@ -68,6 +68,10 @@ const (
 	carryMaxEntries = 20000
 )
 
+// copierTimeout bounds one copy of a /sandbox, so a sandbox holding millions of files
+// cannot keep itself paused, or a checkpoint or restore waiting, without end.
+var copierTimeout = 10 * time.Minute
+
 // copierCaps are what `cp -a` needs as root to read every file and keep owners,
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
@@ -342,6 +346,7 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 		s.log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
 		s.removeCheckpoint(ctx, id)
 	}
+	SweepUntagged(ctx, s.cli, func(of string) bool { return of == s.cfg.Container }, s.log)
 	list, err := s.cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return
@@ -354,6 +359,33 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 			continue
 		}
 		_ = s.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
+}
+
+// SweepUntagged removes the images of deleted checkpoints of the sandboxes that
+// belongs names (by container): a checkpoint deleted while a sandbox ran from it (it
+// was restored) loses only its tag then, and its image and layers stay until nothing
+// runs from them. Images still in use, or being made by this process, are left.
+func SweepUntagged(ctx context.Context, cli Engine, belongs func(container string) bool, log *zap.Logger) {
+	list, err := cli.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, im := range list {
+		id := im.Labels[labelCheckpoint]
+		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(im.Labels[labelCheckpointOf]) {
+			continue
+		}
+		if _, busy := checkpointsBusy.Load(id); busy {
+			continue // committed, not yet tagged
+		}
+		_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
+		switch {
+		case err == nil:
+			log.Info("removed the image of a deleted checkpoint that a sandbox no longer runs from", zap.String("id", id))
+		case !cerrdefs.IsConflict(err) && !cerrdefs.IsNotFound(err):
+			log.Warn("removing the image of a deleted checkpoint", zap.String("id", id), zap.Error(err))
+		}
 	}
 }
 
@@ -392,7 +424,9 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
-	waitC, errC := s.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	wctx, cancel := context.WithTimeout(ctx, copierTimeout)
+	defer cancel()
+	waitC, errC := s.cli.ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return "", fmt.Errorf("starting the copying container: %w", err)
 	}
@@ -404,6 +438,11 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 		}
 		code = w.StatusCode
 	case err := <-errC:
+		if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+			// The deferred removeCopier kills it.
+			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w",
+				copierTimeout, boxapi.WorkDir, err)
+		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
 	logs, err := s.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
@@ -585,7 +624,10 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			defer cancel()
 			if err := s.cli.ContainerRemove(rctx, old.ID, container.RemoveOptions{Force: true}); err != nil {
 				s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
+				return
 			}
+			// The checkpoint it ran from may have been deleted meanwhile.
+			SweepUntagged(rctx, s.cli, func(of string) bool { return of == name }, s.log)
 		}()
 	}
 	s.mu.Lock()

@@ -1,0 +1,121 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+)
+
+// checkpointImages are the images on the engine labelled as checkpoint id, tagged or not.
+func checkpointImages(t *testing.T, cli Engine, id string) []string {
+	t.Helper()
+	list, err := cli.ImageList(context.Background(), image.ListOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, im := range list {
+		if im.Labels[labelCheckpoint] == id {
+			out = append(out, im.ID)
+		}
+	}
+	return out
+}
+
+// TestDeletedCheckpointInUseGoes: a checkpoint deleted while the sandbox runs from it
+// (restored) loses its tag at once; once the sandbox no longer runs from it (another
+// restore), its image and layers go too instead of staying as a dangling image.
+func TestDeletedCheckpointInUseGoes(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo sys > /etc/marker", boxapi.ExecOptions{})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Checkpoint.ID
+	t.Cleanup(func() {
+		for _, im := range checkpointImages(t, cli, id) {
+			_, _ = cli.ImageRemove(context.Background(), im, image.RemoveOptions{Force: true})
+		}
+	})
+	if _, err := sb.Restore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteCheckpoint(ctx, cli, id); err != nil {
+		t.Fatalf("deleting the checkpoint the sandbox runs from: %v", err)
+	}
+	if list, err := sb.Checkpoints(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("after the delete: %v %v", list, err)
+	}
+	if r := mustExec(t, sb, "cat /etc/marker", boxapi.ExecOptions{}); r.Stdout != "sys\n" {
+		t.Fatalf("the sandbox lost its system with the deleted checkpoint: %q", r.Stdout)
+	}
+	if _, err := sb.Restore(ctx, boxapi.ImageReset); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := sb.Checkpoints(ctx); err != nil {
+			t.Fatal(err)
+		}
+		left := checkpointImages(t, cli, id)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted checkpoint's image stays once nothing runs from it: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestCheckpointCopyBounded: a copy that takes longer than copierTimeout (here a
+// /sandbox of many files and a tiny bound) ends: the checkpoint fails saying what to
+// do, the sandbox runs again (not left paused) and nothing of it stays on the engine.
+func TestCheckpointCopyBounded(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "mkdir /sandbox/many && cd /sandbox/many && seq 1 50000 | xargs touch", boxapi.ExecOptions{Timeout: 2 * time.Minute})
+	defer func(d time.Duration) { copierTimeout = d }(copierTimeout)
+	copierTimeout = 300 * time.Millisecond
+	begin := time.Now()
+	_, err := sb.Checkpoint(ctx, "", 0)
+	if err == nil || !strings.Contains(err.Error(), "took over") || !strings.Contains(err.Error(), "fewer files") {
+		t.Fatalf("a checkpoint whose copy runs past its bound: %v", err)
+	}
+	t.Logf("failed after %v: %v", time.Since(begin), err)
+	info, err := cli.ContainerInspect(ctx, cfg.Container)
+	if err != nil || !info.State.Running || info.State.Paused {
+		t.Fatalf("the sandbox after the failed checkpoint: %v %+v", err, info.State)
+	}
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols.Volumes {
+		if v.Labels[labelCheckpointOf] == cfg.Container {
+			t.Errorf("left behind: volume %s", v.Name)
+		}
+	}
+	list, _ := cli.ContainerList(ctx, container.ListOptions{All: true})
+	for _, c := range list {
+		if c.Labels[labelCheckpointCopier] == cfg.Container {
+			t.Errorf("left behind: copying container %v", c.Names)
+		}
+	}
+}
