@@ -101,7 +101,6 @@ func (c consoleCheckpoints) Checkpoints(ctx context.Context) ([]console.Checkpoi
 func (c consoleCheckpoints) all(ctx context.Context) ([]boxapi.Checkpoint, error) {
 	var all []boxapi.Checkpoint
 	var errs []error
-	prefix := c.h.fleet.Operator().Sandbox().Config().Container
 	for _, eng := range c.h.fleet.Engines() {
 		cli, done, err := c.h.fleet.EngineClient(eng.Name)
 		if err != nil {
@@ -115,8 +114,7 @@ func (c consoleCheckpoints) all(ctx context.Context) ([]boxapi.Checkpoint, error
 			continue
 		}
 		for _, ck := range list {
-			// This site's sandboxes only: another site on the same engine has its own.
-			if ck.Container == prefix || ck.Person != "" && ck.Container == prefix+"-"+ck.Person {
+			if c.ours(ck) {
 				all = append(all, ck)
 			}
 		}
@@ -125,6 +123,13 @@ func (c consoleCheckpoints) all(ctx context.Context) ([]boxapi.Checkpoint, error
 		noteCheckpointBytes(all, nil, true)
 	}
 	return all, errors.Join(errs...)
+}
+
+// ours reports whether ck is of this site's sandboxes: another site on the same
+// engine has its own.
+func (c consoleCheckpoints) ours(ck boxapi.Checkpoint) bool {
+	prefix := c.h.fleet.Operator().Sandbox().Config().Container
+	return ck.Container == prefix || ck.Person != "" && ck.Container == prefix+"-"+ck.Person
 }
 
 // find is checkpoint id of this site.
@@ -288,6 +293,13 @@ func (h *Handler) sweepRemovedCheckpoints(ctx context.Context, now time.Time) {
 		}
 		h.logger.Info("deleted the checkpoint of a person no longer configured, after the grace period",
 			zap.String("person", ck.Person), zap.String("id", ck.ID), zap.Duration("grace", checkpointGrace))
+	}
+	// Deleted checkpoints whose sandbox ran from them until it went keep their image.
+	for _, eng := range h.fleet.Engines() {
+		if cli, done, err := h.fleet.EngineClient(eng.Name); err == nil {
+			sandbox.SweepUntagged(ctx, cli, c.ours, h.logger)
+			done()
+		}
 	}
 }
 

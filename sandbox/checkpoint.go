@@ -182,10 +182,13 @@ func (s *Sandbox) Checkpoints(ctx context.Context) ([]boxapi.Checkpoint, error) 
 	return s.own(all), nil
 }
 
+// owns reports whether c was saved from this sandbox.
+func (s *Sandbox) owns(c boxapi.Checkpoint) bool { return c.Container == s.cfg.Container }
+
 func (s *Sandbox) own(all []boxapi.Checkpoint) []boxapi.Checkpoint {
 	var out []boxapi.Checkpoint
 	for _, c := range all {
-		if c.Container == s.cfg.Container {
+		if s.owns(c) {
 			out = append(out, c)
 		}
 	}
@@ -346,7 +349,7 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 		s.log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
 		s.removeCheckpoint(ctx, id)
 	}
-	SweepUntagged(ctx, s.cli, func(of string) bool { return of == s.cfg.Container }, s.log)
+	SweepUntagged(ctx, s.cli, s.owns, s.log)
 	list, err := s.cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return
@@ -362,18 +365,17 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 	}
 }
 
-// SweepUntagged removes the images of deleted checkpoints of the sandboxes that
-// belongs names (by container): a checkpoint deleted while a sandbox ran from it (it
+// SweepUntagged removes the images of deleted checkpoints that belongs accepts: a checkpoint deleted while a sandbox ran from it (it
 // was restored) loses only its tag then, and its image and layers stay until nothing
 // runs from them. Images still in use, or being made by this process, are left.
-func SweepUntagged(ctx context.Context, cli Engine, belongs func(container string) bool, log *zap.Logger) {
+func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoint) bool, log *zap.Logger) {
 	list, err := cli.ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		return
 	}
 	for _, im := range list {
 		id := im.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(im.Labels[labelCheckpointOf]) {
+		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(checkpointOf(im.Labels)) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
@@ -627,7 +629,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 				return
 			}
 			// The checkpoint it ran from may have been deleted meanwhile.
-			SweepUntagged(rctx, s.cli, func(of string) bool { return of == name }, s.log)
+			SweepUntagged(rctx, s.cli, s.owns, s.log)
 		}()
 	}
 	s.mu.Lock()
