@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -71,6 +72,13 @@ const (
 // copierTimeout bounds one copy of a /sandbox, so a sandbox holding millions of files
 // cannot keep itself paused, or a checkpoint or restore waiting, without end.
 var copierTimeout = 10 * time.Minute
+
+// checkpointMaxSystem bounds the sandbox's own files outside boxapi.WorkDir (its
+// writable layer) that a checkpoint saves. Docker measures and commits files at their
+// apparent size: a sparse file a model makes with truncate -s 1T costs nothing in the
+// sandbox and a terabyte of the engine's disk in the commit, outside the sandbox's
+// limits.
+var checkpointMaxSystem int64 = 64 << 30
 
 // copierCaps are what `cp -a` needs as root to read every file and keep owners,
 // modes, times, device nodes and file capabilities; everything else is dropped.
@@ -250,6 +258,19 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 			s.removeCheckpoint(context.WithoutCancel(ctx), id)
 		}
 	}()
+	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
+	}
+	// Measured before anything is copied: paused or stopped, the layer stays as it is.
+	var sysBytes int64
+	if sized.SizeRw != nil {
+		sysBytes = *sized.SizeRw
+	}
+	if sysBytes > checkpointMaxSystem {
+		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s a checkpoint saves (sparse files count at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
+			boxapi.WorkDir, human.Size(sysBytes), human.Size(checkpointMaxSystem), boxapi.WorkDir)
+	}
 	vol := checkpointVolume(id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
@@ -266,14 +287,6 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	volKB, err := lastNumber(out)
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
-	}
-	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
-	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
-	}
-	var sysBytes int64
-	if sized.SizeRw != nil {
-		sysBytes = *sized.SizeRw
 	}
 	ck.SizeBytes = sysBytes + volKB*1024
 	labels := map[string]string{

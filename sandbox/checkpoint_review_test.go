@@ -119,3 +119,44 @@ func TestCheckpointCopyBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointSystemBounded: `docker commit` writes a sparse file at its full size,
+// so a file of a few bytes on disk (truncate -s 2G) would cost the engine's disk
+// gigabytes, or terabytes, outside every limit of the sandbox. A system past
+// checkpointMaxSystem is refused before anything is copied, saying what to do.
+func TestCheckpointSystemBounded(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "mkdir -p /opt && truncate -s 2G /opt/sparse", boxapi.ExecOptions{})
+	defer func(n int64) { checkpointMaxSystem = n }(checkpointMaxSystem)
+	checkpointMaxSystem = 1 << 30
+	begin := time.Now()
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err == nil {
+		_ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID)
+		t.Fatalf("a checkpoint of a 2 GiB sparse file past a bound of 1 GiB was made in %v", time.Since(begin))
+	}
+	if !strings.Contains(err.Error(), "sparse") || !strings.Contains(err.Error(), "delete") {
+		t.Fatalf("the refusal does not say what to do: %v", err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	info, err := cli.ContainerInspect(ctx, cfg.Container)
+	if err != nil || !info.State.Running || info.State.Paused {
+		t.Fatalf("the sandbox after the refusal: %v %+v", err, info.State)
+	}
+	if list, err := sb.Checkpoints(ctx); err != nil || len(list) != 0 {
+		t.Errorf("after the refusal: %v %v", list, err)
+	}
+	mustExec(t, sb, "rm /opt/sparse", boxapi.ExecOptions{})
+	res, err = sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatalf("once the file is gone: %v", err)
+	}
+	_ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID)
+}
