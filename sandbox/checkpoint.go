@@ -102,6 +102,10 @@ func (s *Sandbox) waitSaved(ctx context.Context) error {
 	}
 }
 
+// copiersBusy holds the names of the copying containers at work in this process, which
+// the sweep of leftovers leaves alone.
+var copiersBusy sync.Map
+
 // checkpointsBusy holds the ids of checkpoints being made in this process, whose
 // volume has no image yet on purpose.
 var checkpointsBusy sync.Map
@@ -368,11 +372,12 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 		return
 	}
 	for _, c := range list {
-		if c.Labels[labelCheckpointCopier] != s.cfg.Container {
+		id := c.Labels[labelCheckpoint]
+		if c.Labels[labelCheckpointCopier] != s.cfg.Container || !slices.Contains(c.Names, "/"+s.copierName(id)) {
 			continue
 		}
-		if _, busy := checkpointsBusy.Load(c.Labels[labelCheckpoint]); busy {
-			continue
+		if _, busy := copiersBusy.Load(s.copierName(id)); busy {
+			continue // a checkpoint's, a restore's or an unstaging's, under way
 		}
 		_ = s.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
 	}
@@ -419,6 +424,8 @@ func (s *Sandbox) removeCopier(ctx context.Context, id string) {
 // (such as "No space left on device").
 func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []mount.Mount) (string, error) {
 	name := s.copierName(id)
+	copiersBusy.Store(name, true)
+	defer copiersBusy.Delete(name)
 	pids := int64(copierPids)
 	init := false
 	resp, err := s.cli.ContainerCreate(ctx, &container.Config{

@@ -160,3 +160,51 @@ func TestCheckpointSystemBounded(t *testing.T) {
 	}
 	_ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID)
 }
+
+// TestListDuringRestore: listing the checkpoints (checkpoint_list from another call)
+// while a restore copies /sandbox leaves the restore's copying container alone: the
+// sweep of what failed checkpoints left must not take it for a leftover.
+func TestListDuringRestore(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+	mustExec(t, sb, "echo changed > /sandbox/f", boxapi.ExecOptions{})
+	done := make(chan error, 1)
+	go func() { _, err := sb.Restore(ctx, res.Checkpoint.ID); done <- err }()
+	listed := false
+	for !listed {
+		select {
+		case err := <-done:
+			t.Fatalf("the restore ended (%v) before a copying container was seen", err)
+		default:
+		}
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			if c.Labels[labelCheckpointCopier] == cfg.Container && c.State == "running" {
+				if _, err := sb.Checkpoints(ctx); err != nil {
+					t.Fatal(err)
+				}
+				listed = true
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a restore with a listing under way: %v", err)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/f; ls -a /sandbox", boxapi.ExecOptions{}); r.Stdout != "saved\n.\n..\nblob\nf\n" {
+		t.Errorf("after the restore: %q", r.Stdout)
+	}
+}
