@@ -281,7 +281,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
 	}
-	out, err := s.copyVolumes(ctx, id, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
+	out, err := s.copyVolumes(ctx, id, copierTimeout, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
 		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
 	})
@@ -421,8 +421,8 @@ func (s *Sandbox) removeCopier(ctx context.Context, id string) {
 
 // copyVolumes runs script with bash in a copying container with mounts, and returns
 // the end of its output. A non-zero exit is an error naming the last line it printed
-// (such as "No space left on device").
-func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []mount.Mount) (string, error) {
+// (such as "No space left on device"). After limit (0: none beyond ctx) it is stopped.
+func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, script string, mounts []mount.Mount) (string, error) {
 	name := s.copierName(id)
 	copiersBusy.Store(name, true)
 	defer copiersBusy.Delete(name)
@@ -440,13 +440,16 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 	}, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
 		s.removeCopier(ctx, id)
-		return s.copyVolumes(ctx, id, script, mounts)
+		return s.copyVolumes(ctx, id, limit, script, mounts)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
-	wctx, cancel := context.WithTimeout(ctx, copierTimeout)
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if limit > 0 {
+		wctx, cancel = context.WithTimeout(ctx, limit)
+	}
 	defer cancel()
 	waitC, errC := s.cli.ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
@@ -463,7 +466,7 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 		if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 			// The deferred removeCopier kills it.
 			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w",
-				copierTimeout, boxapi.WorkDir, err)
+				limit, boxapi.WorkDir, err)
 		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
@@ -623,16 +626,23 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return nil
 		}
 		copied = true
-		// Copied beside the current boxapi.WorkDir first, so a full disk stops it before
-		// anything is replaced; then swapped in with renames.
-		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
-			` && cp -a /from/. /to/`+stagingDir+`/ && `+swapScript,
-			[]mount.Mount{
-				{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
-				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
-			})
-		if err != nil {
+		// Copied beside the current boxapi.WorkDir first, so a full disk or the time
+		// bound stops it before anything is replaced; then swapped in with renames,
+		// which no time bound cuts halfway; then the old contents are deleted.
+		mounts := []mount.Mount{
+			{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
+			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
+		}
+		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
+			` && cp -a /from/. /to/`+stagingDir+`/`, mounts); err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
+		}
+		if _, err := s.copyVolumes(ctx, id, 0, swapScript, mounts); err != nil {
+			return fmt.Errorf("replacing %s by the checkpoint's: %w", boxapi.WorkDir, err)
+		}
+		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+retiredDir, mounts[1:]); err != nil {
+			// The next restore deletes it first.
+			s.log.Warn("deleting the replaced contents of "+boxapi.WorkDir, zap.String("dir", retiredDir), zap.Error(err))
 		}
 		return nil
 	})
@@ -668,8 +678,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	return RestoreResult{Checkpoint: ck, Took: time.Since(begin)}, nil
 }
 
-// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, then deletes
-// the old. With nothing staged (done already) it does nothing.
+// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, keeping
+// the old in retiredDir. With nothing staged (done already) it does nothing.
 const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
 set -e &&
 rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
@@ -683,11 +693,11 @@ for f in * .[!.]* ..?*; do
 	[ -e "$f" ] || [ -L "$f" ] || continue
 	mv -- "$f" ../
 done
-cd .. && rmdir ` + stagingDir + ` && rm -rf ` + retiredDir
+cd .. && rmdir ` + stagingDir
 
 // unstage removes a staged copy after a restore that did not happen.
 func (s *Sandbox) unstage(ctx context.Context, id string) {
-	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, `rm -rf /to/`+stagingDir,
+	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, copierTimeout, `rm -rf /to/`+stagingDir,
 		[]mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"}}); err != nil {
 		s.log.Warn("removing a staged restore", zap.Error(err))
 	}

@@ -208,3 +208,29 @@ func TestListDuringRestore(t *testing.T) {
 		t.Errorf("after the restore: %q", r.Stdout)
 	}
 }
+
+// TestRestoreCopyBounded: a restore whose copy runs past copierTimeout fails before
+// anything of /sandbox is replaced, and the sandbox is as it was.
+func TestRestoreCopyBounded(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo saved > /sandbox/f && mkdir /sandbox/many && cd /sandbox/many && seq 1 50000 | xargs touch", boxapi.ExecOptions{Timeout: 2 * time.Minute})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+	mustExec(t, sb, "echo changed > /sandbox/f && rm -r /sandbox/many", boxapi.ExecOptions{})
+	defer func(d time.Duration) { copierTimeout = d }(copierTimeout)
+	copierTimeout = 300 * time.Millisecond
+	if _, err := sb.Restore(ctx, res.Checkpoint.ID); err == nil || !strings.Contains(err.Error(), "took over") || !strings.Contains(err.Error(), "it is as it was") {
+		t.Fatalf("a restore whose copy runs past its bound: %v", err)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/f; ls -a /sandbox", boxapi.ExecOptions{}); r.Stdout != "changed\n.\n..\nf\n" {
+		t.Errorf("after the failed restore: %q", r.Stdout)
+	}
+}
