@@ -234,3 +234,47 @@ func TestRestoreCopyBounded(t *testing.T) {
 		t.Errorf("after the failed restore: %q", r.Stdout)
 	}
 }
+
+// TestStopDuringCheckpoint: the operator's stop (or an idle stop) that comes while a
+// checkpoint holds the container paused waits for the checkpoint, which saves one
+// moment of the sandbox, and then stops it.
+func TestStopDuringCheckpoint(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
+	saved := make(chan time.Time, 1)
+	go func() {
+		res, err := sb.Checkpoint(ctx, "", 0)
+		if err != nil {
+			t.Error(err)
+		} else {
+			t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+		}
+		saved <- time.Now()
+	}()
+	for {
+		info, err := cli.ContainerInspect(ctx, cfg.Container)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Paused {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sb.Stop(ctx, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	end := <-saved
+	if stopped.Before(end) {
+		t.Errorf("the stop ended at %v, before the checkpoint ended at %v", stopped, end)
+	}
+	if info, err := cli.ContainerInspect(ctx, cfg.Container); err != nil || info.State.Running {
+		t.Errorf("after the stop: %v %+v", err, info.State)
+	}
+}
