@@ -567,6 +567,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 		}
 		ck, img = all[i], CheckpointImage(id)
+		if err := s.checkCopy(ctx, id); err != nil {
+			return RestoreResult{}, err
+		}
 	}
 	name := s.cfg.Container
 	// The volume exists for a sandbox being seeded that never ran.
@@ -637,6 +640,11 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			` && cp -a /from/. /to/`+stagingDir+`/`, mounts); err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
 		}
+		// Again after the copy: deleted meanwhile, the copy came from an empty volume
+		// the engine made under the name.
+		if err := s.checkCopy(ctx, id); err != nil {
+			return err
+		}
 		if _, err := s.copyVolumes(ctx, id, 0, swapScript, mounts); err != nil {
 			return fmt.Errorf("replacing %s by the checkpoint's: %w", boxapi.WorkDir, err)
 		}
@@ -676,6 +684,25 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	}
 	s.log.Info("restored the sandbox", zap.String("checkpoint", id), zap.Duration("took", time.Since(begin)))
 	return RestoreResult{Checkpoint: ck, Took: time.Since(begin)}, nil
+}
+
+// checkCopy makes sure checkpoint id's copy of boxapi.WorkDir is the one Checkpoint
+// made: a volume of that name without its label is one the engine made, empty, when a
+// copying container mounted it after the copy was deleted; it is removed.
+func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
+	v, err := s.cli.VolumeInspect(ctx, checkpointVolume(id))
+	if err == nil && v.Labels[labelCheckpoint] == id {
+		return nil
+	}
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspecting checkpoint %s's copy of %s: %w", id, boxapi.WorkDir, err)
+	}
+	if err == nil {
+		if rerr := s.cli.VolumeRemove(context.WithoutCancel(ctx), v.Name, true); rerr != nil && !cerrdefs.IsNotFound(rerr) {
+			s.log.Warn("removing an empty volume under a checkpoint's name", zap.String("volume", v.Name), zap.Error(rerr))
+		}
+	}
+	return fmt.Errorf("checkpoint %s has lost its copy of %s (it was deleted, or removed from the engine): restore another checkpoint; this one can only be deleted", id, boxapi.WorkDir)
 }
 
 // swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, keeping

@@ -278,3 +278,36 @@ func TestStopDuringCheckpoint(t *testing.T) {
 		t.Errorf("after the stop: %v %+v", err, info.State)
 	}
 }
+
+// TestRestoreWithoutItsCopy: a checkpoint whose copy of /sandbox is gone (deleted by
+// the console while a restore began, or by hand) is not restored: Docker would make
+// an empty volume under the name for the copy, and /sandbox would come back empty.
+func TestRestoreWithoutItsCopy(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo saved > /sandbox/f", boxapi.ExecOptions{})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Checkpoint.ID
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, id) })
+	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, sb, "echo changed > /sandbox/f", boxapi.ExecOptions{})
+	_, err = sb.Restore(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "lost its copy") {
+		t.Errorf("restoring a checkpoint without its copy of /sandbox: %v", err)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/f; ls -a /sandbox", boxapi.ExecOptions{}); r.Stdout != "changed\n.\n..\nf\n" {
+		t.Errorf("after the restore: %q", r.Stdout)
+	}
+	if v, err := cli.VolumeInspect(ctx, checkpointVolume(id)); err == nil {
+		t.Errorf("an empty volume stays under the checkpoint's name: %v", v.Name)
+	}
+}
