@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -238,11 +240,9 @@ const checkpointSweepEvery = time.Hour
 const removedCheckpointsPrefix = "mcp_sandbox/checkpoints/removed/"
 
 // startCheckpointSweeps deletes, once checkpointGrace has passed, the checkpoints of
-// people the configuration no longer names. The operator's are never swept.
+// people the configuration no longer names, and what failed checkpoints left. The
+// operator's checkpoints are never swept.
 func (h *Handler) startCheckpointSweeps() {
-	if len(h.People) == 0 {
-		return
-	}
 	h.fleet.GoBackground(func(ctx context.Context) {
 		wait := time.Minute
 		for {
@@ -294,10 +294,19 @@ func (h *Handler) sweepRemovedCheckpoints(ctx context.Context, now time.Time) {
 		h.logger.Info("deleted the checkpoint of a person no longer configured, after the grace period",
 			zap.String("person", ck.Person), zap.String("id", ck.ID), zap.Duration("grace", checkpointGrace))
 	}
-	// Deleted checkpoints whose sandbox ran from them until it went keep their image.
+	// What checkpoints that failed halfway left (Caddy stopped mid-copy), and the images
+	// of deleted checkpoints a sandbox ran from until it went, of every sandbox of this
+	// site: each sandbox's own listing removes them too, but may never come.
+	prefix := h.fleet.Operator().Sandbox().Config().Container
+	ours := func(container string) bool {
+		person, ok := strings.CutPrefix(container, prefix+"-")
+		return container == prefix || ok && fleet.ValidName(person)
+	}
 	for _, eng := range h.fleet.Engines() {
 		if cli, done, err := h.fleet.EngineClient(eng.Name); err == nil {
-			sandbox.SweepUntagged(ctx, cli, c.ours, h.logger)
+			if err := sandbox.SweepLeftovers(ctx, cli, ours, h.logger); err != nil {
+				h.logger.Warn("removing what failed checkpoints left", zap.String("engine", eng.Name), zap.Error(err))
+			}
 			done()
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
@@ -332,14 +333,18 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 // removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
 // and copying container. Failures are logged; the next list sweeps what is left.
 func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
+	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, s.log)
+}
+
+func removeCheckpoint(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	s.removeCopier(ctx, id)
-	if _, err := s.cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+	removeCopier(ctx, cli, of, id, log)
+	if _, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
 	}
-	if err := s.cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
+	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
+		log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
 	}
 }
 
@@ -347,39 +352,57 @@ func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
 // checkpoints that failed halfway (Caddy stopped, or the engine restarted, while one
 // was made): those with no image, not being made by this process.
 func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint) {
+	sweepLeftovers(ctx, s.cli, all, func(c string) bool { return c == s.cfg.Container }, s.log)
+}
+
+// SweepLeftovers removes what checkpoints that failed halfway (Caddy stopped or the
+// engine restarted while one was made) left of the sandboxes whose container names
+// belongs accepts, as each sandbox's own listing does: copy volumes without their
+// image, copying containers, and images of deleted checkpoints no longer in use.
+func SweepLeftovers(ctx context.Context, cli client.APIClient, belongs func(container string) bool, log *zap.Logger) error {
+	all, err := Checkpoints(ctx, cli)
+	if err != nil {
+		return err
+	}
+	sweepLeftovers(ctx, cli, all, belongs, log)
+	return nil
+}
+
+// sweepLeftovers is SweepLeftovers with the checkpoints listed (all of the engine).
+func sweepLeftovers(ctx context.Context, cli client.APIClient, all []boxapi.Checkpoint, belongs func(container string) bool, log *zap.Logger) {
 	have := map[string]bool{}
 	for _, c := range all {
 		have[c.ID] = true
 	}
-	vols, err := s.cli.VolumeList(ctx, volume.ListOptions{})
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{})
 	if err != nil {
 		return
 	}
 	for _, v := range vols.Volumes {
 		id := v.Labels[labelCheckpoint]
-		if v.Labels[labelCheckpointOf] != s.cfg.Container || !boxapi.ValidCheckpointID(id) || have[id] {
+		if !boxapi.ValidCheckpointID(id) || v.Name != checkpointVolume(id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
 			continue
 		}
-		s.log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
-		s.removeCheckpoint(ctx, id)
+		log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
+		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, log)
 	}
-	SweepUntagged(ctx, s.cli, s.owns, s.log)
-	list, err := s.cli.ContainerList(ctx, container.ListOptions{All: true})
+	SweepUntagged(ctx, cli, func(c boxapi.Checkpoint) bool { return belongs(c.Container) }, log)
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return
 	}
 	for _, c := range list {
-		id := c.Labels[labelCheckpoint]
-		if c.Labels[labelCheckpointCopier] != s.cfg.Container || !slices.Contains(c.Names, "/"+s.copierName(id)) {
+		of, id := c.Labels[labelCheckpointCopier], c.Labels[labelCheckpoint]
+		if of == "" || !belongs(of) || !slices.Contains(c.Names, "/"+copierName(of, id)) {
 			continue
 		}
-		if _, busy := copiersBusy.Load(s.copierName(id)); busy {
+		if _, busy := copiersBusy.Load(copierName(of, id)); busy {
 			continue // a checkpoint's, a restore's or an unstaging's, under way
 		}
-		_ = s.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
 	}
 }
 
@@ -410,12 +433,19 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 }
 
 // copierName is the name of checkpoint id's copying container.
-func (s *Sandbox) copierName(id string) string { return s.cfg.Container + "-copy-" + id }
+func (s *Sandbox) copierName(id string) string { return copierName(s.cfg.Container, id) }
+
+// copierName is the name of the copying container of sandbox container of for id.
+func copierName(of, id string) string { return of + "-copy-" + id }
 
 func (s *Sandbox) removeCopier(ctx context.Context, id string) {
-	err := s.cli.ContainerRemove(ctx, s.copierName(id), container.RemoveOptions{Force: true})
+	removeCopier(ctx, s.cli, s.cfg.Container, id, s.log)
+}
+
+func removeCopier(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
+	err := cli.ContainerRemove(ctx, copierName(of, id), container.RemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
+		log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
 	}
 }
 

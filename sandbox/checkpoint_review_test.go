@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"go.uber.org/zap"
 )
 
 // checkpointImages are the images on the engine labelled as checkpoint id, tagged or not.
@@ -309,5 +310,68 @@ func TestRestoreWithoutItsCopy(t *testing.T) {
 	}
 	if v, err := cli.VolumeInspect(ctx, checkpointVolume(id)); err == nil {
 		t.Errorf("an empty volume stays under the checkpoint's name: %v", v.Name)
+	}
+}
+
+// TestPausedLeftIsResumed: a container a checkpoint left paused (Caddy stopped or
+// crashed mid-copy) runs again at the next command of a new process's Sandbox.
+func TestPausedLeftIsResumed(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	if err := cli.ContainerPause(ctx, cfg.Container); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(cli, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := mustExec(t, again, "echo ran", boxapi.ExecOptions{}); r.Stdout != "ran\n" {
+		t.Errorf("a command on the paused sandbox: %q", r.Stdout)
+	}
+	if info, err := cli.ContainerInspect(ctx, cfg.Container); err != nil || info.State.Paused || !info.State.Running {
+		t.Errorf("after the command: %v %+v", err, info.State)
+	}
+}
+
+// TestSweepLeftovers: what a checkpoint cut short by Caddy's end left (a copy volume
+// without its image, a copying container) is removed by the site's sweep without the
+// sandbox listing its checkpoints; another sandbox's is left alone.
+func TestSweepLeftovers(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, other := newCheckpointID(), newCheckpointID()
+	for _, v := range []struct{ id, of string }{{id, cfg.Container}, {other, cfg.Container + "-other"}} {
+		if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: checkpointVolume(v.id),
+			Labels: map[string]string{labelCheckpoint: v.id, labelCheckpointOf: v.of}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.VolumeRemove(context.Background(), checkpointVolume(v.id), true) })
+	}
+	if _, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Image, Entrypoint: []string{"true"},
+		Labels: map[string]string{labelCheckpointCopier: cfg.Container, labelCheckpoint: id}},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, copierName(cfg.Container, id)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), copierName(cfg.Container, id), container.RemoveOptions{Force: true})
+	})
+	if err := SweepLeftovers(ctx, cli, func(c string) bool { return c == cfg.Container }, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.VolumeInspect(ctx, checkpointVolume(id)); err == nil {
+		t.Error("the copy volume without its image stays")
+	}
+	if _, err := cli.ContainerInspect(ctx, copierName(cfg.Container, id)); err == nil {
+		t.Error("the copying container stays")
+	}
+	if _, err := cli.VolumeInspect(ctx, checkpointVolume(other)); err != nil {
+		t.Errorf("another sandbox's volume went: %v", err)
 	}
 }
