@@ -20,8 +20,10 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 )
 
@@ -68,6 +70,17 @@ const (
 	carryMaxEntries = 20000
 )
 
+// copierTimeout bounds one copy of a /sandbox, so a sandbox holding millions of files
+// cannot keep itself paused, or a checkpoint or restore waiting, without end.
+var copierTimeout = 10 * time.Minute
+
+// checkpointMaxSystem bounds the sandbox's own files outside boxapi.WorkDir (its
+// writable layer) that a checkpoint saves. Docker measures and commits files at their
+// apparent size: a sparse file a model makes with truncate -s 1T costs nothing in the
+// sandbox and a terabyte of the engine's disk in the commit, outside the sandbox's
+// limits.
+var checkpointMaxSystem int64 = 64 << 30
+
 // copierCaps are what `cp -a` needs as root to read every file and keep owners,
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
@@ -89,6 +102,10 @@ func (s *Sandbox) waitSaved(ctx context.Context) error {
 		}
 	}
 }
+
+// copiersBusy holds the names of the copying containers at work in this process, which
+// the sweep of leftovers leaves alone.
+var copiersBusy sync.Map
 
 // checkpointsBusy holds the ids of checkpoints being made in this process, whose
 // volume has no image yet on purpose.
@@ -178,10 +195,13 @@ func (s *Sandbox) Checkpoints(ctx context.Context) ([]boxapi.Checkpoint, error) 
 	return s.own(all), nil
 }
 
+// owns reports whether c was saved from this sandbox.
+func (s *Sandbox) owns(c boxapi.Checkpoint) bool { return c.Container == s.cfg.Container }
+
 func (s *Sandbox) own(all []boxapi.Checkpoint) []boxapi.Checkpoint {
 	var out []boxapi.Checkpoint
 	for _, c := range all {
-		if c.Container == s.cfg.Container {
+		if s.owns(c) {
 			out = append(out, c)
 		}
 	}
@@ -243,13 +263,26 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 			s.removeCheckpoint(context.WithoutCancel(ctx), id)
 		}
 	}()
+	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
+	}
+	// Measured before anything is copied: paused or stopped, the layer stays as it is.
+	var sysBytes int64
+	if sized.SizeRw != nil {
+		sysBytes = *sized.SizeRw
+	}
+	if sysBytes > checkpointMaxSystem {
+		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s a checkpoint saves (sparse files count at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
+			boxapi.WorkDir, human.Size(sysBytes), human.Size(checkpointMaxSystem), boxapi.WorkDir)
+	}
 	vol := checkpointVolume(id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
 	}
-	out, err := s.copyVolumes(ctx, id, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
+	out, err := s.copyVolumes(ctx, id, copierTimeout, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
 		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
 	})
@@ -259,14 +292,6 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	volKB, err := lastNumber(out)
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
-	}
-	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
-	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
-	}
-	var sysBytes int64
-	if sized.SizeRw != nil {
-		sysBytes = *sized.SizeRw
 	}
 	ck.SizeBytes = sysBytes + volKB*1024
 	labels := map[string]string{
@@ -308,14 +333,18 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 // removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
 // and copying container. Failures are logged; the next list sweeps what is left.
 func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
+	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, s.log)
+}
+
+func removeCheckpoint(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	s.removeCopier(ctx, id)
-	if _, err := s.cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+	removeCopier(ctx, cli, of, id, log)
+	if _, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
 	}
-	if err := s.cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
+	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
+		log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
 	}
 }
 
@@ -323,55 +352,110 @@ func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
 // checkpoints that failed halfway (Caddy stopped, or the engine restarted, while one
 // was made): those with no image, not being made by this process.
 func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint) {
+	sweepLeftovers(ctx, s.cli, all, func(c string) bool { return c == s.cfg.Container }, s.log)
+}
+
+// SweepLeftovers removes what checkpoints that failed halfway (Caddy stopped or the
+// engine restarted while one was made) left of the sandboxes whose container names
+// belongs accepts, as each sandbox's own listing does: copy volumes without their
+// image, copying containers, and images of deleted checkpoints no longer in use.
+func SweepLeftovers(ctx context.Context, cli client.APIClient, belongs func(container string) bool, log *zap.Logger) error {
+	all, err := Checkpoints(ctx, cli)
+	if err != nil {
+		return err
+	}
+	sweepLeftovers(ctx, cli, all, belongs, log)
+	return nil
+}
+
+// sweepLeftovers is SweepLeftovers with the checkpoints listed (all of the engine).
+func sweepLeftovers(ctx context.Context, cli client.APIClient, all []boxapi.Checkpoint, belongs func(container string) bool, log *zap.Logger) {
 	have := map[string]bool{}
 	for _, c := range all {
 		have[c.ID] = true
 	}
-	vols, err := s.cli.VolumeList(ctx, volume.ListOptions{})
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{})
 	if err != nil {
 		return
 	}
 	for _, v := range vols.Volumes {
 		id := v.Labels[labelCheckpoint]
-		if v.Labels[labelCheckpointOf] != s.cfg.Container || !boxapi.ValidCheckpointID(id) || have[id] {
+		if !boxapi.ValidCheckpointID(id) || v.Name != checkpointVolume(id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
 			continue
 		}
-		s.log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
-		s.removeCheckpoint(ctx, id)
+		log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
+		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, log)
 	}
-	list, err := s.cli.ContainerList(ctx, container.ListOptions{All: true})
+	SweepUntagged(ctx, cli, func(c boxapi.Checkpoint) bool { return belongs(c.Container) }, log)
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return
 	}
 	for _, c := range list {
-		if c.Labels[labelCheckpointCopier] != s.cfg.Container {
+		of, id := c.Labels[labelCheckpointCopier], c.Labels[labelCheckpoint]
+		if of == "" || !belongs(of) || !slices.Contains(c.Names, "/"+copierName(of, id)) {
 			continue
 		}
-		if _, busy := checkpointsBusy.Load(c.Labels[labelCheckpoint]); busy {
+		if _, busy := copiersBusy.Load(copierName(of, id)); busy {
+			continue // a checkpoint's, a restore's or an unstaging's, under way
+		}
+		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
+}
+
+// SweepUntagged removes the images of deleted checkpoints that belongs accepts: a checkpoint deleted while a sandbox ran from it (it
+// was restored) loses only its tag then, and its image and layers stay until nothing
+// runs from them. Images still in use, or being made by this process, are left.
+func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoint) bool, log *zap.Logger) {
+	list, err := cli.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, im := range list {
+		id := im.Labels[labelCheckpoint]
+		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(checkpointOf(im.Labels)) {
 			continue
 		}
-		_ = s.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if _, busy := checkpointsBusy.Load(id); busy {
+			continue // committed, not yet tagged
+		}
+		_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
+		switch {
+		case err == nil:
+			log.Info("removed the image of a deleted checkpoint that a sandbox no longer runs from", zap.String("id", id))
+		case !cerrdefs.IsConflict(err) && !cerrdefs.IsNotFound(err):
+			log.Warn("removing the image of a deleted checkpoint", zap.String("id", id), zap.Error(err))
+		}
 	}
 }
 
 // copierName is the name of checkpoint id's copying container.
-func (s *Sandbox) copierName(id string) string { return s.cfg.Container + "-copy-" + id }
+func (s *Sandbox) copierName(id string) string { return copierName(s.cfg.Container, id) }
+
+// copierName is the name of the copying container of sandbox container of for id.
+func copierName(of, id string) string { return of + "-copy-" + id }
 
 func (s *Sandbox) removeCopier(ctx context.Context, id string) {
-	err := s.cli.ContainerRemove(ctx, s.copierName(id), container.RemoveOptions{Force: true})
+	removeCopier(ctx, s.cli, s.cfg.Container, id, s.log)
+}
+
+func removeCopier(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
+	err := cli.ContainerRemove(ctx, copierName(of, id), container.RemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		s.log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
+		log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
 	}
 }
 
 // copyVolumes runs script with bash in a copying container with mounts, and returns
 // the end of its output. A non-zero exit is an error naming the last line it printed
-// (such as "No space left on device").
-func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []mount.Mount) (string, error) {
+// (such as "No space left on device"). After limit (0: none beyond ctx) it is stopped.
+func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, script string, mounts []mount.Mount) (string, error) {
 	name := s.copierName(id)
+	copiersBusy.Store(name, true)
+	defer copiersBusy.Delete(name)
 	pids := int64(copierPids)
 	init := false
 	resp, err := s.cli.ContainerCreate(ctx, &container.Config{
@@ -386,13 +470,18 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 	}, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
 		s.removeCopier(ctx, id)
-		return s.copyVolumes(ctx, id, script, mounts)
+		return s.copyVolumes(ctx, id, limit, script, mounts)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
-	waitC, errC := s.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if limit > 0 {
+		wctx, cancel = context.WithTimeout(ctx, limit)
+	}
+	defer cancel()
+	waitC, errC := s.cli.ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return "", fmt.Errorf("starting the copying container: %w", err)
 	}
@@ -404,6 +493,11 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id, script string, mounts []m
 		}
 		code = w.StatusCode
 	case err := <-errC:
+		if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+			// The deferred removeCopier kills it.
+			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w",
+				limit, boxapi.WorkDir, err)
+		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
 	logs, err := s.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
@@ -503,6 +597,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 		}
 		ck, img = all[i], CheckpointImage(id)
+		if err := s.checkCopy(ctx, id); err != nil {
+			return RestoreResult{}, err
+		}
 	}
 	name := s.cfg.Container
 	// The volume exists for a sandbox being seeded that never ran.
@@ -562,16 +659,28 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return nil
 		}
 		copied = true
-		// Copied beside the current boxapi.WorkDir first, so a full disk stops it before
-		// anything is replaced; then swapped in with renames.
-		_, err := s.copyVolumes(ctx, id, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
-			` && cp -a /from/. /to/`+stagingDir+`/ && `+swapScript,
-			[]mount.Mount{
-				{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
-				{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
-			})
-		if err != nil {
+		// Copied beside the current boxapi.WorkDir first, so a full disk or the time
+		// bound stops it before anything is replaced; then swapped in with renames,
+		// which no time bound cuts halfway; then the old contents are deleted.
+		mounts := []mount.Mount{
+			{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
+			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
+		}
+		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
+			` && cp -a /from/. /to/`+stagingDir+`/`, mounts); err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
+		}
+		// Again after the copy: deleted meanwhile, the copy came from an empty volume
+		// the engine made under the name.
+		if err := s.checkCopy(ctx, id); err != nil {
+			return err
+		}
+		if _, err := s.copyVolumes(ctx, id, 0, swapScript, mounts); err != nil {
+			return fmt.Errorf("replacing %s by the checkpoint's: %w", boxapi.WorkDir, err)
+		}
+		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+retiredDir, mounts[1:]); err != nil {
+			// The next restore deletes it first.
+			s.log.Warn("deleting the replaced contents of "+boxapi.WorkDir, zap.String("dir", retiredDir), zap.Error(err))
 		}
 		return nil
 	})
@@ -585,7 +694,10 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			defer cancel()
 			if err := s.cli.ContainerRemove(rctx, old.ID, container.RemoveOptions{Force: true}); err != nil {
 				s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
+				return
 			}
+			// The checkpoint it ran from may have been deleted meanwhile.
+			SweepUntagged(rctx, s.cli, s.owns, s.log)
 		}()
 	}
 	s.mu.Lock()
@@ -604,8 +716,27 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	return RestoreResult{Checkpoint: ck, Took: time.Since(begin)}, nil
 }
 
-// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, then deletes
-// the old. With nothing staged (done already) it does nothing.
+// checkCopy makes sure checkpoint id's copy of boxapi.WorkDir is the one Checkpoint
+// made: a volume of that name without its label is one the engine made, empty, when a
+// copying container mounted it after the copy was deleted; it is removed.
+func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
+	v, err := s.cli.VolumeInspect(ctx, checkpointVolume(id))
+	if err == nil && v.Labels[labelCheckpoint] == id {
+		return nil
+	}
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspecting checkpoint %s's copy of %s: %w", id, boxapi.WorkDir, err)
+	}
+	if err == nil {
+		if rerr := s.cli.VolumeRemove(context.WithoutCancel(ctx), v.Name, true); rerr != nil && !cerrdefs.IsNotFound(rerr) {
+			s.log.Warn("removing an empty volume under a checkpoint's name", zap.String("volume", v.Name), zap.Error(rerr))
+		}
+	}
+	return fmt.Errorf("checkpoint %s has lost its copy of %s (it was deleted, or removed from the engine): restore another checkpoint; this one can only be deleted", id, boxapi.WorkDir)
+}
+
+// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, keeping
+// the old in retiredDir. With nothing staged (done already) it does nothing.
 const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
 set -e &&
 rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
@@ -619,11 +750,11 @@ for f in * .[!.]* ..?*; do
 	[ -e "$f" ] || [ -L "$f" ] || continue
 	mv -- "$f" ../
 done
-cd .. && rmdir ` + stagingDir + ` && rm -rf ` + retiredDir
+cd .. && rmdir ` + stagingDir
 
 // unstage removes a staged copy after a restore that did not happen.
 func (s *Sandbox) unstage(ctx context.Context, id string) {
-	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, `rm -rf /to/`+stagingDir,
+	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, copierTimeout, `rm -rf /to/`+stagingDir,
 		[]mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"}}); err != nil {
 		s.log.Warn("removing a staged restore", zap.Error(err))
 	}

@@ -22,6 +22,11 @@ const stopTimeout = 5
 // starts it, and the idle-file cleanup skips it until then (and catches up then). why
 // says who or what stopped it, for the log ("idle_stop", "operator", ...).
 func (s *Sandbox) Stop(ctx context.Context, why string) error {
+	// A checkpoint or restore under way ends first: stopped halfway, a paused
+	// container's processes would write during the copy, a new one be stopped unready.
+	if err := s.waitSaved(ctx); err != nil {
+		return err
+	}
 	s.CloseAgent()
 	s.invalidate()
 	t := stopTimeout

@@ -204,6 +204,9 @@ const restartStopTimeout = 10
 // else written to the container's own filesystem (installed packages) stay. A missing
 // container is created, as the next command would.
 func (s *Sandbox) Restart(ctx context.Context) error {
+	if err := s.waitSaved(ctx); err != nil { // as Stop
+		return err
+	}
 	defer s.invalidate()
 	timeout := restartStopTimeout
 	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
@@ -223,6 +226,9 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 // the configured limits, keeping the volume: /sandbox survives, while processes,
 // installed packages and anything else outside /sandbox are gone.
 func (s *Sandbox) Recreate(ctx context.Context) error {
+	if err := s.waitSaved(ctx); err != nil { // as Stop
+		return err
+	}
 	name := s.cfg.Container
 	timeout := restartStopTimeout
 	err := s.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})

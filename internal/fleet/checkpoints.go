@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,11 +234,9 @@ func (f *Fleet) seed(ctx context.Context, ck boxapi.Checkpoint, person string, a
 }
 
 // StartCheckpointSweeps deletes, once CheckpointGrace has passed, the checkpoints of
-// people the configuration no longer names. The operator's are never swept.
+// people the configuration no longer names, and what failed checkpoints left. The
+// operator's checkpoints are never swept.
 func (f *Fleet) StartCheckpointSweeps() {
-	if len(f.o.People) == 0 {
-		return
-	}
 	f.goBackground(func(ctx context.Context) {
 		wait := time.Minute
 		for {
@@ -247,7 +246,10 @@ func (f *Fleet) StartCheckpointSweeps() {
 			case <-time.After(wait):
 			}
 			wait = checkpointSweepEvery
-			f.SweepRemovedCheckpoints(ctx, time.Now())
+			if len(f.o.People) > 0 {
+				f.SweepRemovedCheckpoints(ctx, time.Now())
+			}
+			f.SweepCheckpointLeftovers(ctx)
 		}
 	})
 }
@@ -287,6 +289,28 @@ func (f *Fleet) SweepRemovedCheckpoints(ctx context.Context, now time.Time) {
 		}
 		f.logger.Info("deleted the checkpoint of a person no longer configured, after the grace period",
 			zap.String("person", ck.Person), zap.String("id", ck.ID), zap.Duration("grace", CheckpointGrace))
+	}
+}
+
+// SweepCheckpointLeftovers removes what checkpoints that failed halfway left (Caddy
+// stopped mid-copy), and the images of deleted checkpoints a sandbox ran from until it
+// went, of every sandbox of this site on every engine: each sandbox's own listing
+// removes them too, but may never come.
+func (f *Fleet) SweepCheckpointLeftovers(ctx context.Context) {
+	prefix := f.operator.Sandbox().Config().Container
+	ours := func(container string) bool {
+		person, ok := strings.CutPrefix(container, prefix+"-")
+		return container == prefix || ok && ValidName(person)
+	}
+	for _, eng := range f.Engines() {
+		cli, done, err := f.EngineClient(eng.Name)
+		if err != nil {
+			continue
+		}
+		if err := sandbox.SweepLeftovers(ctx, cli, ours, f.logger); err != nil {
+			f.logger.Warn("removing what failed checkpoints left", zap.String("engine", eng.Name), zap.Error(err))
+		}
+		done()
 	}
 }
 
