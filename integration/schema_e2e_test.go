@@ -97,6 +97,10 @@ func TestStructuredContentDeclared(t *testing.T) {
 	check("upload_link", map[string]any{"directory": "/sandbox/in"})
 	check("expose_port", map[string]any{"port": 8000})
 	check("unexpose_port", map[string]any{"port": 8000})
+	t.Cleanup(func() { removeCheckpoints(s.Docker, s.Container) })
+	saved := check("checkpoint", map[string]any{"name": "schema"})
+	check("checkpoint_list", nil)
+	check("restore", map[string]any{"id": saved["id"]})
 	for name := range schemas {
 		if !called[name] {
 			t.Errorf("%s declares an output schema but this test never calls it: add a call", name)
