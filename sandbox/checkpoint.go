@@ -122,6 +122,10 @@ func newCheckpointID() string {
 // CheckpointImage is the image reference of checkpoint id.
 func CheckpointImage(id string) string { return checkpointRepo + ":" + id }
 
+// checkpointComment is the comment of checkpoint id's image, which tells it from an
+// image committed by hand from a container that was restored from a checkpoint.
+func checkpointComment(id string) string { return "mcp-sandbox checkpoint " + id }
+
 // checkpointVolume is the name of checkpoint id's copy of boxapi.WorkDir.
 func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
 
@@ -181,6 +185,7 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 type Engine interface {
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, image string, options image.RemoveOptions) ([]image.DeleteResponse, error)
+	ImageInspect(ctx context.Context, image string, options ...client.ImageInspectOption) (image.InspectResponse, error)
 	VolumeRemove(ctx context.Context, volumeID string, force bool) error
 }
 
@@ -301,7 +306,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
 	}
 	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
-		Reference: CheckpointImage(id), Pause: false, Comment: "mcp-sandbox checkpoint " + id,
+		Reference: CheckpointImage(id), Pause: false, Comment: checkpointComment(id),
 		Config: &container.Config{Labels: labels},
 	}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
@@ -421,6 +426,12 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
 			continue // committed, not yet tagged
+		}
+		// The label alone is not enough: a container restored from a checkpoint inherits
+		// its image's labels, and so does an image someone commits from that container by
+		// hand. Only the images Checkpoint committed carry its comment.
+		if info, err := cli.ImageInspect(ctx, im.ID); err != nil || info.Comment != checkpointComment(id) {
+			continue
 		}
 		_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
 		switch {

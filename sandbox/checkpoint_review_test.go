@@ -375,3 +375,48 @@ func TestSweepLeftovers(t *testing.T) {
 		t.Errorf("another sandbox's volume went: %v", err)
 	}
 }
+
+// TestHandCommitOfRestoredKept: a container restored from a checkpoint carries the
+// checkpoint's labels, and so does an image someone commits from it by hand; the
+// sweep of deleted checkpoints' images must leave that image alone.
+func TestHandCommitOfRestoredKept(t *testing.T) {
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	mustExec(t, sb, "echo sys > /etc/marker", boxapi.ExecOptions{})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Checkpoint.ID
+	t.Cleanup(func() {
+		for _, im := range checkpointImages(t, cli, id) {
+			_, _ = cli.ImageRemove(context.Background(), im, image.RemoveOptions{Force: true})
+		}
+		_ = DeleteCheckpoint(context.Background(), cli, id)
+	})
+	if _, err := sb.Restore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Committed without a name: untagged, as a deleted checkpoint's image is, so only
+	// its comment tells them apart.
+	made, err := cli.ContainerCommit(ctx, cfg.Container, container.CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), made.ID, image.RemoveOptions{Force: true})
+	})
+	if info, err := cli.ImageInspect(ctx, made.ID); err != nil || info.Config == nil || info.Config.Labels[labelCheckpoint] != id {
+		t.Fatalf("the hand-made image does not carry the checkpoint's label, so this test proves nothing: %v", err)
+	}
+	if _, err := sb.Checkpoints(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ImageInspect(ctx, made.ID); err != nil {
+		t.Fatalf("the sweep removed an image committed by hand: %v", err)
+	}
+}
