@@ -31,7 +31,10 @@ const appsHostDir = "testdata/apps-host"
 // installed reference SDK, and returns the page's URL.
 func appsHost(t *testing.T) string {
 	t.Helper()
-	esbuild := filepath.Join(appsHostDir, "node_modules", ".bin", "esbuild")
+	esbuild, err := filepath.Abs(filepath.Join(appsHostDir, "node_modules", ".bin", "esbuild"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(esbuild); err != nil {
 		t.Fatalf("the apps host's npm packages are missing: run scripts/test-deps.sh (%v)", err)
 	}
@@ -222,10 +225,16 @@ func TestPreviewAppInHost(t *testing.T) {
 	}
 	pv, cancel := chromedp.NewContext(b, chromedp.WithTargetID(previewTarget))
 	defer cancel()
-	if _, err := chromedp.Run(pv, chromedp.Poll[bool](`document.getElementById('status') && document.getElementById('status').textContent === 'all good'`,
+	// The frame inherits the app's sandbox (an opaque origin): the page, its
+	// stylesheet, script, image and WebSocket work; requests that need CORS (its
+	// EventSource) depend on the app in it.
+	if _, err := chromedp.Run(pv, chromedp.Poll[bool](`['css', 'js', 'img', 'ws'].every((id) => document.getElementById(id).className === 'ok')`,
 		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-		t.Errorf("the preview page inside the app did not come up: %v", err)
+		st, _ := chromedp.Run(pv, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Errorf("the preview page inside the app did not come up: %v; it shows %q", err, st)
 	}
+	st, _ := chromedp.Run(pv, chromedp.Evaluate[string](`document.body.innerText`))
+	t.Logf("the framed preview shows: %q", st)
 	time.Sleep(300 * time.Millisecond)
 	browsertest.Screenshot(t, b, "app-preview.png")
 
