@@ -116,7 +116,7 @@ func showApp(t *testing.T, hostURL, ask, answer string, input map[string]any, re
 			t.Fatal(err)
 		}
 		for _, info := range infos {
-			if info.Type == "iframe" {
+			if info.Type == "iframe" && info.URL == "about:srcdoc" { // not a frame the app holds
 				id = info.TargetID
 			}
 		}
