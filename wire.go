@@ -143,6 +143,8 @@ func (p toolPreviews) Expose(ctx context.Context, port int, origin string) (stri
 	return p.h.previews.URL(pv, origin), pv.Expires
 }
 
+func (p toolPreviews) FrameDomain(origin string) string { return p.h.previews.FrameDomain(origin) }
+
 func (p toolPreviews) Unexpose(ctx context.Context, port int) bool {
 	owner := p.h.previewOwner(mcptools.CallerFrom(ctx).Person)
 	for _, pv := range preview.Shared().List(owner) {

@@ -231,6 +231,17 @@ func (s *Server) Unexpose(owner string, port int) bool {
 // URL is the address of p for a person who reaches the site at origin (scheme, host
 // and port of the MCP endpoint): same scheme and port, the preview's host.
 func (s *Server) URL(p Preview, origin string) string {
+	return atOrigin(p.Host(), origin) + "/"
+}
+
+// FrameDomain is the origin of every preview for a person who reaches the site at
+// origin, as a CSP source with a wildcard label: https://*.<domain>[:port].
+func (s *Server) FrameDomain(origin string) string {
+	return atOrigin("*."+s.opts.Domain, origin)
+}
+
+// atOrigin is host with the scheme and port of origin.
+func atOrigin(host, origin string) string {
 	scheme, hostport, ok := strings.Cut(origin, "://")
 	if !ok {
 		scheme, hostport = "https", origin
@@ -241,7 +252,7 @@ func (s *Server) URL(p Preview, origin string) string {
 			port = ":" + pt
 		}
 	}
-	return scheme + "://" + p.Host() + port + "/"
+	return scheme + "://" + host + port
 }
 
 // Match reports whether a request for host belongs to previews: any host under the

@@ -92,6 +92,13 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	case slashless && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		http.Redirect(w, r, r.URL.EscapedPath()+"/", http.StatusPermanentRedirect)
 		return
+	case r.Method == http.MethodOptions:
+		uploadPreflight(w, r, t, slashless)
+		return
+	case r.Method == http.MethodPut && r.Header.Get("Origin") != "":
+		// The upload view of an MCP App runs at an opaque origin: it may read the
+		// answer to its PUT (the link is the capability; no cookie is involved).
+		hd.Set("Access-Control-Allow-Origin", "*")
 	}
 
 	fs := s.filesOf(w, r, t.owner, func(status int, title, text string) { uploadProblem(w, r, status, title, text) })
@@ -115,6 +122,26 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		uploadProblem(w, r, http.StatusMethodNotAllowed, "Method not allowed",
 			"Open the link in a browser to upload, or PUT a file to the link followed by its name (curl -T file <link>).")
 	}
+}
+
+// uploadPreflight answers a CORS preflight for a PUT of one file to a valid link, so
+// that a page of any origin (the sandboxed upload view of an MCP App) can upload
+// through it without credentials. Nothing else is opened: pages and listings keep
+// the same-origin policy, and an invalid, expired or revoked link was refused before.
+func uploadPreflight(w http.ResponseWriter, r *http.Request, t uploadTarget, slashless bool) {
+	hd := w.Header()
+	if r.Header.Get("Access-Control-Request-Method") != http.MethodPut || t.name == "" || slashless {
+		hd.Set("Allow", "GET, HEAD, PUT")
+		uploadProblem(w, r, http.StatusForbidden, "Only uploads are allowed across origins",
+			"Send a PUT of one file to the link followed by its name.")
+		return
+	}
+	hd.Set("Access-Control-Allow-Origin", "*")
+	hd.Set("Access-Control-Allow-Methods", "PUT")
+	hd.Set("Access-Control-Allow-Headers", "Content-Type, Accept")
+	hd.Set("Access-Control-Max-Age", "600")
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func serveUploadAsset(w http.ResponseWriter, r *http.Request) {

@@ -74,12 +74,17 @@ func cpuText(n float64) string {
 }
 
 // describeTools appends the environment to the execute tool's description as tools
-// are listed, so that the detected tools appear once known.
+// are listed, so that the detected tools appear once known, and names the tools' apps
+// to a client that renders them.
 func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	env := s.environment(ctx, 0)
 	out := make([]mcp.Tool, len(tools))
 	copy(out, tools)
+	apps := rendersApps(ctx)
 	for i := range out {
+		if apps {
+			out[i] = withApp(out[i])
+		}
 		if out[i].Name == "execute" {
 			out[i].Description += "\n\n" + env
 		}

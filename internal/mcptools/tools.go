@@ -70,6 +70,9 @@ type Previews interface {
 	// preview URL follows in scheme and port.
 	Expose(ctx context.Context, port int, origin string) (url string, expires time.Time)
 	Unexpose(ctx context.Context, port int) (was bool)
+	// FrameDomain is the origin pattern of every preview for a person who reaches the
+	// site at origin (e.g. https://*.preview.example.com), as a frame-src source.
+	FrameDomain(origin string) string
 }
 
 // Audit records each tool call in the operator's activity log.
@@ -152,10 +155,12 @@ func New(o Options) *Tools {
 	s.tasks = newTaskStore(o.MaxTaskTTL, o.MaxTasks, o.MaxTasksTotal)
 	hooks := &server.Hooks{}
 	hooks.AddAfterInitialize(s.instructions)
+	appHooks(hooks)
 	// The task options come first: their middleware (see tasks.go) replaces a task's
 	// result by a handle, and the audit log must see the result itself.
 	opts := append(s.tasks.serverOptions(hooks),
-		server.WithToolCapabilities(true), // list_changed once the installed tools are known (describe.go)
+		server.WithToolCapabilities(true),             // list_changed once the installed tools are known (describe.go)
+		server.WithResourceCapabilities(false, false), // the apps (apps.go)
 		server.WithInstructions(s.instructionsText()),
 		server.WithToolFilter(s.describeTools),
 		server.WithHooks(hooks),
@@ -174,6 +179,7 @@ func New(o Options) *Tools {
 	addTool(s, m, s.writeFileTool(), s.writeFile)
 	addTool(s, m, s.editFileTool(), s.editFile)
 	s.addCheckpointTools(m)
+	s.addApps(m)
 	if o.Previews != nil {
 		addTool(s, m, s.exposePortTool(), s.exposePort)
 		addTool(s, m, s.unexposePortTool(), s.unexposePort)

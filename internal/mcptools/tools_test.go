@@ -190,6 +190,7 @@ func (fakePreviews) Expose(_ context.Context, port int, origin string) (string, 
 	return "http://p8000.localhost", time.Unix(1_800_000_000, 0)
 }
 func (fakePreviews) Unexpose(context.Context, int) bool { return true }
+func (fakePreviews) FrameDomain(string) string          { return "http://*.localhost" }
 
 type fakeAudit struct {
 	mu      sync.Mutex
