@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -49,6 +50,7 @@ type Handler struct {
 	mcp        *server.StreamableHTTPServer
 	sessionIDs mcphttp.SessionIDs // MCP session ids bound to their person
 	tools      *mcptools.Tools
+	askTools   atomic.Pointer[mcptools.Tools] // tools, for egress questions from other goroutines
 	signer     *links.Signer
 	links      *links.Server
 

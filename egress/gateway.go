@@ -575,3 +575,6 @@ func (g *Gateway) installCA(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Asks reports whether hosts the policy does not allow are put to the person.
+func (g *Gateway) Asks() bool { return g.asker.Load() != nil }
