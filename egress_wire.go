@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"net"
 	"path"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -140,7 +139,7 @@ func (h *Handler) setupEgress(e *fleet.Entry, person string) error {
 	var asker egress.Asker
 	var approvals egress.Approvals
 	if h.EgressAsk(person) {
-		asker, approvals = egressAsker{h, person}, h.egressApprovals()
+		asker, approvals = egressAsker{h, person}, h.approvals
 	}
 	err := gw.Configure(egress.Settings{
 		Asker: asker, Approvals: approvals,
@@ -217,16 +216,31 @@ func (a egressAsker) Ask(ctx context.Context, q egress.Question) (egress.Answer,
 }
 
 // approvalStores are the egress approvals by storage and site, shared by every config
-// over them, so that a revocation in one applies to the gateways another configured.
-var approvalStores sync.Map
+// over them (so that a revocation in one applies to the gateways another configured)
+// and read anew from storage once none holds them.
+var approvalStores = caddy.NewUsagePool()
 
-// egressApprovals is the site's store of hosts people allowed always, in the
-// handler's storage under a key of its own (its container names the site).
-func (h *Handler) egressApprovals() *egress.ApprovalStore {
+type approvalState struct{ store *egress.ApprovalStore }
+
+func (approvalState) Destruct() error { return nil }
+
+// provisionApprovals takes the site's store of hosts people allowed always, in the
+// handler's storage under a key of its own (its container names the site). It reads
+// nothing yet.
+func (h *Handler) provisionApprovals() {
 	key := path.Join("mcp_sandbox", "egress", "approvals", h.Container+".json")
-	v, _ := approvalStores.LoadOrStore(storageID(h.storage)+"\x00"+key,
-		egress.NewApprovalStore(storageKV{h.storage}, key, nil))
-	return v.(*egress.ApprovalStore)
+	h.approvalsKey = storageID(h.storage) + "\x00" + key
+	v, _, _ := approvalStores.LoadOrNew(h.approvalsKey, func() (caddy.Destructor, error) {
+		return approvalState{egress.NewApprovalStore(storageKV{h.storage}, key, nil)}, nil
+	})
+	h.approvals = v.(approvalState).store
+}
+
+// releaseApprovals lets go of the store, at Cleanup.
+func (h *Handler) releaseApprovals() {
+	if h.approvalsKey != "" {
+		_, _ = approvalStores.Delete(h.approvalsKey)
+	}
 }
 
 // storageKV is Caddy's storage as the approvals' store uses it.
@@ -239,7 +253,7 @@ func (s storageKV) Store(ctx context.Context, key string, v []byte) error {
 }
 
 func (c consoleEgress) Approvals(ctx context.Context) ([]console.EgressApproval, error) {
-	list, err := c.h.egressApprovals().List(ctx)
+	list, err := c.h.approvals.List(ctx)
 	out := make([]console.EgressApproval, 0, len(list))
 	for _, a := range list {
 		out = append(out, console.EgressApproval{ID: a.ID, Person: a.Person, Host: a.Host, Port: a.Port, At: a.At})
@@ -248,7 +262,7 @@ func (c consoleEgress) Approvals(ctx context.Context) ([]console.EgressApproval,
 }
 
 func (c consoleEgress) RevokeApproval(ctx context.Context, id string) error {
-	ok, err := c.h.egressApprovals().Revoke(ctx, id)
+	ok, err := c.h.approvals.Revoke(ctx, id)
 	if err == nil && !ok {
 		err = fmt.Errorf("egress approval %s: %w", id, console.ErrNotFound)
 	}
