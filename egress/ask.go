@@ -63,6 +63,7 @@ const (
 	ReasonNoAnswer     = "not answered in time"
 	ReasonCannotAsk    = "not allowed by the operator, and nobody could be asked"
 	ReasonAskedTooMuch = "the command asked about too many new hosts"
+	ReasonAskingBusy   = "too many questions open at once"
 )
 
 // asking is a Gateway's state of questions: the ones open, per host and port, and
@@ -146,9 +147,13 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 			continue // allowed once for another job, or unanswered: ask for this one
 		}
 		a.remember(user)
-		if a.asked[user] >= MaxAskedPerJob || len(a.open) >= MaxAsking {
+		if a.asked[user] >= MaxAskedPerJob {
 			a.mu.Unlock()
 			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonAskedTooMuch}
+		}
+		if len(a.open) >= MaxAsking {
+			a.mu.Unlock()
+			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonAskingBusy}
 		}
 		a.asked[user]++
 		q := &question{done: make(chan struct{})}

@@ -178,6 +178,28 @@ func TestAskBounded(t *testing.T) {
 	if r == nil || r.Reason != ReasonAskedTooMuch || int(s.asked.Load()) != 1+MaxAskedPerJob {
 		t.Fatalf("a flood was asked about: %d %v", s.asked.Load(), r)
 	}
+	// Questions open at once are bounded across the sandbox's commands.
+	s.wait = make(chan struct{})
+	var open sync.WaitGroup
+	for i := 0; i < MaxAsking; i++ {
+		open.Add(1)
+		go func() { defer open.Done(); g.ask(ctx, fmt.Sprintf("j01234567890%c", 'c'+i), notAllowed("busy.test")) }()
+		open.Add(1)
+		go func() {
+			defer open.Done()
+			g.ask(ctx, fmt.Sprintf("j01234567890%c", 'c'+i), notAllowed(fmt.Sprintf("b%d.test", i)))
+		}()
+	}
+	openNow := func() int { g.asking.mu.Lock(); defer g.asking.mu.Unlock(); return len(g.asking.open) }
+	for i := 0; i < 300 && openNow() < MaxAsking; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r = g.ask(ctx, "j0123456789zz", notAllowed("late.test"))
+	close(s.wait)
+	open.Wait()
+	if r == nil || r.Reason != ReasonAskingBusy {
+		t.Fatalf("more questions than MaxAsking were opened: %v", r)
+	}
 }
 
 // The proxy puts a refused host to Ask and, allowed, reaches it (plain HTTP and
