@@ -258,12 +258,22 @@ func TestEgressAskBadAnswers(t *testing.T) {
 		<-release
 		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}, nil
 	})
-	other, otherSession := elicitClient(ctx, t, s, func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	_, otherSession := elicitClient(ctx, t, s, func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
 		return accept("deny"), nil
 	})
-	_ = other
 	done := make(chan string, 1)
-	go func() { done <- note(testsite.Call(ctx, t, c, "execute", map[string]any{"command": get("other.test")})) }()
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = "execute", map[string]any{"command": get("other.test")}
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		m, _ := res.StructuredContent.(map[string]any)
+		n, _ := m["note"].(string)
+		done <- n
+	}()
 	for i := 0; asked.Load() == 0 && i < 200; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
