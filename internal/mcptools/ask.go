@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -20,19 +21,25 @@ const (
 	ChoiceDeny   = "deny"
 )
 
-// ErrCannotAsk is returned by [Tools.AskHost] when nobody can be asked: no call of
-// that job is under way (it returned), or its client does not answer questions.
+// ErrCannotAsk is returned by [Tools.AskHost] when nobody can be asked: no call that
+// waits for that job is under way, or its client does not answer questions.
 var ErrCannotAsk = errors.New("nobody can be asked")
 
 // ErrBadAnswer is returned by [Tools.AskHost] for an answer outside the choices.
 var ErrBadAnswer = errors.New("the answer is none of the choices")
 
-// calls are the execute calls under way, by the id of the job each runs: what a
-// question about a host the job's command asks for is put to.
+// calls are the calls under way that wait for a job (execute, job_output,
+// job_input), by job id: what a question about a host the job's command asks for is
+// put to, the latest call first.
 type calls struct {
-	mu sync.Mutex
-	m  map[string]*runningCall
+	mu       sync.Mutex
+	m        map[string][]*runningCall
+	commands map[string]string // each job's command, for the question
+	order    []string          // ids in commands, oldest first
 }
+
+// maxCommands bounds the commands remembered for questions.
+const maxCommands = 1000
 
 type runningCall struct {
 	ctx     context.Context // the call's, cancelled when it returns
@@ -42,30 +49,52 @@ type runningCall struct {
 
 // track ties job to the call of ctx until the returned func is called (when the call
 // returns); questions open then end.
+// command "" is the one tracked before under job, if remembered.
 func (c *calls) track(ctx context.Context, job, command string) (untrack func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = map[string]*runningCall{}
+		c.m, c.commands = map[string][]*runningCall{}, map[string]string{}
 	}
-	c.m[job] = &runningCall{ctx: ctx, person: CallerFrom(ctx).Person, command: command}
+	if command == "" {
+		command = c.commands[job]
+	} else if _, ok := c.commands[job]; !ok {
+		if len(c.order) >= maxCommands {
+			delete(c.commands, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.order = append(c.order, job)
+		c.commands[job] = command
+	}
+	rc := &runningCall{ctx: ctx, person: CallerFrom(ctx).Person, command: command}
+	c.m[job] = append(c.m[job], rc)
 	c.mu.Unlock()
 	return func() {
 		c.mu.Lock()
-		delete(c.m, job)
+		list := slices.DeleteFunc(c.m[job], func(x *runningCall) bool { return x == rc })
+		if len(list) == 0 {
+			delete(c.m, job)
+		} else {
+			c.m[job] = list
+		}
 		c.mu.Unlock()
 		cancel()
 	}
 }
 
+// get is the latest call under way that waits for job.
 func (c *calls) get(job string) *runningCall {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[job]
+	list := c.m[job]
+	if len(list) == 0 {
+		return nil
+	}
+	return list[len(list)-1]
 }
 
-// AskHost asks the person, on the session of the call that runs job in person's
-// sandbox, whether its command may reach host:port: form-mode elicitation with one
+// AskHost asks the person, on the session of the latest call under way that waits for
+// job in person's sandbox (execute, job_output or job_input), whether its command may reach host:port: form-mode elicitation with one
 // field whose choices are ChoiceOnce, ChoiceAlways and ChoiceDeny. Decline and cancel
 // are ChoiceDeny. It returns when answered, when ctx ends, or when the call returns.
 func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int) (string, error) {
