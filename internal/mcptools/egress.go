@@ -57,7 +57,7 @@ func blockedNote(box Box, job string) string {
 		return ""
 	}
 	if e := box.Egress(); e != nil && e.Ask {
-		return "\n[blocked: " + strings.Join(list, ", ") + "; the user is asked about other hosts only while the execute call that runs the command waits and their client supports elicitation: run it again with a long enough wait to be asked, or ask the user to have the operator allow the host]"
+		return "\n[blocked: " + strings.Join(list, ", ") + "; the user is asked about other hosts only while a call waits for the command (execute, job_output) and their client supports elicitation: run it again and wait for it to be asked, or ask the user to have the operator allow the host]"
 	}
 	return "\n[blocked: " + strings.Join(list, ", ") + "; only the hosts in execute's description are reachable]"
 }
