@@ -182,6 +182,8 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 		case errors.Is(q.err, ErrCannotAsk):
 			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonCannotAsk}
 		case q.err != nil:
+			g.logger.Info("egress question not answered", zap.String("host", r.Host), zap.Int("port", r.Port),
+				zap.String("person", person), zap.String("job", user), zap.Error(q.err))
 			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonNoAnswer}
 		case q.answer == Deny:
 			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonDeclined}

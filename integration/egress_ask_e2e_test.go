@@ -182,8 +182,13 @@ func (f elicitFunc) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mc
 	return f(ctx, req)
 }
 
-// elicitClient is an mcp-go client that declares elicitation and answers with f.
+// elicitClient is an mcp-go client that declares elicitation and answers with f, on
+// protocol 2025-11-25 (2026-07-28 has no server-initiated requests).
 func elicitClient(ctx context.Context, t *testing.T, s *testsite.Site, f elicitFunc) (*mcpclient.Client, string) {
+	return elicitClientOn(ctx, t, s, mcp.ProtocolVersion20251125, f)
+}
+
+func elicitClientOn(ctx context.Context, t *testing.T, s *testsite.Site, version string, f elicitFunc) (*mcpclient.Client, string) {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.Key}))
 	if err != nil {
@@ -195,7 +200,7 @@ func elicitClient(ctx context.Context, t *testing.T, s *testsite.Site, f elicitF
 	}
 	t.Cleanup(func() { c.Close() })
 	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ProtocolVersion = version
 	init.Params.ClientInfo = mcp.Implementation{Name: "elicit-e2e", Version: "1"}
 	init.Params.Capabilities.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}}
 	if _, err := c.Initialize(ctx, init); err != nil {
@@ -229,6 +234,16 @@ func TestEgressAskBadAnswers(t *testing.T) {
 	testsite.Call(ctx, t, c, "execute", map[string]any{"command": waitProxy})
 	if n := note(testsite.Call(ctx, t, c, "execute", map[string]any{"command": get("once.test")})); !strings.Contains(n, "once.test (refused by the person)") {
 		t.Fatalf("an answer outside the choices: %q", n)
+	}
+
+	// On protocol 2026-07-28 the server cannot ask in the middle of a call: refused at
+	// once, as for a client without elicitation.
+	c26, _ := elicitClientOn(ctx, t, s, mcp.LATEST_PROTOCOL_VERSION, func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+		return accept("allow_always"), nil
+	})
+	began := time.Now()
+	if n := note(testsite.Call(ctx, t, c26, "execute", map[string]any{"command": get("once.test")})); !strings.Contains(n, "once.test (not allowed by the operator, and nobody could be asked)") || time.Since(began) > 10*time.Second {
+		t.Fatalf("a client on 2026-07-28 (%v): %q", time.Since(began), n)
 	}
 
 	// An answer that comes after the call returned (it waited 2 s).
@@ -284,7 +299,7 @@ func TestEgressAskBadAnswers(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("Mcp-Session-Id", otherSession)
-		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_PROTOCOL_VERSION)
+		req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}

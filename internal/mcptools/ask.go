@@ -136,7 +136,10 @@ func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int)
 		return "", ctx.Err()
 	case err != nil && rc.ctx.Err() != nil:
 		return "", fmt.Errorf("the call returned: %w", ErrCannotAsk)
-	case errors.Is(err, server.ErrElicitationNotSupported) || errors.Is(err, server.ErrNoActiveSession):
+	case errors.Is(err, server.ErrElicitationNotSupported) || errors.Is(err, server.ErrNoActiveSession),
+		// Protocol 2026-07-28 has no server-initiated requests: a question there
+		// would have to end the call, and the command waits inside it.
+		errors.Is(err, server.ErrServerInitiatedRequestUnsupported):
 		return "", fmt.Errorf("%w: %w", ErrCannotAsk, err)
 	case err != nil:
 		return "", fmt.Errorf("asking about %s: %w", hostport, err)
