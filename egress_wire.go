@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
+	"github.com/caddyserver/certmagic"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -134,7 +136,13 @@ func (h *Handler) setupEgress(e *fleet.Entry, person string) error {
 	}
 	ctx, logger := h.egressCtx, h.logger.Named("egress")
 	pol, _ := egress.Compile(h.EgressRules(person)) // Validate compiled it
+	var asker egress.Asker
+	var approvals egress.Approvals
+	if h.EgressAsk(person) {
+		asker, approvals = egressAsker{h, person}, h.approvals
+	}
 	err := gw.Configure(egress.Settings{
+		Asker: asker, Approvals: approvals,
 		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.EgressTrust(person),
 		RenewCA: func() (egress.CA, error) {
 			ca, err := provisionEgressCA(ctx, logger)
@@ -177,4 +185,86 @@ func provisionEgressCA(ctx caddy.Context, logger *zap.Logger) (*caddypki.CA, err
 			}
 		}
 	}
+}
+
+// egressAsker puts hosts to the person on the MCP session of the call that runs the
+// command, through this config's tools.
+type egressAsker struct {
+	h      *Handler
+	person string
+}
+
+func (a egressAsker) Ask(ctx context.Context, q egress.Question) (egress.Answer, error) {
+	tools := a.h.askTools.Load()
+	if tools == nil {
+		return egress.Deny, fmt.Errorf("the MCP server is not set up yet: %w", egress.ErrCannotAsk)
+	}
+	choice, err := tools.AskHost(ctx, a.person, q.Job, q.Host, q.Port)
+	switch {
+	case errors.Is(err, mcptools.ErrCannotAsk):
+		return egress.Deny, fmt.Errorf("%w: %w", egress.ErrCannotAsk, err)
+	case errors.Is(err, mcptools.ErrBadAnswer):
+		return egress.Deny, nil
+	case err != nil:
+		return egress.Deny, err
+	case choice == mcptools.ChoiceOnce:
+		return egress.AllowOnce, nil
+	case choice == mcptools.ChoiceAlways:
+		return egress.AllowAlways, nil
+	}
+	return egress.Deny, nil
+}
+
+// approvalStores are the egress approvals by storage and site, shared by every config
+// over them (so that a revocation in one applies to the gateways another configured)
+// and read anew from storage once none holds them.
+var approvalStores = caddy.NewUsagePool()
+
+type approvalState struct{ store *egress.ApprovalStore }
+
+func (approvalState) Destruct() error { return nil }
+
+// provisionApprovals takes the site's store of hosts people allowed always, in the
+// handler's storage under a key of its own (its container names the site). It reads
+// nothing yet.
+func (h *Handler) provisionApprovals() {
+	key := path.Join("mcp_sandbox", "egress", "approvals", h.Container+".json")
+	h.approvalsKey = storageID(h.storage) + "\x00" + key
+	v, _, _ := approvalStores.LoadOrNew(h.approvalsKey, func() (caddy.Destructor, error) {
+		return approvalState{egress.NewApprovalStore(storageKV{h.storage}, key, nil)}, nil
+	})
+	h.approvals = v.(approvalState).store
+}
+
+// releaseApprovals lets go of the store, at Cleanup.
+func (h *Handler) releaseApprovals() {
+	if h.approvalsKey != "" {
+		_, _ = approvalStores.Delete(h.approvalsKey)
+	}
+}
+
+// storageKV is Caddy's storage as the approvals' store uses it.
+type storageKV struct{ st certmagic.Storage }
+
+func (s storageKV) Load(ctx context.Context, key string) ([]byte, error) { return s.st.Load(ctx, key) }
+
+func (s storageKV) Store(ctx context.Context, key string, v []byte) error {
+	return s.st.Store(ctx, key, v)
+}
+
+func (c consoleEgress) Approvals(ctx context.Context) ([]console.EgressApproval, error) {
+	list, err := c.h.approvals.List(ctx)
+	out := make([]console.EgressApproval, 0, len(list))
+	for _, a := range list {
+		out = append(out, console.EgressApproval{ID: a.ID, Person: a.Person, Host: a.Host, Port: a.Port, At: a.At})
+	}
+	return out, err
+}
+
+func (c consoleEgress) RevokeApproval(ctx context.Context, id string) error {
+	ok, err := c.h.approvals.Revoke(ctx, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("egress approval %s: %w", id, console.ErrNotFound)
+	}
+	return err
 }

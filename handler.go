@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/links"
@@ -43,14 +45,17 @@ type Handler struct {
 	app     *App
 	fleet   *fleet.Fleet // the operator's sandbox and the people's (fleet_wire.go)
 
-	ownersOnce sync.Once
-	owners     map[string]string // preview owner -> person (people.go)
-	auth       *oauth.Server
-	mcp        *server.StreamableHTTPServer
-	sessionIDs mcphttp.SessionIDs // MCP session ids bound to their person
-	tools      *mcptools.Tools
-	signer     *links.Signer
-	links      *links.Server
+	ownersOnce   sync.Once
+	owners       map[string]string // preview owner -> person (people.go)
+	auth         *oauth.Server
+	mcp          *server.StreamableHTTPServer
+	sessionIDs   mcphttp.SessionIDs // MCP session ids bound to their person
+	tools        *mcptools.Tools
+	askTools     atomic.Pointer[mcptools.Tools] // tools, for egress questions from other goroutines
+	approvals    *egress.ApprovalStore          // hosts people allowed always (with an egress block)
+	approvalsKey string
+	signer       *links.Signer
+	links        *links.Server
 
 	guesses    *oauth.GuessLimiter // wrong keys per address, shared across reloads (guesses.go)
 	guessKey   string
@@ -115,6 +120,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.app = appIface.(*App)
 	if err := h.provisionFleet(cfg); err != nil {
 		return err
+	}
+	if h.Egress != nil {
+		h.provisionApprovals()
 	}
 	entry := h.fleet.Operator()
 	if egressOf(entry) != nil {
@@ -189,6 +197,7 @@ func clientIP(r *http.Request) string {
 // Cleanup ends this config's MCP streams (clients reconnect to the new config) and
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
+	h.releaseApprovals()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}

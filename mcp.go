@@ -19,6 +19,7 @@ var Version = "0.1.0"
 // newMCPServer builds the MCP server with the sandbox tools for this handler.
 func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	h.tools = mcptools.New(h.toolOptions())
+	h.askTools.Store(h.tools)
 	h.sessionIDs = mcphttp.NewSessionIDs(h.APIKey, func(ctx context.Context) string { return mcptools.CallerFrom(ctx).Person })
 	return server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath),
 		server.WithSessionIdManagerResolver(h.sessionIDs))

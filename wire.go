@@ -103,7 +103,7 @@ func (b toolBox) Egress() *mcptools.Egress {
 	if gw == nil {
 		return nil
 	}
-	return &mcptools.Egress{Hosts: gw.Allowed(), Offline: gw.Offline()}
+	return &mcptools.Egress{Hosts: gw.Allowed(), Offline: gw.Offline(), Ask: gw.Asks()}
 }
 
 // Blocked returns, once, what the proxy refused to a job's commands.

@@ -22,6 +22,8 @@ const (
 	actRevokeGrant = "revoke_grant"
 	actRevokeLink  = "revoke_link"
 	actKillJob     = "kill_job"
+	// actRevokeApproval revokes a host a person allowed always.
+	actRevokeApproval = "revoke_egress_approval"
 )
 
 // actionTimeout bounds one action; recreating may have to wait for the image.
@@ -50,6 +52,13 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		if err == nil {
 			args = `{"id":` + strconv.Quote(id) + `,"kind":` + strconv.Quote(l.Kind) + `,"target":` + strconv.Quote(l.Target) + `}`
 		}
+	case actRevokeApproval:
+		args = `{"id":` + strconv.Quote(id) + `}`
+		ap, ok := c.opts.Egress.(EgressApprovals)
+		if !ok {
+			return ErrNotFound
+		}
+		err = ap.RevokeApproval(ctx, id)
 	case actKillJob:
 		var p string
 		if p, err = c.jobOwner(ctx, person, id); err == nil {
@@ -234,6 +243,13 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 		c.apiActOn(w, r, actor, actKillJob, id, person)
 	case "GET egress":
 		c.serveEgress(w, r)
+	case "DELETE egress/{id}":
+		aid, ok := strings.CutPrefix(id, "approvals/")
+		if !ok || aid == "" || strings.Contains(aid, "/") {
+			writeJSONError(w, http.StatusNotFound, "use DELETE /console/api/egress/approvals/{id}, with an id GET /console/api/egress lists")
+			return
+		}
+		c.apiAct(w, r, actor, actRevokeApproval, aid)
 	default:
 		writeJSONError(w, http.StatusNotFound, "no such console API endpoint (or method); see the README")
 	}
@@ -247,6 +263,8 @@ func (c *Console) apiAct(w http.ResponseWriter, r *http.Request, actor, action, 
 func (c *Console) apiActOn(w http.ResponseWriter, r *http.Request, actor, action, id, person string) {
 	err := c.act(r, actor, action, id, person)
 	switch {
+	case errors.Is(err, ErrNotFound) && action == actRevokeApproval:
+		writeJSONError(w, http.StatusNotFound, "no such egress approval (it may have been revoked); GET /console/api/egress lists them")
 	case errors.Is(err, ErrNotFound) && action == actKillJob:
 		writeJSONError(w, http.StatusNotFound, "no such job is running (it may have ended); GET /console/api/jobs?person= lists the running ones")
 	case errors.Is(err, ErrNotFound) && strings.HasPrefix(action, "sandbox_"):

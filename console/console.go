@@ -86,6 +86,24 @@ type EgressLog interface {
 	Refusals(ctx context.Context) ([]EgressRefusal, error)
 }
 
+// EgressApproval is a host and port a person allowed always, when asked about it.
+type EgressApproval struct {
+	ID     string    `json:"id"`     // for DELETE /console/api/egress/approvals/{id}
+	Person string    `json:"person"` // "" for the operator's sandbox, or the one shared
+	Host   string    `json:"host"`
+	Port   int       `json:"port"`
+	At     time.Time `json:"at"`
+}
+
+// EgressApprovals lists and revokes the hosts people allowed always; an [EgressLog]
+// of a site whose egress block asks may implement it.
+type EgressApprovals interface {
+	Approvals(ctx context.Context) ([]EgressApproval, error)
+	// RevokeApproval drops one; it fails with an error wrapping ErrNotFound when
+	// there is none with id.
+	RevokeApproval(ctx context.Context, id string) error
+}
+
 // HostCount is one host's number of refusals.
 type HostCount struct {
 	Host  string `json:"host"`

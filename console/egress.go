@@ -9,7 +9,9 @@ import (
 
 // GET /console/api/egress lists what the egress proxies of the site's sandboxes
 // refused, newest first, each with its person (?person= keeps one person's; "-" is
-// the operator's). Approvals of hosts are to be listed beside them.
+// the operator's), and beside them the hosts people allowed always when asked
+// (approvals, oldest first); DELETE /console/api/egress/approvals/{id} revokes one,
+// which applies to the next connection.
 
 // maxOverviewRefusals bounds the refusals the overview shows.
 const maxOverviewRefusals = 50
@@ -49,5 +51,29 @@ func (c *Console) serveEgress(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusInternalServerError, "reading the egress refusals: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"refusals": list, "approvals": []any{}})
+	approvals, err := c.egressApprovals(r.Context(), r.URL.Query().Get("person"))
+	if err != nil {
+		writeJSONError(w, http.StatusInternalServerError, "reading the egress approvals: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"refusals": list, "approvals": approvals})
+}
+
+// egressApprovals returns the approvals, oldest first; person as in egressRefusals.
+func (c *Console) egressApprovals(ctx context.Context, person string) ([]EgressApproval, error) {
+	out := []EgressApproval{}
+	ap, ok := c.opts.Egress.(EgressApprovals)
+	if !ok {
+		return out, nil
+	}
+	list, err := ap.Approvals(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, a := range list {
+		if person == "" || a.Person == person || person == OperatorPath && a.Person == "" {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

@@ -73,3 +73,63 @@ func TestEgressAPI(t *testing.T) {
 		}
 	}
 }
+
+// approvingEgress keeps approvals in memory (the real store is tested in egress/ and
+// through Caddy in integration/).
+type approvingEgress struct {
+	fakeEgress
+	list *[]EgressApproval
+}
+
+func (a approvingEgress) Approvals(context.Context) ([]EgressApproval, error) {
+	return append([]EgressApproval(nil), *a.list...), nil
+}
+
+func (a approvingEgress) RevokeApproval(_ context.Context, id string) error {
+	for i, x := range *a.list {
+		if x.ID == id {
+			*a.list = append((*a.list)[:i], (*a.list)[i+1:]...)
+			return nil
+		}
+	}
+	return ErrNotFound
+}
+
+// TestEgressApprovalsAPI: approvals are listed (per person on request) and revoked by
+// id; an unknown id or a wrong path is 404.
+func TestEgressApprovalsAPI(t *testing.T) {
+	c := newTestConsole(t, fullLog(t))
+	list := []EgressApproval{{ID: "a1", Person: "alice", Host: "pypi.org", Port: 443}, {ID: "o1", Host: "x.test", Port: 80}}
+	c.opts.Egress = approvingEgress{list: &list}
+	do := func(method, path string) (int, string) {
+		req := httptest.NewRequest(method, "http://console.test"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	var got struct {
+		Approvals []EgressApproval `json:"approvals"`
+	}
+	for q, want := range map[string][]string{"": {"a1", "o1"}, "?person=alice": {"a1"}, "?person=-": {"o1"}, "?person=bob": {}} {
+		code, body := do("GET", "/console/api/egress"+q)
+		got.Approvals = nil
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil || len(got.Approvals) != len(want) {
+			t.Fatalf("%s: %d %s", q, code, body)
+		}
+		for i, id := range want {
+			if got.Approvals[i].ID != id {
+				t.Fatalf("%s: %s", q, body)
+			}
+		}
+	}
+	if code, body := do("DELETE", "/console/api/egress/approvals/a1"); code != 200 || len(list) != 1 || list[0].ID != "o1" {
+		t.Fatalf("revoke: %d %s %+v", code, body, list)
+	}
+	if code, body := do("DELETE", "/console/api/egress/approvals/a1"); code != 404 || !strings.Contains(body, "GET /console/api/egress") {
+		t.Fatalf("revoke again: %d %s", code, body)
+	}
+	if code, _ := do("DELETE", "/console/api/egress/o1"); code != 404 || len(list) != 1 {
+		t.Fatalf("wrong path: %d", code)
+	}
+}

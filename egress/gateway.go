@@ -88,6 +88,11 @@ type Settings struct {
 	// RenewCA, if set, provisions the CA again; it is called when the intermediate
 	// has less than [CARenewBefore] left.
 	RenewCA func() (CA, error)
+	// Asker, if set, is asked about hosts the policy does not allow (and does not
+	// deny): the connection waits for the person's answer. Nil: they are refused.
+	Asker Asker
+	// Approvals keeps what people allowed always (nil: allow always is allow once).
+	Approvals Approvals
 }
 
 // Bounds of what a Gateway remembers of refusals (a hostile command can make many),
@@ -130,6 +135,8 @@ type Gateway struct {
 	rootPEM atomic.Pointer[[]byte]
 	renewCA atomic.Pointer[func() error]
 	person  atomic.Pointer[string]
+	asker   atomic.Pointer[askSettings]
+	asking  asking
 	// capLogged is when the connection cap was last logged, Unix nanoseconds.
 	capLogged atomic.Int64
 
@@ -160,7 +167,7 @@ func NewGateway(o Options) *Gateway {
 	}
 	g := &Gateway{sb: o.Sandbox, opts: o, logger: o.Logger, blocked: map[string][]string{}, counts: map[string]*refusals{}}
 	g.policy.Store(&Policy{})
-	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
+	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, Ask: g.ask, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
 	if o.Offline != "" {
 		why := o.Offline
 		g.down.Store(&why)
@@ -187,6 +194,11 @@ func (g *Gateway) Configure(s Settings) error {
 			return g.setCA(ca, s.TrustCA)
 		}
 		g.renewCA.Store(&renew)
+	}
+	if s.Asker == nil {
+		g.asker.Store(nil)
+	} else {
+		g.asker.Store(&askSettings{asker: s.Asker, approvals: s.Approvals})
 	}
 	pol := s.Policy
 	if pol == nil {
@@ -563,3 +575,6 @@ func (g *Gateway) installCA(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Asks reports whether hosts the policy does not allow are put to the person.
+func (g *Gateway) Asks() bool { return g.asker.Load() != nil }

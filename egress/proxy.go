@@ -33,6 +33,10 @@ type Proxy struct {
 	// Refused, if set, is told of each refusal, with the user name of the request's
 	// Proxy-Authorization (letters, digits, '-' and '_', at most 64; "" when absent).
 	Refused func(user string, r *Refusal)
+	// Ask, if set, decides a refusal of the policy: nil allows the request after all
+	// (the host is then reached without any credential), anything else is the
+	// refusal to give. It may wait, holding the connection, until ctx ends.
+	Ask func(ctx context.Context, user string, r *Refusal) *Refusal
 	// Resolve looks names up (nil: the system resolver).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// DialTimeout bounds one dial (default 15s).
@@ -228,11 +232,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.refuse(w, user, badHost(r.URL.Host, 0))
 			return
 		}
-		if err := pol.Check(host, port); err != nil {
-			p.refuse(w, user, err.(*Refusal))
+		ctx, ref := p.check(r.Context(), pol, user, host, port)
+		if ref != nil {
+			p.refuse(w, user, ref)
 			return
 		}
-		p.forward(w, r, &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http"})
+		p.forward(w, r.WithContext(ctx), &reqInfo{pol: pol, user: user, host: host, port: port, scheme: "http", asked: asked(ctx, host, port)})
 	case r.URL.IsAbs():
 		plain(w, http.StatusBadRequest, "this proxy forwards http:// URLs; use CONNECT for https")
 	default:
@@ -247,6 +252,7 @@ type reqInfo struct {
 	user, host, scheme string
 	port               int
 	path               string // the decoded path, which a credential is matched on
+	asked              bool   // allowed by the person, not the policy: no credential
 }
 
 // forward sends r on to its host. On a host that gets a credential, TRACE and TRACK
@@ -254,6 +260,9 @@ type reqInfo struct {
 // scoped to a path, a path an upstream could resolve elsewhere is refused.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	has, scoped := info.pol.credentialHost(info.scheme, info.host, info.port)
+	if info.asked {
+		has, scoped = false, false
+	}
 	if has && (strings.EqualFold(r.Method, http.MethodTrace) || strings.EqualFold(r.Method, "TRACK")) {
 		plain(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is refused to %s, which the proxy adds a credential to: the answer would show it", clip(r.Method), info.host))
 		return
@@ -269,6 +278,31 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		info.path = path
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, info)))
+}
+
+// check is the policy's decision on host:port, put to Ask when the policy refuses; a
+// host the person allowed is marked in the returned context, which the dial sees.
+func (p *Proxy) check(ctx context.Context, pol *Policy, user, host string, port int) (context.Context, *Refusal) {
+	err := pol.Check(host, port)
+	if err == nil {
+		return ctx, nil
+	}
+	ref := err.(*Refusal)
+	if p.Ask == nil {
+		return ctx, ref
+	}
+	if ref = p.Ask(ctx, user, ref); ref != nil {
+		return ctx, ref
+	}
+	return context.WithValue(ctx, askedKey{}, net.JoinHostPort(host, strconv.Itoa(port))), nil
+}
+
+type askedKey struct{}
+
+// asked reports whether the person allowed host:port for the request of ctx.
+func asked(ctx context.Context, host string, port int) bool {
+	k, _ := ctx.Value(askedKey{}).(string)
+	return k != "" && k == net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // targetOf parses a request's host[:port] strictly, with def as the port when absent.
@@ -312,11 +346,12 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 		p.refuse(w, user, badHost(r.RequestURI, 0))
 		return
 	}
-	if err := pol.Check(host, port); err != nil {
-		p.refuse(w, user, err.(*Refusal))
+	ctx, ref := p.check(r.Context(), pol, user, host, port)
+	if ref != nil {
+		p.refuse(w, user, ref)
 		return
 	}
-	if p.Issuer != nil && pol.Intercepts(host, port) {
+	if p.Issuer != nil && pol.Intercepts(host, port) && !asked(ctx, host, port) {
 		c, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
@@ -329,7 +364,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, pol *Policy, use
 		p.intercept(bufferedConn{c, brw.Reader}, wc, host, port, user)
 		return
 	}
-	up, err := p.dial(r.Context(), pol, host, port)
+	up, err := p.dial(ctx, pol, host, port)
 	if err != nil {
 		p.dialFailed(w, user, host, port, err)
 		return
@@ -423,7 +458,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if dec, err := url.PathUnescape(escaped); err == nil && dec == info.path {
 		pr.Out.URL.RawPath = escaped
 	}
-	if c := info.pol.credentialFor(info.scheme, info.host, info.port, info.path); c != nil {
+	if c := info.pol.credentialFor(info.scheme, info.host, info.port, info.path); c != nil && !info.asked {
 		pr.Out.Header.Set(c.header, c.value)
 	}
 }
@@ -466,7 +501,7 @@ func (p *Proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, er
 // by a host rule goes to its address whatever it is; any other name or literal must
 // come to a public address that is not one of this machine's.
 func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (net.Conn, error) {
-	if err := pol.Check(host, port); err != nil {
+	if err := pol.Check(host, port); err != nil && !asked(ctx, host, port) {
 		return nil, err
 	}
 	var addrs []netip.Addr

@@ -95,6 +95,9 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 		}
 		return nil, err
 	}
+	if opts.OnStart != nil {
+		opts.OnStart(id)
+	}
 	ended := false // the job is known to have ended, or never started
 	defer func() {
 		if ended {

@@ -59,6 +59,9 @@ type ExecOptions struct {
 	// goroutine (calls never overlap). It must not retain chunk. It serves progress
 	// reports; the result carries the output itself.
 	OnOutput func(stream Stream, chunk []byte)
+	// OnStart, when set, is told the job's id before the command starts, so what the
+	// command does (its connections through the egress proxy) can be tied to the call.
+	OnStart func(jobID string)
 }
 
 // NoWait as ExecOptions.Wait starts the command and returns at once.

@@ -338,6 +338,18 @@ func parseEgress(d *caddyfile.Dispenser) (*EgressConfig, error) {
 				return nil, d.Errf("egress host %s is mapped twice", args[0])
 			}
 			e.Hosts[args[0]] = args[1]
+		case "ask":
+			if e.Ask != nil {
+				return nil, d.Errf("egress ask is given twice")
+			}
+			on := true
+			switch args := d.RemainingArgs(); {
+			case len(args) == 1 && (args[0] == "on" || args[0] == "off"):
+				on = args[0] == "on"
+			case len(args) != 0:
+				return nil, d.Errf("egress ask takes nothing, on or off")
+			}
+			e.Ask = &on
 		case "trust_ca":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

@@ -111,6 +111,18 @@ func (s *Settings) EgressRules(person string) egress.Rules {
 	return r
 }
 
+// EgressAsk says whether person's sandbox ("" the operator's) puts hosts outside its
+// rules to the person: the person's `ask` if they say, else the site's.
+func (s *Settings) EgressAsk(person string) bool {
+	if s.Egress == nil {
+		return false
+	}
+	if p := s.Person(person); p != nil && p.Egress != nil && p.Egress.Ask != nil {
+		return *p.Egress.Ask
+	}
+	return s.Egress.Ask != nil && *s.Egress.Ask
+}
+
 // EgressTrust is the trust_ca files of person's sandbox: the site's and the person's.
 func (s *Settings) EgressTrust(person string) []string {
 	trust := s.Egress.TrustCA

@@ -38,6 +38,9 @@ type EgressConfig struct {
 	// that echoes request headers back shows the credential to the sandbox: give
 	// credentials only for hosts that do not.
 	Credentials []EgressCredential `json:"credentials,omitempty"`
+	// Ask puts hosts outside Allow (and Deny) to the person, by elicitation, when
+	// their client supports it; nil: as the site's block says (off there).
+	Ask *bool `json:"ask,omitempty"`
 	// TrustCA lists PEM files of extra roots that upstream TLS of intercepted hosts is
 	// verified with, on top of the system's.
 	TrustCA []string `json:"trust_ca,omitempty"`

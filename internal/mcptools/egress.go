@@ -14,6 +14,9 @@ type Egress struct {
 	Hosts string
 	// Offline says the proxy cannot run (the agent does not), so nothing is reachable.
 	Offline bool
+	// Ask says other hosts are put to the person (egress { ask }), when their client
+	// answers questions.
+	Ask bool
 }
 
 // offline reports whether the sandbox reaches no host at all.
@@ -31,8 +34,13 @@ func networkText(networkMode string, e *Egress) string {
 		return " It can reach the network; packages you install persist."
 	case e == nil || e.Offline:
 		return " It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed."
+	case e.Hosts == "" && e.Ask:
+		return " The operator allows no host outright, through the proxy its environment names (HTTP_PROXY): a connection to any host waits while the user is asked whether to allow it (if their client can be asked), else gets 403; packages you install persist."
 	case e.Hosts == "":
 		return " It has no network: the operator allows no host, so use what is installed."
+	case e.Ask:
+		return " It reaches these hosts, through the proxy its environment names (HTTP_PROXY): " + e.Hosts +
+			". A connection to another host waits while the user is asked whether to allow it (if their client can be asked), else gets 403; packages you install persist."
 	}
 	return " It reaches only these hosts, through the proxy its environment names (HTTP_PROXY): " + e.Hosts +
 		". Others get 403; packages you install persist."
@@ -47,6 +55,9 @@ func blockedNote(box Box, job string) string {
 	list := box.Blocked(job)
 	if len(list) == 0 {
 		return ""
+	}
+	if e := box.Egress(); e != nil && e.Ask {
+		return "\n[blocked: " + strings.Join(list, ", ") + "; the user is asked about other hosts only while a call waits for the command (execute, job_output) and their client supports elicitation: run it again and wait for it to be asked, or ask the user to have the operator allow the host]"
 	}
 	return "\n[blocked: " + strings.Join(list, ", ") + "; only the hosts in execute's description are reachable]"
 }

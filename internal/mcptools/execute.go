@@ -179,6 +179,13 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	}
 	command := in.Command
 
+	var untrack []func()
+	defer func() {
+		for _, f := range untrack {
+			f()
+		}
+	}()
+	opts.OnStart = func(job string) { untrack = append(untrack, s.calls.track(ctx, job, command)) }
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()

@@ -152,7 +152,9 @@ func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) 
 // progress keep-alive while it waits. waitNote is the note of a wait cut short.
 func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
+	untrack := s.calls.track(ctx, id, "") // a call that waits for the job carries its questions too
 	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
+	untrack()
 	prog.stop()
 	if err != nil && res == nil {
 		return jobError(box, err, id, c.tool), nil

@@ -126,6 +126,7 @@ type Tools struct {
 	opts   Options
 	tasks  *taskStore
 	server *server.MCPServer
+	calls  calls
 }
 
 // serverInstructions are the same for every sandbox; what depends on its settings

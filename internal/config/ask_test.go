@@ -1,0 +1,26 @@
+package config
+
+import "testing"
+
+// A person's `ask` wins over the site's; without an egress block nothing is asked.
+func TestEgressAsk(t *testing.T) {
+	on, off := true, false
+	s := &Settings{Egress: &EgressConfig{Ask: &on}, People: []Person{
+		{Name: "alice", Egress: &EgressConfig{Ask: &off}},
+		{Name: "bob", Egress: &EgressConfig{Allow: []string{"b.example"}}},
+		{Name: "carol"},
+	}}
+	for person, want := range map[string]bool{"": true, "alice": false, "bob": true, "carol": true} {
+		if got := s.EgressAsk(person); got != want {
+			t.Errorf("EgressAsk(%q) = %v, want %v", person, got, want)
+		}
+	}
+	s.Egress.Ask = nil
+	s.People[0].Egress.Ask = &on
+	if s.EgressAsk("") || !s.EgressAsk("alice") || s.EgressAsk("bob") {
+		t.Error("ask is off unless a block says so")
+	}
+	if (&Settings{}).EgressAsk("") {
+		t.Error("asked without an egress block")
+	}
+}
