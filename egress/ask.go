@@ -113,6 +113,9 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 	if set == nil || r.Reason != ReasonNotAllowed {
 		return r
 	}
+	if pol := g.policy.Load(); pol == nil || !pol.Askable(r.Host) {
+		return r
+	}
 	person := g.personName()
 	if set.approvals != nil && set.approvals.Approved(person, r.Host, r.Port) {
 		return nil

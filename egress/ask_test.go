@@ -237,3 +237,23 @@ func TestProxyAsks(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestAskableMapped: a name mapped to an inside address is put to the person only when
+// the sandbox's own block mapped it; public names and mappings to public addresses are.
+func TestAskableMapped(t *testing.T) {
+	pol, err := Compile(Rules{
+		Hosts:     map[string]string{"site.test": "127.0.0.1", "own.test": "10.1.2.3", "public.test": "8.8.8.8"},
+		AskMapped: []string{"OWN.test."},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]bool{
+		"site.test": false, "SITE.test": false, "own.test": true, "public.test": true,
+		"example.com": true, "bad..name": false,
+	} {
+		if got := pol.Askable(host); got != want {
+			t.Errorf("Askable(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

@@ -37,6 +37,11 @@ type Rules struct {
 	// Hosts maps names to addresses instead of DNS. A mapped address may be private or
 	// loopback: naming it here is how an operator opens it on purpose.
 	Hosts map[string]string
+	// AskMapped names the names of Hosts that may be put to the person (`ask`) when
+	// they map to a private, local or own address and no allow entry names them: those
+	// of the sandbox's own block. A site-wide mapping that only some people's blocks
+	// allow stays closed to the others, whatever they answer.
+	AskMapped []string
 	// Credentials are added to requests that match their URL prefix.
 	Credentials []Credential
 }
@@ -63,6 +68,7 @@ func (r Rules) Merge(more Rules) Rules {
 		Deny:        append(slices.Clone(r.Deny), more.Deny...),
 		Credentials: append(slices.Clone(more.Credentials), r.Credentials...),
 		Hosts:       map[string]string{},
+		AskMapped:   append(slices.Clone(r.AskMapped), more.AskMapped...),
 	}
 	for k, v := range r.Hosts {
 		out.Hosts[k] = v
@@ -78,6 +84,7 @@ func (r Rules) Merge(more Rules) Rules {
 type Policy struct {
 	allow, deny []pattern
 	hosts       map[string]netip.Addr
+	askMapped   map[string]bool // names of hosts that may be asked about though mapped inside
 	creds       []credential
 }
 
@@ -105,7 +112,12 @@ var DefaultPorts = []int{80, 443}
 // entry. A credential for a host the allow list does not reach is an error.
 func Compile(r Rules) (*Policy, error) {
 	var errs []error
-	p := &Policy{hosts: map[string]netip.Addr{}}
+	p := &Policy{hosts: map[string]netip.Addr{}, askMapped: map[string]bool{}}
+	for _, name := range r.AskMapped {
+		if h, err := NormalizeHost(name); err == nil {
+			p.askMapped[h] = true
+		}
+	}
 	for _, s := range r.Allow {
 		pt, err := parsePattern(s)
 		if err != nil {
@@ -417,6 +429,22 @@ func (p *Policy) Summary() string {
 		return strings.Join(out, ", ") + " (except " + strings.Join(d, ", ") + ")"
 	}
 	return strings.Join(out, ", ")
+}
+
+// Askable says whether a refusal of host as not allowed may be put to the person: not
+// for a name a host rule maps to a private, local or own address, unless the sandbox's
+// own block mapped it (Rules.AskMapped). An answer must not open an inside address the
+// operator mapped for other people.
+func (p *Policy) Askable(host string) bool {
+	h, err := NormalizeHost(host)
+	if err != nil {
+		return false
+	}
+	a, ok := p.hosts[h]
+	if !ok || Public(a) && !ownAddr(a) {
+		return true
+	}
+	return p.askMapped[h]
 }
 
 // Mapped returns the address a host rule gives name, if any.

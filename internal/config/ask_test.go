@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A person's `ask` wins over the site's; without an egress block nothing is asked.
 func TestEgressAsk(t *testing.T) {
@@ -22,5 +25,20 @@ func TestEgressAsk(t *testing.T) {
 	}
 	if (&Settings{}).EgressAsk("") {
 		t.Error("asked without an egress block")
+	}
+}
+
+// Only the sandbox's own block's host mappings may be asked about: the site's for the
+// operator's sandbox, the person's for a person's, never the site's for a person.
+func TestEgressAskMapped(t *testing.T) {
+	s := &Settings{Egress: &EgressConfig{Hosts: map[string]string{"internal.test": "10.0.0.5"}}, People: []Person{
+		{Name: "alice", Egress: &EgressConfig{Hosts: map[string]string{"alice.test": "10.0.0.6"}}},
+		{Name: "bob"},
+	}}
+	for person, want := range map[string]string{"": "internal.test", "alice": "alice.test", "bob": ""} {
+		got := strings.Join(s.EgressRules(person).AskMapped, ",")
+		if got != want {
+			t.Errorf("EgressRules(%q).AskMapped = %q, want %q", person, got, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,9 +106,17 @@ func (s *Settings) PeopleKeys() map[string]string {
 // the person's own layered on. It needs the site's egress block.
 func (s *Settings) EgressRules(person string) egress.Rules {
 	r := s.Egress.Rules()
-	if p := s.Person(person); p != nil && p.Egress != nil {
-		r = r.Merge(p.Egress.Rules())
+	own := s.Egress.Hosts
+	if p := s.Person(person); p != nil {
+		own = nil
+		if p.Egress != nil {
+			r = r.Merge(p.Egress.Rules())
+			own = p.Egress.Hosts
+		}
 	}
+	// Only the sandbox's own block's mappings to inside addresses may be put to the
+	// person: a site-wide one that some people's blocks allow stays closed to the rest.
+	r.AskMapped = slices.Sorted(maps.Keys(own))
 	return r
 }
 
