@@ -51,7 +51,10 @@ func TestEgressNeverReadingThroughCaddy(t *testing.T) {
 
 	// The 80th connection is beyond the proxy's cap but within what the agent carries
 	// (agentwire.MaxAgentStreams): the proxy itself answers it.
-	script := fmt.Sprintf(`trap "" PIPE; for i in $(seq 200); do exec {fd}<>/dev/tcp/127.0.0.1/3128 || exit 1; [ $i = 80 ] && late=$fd; printf 'GET http://endless.test:%s/ HTTP/1.1\r\nHost: endless.test\r\n\r\n' >&$fd 2>/dev/null; done; sleep 3; timeout 5 head -c 400 <&$late >/tmp/last.txt; sleep 170`, port)
+	// The late one opens only once the test has seen the proxy serve its cap: opened
+	// among the first, it could be served before earlier ones were counted.
+	req := fmt.Sprintf(`printf 'GET http://endless.test:%s/ HTTP/1.1\r\nHost: endless.test\r\n\r\n'`, port)
+	script := `trap "" PIPE; for i in $(seq 79); do exec {fd}<>/dev/tcp/127.0.0.1/3128 || exit 1; ` + req + ` >&$fd 2>/dev/null; done; while [ ! -e /tmp/go ]; do sleep 0.1; done; exec {late}<>/dev/tcp/127.0.0.1/3128; ` + req + ` >&$late 2>/dev/null; timeout 5 head -c 400 <&$late >/tmp/last.txt; sleep 170`
 	out := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{"command": "setsid nohup bash -c '" + strings.ReplaceAll(script, "'", `'\''`) + "' >/dev/null 2>&1 & echo started"}))
 	if out["stdout"] != "started\n" {
 		t.Fatalf("%v", out)
@@ -69,9 +72,8 @@ func TestEgressNeverReadingThroughCaddy(t *testing.T) {
 	if n := active.Load(); n > 64 {
 		t.Fatalf("%d connections served beyond the cap", n)
 	}
-	// A connection beyond the cap was told so.
-	time.Sleep(3 * time.Second)
-	last := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{"command": "cat /tmp/last.txt"}))["stdout"].(string)
+	// A connection beyond the cap is told so.
+	last := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{"command": "touch /tmp/go; for i in $(seq 100); do [ -s /tmp/last.txt ] && sleep 0.5 && break; sleep 0.1; done; cat /tmp/last.txt"}))["stdout"].(string)
 	if !strings.HasPrefix(last, "HTTP/1.1 503 ") || !strings.Contains(last, "64 connections open through the egress proxy") {
 		t.Fatalf("beyond the cap: %q", last)
 	}
