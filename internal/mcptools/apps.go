@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -29,10 +30,32 @@ const (
 )
 
 // appsFS holds the apps: each one self-contained HTML (script and style inline, no
-// requests but the ones its CSP allows).
+// requests but the ones its CSP allows), and the host bridge both inline.
 //
-//go:embed apps/*.html
+//go:embed apps/*.html apps/bridge.js
 var appsFS embed.FS
+
+// appHTML is an app's page with the bridge put in place of its `// {{bridge}}` line.
+func appHTML(file string) string {
+	page, err := appsFS.ReadFile(file)
+	if err != nil {
+		panic(err)
+	}
+	bridge, err := appsFS.ReadFile("apps/bridge.js")
+	if err != nil {
+		panic(err)
+	}
+	if !strings.Contains(string(page), "// {{bridge}}\n") {
+		panic(file + " has no place for the bridge")
+	}
+	return strings.Replace(string(page), "// {{bridge}}\n", string(bridge), 1)
+}
+
+// appPages are the apps' pages, made once.
+var appPages = map[string]string{
+	uploadAppURI:  appHTML("apps/upload.html"),
+	previewAppURI: appHTML("apps/preview.html"),
+}
 
 // appOf is the app of each tool that has one.
 var appOf = map[string]string{
@@ -70,11 +93,11 @@ func withApp(t mcp.Tool) mcp.Tool {
 func (s *Tools) addApps(m *server.MCPServer) {
 	m.AddResource(mcp.NewResource(uploadAppURI, "Upload files",
 		mcp.WithResourceDescription("Upload form for an upload_link result."), mcp.WithMIMEType(appMIME)),
-		s.readApp(uploadAppURI, "apps/upload.html"))
+		s.readApp(uploadAppURI))
 	if s.opts.Previews != nil {
 		m.AddResource(mcp.NewResource(previewAppURI, "Preview",
 			mcp.WithResourceDescription("Live view of an expose_port preview."), mcp.WithMIMEType(appMIME)),
-			s.readApp(previewAppURI, "apps/preview.html"))
+			s.readApp(previewAppURI))
 	}
 }
 
@@ -84,14 +107,10 @@ var errNoApps = errors.New("this resource is an MCP App: declare the " + uiExten
 // readApp answers resources/read of one app, with the content security policy its
 // host applies: the upload app talks to this site only, the preview app frames the
 // previews' origins only.
-func (s *Tools) readApp(uri, file string) server.ResourceHandlerFunc {
+func (s *Tools) readApp(uri string) server.ResourceHandlerFunc {
 	return func(ctx context.Context, _ mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		if !rendersApps(ctx) {
 			return nil, errNoApps
-		}
-		html, err := appsFS.ReadFile(file)
-		if err != nil {
-			return nil, err
 		}
 		origin := CallerFrom(ctx).Origin
 		csp := map[string]any{}
@@ -102,7 +121,7 @@ func (s *Tools) readApp(uri, file string) server.ResourceHandlerFunc {
 			csp["frameDomains"] = []string{s.opts.Previews.FrameDomain(origin)}
 		}
 		return []mcp.ResourceContents{mcp.TextResourceContents{
-			URI: uri, MIMEType: appMIME, Text: string(html),
+			URI: uri, MIMEType: appMIME, Text: appPages[uri],
 			Meta: map[string]any{"ui": map[string]any{"csp": csp, "prefersBorder": true}},
 		}}, nil
 	}
