@@ -33,12 +33,7 @@ func checkpointImages(t *testing.T, cli Engine, id string) []string {
 // (restored) loses its tag at once; once the sandbox no longer runs from it (another
 // restore), its image and layers go too instead of staying as a dangling image.
 func TestDeletedCheckpointInUseGoes(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo sys > /etc/marker", boxapi.ExecOptions{})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -85,12 +80,7 @@ func TestDeletedCheckpointInUseGoes(t *testing.T) {
 // /sandbox of many files and a tiny bound) ends: the checkpoint fails saying what to
 // do, the sandbox runs again (not left paused) and nothing of it stays on the engine.
 func TestCheckpointCopyBounded(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "mkdir /sandbox/many && cd /sandbox/many && seq 1 50000 | xargs touch", boxapi.ExecOptions{Timeout: 2 * time.Minute})
 	defer func(d time.Duration) { copierTimeout = d }(copierTimeout)
 	copierTimeout = 300 * time.Millisecond
@@ -126,12 +116,7 @@ func TestCheckpointCopyBounded(t *testing.T) {
 // gigabytes, or terabytes, outside every limit of the sandbox. A system past
 // checkpointMaxSystem is refused before anything is copied, saying what to do.
 func TestCheckpointSystemBounded(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "mkdir -p /opt && truncate -s 2G /opt/sparse", boxapi.ExecOptions{})
 	defer func(n int64) { checkpointMaxSystem = n }(checkpointMaxSystem)
 	checkpointMaxSystem = 1 << 30
@@ -166,12 +151,7 @@ func TestCheckpointSystemBounded(t *testing.T) {
 // while a restore copies /sandbox leaves the restore's copying container alone: the
 // sweep of what failed checkpoints left must not take it for a leftover.
 func TestListDuringRestore(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -213,12 +193,7 @@ func TestListDuringRestore(t *testing.T) {
 // TestRestoreCopyBounded: a restore whose copy runs past copierTimeout fails before
 // anything of /sandbox is replaced, and the sandbox is as it was.
 func TestRestoreCopyBounded(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo saved > /sandbox/f && mkdir /sandbox/many && cd /sandbox/many && seq 1 50000 | xargs touch", boxapi.ExecOptions{Timeout: 2 * time.Minute})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -240,33 +215,8 @@ func TestRestoreCopyBounded(t *testing.T) {
 // checkpoint holds the container paused waits for the checkpoint, which saves one
 // moment of the sandbox, and then stops it.
 func TestStopDuringCheckpoint(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
-	saved := make(chan time.Time, 1)
-	go func() {
-		res, err := sb.Checkpoint(ctx, "", 0)
-		if err != nil {
-			t.Error(err)
-		} else {
-			t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
-		}
-		saved <- time.Now()
-	}()
-	for {
-		info, err := cli.ContainerInspect(ctx, cfg.Container)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Paused {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
+	saved := checkpointPaused(t, ctx, cli, cfg, sb)
 	if err := sb.Stop(ctx, "operator"); err != nil {
 		t.Fatal(err)
 	}
@@ -284,12 +234,7 @@ func TestStopDuringCheckpoint(t *testing.T) {
 // the console while a restore began, or by hand) is not restored: Docker would make
 // an empty volume under the name for the copy, and /sandbox would come back empty.
 func TestRestoreWithoutItsCopy(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo saved > /sandbox/f", boxapi.ExecOptions{})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -316,12 +261,7 @@ func TestRestoreWithoutItsCopy(t *testing.T) {
 // TestPausedLeftIsResumed: a container a checkpoint left paused (Caddy stopped or
 // crashed mid-copy) runs again at the next command of a new process's Sandbox.
 func TestPausedLeftIsResumed(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	cli, cfg, sb, ctx := noAgentSandbox(t, 2*time.Minute)
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	if err := cli.ContainerPause(ctx, cfg.Container); err != nil {
 		t.Fatal(err)
@@ -380,12 +320,7 @@ func TestSweepLeftovers(t *testing.T) {
 // checkpoint's labels, and so does an image someone commits from it by hand; the
 // sweep of deleted checkpoints' images must leave that image alone.
 func TestHandCommitOfRestoredKept(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo sys > /etc/marker", boxapi.ExecOptions{})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {

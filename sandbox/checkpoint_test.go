@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
@@ -128,33 +129,8 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 // container paused waits for it (even as its own Docker exec, which fails on a paused
 // container and repairs through Ensure) instead of unpausing it halfway.
 func TestCheckpointHoldsCommands(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
-	saved := make(chan time.Time, 1)
-	go func() {
-		res, err := sb.Checkpoint(ctx, "", 0)
-		if err != nil {
-			t.Error(err)
-		} else {
-			t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
-		}
-		saved <- time.Now()
-	}()
-	for {
-		info, err := cli.ContainerInspect(ctx, cfg.Container)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Paused {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
+	saved := checkpointPaused(t, ctx, cli, cfg, sb)
 	sb.invalidate() // the next command asks Docker, as one would after readyTrust
 	r := mustExec(t, sb, "echo ran", boxapi.ExecOptions{})
 	ran := time.Now()
@@ -168,12 +144,7 @@ func TestCheckpointHoldsCommands(t *testing.T) {
 // wait for the restored one; none makes a container of its own under the name, which
 // would fail the restore.
 func TestRestoreWithCommands(t *testing.T) {
-	cli := dockerClient(t)
-	cfg := testConfig(t)
-	cfg.NoAgent = true
-	sb := newTestSandbox(t, cli, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=200 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -205,5 +176,45 @@ func TestRestoreWithCommands(t *testing.T) {
 	}
 	if r := mustExec(t, sb, "cat /sandbox/f", boxapi.ExecOptions{}); r.Stdout != "saved\n" {
 		t.Errorf("after the restore: %q", r.Stdout)
+	}
+}
+
+// noAgentSandbox is a test sandbox on Docker's exec (no agent) and a context that ends
+// after timeout, or with the test.
+func noAgentSandbox(t *testing.T, timeout time.Duration) (*client.Client, Config, *Sandbox, context.Context) {
+	t.Helper()
+	cli := dockerClient(t)
+	cfg := testConfig(t)
+	cfg.NoAgent = true
+	sb := newTestSandbox(t, cli, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return cli, cfg, sb, ctx
+}
+
+// checkpointPaused starts a checkpoint of a sandbox holding 300 MB in /sandbox and
+// returns once it holds the container paused; saved gets the moment it ended.
+func checkpointPaused(t *testing.T, ctx context.Context, cli *client.Client, cfg Config, sb *Sandbox) <-chan time.Time {
+	t.Helper()
+	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
+	saved := make(chan time.Time, 1)
+	go func() {
+		res, err := sb.Checkpoint(ctx, "", 0)
+		if err != nil {
+			t.Error(err)
+		} else {
+			t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+		}
+		saved <- time.Now()
+	}()
+	for {
+		info, err := cli.ContainerInspect(ctx, cfg.Container)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Paused {
+			return saved
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
