@@ -3,7 +3,6 @@ package mcpsandbox
 import (
 	"context"
 
-	"github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
@@ -42,7 +41,7 @@ func pooledSandboxes() []metrics.Sandbox {
 
 // engineStates is a Docker engine as the sandboxes gauge asks it.
 type engineStates struct {
-	cli  *client.Client
+	cli  sandbox.API
 	name string
 }
 

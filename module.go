@@ -175,7 +175,7 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
 		newClient := fleet.Engine.NewClient
 		if eng.Name == "" {
-			newClient = func(e fleet.Engine) (*client.Client, error) { return newDockerClient(e.Host) }
+			newClient = func(e fleet.Engine) (sandbox.API, error) { return newDockerClient(e.Host) }
 		}
 		cli, err := newClient(eng)
 		if err != nil {

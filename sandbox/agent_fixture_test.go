@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
@@ -53,7 +52,7 @@ func noexecContainer(t *testing.T) string {
 
 // containerExec runs cmd in the container straight through the engine (no Sandbox)
 // and returns its stdout and stderr together and its exit code.
-func containerExec(t *testing.T, cli client.APIClient, name string, cmd ...string) (string, int) {
+func containerExec(t *testing.T, cli API, name string, cmd ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

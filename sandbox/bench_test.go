@@ -28,7 +28,7 @@ func benchSandbox(b *testing.B) (*Sandbox, *client.Client) {
 }
 
 // rawExec is the baseline: the bare Docker calls for `bash -c true`, nothing else.
-func rawExec(ctx context.Context, cli client.APIClient, name string) error {
+func rawExec(ctx context.Context, cli API, name string) error {
 	resp, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{
 		AttachStdout: true, AttachStderr: true, Cmd: []string{"bash", "-c", "true"},
 	})

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/docker/docker/api/types/build"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/jsonmessage"
 )
 
@@ -19,7 +18,7 @@ import (
 // Dockerfile, through the Docker API. Each line of the build's output is passed to
 // onLine (which may be nil) as it arrives. It uses the classic builder, which needs no
 // frontend image from a registry.
-func BuildImage(ctx context.Context, cli client.APIClient, tag string, dockerfile []byte, onLine func(string)) error {
+func BuildImage(ctx context.Context, cli API, tag string, dockerfile []byte, onLine func(string)) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {

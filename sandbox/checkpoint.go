@@ -341,7 +341,7 @@ func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
 	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, s.log)
 }
 
-func removeCheckpoint(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
+func removeCheckpoint(ctx context.Context, cli API, of, id string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	removeCopier(ctx, cli, of, id, log)
@@ -364,7 +364,7 @@ func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint)
 // engine restarted while one was made) left of the sandboxes whose container names
 // belongs accepts, as each sandbox's own listing does: copy volumes without their
 // image, copying containers, and images of deleted checkpoints no longer in use.
-func SweepLeftovers(ctx context.Context, cli client.APIClient, belongs func(container string) bool, log *zap.Logger) error {
+func SweepLeftovers(ctx context.Context, cli API, belongs func(container string) bool, log *zap.Logger) error {
 	all, err := Checkpoints(ctx, cli)
 	if err != nil {
 		return err
@@ -374,7 +374,7 @@ func SweepLeftovers(ctx context.Context, cli client.APIClient, belongs func(cont
 }
 
 // sweepLeftovers is SweepLeftovers with the checkpoints listed (all of the engine).
-func sweepLeftovers(ctx context.Context, cli client.APIClient, all []boxapi.Checkpoint, belongs func(container string) bool, log *zap.Logger) {
+func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belongs func(container string) bool, log *zap.Logger) {
 	have := map[string]bool{}
 	for _, c := range all {
 		have[c.ID] = true
@@ -453,7 +453,7 @@ func (s *Sandbox) removeCopier(ctx context.Context, id string) {
 	removeCopier(ctx, s.cli, s.cfg.Container, id, s.log)
 }
 
-func removeCopier(ctx context.Context, cli client.APIClient, of, id string, log *zap.Logger) {
+func removeCopier(ctx context.Context, cli API, of, id string, log *zap.Logger) {
 	err := cli.ContainerRemove(ctx, copierName(of, id), container.RemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))

@@ -8,12 +8,11 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 )
 
 // Count is how many sandbox containers, running or stopped, an engine holds.
-func Count(ctx context.Context, cli client.APIClient) (int, error) {
+func Count(ctx context.Context, cli API) (int, error) {
 	list, err := cli.ContainerList(ctx, container.ListOptions{
 		All: true, Filters: filters.NewArgs(filters.Arg("label", labelVolume)),
 	})
@@ -21,7 +20,7 @@ func Count(ctx context.Context, cli client.APIClient) (int, error) {
 }
 
 // Exists reports whether an engine has a container named name.
-func Exists(ctx context.Context, cli client.APIClient, name string) (bool, error) {
+func Exists(ctx context.Context, cli API, name string) (bool, error) {
 	_, err := cli.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return false, nil
@@ -38,7 +37,7 @@ type Container struct {
 }
 
 // Containers lists the sandbox containers, running or stopped, an engine holds.
-func Containers(ctx context.Context, cli client.APIClient) ([]Container, error) {
+func Containers(ctx context.Context, cli API) ([]Container, error) {
 	// Filtered here, not by the engine: a filter makes the client read its API
 	// version unlocked, which races with a negotiation under way on a shared client.
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})

@@ -84,7 +84,7 @@ func withAndWithoutAgent(t *testing.T, f func(t *testing.T, cfg Config)) {
 }
 
 // newTestSandbox makes a sandbox whose container and volume are removed after the test.
-func newTestSandbox(tb testing.TB, cli client.APIClient, cfg Config) *Sandbox {
+func newTestSandbox(tb testing.TB, cli API, cfg Config) *Sandbox {
 	tb.Helper()
 	var logger *zap.Logger
 	if t, ok := tb.(*testing.T); ok {
@@ -101,7 +101,7 @@ func newTestSandbox(tb testing.TB, cli client.APIClient, cfg Config) *Sandbox {
 	return sb
 }
 
-func removeSandbox(tb testing.TB, cli client.APIClient, cfg Config) {
+func removeSandbox(tb testing.TB, cli API, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil && !strings.Contains(err.Error(), "No such container") {

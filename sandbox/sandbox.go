@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
@@ -240,7 +239,7 @@ func ParseMemory(s string) (int64, error) {
 
 // Sandbox is one persistent container. Its methods are safe for concurrent use.
 type Sandbox struct {
-	cli client.APIClient
+	cli API
 	cfg Config
 	log *zap.Logger
 
@@ -284,7 +283,7 @@ type Sandbox struct {
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
 // while configuration is only being checked. A nil logger discards logs.
-func New(cli client.APIClient, cfg Config, logger *zap.Logger) (*Sandbox, error) {
+func New(cli API, cfg Config, logger *zap.Logger) (*Sandbox, error) {
 	if cli == nil {
 		return nil, errors.New("creating sandbox: nil Docker client")
 	}

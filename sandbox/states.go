@@ -6,12 +6,11 @@ import (
 	"strings"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 )
 
 // States gives the state (running, exited, created, ...) of the named containers an
 // engine holds; a name it does not hold is absent from the map.
-func States(ctx context.Context, cli client.APIClient, names []string) (map[string]string, error) {
+func States(ctx context.Context, cli API, names []string) (map[string]string, error) {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = true

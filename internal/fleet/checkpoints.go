@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -75,7 +74,7 @@ func (f *Fleet) Engines() []Engine {
 
 // EngineClient is a client of the engine named name ("" without engine lines) and the
 // function that closes it.
-func (f *Fleet) EngineClient(name string) (*client.Client, func(), error) {
+func (f *Fleet) EngineClient(name string) (sandbox.API, func(), error) {
 	for _, e := range f.o.Engines {
 		if e.Name == name {
 			return f.engineClient(e)

@@ -17,7 +17,7 @@ import (
 
 // dockerPool hands out entries on the local engine, one client each, and removes
 // their containers and volumes when the test ends.
-func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() error, error), *client.Client) {
+func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() error, error), sandbox.API) {
 	cli := testenv.DockerClient(t)
 	entries := map[string]*Entry{}
 	acquire := func(eng Engine, cfg sandbox.Config) (*Entry, func() error, error) {
@@ -52,7 +52,7 @@ func dockerBase() sandbox.Config {
 	return cfg
 }
 
-func running(t *testing.T, cli *client.Client, name string) bool {
+func running(t *testing.T, cli sandbox.API, name string) bool {
 	info, err := cli.ContainerInspect(context.Background(), name)
 	return err == nil && info.State != nil && info.State.Running
 }

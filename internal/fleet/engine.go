@@ -6,6 +6,8 @@ import (
 	"regexp"
 
 	"github.com/docker/docker/client"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // Engine is one Docker engine the sandboxes are placed on (an `engine` line).
@@ -70,7 +72,7 @@ func ValidateEngines(engines []Engine) error {
 // NewClient makes a client for a named engine. Unlike the default engine's, it takes
 // nothing from the environment (DOCKER_CERT_PATH would apply to every engine). It
 // reads the TLS files and does no other I/O.
-func (e Engine) NewClient() (*client.Client, error) {
+func (e Engine) NewClient() (sandbox.API, error) {
 	opts := []client.Opt{client.WithHost(e.Host), client.WithAPIVersionNegotiation()}
 	if e.tls() {
 		opts = append(opts, client.WithTLSClientConfig(e.TLSCA, e.TLSCert, e.TLSKey))

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
@@ -19,7 +18,7 @@ import (
 // it: everything that runs for the sandbox ends in Destruct.
 type Entry struct {
 	sb      *sandbox.Sandbox
-	cli     *client.Client
+	cli     sandbox.API
 	engine  Engine // the engine the container is on (no name: the default engine)
 	logger  *zap.Logger
 	facts   facts.Cache // what is installed in the container, detected once
@@ -50,7 +49,7 @@ type Sidecar interface {
 // EntryOptions are what an Entry is made of.
 type EntryOptions struct {
 	Sandbox *sandbox.Sandbox
-	Client  *client.Client // closed by Destruct
+	Client  sandbox.API // closed by Destruct
 	Engine  Engine
 	Logger  *zap.Logger
 	// Sidecar, when not nil, is started and ended with the entry's loops.
@@ -76,7 +75,7 @@ func NewEntry(o EntryOptions) *Entry {
 func (e *Entry) Sandbox() *sandbox.Sandbox { return e.sb }
 
 // Client is the client of the engine the sandbox is on.
-func (e *Entry) Client() *client.Client { return e.cli }
+func (e *Entry) Client() sandbox.API { return e.cli }
 
 // Engine is the engine the sandbox is on; no name: the default engine.
 func (e *Entry) Engine() Engine { return e.engine }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -77,7 +76,7 @@ func (f *Fleet) Existing(ctx context.Context) []Existing {
 
 // engineClient is a client of eng and the function that closes it: the operator's own
 // for the engine of the operator's sandbox.
-func (f *Fleet) engineClient(eng Engine) (*client.Client, func(), error) {
+func (f *Fleet) engineClient(eng Engine) (sandbox.API, func(), error) {
 	if eng.Name == "" || (len(f.o.Engines) > 0 && eng == f.o.Engines[0]) {
 		return f.operator.cli, func() {}, nil
 	}

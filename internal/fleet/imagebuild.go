@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
@@ -75,7 +74,7 @@ func (e *Entry) ImageBuild() (started, done bool, err error) {
 // startImageBuild returns the entry's build of image, starting one unless one is
 // running, has succeeded, or failed recently. The build runs under the entry's context,
 // so Destruct (the last config letting go of the sandbox) stops it and waits for it.
-func (e *Entry) startImageBuild(cli client.APIClient, image string, dockerfile []byte) *imageBuild {
+func (e *Entry) startImageBuild(cli sandbox.API, image string, dockerfile []byte) *imageBuild {
 	e.buildMu.Lock()
 	defer e.buildMu.Unlock()
 	if b := e.build; b != nil {
