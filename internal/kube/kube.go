@@ -1,0 +1,168 @@
+// Package kube is the Kubernetes engine: it answers the Docker Engine API calls the
+// sandbox package makes (sandbox.API) with pods, PersistentVolumeClaims and
+// NetworkPolicies in one namespace, through the API server only. A container is a
+// ConfigMap that records its settings (Docker's "created" container) and, while it
+// runs, a pod of the same name; stopping it deletes the pod and keeps the claim, so
+// the next start brings the files back. Commands run through the pods/exec
+// subresource, as client-go's remotecommand does (WebSocket, SPDY as a fallback).
+//
+// The package never connects to a pod's address. Calls it cannot serve (checkpoints,
+// image builds) return an error for which errdefs.IsNotImplemented is true, saying so.
+//
+//	cli, err := kube.New(kube.Config{Name: "cluster", Kubeconfig: "/etc/kube/config", Namespace: "sandboxes"})
+//	sb, err := sandbox.New(cli, cfg, logger)
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/system"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	netv1 "k8s.io/client-go/kubernetes/typed/networking/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config is one `engine NAME kubernetes { ... }` block.
+type Config struct {
+	// Name is the engine's name (the engine line's).
+	Name string
+	// Kubeconfig is the kubeconfig file; "" uses the in-cluster configuration (Caddy
+	// running in a pod with a service account).
+	Kubeconfig string
+	// Context is the kubeconfig context to use; "" its current one.
+	Context string
+	// Namespace is where the pods, claims, config maps and network policies go.
+	Namespace string
+	// StorageClass is the claims' storage class; "" the cluster's default.
+	StorageClass string
+	// VolumeSize is the size each claim requests, in bytes; 0: DefaultVolumeSize.
+	VolumeSize int64
+	// PullPolicy is the pods' imagePullPolicy: Always, IfNotPresent or Never; "":
+	// IfNotPresent.
+	PullPolicy string
+}
+
+// DefaultVolumeSize is the size a claim requests when the configuration names none.
+const DefaultVolumeSize = 10 << 30
+
+// DefaultNamespace is the namespace used when the configuration names none.
+const DefaultNamespace = "default"
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// Validate reports every problem of the configuration at once. It does no I/O.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Namespace != "" && !dnsLabel.MatchString(c.Namespace) {
+		errs = append(errs, fmt.Errorf("namespace %q is not a valid Kubernetes namespace (lower-case letters, digits and '-', at most 63)", c.Namespace))
+	}
+	if c.VolumeSize < 0 {
+		errs = append(errs, fmt.Errorf("volume_size %d is negative", c.VolumeSize))
+	}
+	switch c.PullPolicy {
+	case "", "Always", "IfNotPresent", "Never":
+	default:
+		errs = append(errs, fmt.Errorf("image_pull_policy %q: want Always, IfNotPresent or Never", c.PullPolicy))
+	}
+	return errors.Join(errs...)
+}
+
+// Client is a Kubernetes engine. Its methods are safe for concurrent use.
+type Client struct {
+	cfg   Config
+	rest  *rest.Config
+	core  corev1.CoreV1Interface
+	net   netv1.NetworkingV1Interface
+	ns    string
+	host  string    // DaemonHost: kubernetes://<API server host>/<namespace>
+	execs execTable // the exec sessions made by ContainerExecCreate (exec.go)
+}
+
+// New makes a client for the engine. It reads the kubeconfig file and does no other
+// I/O: the API server is first asked on the first call.
+func New(c Config) (*Client, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("kubernetes engine %s: %w", c.Name, err)
+	}
+	var rc *rest.Config
+	var err error
+	if c.Kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes engine %s: no kubeconfig is set and Caddy is not running in a pod (%w); set kubeconfig PATH in the engine block", c.Name, err)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig}
+		over := &clientcmd.ConfigOverrides{CurrentContext: c.Context}
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, over).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes engine %s: reading kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
+		}
+	}
+	ns := c.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	rc.UserAgent = "caddy-mcp-sandbox"
+	core, err := corev1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes engine %s: %w", c.Name, err)
+	}
+	nc, err := netv1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes engine %s: %w", c.Name, err)
+	}
+	return &Client{cfg: c, rest: rc, core: core, net: nc, ns: ns, host: "kubernetes://" + hostOf(rc.Host) + "/" + ns}, nil
+}
+
+// hostOf is the host[:port] of the API server's URL.
+func hostOf(h string) string {
+	if u, err := url.Parse(h); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return h
+}
+
+// Close releases nothing: client-go keeps no connection that must be closed.
+func (c *Client) Close() error { return nil }
+
+// DaemonHost is kubernetes://<API server host>/<namespace>: never unix://, so the
+// sandbox package takes no path that needs the engine's files on this machine.
+func (c *Client) DaemonHost() string { return c.host }
+
+// ClientVersion is "" (no Docker API version is negotiated).
+func (c *Client) ClientVersion() string { return "" }
+
+// Dialer is refused: nothing may speak Docker's HTTP to the API server.
+func (c *Client) Dialer() func(context.Context) (net.Conn, error) {
+	return func(context.Context) (net.Conn, error) {
+		return nil, notImplemented("a raw connection to the engine")
+	}
+}
+
+// Ping asks the API server for its version.
+func (c *Client) Ping(ctx context.Context) (types.Ping, error) {
+	if err := c.core.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return types.Ping{}, c.wrap(err, "asking the API server")
+	}
+	return types.Ping{}, nil
+}
+
+// Info reports what the sandbox package asks of an engine: its CPU count (0: unknown,
+// which leaves a sandbox's cpus as configured; the cluster enforces its own limits).
+func (c *Client) Info(ctx context.Context) (system.Info, error) {
+	return system.Info{Name: c.host, OSType: "linux"}, nil
+}
+
+// notImplemented is the error of a call this engine does not serve.
+func notImplemented(what string) error {
+	return fmt.Errorf("%s is not supported on a Kubernetes engine: %w", what, cerrdefs.ErrNotImplemented)
+}
