@@ -158,7 +158,8 @@ func (a *App) addPruner(p pruner) {
 }
 
 // acquire returns the sandbox for cfg on the engine eng (the default engine, from
-// docker_host, when eng has no name), shared with any earlier config that uses the
+// docker_host, when eng has no name; a Kubernetes engine's client from its kubeconfig,
+// fleet.Engine.NewClient), shared with any earlier config that uses the
 // same container with the same settings, and the function that gives it back (the
 // entry is destructed when no config holds it any more). Two handlers of one config
 // that name the same container with different settings are a configuration error.
@@ -168,7 +169,7 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	if prev, ok := a.byName[cfg.Container]; ok && prev != cfg {
 		return nil, nil, fmt.Errorf("container %q is configured twice with different settings (%+v vs %+v); give each site its own container or the same settings", cfg.Container, prev, cfg)
 	}
-	if eng.Host == "" {
+	if eng.Host == "" && !eng.IsKubernetes() {
 		eng.Host = a.dockerHost()
 	}
 	key := fmt.Sprintf("%+v\x00%+v", eng, cfg)

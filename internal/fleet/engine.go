@@ -7,21 +7,77 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
-// Engine is one Docker engine the sandboxes are placed on (an `engine` line).
+// The kinds of engine.
+const (
+	KindDocker     = "docker"     // a Docker engine (the default)
+	KindKubernetes = "kubernetes" // a Kubernetes cluster's API server (internal/kube)
+)
+
+// Engine is one engine the sandboxes are placed on (an `engine` line): a Docker engine,
+// or a Kubernetes cluster, which then is the only engine and places the pods itself.
 type Engine struct {
 	// Name names the engine in the placement record and the container's label.
 	Name string `json:"name"`
-	// Host is the engine's address: unix:///var/run/docker.sock or tcp://host:2376.
-	Host string `json:"host"`
+	// Kind is "docker" or "kubernetes". Default: docker.
+	Kind string `json:"kind,omitempty"`
+	// Host is a Docker engine's address: unix:///var/run/docker.sock or
+	// tcp://host:2376. Empty for a Kubernetes engine.
+	Host string `json:"host,omitempty"`
 	// TLSCA, TLSCert and TLSKey are files as Docker's --tlscacert, --tlscert and
 	// --tlskey: the CA that signed the engine's certificate and the client's own
 	// certificate and key. Empty: no TLS.
 	TLSCA   string `json:"tls_ca,omitempty"`
 	TLSCert string `json:"tls_cert,omitempty"`
 	TLSKey  string `json:"tls_key,omitempty"`
+	// Kubernetes are a Kubernetes engine's settings (kind kubernetes only).
+	Kubernetes KubeEngine `json:"kubernetes,omitzero"`
+}
+
+// KubeEngine is how a Kubernetes engine reaches its cluster and what it asks of it
+// (kube.Config without the name). A plain value, so that an Engine compares and prints
+// the same across configuration reloads.
+type KubeEngine struct {
+	// Kubeconfig is the kubeconfig file. Empty: the in-cluster configuration (Caddy
+	// running in a pod, with its service account).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is the kubeconfig's context to use. Default: its current context.
+	Context string `json:"context,omitempty"`
+	// Namespace holds the sandboxes' pods, claims, config maps and network policies.
+	// Default: default.
+	Namespace string `json:"namespace,omitempty"`
+	// StorageClass is the storage class of the claims mounted at /sandbox. Default:
+	// the cluster's default storage class.
+	StorageClass string `json:"storage_class,omitempty"`
+	// VolumeSize is the size, in bytes, each claim requests. Default: 10 GiB.
+	VolumeSize int64 `json:"volume_size,omitempty"`
+	// ImagePullPolicy is the pods' imagePullPolicy: Always, IfNotPresent or Never.
+	// Default: IfNotPresent.
+	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
+}
+
+// IsKubernetes reports whether the engine is a Kubernetes cluster.
+func (e Engine) IsKubernetes() bool { return e.Kind == KindKubernetes }
+
+// KubeConfig is the kube.Config of a Kubernetes engine.
+func (e Engine) KubeConfig() kube.Config {
+	k := e.Kubernetes
+	return kube.Config{Name: e.Name, Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
+		StorageClass: k.StorageClass, VolumeSize: k.VolumeSize, PullPolicy: k.ImagePullPolicy}
+}
+
+// Kubernetes is the Kubernetes engine among engines: the only one when there is one
+// (ValidateEngines); ok false without.
+func Kubernetes(engines []Engine) (e Engine, ok bool) {
+	for _, e := range engines {
+		if e.IsKubernetes() {
+			return e, true
+		}
+	}
+	return Engine{}, false
 }
 
 // validName is what a person or an engine may be called: short, and safe in Docker
@@ -46,6 +102,26 @@ func ValidateEngines(engines []Engine) error {
 			errs = append(errs, fmt.Errorf("engine %q is named twice", e.Name))
 		}
 		seen[e.Name] = true
+		switch e.Kind {
+		case "", KindDocker:
+			if e.Kubernetes != (KubeEngine{}) {
+				errs = append(errs, fmt.Errorf("engine %s: kubernetes settings on a Docker engine; set kind kubernetes (`engine %s kubernetes { ... }`) or remove them", e.Name, e.Name))
+			}
+		case KindKubernetes:
+			if len(engines) > 1 {
+				errs = append(errs, fmt.Errorf("engine %s: a kubernetes engine must be the only engine line: the cluster places the sandboxes on its nodes; remove the other engine lines (their sandboxes stay on those Docker engines)", e.Name))
+			}
+			if e.Host != "" || e.tls() {
+				errs = append(errs, fmt.Errorf("engine %s: a kubernetes engine takes no address or tls_* settings; the kubeconfig says how to reach the API server", e.Name))
+			}
+			if err := e.KubeConfig().Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("engine %s: %w", e.Name, err))
+			}
+			continue
+		default:
+			errs = append(errs, fmt.Errorf("engine %s: kind %q: want docker or kubernetes", e.Name, e.Kind))
+			continue
+		}
 		u, err := client.ParseHostURL(e.Host)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("engine %s: address %q: %w", e.Name, e.Host, err))
@@ -69,10 +145,18 @@ func ValidateEngines(engines []Engine) error {
 	return errors.Join(errs...)
 }
 
-// NewClient makes a client for a named engine. Unlike the default engine's, it takes
-// nothing from the environment (DOCKER_CERT_PATH would apply to every engine). It
-// reads the TLS files and does no other I/O.
+// NewClient makes a client for a named engine: a Docker client, or for a Kubernetes
+// engine kube.New's. Unlike the default engine's, it takes nothing from the
+// environment (DOCKER_CERT_PATH would apply to every engine). It reads the TLS files
+// or the kubeconfig and does no other I/O.
 func (e Engine) NewClient() (sandbox.API, error) {
+	if e.IsKubernetes() {
+		cli, err := kube.New(e.KubeConfig())
+		if err != nil {
+			return nil, err
+		}
+		return cli, nil
+	}
 	opts := []client.Opt{client.WithHost(e.Host), client.WithAPIVersionNegotiation()}
 	if e.tls() {
 		opts = append(opts, client.WithTLSClientConfig(e.TLSCA, e.TLSCert, e.TLSKey))

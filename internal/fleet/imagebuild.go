@@ -35,8 +35,12 @@ type imageBuild struct {
 // ImageMissing answers a tool call or download that found the sandbox's image missing
 // on its engine: it starts the background build there from dockerfile when there is
 // one (nil: the image is not ours to build), and says what is happening and what to do.
+// Nothing is built for a Kubernetes engine: its nodes pull images from a registry.
 func (e *Entry) ImageMissing(dockerfile []byte) string {
 	image := e.sb.Config().Image
+	if e.engine.IsKubernetes() {
+		return fmt.Sprintf("The sandbox image %s is not available to the Kubernetes cluster's nodes. The server's operator must push it to a registry the nodes pull from (or import it into the nodes) and set image to that name; the plugin builds no image on a cluster.", image)
+	}
 	manual := sandbox.ImageBuildHint(image)
 	if dockerfile == nil {
 		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)

@@ -32,8 +32,12 @@ type placement struct {
 // place finds the engine of the sandbox container name: the one storage records,
 // else one that has the container (its label says so too: storage was lost, or the
 // container was made by hand), else the engine with the fewest sandboxes among those
-// that answer, which is then recorded.
+// that answer, which is then recorded. A Kubernetes engine is the only engine and
+// places the pods itself: nothing is recorded or probed.
 func (f *Fleet) place(ctx context.Context, name string) (Engine, error) {
+	if eng, ok := Kubernetes(f.o.Engines); ok {
+		return eng, nil
+	}
 	if f.o.Storage == nil {
 		return Engine{}, errors.New("fleet: placing on engines needs Options.Storage")
 	}

@@ -1,0 +1,189 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
+)
+
+// kubeconfigTo writes a kubeconfig whose one cluster is server, in a directory of the
+// test's, and returns its path.
+func kubeconfigTo(t *testing.T, server string) string {
+	t.Helper()
+	doc := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: ` + server + `
+    insecure-skip-tls-verify: true
+users:
+- name: u
+  user:
+    token: not-a-real-token
+contexts:
+- name: here
+  context: {cluster: c, user: u, namespace: elsewhere}
+current-context: here
+`
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestNewClientKind: a kubernetes engine's NewClient is the Kubernetes engine's client,
+// made from the kubeconfig without asking the API server (nothing listens on
+// 127.0.0.1:1); a docker engine's is Docker's; a kubeconfig that is not there fails
+// with its path in the error.
+func TestNewClientKind(t *testing.T) {
+	eng := Engine{Name: "cluster", Kind: KindKubernetes,
+		Kubernetes: KubeEngine{Kubeconfig: kubeconfigTo(t, "https://127.0.0.1:1"), Namespace: "sandboxes"}}
+	if err := ValidateEngines([]Engine{eng}); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := eng.NewClient()
+	if err != nil {
+		t.Fatalf("kubernetes engine: %v", err)
+	}
+	defer cli.Close()
+	if _, ok := cli.(*kube.Client); !ok {
+		t.Fatalf("kubernetes engine: client %T, want *kube.Client", cli)
+	}
+	if got, want := cli.DaemonHost(), "kubernetes://127.0.0.1:1/sandboxes"; got != want {
+		t.Errorf("DaemonHost %q, want %q", got, want)
+	}
+
+	docker := Engine{Name: "big", Host: "tcp://127.0.0.1:1"}
+	dcli, err := docker.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dcli.Close()
+	if _, ok := dcli.(*kube.Client); ok || dcli.DaemonHost() != "tcp://127.0.0.1:1" {
+		t.Errorf("docker engine: client %T for %s", dcli, dcli.DaemonHost())
+	}
+
+	missing := eng
+	missing.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "absent")
+	if _, err := missing.NewClient(); err == nil || !strings.Contains(err.Error(), missing.Kubernetes.Kubeconfig) {
+		t.Errorf("a kubeconfig that is not there: %v, want an error naming it", err)
+	}
+}
+
+// TestValidateKubeEngines: a kubernetes engine is the only engine line, takes no
+// address or TLS files, and its settings pass kube.Config.Validate; kubernetes
+// settings on a Docker engine and unknown kinds are refused.
+func TestValidateKubeEngines(t *testing.T) {
+	kubeEng := Engine{Name: "k", Kind: KindKubernetes}
+	for _, c := range []struct {
+		engines []Engine
+		want    string // "" valid
+	}{
+		{[]Engine{kubeEng}, ""},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{Namespace: "a-b", ImagePullPolicy: "Never", VolumeSize: 1 << 30}}}, ""},
+		{[]Engine{kubeEng, {Name: "d", Host: "unix:///x.sock"}}, "must be the only engine line"},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Host: "tcp://h:2376"}}, "takes no address"},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, TLSCA: "/ca.pem"}}, "takes no address or tls_*"},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{Namespace: "Big_NS"}}}, `namespace "Big_NS"`},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{ImagePullPolicy: "Sometimes"}}}, `image_pull_policy "Sometimes"`},
+		{[]Engine{{Name: "d", Host: "unix:///x.sock", Kubernetes: KubeEngine{Namespace: "x"}}}, "kubernetes settings on a Docker engine"},
+		{[]Engine{{Name: "d", Kind: "nomad", Host: "unix:///x.sock"}}, `kind "nomad": want docker or kubernetes`},
+		{[]Engine{{Name: "d", Kind: KindDocker, Host: "unix:///x.sock"}}, ""},
+	} {
+		err := ValidateEngines(c.engines)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.engines, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: %v, want an error with %q", c.engines, err, c.want)
+		}
+	}
+}
+
+// failingStorage fails every call: a placement that touches storage fails.
+type failingStorage struct{ calls int }
+
+func (s *failingStorage) fail() error                                  { s.calls++; return errors.New("storage must not be used") }
+func (s *failingStorage) Lock(context.Context, string) error           { return s.fail() }
+func (s *failingStorage) Unlock(context.Context, string) error         { return s.fail() }
+func (s *failingStorage) Store(context.Context, string, []byte) error  { return s.fail() }
+func (s *failingStorage) Load(context.Context, string) ([]byte, error) { return nil, s.fail() }
+func (s *failingStorage) Delete(context.Context, string) error         { return s.fail() }
+
+// TestKubePlacement: with a kubernetes engine a person's sandbox is on it at once:
+// no placement record is read or written, no engine is probed (the API server at
+// 127.0.0.1:1 would not answer), with storage or without.
+func TestKubePlacement(t *testing.T) {
+	eng := Engine{Name: "cluster", Kind: KindKubernetes,
+		Kubernetes: KubeEngine{Kubeconfig: kubeconfigTo(t, "https://127.0.0.1:1")}}
+	st := &failingStorage{}
+	f := &Fleet{o: Options{Engines: []Engine{eng}, Storage: st}, logger: zap.NewNop()}
+	got, err := f.place(t.Context(), "box-alice")
+	if err != nil || got != eng {
+		t.Fatalf("place: %+v %v, want the kubernetes engine", got, err)
+	}
+	if st.calls != 0 {
+		t.Errorf("placing on a kubernetes engine used storage %d times", st.calls)
+	}
+	f.o.Storage = nil
+	if got, err := f.place(t.Context(), "box-bob"); err != nil || got != eng {
+		t.Errorf("place without storage: %+v %v", got, err)
+	}
+
+	// Through the fleet: a person's entry is acquired on the kubernetes engine, and
+	// a file storage is left without a placement record.
+	fs0 := &certmagic.FileStorage{Path: t.TempDir()}
+	p := newPool(t)
+	fl, err := New(Options{Base: testBase("kube-place"), People: []Person{{Name: "alice"}}, Engines: []Engine{eng},
+		Acquire: p.acquire, Storage: fs0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	e, err := fl.Entry(t.Context(), "alice")
+	if err != nil {
+		t.Fatalf("alice's entry: %v", err)
+	}
+	if e.Engine() != eng || fl.Operator().Engine() != eng {
+		t.Errorf("alice on %+v, the operator on %+v; want both on %s", e.Engine(), fl.Operator().Engine(), eng.Name)
+	}
+	if _, err := fs0.Load(t.Context(), PlacementPrefix+"kube-place-alice"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("placement record of alice: %v, want none", err)
+	}
+}
+
+// TestKubeImageMissing: a missing image on a kubernetes engine starts no build and
+// tells the operator to make the image available to the nodes.
+func TestKubeImageMissing(t *testing.T) {
+	eng := Engine{Name: "cluster", Kind: KindKubernetes,
+		Kubernetes: KubeEngine{Kubeconfig: kubeconfigTo(t, "https://127.0.0.1:1")}}
+	cli, err := eng.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(cli, testBase("kube-image"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEntry(EntryOptions{Sandbox: sb, Client: cli, Engine: eng})
+	t.Cleanup(func() { _ = e.Destruct() })
+	msg := e.ImageMissing([]byte("FROM scratch\n"))
+	if !strings.Contains(msg, "registry the nodes pull from") {
+		t.Errorf("message %q", msg)
+	}
+	if started, _, _ := e.ImageBuild(); started {
+		t.Error("a build was started on a kubernetes engine")
+	}
+}
