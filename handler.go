@@ -118,6 +118,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading mcp_sandbox app: %w", err)
 	}
 	h.app = appIface.(*App)
+	if eng, ok := fleet.Kubernetes(h.Engines); ok && h.app.DockerHost != "" {
+		return fmt.Errorf("engine %s is a kubernetes engine, which takes the place of Docker: remove docker_host %s from the global mcp_sandbox options (or the kubernetes engine line)", eng.Name, h.app.DockerHost)
+	}
 	if err := h.provisionFleet(cfg); err != nil {
 		return err
 	}

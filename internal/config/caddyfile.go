@@ -1,8 +1,10 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -61,6 +63,14 @@ import (
 //			tls_cert <file>
 //			tls_key  <file>
 //		}
+//		engine <name> kubernetes [{         # instead of Docker engines: every sandbox a pod on the cluster
+//			kubeconfig        <file>        # default: the in-cluster configuration (Caddy in a pod)
+//			context           <name>        # default: the kubeconfig's current context
+//			namespace         <name>        # default: default
+//			storage_class     <name>        # default: the cluster's default storage class
+//			volume_size       <size>        # default: 10GiB; each claim's request, e.g. 20Gi
+//			image_pull_policy Always|IfNotPresent|Never   # default: IfNotPresent
+//		}]
 //		egress {                            # absent: network as configured; present: no network but these hosts, through Caddy
 //			allow      <host[:port]...>     # example.com, *.example.com, example.com:8443, * (public hosts); ports 80 and 443 by default
 //			deny       <host[:port]...>     # wins over allow
@@ -251,11 +261,15 @@ func (s *Settings) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseEngine reads `engine <name> <address> [{ tls_ca <file> tls_cert <file> tls_key <file> }]`.
+// parseEngine reads `engine <name> <address> [{ tls_ca <file> tls_cert <file> tls_key <file> }]`,
+// or `engine <name> kubernetes [{ ... }]` (parseKubeEngine).
 func parseEngine(d *caddyfile.Dispenser) (fleet.Engine, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
-		return fleet.Engine{}, d.Errf("engine takes a name and an address, e.g. engine big tcp://10.0.0.7:2376")
+		return fleet.Engine{}, d.Errf("engine takes a name and an address, e.g. engine big tcp://10.0.0.7:2376, or a name and kubernetes: engine cluster kubernetes { kubeconfig /etc/kube/config }")
+	}
+	if args[1] == fleet.KindKubernetes {
+		return parseKubeEngine(d, args[0])
 	}
 	e := fleet.Engine{Name: args[0], Host: args[1]}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
@@ -275,6 +289,63 @@ func parseEngine(d *caddyfile.Dispenser) (fleet.Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// parseKubeEngine reads the block of `engine <name> kubernetes`.
+func parseKubeEngine(d *caddyfile.Dispenser, name string) (fleet.Engine, error) {
+	e := fleet.Engine{Name: name, Kind: fleet.KindKubernetes}
+	k := &e.Kubernetes
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return fleet.Engine{}, d.Errf("engine %s: duplicate setting %s", name, sub)
+		}
+		seen[sub] = true
+		var err error
+		switch sub {
+		case "kubeconfig":
+			err = OneValue(d, &k.Kubeconfig)
+		case "context":
+			err = OneValue(d, &k.Context)
+		case "namespace":
+			err = OneValue(d, &k.Namespace)
+		case "storage_class":
+			err = OneValue(d, &k.StorageClass)
+		case "image_pull_policy":
+			err = OneValue(d, &k.ImagePullPolicy)
+		case "volume_size":
+			var v string
+			if err = OneValue(d, &v); err == nil {
+				n, perr := parseSize(v)
+				if perr != nil {
+					return fleet.Engine{}, d.Errf("engine %s: volume_size: %q is not a size like 10Gi, 20GiB or 500MB", name, v)
+				}
+				k.VolumeSize = n
+			}
+		case "tls_ca", "tls_cert", "tls_key":
+			return fleet.Engine{}, d.Errf("engine %s: %s is for Docker engines; a kubernetes engine reaches its API server as its kubeconfig says", name, sub)
+		default:
+			return fleet.Engine{}, d.Errf("engine %s: unrecognized setting %s (kubeconfig, context, namespace, storage_class, volume_size, image_pull_policy)", name, sub)
+		}
+		if err != nil {
+			return fleet.Engine{}, err
+		}
+	}
+	return e, nil
+}
+
+// parseSize reads a size in bytes: humanize's forms (500MB, 2GiB) and Kubernetes'
+// binary suffixes (10Gi, 512Mi).
+func parseSize(v string) (int64, error) {
+	if strings.HasSuffix(v, "i") {
+		v += "B"
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n == 0 || n > math.MaxInt64 {
+		return 0, fmt.Errorf("%q is not a size", v)
+	}
+	return int64(n), nil
 }
 
 // parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> egress {...} }]`.

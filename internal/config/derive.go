@@ -25,8 +25,11 @@ func (s *Settings) SandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.NetworkMode, s.Network)
 	cfg.NoAgent = s.Agent != nil && !*s.Agent
 	// A local engine's containers reach the agent's direct channel here (sandbox's
-	// agent_direct.go); remote engines ignore it.
-	cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent")
+	// agent_direct.go); remote engines ignore it, and a Kubernetes engine's pods
+	// share no directory with Caddy.
+	if _, kube := fleet.Kubernetes(s.Engines); !kube {
+		cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent")
+	}
 	if s.Egress != nil {
 		cfg.NetworkMode, cfg.ProxyPort, cfg.CABundle = "none", EgressPort, EgressBundle
 	}

@@ -112,9 +112,11 @@ type Settings struct {
 	// it share their sign-ins.
 	StorageRaw json.RawMessage `json:"storage,omitempty" caddy:"namespace=caddy.storage inline_key=module"`
 
-	// Engines are the Docker engines sandboxes are placed on (`engine` lines): a
-	// person's on the one with the fewest sandboxes when it is first made, the
-	// operator's on the first. Empty: the app's docker_host.
+	// Engines are the engines sandboxes are placed on (`engine` lines): Docker
+	// engines, a person's sandbox on the one with the fewest sandboxes when it is
+	// first made, the operator's on the first; or one Kubernetes engine (kind
+	// kubernetes), on which every sandbox is a pod the cluster places. Empty: the
+	// app's docker_host.
 	Engines []fleet.Engine `json:"engines,omitempty"`
 	// IdleStop stops a sandbox's container after this long without tool calls,
 	// previews, uploads, downloads or job output; the next call starts it again with
@@ -151,7 +153,8 @@ type Settings struct {
 }
 
 // Resolve replaces the placeholders ({env.*}, {file.*}) of the keys, public_url and
-// the engines' addresses and files, as Caddy resolves them at provision time.
+// the engines' addresses, files and Kubernetes names, as Caddy resolves them at
+// provision time.
 func (s *Settings) Resolve() {
 	repl := caddy.NewReplacer()
 	s.APIKey = strings.TrimSpace(repl.ReplaceAll(s.APIKey, ""))
@@ -161,7 +164,8 @@ func (s *Settings) Resolve() {
 	s.PublicURL = repl.ReplaceAll(s.PublicURL, "")
 	for i := range s.Engines {
 		e := &s.Engines[i]
-		for _, v := range []*string{&e.Host, &e.TLSCA, &e.TLSCert, &e.TLSKey} {
+		k := &e.Kubernetes
+		for _, v := range []*string{&e.Host, &e.TLSCA, &e.TLSCert, &e.TLSKey, &k.Kubeconfig, &k.Context, &k.Namespace, &k.StorageClass} {
 			*v = strings.TrimSpace(repl.ReplaceAll(*v, ""))
 		}
 	}

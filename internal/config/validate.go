@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/origin"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // Validate reports every setting that cannot work, by its Caddyfile name. It changes
@@ -75,6 +77,9 @@ func (s *Settings) Validate() error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if eng, ok := fleet.Kubernetes(s.Engines); ok {
+		errs = append(errs, s.validateKube(eng, cfg)...)
+	}
 	errs = append(errs, s.validatePeople()...)
 	if s.Egress != nil {
 		if s.Network != "" && s.Network != "none" {
@@ -93,4 +98,53 @@ func (s *Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("default_output must be at least %d bytes", boxapi.MinOutput))
 	}
 	return errors.Join(errs...)
+}
+
+// dnsLabel is a DNS-1123 label: what Kubernetes names pods and claims with.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// dnsLabelRule is dnsLabel in words.
+const dnsLabelRule = "a Kubernetes name is at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+
+// validateKube reports the settings a Kubernetes engine cannot serve: names that are
+// not DNS-1123 labels (the container names the pod and its config map, the volume the
+// claim, each with -<person> for a person's sandbox) and settings that are Docker's
+// only. They are errors, not warnings: a setting that silently does nothing would
+// promise a limit or a copy that does not exist.
+func (s *Settings) validateKube(eng fleet.Engine, cfg sandbox.Config) []error {
+	var errs []error
+	if !dnsLabel.MatchString(cfg.Container) {
+		errs = append(errs, fmt.Errorf("engine %s: container %q: %s; set container to such a name, e.g. mcp-sandbox", eng.Name, cfg.Container, dnsLabelRule))
+	}
+	if !dnsLabel.MatchString(cfg.Volume) {
+		errs = append(errs, fmt.Errorf("engine %s: volume %q: %s; set volume to such a name, e.g. mcp-sandbox-data", eng.Name, cfg.Volume, dnsLabelRule))
+	}
+	if dnsLabel.MatchString(cfg.Container) && dnsLabel.MatchString(cfg.Volume) {
+		for _, p := range s.People {
+			if !fleet.ValidName(p.Name) {
+				continue // reported by validatePeople
+			}
+			for _, n := range []struct{ what, name string }{{"container", cfg.Container + "-" + p.Name}, {"volume", cfg.Volume + "-" + p.Name}} {
+				if !dnsLabel.MatchString(n.name) {
+					errs = append(errs, fmt.Errorf("engine %s: person %s: their %s would be %q: %s; give the person a name of lower-case letters, digits and '-' only, or a shorter %s", eng.Name, p.Name, n.what, n.name, dnsLabelRule, n.what))
+					break
+				}
+			}
+		}
+	}
+	if s.Network != "" && s.Network != "none" {
+		errs = append(errs, fmt.Errorf("engine %s: network %s is a Docker network; a pod is on the cluster's pod network: remove network, or set network none (a NetworkPolicy then denies the pod all traffic)", eng.Name, s.Network))
+	}
+	if s.PidsLimit != 0 {
+		errs = append(errs, fmt.Errorf("engine %s: pids_limit is not supported on a Kubernetes engine (a pod's process limit is the node's, the kubelet's podPidsLimit); remove it", eng.Name))
+	}
+	for _, p := range s.People {
+		if p.PidsLimit != 0 {
+			errs = append(errs, fmt.Errorf("engine %s: person %s: pids is not supported on a Kubernetes engine (a pod's process limit is the node's, the kubelet's podPidsLimit); remove it", eng.Name, p.Name))
+		}
+	}
+	if len(s.CheckpointVolumeOptions) > 0 || s.MaxCheckpoints != 0 {
+		errs = append(errs, fmt.Errorf("engine %s: checkpoints are not supported on a Kubernetes engine; remove max_checkpoints and checkpoint_volume_options", eng.Name))
+	}
+	return errs
 }
