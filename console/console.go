@@ -43,6 +43,7 @@ type SandboxStatus struct {
 	State        string    `json:"state"`
 	Image        string    `json:"image,omitempty"`
 	Volume       string    `json:"volume"`
+	Node         string    `json:"node,omitempty"` // the cluster node it runs on (a Kubernetes engine); "" on Docker
 	CreatedAt    time.Time `json:"created_at,omitzero"`
 	StartedAt    time.Time `json:"started_at,omitzero"`
 	RestartCount int       `json:"restart_count"`

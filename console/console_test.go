@@ -500,3 +500,41 @@ func TestOverviewAgent(t *testing.T) {
 		})
 	}
 }
+
+type nodeSandbox struct {
+	agentSandbox
+	node string
+}
+
+func (s nodeSandbox) Status(context.Context) (SandboxStatus, error) {
+	return SandboxStatus{Container: "box", State: "running", Exists: true, Node: s.node}, nil
+}
+
+// TestOverviewNode: the node the sandbox runs on (a Kubernetes engine's pod) is in
+// GET /console/api/sandbox and on the overview when known; neither mentions a node on
+// Docker.
+func TestOverviewNode(t *testing.T) {
+	for _, node := range []string{"worker-7.example", ""} {
+		c := newTestConsole(t, fullLog(t))
+		c.opts.Sandbox = nodeSandbox{node: node}
+		req := httptest.NewRequest("GET", "http://console.test/console/api/sandbox", nil)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		var m map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != 200 || err != nil {
+			t.Fatalf("API: %d %v", rec.Code, err)
+		}
+		if got, ok := m["node"]; (node == "") == ok || (ok && got != node) {
+			t.Errorf("node %q: the API says %v (present %v)", node, got, ok)
+		}
+		req = httptest.NewRequest("GET", "http://console.test/console", nil)
+		req.AddCookie(signedIn(t, c))
+		rec = httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		page := rec.Body.String()
+		if shown := strings.Contains(page, "<dt>Node</dt>"); shown != (node != "") || (shown && !strings.Contains(page, "<dt>Node</dt><dd><code>"+node+"</code></dd>")) {
+			t.Errorf("node %q: shown on the overview %v", node, shown)
+		}
+	}
+}

@@ -46,6 +46,7 @@ type SandboxInfo struct {
 	Person      string  `json:"person"` // "" for the operator's
 	Container   string  `json:"container"`
 	Engine      string  `json:"engine,omitempty"` // its engine line's name, once placed
+	Node        string  `json:"node,omitempty"`   // the cluster node it runs on (a Kubernetes engine)
 	State       string  `json:"state"`            // running, exited, missing, ...
 	CPU         float64 `json:"cpu"`              // CPUs in use
 	Memory      int64   `json:"memory"`

@@ -19,7 +19,7 @@ type fakeSandboxes struct {
 }
 
 func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
-	return []SandboxInfo{{Person: "", State: "running"}, {Person: "alice", State: "exited"}, {Person: "bob", State: "missing"}}, nil
+	return []SandboxInfo{{Person: "", State: "running"}, {Person: "alice", State: "running", Engine: "cluster", Node: "node-1"}, {Person: "bob", State: "missing"}}, nil
 }
 
 func (f *fakeSandboxes) People() []string { return []string{"alice", "bob"} }
@@ -67,6 +67,14 @@ func TestSandboxesAPI(t *testing.T) {
 	}
 	if bob := list[2].(map[string]any); bob["last_activity"] != nil {
 		t.Errorf("bob never acted, yet: %v", bob)
+	}
+	// The node a sandbox runs on (a Kubernetes engine's) is listed when known, absent
+	// when not.
+	if alice["node"] != "node-1" {
+		t.Errorf("alice's node: %v", alice)
+	}
+	if bob := list[2].(map[string]any); bob["node"] != nil {
+		t.Errorf("bob's sandbox has no node, yet: %v", bob)
 	}
 	for _, p := range []string{"alice/stop", "alice/start", "bob/restart", "-/recreate", "dave/delete?volume=keep", "dave/delete?volume=delete"} {
 		if code, m := do("POST", "/console/api/sandboxes/"+p, testKey); code != 200 {
@@ -135,6 +143,9 @@ func TestSandboxesPages(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("overview without %s", want)
 		}
+	}
+	if n := strings.Count(page, "node <code>"); n != 1 || !strings.Contains(page, "node <code>node-1</code>") {
+		t.Errorf("overview shows %d nodes, want alice's node-1 only", n)
 	}
 	code, page := get("/console/confirm?action=sandbox_stop&person=bob")
 	if code != 200 || !strings.Contains(page, "Stop bob&#39;s sandbox?") || !strings.Contains(page, `name="id" value="bob"`) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,6 +30,9 @@ type Status struct {
 	StartedAt    time.Time // zero when never started
 	RestartCount int       // restarts Docker made on its own (restart policy)
 	Volume       string    // the named volume mounted at WorkDir
+	// Node is the cluster node the container runs on, when its engine says
+	// (LabelNode: a Kubernetes engine's pod); "" on Docker.
+	Node string
 
 	// Live use, when running. CPU is in CPUs (1.0 = one core busy for the whole sample).
 	CPU         float64
@@ -40,6 +44,16 @@ type Status struct {
 	// DiskUsed is the space used under WorkDir (on the volume), -1 when unknown.
 	DiskUsed int64
 }
+
+// LabelNode is the label an engine that places containers on nodes of its own (the
+// Kubernetes engine, internal/kube) puts in ContainerInspect's Config.Labels: the name
+// of the node the container runs on. Docker's inspect has no such field, and a
+// Docker container never carries the label. Status shows it only when it is a DNS
+// name (Kubernetes' node names are).
+const LabelNode = "mcp-sandbox.node"
+
+// validNode is a DNS-1123 subdomain: a node's name.
+var validNode = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
 // Sampling facts of [Sandbox.Status].
 const (
@@ -70,6 +84,9 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	st.Exists, st.ID, st.RestartCount = true, info.ID, info.RestartCount
 	if info.Config != nil {
 		st.Image = info.Config.Image
+		if n := info.Config.Labels[LabelNode]; validNode.MatchString(n) {
+			st.Node = n
+		}
 	}
 	st.CreatedAt, _ = time.Parse(time.RFC3339Nano, info.Created)
 	if info.State != nil {

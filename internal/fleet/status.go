@@ -62,7 +62,7 @@ func (f *Fleet) removedStatus(ctx context.Context, x Existing) Status {
 	}
 	defer done()
 	st, err := sb.Status(ctx)
-	s.State, s.CPU = st.State, st.CPU
+	s.State, s.CPU, s.Node = st.State, st.CPU, st.Node
 	s.Memory, s.MemoryLimit, s.DiskUsed = st.Memory, st.MemoryLimit, st.DiskUsed
 	s.Err = err
 	return s
@@ -89,6 +89,8 @@ func (f *Fleet) status(ctx context.Context, person string) Status {
 	s.State, s.DiskUsed = "unknown", -1
 	if e := f.Held(person); e != nil {
 		s.Engine = e.engine.Name
+	} else if eng, ok := Kubernetes(f.o.Engines); ok {
+		s.Engine = eng.Name // placed by the cluster, never by us
 	}
 	sb, err := f.Observe(person)
 	if err != nil {
@@ -96,7 +98,7 @@ func (f *Fleet) status(ctx context.Context, person string) Status {
 		return s
 	}
 	st, err := sb.Status(ctx)
-	s.Container, s.State, s.CPU = st.Container, st.State, st.CPU
+	s.Container, s.State, s.CPU, s.Node = st.Container, st.State, st.CPU, st.Node
 	s.Memory, s.MemoryLimit, s.DiskUsed = st.Memory, st.MemoryLimit, st.DiskUsed
 	if err != nil {
 		s.Err = err
