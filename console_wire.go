@@ -97,6 +97,11 @@ func (h *Handler) provisionConsole() error {
 	if h.Egress != nil {
 		egressLog = consoleEgress{h}
 	}
+	// A Kubernetes engine keeps no checkpoints: the console shows none to manage.
+	var checkpoints console.Checkpoints
+	if h.fleet.HasCheckpoints() {
+		checkpoints = consoleCheckpoints{h.fleet}
+	}
 	h.console, err = console.New(console.Options{
 		SessionKey:  secret.DeriveKey(h.APIKey, "console sessions v1"),
 		Keys:        h.auth,
@@ -106,7 +111,7 @@ func (h *Handler) provisionConsole() error {
 		Jobs:        consoleJobs{h.fleet},
 		Sandboxes:   sandboxes,
 		Egress:      egressLog,
-		Checkpoints: consoleCheckpoints{h.fleet},
+		Checkpoints: checkpoints,
 		Audit:       h.audit,
 		Origin:      h.auth.Origin,
 		ClientIP:    clientIP,

@@ -42,6 +42,9 @@ func (h *Handler) toolOptions() mcptools.Options {
 		MaxTasks:      h.MaxTasks,
 		MaxTasksTotal: h.MaxTasksTotal,
 	}
+	if !h.fleet.HasCheckpoints() {
+		o.NoCheckpoints = fleet.NoCheckpointsText
+	}
 	if h.previews != nil {
 		o.Previews = toolPreviews{h}
 	}

@@ -63,6 +63,17 @@ func (f *Fleet) noteCheckpointBytes(list []boxapi.Checkpoint, people []string, a
 	}
 }
 
+// HasCheckpoints reports whether the sandboxes can be checkpointed: not on a
+// Kubernetes engine, which has no images to commit a container to.
+func (f *Fleet) HasCheckpoints() bool {
+	_, kube := Kubernetes(f.o.Engines)
+	return !kube
+}
+
+// NoCheckpointsText is what the model is told when checkpoints are not offered
+// (HasCheckpoints false), with what to do instead.
+const NoCheckpointsText = `Checkpoints are not supported on this server (its sandboxes are Kubernetes pods): there is no checkpoint, checkpoint_list or restore tool. Everything outside /sandbox (installed packages, system changes) is lost whenever the pod is recreated (idle stop, restart, eviction), so keep what matters under /sandbox, write down how to reinstall what you install, and to keep a copy elsewhere, archive it (tar) and share_file it to the user.`
+
 // Engines are the engines sandboxes may be on: the engine lines, or one unnamed engine
 // (the operator's) without them.
 func (f *Fleet) Engines() []Engine {
@@ -234,8 +245,12 @@ func (f *Fleet) seed(ctx context.Context, ck boxapi.Checkpoint, person string, a
 
 // StartCheckpointSweeps deletes, once CheckpointGrace has passed, the checkpoints of
 // people the configuration no longer names, and what failed checkpoints left. The
-// operator's checkpoints are never swept.
+// operator's checkpoints are never swept. A Kubernetes engine keeps no checkpoints:
+// nothing is swept.
 func (f *Fleet) StartCheckpointSweeps() {
+	if !f.HasCheckpoints() {
+		return
+	}
 	f.goBackground(func(ctx context.Context) {
 		wait := time.Minute
 		for {

@@ -162,6 +162,18 @@ func TestKubePlacement(t *testing.T) {
 	if _, err := fs0.Load(t.Context(), PlacementPrefix+"kube-place-alice"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("placement record of alice: %v, want none", err)
 	}
+	// Checkpoints are not offered on it (the tools and the console ask this).
+	if fl.HasCheckpoints() {
+		t.Error("a fleet on a kubernetes engine has checkpoints")
+	}
+	docker, err := New(Options{Base: testBase("kube-place-docker"), Acquire: p.acquire})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docker.Close() })
+	if !docker.HasCheckpoints() {
+		t.Error("a fleet on Docker has no checkpoints")
+	}
 }
 
 // TestKubeImageMissing: a missing image on a kubernetes engine starts no build and

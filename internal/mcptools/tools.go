@@ -115,6 +115,10 @@ type Options struct {
 	PreviewTTL  time.Duration
 	// IdleStop is idle_stop: a sandbox unused this long is stopped; 0 never.
 	IdleStop time.Duration
+	// NoCheckpoints, when set, says why the sandboxes cannot be checkpointed and what
+	// to do instead: checkpoint, checkpoint_list and restore are not offered, and the
+	// server's instructions carry this text.
+	NoCheckpoints string
 
 	MaxTaskTTL    time.Duration
 	MaxTasks      int // per session
@@ -144,10 +148,14 @@ const previewsText = `To let the user open a web app or server running in the sa
 
 // instructionsText is the server's instructions before the environment.
 func (s *Tools) instructionsText() string {
+	text := serverInstructions + " " + previewsText
 	if s.opts.Previews == nil {
-		return serverInstructions + " " + noPreviewsText
+		text = serverInstructions + " " + noPreviewsText
 	}
-	return serverInstructions + " " + previewsText
+	if s.opts.NoCheckpoints != "" {
+		text += " " + s.opts.NoCheckpoints
+	}
+	return text
 }
 
 // New builds the MCP server with the sandbox tools.
@@ -179,7 +187,9 @@ func New(o Options) *Tools {
 	addTool(s, m, s.readFileTool(), s.readFile)
 	addTool(s, m, s.writeFileTool(), s.writeFile)
 	addTool(s, m, s.editFileTool(), s.editFile)
-	s.addCheckpointTools(m)
+	if o.NoCheckpoints == "" {
+		s.addCheckpointTools(m)
+	}
 	s.addApps(m)
 	if o.Previews != nil {
 		addTool(s, m, s.exposePortTool(), s.exposePort)
