@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
@@ -197,5 +198,34 @@ func TestKubeImageMissing(t *testing.T) {
 	}
 	if started, _, _ := e.ImageBuild(); started {
 		t.Error("a build was started on a kubernetes engine")
+	}
+}
+
+// TestKubeEngineReachesCluster: against the development cluster (MCP_SANDBOX_KUBECONFIG),
+// a kubernetes engine line's client answers Ping through the API server, and the same
+// line with a context the kubeconfig lacks fails with the context's name.
+func TestKubeEngineReachesCluster(t *testing.T) {
+	kc := os.Getenv("MCP_SANDBOX_KUBECONFIG")
+	switch {
+	case testing.Short():
+		t.Skip("-short: no Kubernetes cluster")
+	case kc == "":
+		t.Skip("MCP_SANDBOX_KUBECONFIG is not set: no Kubernetes cluster configured (make test sets it)")
+	}
+	eng := Engine{Name: "cluster", Kind: KindKubernetes, Kubernetes: KubeEngine{Kubeconfig: kc, Namespace: "default"}}
+	cli, err := eng.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		t.Fatalf("Ping through the API server: %v", err)
+	}
+	bad := eng
+	bad.Kubernetes.Context = "wiring-no-such-context"
+	if _, err := bad.NewClient(); err == nil || !strings.Contains(err.Error(), "wiring-no-such-context") {
+		t.Errorf("a context the kubeconfig lacks: %v", err)
 	}
 }
