@@ -97,7 +97,9 @@ func (h *Handler) provisionConsole() error {
 	if h.Egress != nil {
 		egressLog = consoleEgress{h}
 	}
-	// A Kubernetes engine keeps no checkpoints: the console shows none to manage.
+	// A Kubernetes engine keeps no checkpoints: the console shows none to manage; and
+	// its stop and restart delete the pod, so only /sandbox survives them.
+	_, ephemeral := fleet.Kubernetes(h.Engines)
 	var checkpoints console.Checkpoints
 	if h.fleet.HasCheckpoints() {
 		checkpoints = consoleCheckpoints{h.fleet}
@@ -112,6 +114,7 @@ func (h *Handler) provisionConsole() error {
 		Sandboxes:   sandboxes,
 		Egress:      egressLog,
 		Checkpoints: checkpoints,
+		Ephemeral:   ephemeral,
 		Audit:       h.audit,
 		Origin:      h.auth.Origin,
 		ClientIP:    clientIP,

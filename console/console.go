@@ -232,6 +232,10 @@ type Options struct {
 	Egress EgressLog
 	// Checkpoints, when set, are the sandboxes' checkpoints.
 	Checkpoints Checkpoints
+	// Ephemeral says that a stop or restart does not keep the container's own files
+	// (a Kubernetes engine deletes the pod): only /sandbox survives, and the
+	// confirmations say so.
+	Ephemeral bool
 	Audit       *AuditLog
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.

@@ -390,6 +390,17 @@ func sandboxConfirmation(action string) confirmation {
 	return cf
 }
 
+// ephemeralConfirmation is cf on an engine that keeps no container filesystem across
+// a stop or restart (Options.Ephemeral): those lose what is outside /sandbox too.
+func ephemeralConfirmation(cf confirmation) confirmation {
+	switch strings.TrimPrefix(cf.Action, "sandbox_") {
+	case actStop, actRestart:
+		cf.Ends = append(slices.Clip(cf.Ends), "packages installed and every file written outside /sandbox (the pod is deleted and made again from the image)")
+		cf.Survives = []string{"everything under /sandbox (the claim is kept and mounted into the new pod)", "the sandbox's image and limits"}
+	}
+	return cf
+}
+
 func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	cf, ok := confirmations[q.Get("action")]
@@ -407,6 +418,9 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 			whose = "the operator's sandbox"
 		}
 		cf.Title = fmt.Sprintf(cf.Title, whose)
+	}
+	if c.opts.Ephemeral {
+		cf = ephemeralConfirmation(cf)
 	}
 	if cc, found := checkpointConfirmations[q.Get("action")]; found {
 		id := q.Get("id")

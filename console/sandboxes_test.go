@@ -188,3 +188,27 @@ func TestSandboxesPages(t *testing.T) {
 		t.Error("the export link drops the person")
 	}
 }
+
+// TestEphemeralConfirmations: on an engine that keeps no container filesystem (a
+// Kubernetes engine), the confirmations of stop and restart say that what is outside
+// /sandbox is lost; elsewhere they say it is kept.
+func TestEphemeralConfirmations(t *testing.T) {
+	for _, ephemeral := range []bool{false, true} {
+		c := newTestConsole(t, NewAuditLog(fileStorage(t), "console", 100, nil))
+		c.opts.Sandboxes = &fakeSandboxes{}
+		c.opts.Ephemeral = ephemeral
+		ck := signedIn(t, c)
+		for _, q := range []string{"action=sandbox_stop&person=bob", "action=sandbox_restart&person=alice", "action=restart"} {
+			req := httptest.NewRequest("GET", "http://console.test/console/confirm?"+q, nil)
+			req.AddCookie(ck)
+			rec := httptest.NewRecorder()
+			c.ServeHTTP(rec, req)
+			page := rec.Body.String()
+			lost := strings.Contains(page, "the pod is deleted and made again from the image")
+			kept := strings.Contains(page, "packages and other files written anywhere in the container") || strings.Contains(page, "every file in the container and under /sandbox")
+			if rec.Code != 200 || lost != ephemeral || kept == ephemeral {
+				t.Errorf("ephemeral %v, %s: %d, says lost %v, kept %v", ephemeral, q, rec.Code, lost, kept)
+			}
+		}
+	}
+}
