@@ -236,7 +236,7 @@ type Options struct {
 	// (a Kubernetes engine deletes the pod): only /sandbox survives, and the
 	// confirmations say so.
 	Ephemeral bool
-	Audit       *AuditLog
+	Audit     *AuditLog
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.
 	Origin func(r *http.Request) string
