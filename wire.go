@@ -45,6 +45,7 @@ func (h *Handler) toolOptions() mcptools.Options {
 	if !h.fleet.HasCheckpoints() {
 		o.NoCheckpoints = fleet.NoCheckpointsText
 	}
+	_, o.Ephemeral = fleet.Kubernetes(h.Engines)
 	if h.previews != nil {
 		o.Previews = toolPreviews{h}
 	}

@@ -85,6 +85,12 @@ func TestDescriptionStatesIdleStop(t *testing.T) {
 	if !strings.Contains(desc, "After 30m without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again.") {
 		t.Errorf("with idle_stop 30m: %q", desc)
 	}
+	// On an engine that makes the sandbox again from its image (Kubernetes), only
+	// /sandbox is said to stay.
+	desc = newToolsHarness(t, func(o *Options) { o.IdleStop = 30 * time.Minute; o.Ephemeral = true }).description("execute")
+	if !strings.Contains(desc, "files under /sandbox stay; processes, jobs and everything outside /sandbox (installed packages) are gone") || strings.Contains(desc, "files stay,") {
+		t.Errorf("with idle_stop 30m, ephemeral: %q", desc)
+	}
 }
 
 // TestInstructionsSayPortsUnreachable: without previews, the instructions and execute's

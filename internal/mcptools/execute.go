@@ -49,8 +49,12 @@ type shareOutput struct {
 	Directory bool      `json:"directory,omitempty" jsonschema:"The link serves a zip of a directory."`
 }
 
-// idleStopText says what an idle stop keeps and what it ends.
-func idleStopText(d time.Duration) string {
+// idleStopText says what an idle stop keeps and what it ends; ephemeral: the stop
+// loses what is outside /sandbox too (Options.Ephemeral).
+func idleStopText(d time.Duration, ephemeral bool) string {
+	if ephemeral {
+		return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files under /sandbox stay; processes, jobs and everything outside /sandbox (installed packages) are gone; the next call starts it again from the image."
+	}
 	return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again."
 }
 
@@ -72,7 +76,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		ttl = "; a top-level entry of /sandbox is deleted after " + human.Duration(cfg.FileTTL) + " without changes inside it."
 	}
 	if s.opts.IdleStop > 0 {
-		ttl += "\n- " + idleStopText(s.opts.IdleStop)
+		ttl += "\n- " + idleStopText(s.opts.IdleStop, s.opts.Ephemeral)
 	}
 	yield := s.opts.Yield
 	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d).", int(yield.Seconds()))

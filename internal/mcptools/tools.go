@@ -115,6 +115,9 @@ type Options struct {
 	PreviewTTL  time.Duration
 	// IdleStop is idle_stop: a sandbox unused this long is stopped; 0 never.
 	IdleStop time.Duration
+	// Ephemeral says that a stop (idle_stop) keeps only /sandbox: the engine makes
+	// the sandbox again from its image (a Kubernetes engine's pod).
+	Ephemeral bool
 	// NoCheckpoints, when set, says why the sandboxes cannot be checkpointed and what
 	// to do instead: checkpoint, checkpoint_list and restore are not offered, and the
 	// server's instructions carry this text.
