@@ -350,7 +350,7 @@ alive() { [ -f "$RUN/run/$1.pid" ] && kill -0 "$(cat "$RUN/run/$1.pid")" 2>/dev/
 down() {
 	[ -d "$RUN/run" ] || { echo stopped; return 0; }
 	local c
-	if alive kubelet; then kill "$(cat "$RUN/run/kubelet.pid")"; sleep 1; fi
+	if alive kubelet; then kill "$(cat "$RUN/run/kubelet.pid")" || true; sleep 1; fi
 	if [ -S "$RUN/containerd/containerd.sock" ] && alive containerd; then
 		local ctr=(ctr --address "$RUN/containerd/containerd.sock" -n k8s.io)
 		for c in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true; done
@@ -359,25 +359,30 @@ down() {
 		for c in $("${ctr[@]}" containers ls -q 2>/dev/null); do "${ctr[@]}" containers delete "$c" >/dev/null 2>&1 || true; done
 	fi
 	for c in kubelet kube-controller-manager kube-scheduler kube-apiserver containerd etcd nsholder; do
-		alive "$c" && kill "$(cat "$RUN/run/$c.pid")" 2>/dev/null
+		if alive "$c"; then kill "$(cat "$RUN/run/$c.pid")" 2>/dev/null || true; fi
 	done
-	for _ in $(seq 50); do
-		local any=0
-		for c in $COMPONENTS containerd etcd nsholder; do alive "$c" && any=1; done
-		[ $any = 0 ] && break
+	# A test cluster: 5 s for a clean stop, then SIGKILL (the API server can take longer).
+	local any
+	for _ in $(seq 25); do
+		any=0
+		for c in $COMPONENTS containerd etcd nsholder; do if alive "$c"; then any=1; fi; done
+		if [ $any = 0 ]; then break; fi
 		sleep 0.2
 	done
 	for c in $COMPONENTS containerd etcd nsholder; do
-		if alive "$c"; then say "$c did not stop on SIGTERM: SIGKILL"; kill -9 "$(cat "$RUN/run/$c.pid")"; fi
+		if alive "$c"; then say "$c did not stop within 5 s of SIGTERM: SIGKILL"; kill -9 "$(cat "$RUN/run/$c.pid")" || true; fi
 		rm -f "$RUN/run/$c.pid"
 	done
 	# containerd-shims outlive containerd: ours are the ones whose socket path names $RUN.
 	local pid
-	for pid in $(pgrep -x containerd-shim-runc-v2 || true); do
-		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$RUN/containerd" && kill -9 "$pid" 2>/dev/null
+	for pid in $(pgrep containerd-shim || true); do
+		if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-address $RUN/containerd/"; then
+			kill -9 "$pid" 2>/dev/null || true
+		fi
 	done
-	grep -o " $RUN/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-	ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
+	local m
+	for m in $(grep -o " $RUN/[^ ]*" /proc/mounts | sort -r || true); do umount -l "$m" 2>/dev/null || true; done
+	if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
 	cgroups remove
 	echo stopped
 }
