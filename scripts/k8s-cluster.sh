@@ -3,7 +3,8 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler and kubelet built from
 # k8s.io/kubernetes through the Go module proxy; etcd and the CNI plugins from Debian's
 # packages, unpacked, not installed; a containerd and runc of their own (Debian's, the
-# ones Docker depends on); a pause image built from scripts/k8s/pause/main.go.
+# ones Docker depends on); a pause image built from scripts/k8s/testdata/pause.go
+# (in testdata, so it is not a package of the module).
 #
 #   scripts/k8s-cluster.sh prepare        binaries, packages, pause image; starts nothing
 #   scripts/k8s-cluster.sh up IMAGE...    a fresh cluster with these Docker images imported
@@ -125,10 +126,10 @@ binaries() {
 
 pause_image() {
 	local sum
-	sum=$(sha256sum "$SRC/pause/main.go" | cut -d' ' -f1)
+	sum=$(sha256sum "$SRC/testdata/pause.go" | cut -d' ' -f1)
 	[ -f "$PAUSE/pause-image.tar" ] && [ "$(cat "$PAUSE/source.sha256" 2>/dev/null)" = "$sum" ] && return
 	rm -rf "$PAUSE" && mkdir -p "$PAUSE/rootfs" "$PAUSE/img"
-	CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags '-s -w' -o "$PAUSE/rootfs/pause" "$SRC/pause/main.go" ||
+	CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags '-s -w' -o "$PAUSE/rootfs/pause" "$SRC/testdata/pause.go" ||
 		die "building the pause program failed"
 	tar --owner=0 --group=0 --numeric-owner --mtime=2026-01-01 -C "$PAUSE/rootfs" -cf "$PAUSE/img/layer.tar" pause
 	local diff arch
