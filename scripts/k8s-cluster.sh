@@ -219,7 +219,7 @@ wait_for() { # tries what command...
 	local tries=$1 what=$2
 	shift 2
 	for _ in $(seq "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-	die "$what did not come up; see $RUN/logs"
+	die "$what did not come up; see $RUN/logs (what started keeps running for a look: scripts/k8s-cluster.sh down stops it)"
 }
 
 port_free() {
