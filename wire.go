@@ -121,6 +121,13 @@ func (b toolBox) Blocked(job string) []string {
 // EngineDown knows the Docker client's errors besides the text of the common ones.
 func (b toolBox) EngineDown(err error) bool { return sandbox.EngineDown(err) }
 
+func (b toolBox) Unreachable() string {
+	if b.e.Engine().IsKubernetes() {
+		return "the Kubernetes API server"
+	}
+	return "the Docker engine"
+}
+
 func (b toolBox) ImageMissing() string { return b.e.ImageMissing(imageRecipe(b.Sandbox)) }
 
 // toolLinks signs the tools' links and records them for the console.

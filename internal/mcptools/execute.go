@@ -389,9 +389,11 @@ func (s *Tools) note(o ExecuteOutput, res *boxapi.ExecResult, timeout time.Durat
 	return b.String()
 }
 
-// engineText is what a tool says when the Docker engine did not answer: nothing the
-// model did is wrong, and the same call may work a little later.
-const engineText = "Could not reach the sandbox (the Docker engine did not answer); try again in a few seconds."
+// engineText is what a tool says when the sandbox's engine did not answer: nothing
+// the model did is wrong, and the same call may work a little later.
+func engineText(box Box) string {
+	return "Could not reach the sandbox (" + box.Unreachable() + " did not answer); try again in a few seconds."
+}
 
 // ran is how long the job of a result has run, or this call's time when the job's is
 // unknown.
@@ -417,7 +419,7 @@ func elapsed(d time.Duration, exact bool) string {
 
 func execErrorText(box Box, err error) string {
 	if box.EngineDown(err) {
-		return engineText
+		return engineText(box)
 	}
 	if errors.Is(err, boxapi.ErrImageMissing) {
 		return box.ImageMissing()
@@ -425,7 +427,7 @@ func execErrorText(box Box, err error) string {
 	if errors.Is(err, boxapi.ErrOldBash) {
 		return "The sandbox cannot run commands: " + err.Error() + "."
 	}
-	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."
+	return "The sandbox could not run the command: " + err.Error() + ". Try again; if it keeps failing, the server's container engine (Docker or Kubernetes) needs the operator's attention."
 }
 
 // shareFile makes a signed link for a file or directory in the container.
@@ -473,7 +475,7 @@ func statErrorText(box Box, path string, err error) string {
 	case errors.Is(err, boxapi.ErrNotRegular):
 		return fmt.Sprintf("%s is not a regular file (a device, a FIFO, or a symbolic link that leads nowhere); check it with ls -l", path)
 	case box.EngineDown(err):
-		return engineText
+		return engineText(box)
 	}
 	return fmt.Sprintf("could not read %s; the sandbox may be restarting, try again in a moment", path)
 }

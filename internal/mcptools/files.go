@@ -146,7 +146,7 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 	}
 	s.opts.Logger.Warn(tool+" failed", zap.String("path", p), zap.Error(err))
 	if box.EngineDown(err) {
-		return mcp.NewToolResultError(engineText)
+		return mcp.NewToolResultError(engineText(box))
 	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
 }

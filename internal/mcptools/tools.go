@@ -41,6 +41,9 @@ type Box interface {
 	// EngineDown reports whether err, from one of the calls above, means the sandbox's
 	// engine did not answer: trying again later may work.
 	EngineDown(err error) bool
+	// Unreachable names what did not answer when EngineDown is true ("the Docker
+	// engine", "the Kubernetes API server"), for the model's error text.
+	Unreachable() string
 	// ImageMissing is what to tell the model when the sandbox's image is missing: that
 	// it is being built, or what the operator must do.
 	ImageMissing() string

@@ -169,6 +169,7 @@ func (b *fakeBox) CPUs() float64 {
 }
 func (b *fakeBox) ImageMissing() string      { return "the image is being built" }
 func (b *fakeBox) EngineDown(err error) bool { return boxapi.EngineDown(err) }
+func (b *fakeBox) Unreachable() string       { return "the Docker engine" }
 
 type oneBox struct{ b Box }
 

@@ -82,9 +82,9 @@ func (s *Tools) uploadLink(ctx context.Context, box Box, _ call, in uploadLinkAr
 		case errors.Is(err, boxapi.ErrNotDir):
 			return argError("%s is not a directory in the sandbox (a file is in the way); choose another directory", dir), nil
 		case box.EngineDown(err):
-			return mcp.NewToolResultError(engineText), nil
+			return mcp.NewToolResultError(engineText(box)), nil
 		}
-		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's Docker engine needs attention."), nil
+		return mcp.NewToolResultError("The sandbox could not prepare " + dir + ": " + err.Error() + ". Try again; if it keeps failing, the server's container engine (Docker or Kubernetes) needs the operator's attention."), nil
 	}
 	link, expires := s.opts.Links.Upload(ctx, dir, ttl)
 	out := uploadLinkOutput{
