@@ -228,7 +228,11 @@ func readRecord(cm *v1.ConfigMap) (record, error) {
 	}
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	err := dec.Decode(&r)
+	if err == nil && dec.More() {
+		err = fmt.Errorf("data after the record")
+	}
+	if err != nil {
 		return r, fmt.Errorf("config map %s: reading its container record: %w; remove it to let the container be made again", cm.Name, err)
 	}
 	if r.Image == "" {
