@@ -316,6 +316,39 @@ func TestImageMissing(t *testing.T) {
 	}
 }
 
+// TestStartFails: a pod that cannot run is given up at once, with the cause.
+func TestStartFails(t *testing.T) {
+	cl := needCluster(t)
+	c := cl.engine(t, "IfNotPresent")
+	for _, tc := range []struct {
+		name string
+		cfg  func(*container.Config, *container.HostConfig)
+		want string
+	}{
+		{"box-unschedulable", func(_ *container.Config, hc *container.HostConfig) { hc.Memory = 1 << 50 }, "Unschedulable"},
+		{"box-crashing", func(cfg *container.Config, _ *container.HostConfig) { cfg.Entrypoint = []string{"false"} }, "CrashLoopBackOff"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			cfg, hc := sandboxConfig(nil), &container.HostConfig{}
+			tc.cfg(cfg, hc)
+			if _, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, tc.name); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			err := c.ContainerStart(ctx, tc.name, container.StartOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ctx.Err() != nil {
+				t.Fatalf("start: %v, want an error naming %s before the deadline", err, tc.want)
+			}
+			t.Logf("failed in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+			if _, err := cl.admin.CoreV1().Pods(cl.ns).Get(ctx, tc.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("pod left after a failed start: %v", err)
+			}
+		})
+	}
+}
+
 func TestForbidden(t *testing.T) {
 	cl := needCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

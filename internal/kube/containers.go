@@ -27,6 +27,9 @@ const (
 	startWait = 5 * time.Minute
 	goneWait  = 30 * time.Second
 	pollEvery = 250 * time.Millisecond
+	// readySettle is how long a started container must stay ready for a start to
+	// succeed.
+	readySettle = 1500 * time.Millisecond
 )
 
 var uidLike = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -219,9 +222,18 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 // not (a terminal reason, or the deadline) is deleted and the error says why.
 func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 	uid := p.UID
+	var seen *metav1.Time // when the container we saw ready started
 	for {
 		if podReady(p) {
-			return nil
+			// Ready twice, a moment apart, without a restart: a main process that
+			// exits at once would otherwise pass for started.
+			started := sandboxStatus(p).State.Running.StartedAt
+			if seen != nil && seen.Equal(&started) {
+				return nil
+			}
+			seen = &started
+		} else {
+			seen = nil
 		}
 		if why := podFailure(p); why != "" {
 			c.cleanupStart(name, uid)
@@ -233,7 +245,7 @@ func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 			c.cleanupStart(name, uid)
 			return fmt.Errorf("kubernetes engine %s: starting container %s: the pod was not running in time (phase %s%s); it was deleted: %w",
 				c.cfg.Name, name, p.Status.Phase, waitingText(p), ctx.Err())
-		case <-time.After(pollEvery):
+		case <-time.After(settle(seen)):
 		}
 		got, err := c.pod(ctx, name)
 		if err != nil {
@@ -247,6 +259,15 @@ func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 		}
 		p = got
 	}
+}
+
+// settle is how long waitReady waits before looking again: longer once the container
+// was seen ready, to see it still is.
+func settle(seen *metav1.Time) time.Duration {
+	if seen != nil {
+		return readySettle
+	}
+	return pollEvery
 }
 
 // waitingText says what the pod's container waits for, for an error.
