@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	authv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
@@ -313,6 +314,38 @@ func TestImageMissing(t *testing.T) {
 	}
 	if err := c.ContainerRemove(ctx, "box-noimage", container.RemoveOptions{}); err != nil {
 		t.Errorf("remove: %v", err)
+	}
+}
+
+// TestNamedNetwork: a container on a named network (Docker's bridge without
+// inter-container traffic) gets a policy that lets nothing connect to its pod.
+func TestNamedNetwork(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
+	if _, err := c.NetworkInspect(ctx, "mcp-sandbox", network.InspectOptions{}); err != nil {
+		t.Fatalf("a named network needs no creating: %v", err)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "mcp-sandbox"}, nil, nil, "box-net"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ContainerStart(ctx, "box-net", container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	np, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{})
+	if err != nil || len(np.Spec.PolicyTypes) != 1 || np.Spec.PodSelector.MatchLabels["mcp-sandbox.pod"] != "box-net" {
+		t.Fatalf("policy: %v %+v", err, np)
+	}
+	if _, err := nps.Get(ctx, "box-net-no-network", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a container with network got the deny-all policy: %v", err)
+	}
+	if err := c.ContainerRemove(ctx, "box-net", container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("policy after remove: %v", err)
 	}
 }
 

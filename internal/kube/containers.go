@@ -195,10 +195,9 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 			continue
 		}
 		if p == nil {
-			if r.NetworkMode == "none" {
-				np := denyAllPolicy(name, r.Labels)
+			if np := policyFor(name, r); np != nil {
 				if _, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					return c.apiErr(err, "create", "networkpolicies", "creating the deny-all network policy of container "+name)
+					return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
 				}
 			}
 			spec, err := podFor(name, r, c.cfg.PullPolicy)
@@ -294,7 +293,9 @@ func (c *Client) cleanupStart(name string, uid types.UID) {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
 	_ = c.core.Pods(c.ns).Delete(ctx, name, opts)
-	_ = c.net.NetworkPolicies(c.ns).Delete(ctx, networkPolicyName(name), metav1.DeleteOptions{})
+	for _, n := range policyNames(name) {
+		_ = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{})
+	}
 	_ = c.waitPodGone(ctx, name, "")
 }
 
@@ -383,8 +384,10 @@ func (c *Client) ContainerRemove(ctx context.Context, name string, options conta
 			return c.apiErr(err, "delete", "pods", "removing container "+name)
 		}
 	}
-	if err := c.net.NetworkPolicies(c.ns).Delete(ctx, networkPolicyName(name), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return c.apiErr(err, "delete", "networkpolicies", "removing container "+name)
+	for _, n := range policyNames(name) {
+		if err := c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return c.apiErr(err, "delete", "networkpolicies", "removing container "+name)
+		}
 	}
 	uid := cm.UID
 	err = c.core.ConfigMaps(c.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})

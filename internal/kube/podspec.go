@@ -172,3 +172,35 @@ func denyAllPolicy(name string, labels map[string]string) *networkingv1.NetworkP
 		},
 	}
 }
+
+// noIngressPolicy is the NetworkPolicy of a container on a named network, which
+// Docker makes with inter-container traffic off: nothing may connect to the pod (the
+// engine reaches it through the API server only); its own connections out are left.
+func noIngressPolicy(name string, labels map[string]string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: objectMeta(name+"-no-ingress", name, labels),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{labelPod: name}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}
+}
+
+// policyFor is the NetworkPolicy a container's network mode asks for (nil: none):
+// "none" denies all traffic; a named network, which the sandbox package makes
+// without inter-container traffic, denies connections to the pod; Docker's bridge
+// and default modes allow everything.
+func policyFor(name string, r record) *networkingv1.NetworkPolicy {
+	switch r.NetworkMode {
+	case "none":
+		return denyAllPolicy(name, r.Labels)
+	case "", "bridge", "default":
+		return nil
+	}
+	return noIngressPolicy(name, r.Labels)
+}
+
+// policyNames are the names of the policies a container may have.
+func policyNames(name string) []string {
+	return []string{networkPolicyName(name), name + "-no-ingress"}
+}

@@ -147,6 +147,19 @@ func TestDenyAllPolicy(t *testing.T) {
 	if len(np.Spec.Ingress)+len(np.Spec.Egress) != 0 {
 		t.Error("a deny-all policy has no rules")
 	}
+	for mode, want := range map[string]string{"none": "box-no-network", "mcp-sandbox": "box-no-ingress", "bridge": "", "": "", "default": ""} {
+		p := policyFor("box", record{NetworkMode: mode})
+		switch {
+		case want == "" && p != nil:
+			t.Errorf("network %q: policy %s, want none", mode, p.Name)
+		case want != "" && (p == nil || p.Name != want):
+			t.Errorf("network %q: policy %v, want %s", mode, p, want)
+		}
+	}
+	in := policyFor("box", record{NetworkMode: "mcp-sandbox"})
+	if pt := in.Spec.PolicyTypes; len(pt) != 1 || pt[0] != networkingv1.PolicyTypeIngress || len(in.Spec.Ingress) != 0 || in.Spec.PodSelector.MatchLabels[labelPod] != "box" {
+		t.Errorf("a named network denies ingress only: %+v", in.Spec)
+	}
 }
 
 func TestNewRecordRefuses(t *testing.T) {
