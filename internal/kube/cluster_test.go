@@ -359,7 +359,7 @@ func TestStartFails(t *testing.T) {
 		want string
 	}{
 		{"box-unschedulable", func(_ *container.Config, hc *container.HostConfig) { hc.Memory = 1 << 50 }, "Unschedulable"},
-		{"box-crashing", func(cfg *container.Config, _ *container.HostConfig) { cfg.Entrypoint = []string{"false"} }, "CrashLoopBackOff"},
+		{"box-crashing", func(cfg *container.Config, _ *container.HostConfig) { cfg.Entrypoint = []string{"false"} }, "exit code 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

@@ -282,21 +282,21 @@ func waitingText(p *v1.Pod) string {
 	return ""
 }
 
-// cleanupStart deletes what a failed start made: the pod (only the one with uid, when
-// set) and the network policy. It outlives the caller's context.
+// cleanupStart deletes what a failed start made: the pod with uid (none when uid is
+// "": the pod was not made) and the network policies. It outlives the caller's
+// context.
 func (c *Client) cleanupStart(name string, uid types.UID) {
 	ctx, cancel := context.WithTimeout(context.Background(), goneWait)
 	defer cancel()
-	zero := int64(0)
-	opts := metav1.DeleteOptions{GracePeriodSeconds: &zero}
-	if uid != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
-	}
-	_ = c.core.Pods(c.ns).Delete(ctx, name, opts)
 	for _, n := range policyNames(name) {
 		_ = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{})
 	}
-	_ = c.waitPodGone(ctx, name, "")
+	if uid == "" {
+		return
+	}
+	zero := int64(0)
+	_ = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+	_ = c.waitPodGone(ctx, name, uid)
 }
 
 // waitPodGone waits until the pod name (with uid, when set) no longer exists.
@@ -358,11 +358,12 @@ func (c *Client) ContainerRestart(ctx context.Context, name string, options cont
 
 func (c *Client) ContainerKill(ctx context.Context, name, signal string) error {
 	switch strings.TrimPrefix(strings.ToUpper(signal), "SIG") {
-	case "", "KILL", "9", "TERM", "15":
-	default:
-		return notImplemented("sending signal " + signal + " (only KILL, which deletes the pod)")
+	case "", "KILL", "9":
+		return c.stop(ctx, name, 0, true)
+	case "TERM", "15":
+		return c.stop(ctx, name, terminationGrace, true)
 	}
-	return c.stop(ctx, name, 0, true)
+	return notImplemented("sending signal " + signal + " (only KILL and TERM, which delete the pod)")
 }
 
 func (c *Client) ContainerRemove(ctx context.Context, name string, options container.RemoveOptions) error {

@@ -295,6 +295,16 @@ func TestDockerState(t *testing.T) {
 	if why := podFailure(unsched); !strings.Contains(why, "Insufficient memory") || len(why) > statusMax+len("...") {
 		t.Errorf("unschedulable: %d bytes: %q", len(why), why)
 	}
+	crashed := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Image: "img:1"}}}, Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+		Name: "sandbox", RestartCount: 1, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 127, Reason: "Error"}},
+	}}}}
+	if why := podFailure(crashed); !strings.Contains(why, "exit code 127, Error)") {
+		t.Errorf("crashed: %q", why)
+	}
+	if st := dockerState(crashed); !st.Restarting || st.Running {
+		t.Errorf("crashed state: %+v", st)
+	}
 	creating := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{
 		Name: "sandbox", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}},
 	}}}}

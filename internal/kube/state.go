@@ -66,7 +66,20 @@ func podFailure(p *v1.Pod) string {
 			return bounded("no node can run the pod (Unschedulable): " + c.Message)
 		}
 	}
-	if cs := sandboxStatus(p); cs != nil && cs.State.Waiting != nil {
+	cs := sandboxStatus(p)
+	if cs != nil {
+		// The main process exited: on a restart policy of Always it is restarted, but a
+		// sandbox's main process never ends by itself.
+		t := cs.State.Terminated
+		if t == nil && cs.RestartCount > 0 && !cs.Ready {
+			t = cs.LastTerminationState.Terminated
+		}
+		if t != nil {
+			return bounded(fmt.Sprintf("the container's main process exited (exit code %d, %s): image %s",
+				t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message), p.Spec.Containers[0].Image))
+		}
+	}
+	if cs != nil && cs.State.Waiting != nil {
 		w := cs.State.Waiting
 		if what, ok := terminalWaits[w.Reason]; ok {
 			msg := fmt.Sprintf("%s (%s): image %s: %s", what, w.Reason, p.Spec.Containers[0].Image, w.Message)
