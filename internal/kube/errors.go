@@ -28,6 +28,9 @@ func (c *Client) apiErr(err error, verb, resource, doing string) error {
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", prefix, err)
+	case apierrors.IsNotFound(err) && missingNamespace(err):
+		return &kubeError{msg: fmt.Sprintf("%s: namespace %s does not exist; create it (kubectl create namespace %s) or set the engine's namespace to an existing one: %v", prefix, c.ns, c.ns, err),
+			kind: cerrdefs.ErrFailedPrecondition, err: err}
 	case apierrors.IsNotFound(err):
 		return &kubeError{msg: fmt.Sprintf("%s: %v", prefix, err), kind: cerrdefs.ErrNotFound, err: err}
 	case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
@@ -92,6 +95,17 @@ func unreachable(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// missingNamespace reports whether a not-found error is about the namespace itself
+// (a create in a namespace that does not exist).
+func missingNamespace(err error) bool {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return false
+	}
+	d := se.Status().Details
+	return d != nil && d.Kind == "namespaces"
 }
 
 // notFound is the error of a container or volume that does not exist.

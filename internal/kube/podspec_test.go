@@ -393,6 +393,10 @@ func TestErrorMapping(t *testing.T) {
 	if !cerrdefs.IsNotFound(nf) || !apierrors.IsNotFound(nf) {
 		t.Errorf("not found: %v", nf)
 	}
+	ns := c.apiErr(apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "lifecycle-offline"), "create", "configmaps", "creating container box")
+	if cerrdefs.IsNotFound(ns) || !strings.Contains(ns.Error(), "create it") {
+		t.Errorf("a missing namespace is no missing container: %v", ns)
+	}
 	if e := c.apiErr(apierrors.NewAlreadyExists(gr, "box"), "create", "configmaps", "x"); !cerrdefs.IsConflict(e) {
 		t.Errorf("exists: %v", e)
 	}
