@@ -213,10 +213,15 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 
-	// Update: recorded, and the running pod keeps its limits until its next start.
-	upd, err := c.ContainerUpdate(ctx, "box-ann", container.UpdateConfig{Resources: container.Resources{Memory: 96 << 20, MemorySwap: 96 << 20, NanoCPUs: 500000000}})
-	if err != nil || len(upd.Warnings) == 0 || !strings.Contains(upd.Warnings[0], "next start") {
+	// Update: recorded, and applied to the running pod in place.
+	upd, err := c.ContainerUpdate(ctx, "box-ann", container.UpdateConfig{Resources: container.Resources{Memory: 96 << 20, MemorySwap: 96 << 20, NanoCPUs: 250000000}})
+	if err != nil || len(upd.Warnings) != 0 {
 		t.Errorf("update: %v %v", err, upd.Warnings)
+	}
+	if p, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); err != nil || p.UID != p1.UID {
+		t.Errorf("the pod after an update: %v (same pod: %v)", err, err == nil && p.UID == p1.UID)
+	} else if res := p.Spec.Containers[0].Resources; res.Limits.Memory().Value() != 96<<20 || res.Requests.Cpu().MilliValue() != 250 {
+		t.Errorf("the running pod was not resized: %+v", res)
 	}
 
 	if err := c.VolumeRemove(ctx, "vol-ann", false); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "box-ann") {

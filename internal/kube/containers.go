@@ -457,9 +457,9 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 		if err != nil {
 			return resp, c.apiErr(err, "update", "configmaps", "updating the limits of container "+cm.Name)
 		}
-		if r.Memory != old.Memory || r.NanoCPUs != old.NanoCPUs || r.PidsLimit != old.PidsLimit {
-			if p, _ := c.pod(ctx, cm.Name); p != nil {
-				resp.Warnings = append(resp.Warnings, "Kubernetes engine: the running pod keeps its current limits until its next start (the new limits are recorded)")
+		if r.Memory != old.Memory || r.NanoCPUs != old.NanoCPUs {
+			if err := c.resize(ctx, cm.Name, r); err != nil {
+				resp.Warnings = append(resp.Warnings, "Kubernetes engine: the running pod keeps its current limits until its next start (the new limits are recorded): "+err.Error())
 			}
 		}
 		if r.PidsLimit != old.PidsLimit {
@@ -467,6 +467,26 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 		}
 		return resp, nil
 	}
+}
+
+// resize gives the running pod of container name the record's memory and CPU limits
+// in place (the pods/resize subresource); nil when there is no running pod.
+func (c *Client) resize(ctx context.Context, name string, r record) error {
+	p, err := c.pod(ctx, name)
+	if err != nil || p == nil || p.DeletionTimestamp != nil {
+		return err
+	}
+	res := resources(r.Memory, r.NanoCPUs)
+	p = p.DeepCopy()
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == containerName {
+			p.Spec.Containers[i].Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
+		}
+	}
+	if _, err := c.core.Pods(c.ns).UpdateResize(ctx, name, p, metav1.UpdateOptions{}); err != nil {
+		return c.apiErr(err, "update", "pods/resize", "resizing the pod of container "+name)
+	}
+	return nil
 }
 
 func (c *Client) ContainerWait(ctx context.Context, name string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error) {
