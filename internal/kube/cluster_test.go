@@ -134,6 +134,9 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || info.Name != "/box-ann" || info.State.Running || info.State.Status != "exited" {
 		t.Fatalf("inspect by ID before start: %v %+v", err, info.ContainerJSONBase)
 	}
+	if _, ok := info.Config.Labels["mcp-sandbox.node"]; ok {
+		t.Errorf("a container without a pod has a node: %v", info.Config.Labels)
+	}
 	if info.Config.Labels["mcp-sandbox.person"] != "Ann Lee!" || info.HostConfig.NanoCPUs != 500000000 || info.HostConfig.NetworkMode != "none" ||
 		len(info.HostConfig.CapDrop) != 1 || *info.HostConfig.PidsLimit != 256 || len(info.Mounts) != 1 || info.Mounts[0].Name != "vol-ann" {
 		t.Errorf("inspect does not give back the settings: %+v %+v", info.Config, info.HostConfig)
@@ -160,8 +163,8 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Spec.NodeName != node {
-			t.Errorf("node %q, the pod's %q", node, p.Spec.NodeName)
+		if p.Spec.NodeName != node || info.Config.Labels["mcp-sandbox.node"] != node {
+			t.Errorf("node %q, the pod's %q, inspect's label %q", node, p.Spec.NodeName, info.Config.Labels["mcp-sandbox.node"])
 		}
 		return p
 	}

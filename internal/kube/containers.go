@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -136,12 +137,23 @@ func inspectOf(cm *v1.ConfigMap, r record, p *v1.Pod) container.InspectResponse 
 	} else if len(r.Cmd) > 0 {
 		base.Path, base.Args = r.Cmd[0], r.Cmd[1:]
 	}
+	cfg := r.config()
+	// Docker's inspect has no node: the sandbox package reads it from a label, which
+	// only the pod's node sets.
+	cfg.Labels = maps.Clone(cfg.Labels)
+	delete(cfg.Labels, labelNode)
 	if p != nil {
 		if cs := sandboxStatus(p); cs != nil {
 			base.RestartCount = int(cs.RestartCount)
 		}
+		if n := p.Spec.NodeName; n != "" {
+			if cfg.Labels == nil {
+				cfg.Labels = map[string]string{}
+			}
+			cfg.Labels[labelNode] = n
+		}
 	}
-	return container.InspectResponse{ContainerJSONBase: base, Mounts: r.mountPoints(), Config: r.config(),
+	return container.InspectResponse{ContainerJSONBase: base, Mounts: r.mountPoints(), Config: cfg,
 		NetworkSettings: &container.NetworkSettings{}}
 }
 
