@@ -2,79 +2,574 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
+	"regexp"
+	"strings"
+	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
+// Bounds of the waits: a start without a deadline in its context waits startWait for
+// the pod to run; a stop or remove waits goneWait beyond the grace period.
+const (
+	startWait = 5 * time.Minute
+	goneWait  = 30 * time.Second
+	pollEvery = 250 * time.Millisecond
+	// readySettle is how long a started container must stay ready for a start to
+	// succeed.
+	readySettle = 1500 * time.Millisecond
+)
+
+var uidLike = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// lookup finds the ConfigMap of the container ref (its name or its ID) and reads its
+// record. A missing container is cerrdefs.ErrNotFound.
+func (c *Client) lookup(ctx context.Context, ref string) (*v1.ConfigMap, record, error) {
+	ref = strings.TrimPrefix(ref, "/")
+	var cm *v1.ConfigMap
+	if dnsLabel.MatchString(ref) {
+		got, err := c.core.ConfigMaps(c.ns).Get(ctx, ref, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			cm = got
+		case !apierrors.IsNotFound(err):
+			return nil, record{}, c.apiErr(err, "get", "configmaps", "reading container "+ref)
+		}
+	}
+	if cm == nil && uidLike.MatchString(ref) {
+		list, err := c.core.ConfigMaps(c.ns).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedByValue})
+		if err != nil {
+			return nil, record{}, c.apiErr(err, "list", "configmaps", "finding container "+ref)
+		}
+		for i := range list.Items {
+			if string(list.Items[i].UID) == ref {
+				cm = &list.Items[i]
+				break
+			}
+		}
+	}
+	if cm == nil {
+		return nil, record{}, notFound("container", ref)
+	}
+	r, err := readRecord(cm)
+	if err != nil {
+		return nil, record{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, err)
+	}
+	return cm, r, nil
+}
+
+// pod is the pod of container name, nil when it has none.
+func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
+	p, err := c.core.Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, c.apiErr(err, "get", "pods", "reading the pod of container "+name)
+	}
+	return p, nil
+}
+
 func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
-	return container.CreateResponse{}, notImplemented("ContainerCreate")
+	name := strings.TrimPrefix(containerName, "/")
+	if why := validName("container", name); why != "" {
+		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
+	}
+	r, err := newRecord(config, hostConfig)
+	if err != nil {
+		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: creating container %s: %w: %w", c.cfg.Name, name, err, cerrdefs.ErrInvalidArgument)
+	}
+	cm, err := recordConfigMap(name, r)
+	if err != nil {
+		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: creating container %s: %w", c.cfg.Name, name, err)
+	}
+	// Docker makes the named volumes a container mounts when they are missing.
+	for _, m := range r.Mounts {
+		if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: m.Volume}); err != nil {
+			return container.CreateResponse{}, err
+		}
+	}
+	got, err := c.core.ConfigMaps(c.ns).Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: the container name %q is already in use (config map %s exists); remove it first or use another name: %w",
+			c.cfg.Name, name, name, cerrdefs.ErrConflict)
+	}
+	if err != nil {
+		return container.CreateResponse{}, c.apiErr(err, "create", "configmaps", "creating container "+name)
+	}
+	return container.CreateResponse{ID: string(got.UID)}, nil
 }
 
 func (c *Client) ContainerInspect(ctx context.Context, name string) (container.InspectResponse, error) {
-	return container.InspectResponse{}, notImplemented("ContainerInspect")
+	cm, r, err := c.lookup(ctx, name)
+	if err != nil {
+		return container.InspectResponse{}, err
+	}
+	p, err := c.pod(ctx, cm.Name)
+	if err != nil {
+		return container.InspectResponse{}, err
+	}
+	return inspectOf(cm, r, p), nil
+}
+
+// inspectOf is Docker's inspect of the container cm records, running as p (nil: not).
+func inspectOf(cm *v1.ConfigMap, r record, p *v1.Pod) container.InspectResponse {
+	st := dockerState(p)
+	base := &container.ContainerJSONBase{
+		ID: string(cm.UID), Name: "/" + cm.Name, Created: cm.CreationTimestamp.UTC().Format(time.RFC3339Nano),
+		Image: r.Image, State: st, HostConfig: r.hostConfig(), Driver: "kubernetes", Platform: "linux",
+	}
+	if len(r.Entrypoint) > 0 {
+		base.Path, base.Args = r.Entrypoint[0], append(r.Entrypoint[1:len(r.Entrypoint):len(r.Entrypoint)], r.Cmd...)
+	} else if len(r.Cmd) > 0 {
+		base.Path, base.Args = r.Cmd[0], r.Cmd[1:]
+	}
+	cfg := r.config()
+	// Docker's inspect has no node: the sandbox package reads it from a label, which
+	// only the pod's node sets.
+	cfg.Labels = maps.Clone(cfg.Labels)
+	delete(cfg.Labels, labelNode)
+	if p != nil {
+		if cs := sandboxStatus(p); cs != nil {
+			base.RestartCount = int(cs.RestartCount)
+		}
+		if n := p.Spec.NodeName; n != "" {
+			if cfg.Labels == nil {
+				cfg.Labels = map[string]string{}
+			}
+			cfg.Labels[labelNode] = n
+		}
+	}
+	return container.InspectResponse{ContainerJSONBase: base, Mounts: r.mountPoints(), Config: cfg,
+		NetworkSettings: &container.NetworkSettings{}}
 }
 
 func (c *Client) ContainerInspectWithRaw(ctx context.Context, name string, getSize bool) (container.InspectResponse, []byte, error) {
-	return container.InspectResponse{}, nil, notImplemented("ContainerInspectWithRaw")
+	info, err := c.ContainerInspect(ctx, name)
+	if err != nil {
+		return info, nil, err
+	}
+	raw, err := json.Marshal(info)
+	return info, raw, err
 }
 
-func (c *Client) ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error) {
-	return nil, notImplemented("ContainerList")
+// NodeName is the node the pod of container name runs on ("" when it has no pod or is
+// not scheduled yet): what the console shows beside a sandbox on this engine.
+func (c *Client) NodeName(ctx context.Context, name string) (string, error) {
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	p, err := c.pod(ctx, cm.Name)
+	if err != nil || p == nil {
+		return "", err
+	}
+	return p.Spec.NodeName, nil
 }
 
 func (c *Client) ContainerStart(ctx context.Context, name string, options container.StartOptions) error {
-	return notImplemented("ContainerStart")
+	if options.CheckpointID != "" {
+		return notImplemented("starting from a checkpoint")
+	}
+	cm, r, err := c.lookup(ctx, name)
+	if err != nil {
+		return err
+	}
+	name = cm.Name
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startWait)
+		defer cancel()
+	}
+	for {
+		p, err := c.pod(ctx, name)
+		if err != nil {
+			return err
+		}
+		if p != nil && p.DeletionTimestamp != nil {
+			// Still stopping: start once it is gone, as Docker would after the stop.
+			if err := c.waitPodGone(ctx, name, p.UID); err != nil {
+				return err
+			}
+			continue
+		}
+		if p == nil {
+			if np := policyFor(name, r); np != nil {
+				if _, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
+				}
+			}
+			spec, err := podFor(name, r, c.cfg.PullPolicy)
+			if err != nil {
+				return fmt.Errorf("kubernetes engine %s: starting container %s: %w", c.cfg.Name, name, err)
+			}
+			p, err = c.core.Pods(c.ns).Create(ctx, spec, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue // someone else started it
+			}
+			if err != nil {
+				c.cleanupStart(name, "")
+				return c.apiErr(err, "create", "pods", "starting container "+name)
+			}
+		}
+		return c.waitReady(ctx, name, p)
+	}
+}
+
+// waitReady waits until the pod of container name runs and is ready; a pod that will
+// not (a terminal reason, or the deadline) is deleted and the error says why.
+func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
+	uid := p.UID
+	var seen *metav1.Time // when the container we saw ready started
+	for {
+		if podReady(p) {
+			// Ready twice, a moment apart, without a restart: a main process that
+			// exits at once would otherwise pass for started.
+			started := sandboxStatus(p).State.Running.StartedAt
+			if seen != nil && seen.Equal(&started) {
+				return nil
+			}
+			seen = &started
+		} else {
+			seen = nil
+		}
+		if why := podFailure(p); why != "" {
+			c.cleanupStart(name, uid)
+			return fmt.Errorf("kubernetes engine %s: starting container %s: %s; the pod was deleted (the container stays created): %w",
+				c.cfg.Name, name, why, cerrdefs.ErrFailedPrecondition)
+		}
+		select {
+		case <-ctx.Done():
+			c.cleanupStart(name, uid)
+			return fmt.Errorf("kubernetes engine %s: starting container %s: the pod was not running in time (phase %s%s); it was deleted: %w",
+				c.cfg.Name, name, p.Status.Phase, waitingText(p), ctx.Err())
+		case <-time.After(settle(seen)):
+		}
+		got, err := c.pod(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			return err
+		}
+		if got == nil || got.UID != uid {
+			return fmt.Errorf("kubernetes engine %s: starting container %s: the pod was deleted while it started (stopped or removed meanwhile)", c.cfg.Name, name)
+		}
+		p = got
+	}
+}
+
+// settle is how long waitReady waits before looking again: longer once the container
+// was seen ready, to see it still is.
+func settle(seen *metav1.Time) time.Duration {
+	if seen != nil {
+		return readySettle
+	}
+	return pollEvery
+}
+
+// waitingText says what the pod's container waits for, for an error.
+func waitingText(p *v1.Pod) string {
+	if cs := sandboxStatus(p); cs != nil && cs.State.Waiting != nil {
+		return bounded(", container waiting: " + cs.State.Waiting.Reason + " " + cs.State.Waiting.Message)
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Status == v1.ConditionFalse && cond.Message != "" {
+			return bounded(", " + string(cond.Type) + ": " + cond.Message)
+		}
+	}
+	return ""
+}
+
+// cleanupStart deletes what a failed start made: the pod with uid (none when uid is
+// "": the pod was not made) and the network policies. It outlives the caller's
+// context.
+func (c *Client) cleanupStart(name string, uid types.UID) {
+	ctx, cancel := context.WithTimeout(context.Background(), goneWait)
+	defer cancel()
+	for _, n := range policyNames(name) {
+		_ = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{})
+	}
+	if uid == "" {
+		return
+	}
+	zero := int64(0)
+	_ = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+	_ = c.waitPodGone(ctx, name, uid)
+}
+
+// waitPodGone waits until the pod name (with uid, when set) no longer exists.
+func (c *Client) waitPodGone(ctx context.Context, name string, uid types.UID) error {
+	for {
+		p, err := c.pod(ctx, name)
+		if err != nil {
+			return err
+		}
+		if p == nil || (uid != "" && p.UID != uid) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes engine %s: the pod of container %s is still terminating: %w", c.cfg.Name, name, ctx.Err())
+		case <-time.After(pollEvery):
+		}
+	}
 }
 
 func (c *Client) ContainerStop(ctx context.Context, name string, options container.StopOptions) error {
-	return notImplemented("ContainerStop")
+	grace := int64(terminationGrace)
+	if options.Timeout != nil && *options.Timeout >= 0 {
+		grace = int64(*options.Timeout)
+	}
+	return c.stop(ctx, name, grace, false)
+}
+
+// stop deletes the pod of container name with grace seconds and waits until it is
+// gone; the ConfigMap and the claims stay. mustRun makes a container without a pod a
+// conflict (Docker's kill of a stopped container).
+func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun bool) error {
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		return err
+	}
+	name = cm.Name
+	err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if apierrors.IsNotFound(err) {
+		if mustRun {
+			return fmt.Errorf("kubernetes engine %s: container %s is not running: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
+		}
+		return nil
+	}
+	if err != nil {
+		return c.apiErr(err, "delete", "pods", "stopping container "+name)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+goneWait)
+	defer cancel()
+	return c.waitPodGone(wctx, name, "")
 }
 
 func (c *Client) ContainerRestart(ctx context.Context, name string, options container.StopOptions) error {
-	return notImplemented("ContainerRestart")
+	if err := c.ContainerStop(ctx, name, options); err != nil {
+		return err
+	}
+	return c.ContainerStart(ctx, name, container.StartOptions{})
 }
 
 func (c *Client) ContainerKill(ctx context.Context, name, signal string) error {
-	return notImplemented("ContainerKill")
+	switch strings.TrimPrefix(strings.ToUpper(signal), "SIG") {
+	case "", "KILL", "9":
+		return c.stop(ctx, name, 0, true)
+	case "TERM", "15":
+		return c.stop(ctx, name, terminationGrace, true)
+	}
+	return notImplemented("sending signal " + signal + " (only KILL and TERM, which delete the pod)")
 }
 
 func (c *Client) ContainerRemove(ctx context.Context, name string, options container.RemoveOptions) error {
-	return notImplemented("ContainerRemove")
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		return err
+	}
+	name = cm.Name
+	p, err := c.pod(ctx, name)
+	if err != nil {
+		return err
+	}
+	if p != nil && p.DeletionTimestamp == nil && !options.Force {
+		return fmt.Errorf("kubernetes engine %s: container %s is running: stop it before removing it, or force the removal: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
+	}
+	if p != nil {
+		zero := int64(0)
+		if err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			return c.apiErr(err, "delete", "pods", "removing container "+name)
+		}
+	}
+	for _, n := range policyNames(name) {
+		if err := c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return c.apiErr(err, "delete", "networkpolicies", "removing container "+name)
+		}
+	}
+	uid := cm.UID
+	err = c.core.ConfigMaps(c.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return c.apiErr(err, "delete", "configmaps", "removing container "+name)
+	}
+	if p != nil {
+		// A claim is in use until the pod is gone: wait, so that removing the volume
+		// next works as on Docker.
+		wctx, cancel := context.WithTimeout(ctx, goneWait)
+		defer cancel()
+		return c.waitPodGone(wctx, name, p.UID)
+	}
+	return nil
 }
 
 func (c *Client) ContainerRename(ctx context.Context, name, newContainerName string) error {
-	return notImplemented("ContainerRename")
+	return notImplemented("renaming a container (checkpoints are not supported on a Kubernetes engine)")
 }
 
 func (c *Client) ContainerPause(ctx context.Context, name string) error {
-	return notImplemented("ContainerPause")
+	return notImplemented("pausing a container (a pod cannot be paused; checkpoints are not supported on a Kubernetes engine)")
 }
 
 func (c *Client) ContainerUnpause(ctx context.Context, name string) error {
-	return notImplemented("ContainerUnpause")
+	return notImplemented("unpausing a container (a pod cannot be paused)")
 }
 
-func (c *Client) ContainerUpdate(ctx context.Context, name string, updateConfig container.UpdateConfig) (container.UpdateResponse, error) {
-	return container.UpdateResponse{}, notImplemented("ContainerUpdate")
+func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container.UpdateConfig) (container.UpdateResponse, error) {
+	var resp container.UpdateResponse
+	for attempt := 0; ; attempt++ {
+		cm, r, err := c.lookup(ctx, name)
+		if err != nil {
+			return resp, err
+		}
+		old := r
+		if upd.Memory != 0 {
+			r.Memory = upd.Memory
+		}
+		if upd.MemorySwap != 0 {
+			r.MemorySwap = upd.MemorySwap
+		}
+		if upd.NanoCPUs != 0 {
+			r.NanoCPUs = upd.NanoCPUs
+		}
+		if upd.PidsLimit != nil {
+			r.PidsLimit = *upd.PidsLimit
+		}
+		if upd.RestartPolicy.Name != "" {
+			r.RestartPolicy = string(upd.RestartPolicy.Name)
+		}
+		if r.Memory == old.Memory && r.MemorySwap == old.MemorySwap && r.NanoCPUs == old.NanoCPUs &&
+			r.PidsLimit == old.PidsLimit && r.RestartPolicy == old.RestartPolicy {
+			return resp, nil
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return resp, err
+		}
+		cm = cm.DeepCopy()
+		cm.Data[recordKey] = string(b)
+		_, err = c.core.ConfigMaps(c.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue // changed meanwhile: read it again
+		}
+		if err != nil {
+			return resp, c.apiErr(err, "update", "configmaps", "updating the limits of container "+cm.Name)
+		}
+		if r.Memory != old.Memory || r.NanoCPUs != old.NanoCPUs {
+			if err := c.resize(ctx, cm.Name, r); err != nil {
+				resp.Warnings = append(resp.Warnings, "Kubernetes engine: the running pod keeps its current limits until its next start (the new limits are recorded): "+err.Error())
+			}
+		}
+		if r.PidsLimit != old.PidsLimit {
+			resp.Warnings = append(resp.Warnings, "Kubernetes engine: a pod's process limit is the node's (the kubelet's podPidsLimit); the recorded limit is not applied")
+		}
+		return resp, nil
+	}
+}
+
+// resize gives the running pod of container name the record's memory and CPU limits
+// in place (the pods/resize subresource); nil when there is no running pod.
+func (c *Client) resize(ctx context.Context, name string, r record) error {
+	p, err := c.pod(ctx, name)
+	if err != nil || p == nil || p.DeletionTimestamp != nil {
+		return err
+	}
+	res := resources(r.Memory, r.NanoCPUs)
+	p = p.DeepCopy()
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == containerName {
+			p.Spec.Containers[i].Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
+		}
+	}
+	if _, err := c.core.Pods(c.ns).UpdateResize(ctx, name, p, metav1.UpdateOptions{}); err != nil {
+		return c.apiErr(err, "update", "pods/resize", "resizing the pod of container "+name)
+	}
+	return nil
 }
 
 func (c *Client) ContainerWait(ctx context.Context, name string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error) {
+	resc := make(chan container.WaitResponse, 1)
 	errc := make(chan error, 1)
-	errc <- notImplemented("ContainerWait")
-	return nil, errc
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		errc <- err
+		return resc, errc
+	}
+	name = cm.Name
+	go func() {
+		for {
+			if condition == container.WaitConditionRemoved {
+				if _, _, err := c.lookup(ctx, name); cerrdefs.IsNotFound(err) {
+					resc <- container.WaitResponse{}
+					return
+				} else if err != nil {
+					errc <- err
+					return
+				}
+			} else {
+				p, err := c.pod(ctx, name)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if st := dockerState(p); p == nil || p.DeletionTimestamp != nil || st.Status == container.StateExited {
+					resc <- container.WaitResponse{StatusCode: int64(st.ExitCode)}
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return resc, errc
 }
 
 func (c *Client) ContainerLogs(ctx context.Context, name string, options container.LogsOptions) (io.ReadCloser, error) {
-	return nil, notImplemented("ContainerLogs")
-}
-
-func (c *Client) ContainerStatsOneShot(ctx context.Context, name string) (container.StatsResponseReader, error) {
-	return container.StatsResponseReader{}, notImplemented("ContainerStatsOneShot")
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	lo := &v1.PodLogOptions{Container: containerName, Follow: options.Follow, Timestamps: options.Timestamps}
+	if options.Tail != "" && options.Tail != "all" {
+		var n int64
+		if _, err := fmt.Sscanf(options.Tail, "%d", &n); err != nil || n < 0 {
+			return nil, fmt.Errorf("logs of container %s: tail %q is not a number: %w", cm.Name, options.Tail, cerrdefs.ErrInvalidArgument)
+		}
+		lo.TailLines = &n
+	}
+	rc, err := c.core.Pods(c.ns).GetLogs(cm.Name, lo).Stream(ctx)
+	if err != nil {
+		return nil, c.apiErr(err, "get", "pods/log", "reading the logs of container "+cm.Name)
+	}
+	// Docker multiplexes a container's output without a terminal: stdout and stderr
+	// are one stream in a pod's log, given as stdout.
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(stdcopy.NewStdWriter(pw, stdcopy.Stdout), rc)
+		rc.Close()
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
 }
 
 func (c *Client) ContainerCommit(ctx context.Context, name string, options container.CommitOptions) (container.CommitResponse, error) {
-	return container.CommitResponse{}, notImplemented("ContainerCommit")
+	return container.CommitResponse{}, notImplemented("committing a container to an image (checkpoints are not supported on a Kubernetes engine)")
 }

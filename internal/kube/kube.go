@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
@@ -52,6 +53,9 @@ type Config struct {
 
 // DefaultVolumeSize is the size a claim requests when the configuration names none.
 const DefaultVolumeSize = 10 << 30
+
+// dialTimeout bounds connecting to the API server.
+const dialTimeout = 10 * time.Second
 
 // DefaultNamespace is the namespace used when the configuration names none.
 const DefaultNamespace = "default"
@@ -112,6 +116,11 @@ func New(c Config) (*Client, error) {
 		ns = DefaultNamespace
 	}
 	rc.UserAgent = "caddy-mcp-sandbox"
+	if rc.Dial == nil {
+		// An API server that does not answer fails a call in dialTimeout, not when
+		// the caller's context ends.
+		rc.Dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
 	core, err := corev1.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes engine %s: %w", c.Name, err)

@@ -1,0 +1,449 @@
+package kube_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	authv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
+)
+
+// testImage is the image the development cluster has imported.
+const testImage = "k8s.local/code-sandbox-test:latest"
+
+// cluster is a namespace of its own on the cluster MCP_SANDBOX_KUBECONFIG names,
+// deleted when the test ends, an admin client and the kubeconfig's path.
+type cluster struct {
+	admin      kubernetes.Interface
+	ns         string
+	kubeconfig string
+}
+
+func needCluster(t *testing.T) cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Kubernetes cluster; skipped with -short")
+	}
+	path := os.Getenv("MCP_SANDBOX_KUBECONFIG")
+	if path == "" {
+		t.Skip("needs a Kubernetes cluster: set MCP_SANDBOX_KUBECONFIG to its kubeconfig (make exports it)")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	admin, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "lifecycle-" + hex.EncodeToString(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		zero := int64(0)
+		_ = admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		if err := admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting namespace %s: %v", ns, err)
+		}
+	})
+	return cluster{admin: admin, ns: ns, kubeconfig: path}
+}
+
+func (cl cluster) engine(t *testing.T, pull string) *kube.Client {
+	t.Helper()
+	c, err := kube.New(kube.Config{Name: "test", Kubeconfig: cl.kubeconfig, Namespace: cl.ns, PullPolicy: pull, VolumeSize: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done`
+
+func sandboxConfig(labels map[string]string) *container.Config {
+	return &container.Config{Image: testImage, Hostname: "sandbox", User: "root", WorkingDir: "/sandbox",
+		Entrypoint: []string{"bash", "-c", keepAlive}, Cmd: []string{"mcp-sandbox"}, Labels: labels}
+}
+
+func TestLifecycle(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	pods, cms, pvcs := cl.admin.CoreV1().Pods(cl.ns), cl.admin.CoreV1().ConfigMaps(cl.ns), cl.admin.CoreV1().PersistentVolumeClaims(cl.ns)
+
+	if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: "vol-ann", Labels: map[string]string{"mcp-sandbox.managed": "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: "vol-ann"})
+	if err != nil || again.Labels["mcp-sandbox.managed"] != "true" {
+		t.Fatalf("creating an existing volume returns it: %v %+v", err, again)
+	}
+	pvc0, err := pvcs.Get(ctx, "vol-ann", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	labels := map[string]string{"mcp-sandbox.managed": "true", "mcp-sandbox.volume": "vol-ann", "mcp-sandbox.person": "Ann Lee!"}
+	pids := int64(256)
+	hc := &container.HostConfig{
+		Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: "vol-ann", Target: "/sandbox"}},
+		NetworkMode: "none",
+		Resources:   container.Resources{Memory: 128 << 20, MemorySwap: 128 << 20, NanoCPUs: 500000000, PidsLimit: &pids},
+		CapDrop:     []string{"NET_RAW"}, SecurityOpt: []string{"no-new-privileges"},
+		Sysctls:       map[string]string{"net.ipv4.ping_group_range": "0 2147483647"},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+	}
+	resp, err := c.ContainerCreate(ctx, sandboxConfig(labels), hc, nil, nil, "box-ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(labels), hc, nil, nil, "box-ann"); !cerrdefs.IsConflict(err) {
+		t.Fatalf("creating it twice: %v, want a conflict", err)
+	}
+	info, err := c.ContainerInspect(ctx, resp.ID)
+	if err != nil || info.Name != "/box-ann" || info.State.Running || info.State.Status != "exited" {
+		t.Fatalf("inspect by ID before start: %v %+v", err, info.ContainerJSONBase)
+	}
+	if _, ok := info.Config.Labels["mcp-sandbox.node"]; ok {
+		t.Errorf("a container without a pod has a node: %v", info.Config.Labels)
+	}
+	if info.Config.Labels["mcp-sandbox.person"] != "Ann Lee!" || info.HostConfig.NanoCPUs != 500000000 || info.HostConfig.NetworkMode != "none" ||
+		len(info.HostConfig.CapDrop) != 1 || *info.HostConfig.PidsLimit != 256 || len(info.Mounts) != 1 || info.Mounts[0].Name != "vol-ann" {
+		t.Errorf("inspect does not give back the settings: %+v %+v", info.Config, info.HostConfig)
+	}
+
+	start := func(what string) *v1.Pod {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		if err := c.ContainerStart(sctx, "box-ann", container.StartOptions{}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s took %v", what, time.Since(t0).Round(time.Millisecond))
+		info, err := c.ContainerInspect(ctx, "box-ann")
+		if err != nil || !info.State.Running || info.State.Status != "running" || info.State.StartedAt == "" {
+			t.Fatalf("%s: inspect: %v %+v", what, err, info.State)
+		}
+		node, err := c.NodeName(ctx, "box-ann")
+		if err != nil || node == "" {
+			t.Fatalf("%s: node name %q: %v", what, node, err)
+		}
+		p, err := pods.Get(ctx, "box-ann", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != node || info.Config.Labels["mcp-sandbox.node"] != node {
+			t.Errorf("node %q, the pod's %q, inspect's label %q", node, p.Spec.NodeName, info.Config.Labels["mcp-sandbox.node"])
+		}
+		return p
+	}
+	p1 := start("first start")
+	if err := c.ContainerStart(ctx, "box-ann", container.StartOptions{}); err != nil {
+		t.Fatalf("starting a running container is a no-op: %v", err)
+	}
+	if len(p1.Spec.Volumes) != 1 || p1.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "vol-ann" {
+		t.Fatalf("pod volumes %+v", p1.Spec.Volumes)
+	}
+	sc := p1.Spec.Containers[0].SecurityContext
+	if *sc.Privileged || *sc.RunAsUser != 0 || sc.Capabilities.Drop[0] != "NET_RAW" || *p1.Spec.AutomountServiceAccountToken {
+		t.Errorf("security context %+v", sc)
+	}
+	if p1.Labels["app.kubernetes.io/managed-by"] != "caddy-mcp-sandbox" || p1.Labels["mcp-sandbox.container"] != "box-ann" {
+		t.Errorf("pod labels %v", p1.Labels)
+	}
+	np, err := cl.admin.NetworkingV1().NetworkPolicies(cl.ns).Get(ctx, "box-ann-no-network", metav1.GetOptions{})
+	if err != nil || np.Spec.PodSelector.MatchLabels["mcp-sandbox.pod"] != "box-ann" || p1.Labels["mcp-sandbox.pod"] != "box-ann" {
+		t.Errorf("network policy of a container without network: %v", err)
+	}
+
+	// Listing: by label (valid on the API server, invalid matched here), by name, running only.
+	for _, f := range []filters.Args{
+		filters.NewArgs(filters.Arg("label", "mcp-sandbox.volume")),
+		filters.NewArgs(filters.Arg("label", "mcp-sandbox.person=Ann Lee!")),
+		filters.NewArgs(filters.Arg("name", "box-ann")),
+	} {
+		list, err := c.ContainerList(ctx, container.ListOptions{Filters: f})
+		if err != nil || len(list) != 1 || list[0].Names[0] != "/box-ann" || list[0].State != "running" || list[0].ID != resp.ID || !strings.HasPrefix(list[0].Status, "Up") {
+			t.Errorf("list %v: %v %+v", f, err, list)
+		}
+	}
+	if list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "mcp-sandbox.person=Bob"))}); err != nil || len(list) != 0 {
+		t.Errorf("list of another person: %v %+v", err, list)
+	}
+
+	// Stats: figures from the metrics API, or NotImplemented saying what is missing.
+	if st, err := c.ContainerStatsOneShot(ctx, "box-ann"); err != nil {
+		if !cerrdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "metrics-server") {
+			t.Errorf("stats: %v", err)
+		}
+	} else {
+		var s container.StatsResponse
+		err := json.NewDecoder(io.LimitReader(st.Body, 1<<20)).Decode(&s)
+		st.Body.Close()
+		if err != nil || s.MemoryStats.Usage == 0 {
+			t.Errorf("stats body: %v %+v", err, s.MemoryStats)
+		}
+	}
+
+	// Update: recorded, and applied to the running pod in place.
+	upd, err := c.ContainerUpdate(ctx, "box-ann", container.UpdateConfig{Resources: container.Resources{Memory: 96 << 20, MemorySwap: 96 << 20, NanoCPUs: 250000000}})
+	if err != nil || len(upd.Warnings) != 0 {
+		t.Errorf("update: %v %v", err, upd.Warnings)
+	}
+	if p, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); err != nil || p.UID != p1.UID {
+		t.Errorf("the pod after an update: %v (same pod: %v)", err, err == nil && p.UID == p1.UID)
+	} else if res := p.Spec.Containers[0].Resources; res.Limits.Memory().Value() != 96<<20 || res.Requests.Cpu().MilliValue() != 250 {
+		t.Errorf("the running pod was not resized: %+v", res)
+	}
+
+	if err := c.VolumeRemove(ctx, "vol-ann", false); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "box-ann") {
+		t.Errorf("removing a volume in use: %v, want a conflict naming the container", err)
+	}
+	if err := c.ContainerRemove(ctx, "box-ann", container.RemoveOptions{}); !cerrdefs.IsConflict(err) {
+		t.Errorf("removing a running container without force: %v, want a conflict", err)
+	}
+
+	// Stop: the pod goes, the record and the claim stay.
+	t0 := time.Now()
+	grace := 5
+	if err := c.ContainerStop(ctx, "box-ann", container.StopOptions{Timeout: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop took %v", time.Since(t0).Round(time.Millisecond))
+	if _, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod after stop: %v", err)
+	}
+	if _, err := cms.Get(ctx, "box-ann", metav1.GetOptions{}); err != nil {
+		t.Errorf("config map after stop: %v", err)
+	}
+	info, err = c.ContainerInspect(ctx, "box-ann")
+	if err != nil || info.State.Running || info.State.Status != "exited" || info.HostConfig.Memory != 96<<20 {
+		t.Errorf("inspect after stop: %v %+v %d", err, info.State, info.HostConfig.Memory)
+	}
+	if list, err := c.ContainerList(ctx, container.ListOptions{}); err != nil || len(list) != 0 {
+		t.Errorf("running containers after stop: %v %+v", err, list)
+	}
+	if list, err := c.ContainerList(ctx, container.ListOptions{All: true}); err != nil || len(list) != 1 || list[0].State != "exited" {
+		t.Errorf("all containers after stop: %v %+v", err, list)
+	}
+	if err := c.ContainerStop(ctx, "box-ann", container.StopOptions{}); err != nil {
+		t.Errorf("stopping a stopped container: %v", err)
+	}
+
+	// Start again: a new pod on the same claim, with the recorded limits.
+	p2 := start("second start")
+	if p2.UID == p1.UID || p2.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "vol-ann" {
+		t.Errorf("second pod %s (first %s) volumes %+v", p2.UID, p1.UID, p2.Spec.Volumes)
+	}
+	if pvc, err := pvcs.Get(ctx, "vol-ann", metav1.GetOptions{}); err != nil || pvc.UID != pvc0.UID || pvc.Status.Phase != v1.ClaimBound {
+		t.Errorf("claim after restart: %v (same claim: %v)", err, err == nil && pvc.UID == pvc0.UID)
+	}
+	if m := p2.Spec.Containers[0].Resources.Limits[v1.ResourceMemory]; m.Value() != 96<<20 {
+		t.Errorf("second pod's memory limit %s, want the updated 96Mi", m.String())
+	}
+
+	// Remove: pod, policy and config map go; the claim stays until removed.
+	if err := c.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerInspect(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
+		t.Errorf("inspect after remove: %v", err)
+	}
+	if _, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod after remove: %v", err)
+	}
+	if _, err := cl.admin.NetworkingV1().NetworkPolicies(cl.ns).Get(ctx, "box-ann-no-network", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("network policy after remove: %v", err)
+	}
+	if err := c.ContainerRemove(ctx, "box-ann", container.RemoveOptions{Force: true}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("removing it again: %v, want not found", err)
+	}
+	if err := c.VolumeRemove(ctx, "vol-ann", false); err != nil {
+		t.Fatalf("removing the unused volume: %v", err)
+	}
+	if _, err := c.VolumeInspect(ctx, "vol-ann"); !cerrdefs.IsNotFound(err) {
+		t.Errorf("volume after remove: %v", err)
+	}
+}
+
+func TestImageMissing(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "Never")
+	cfg := sandboxConfig(nil)
+	cfg.Image = "k8s.local/no-such-image:v1"
+	if _, err := c.ContainerCreate(ctx, cfg, &container.HostConfig{}, nil, nil, "box-noimage"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err := c.ContainerStart(ctx, "box-noimage", container.StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") || !strings.Contains(err.Error(), cfg.Image) {
+		t.Fatalf("start with a missing image: %v", err)
+	}
+	t.Logf("failed in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	if _, err := cl.admin.CoreV1().Pods(cl.ns).Get(ctx, "box-noimage", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod left after a failed start: %v", err)
+	}
+	info, err := c.ContainerInspect(ctx, "box-noimage")
+	if err != nil || info.State.Running {
+		t.Errorf("the container stays created: %v %+v", err, info.State)
+	}
+	if err := c.ContainerRemove(ctx, "box-noimage", container.RemoveOptions{}); err != nil {
+		t.Errorf("remove: %v", err)
+	}
+}
+
+// TestNamedNetwork: a container on a named network (Docker's bridge without
+// inter-container traffic) gets a policy that lets nothing connect to its pod.
+func TestNamedNetwork(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
+	if _, err := c.NetworkInspect(ctx, "mcp-sandbox", network.InspectOptions{}); err != nil {
+		t.Fatalf("a named network needs no creating: %v", err)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "mcp-sandbox"}, nil, nil, "box-net"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ContainerStart(ctx, "box-net", container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	np, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{})
+	if err != nil || len(np.Spec.PolicyTypes) != 1 || np.Spec.PodSelector.MatchLabels["mcp-sandbox.pod"] != "box-net" {
+		t.Fatalf("policy: %v %+v", err, np)
+	}
+	if _, err := nps.Get(ctx, "box-net-no-network", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a container with network got the deny-all policy: %v", err)
+	}
+	if err := c.ContainerRemove(ctx, "box-net", container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("policy after remove: %v", err)
+	}
+}
+
+// TestStartFails: a pod that cannot run is given up at once, with the cause.
+func TestStartFails(t *testing.T) {
+	cl := needCluster(t)
+	c := cl.engine(t, "IfNotPresent")
+	for _, tc := range []struct {
+		name string
+		cfg  func(*container.Config, *container.HostConfig)
+		want string
+	}{
+		{"box-unschedulable", func(_ *container.Config, hc *container.HostConfig) { hc.Memory = 1 << 50 }, "Unschedulable"},
+		{"box-crashing", func(cfg *container.Config, _ *container.HostConfig) { cfg.Entrypoint = []string{"false"} }, "exit code 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			cfg, hc := sandboxConfig(nil), &container.HostConfig{}
+			tc.cfg(cfg, hc)
+			if _, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, tc.name); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			err := c.ContainerStart(ctx, tc.name, container.StartOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ctx.Err() != nil {
+				t.Fatalf("start: %v, want an error naming %s before the deadline", err, tc.want)
+			}
+			t.Logf("failed in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+			if _, err := cl.admin.CoreV1().Pods(cl.ns).Get(ctx, tc.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("pod left after a failed start: %v", err)
+			}
+		})
+	}
+}
+
+func TestForbidden(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	sa, err := cl.admin.CoreV1().ServiceAccounts(cl.ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-norights"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(600)
+	tr, err := cl.admin.CoreV1().ServiceAccounts(cl.ns).CreateToken(ctx, sa.Name, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := clientcmd.LoadFromFile(cl.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := raw.Contexts[raw.CurrentContext]
+	server := raw.Clusters[cur.Cluster]
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %q}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, server.Server, caData(t, server.CertificateAuthorityData, server.CertificateAuthority), tr.Status.Token)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.New(kube.Config{Name: "norights", Kubeconfig: path, Namespace: cl.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, "box-forbidden")
+	if !cerrdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `verb "create" on resource "configmaps"`) || !strings.Contains(err.Error(), cl.ns) {
+		t.Errorf("create without rights: %v", err)
+	}
+	_, err = c.ContainerList(ctx, container.ListOptions{All: true})
+	if !cerrdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `verb "list" on resource "configmaps"`) || !strings.Contains(err.Error(), "RBAC Role") {
+		t.Errorf("list without rights: %v", err)
+	}
+	t.Logf("the error: %v", err)
+}
+
+// caData is the CA of the kubeconfig's cluster, base64-encoded for a kubeconfig.
+func caData(t *testing.T, data []byte, file string) string {
+	t.Helper()
+	if len(data) == 0 {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("reading the cluster's CA: %v", err)
+		}
+		data = b
+	}
+	return base64.StdEncoding.EncodeToString(data)
+}

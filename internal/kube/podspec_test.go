@@ -1,0 +1,414 @@
+package kube
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+)
+
+// sandboxRecord is a record as the sandbox package's ContainerCreate makes it.
+func sandboxRecord(t *testing.T) record {
+	t.Helper()
+	pids := int64(512)
+	r, err := newRecord(&container.Config{
+		Image: "k8s.local/code-sandbox-test:latest", Hostname: "sandbox", User: "root", WorkingDir: "/sandbox",
+		Entrypoint: []string{"bash", "-c", "sleep infinity"}, Cmd: []string{"mcp-sandbox"},
+		Env:    []string{"A=1", "NOEQUALS", "B=x=y"},
+		Labels: map[string]string{"mcp-sandbox.managed": "true", "mcp-sandbox.person": "Ann Lee!"},
+	}, &container.HostConfig{
+		Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: "vol-ann", Target: "/sandbox"}},
+		NetworkMode: "none",
+		Resources:   container.Resources{Memory: 3 << 30, MemorySwap: 3 << 30, NanoCPUs: 1500000000, PidsLimit: &pids},
+		CapDrop:     []string{"NET_RAW"}, SecurityOpt: []string{"no-new-privileges"},
+		Sysctls:       map[string]string{"net.ipv4.ping_group_range": "0 2147483647", "kernel.msgmax": "1"},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestPodFor(t *testing.T) {
+	r := sandboxRecord(t)
+	p, err := podFor("box-ann", r, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Spec
+	if len(s.Containers) != 1 {
+		t.Fatalf("containers: %d", len(s.Containers))
+	}
+	c := s.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case c.Name != "sandbox" || c.Image != r.Image:
+		t.Errorf("container %s image %s", c.Name, c.Image)
+	case c.ImagePullPolicy != v1.PullIfNotPresent:
+		t.Errorf("pull policy %s, want IfNotPresent by default", c.ImagePullPolicy)
+	case strings.Join(c.Command, "|") != "bash|-c|sleep infinity" || strings.Join(c.Args, "|") != "mcp-sandbox":
+		t.Errorf("command %q args %q", c.Command, c.Args)
+	case c.WorkingDir != "/sandbox":
+		t.Errorf("working dir %q", c.WorkingDir)
+	case sc == nil || sc.Privileged == nil || *sc.Privileged:
+		t.Errorf("privileged must be false: %+v", sc)
+	case sc.RunAsNonRoot == nil || *sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 0:
+		t.Errorf("must run as root: %+v", sc)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != v1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("seccomp: %+v", sc.SeccompProfile)
+	case sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "NET_RAW":
+		t.Errorf("capabilities: %+v", sc.Capabilities)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("no-new-privileges must turn privilege escalation off: %+v", sc.AllowPrivilegeEscalation)
+	case s.RestartPolicy != v1.RestartPolicyAlways:
+		t.Errorf("restart policy %s", s.RestartPolicy)
+	case s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken:
+		t.Error("service account token must not be mounted")
+	case s.EnableServiceLinks == nil || *s.EnableServiceLinks:
+		t.Error("service links must be off")
+	case s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != terminationGrace:
+		t.Errorf("grace %v", s.TerminationGracePeriodSeconds)
+	case s.Hostname != "sandbox":
+		t.Errorf("hostname %q", s.Hostname)
+	}
+	// Resources: requests equal limits, the person's limits.
+	for _, rl := range []v1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		if m := rl[v1.ResourceMemory]; m.Cmp(resource.MustParse("3Gi")) != 0 {
+			t.Errorf("memory %s, want 3Gi", m.String())
+		}
+		if cpu := rl[v1.ResourceCPU]; cpu.MilliValue() != 1500 {
+			t.Errorf("cpu %s, want 1500m", cpu.String())
+		}
+	}
+	// Env: the entry without "=" is left out, a value may hold "=".
+	if len(c.Env) != 2 || c.Env[0] != (v1.EnvVar{Name: "A", Value: "1"}) || c.Env[1] != (v1.EnvVar{Name: "B", Value: "x=y"}) {
+		t.Errorf("env %+v", c.Env)
+	}
+	// The volume: the claim of the same name at /sandbox.
+	if len(s.Volumes) != 1 || s.Volumes[0].PersistentVolumeClaim == nil || s.Volumes[0].PersistentVolumeClaim.ClaimName != "vol-ann" ||
+		len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/sandbox" || c.VolumeMounts[0].Name != s.Volumes[0].Name {
+		t.Errorf("volumes %+v mounts %+v", s.Volumes, c.VolumeMounts)
+	}
+	// Only the safe sysctl goes to the pod.
+	if s.SecurityContext == nil || len(s.SecurityContext.Sysctls) != 1 || s.SecurityContext.Sysctls[0].Name != "net.ipv4.ping_group_range" {
+		t.Errorf("sysctls %+v", s.SecurityContext)
+	}
+	// Labels: ours, the valid Docker ones; the invalid value in the annotation.
+	l := p.Labels
+	if l[labelManagedBy] != managedByValue || l[labelContainer] != "box-ann" || l[labelPod] != "box-ann" || l["mcp-sandbox.managed"] != "true" {
+		t.Errorf("labels %v", l)
+	}
+	if _, ok := l["mcp-sandbox.person"]; ok {
+		t.Errorf("invalid label value copied as a label: %v", l)
+	}
+	if got := dockerLabels(p.ObjectMeta); got["mcp-sandbox.person"] != "Ann Lee!" || got["mcp-sandbox.managed"] != "true" || len(got) != 2 {
+		t.Errorf("docker labels read back: %v", got)
+	}
+
+	never, err := podFor("x", record{Image: "i", User: "1000"}, "Never")
+	if err != nil || never.Spec.Containers[0].ImagePullPolicy != v1.PullNever || *never.Spec.Containers[0].SecurityContext.RunAsUser != 1000 {
+		t.Errorf("pull policy Never, uid 1000: %v %+v", err, never)
+	}
+	if never.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation != nil || len(never.Spec.Containers[0].Resources.Limits) != 0 || never.Spec.Hostname != "" {
+		t.Errorf("a bare record gets no escalation setting, limits or hostname: %+v", never.Spec)
+	}
+}
+
+func TestDenyAllPolicy(t *testing.T) {
+	np := denyAllPolicy("box", map[string]string{"mcp-sandbox.managed": "true"})
+	if np.Name != "box-no-network" || np.Labels[labelManagedBy] != managedByValue || np.Labels[labelContainer] != "box" {
+		t.Errorf("meta %+v", np.ObjectMeta)
+	}
+	if sel := np.Spec.PodSelector.MatchLabels; len(sel) != 1 || sel[labelPod] != "box" {
+		t.Errorf("selector %v", sel)
+	}
+	if pt := np.Spec.PolicyTypes; len(pt) != 2 || pt[0] != networkingv1.PolicyTypeIngress || pt[1] != networkingv1.PolicyTypeEgress {
+		t.Errorf("policy types %v", pt)
+	}
+	if len(np.Spec.Ingress)+len(np.Spec.Egress) != 0 {
+		t.Error("a deny-all policy has no rules")
+	}
+	for mode, want := range map[string]string{"none": "box-no-network", "mcp-sandbox": "box-no-ingress", "bridge": "", "": "", "default": ""} {
+		p := policyFor("box", record{NetworkMode: mode})
+		switch {
+		case want == "" && p != nil:
+			t.Errorf("network %q: policy %s, want none", mode, p.Name)
+		case want != "" && (p == nil || p.Name != want):
+			t.Errorf("network %q: policy %v, want %s", mode, p, want)
+		}
+	}
+	in := policyFor("box", record{NetworkMode: "mcp-sandbox"})
+	if pt := in.Spec.PolicyTypes; len(pt) != 1 || pt[0] != networkingv1.PolicyTypeIngress || len(in.Spec.Ingress) != 0 || in.Spec.PodSelector.MatchLabels[labelPod] != "box" {
+		t.Errorf("a named network denies ingress only: %+v", in.Spec)
+	}
+}
+
+func TestNewRecordRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  *container.Config
+		hc   *container.HostConfig
+		want string
+	}{
+		{"no image", &container.Config{}, nil, "needs an image"},
+		{"user name", &container.Config{Image: "i", User: "alice"}, nil, "numeric uid"},
+		{"host network", &container.Config{Image: "i"}, &container.HostConfig{NetworkMode: "host"}, "host is not supported"},
+		{"shared network", &container.Config{Image: "i"}, &container.HostConfig{NetworkMode: "container:x"}, "own network"},
+		{"host bind", &container.Config{Image: "i"}, &container.HostConfig{Binds: []string{"/run/mcp/dir:/run/direct:ro"}}, "/run/mcp/dir"},
+		{"bind mount", &container.Config{Image: "i"}, &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeBind, Source: "/x", Target: "/y"}}}, "only named volumes"},
+		{"bad volume", &container.Config{Image: "i"}, &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: "Vol_1", Target: "/y"}}}, "DNS-1123"},
+		{"relative target", &container.Config{Image: "i"}, &container.HostConfig{Binds: []string{"v:rel"}}, "absolute"},
+	} {
+		_, err := newRecord(tc.cfg, tc.hc)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one saying %q", tc.name, err, tc.want)
+		}
+	}
+	r, err := newRecord(&container.Config{Image: "i", NetworkDisabled: true}, &container.HostConfig{Binds: []string{"data:/data:ro"}})
+	if err != nil || r.NetworkMode != "none" || len(r.Mounts) != 1 || r.Mounts[0] != (volumeMount{Volume: "data", Target: "/data", ReadOnly: true}) {
+		t.Errorf("named bind: %v %+v", err, r)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	r := sandboxRecord(t)
+	cm, err := recordConfigMap("box", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readRecord(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(r)
+	b, _ := json.Marshal(got)
+	if string(a) != string(b) {
+		t.Errorf("round trip:\n%s\n%s", a, b)
+	}
+	hc := got.hostConfig()
+	if hc.Memory != 3<<30 || hc.NanoCPUs != 1500000000 || hc.PidsLimit == nil || *hc.PidsLimit != 512 ||
+		hc.NetworkMode != "none" || hc.RestartPolicy.Name != container.RestartPolicyUnlessStopped || len(hc.Mounts) != 1 {
+		t.Errorf("host config %+v", hc)
+	}
+	// Hostile or foreign config maps are refused, not half read.
+	for name, mutate := range map[string]func(*v1.ConfigMap){
+		"not ours":      func(c *v1.ConfigMap) { delete(c.Labels, labelManagedBy) },
+		"no record":     func(c *v1.ConfigMap) { delete(c.Data, recordKey) },
+		"unknown field": func(c *v1.ConfigMap) { c.Data[recordKey] = `{"image":"i","evil":1}` },
+		"no image":      func(c *v1.ConfigMap) { c.Data[recordKey] = `{"cmd":["x"]}` },
+		"huge":          func(c *v1.ConfigMap) { c.Data[recordKey] = `{"image":"` + strings.Repeat("a", recordMax) + `"}` },
+		"trailing junk": func(c *v1.ConfigMap) { c.Data[recordKey] = `{"image":"i"} {` },
+	} {
+		c := cm.DeepCopy()
+		mutate(c)
+		if _, err := readRecord(c); err == nil {
+			t.Errorf("%s: read without error", name)
+		}
+	}
+}
+
+func TestTranslateFilters(t *testing.T) {
+	f := filters.NewArgs(
+		filters.Arg("label", "mcp-sandbox.volume"),
+		filters.Arg("label", "mcp-sandbox.person=ann"),
+		filters.Arg("label", "odd=not valid!"),
+		filters.Arg("name", "^/box-"),
+	)
+	lf, err := translateFilters(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := labelManagedBy + "=" + managedByValue + ",mcp-sandbox.person=ann,mcp-sandbox.volume"
+	if lf.selector != want {
+		t.Errorf("selector %q, want %q (the invalid label value is matched here, not by the API server)", lf.selector, want)
+	}
+	labels := map[string]string{"mcp-sandbox.volume": "v", "mcp-sandbox.person": "ann", "odd": "not valid!"}
+	if !lf.match("box-ann", "uid", labels, container.StateRunning) {
+		t.Error("matching container refused")
+	}
+	if lf.match("other", "uid", labels, container.StateRunning) {
+		t.Error("name filter ignored")
+	}
+	if lf.match("box-ann", "uid", map[string]string{"mcp-sandbox.volume": "v", "mcp-sandbox.person": "ann", "odd": "x"}, container.StateRunning) {
+		t.Error("label value filter ignored for an invalid label value")
+	}
+	if lf.match("box-ann", "uid", map[string]string{"mcp-sandbox.person": "ann", "odd": "not valid!"}, container.StateRunning) {
+		t.Error("label presence filter ignored")
+	}
+	if _, err := translateFilters(filters.NewArgs(filters.Arg("ancestor", "x"))); !cerrdefs.IsInvalidArgument(err) {
+		t.Errorf("unknown filter: %v", err)
+	}
+	if _, err := translateFilters(filters.NewArgs(filters.Arg("name", "("))); !cerrdefs.IsInvalidArgument(err) {
+		t.Errorf("bad name pattern: %v", err)
+	}
+	st, err := translateFilters(filters.NewArgs(filters.Arg("status", "exited"), filters.Arg("id", "abc")))
+	if err != nil || st.match("b", "abcdef", nil, container.StateRunning) || !st.match("b", "abcdef", nil, container.StateExited) || st.match("b", "xbc", nil, container.StateExited) {
+		t.Errorf("status / id filter: %v", err)
+	}
+}
+
+func TestDockerState(t *testing.T) {
+	now := metav1.NewTime(time.Now().Add(-3 * time.Minute))
+	running := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+		Name: "sandbox", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
+	}}}}
+	if st := dockerState(running); !st.Running || st.Status != container.StateRunning || st.Pid != 0 || statusText(st, time.Now()) != "Up 3 minutes" {
+		t.Errorf("running: %+v", st)
+	}
+	if st := dockerState(nil); st.Running || st.Status != container.StateExited || st.ExitCode != 0 {
+		t.Errorf("no pod: %+v", st)
+	}
+	stopping := running.DeepCopy()
+	stopping.DeletionTimestamp = &now
+	if st := dockerState(stopping); st.Running || st.Status != container.StateExited {
+		t.Errorf("terminating: %+v", st)
+	}
+	pending := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Image: "img:1"}}}, Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{
+		Name: "sandbox", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "Container image \"img:1\" is not present with pull policy of Never\n\n"}},
+	}}}}
+	st := dockerState(pending)
+	if st.Running || st.Status != container.StateCreated || !strings.Contains(st.Error, "ErrImageNeverPull") || !strings.Contains(st.Error, "img:1") {
+		t.Errorf("pending: %+v", st)
+	}
+	unsched := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{
+		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient memory. " + strings.Repeat("x", 4000),
+	}}}}
+	if why := podFailure(unsched); !strings.Contains(why, "Insufficient memory") || len(why) > statusMax+len("...") {
+		t.Errorf("unschedulable: %d bytes: %q", len(why), why)
+	}
+	crashed := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Image: "img:1"}}}, Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+		Name: "sandbox", RestartCount: 1, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 127, Reason: "Error"}},
+	}}}}
+	if why := podFailure(crashed); !strings.Contains(why, "exit code 127, Error)") {
+		t.Errorf("crashed: %q", why)
+	}
+	if st := dockerState(crashed); !st.Restarting || st.Running {
+		t.Errorf("crashed state: %+v", st)
+	}
+	creating := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{
+		Name: "sandbox", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+	}}}}
+	if why := podFailure(creating); why != "" {
+		t.Errorf("a creating container is no failure: %q", why)
+	}
+}
+
+func TestStatsFromMetrics(t *testing.T) {
+	raw := []byte(`{"timestamp":"2026-01-01T00:00:00Z","containers":[{"name":"sandbox","usage":{"cpu":"250m","memory":"100Mi"}}]}`)
+	start := time.Now().Add(-10 * time.Second)
+	t1 := time.Now()
+	a, err := statsFromMetrics(raw, 1<<30, start, t1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := statsFromMetrics(raw, 1<<30, start, t1.Add(time.Second))
+	cpu := float64(b.CPUStats.CPUUsage.TotalUsage-a.CPUStats.CPUUsage.TotalUsage) / float64(b.Read.Sub(a.Read).Nanoseconds())
+	if cpu < 0.249 || cpu > 0.251 {
+		t.Errorf("cpu from two samples %f, want 0.25", cpu)
+	}
+	if a.MemoryStats.Usage != 100<<20 || a.MemoryStats.Limit != 1<<30 {
+		t.Errorf("memory %+v", a.MemoryStats)
+	}
+	for _, bad := range []string{`{`, `{"containers":[{"name":"sandbox","usage":{"cpu":"lots","memory":"1"}}]}`, `{"containers":[]}`, `{"containers":[{"name":"sandbox","usage":{"cpu":"-1","memory":"1"}}]}`} {
+		if _, err := statsFromMetrics([]byte(bad), 0, start, t1); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// offlineClient is a client whose API server does not answer (port 1 on loopback).
+func offlineClient(t *testing.T) *Client {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: "x"}}]
+contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]
+current-context: c
+`
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Name: "offline", Kubeconfig: path, Namespace: "lifecycle-offline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestInvalidName(t *testing.T) {
+	c := offlineClient(t)
+	for _, name := range []string{"Box", "box_1", "-box", strings.Repeat("a", 64), ""} {
+		_, err := c.ContainerCreate(t.Context(), &container.Config{Image: "i"}, nil, nil, nil, name)
+		if !cerrdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "DNS-1123") {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+}
+
+func TestEngineDown(t *testing.T) {
+	c := offlineClient(t)
+	start := time.Now()
+	_, err := c.ContainerInspect(t.Context(), "box")
+	if err == nil || !boxapi.EngineDown(err) || !cerrdefs.IsUnavailable(err) {
+		t.Fatalf("want an engine-down error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("error does not name the API server: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	// The formatted text alone still says so (the chain is lost through %v).
+	if !boxapi.EngineDown(fmt.Errorf("%v", err)) {
+		t.Errorf("text of the error is not recognised: %v", err)
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	c := offlineClient(t)
+	gr := schema.GroupResource{Resource: "configmaps"}
+	nf := c.apiErr(apierrors.NewNotFound(gr, "box"), "get", "configmaps", "reading container box")
+	if !cerrdefs.IsNotFound(nf) || !apierrors.IsNotFound(nf) {
+		t.Errorf("not found: %v", nf)
+	}
+	ns := c.apiErr(apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "lifecycle-offline"), "create", "configmaps", "creating container box")
+	if cerrdefs.IsNotFound(ns) || !strings.Contains(ns.Error(), "create it") {
+		t.Errorf("a missing namespace is no missing container: %v", ns)
+	}
+	if e := c.apiErr(apierrors.NewAlreadyExists(gr, "box"), "create", "configmaps", "x"); !cerrdefs.IsConflict(e) {
+		t.Errorf("exists: %v", e)
+	}
+	fb := c.apiErr(apierrors.NewForbidden(gr, "box", errors.New("no")), "create", "configmaps", "creating container box")
+	if !cerrdefs.IsPermissionDenied(fb) || !strings.Contains(fb.Error(), `verb "create" on resource "configmaps"`) ||
+		!strings.Contains(fb.Error(), "namespace lifecycle-offline") || !strings.Contains(fb.Error(), "RBAC Role") {
+		t.Errorf("forbidden: %v", fb)
+	}
+	if e := c.apiErr(syscall.ECONNRESET, "get", "pods", "x"); !boxapi.EngineDown(e) {
+		t.Errorf("reset: %v", e)
+	}
+	if e := c.apiErr(errors.New("boom"), "get", "pods", "x"); boxapi.EngineDown(e) || cerrdefs.IsNotFound(e) {
+		t.Errorf("other errors are not classed: %v", e)
+	}
+}

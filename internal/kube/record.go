@@ -1,0 +1,245 @@
+package kube
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Labels and keys of the objects the engine makes.
+const (
+	labelManagedBy  = "app.kubernetes.io/managed-by"
+	managedByValue  = "caddy-mcp-sandbox"
+	labelContainer  = "mcp-sandbox.container" // on every object: the container it belongs to
+	labelPod        = "mcp-sandbox.pod"       // on the pod only: what its NetworkPolicy selects
+	labelVolumeName = "mcp-sandbox.volume-name"
+	// labelNode is where ContainerInspect's Config.Labels give the node the pod runs
+	// on (sandbox.LabelNode); it is never stored.
+	labelNode = "mcp-sandbox.node"
+	// annotationLabels holds, as JSON, the Docker labels whose key or value is no valid
+	// Kubernetes label: they are kept, but no selector can find them.
+	annotationLabels = "mcp-sandbox/docker-labels"
+	recordKey        = "container.json"
+	// recordMax bounds the record read back from a ConfigMap.
+	recordMax = 256 << 10
+	// containerName is the name of the one container of each pod.
+	containerName = "sandbox"
+)
+
+// record is what a created container is: the settings ContainerCreate was given that
+// the engine uses, kept as JSON in the ConfigMap named like the container.
+type record struct {
+	Image          string            `json:"image"`
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+	Cmd            []string          `json:"cmd,omitempty"`
+	Env            []string          `json:"env,omitempty"`
+	WorkingDir     string            `json:"working_dir,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Hostname       string            `json:"hostname,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Memory         int64             `json:"memory,omitempty"`
+	MemorySwap     int64             `json:"memory_swap,omitempty"`
+	NanoCPUs       int64             `json:"nano_cpus,omitempty"`
+	PidsLimit      int64             `json:"pids_limit,omitempty"`
+	Mounts         []volumeMount     `json:"mounts,omitempty"`
+	NetworkMode    string            `json:"network_mode,omitempty"`
+	ReadonlyRootfs bool              `json:"readonly_rootfs,omitempty"`
+	CapDrop        []string          `json:"cap_drop,omitempty"`
+	CapAdd         []string          `json:"cap_add,omitempty"`
+	SecurityOpt    []string          `json:"security_opt,omitempty"`
+	Sysctls        map[string]string `json:"sysctls,omitempty"`
+	RestartPolicy  string            `json:"restart_policy,omitempty"`
+}
+
+// volumeMount is a named volume (a claim) mounted at Target.
+type volumeMount struct {
+	Volume   string `json:"volume"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// validName reports why name cannot name a container, volume or pod ("" when it can).
+func validName(what, name string) string {
+	if dnsLabel.MatchString(name) {
+		return ""
+	}
+	return fmt.Sprintf("%s name %q is not valid on a Kubernetes engine: it must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)", what, name)
+}
+
+// newRecord turns ContainerCreate's arguments into a record, refusing what a pod
+// cannot do.
+func newRecord(cfg *container.Config, hc *container.HostConfig) (record, error) {
+	if cfg == nil || cfg.Image == "" {
+		return record{}, fmt.Errorf("a container needs an image")
+	}
+	r := record{
+		Image: cfg.Image, Entrypoint: slices.Clone(cfg.Entrypoint), Cmd: slices.Clone(cfg.Cmd),
+		Env: slices.Clone(cfg.Env), WorkingDir: cfg.WorkingDir, User: cfg.User,
+		Hostname: cfg.Hostname, Labels: maps.Clone(cfg.Labels),
+	}
+	if _, err := runAsUser(r.User); err != nil {
+		return record{}, err
+	}
+	if hc == nil {
+		hc = &container.HostConfig{}
+	}
+	r.Memory, r.MemorySwap, r.NanoCPUs = hc.Memory, hc.MemorySwap, hc.NanoCPUs
+	if hc.PidsLimit != nil {
+		r.PidsLimit = *hc.PidsLimit
+	}
+	r.NetworkMode = string(hc.NetworkMode)
+	if cfg.NetworkDisabled {
+		r.NetworkMode = "none"
+	}
+	switch m := r.NetworkMode; {
+	case m == "host":
+		return record{}, fmt.Errorf("network mode host is not supported on a Kubernetes engine: use the default network or none")
+	case strings.HasPrefix(m, "container:"):
+		return record{}, fmt.Errorf("network mode %s is not supported on a Kubernetes engine: each pod has its own network", m)
+	}
+	r.ReadonlyRootfs = hc.ReadonlyRootfs
+	r.CapDrop, r.CapAdd = slices.Clone(hc.CapDrop), slices.Clone(hc.CapAdd)
+	r.SecurityOpt = slices.Clone(hc.SecurityOpt)
+	r.Sysctls = maps.Clone(hc.Sysctls)
+	r.RestartPolicy = string(hc.RestartPolicy.Name)
+	for _, m := range hc.Mounts {
+		if m.Type != mount.TypeVolume {
+			return record{}, fmt.Errorf("mount of %s at %s: only named volumes can be mounted on a Kubernetes engine (type %s is not supported)", m.Source, m.Target, m.Type)
+		}
+		r.Mounts = append(r.Mounts, volumeMount{Volume: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	for _, b := range hc.Binds {
+		vm, err := parseBind(b)
+		if err != nil {
+			return record{}, err
+		}
+		r.Mounts = append(r.Mounts, vm)
+	}
+	for _, m := range r.Mounts {
+		if why := validName("volume", m.Volume); why != "" {
+			return record{}, fmt.Errorf("mount at %s: %s", m.Target, why)
+		}
+		if !strings.HasPrefix(m.Target, "/") {
+			return record{}, fmt.Errorf("mount of volume %s: target %q is not an absolute path", m.Volume, m.Target)
+		}
+	}
+	return r, nil
+}
+
+// parseBind reads a Docker bind "volume:/target[:ro]". A host path (starting with "/")
+// cannot be mounted: the message names it, as Docker's refusal of a bind does.
+func parseBind(b string) (volumeMount, error) {
+	parts := strings.Split(b, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return volumeMount{}, fmt.Errorf("bind %q: want volume:/path[:ro]", b)
+	}
+	if strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], ".") {
+		return volumeMount{}, fmt.Errorf("bind mount of host path %s: the Kubernetes engine cannot mount files of the Caddy host into a pod; only named volumes (claims) are supported", parts[0])
+	}
+	vm := volumeMount{Volume: parts[0], Target: parts[1]}
+	if len(parts) == 3 {
+		for _, o := range strings.Split(parts[2], ",") {
+			switch o {
+			case "ro":
+				vm.ReadOnly = true
+			case "rw", "":
+			default:
+				return volumeMount{}, fmt.Errorf("bind %q: option %q is not supported on a Kubernetes engine (only ro, rw)", b, o)
+			}
+		}
+	}
+	return vm, nil
+}
+
+// runAsUser is the uid a record's user runs as: only root (or a numeric uid) can be
+// expressed in a pod, which knows no user names.
+func runAsUser(user string) (int64, error) {
+	u, _, _ := strings.Cut(user, ":")
+	switch u {
+	case "", "root", "0":
+		return 0, nil
+	}
+	var n int64
+	if _, err := fmt.Sscanf(u, "%d", &n); err != nil || fmt.Sprint(n) != u || n < 0 {
+		return 0, fmt.Errorf("user %q: a Kubernetes engine runs a container as a numeric uid; use root or a number", user)
+	}
+	return n, nil
+}
+
+// splitLabels divides Docker labels into those that are valid Kubernetes labels and
+// those that are not (kept in an annotation).
+func splitLabels(l map[string]string) (valid, other map[string]string) {
+	valid, other = map[string]string{}, map[string]string{}
+	for k, v := range l {
+		if validLabel(k, v) {
+			valid[k] = v
+		} else {
+			other[k] = v
+		}
+	}
+	return valid, other
+}
+
+func validLabel(k, v string) bool {
+	return len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0
+}
+
+// objectMeta is the metadata of an object the engine makes for container name:
+// the container's valid labels, ours on top, the others in an annotation.
+func objectMeta(objName, container string, labels map[string]string) metav1.ObjectMeta {
+	valid, other := splitLabels(labels)
+	valid[labelManagedBy] = managedByValue
+	valid[labelContainer] = container
+	m := metav1.ObjectMeta{Name: objName, Labels: valid}
+	if len(other) > 0 {
+		b, _ := json.Marshal(other)
+		m.Annotations = map[string]string{annotationLabels: string(b)}
+	}
+	return m
+}
+
+// recordConfigMap is the ConfigMap that holds r for container name.
+func recordConfigMap(name string, r record) (*v1.ConfigMap, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > recordMax {
+		return nil, fmt.Errorf("the container's settings take %d bytes, more than the %d a Kubernetes engine keeps", len(b), recordMax)
+	}
+	return &v1.ConfigMap{ObjectMeta: objectMeta(name, name, r.Labels), Data: map[string]string{recordKey: string(b)}}, nil
+}
+
+// readRecord reads the record of a ConfigMap, strictly: it is not ours when it does
+// not carry our label and a well-formed record.
+func readRecord(cm *v1.ConfigMap) (record, error) {
+	var r record
+	if cm.Labels[labelManagedBy] != managedByValue {
+		return r, fmt.Errorf("config map %s is not managed by caddy-mcp-sandbox (label %s=%s missing); remove or rename it", cm.Name, labelManagedBy, managedByValue)
+	}
+	s, ok := cm.Data[recordKey]
+	if !ok || len(s) > recordMax {
+		return r, fmt.Errorf("config map %s holds no container record (%s missing or above %d bytes); remove it to let the container be made again", cm.Name, recordKey, recordMax)
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&r)
+	if err == nil && dec.More() {
+		err = fmt.Errorf("data after the record")
+	}
+	if err != nil {
+		return r, fmt.Errorf("config map %s: reading its container record: %w; remove it to let the container be made again", cm.Name, err)
+	}
+	if r.Image == "" {
+		return r, fmt.Errorf("config map %s: its container record names no image; remove it to let the container be made again", cm.Name)
+	}
+	return r, nil
+}

@@ -1,0 +1,196 @@
+package kube
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	v1 "k8s.io/api/core/v1"
+)
+
+// statusMax bounds the text taken from a pod's status into an error or a state.
+const statusMax = 512
+
+// bounded is s cut to statusMax bytes, on one line.
+func bounded(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > statusMax {
+		s = s[:statusMax] + "..."
+	}
+	return s
+}
+
+// sandboxStatus is the status of the pod's container, nil when the kubelet has not
+// reported it yet.
+func sandboxStatus(p *v1.Pod) *v1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == containerName {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// podReady reports whether the pod runs and its container is ready.
+func podReady(p *v1.Pod) bool {
+	if p == nil || p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
+		return false
+	}
+	cs := sandboxStatus(p)
+	return cs != nil && cs.Ready && cs.State.Running != nil
+}
+
+// terminalWaits are the reasons a container waits for that will not go away by
+// themselves: the pod is given up at once.
+var terminalWaits = map[string]string{
+	"ErrImageNeverPull":          "the image is not on the node and the pull policy is Never (import it on the nodes, or allow pulls)",
+	"ImagePullBackOff":           "the image cannot be pulled (push it to a registry the cluster pulls from, or import it on the nodes)",
+	"ErrImagePull":               "the image cannot be pulled (push it to a registry the cluster pulls from, or import it on the nodes)",
+	"InvalidImageName":           "the image name is not valid",
+	"CreateContainerConfigError": "the container's configuration is refused",
+	"CreateContainerError":       "the container cannot be created",
+	"RunContainerError":          "the container cannot be run",
+	"CrashLoopBackOff":           "the container's main process keeps exiting",
+}
+
+// podFailure says why the pod will not become ready ("" while it still may).
+func podFailure(p *v1.Pod) string {
+	switch p.Status.Phase {
+	case v1.PodFailed, v1.PodSucceeded:
+		return bounded(fmt.Sprintf("the pod ended (phase %s): %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			return bounded("no node can run the pod (Unschedulable): " + c.Message)
+		}
+	}
+	cs := sandboxStatus(p)
+	if cs != nil {
+		// The main process exited: on a restart policy of Always it is restarted, but a
+		// sandbox's main process never ends by itself.
+		t := cs.State.Terminated
+		if t == nil && cs.RestartCount > 0 && !cs.Ready {
+			t = cs.LastTerminationState.Terminated
+		}
+		if t != nil {
+			return bounded(fmt.Sprintf("the container's main process exited (exit code %d, %s): image %s",
+				t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message), p.Spec.Containers[0].Image))
+		}
+	}
+	if cs != nil && cs.State.Waiting != nil {
+		w := cs.State.Waiting
+		if what, ok := terminalWaits[w.Reason]; ok {
+			msg := fmt.Sprintf("%s (%s): image %s: %s", what, w.Reason, p.Spec.Containers[0].Image, w.Message)
+			if t := cs.LastTerminationState.Terminated; w.Reason == "CrashLoopBackOff" && t != nil {
+				msg += fmt.Sprintf(" (last exit code %d, %s)", t.ExitCode, t.Reason)
+			}
+			return bounded(msg)
+		}
+	}
+	return ""
+}
+
+// dockerState is the Docker state of a container whose pod is p (nil: no pod).
+func dockerState(p *v1.Pod) *container.State {
+	st := &container.State{Status: container.StateExited}
+	if p == nil {
+		return st
+	}
+	cs := sandboxStatus(p)
+	if cs != nil {
+		if r := cs.State.Running; r != nil {
+			st.StartedAt = r.StartedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if t := cs.State.Terminated; t != nil {
+			st.ExitCode = int(t.ExitCode)
+			st.StartedAt = t.StartedAt.UTC().Format(time.RFC3339Nano)
+			st.FinishedAt = t.FinishedAt.UTC().Format(time.RFC3339Nano)
+			st.OOMKilled = t.Reason == "OOMKilled"
+		}
+	}
+	switch {
+	case p.DeletionTimestamp != nil:
+		// Stopping: it is on its way to "exited".
+	case podReady(p):
+		st.Status, st.Running = container.StateRunning, true
+	case p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded:
+		st.Error = podFailure(p)
+	case cs != nil && cs.RestartCount > 0 && cs.State.Running == nil:
+		st.Status, st.Restarting = container.StateRestarting, true
+		st.Error = podFailure(p)
+	default:
+		st.Status = container.StateCreated
+		st.Error = podFailure(p)
+	}
+	return st
+}
+
+// statusText is `docker ps`'s STATUS column for a state.
+func statusText(st *container.State, now time.Time) string {
+	switch st.Status {
+	case container.StateRunning:
+		if t, err := time.Parse(time.RFC3339Nano, st.StartedAt); err == nil {
+			return "Up " + humanDuration(now.Sub(t))
+		}
+		return "Up"
+	case container.StateCreated:
+		return "Created"
+	case container.StateRestarting:
+		return "Restarting"
+	}
+	return fmt.Sprintf("Exited (%d)", st.ExitCode)
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d seconds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d minutes", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d hours", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d days", int(d.Hours()/24))
+}
+
+// hostConfig is the HostConfig a record stands for.
+func (r record) hostConfig() *container.HostConfig {
+	hc := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(r.NetworkMode),
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyMode(r.RestartPolicy)},
+		CapDrop:        r.CapDrop,
+		CapAdd:         r.CapAdd,
+		SecurityOpt:    r.SecurityOpt,
+		Sysctls:        r.Sysctls,
+		ReadonlyRootfs: r.ReadonlyRootfs,
+	}
+	hc.Memory, hc.MemorySwap, hc.NanoCPUs = r.Memory, r.MemorySwap, r.NanoCPUs
+	if r.PidsLimit != 0 {
+		p := r.PidsLimit
+		hc.PidsLimit = &p
+	}
+	for _, m := range r.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return hc
+}
+
+// mountPoints are the record's mounts as inspect reports them.
+func (r record) mountPoints() []container.MountPoint {
+	var out []container.MountPoint
+	for _, m := range r.Mounts {
+		out = append(out, container.MountPoint{Type: mount.TypeVolume, Name: m.Volume, Source: m.Volume,
+			Destination: m.Target, Driver: "kubernetes", RW: !m.ReadOnly})
+	}
+	return out
+}
+
+// config is the Config a record stands for.
+func (r record) config() *container.Config {
+	return &container.Config{
+		Image: r.Image, Entrypoint: r.Entrypoint, Cmd: r.Cmd, Env: r.Env, WorkingDir: r.WorkingDir,
+		User: r.User, Hostname: r.Hostname, Labels: r.Labels, NetworkDisabled: r.NetworkMode == "none",
+	}
+}
