@@ -44,8 +44,8 @@ func (c *Client) ContainerStatPath(ctx context.Context, name, p string) (contain
 		switch code {
 		case exitMissing:
 			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: could not find the file %s in container %s: %w", c.cfg.Name, p, name, cerrdefs.ErrNotFound)
-		case 127:
-			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: the image has no stat or /bin/sh (exit code 127), which this engine needs to read files: %s", c.cfg.Name, p, name, quote(&stderr))
+		case 126, 127:
+			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: the image has no stat or /bin/sh (exit code %d), which this engine needs to read files: add them to the image: %s", c.cfg.Name, p, name, code, quote(&stderr))
 		default:
 			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: exit code %d: %s", c.cfg.Name, p, name, code, quote(&stderr))
 		}
@@ -182,8 +182,8 @@ func (c *Client) tarErr(doing, p, name string, err error, stderr *bytes.Buffer) 
 		return fmt.Errorf("kubernetes engine %s: %s %s in %s with tar: %w", c.cfg.Name, doing, p, name, err)
 	case code == exitMissing:
 		return fmt.Errorf("kubernetes engine %s: %s %s in %s: no such directory: %w", c.cfg.Name, doing, p, name, cerrdefs.ErrNotFound)
-	case code == 127:
-		return fmt.Errorf("kubernetes engine %s: %s %s in %s: the image has no tar (exit code 127); this engine copies files with tar, as kubectl cp does: add tar to the image: %s", c.cfg.Name, doing, p, name, quote(stderr))
+	case code == 127 || code == 126:
+		return fmt.Errorf("kubernetes engine %s: %s %s in %s: the image has no tar or /bin/sh (exit code %d); this engine copies files with tar, as kubectl cp does: add tar to the image: %s", c.cfg.Name, doing, p, name, code, quote(stderr))
 	}
 	return fmt.Errorf("kubernetes engine %s: %s %s in %s: tar failed with exit code %d: %s", c.cfg.Name, doing, p, name, code, quote(stderr))
 }
@@ -198,6 +198,10 @@ func (c *Client) run(ctx context.Context, pod string, argv []string, stdin io.Re
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if msg, ok := startFailure(err); ok {
+		_, _ = io.WriteString(stderr, msg)
+		return utilexec.CodeExitError{Err: err, Code: 126}
 	}
 	return c.streamErr(pod, err)
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,7 +195,16 @@ func (c *Client) ContainerExecAttach(ctx context.Context, execID string, _ conta
 	go func() {
 		err := ex.StreamWithContext(sctx, so)
 		cancel()
-		if !c.execs.wasClosed(s) {
+		if msg, ok := startFailure(err); ok {
+			// As Docker does: the runtime's message on stdout, exit code 126.
+			var w io.Writer = outW
+			if !o.Tty {
+				w = stdcopy.NewStdWriter(outW, stdcopy.Stdout)
+			}
+			_ = outW.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			_, _ = w.Write([]byte(msg + "\r\n"))
+			err = utilexec.CodeExitError{Err: err, Code: 126}
+		} else if !c.execs.wasClosed(s) {
 			err = c.streamErr(s.pod, err)
 		}
 		c.execs.finish(s, err)
@@ -281,6 +291,22 @@ func (c *Client) executorFor(u *url.URL) (remotecommand.Executor, error) {
 	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
+}
+
+// startFailure reports whether err says the container runtime could not start the
+// command (a missing program, one that may not be executed), and the runtime's words.
+func startFailure(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "unable to start container process") && !strings.Contains(msg, "failed to exec in container") {
+		return "", false
+	}
+	if i := strings.Index(msg, "OCI runtime exec failed"); i >= 0 {
+		msg = msg[i:]
+	}
+	return clip(msg, 4096), true
 }
 
 // streamErr explains a stream's error: an exit status stays as it is; otherwise the
