@@ -206,6 +206,7 @@ func (c *Client) ContainerExecAttach(ctx context.Context, execID string, _ conta
 			err = utilexec.CodeExitError{Err: err, Code: 126}
 		} else if !c.execs.wasClosed(s) {
 			err = c.streamErr(s.pod, err)
+			err = c.killedWithPod(s.pod, err)
 		}
 		c.execs.finish(s, err)
 		outW.Close()
@@ -327,6 +328,22 @@ func (c *Client) streamErr(pod string, err error) error {
 		return fmt.Errorf("the API server refused the exec: %w; the engine's account needs the verbs create and get on pods/exec in namespace %s", err, c.ns)
 	}
 	return fmt.Errorf("the exec's stream to the API server broke (%w): %w", syscall.ECONNRESET, err)
+}
+
+// killedWithPod turns the exit of a command killed by a signal into the pod's own
+// error when the pod is gone or going (deleted under the command): the container went
+// away, as with Docker's removal of a container, not the command.
+func (c *Client) killedWithPod(pod string, err error) error {
+	var ee utilexec.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() < 128 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if perr := c.podRunning(ctx, pod); cerrdefs.IsNotFound(perr) || cerrdefs.IsConflict(perr) {
+		return fmt.Errorf("the command was killed (exit code %d) with its pod: %w", ee.ExitStatus(), perr)
+	}
+	return err
 }
 
 // podRunning fails with a not-found error when the pod (or the container it stands for)
