@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
 
@@ -116,16 +117,16 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 	if known.id == c.ID {
 		return known.arch, hasDir, nil
 	}
-	if s.onKubernetes() {
-		// No images to inspect: the machine the pod runs on says.
+	img, err := s.cli.ImageInspect(ctx, c.Image)
+	switch {
+	case cerrdefs.IsNotImplemented(err):
+		// An engine without images (Kubernetes): the machine the pod runs on says.
 		if arch, err = s.machineArch(ctx); err != nil {
 			return "", false, fmt.Errorf("asking container %s its architecture (uname -m): %w", s.cfg.Container, err)
 		}
-	} else {
-		img, err := s.cli.ImageInspect(ctx, c.Image)
-		if err != nil {
-			return "", false, fmt.Errorf("inspecting the image of container %s: %w", s.cfg.Container, err)
-		}
+	case err != nil:
+		return "", false, fmt.Errorf("inspecting the image of container %s: %w", s.cfg.Container, err)
+	default:
 		arch = img.Architecture
 	}
 	s.mu.Lock()
