@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -83,7 +82,7 @@ func TestKubeNoCheckpoints(t *testing.T) {
 	s, _ := kubeSandbox(t)
 	ctx := context.Background()
 	_, err := s.Checkpoint(ctx, "x", 0)
-	if !errors.Is(err, errNoCheckpoints) || !errdefs.IsNotImplemented(err) || !strings.HasPrefix(err.Error(), "checkpoints are not supported on a Kubernetes engine") {
+	if !errors.Is(err, errNoCheckpoints) || !kubetest.NotImplemented(err) || !strings.HasPrefix(err.Error(), "checkpoints are not supported on a Kubernetes engine") {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	if _, err := s.Restore(ctx, "0123456789ab"); !errors.Is(err, errNoCheckpoints) {
@@ -119,7 +118,7 @@ func TestKubeSandboxExec(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := kc.ContainerInspect(ctx, cfg.Container); errdefs.IsNotImplemented(err) {
+	if _, err := kc.ContainerInspect(ctx, cfg.Container); kubetest.NotImplemented(err) {
 		t.Skip("the Kubernetes engine has no containers yet (ContainerInspect: not implemented)")
 	}
 	defer func() {

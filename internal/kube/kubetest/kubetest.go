@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +93,9 @@ func Pod(tb testing.TB, pods corev1.PodInterface, prefix string) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// NotImplemented reports whether err is an engine's answer to a call it does not serve.
+func NotImplemented(err error) bool { return cerrdefs.IsNotImplemented(err) }
 
 // PodInspect is the Kubernetes engine with ContainerInspect answered from the pod: for
 // tests of the exec paths, which need no more of a container than that it runs.
