@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
 
@@ -117,13 +118,66 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 		return known.arch, hasDir, nil
 	}
 	img, err := s.cli.ImageInspect(ctx, c.Image)
-	if err != nil {
+	switch {
+	case cerrdefs.IsNotImplemented(err):
+		// An engine without images (Kubernetes): the machine the pod runs on says.
+		if arch, err = s.machineArch(ctx); err != nil {
+			return "", false, fmt.Errorf("asking container %s its architecture (uname -m): %w", s.cfg.Container, err)
+		}
+	case err != nil:
 		return "", false, fmt.Errorf("inspecting the image of container %s: %w", s.cfg.Container, err)
+	default:
+		arch = img.Architecture
 	}
 	s.mu.Lock()
-	s.agentArch = containerArch{c.ID, img.Architecture}
+	s.agentArch = containerArch{c.ID, arch}
 	s.mu.Unlock()
-	return img.Architecture, hasDir, nil
+	return arch, hasDir, nil
+}
+
+// machineArch runs uname -m in the container through an engine exec (never the agent,
+// which is being installed) and names the result as images do (amd64, arm64...).
+func (s *Sandbox) machineArch(ctx context.Context) (string, error) {
+	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
+		User: "root", AttachStdout: true, AttachStderr: true, Cmd: []string{"uname", "-m"},
+	})
+	if err != nil {
+		return "", err
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", err
+	}
+	p := newDockerProc(s, resp.ID, hj)
+	defer p.Close()
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
+	defer stop()
+	var out []byte
+	err = drain(p, func(b []byte) { out = append(out, b[:min(len(b), 64-len(out))]...) }, func([]byte) {})
+	if err != nil {
+		return "", err
+	}
+	if code, ok := p.exitCode(ctx, false); !ok || code != 0 {
+		return "", fmt.Errorf("uname -m did not succeed (exit code %d)", code)
+	}
+	return unameArch(strings.TrimSpace(string(out)))
+}
+
+// unameArch is the image architecture of a machine name uname -m prints.
+func unameArch(m string) (string, error) {
+	switch m {
+	case "x86_64", "amd64":
+		return "amd64", nil
+	case "aarch64", "arm64", "armv8l":
+		return "arm64", nil
+	case "riscv64":
+		return "riscv64", nil
+	case "ppc64le":
+		return "ppc64le", nil
+	case "s390x":
+		return "s390x", nil
+	}
+	return "", fmt.Errorf("unknown machine %q", m)
 }
 
 // placeAgent puts bin, named name, into the container's directory on this machine: a

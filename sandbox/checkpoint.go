@@ -133,6 +133,9 @@ func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
 func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
 	// Filtered here, not by the engine (see Containers).
 	list, err := cli.ImageList(ctx, image.ListOptions{})
+	if cerrdefs.IsNotImplemented(err) {
+		return nil, nil // an engine without images (Kubernetes) holds no checkpoints
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing checkpoint images: %w", err)
 	}
@@ -170,6 +173,9 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 		return fmt.Errorf("%w: %q", boxapi.ErrCheckpointNotFound, id)
 	}
 	_, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true})
+	if cerrdefs.IsNotImplemented(err) {
+		return fmt.Errorf("%w: %s (this engine keeps no checkpoints)", boxapi.ErrCheckpointNotFound, id)
+	}
 	if cerrdefs.IsNotFound(err) {
 		err = fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 	} else if err != nil {
@@ -180,6 +186,20 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 	}
 	return err
 }
+
+// errNoCheckpoints is the answer of Checkpoint, Restore and Seed on a Kubernetes
+// engine, which has no images to commit a container to. It is for the model to read.
+var errNoCheckpoints = noCheckpoints{}
+
+type noCheckpoints struct{}
+
+func (noCheckpoints) Error() string {
+	return "checkpoints are not supported on a Kubernetes engine: the files in " + boxapi.WorkDir +
+		" stay on the sandbox's volume when it stops and starts; to keep a copy of them, pack them " +
+		"into an archive (tar) and download it"
+}
+
+func (noCheckpoints) Is(target error) bool { return target == cerrdefs.ErrNotImplemented }
 
 // Engine is the part of Docker's client the checkpoint functions use.
 type Engine interface {
@@ -228,6 +248,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	begin := time.Now()
 	if len(name) > boxapi.MaxCheckpointName {
 		return CheckpointResult{}, fmt.Errorf("a checkpoint name is at most %d bytes", boxapi.MaxCheckpointName)
+	}
+	if s.onKubernetes() {
+		return CheckpointResult{}, errNoCheckpoints
 	}
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
@@ -598,6 +621,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	defer s.ckMu.Unlock()
 	ck := boxapi.Checkpoint{ID: boxapi.ImageReset}
 	img := s.cfg.Image
+	if id != boxapi.ImageReset && s.onKubernetes() {
+		return RestoreResult{}, errNoCheckpoints
+	}
 	if id != boxapi.ImageReset {
 		all, err := Checkpoints(ctx, s.cli)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/build"
@@ -66,6 +67,14 @@ type API interface {
 }
 
 var _ API = (*client.Client)(nil)
+
+// onKubernetes reports whether the engine is a Kubernetes one (package kube, whose
+// DaemonHost is kubernetes://...): no engine files on this machine, no raw connection
+// (Dialer), no second container on the sandbox's volume, no images or checkpoints.
+// The sandbox then copies files through execs and says plainly what it cannot do.
+func (s *Sandbox) onKubernetes() bool {
+	return strings.HasPrefix(s.cli.DaemonHost(), "kubernetes://")
+}
 
 // EngineDown reports whether err means the Docker engine did not answer: it could not
 // be reached, or the connection to it broke. Trying again later may work; nothing is

@@ -43,6 +43,9 @@ type Status struct {
 	PIDsLimit   int64
 	// DiskUsed is the space used under WorkDir (on the volume), -1 when unknown.
 	DiskUsed int64
+	// NoUsage: the engine gives no samples of CPU, memory and PIDs (a Kubernetes
+	// engine), so CPU, Memory and PIDs are zero for want of a measure, not idle.
+	NoUsage bool
 }
 
 // LabelNode is the label an engine that places containers on nodes of its own (the
@@ -111,6 +114,11 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	}
 
 	first, err := s.stats(ctx)
+	if cerrdefs.IsNotImplemented(err) {
+		st.NoUsage = true
+		st.DiskUsed = s.diskUsed(ctx)
+		return st, nil
+	}
 	if err != nil {
 		return st, err
 	}

@@ -226,6 +226,11 @@ func (s *Sandbox) sweepTransfers(ctx context.Context) {
 // when none is to be had: the caller then copies through an exec in the sandbox, which
 // holds no lock. Callers make sure the path is on the volume.
 func (s *Sandbox) transferTarget(ctx context.Context) (id string, release func(ok bool)) {
+	if s.onKubernetes() {
+		// A pod holds no lock while a file is copied, and another pod could not mount
+		// a ReadWriteOnce claim beside the sandbox's: copies go through execs.
+		return "", nil
+	}
 	id, err := s.takeTransfer(ctx)
 	if err != nil {
 		level := zap.WarnLevel

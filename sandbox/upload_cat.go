@@ -93,7 +93,8 @@ func (s *Sandbox) waitExecEnd(ctx context.Context, p proc) {
 	}
 	for ctx.Err() == nil {
 		ins, err := s.cli.ContainerExecInspect(ctx, d.id)
-		if err != nil || (!ins.Running && ins.Pid != 0) {
+		// A Kubernetes engine's execs have no Pid, and run from their attach on.
+		if err != nil || (!ins.Running && (ins.Pid != 0 || s.onKubernetes())) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -1,23 +1,486 @@
+// Commands in a pod: Docker's exec calls over the pods/exec subresource, as client-go's
+// remotecommand speaks it (WebSocket, SPDY when the API server refuses the upgrade).
+
 package kube
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // SA1019: the allowed modules (depguard) hold no other; k8s.io/streaming is its new home
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 )
 
-// execTable holds the exec sessions ContainerExecCreate made, until they end.
-type execTable struct{}
+// execContainer is the name of the container, in each pod, that commands run in.
+const execContainer = "sandbox"
 
+// maxExecs bounds the exec table: sessions that ended and were never inspected are
+// dropped, oldest first, to make room; past it with none ended, ContainerExecCreate
+// fails.
+const maxExecs = 16384
+
+// staleCreated is how long a session that was created but never attached is kept.
+const staleCreated = 10 * time.Minute
+
+// execTable holds the exec sessions ContainerExecCreate made, until they end and are
+// inspected.
+type execTable struct {
+	mu sync.Mutex
+	m  map[string]*execSession
+}
+
+// execSession is one exec: its pod and command until attached, then its stream's end.
+type execSession struct {
+	pod     string
+	argv    []string
+	opts    container.ExecOptions
+	created time.Time
+
+	// Set under the table's lock.
+	attached bool
+	ended    time.Time // zero while the stream runs
+
+	done   chan struct{} // closed when the stream ended; code and err are set then
+	code   int
+	err    error
+	closed bool // the caller closed the stream before it ended (under the table's lock)
+}
+
+func (t *execTable) add(id string, s *execSession) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[string]*execSession)
+	}
+	if len(t.m) >= maxExecs {
+		t.evictLocked()
+	}
+	if len(t.m) >= maxExecs {
+		return fmt.Errorf("%d exec sessions are running on this engine; wait for some to end (or close them) and try again", len(t.m))
+	}
+	t.m[id] = s
+	return nil
+}
+
+// evictLocked drops the sessions that were created long ago and never attached, and
+// the ended ones, oldest first, down to three quarters of the bound.
+func (t *execTable) evictLocked() {
+	now := time.Now()
+	var ended []string
+	for id, s := range t.m {
+		switch {
+		case !s.attached && now.Sub(s.created) > staleCreated:
+			delete(t.m, id)
+		case !s.ended.IsZero():
+			ended = append(ended, id)
+		}
+	}
+	for len(t.m) > maxExecs*3/4 && len(ended) > 0 {
+		oldest := 0
+		for i, id := range ended {
+			if t.m[id].ended.Before(t.m[ended[oldest]].ended) {
+				oldest = i
+			}
+		}
+		delete(t.m, ended[oldest])
+		ended = append(ended[:oldest], ended[oldest+1:]...)
+	}
+}
+
+// attach marks the session attached; it fails for an unknown or attached one.
+func (t *execTable) attach(id string) (*execSession, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[id]
+	if s == nil {
+		return nil, noSuchExec(id)
+	}
+	if s.attached {
+		return nil, fmt.Errorf("exec %s was already started: %w", id, cerrdefs.ErrConflict)
+	}
+	s.attached = true
+	return s, nil
+}
+
+func noSuchExec(id string) error {
+	return fmt.Errorf("no such exec %s (it ended and was inspected, or was never made here): %w", id, cerrdefs.ErrNotFound)
+}
+
+// ContainerExecCreate checks that the pod runs and records the command under a new
+// ID; nothing runs until ContainerExecAttach. Env and WorkingDir are applied by a
+// /bin/sh wrapper (the exec API has neither); User must be root's.
 func (c *Client) ContainerExecCreate(ctx context.Context, name string, options container.ExecOptions) (container.ExecCreateResponse, error) {
-	return container.ExecCreateResponse{}, notImplemented("ContainerExecCreate")
+	argv, err := execArgv(options)
+	if err != nil {
+		return container.ExecCreateResponse{}, fmt.Errorf("kubernetes engine %s: exec in %s: %w", c.cfg.Name, name, err)
+	}
+	if err := c.podRunning(ctx, name); err != nil {
+		return container.ExecCreateResponse{}, err
+	}
+	id := newID()
+	s := &execSession{pod: name, argv: argv, opts: options, created: time.Now(), done: make(chan struct{})}
+	if err := c.execs.add(id, s); err != nil {
+		return container.ExecCreateResponse{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, err)
+	}
+	return container.ExecCreateResponse{ID: id}, nil
 }
 
-func (c *Client) ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error) {
-	return types.HijackedResponse{}, notImplemented("ContainerExecAttach")
+// ContainerExecAttach starts the exec and returns its stream as Docker would: reads give
+// stdout and stderr multiplexed with stdcopy's headers (raw with Tty), writes go to the
+// command's stdin, CloseWrite closes it and Close ends the stream. The stream outlives
+// ctx.
+func (c *Client) ContainerExecAttach(ctx context.Context, execID string, _ container.ExecAttachOptions) (types.HijackedResponse, error) {
+	s, err := c.execs.attach(execID)
+	if err != nil {
+		return types.HijackedResponse{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, err)
+	}
+	o := s.opts
+	pe := &v1.PodExecOptions{Container: execContainer, Command: s.argv, Stdin: o.AttachStdin, Stdout: o.AttachStdout || o.Tty, Stderr: o.AttachStderr && !o.Tty, TTY: o.Tty}
+	if !pe.Stdin && !pe.Stdout && !pe.Stderr {
+		pe.Stdout, pe.Stderr = true, true // the API server wants one stream at least; output is discarded below
+	}
+	ex, err := c.executor(s.pod, pe)
+	if err != nil {
+		c.execs.finish(s, err)
+		return types.HijackedResponse{}, err
+	}
+	outR, outW := net.Pipe()
+	conn := &execConn{out: outR, table: &c.execs, s: s}
+	so := remotecommand.StreamOptions{Tty: o.Tty}
+	var inR net.Conn
+	if pe.Stdin {
+		inR, conn.in = net.Pipe()
+		so.Stdin = inR
+	}
+	switch {
+	case o.Tty:
+		so.Stdout = outW
+	default:
+		if pe.Stdout {
+			so.Stdout = stdcopy.NewStdWriter(outW, stdcopy.Stdout)
+		}
+		if pe.Stderr {
+			so.Stderr = stdcopy.NewStdWriter(outW, stdcopy.Stderr)
+		}
+		if !o.AttachStdout && pe.Stdout {
+			so.Stdout = io.Discard
+		}
+		if !o.AttachStderr && pe.Stderr {
+			so.Stderr = io.Discard
+		}
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	conn.cancel = cancel
+	go func() {
+		err := ex.StreamWithContext(sctx, so)
+		cancel()
+		if msg, ok := startFailure(err); ok {
+			// As Docker does: the runtime's message on stdout, exit code 126.
+			var w io.Writer = outW
+			if !o.Tty {
+				w = stdcopy.NewStdWriter(outW, stdcopy.Stdout)
+			}
+			_ = outW.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			_, _ = w.Write([]byte(msg + "\r\n"))
+			err = utilexec.CodeExitError{Err: err, Code: 126}
+		} else if !c.execs.wasClosed(s) {
+			err = c.streamErr(s.pod, err)
+			err = c.killedWithPod(s.pod, err)
+		}
+		c.execs.finish(s, err)
+		outW.Close()
+		if inR != nil {
+			inR.Close()
+		}
+	}()
+	return types.NewHijackedResponse(conn, ""), nil
 }
 
+// wasClosed reports whether the caller closed the session's stream.
+func (t *execTable) wasClosed(s *execSession) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return s.closed
+}
+
+// finish records the stream's end.
+func (t *execTable) finish(s *execSession, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !s.ended.IsZero() {
+		return
+	}
+	s.ended = time.Now()
+	var ee utilexec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.Exited():
+		s.code = ee.ExitStatus()
+	case s.closed:
+		s.err = errors.New("the exec's stream was closed before the command ended: its exit code is unknown")
+	default:
+		s.err = err
+	}
+	close(s.done)
+}
+
+// ContainerExecInspect reports Running until the stream ends, then the exit code; a
+// stream that broke is an error (the engine being down, or the pod gone). A session
+// that ended is forgotten once inspected. Pid is always 0: the process is in the pod.
 func (c *Client) ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error) {
-	return container.ExecInspect{}, notImplemented("ContainerExecInspect")
+	t := &c.execs
+	t.mu.Lock()
+	s := t.m[execID]
+	if s == nil {
+		t.mu.Unlock()
+		return container.ExecInspect{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, noSuchExec(execID))
+	}
+	ins := container.ExecInspect{ExecID: execID, ContainerID: s.pod, Running: s.attached && s.ended.IsZero()}
+	if !s.ended.IsZero() {
+		delete(t.m, execID)
+	}
+	code, err := s.code, s.err
+	t.mu.Unlock()
+	if ins.Running || !s.attached {
+		return ins, nil
+	}
+	if err != nil {
+		return container.ExecInspect{}, fmt.Errorf("kubernetes engine %s: exec %s in %s: %w", c.cfg.Name, execID, s.pod, err)
+	}
+	ins.ExitCode = code
+	return ins, nil
 }
+
+// executor makes the stream of one exec in the pod: WebSocket, or SPDY when the API
+// server (or a proxy on the way) refuses the WebSocket upgrade, as kubectl does.
+func (c *Client) executor(pod string, pe *v1.PodExecOptions) (remotecommand.Executor, error) {
+	u := c.core.RESTClient().Post().Resource("pods").Namespace(c.ns).Name(pod).SubResource("exec").
+		VersionedParams(pe, scheme.ParameterCodec).URL()
+	return c.executorFor(u)
+}
+
+func (c *Client) executorFor(u *url.URL) (remotecommand.Executor, error) {
+	ws, err := remotecommand.NewWebSocketExecutor(c.rest, "GET", u.String())
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes engine %s: preparing an exec (WebSocket): %w", c.cfg.Name, err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(c.rest, "POST", u)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes engine %s: preparing an exec (SPDY): %w", c.cfg.Name, err)
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}
+
+// startFailure reports whether err says the container runtime could not start the
+// command (a missing program, one that may not be executed), and the runtime's words.
+func startFailure(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "unable to start container process") && !strings.Contains(msg, "failed to exec in container") {
+		return "", false
+	}
+	if i := strings.Index(msg, "OCI runtime exec failed"); i >= 0 {
+		msg = msg[i:]
+	}
+	return clip(msg, 4096), true
+}
+
+// streamErr explains a stream's error: an exit status stays as it is; otherwise the
+// pod is looked up, and a pod that is gone or not running makes the error a not-found
+// or conflict one (the container is gone); else the API server is taken to be down,
+// and the error wraps ECONNRESET so that the sandbox package sees it so.
+func (c *Client) streamErr(pod string, err error) error {
+	var ee utilexec.ExitError
+	if err == nil || errors.As(err, &ee) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if perr := c.podRunning(ctx, pod); perr != nil && (cerrdefs.IsNotFound(perr) || cerrdefs.IsConflict(perr)) {
+		return fmt.Errorf("%w (the exec's stream ended: %v)", perr, err)
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("the API server refused the exec: %w; the engine's account needs the verbs create and get on pods/exec in namespace %s", err, c.ns)
+	}
+	return fmt.Errorf("the exec's stream to the API server broke (%w): %w", syscall.ECONNRESET, err)
+}
+
+// killedWithPod turns the exit of a command killed by a signal into the pod's own
+// error when the pod is gone or going (deleted under the command): the container went
+// away, as with Docker's removal of a container, not the command.
+func (c *Client) killedWithPod(pod string, err error) error {
+	var ee utilexec.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() < 128 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if perr := c.podRunning(ctx, pod); cerrdefs.IsNotFound(perr) || cerrdefs.IsConflict(perr) {
+		return fmt.Errorf("the command was killed (exit code %d) with its pod: %w", ee.ExitStatus(), perr)
+	}
+	return err
+}
+
+// podRunning fails with a not-found error when the pod (or the container it stands for)
+// is missing and a conflict error when the pod does not run.
+func (c *Client) podRunning(ctx context.Context, name string) error {
+	p, err := c.core.Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("kubernetes engine %s: no pod %s in namespace %s (the container is stopped or gone; start it): %w", c.cfg.Name, name, c.ns, cerrdefs.ErrNotFound)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("kubernetes engine %s: reading pod %s: %w; the engine's account needs the verb get on pods in namespace %s", c.cfg.Name, name, err, c.ns)
+	case err != nil:
+		return fmt.Errorf("kubernetes engine %s: reading pod %s (%w): %w", c.cfg.Name, name, syscall.ECONNRESET, err)
+	}
+	if p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
+		return fmt.Errorf("kubernetes engine %s: container %s is not running (pod phase %s): %w", c.cfg.Name, name, p.Status.Phase, cerrdefs.ErrConflict)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == execContainer && cs.State.Running == nil {
+			return fmt.Errorf("kubernetes engine %s: container %s is not running (its container %q waits or ended): %w", c.cfg.Name, name, execContainer, cerrdefs.ErrConflict)
+		}
+	}
+	return nil
+}
+
+// execWrapper applies WorkingDir and Env, passed as arguments: $1 the directory, $2
+// the count of NAME=VALUE entries that follow, then the command.
+const execWrapper = `cd -- "$1" || exit 126; shift; n=$1; shift; while [ "$n" -gt 0 ]; do export "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"`
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// execArgv is the command the pod runs for options: Cmd itself, or Cmd under
+// execWrapper when WorkingDir or Env is set.
+func execArgv(o container.ExecOptions) ([]string, error) {
+	switch o.User {
+	case "", "root", "0", "0:0", "root:root":
+	default:
+		return nil, fmt.Errorf("running as user %q is not supported on a Kubernetes engine (commands run as the container's user, root): run as root or switch users inside the command (su, setpriv): %w", o.User, cerrdefs.ErrNotImplemented)
+	}
+	if len(o.Cmd) == 0 {
+		return nil, fmt.Errorf("no command given: %w", cerrdefs.ErrInvalidArgument)
+	}
+	if o.WorkingDir == "" && len(o.Env) == 0 {
+		return o.Cmd, nil
+	}
+	for _, e := range o.Env {
+		if !envName.MatchString(e) {
+			return nil, fmt.Errorf("environment entry %q is not NAME=VALUE with a shell variable's name: %w", clip(e, 64), cerrdefs.ErrInvalidArgument)
+		}
+	}
+	dir := o.WorkingDir
+	if dir == "" {
+		dir = "."
+	}
+	argv := make([]string, 0, 6+len(o.Env)+len(o.Cmd))
+	argv = append(argv, "/bin/sh", "-c", execWrapper, "exec", dir, strconv.Itoa(len(o.Env)))
+	argv = append(argv, o.Env...)
+	return append(argv, o.Cmd...), nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// newID is a random exec ID, 64 hex digits like Docker's.
+func newID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// execConn is the stream of one exec as a net.Conn.
+type execConn struct {
+	out    net.Conn // the output, as Docker frames it
+	in     net.Conn // the command's stdin; nil when not attached
+	cancel context.CancelFunc
+	table  *execTable
+	s      *execSession
+	once   sync.Once
+}
+
+func (e *execConn) Read(p []byte) (int, error) { return e.out.Read(p) }
+
+func (e *execConn) Write(p []byte) (int, error) {
+	if e.in == nil {
+		return 0, errors.New("the exec's stdin is not attached (AttachStdin is false)")
+	}
+	return e.in.Write(p)
+}
+
+// CloseWrite closes the command's stdin.
+func (e *execConn) CloseWrite() error {
+	if e.in == nil {
+		return nil
+	}
+	return e.in.Close()
+}
+
+// Close ends the stream; the command's exit code is then unknown unless it had ended.
+func (e *execConn) Close() error {
+	e.once.Do(func() {
+		e.table.mu.Lock()
+		if e.s.ended.IsZero() {
+			e.s.closed = true
+		}
+		e.table.mu.Unlock()
+		e.cancel()
+		e.out.Close()
+		if e.in != nil {
+			e.in.Close()
+		}
+	})
+	return nil
+}
+
+func (e *execConn) LocalAddr() net.Addr  { return execAddr{} }
+func (e *execConn) RemoteAddr() net.Addr { return execAddr{} }
+
+func (e *execConn) SetDeadline(t time.Time) error {
+	_ = e.SetWriteDeadline(t)
+	return e.out.SetReadDeadline(t)
+}
+
+func (e *execConn) SetReadDeadline(t time.Time) error { return e.out.SetReadDeadline(t) }
+
+func (e *execConn) SetWriteDeadline(t time.Time) error {
+	if e.in == nil {
+		return nil
+	}
+	return e.in.SetWriteDeadline(t)
+}
+
+// execAddr is the address of an exec stream: there is none.
+type execAddr struct{}
+
+func (execAddr) Network() string { return "kubernetes-exec" }
+func (execAddr) String() string  { return "kubernetes-exec" }
