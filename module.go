@@ -174,11 +174,13 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	}
 	key := fmt.Sprintf("%+v\x00%+v", eng, cfg)
 	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-		newClient := fleet.Engine.NewClient
+		var cli sandbox.API
+		var err error
 		if eng.Name == "" {
-			newClient = func(e fleet.Engine) (sandbox.API, error) { return newDockerClient(e.Host) }
+			cli, err = newDockerClient(eng.Host)
+		} else {
+			cli, err = eng.NewClient(a.logger)
 		}
-		cli, err := newClient(eng)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"github.com/docker/docker/client"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -148,10 +149,13 @@ func ValidateEngines(engines []Engine) error {
 // NewClient makes a client for a named engine: a Docker client, or for a Kubernetes
 // engine kube.New's. Unlike the default engine's, it takes nothing from the
 // environment (DOCKER_CERT_PATH would apply to every engine). It reads the TLS files
-// or the kubeconfig and does no other I/O.
-func (e Engine) NewClient() (sandbox.API, error) {
+// or the kubeconfig and does no other I/O. logger receives a Kubernetes engine's
+// client-go messages (KubeLog).
+func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if e.IsKubernetes() {
-		cli, err := kube.New(e.KubeConfig())
+		kc := e.KubeConfig()
+		kc.Log = KubeLog(logger)
+		cli, err := kube.New(kc)
 		if err != nil {
 			return nil, err
 		}
@@ -166,4 +170,25 @@ func (e Engine) NewClient() (sandbox.API, error) {
 		return nil, fmt.Errorf("creating Docker client for engine %s (%s): %w", e.Name, e.Host, err)
 	}
 	return cli, nil
+}
+
+// KubeLog is the kube.LogFunc that writes client-go's messages to logger (named
+// "kubernetes"): a warning when kube says it is one, else at debug level (the expected
+// end of an exec's stream, informational messages).
+func KubeLog(logger *zap.Logger) kube.LogFunc {
+	if logger == nil {
+		return nil
+	}
+	logger = logger.Named("kubernetes")
+	return func(msg string, err error, warn bool) {
+		fields := []zap.Field{zap.String("from", "client-go")}
+		if err != nil {
+			fields = append(fields, zap.Error(err))
+		}
+		if warn {
+			logger.Warn(msg, fields...)
+		} else {
+			logger.Debug(msg, fields...)
+		}
+	}
 }

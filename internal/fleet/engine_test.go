@@ -119,7 +119,7 @@ func TestEngineTLS(t *testing.T) {
 		if err := ValidateEngines([]Engine{e}); err != nil {
 			t.Fatalf("engine %+v: %v", e, err)
 		}
-		cli, err := e.NewClient()
+		cli, err := e.NewClient(zap.NewNop())
 		if err != nil {
 			return err
 		}

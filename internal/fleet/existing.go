@@ -80,7 +80,7 @@ func (f *Fleet) engineClient(eng Engine) (sandbox.API, func(), error) {
 	if eng.Name == "" || (len(f.o.Engines) > 0 && eng == f.o.Engines[0]) {
 		return f.operator.cli, func() {}, nil
 	}
-	cli, err := eng.NewClient()
+	cli, err := eng.NewClient(f.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -54,7 +56,7 @@ func TestNewClientKind(t *testing.T) {
 	if err := ValidateEngines([]Engine{eng}); err != nil {
 		t.Fatal(err)
 	}
-	cli, err := eng.NewClient()
+	cli, err := eng.NewClient(zap.NewNop())
 	if err != nil {
 		t.Fatalf("kubernetes engine: %v", err)
 	}
@@ -67,7 +69,7 @@ func TestNewClientKind(t *testing.T) {
 	}
 
 	docker := Engine{Name: "big", Host: "tcp://127.0.0.1:1"}
-	dcli, err := docker.NewClient()
+	dcli, err := docker.NewClient(zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestNewClientKind(t *testing.T) {
 
 	missing := eng
 	missing.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "absent")
-	if _, err := missing.NewClient(); err == nil || !strings.Contains(err.Error(), missing.Kubernetes.Kubeconfig) {
+	if _, err := missing.NewClient(zap.NewNop()); err == nil || !strings.Contains(err.Error(), missing.Kubernetes.Kubeconfig) {
 		t.Errorf("a kubeconfig that is not there: %v, want an error naming it", err)
 	}
 }
@@ -182,7 +184,7 @@ func TestKubePlacement(t *testing.T) {
 func TestKubeImageMissing(t *testing.T) {
 	eng := Engine{Name: "cluster", Kind: KindKubernetes,
 		Kubernetes: KubeEngine{Kubeconfig: kubeconfigTo(t, "https://127.0.0.1:1")}}
-	cli, err := eng.NewClient()
+	cli, err := eng.NewClient(zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +215,7 @@ func TestKubeEngineReachesCluster(t *testing.T) {
 		t.Skip("MCP_SANDBOX_KUBECONFIG is not set: no Kubernetes cluster configured (make test sets it)")
 	}
 	eng := Engine{Name: "cluster", Kind: KindKubernetes, Kubernetes: KubeEngine{Kubeconfig: kc, Namespace: "default"}}
-	cli, err := eng.NewClient()
+	cli, err := eng.NewClient(zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +227,29 @@ func TestKubeEngineReachesCluster(t *testing.T) {
 	}
 	bad := eng
 	bad.Kubernetes.Context = "wiring-no-such-context"
-	if _, err := bad.NewClient(); err == nil || !strings.Contains(err.Error(), "wiring-no-such-context") {
+	if _, err := bad.NewClient(zap.NewNop()); err == nil || !strings.Contains(err.Error(), "wiring-no-such-context") {
 		t.Errorf("a context the kubeconfig lacks: %v", err)
+	}
+}
+
+// TestKubeLog: client-go's messages land in Caddy's log under "kubernetes", a warning
+// when kube says so and at debug level otherwise, with the error as a field.
+func TestKubeLog(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := KubeLog(zap.New(core))
+	log("Copying stdin failed", os.ErrClosed, false)
+	log("Observed a panic", nil, true)
+	got := logs.AllUntimed()
+	if len(got) != 2 {
+		t.Fatalf("got %d entries, want 2: %+v", len(got), got)
+	}
+	if e := got[0]; e.Level != zapcore.DebugLevel || e.LoggerName != "kubernetes" || e.Message != "Copying stdin failed" || e.ContextMap()["error"] != os.ErrClosed.Error() {
+		t.Errorf("expected end: %+v, want debug under kubernetes with its error", e)
+	}
+	if e := got[1]; e.Level != zapcore.WarnLevel || e.Message != "Observed a panic" {
+		t.Errorf("panic: %+v, want a warning", e)
+	}
+	if KubeLog(nil) != nil {
+		t.Errorf("KubeLog(nil) is not nil")
 	}
 }

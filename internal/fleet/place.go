@@ -73,7 +73,7 @@ func (f *Fleet) place(ctx context.Context, name string) (Engine, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = probeEngine(ctx, eng, name)
+			probes[i] = probeEngine(ctx, eng, name, f.logger)
 		}()
 	}
 	wg.Wait()
@@ -112,9 +112,9 @@ type engineProbe struct {
 }
 
 // probeEngine asks an engine whether it has the container name and how many sandboxes
-// it holds.
-func probeEngine(ctx context.Context, eng Engine, name string) (p engineProbe) {
-	cli, err := eng.NewClient()
+// it holds. logger receives a Kubernetes engine's client-go messages.
+func probeEngine(ctx context.Context, eng Engine, name string, logger *zap.Logger) (p engineProbe) {
+	cli, err := eng.NewClient(logger)
 	if err != nil {
 		p.err = err
 		return p

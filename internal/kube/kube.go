@@ -49,6 +49,10 @@ type Config struct {
 	// PullPolicy is the pods' imagePullPolicy: Always, IfNotPresent or Never; "":
 	// IfNotPresent.
 	PullPolicy string
+	// Log receives client-go's log messages, which would otherwise go to the
+	// process's stderr. klog is global: the latest non-nil Log given to New receives
+	// the messages of every engine client; nil keeps the one before (none: dropped).
+	Log LogFunc
 }
 
 // DefaultVolumeSize is the size a claim requests when the configuration names none.
@@ -115,7 +119,9 @@ func New(c Config) (*Client, error) {
 	if ns == "" {
 		ns = DefaultNamespace
 	}
+	setLog(c.Log)
 	rc.UserAgent = "caddy-mcp-sandbox"
+	rc.WarningHandlerWithContext = warningLog{}
 	if rc.Dial == nil {
 		// An API server that does not answer fails a call in dialTimeout, not when
 		// the caller's context ends.
