@@ -147,7 +147,7 @@ func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, erro
 		Container: s.Container, ID: s.ID, Exists: s.Exists, State: s.State, Image: s.Image, Volume: s.Volume, Node: s.Node,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, RestartCount: s.RestartCount,
 		CPU: s.CPU, CPULimit: s.CPULimit, Memory: s.Memory, MemoryLimit: s.MemoryLimit,
-		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed,
+		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed, NoUsage: s.NoUsage,
 		Agent: c.agent(), Egress: c.egressStatus(),
 	}, err
 }

@@ -85,7 +85,8 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 	var out []console.SandboxInfo
 	for _, s := range c.h.fleet.Statuses(ctx) {
 		info := console.SandboxInfo{Person: s.Person, Container: s.Container, Engine: s.Engine, Node: s.Node, State: s.State,
-			CPU: s.CPU, Memory: s.Memory, MemoryLimit: s.MemoryLimit, DiskUsed: s.DiskUsed, Jobs: s.Jobs, Removed: s.Removed}
+			CPU: s.CPU, Memory: s.Memory, MemoryLimit: s.MemoryLimit, DiskUsed: s.DiskUsed, Jobs: s.Jobs, Removed: s.Removed,
+			NoUsage: s.NoUsage}
 		if s.Err != nil {
 			info.Error = s.Err.Error()
 		}

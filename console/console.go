@@ -56,6 +56,31 @@ type SandboxStatus struct {
 	DiskUsed     int64     `json:"disk_used_bytes"` // -1 when unknown
 	Agent        Agent     `json:"agent"`
 	Egress       *Egress   `json:"egress,omitempty"` // nil: no egress policy
+	// NoUsage: the engine gives no usage figures (a Kubernetes cluster without the
+	// metrics API), so CPU, Memory and PIDs are zero for want of a measure. The JSON
+	// then has no cpu, memory_bytes and pids but "no_usage": [NoUsageText], and the
+	// pages show that text instead of meters.
+	NoUsage bool `json:"-"`
+}
+
+// NoUsageText is what the console says instead of CPU, memory and process figures the
+// engine does not give.
+const NoUsageText = "no usage figures on this engine (install metrics-server)"
+
+// MarshalJSON leaves out the usage figures the engine does not give (NoUsage).
+func (s SandboxStatus) MarshalJSON() ([]byte, error) {
+	type plain SandboxStatus
+	if !s.NoUsage {
+		return json.Marshal(plain(s))
+	}
+	// The outer fields hide the embedded ones of the same name; nil leaves them out.
+	return json.Marshal(struct {
+		plain
+		CPU     *float64 `json:"cpu,omitempty"`
+		Memory  *int64   `json:"memory_bytes,omitempty"`
+		PIDs    *int64   `json:"pids,omitempty"`
+		NoUsage string   `json:"no_usage"`
+	}{plain: plain(s), NoUsage: NoUsageText})
 }
 
 // Egress is the sandbox's way out through the plugin's proxy.

@@ -39,6 +39,7 @@ var pages = func() map[string]*template.Template {
 		"ms":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) },
 		"dict5":   actionButton,
 		"whose":   whose,
+		"noUsage": func() string { return NoUsageText },
 		"derefInt": func(p *int) string {
 			if p == nil {
 				return ""

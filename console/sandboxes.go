@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -59,6 +60,23 @@ type SandboxInfo struct {
 	// LastActivity is the newest entry of the activity log made in this sandbox.
 	LastActivity time.Time `json:"last_activity,omitzero"`
 	Error        string    `json:"error,omitempty"` // why the status is not complete
+	// NoUsage: the engine gives no usage figures (SandboxStatus.NoUsage); the JSON
+	// then has no cpu and memory but "no_usage": [NoUsageText].
+	NoUsage bool `json:"-"`
+}
+
+// MarshalJSON leaves out the usage figures the engine does not give (NoUsage).
+func (s SandboxInfo) MarshalJSON() ([]byte, error) {
+	type plain SandboxInfo
+	if !s.NoUsage {
+		return json.Marshal(plain(s))
+	}
+	return json.Marshal(struct {
+		plain
+		CPU     *float64 `json:"cpu,omitempty"`
+		Memory  *int64   `json:"memory,omitempty"`
+		NoUsage string   `json:"no_usage"`
+	}{plain: plain(s), NoUsage: NoUsageText})
 }
 
 // Sandboxes are the sandboxes of a site with people.

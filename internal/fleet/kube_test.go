@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -251,5 +254,51 @@ func TestKubeLog(t *testing.T) {
 	}
 	if KubeLog(nil) != nil {
 		t.Errorf("KubeLog(nil) is not nil")
+	}
+}
+
+// noStatsEngine is an engine whose one container runs and which has no usage figures
+// (a Kubernetes cluster without the metrics API); every other call fails.
+type noStatsEngine struct{ sandbox.API }
+
+func (noStatsEngine) ContainerInspect(_ context.Context, name string) (container.InspectResponse, error) {
+	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: name,
+		State: &container.State{Status: "running", Running: true}}, Config: &container.Config{}}, nil
+}
+
+func (noStatsEngine) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {
+	return container.StatsResponseReader{}, fmt.Errorf("stats: %w", cerrdefs.ErrNotImplemented)
+}
+
+func (noStatsEngine) ContainerExecCreate(context.Context, string, container.ExecOptions) (container.ExecCreateResponse, error) {
+	return container.ExecCreateResponse{}, errors.New("no exec here")
+}
+
+func (noStatsEngine) DaemonHost() string { return "kubernetes://test/default" }
+
+// TestStatusNoUsage: a running sandbox whose engine gives no usage figures is shown so
+// (NoUsage), not as an idle one, for a configured person and a removed one alike.
+func TestStatusNoUsage(t *testing.T) {
+	acquire := func(eng Engine, cfg sandbox.Config) (*Entry, func() error, error) {
+		sb, err := sandbox.New(noStatsEngine{}, cfg, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return NewEntry(EntryOptions{Sandbox: sb, Client: noStatsEngine{}, Engine: eng}), func() error { return nil }, nil
+	}
+	base := testBase("nousage")
+	base.NoAgent = true // commands are plain execs, which fail here
+	f, err := New(Options{Base: base, Acquire: acquire})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	st := f.status(t.Context(), "")
+	if st.State != "running" || !st.NoUsage {
+		t.Errorf("status: state %q NoUsage %v, want running and true", st.State, st.NoUsage)
+	}
+	rm := f.removedStatus(t.Context(), Existing{Container: sandbox.Container{Name: "nousage-dave", State: "running"}, Person: "dave", Engine: Engine{}})
+	if rm.State != "running" || !rm.NoUsage {
+		t.Errorf("removed status: state %q NoUsage %v (%v), want running and true", rm.State, rm.NoUsage, rm.Err)
 	}
 }

@@ -63,7 +63,7 @@ func (f *Fleet) removedStatus(ctx context.Context, x Existing) Status {
 	defer done()
 	st, err := sb.Status(ctx)
 	s.State, s.CPU, s.Node = st.State, st.CPU, st.Node
-	s.Memory, s.MemoryLimit, s.DiskUsed = st.Memory, st.MemoryLimit, st.DiskUsed
+	s.Memory, s.MemoryLimit, s.DiskUsed, s.NoUsage = st.Memory, st.MemoryLimit, st.DiskUsed, st.NoUsage
 	s.Err = err
 	return s
 }
@@ -99,7 +99,7 @@ func (f *Fleet) status(ctx context.Context, person string) Status {
 	}
 	st, err := sb.Status(ctx)
 	s.Container, s.State, s.CPU, s.Node = st.Container, st.State, st.CPU, st.Node
-	s.Memory, s.MemoryLimit, s.DiskUsed = st.Memory, st.MemoryLimit, st.DiskUsed
+	s.Memory, s.MemoryLimit, s.DiskUsed, s.NoUsage = st.Memory, st.MemoryLimit, st.DiskUsed, st.NoUsage
 	if err != nil {
 		s.Err = err
 		return s
