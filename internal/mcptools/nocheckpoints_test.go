@@ -1,6 +1,8 @@
 package mcptools
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -30,6 +32,36 @@ func TestNoCheckpoints(t *testing.T) {
 		text := init["instructions"].(string)
 		if strings.Contains(text, why) != (reason != "") {
 			t.Errorf("NoCheckpoints %q: instructions %q", reason, text)
+		}
+	}
+}
+
+// TestNoCheckpointsCall: with NoCheckpoints a call of checkpoint, checkpoint_list or
+// restore (a client's tool list from before the configuration changed) is refused by
+// the MCP server as an unknown tool: the sandbox's "not supported on a Kubernetes
+// engine" error cannot reach the model through these tools.
+func TestNoCheckpointsCall(t *testing.T) {
+	h := newToolsHarness(t, func(o *Options) { o.NoCheckpoints = "Checkpoints are not supported on this server (test)." })
+	for i, c := range []struct {
+		tool string
+		args map[string]any
+	}{{"checkpoint", map[string]any{"name": "x"}}, {"checkpoint_list", map[string]any{}}, {"restore", map[string]any{"id": "image"}}} {
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
+			"params": map[string]any{"name": c.tool, "arguments": c.args}})
+		ctx := WithCaller(context.Background(), Caller{ClientName: "test", Label: "test", Origin: "https://sandbox.example"})
+		ctx, done := h.tools.Request(ctx)
+		resp := h.tools.MCPServer().HandleMessage(ctx, msg)
+		done()
+		b, _ := json.Marshal(resp)
+		var m struct {
+			Result any
+			Error  *struct{ Message string }
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Result != nil || m.Error == nil || !strings.Contains(m.Error.Message, c.tool) || strings.Contains(string(b), "did not work") {
+			t.Errorf("%s: %s, want an unknown-tool error", c.tool, b)
 		}
 	}
 }
