@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -267,8 +266,14 @@ func (noStatsEngine) ContainerInspect(_ context.Context, name string) (container
 }
 
 func (noStatsEngine) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {
-	return container.StatsResponseReader{}, fmt.Errorf("stats: %w", cerrdefs.ErrNotImplemented)
+	return container.StatsResponseReader{}, fmt.Errorf("stats: %w", errNoMetrics{})
 }
+
+// errNoMetrics is a not-implemented error as errdefs sees one (its method).
+type errNoMetrics struct{}
+
+func (errNoMetrics) Error() string   { return "no metrics API" }
+func (errNoMetrics) NotImplemented() {}
 
 func (noStatsEngine) ContainerExecCreate(context.Context, string, container.ExecOptions) (container.ExecCreateResponse, error) {
 	return container.ExecCreateResponse{}, errors.New("no exec here")
