@@ -171,8 +171,10 @@ func TestKubePods(t *testing.T) {
 		t.Fatalf("uploaded file: sha256 %q, want %s", sum, sha256Hex(data))
 	}
 
-	// /sandbox survives the pod's deletion: the next call makes the pod again.
-	if err := k.admin.CoreV1().Pods(k.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+	// /sandbox survives the pod's deletion: the next call makes the pod again. The
+	// deletion is graceful, as the cluster's own are: the pod's object goes once its
+	// container has stopped, so no command can still reach the old one.
+	if err := k.admin.CoreV1().Pods(k.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, time.Minute, "the deleted pod to be gone", func() bool {
