@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +112,15 @@ func TestKubeXMore(t *testing.T) {
 		if code, body := getPage(t, web, u); code != 200 || body != "changed\n" {
 			t.Fatalf("preview after the page changed: %d %q", code, body)
 		}
+		// Through the agent's channel: while the preview's connections are open, none of
+		// this host's TCP connections goes to the pod's IP.
+		pod := k.pod(t, "ann")
+		if pod == nil || pod.Status.PodIP == "" {
+			t.Fatal("ann's pod has no IP")
+		}
+		if n := tcpConnsTo(t, pod.Status.PodIP); n != 0 {
+			t.Fatalf("%d TCP connections from this host to the pod's IP %s", n, pod.Status.PodIP)
+		}
 	})
 
 	t.Run("eviction", func(t *testing.T) {
@@ -174,14 +185,33 @@ func TestKubeXMore(t *testing.T) {
 		}
 		t.Logf("the console lists ben's sandbox on node %q", pod.Spec.NodeName)
 
-		// Restart deletes the pod and makes it again from the ConfigMap: only /sandbox,
-		// on the claim, is kept (on Docker a restart keeps the container's files).
+		// Restart deletes the pod and makes it again from the ConfigMap; recreate makes
+		// the ConfigMap again too: either way only /sandbox, on the claim, is kept (on
+		// Docker a restart keeps the container's files).
+		// Restart through the console's pages, as the operator's browser does: the
+		// confirmation says what a restart loses on this engine.
+		u := newConsoleUser(t, k.URL)
+		if resp, _ := u.do("POST", "/console/signin", url.Values{"api_key": {k.Key}}, map[string]string{"Origin": k.URL}); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("console sign-in: %d", resp.StatusCode)
+		}
+		resp, page := u.do("GET", "/console/confirm?action=sandbox_restart&person=ben", nil, nil)
+		m := csrfInput.FindStringSubmatch(page)
+		if resp.StatusCode != 200 || m == nil || !strings.Contains(page, "every file written outside /sandbox") {
+			t.Fatalf("restart confirmation: %d %.500q", resp.StatusCode, page)
+		}
 		act := func(action string) time.Duration {
 			t.Helper()
 			begin := time.Now()
-			var out map[string]any
-			if code := kubeConsoleAPI(t, k, "POST", "/sandboxes/ben/"+action, &out); code != 200 {
-				t.Fatalf("POST /console/api/sandboxes/ben/%s: %d %v", action, code, out)
+			if action == "restart" {
+				form := url.Values{"action": {"sandbox_restart"}, "id": {"ben"}, "back": {"overview"}, "csrf": {m[1]}}
+				if resp, body := u.do("POST", "/console/action", form, map[string]string{"Origin": k.URL}); resp.StatusCode != http.StatusSeeOther {
+					t.Fatalf("POST /console/action restart: %d %.300q", resp.StatusCode, body)
+				}
+			} else {
+				var out map[string]any
+				if code := kubeConsoleAPI(t, k, "POST", "/sandboxes/ben/"+action, &out); code != 200 {
+					t.Fatalf("POST /console/api/sandboxes/ben/%s: %d %v", action, code, out)
+				}
 			}
 			return time.Since(begin).Round(time.Millisecond)
 		}
@@ -255,4 +285,32 @@ func getPage(t *testing.T, c *http.Client, u string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return resp.StatusCode, string(b)
+}
+
+// tcpConnsTo counts this host's TCP connections (IPv4, any state but LISTEN) whose
+// remote address is ip, from /proc/self/net/tcp. It dials nothing.
+func tcpConnsTo(t *testing.T, ip string) int {
+	t.Helper()
+	addr, err := netip.ParseAddr(ip)
+	if err != nil || !addr.Is4() {
+		t.Fatalf("pod IP %q is not IPv4 (%v)", ip, err)
+	}
+	b := addr.As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X", b[3], b[2], b[1], b[0]) // little-endian, as the kernel writes it
+	data, err := os.ReadFile("/proc/self/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 4 {
+			continue
+		}
+		remote, _, ok := strings.Cut(f[2], ":")
+		if ok && remote == want && f[3] != "0A" {
+			n++
+		}
+	}
+	return n
 }
