@@ -118,6 +118,9 @@ func TestKubeXMore(t *testing.T) {
 		if pod == nil || pod.Status.PodIP == "" {
 			t.Fatal("ann's pod has no IP")
 		}
+		if tcpConnsTo(t, "127.0.0.1") == 0 {
+			t.Fatal("no TCP connection to 127.0.0.1 in /proc/self/net/tcp: the count below proves nothing")
+		}
 		if n := tcpConnsTo(t, pod.Status.PodIP); n != 0 {
 			t.Fatalf("%d TCP connections from this host to the pod's IP %s", n, pod.Status.PodIP)
 		}
@@ -313,4 +316,56 @@ func tcpConnsTo(t *testing.T, ip string) int {
 		}
 	}
 	return n
+}
+
+// TestKubeXKubeletEviction: a kubelet's eviction (node pressure) does not delete the
+// pod as the Eviction API does: it leaves it in phase Failed, reason Evicted, its
+// container ended and not restarted. Here the administrator sets that status and ends
+// the container's main process, as the kubelet would; the next call must make the pod
+// again with /sandbox intact.
+func TestKubeXKubeletEviction(t *testing.T) {
+	k := startKubeSite(t, []string{"eve"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eve := k.client(ctx, "eve")
+	k.run(ctx, t, eve, "echo kept > /sandbox/kept")
+	pod := k.pod(t, "eve")
+	if pod == nil {
+		t.Fatal("eve has no pod")
+	}
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.Reason = "Evicted"
+	pod.Status.Message = "The node was low on resource: memory."
+	if _, err := k.admin.CoreV1().Pods(k.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("marking the pod evicted: %v", err)
+	}
+	// The kubelet's part: the container's main process ends, and a terminal pod's
+	// container is not restarted.
+	// (The exec itself ends with the container: its error says so, or nothing.)
+	out, err := podExec(ctx, testenv.KubeRESTConfig(t), k.ns, pod.Name, "kill", "-TERM", "1")
+	t.Logf("kill -TERM 1 in the pod: %v %q", err, out)
+	testenv.WaitFor(t, 30*time.Second, "the evicted pod's container to end", func() bool {
+		p := k.pod(t, "eve")
+		if p == nil || p.UID != pod.UID || p.Status.Phase != corev1.PodFailed {
+			t.Fatalf("the pod is not left Failed: %v", p != nil && p.UID == pod.UID)
+		}
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Terminated != nil
+	})
+	if p := k.pod(t, "eve"); p != nil {
+		t.Logf("the evicted pod: phase %s, reason %q, message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	}
+	begin := time.Now()
+	res := testsite.Call(ctx, t, eve, "execute", map[string]any{"command": "cat /sandbox/kept"})
+	t.Logf("the first call after a kubelet eviction took %v", time.Since(begin).Round(time.Millisecond))
+	if res.IsError || testsite.Structured(t, res)["stdout"] != "kept\n" {
+		t.Errorf("the first call after a kubelet eviction: %s", testsite.ResultText(res))
+		if got := k.run(ctx, t, eve, "cat /sandbox/kept"); got != "kept\n" {
+			t.Fatalf("the second call: %q", got)
+		}
+		t.Log("the second call works")
+	}
+	if p := k.pod(t, "eve"); p == nil || p.UID == pod.UID || p.Status.Phase != corev1.PodRunning {
+		t.Fatal("no new running pod after the kubelet eviction")
+	}
 }
