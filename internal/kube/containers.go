@@ -80,7 +80,18 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 	if err != nil {
 		return nil, c.apiErr(err, "get", "pods", "reading the pod of container "+name)
 	}
+	if !ownPod(p, name) {
+		return nil, fmt.Errorf("kubernetes engine %s: pod %s in namespace %s was not made by this engine for container %s (it lacks the labels %s=%s and %s=%s), so it is left alone: delete or rename that pod, or give the engine a namespace of its own: %w",
+			c.cfg.Name, name, c.ns, name, labelManagedBy, managedByValue, labelContainer, name, cerrdefs.ErrConflict)
+	}
 	return p, nil
+}
+
+// ownPod reports whether p is the pod this engine made for container name: a pod of
+// that name made by anything else (another workload in the namespace) is never taken
+// for the container's, started, stopped or removed.
+func ownPod(p *v1.Pod, name string) bool {
+	return p.Labels[labelManagedBy] == managedByValue && p.Labels[labelContainer] == name
 }
 
 func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
@@ -346,8 +357,15 @@ func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun boo
 		return err
 	}
 	name = cm.Name
-	err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if apierrors.IsNotFound(err) {
+	p, err := c.pod(ctx, name)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		uid := p.UID
+		err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	if p == nil || apierrors.IsNotFound(err) {
 		if mustRun {
 			return fmt.Errorf("kubernetes engine %s: container %s is not running: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
 		}
@@ -358,7 +376,7 @@ func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun boo
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+goneWait)
 	defer cancel()
-	return c.waitPodGone(wctx, name, "")
+	return c.waitPodGone(wctx, name, p.UID)
 }
 
 func (c *Client) ContainerRestart(ctx context.Context, name string, options container.StopOptions) error {
@@ -393,7 +411,8 @@ func (c *Client) ContainerRemove(ctx context.Context, name string, options conta
 	}
 	if p != nil {
 		zero := int64(0)
-		if err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		uid := p.UID
+		if err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return c.apiErr(err, "delete", "pods", "removing container "+name)
 		}
 	}

@@ -1,0 +1,95 @@
+package kube_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestForeignPod: a pod named like a container that the engine did not make (another
+// workload in the namespace) is never taken for the container's: a start fails
+// naming it instead of reporting the container started (which would make the sandbox
+// run its commands in that pod), and stop and remove leave it alone.
+func TestForeignPod(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-foreign"
+	pods := cl.admin.CoreV1().Pods(cl.ns)
+	no := false
+	foreign, err := pods.Create(ctx, &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "someone-else"}},
+		Spec: v1.PodSpec{
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: new(int64),
+			Containers: []v1.Container{{Name: "sandbox", Image: testImage, ImagePullPolicy: v1.PullIfNotPresent,
+				Command: []string{"/bin/sh", "-c", "exec sleep 2147483647"}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == v1.PodRunning {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the foreign pod did not run: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	still := func(what string) {
+		t.Helper()
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.UID != foreign.UID || p.DeletionTimestamp != nil {
+			t.Fatalf("after %s the foreign pod is gone or going: %v", what, err)
+		}
+	}
+	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Fatalf("start with a foreign pod of the same name: %v, want a conflict naming it", err)
+	}
+	still("start")
+	if info, err := c.ContainerInspect(ctx, name); err == nil && info.State.Running {
+		t.Fatalf("inspect takes the foreign pod for the container's: %+v", info.State)
+	}
+	if err := c.ContainerStop(ctx, name, container.StopOptions{}); !cerrdefs.IsConflict(err) {
+		t.Errorf("stop: %v, want a conflict", err)
+	}
+	still("stop")
+	if err := c.ContainerKill(ctx, name, "KILL"); !cerrdefs.IsConflict(err) {
+		t.Errorf("kill: %v, want a conflict", err)
+	}
+	still("kill")
+	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); !cerrdefs.IsConflict(err) {
+		t.Errorf("forced remove: %v, want a conflict", err)
+	}
+	still("remove")
+	// Once the other pod is gone the container is the engine's again.
+	zero := int64(0)
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the foreign pod was not deleted")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.ContainerRemove(context.WithoutCancel(ctx), name, container.RemoveOptions{Force: true}); err != nil {
+		t.Errorf("remove once the foreign pod is gone: %v", err)
+	}
+}
