@@ -355,6 +355,9 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 		return fmt.Errorf("kubernetes engine %s: no pod %s in namespace %s (the container is stopped or gone; start it): %w", c.cfg.Name, name, c.ns, cerrdefs.ErrNotFound)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("kubernetes engine %s: reading pod %s: %w; the engine's account needs the verb get on pods in namespace %s", c.cfg.Name, name, err, c.ns)
+	case errors.Is(err, context.Canceled) || apierrors.IsUnauthorized(err):
+		// The caller gave up, or the credentials are refused: the API server answered.
+		return c.apiErr(err, "get", "pods", "reading pod "+name)
 	case err != nil:
 		return fmt.Errorf("kubernetes engine %s: reading pod %s (%w): %w", c.cfg.Name, name, syscall.ECONNRESET, err)
 	}

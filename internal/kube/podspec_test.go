@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -410,5 +411,17 @@ func TestErrorMapping(t *testing.T) {
 	}
 	if e := c.apiErr(errors.New("boom"), "get", "pods", "x"); boxapi.EngineDown(e) || cerrdefs.IsNotFound(e) {
 		t.Errorf("other errors are not classed: %v", e)
+	}
+}
+
+// TestExecCanceledNotEngineDown: an exec whose caller gave up is no engine that did
+// not answer (which would tell the person to try again later).
+func TestExecCanceledNotEngineDown(t *testing.T) {
+	c := offlineClient(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := c.ContainerExecCreate(ctx, "box", container.ExecOptions{Cmd: []string{"true"}})
+	if err == nil || boxapi.EngineDown(err) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want a canceled error that is not the engine being down, got %v", err)
 	}
 }
