@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -568,8 +569,8 @@ func (c *Client) ContainerLogs(ctx context.Context, name string, options contain
 	}
 	lo := &v1.PodLogOptions{Container: containerName, Follow: options.Follow, Timestamps: options.Timestamps}
 	if options.Tail != "" && options.Tail != "all" {
-		var n int64
-		if _, err := fmt.Sscanf(options.Tail, "%d", &n); err != nil || n < 0 {
+		n, err := strconv.ParseInt(options.Tail, 10, 64)
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("logs of container %s: tail %q is not a number: %w", cm.Name, options.Tail, cerrdefs.ErrInvalidArgument)
 		}
 		lo.TailLines = &n
@@ -586,7 +587,20 @@ func (c *Client) ContainerLogs(ctx context.Context, name string, options contain
 		rc.Close()
 		pw.CloseWithError(err)
 	}()
-	return pr, nil
+	return logsReader{PipeReader: pr, stream: rc}, nil
+}
+
+// logsReader is a pod's log as Docker frames it; closing it ends the API server's
+// stream, which with Follow would otherwise wait for the next line forever.
+type logsReader struct {
+	*io.PipeReader
+	stream io.Closer
+}
+
+func (l logsReader) Close() error {
+	err := l.PipeReader.Close()
+	l.stream.Close()
+	return err
 }
 
 func (c *Client) ContainerCommit(ctx context.Context, name string, options container.CommitOptions) (container.CommitResponse, error) {

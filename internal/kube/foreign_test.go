@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,52 @@ func TestForeignPod(t *testing.T) {
 	}
 	if err := c.ContainerRemove(context.WithoutCancel(ctx), name, container.RemoveOptions{Force: true}); err != nil {
 		t.Errorf("remove once the foreign pod is gone: %v", err)
+	}
+}
+
+// TestLogsCloseEndsFollow: closing a followed log ends its stream at once, though the
+// container writes nothing more; and a tail that is not a number is refused.
+func TestLogsCloseEndsFollow(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-logs"
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
+	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerLogs(ctx, name, container.LogsOptions{Tail: "5x"}); !cerrdefs.IsInvalidArgument(err) {
+		t.Errorf("tail 5x: %v, want an invalid argument", err)
+	}
+	warm, err := c.ContainerLogs(ctx, name, container.LogsOptions{ShowStdout: true, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	time.Sleep(500 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	const n = 20
+	for range n {
+		rc, err := c.ContainerLogs(ctx, name, container.LogsOptions{ShowStdout: true, Follow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	var after int
+	for range 50 {
+		after = runtime.NumGoroutine()
+		if after <= before+n/4 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("goroutines before %d, after %d closed follows %d", before, n, after)
+	if after > before+n/4 {
+		t.Fatalf("goroutines grew from %d to %d over %d closed follows: their streams go on", before, after, n)
 	}
 }
