@@ -211,6 +211,20 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		if err != nil {
 			return err
 		}
+		if p != nil && p.DeletionTimestamp == nil && (p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded) {
+			// Ended for good (evicted, its node shut down): the object stays until it is
+			// collected. Starting the container makes a new pod, as Docker starts an
+			// exited container.
+			zero, uid := int64(0), p.UID
+			err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return c.apiErr(err, "delete", "pods", "replacing the ended pod of container "+name)
+			}
+			if err := c.waitPodGone(ctx, name, uid); err != nil {
+				return err
+			}
+			continue
+		}
 		if p != nil && p.DeletionTimestamp != nil {
 			// Still stopping: start once it is gone, as Docker would after the stop.
 			if err := c.waitPodGone(ctx, name, p.UID); err != nil {

@@ -141,3 +141,51 @@ func TestLogsCloseEndsFollow(t *testing.T) {
 		t.Fatalf("goroutines grew from %d to %d over %d closed follows: their streams go on", before, after, n)
 	}
 }
+
+// TestStartReplacesEndedPod: a pod that ended for good (evicted: phase Failed, left
+// until collected) does not fail the next start, which makes a new pod.
+func TestStartReplacesEndedPod(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-ended"
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
+	pods := cl.admin.CoreV1().Pods(cl.ns)
+	no := false
+	ended, err := pods.Create(ctx, &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"app.kubernetes.io/managed-by": "caddy-mcp-sandbox", "mcp-sandbox.container": name, "mcp-sandbox.pod": name}},
+		Spec: v1.PodSpec{
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: new(int64), RestartPolicy: v1.RestartPolicyNever,
+			Containers: []v1.Container{{Name: "sandbox", Image: testImage, ImagePullPolicy: v1.PullIfNotPresent,
+				Command: []string{"/bin/sh", "-c", "exit 1"}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == v1.PodFailed {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the pod did not end: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if info, err := c.ContainerInspect(ctx, name); err != nil || info.State.Running {
+		t.Fatalf("inspect of an ended pod: %v %+v", err, info.State)
+	}
+	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatalf("start over an ended pod: %v", err)
+	}
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || p.UID == ended.UID || p.Status.Phase != v1.PodRunning {
+		t.Fatalf("after the start: %v, want a new running pod", err)
+	}
+}
