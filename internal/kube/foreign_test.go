@@ -9,7 +9,10 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -187,5 +190,53 @@ func TestStartReplacesEndedPod(t *testing.T) {
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	if err != nil || p.UID == ended.UID || p.Status.Phase != v1.PodRunning {
 		t.Fatalf("after the start: %v, want a new running pod", err)
+	}
+}
+
+// TestForeignClaim: a claim named like a volume that the engine did not make is
+// never mounted into a sandbox (which would hand another workload's files to the
+// person), nor removed.
+func TestForeignClaim(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-claim"
+	pvcs := cl.admin.CoreV1().PersistentVolumeClaims(cl.ns)
+	foreign, err := pvcs.Create(ctx, &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "someone-else"}},
+		Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("16Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: name}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Errorf("volume create over a foreign claim: %v, want a conflict naming it", err)
+	}
+	hc := &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: "/sandbox"}}}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), hc, nil, nil, "kreview-claim-box"); !cerrdefs.IsConflict(err) {
+		t.Errorf("a container mounting a foreign claim: %v, want a conflict", err)
+	}
+	if _, err := c.VolumeInspect(ctx, name); !cerrdefs.IsConflict(err) {
+		t.Errorf("inspect of a foreign claim: %v, want a conflict", err)
+	}
+	if err := c.VolumeRemove(ctx, name, true); !cerrdefs.IsConflict(err) {
+		t.Errorf("forced remove of a foreign claim: %v, want a conflict", err)
+	}
+	got, err := pvcs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || got.UID != foreign.UID || got.DeletionTimestamp != nil {
+		t.Fatalf("the foreign claim is gone or going: %v", err)
+	}
+	list, err := c.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list.Volumes {
+		if v.Name == name {
+			t.Errorf("volume list shows the foreign claim")
+		}
 	}
 }
