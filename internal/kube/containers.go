@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -91,8 +92,11 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 // ownPod reports whether p is the pod this engine made for container name: a pod of
 // that name made by anything else (another workload in the namespace) is never taken
 // for the container's, started, stopped or removed.
-func ownPod(p *v1.Pod, name string) bool {
-	return p.Labels[labelManagedBy] == managedByValue && p.Labels[labelContainer] == name
+func ownPod(p *v1.Pod, name string) bool { return ownMeta(p.ObjectMeta, name) }
+
+// ownMeta reports whether an object is one the engine made for container name.
+func ownMeta(m metav1.ObjectMeta, name string) bool {
+	return m.Labels[labelManagedBy] == managedByValue && m.Labels[labelContainer] == name
 }
 
 func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
@@ -234,8 +238,8 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		}
 		if p == nil {
 			if np := policyFor(name, r); np != nil {
-				if _, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
+				if err := c.ensurePolicy(ctx, name, np); err != nil {
+					return err
 				}
 			}
 			spec, err := podFor(name, r, c.cfg.PullPolicy)
@@ -253,6 +257,51 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		}
 		return c.waitReady(ctx, name, p)
 	}
+}
+
+// ensurePolicy makes the network policy np of container name. One of that name that
+// exists must be the engine's for the container: another one (another workload's)
+// would leave the pod without the isolation its network mode asks for.
+func (c *Client) ensurePolicy(ctx context.Context, name string, np *networkingv1.NetworkPolicy) error {
+	_, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
+	}
+	got, err := c.net.NetworkPolicies(c.ns).Get(ctx, np.Name, metav1.GetOptions{})
+	if err != nil {
+		return c.apiErr(err, "get", "networkpolicies", "reading network policy "+np.Name+" of container "+name)
+	}
+	if !ownMeta(got.ObjectMeta, name) {
+		return fmt.Errorf("kubernetes engine %s: network policy %s in namespace %s was not made by this engine for container %s, so the container's own cannot be made and it is not started: delete or rename that policy, or give the engine a namespace of its own: %w",
+			c.cfg.Name, np.Name, c.ns, name, cerrdefs.ErrConflict)
+	}
+	return nil
+}
+
+// deletePolicies deletes the network policies the engine made for container name,
+// leaving any other of those names alone.
+func (c *Client) deletePolicies(ctx context.Context, name string) error {
+	for _, n := range policyNames(name) {
+		np, err := c.net.NetworkPolicies(c.ns).Get(ctx, n, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return c.apiErr(err, "get", "networkpolicies", "removing the network policies of container "+name)
+		}
+		if !ownMeta(np.ObjectMeta, name) {
+			continue
+		}
+		uid := np.UID
+		err = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return c.apiErr(err, "delete", "networkpolicies", "removing the network policies of container "+name)
+		}
+	}
+	return nil
 }
 
 // waitReady waits until the pod of container name runs and is ready; a pod that will
@@ -326,9 +375,7 @@ func waitingText(p *v1.Pod) string {
 func (c *Client) cleanupStart(name string, uid types.UID) {
 	ctx, cancel := context.WithTimeout(context.Background(), goneWait)
 	defer cancel()
-	for _, n := range policyNames(name) {
-		_ = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{})
-	}
+	_ = c.deletePolicies(ctx, name)
 	if uid == "" {
 		return
 	}
@@ -431,10 +478,8 @@ func (c *Client) ContainerRemove(ctx context.Context, name string, options conta
 			return c.apiErr(err, "delete", "pods", "removing container "+name)
 		}
 	}
-	for _, n := range policyNames(name) {
-		if err := c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return c.apiErr(err, "delete", "networkpolicies", "removing container "+name)
-		}
+	if err := c.deletePolicies(ctx, name); err != nil {
+		return err
 	}
 	uid := cm.UID
 	err = c.core.ConfigMaps(c.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -238,5 +239,41 @@ func TestForeignClaim(t *testing.T) {
 		if v.Name == name {
 			t.Errorf("volume list shows the foreign claim")
 		}
+	}
+}
+
+// TestForeignPolicy: a network policy named like a container's that the engine did
+// not make (it selects other pods) fails the start of a container without network
+// instead of leaving its pod unisolated, and removing the container leaves it alone.
+func TestForeignPolicy(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-np"
+	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
+	foreign, err := nps.Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-no-network"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "someone-else"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "none"}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "network policy") {
+		t.Errorf("start beside a foreign policy of the container's name: %v, want a conflict naming it", err)
+	}
+	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := nps.Get(ctx, foreign.Name, metav1.GetOptions{})
+	if err != nil || got.UID != foreign.UID {
+		t.Fatalf("the foreign policy is gone: %v", err)
 	}
 }
