@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -80,7 +82,21 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 	if err != nil {
 		return nil, c.apiErr(err, "get", "pods", "reading the pod of container "+name)
 	}
+	if !ownPod(p, name) {
+		return nil, fmt.Errorf("kubernetes engine %s: pod %s in namespace %s was not made by this engine for container %s (it lacks the labels %s=%s and %s=%s), so it is left alone: delete or rename that pod, or give the engine a namespace of its own: %w",
+			c.cfg.Name, name, c.ns, name, labelManagedBy, managedByValue, labelContainer, name, cerrdefs.ErrConflict)
+	}
 	return p, nil
+}
+
+// ownPod reports whether p is the pod this engine made for container name: a pod of
+// that name made by anything else (another workload in the namespace) is never taken
+// for the container's, started, stopped or removed.
+func ownPod(p *v1.Pod, name string) bool { return ownMeta(p.ObjectMeta, name) }
+
+// ownMeta reports whether an object is one the engine made for container name.
+func ownMeta(m metav1.ObjectMeta, name string) bool {
+	return m.Labels[labelManagedBy] == managedByValue && m.Labels[labelContainer] == name
 }
 
 func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
@@ -199,6 +215,20 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		if err != nil {
 			return err
 		}
+		if p != nil && p.DeletionTimestamp == nil && (p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded) {
+			// Ended for good (evicted, its node shut down): the object stays until it is
+			// collected. Starting the container makes a new pod, as Docker starts an
+			// exited container.
+			zero, uid := int64(0), p.UID
+			err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return c.apiErr(err, "delete", "pods", "replacing the ended pod of container "+name)
+			}
+			if err := c.waitPodGone(ctx, name, uid); err != nil {
+				return err
+			}
+			continue
+		}
 		if p != nil && p.DeletionTimestamp != nil {
 			// Still stopping: start once it is gone, as Docker would after the stop.
 			if err := c.waitPodGone(ctx, name, p.UID); err != nil {
@@ -208,8 +238,8 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		}
 		if p == nil {
 			if np := policyFor(name, r); np != nil {
-				if _, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
+				if err := c.ensurePolicy(ctx, name, np); err != nil {
+					return err
 				}
 			}
 			spec, err := podFor(name, r, c.cfg.PullPolicy)
@@ -227,6 +257,51 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 		}
 		return c.waitReady(ctx, name, p)
 	}
+}
+
+// ensurePolicy makes the network policy np of container name. One of that name that
+// exists must be the engine's for the container: another one (another workload's)
+// would leave the pod without the isolation its network mode asks for.
+func (c *Client) ensurePolicy(ctx context.Context, name string, np *networkingv1.NetworkPolicy) error {
+	_, err := c.net.NetworkPolicies(c.ns).Create(ctx, np, metav1.CreateOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return c.apiErr(err, "create", "networkpolicies", "creating network policy "+np.Name+" of container "+name)
+	}
+	got, err := c.net.NetworkPolicies(c.ns).Get(ctx, np.Name, metav1.GetOptions{})
+	if err != nil {
+		return c.apiErr(err, "get", "networkpolicies", "reading network policy "+np.Name+" of container "+name)
+	}
+	if !ownMeta(got.ObjectMeta, name) {
+		return fmt.Errorf("kubernetes engine %s: network policy %s in namespace %s was not made by this engine for container %s, so the container's own cannot be made and it is not started: delete or rename that policy, or give the engine a namespace of its own: %w",
+			c.cfg.Name, np.Name, c.ns, name, cerrdefs.ErrConflict)
+	}
+	return nil
+}
+
+// deletePolicies deletes the network policies the engine made for container name,
+// leaving any other of those names alone.
+func (c *Client) deletePolicies(ctx context.Context, name string) error {
+	for _, n := range policyNames(name) {
+		np, err := c.net.NetworkPolicies(c.ns).Get(ctx, n, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return c.apiErr(err, "get", "networkpolicies", "removing the network policies of container "+name)
+		}
+		if !ownMeta(np.ObjectMeta, name) {
+			continue
+		}
+		uid := np.UID
+		err = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return c.apiErr(err, "delete", "networkpolicies", "removing the network policies of container "+name)
+		}
+	}
+	return nil
 }
 
 // waitReady waits until the pod of container name runs and is ready; a pod that will
@@ -300,9 +375,7 @@ func waitingText(p *v1.Pod) string {
 func (c *Client) cleanupStart(name string, uid types.UID) {
 	ctx, cancel := context.WithTimeout(context.Background(), goneWait)
 	defer cancel()
-	for _, n := range policyNames(name) {
-		_ = c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{})
-	}
+	_ = c.deletePolicies(ctx, name)
 	if uid == "" {
 		return
 	}
@@ -346,8 +419,15 @@ func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun boo
 		return err
 	}
 	name = cm.Name
-	err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if apierrors.IsNotFound(err) {
+	p, err := c.pod(ctx, name)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		uid := p.UID
+		err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	if p == nil || apierrors.IsNotFound(err) {
 		if mustRun {
 			return fmt.Errorf("kubernetes engine %s: container %s is not running: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
 		}
@@ -358,7 +438,7 @@ func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun boo
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+goneWait)
 	defer cancel()
-	return c.waitPodGone(wctx, name, "")
+	return c.waitPodGone(wctx, name, p.UID)
 }
 
 func (c *Client) ContainerRestart(ctx context.Context, name string, options container.StopOptions) error {
@@ -393,14 +473,13 @@ func (c *Client) ContainerRemove(ctx context.Context, name string, options conta
 	}
 	if p != nil {
 		zero := int64(0)
-		if err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		uid := p.UID
+		if err := c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return c.apiErr(err, "delete", "pods", "removing container "+name)
 		}
 	}
-	for _, n := range policyNames(name) {
-		if err := c.net.NetworkPolicies(c.ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return c.apiErr(err, "delete", "networkpolicies", "removing container "+name)
-		}
+	if err := c.deletePolicies(ctx, name); err != nil {
+		return err
 	}
 	uid := cm.UID
 	err = c.core.ConfigMaps(c.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -549,8 +628,8 @@ func (c *Client) ContainerLogs(ctx context.Context, name string, options contain
 	}
 	lo := &v1.PodLogOptions{Container: containerName, Follow: options.Follow, Timestamps: options.Timestamps}
 	if options.Tail != "" && options.Tail != "all" {
-		var n int64
-		if _, err := fmt.Sscanf(options.Tail, "%d", &n); err != nil || n < 0 {
+		n, err := strconv.ParseInt(options.Tail, 10, 64)
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("logs of container %s: tail %q is not a number: %w", cm.Name, options.Tail, cerrdefs.ErrInvalidArgument)
 		}
 		lo.TailLines = &n
@@ -567,7 +646,20 @@ func (c *Client) ContainerLogs(ctx context.Context, name string, options contain
 		rc.Close()
 		pw.CloseWithError(err)
 	}()
-	return pr, nil
+	return logsReader{PipeReader: pr, stream: rc}, nil
+}
+
+// logsReader is a pod's log as Docker frames it; closing it ends the API server's
+// stream, which with Follow would otherwise wait for the next line forever.
+type logsReader struct {
+	*io.PipeReader
+	stream io.Closer
+}
+
+func (l logsReader) Close() error {
+	err := l.PipeReader.Close()
+	l.stream.Close()
+	return err
 }
 
 func (c *Client) ContainerCommit(ctx context.Context, name string, options container.CommitOptions) (container.CommitResponse, error) {

@@ -43,11 +43,17 @@ const maxExecs = 16384
 // staleCreated is how long a session that was created but never attached is kept.
 const staleCreated = 10 * time.Minute
 
+// keepInspected is how long a session that ended is kept after its first inspect: as
+// on Docker, an exec may be inspected again (the sandbox package does, after waiting
+// for its end), and it is forgotten after that.
+const keepInspected = time.Minute
+
 // execTable holds the exec sessions ContainerExecCreate made, until they end and are
 // inspected.
 type execTable struct {
-	mu sync.Mutex
-	m  map[string]*execSession
+	mu    sync.Mutex
+	m     map[string]*execSession
+	swept time.Time // the last sweepLocked that looked at every session
 }
 
 // execSession is one exec: its pod and command until attached, then its stream's end.
@@ -58,8 +64,9 @@ type execSession struct {
 	created time.Time
 
 	// Set under the table's lock.
-	attached bool
-	ended    time.Time // zero while the stream runs
+	attached  bool
+	ended     time.Time // zero while the stream runs
+	inspected time.Time // when it was first inspected after it ended; zero before
 
 	done   chan struct{} // closed when the stream ended; code and err are set then
 	code   int
@@ -73,6 +80,7 @@ func (t *execTable) add(id string, s *execSession) error {
 	if t.m == nil {
 		t.m = make(map[string]*execSession)
 	}
+	t.sweepLocked(time.Now())
 	if len(t.m) >= maxExecs {
 		t.evictLocked()
 	}
@@ -81,6 +89,20 @@ func (t *execTable) add(id string, s *execSession) error {
 	}
 	t.m[id] = s
 	return nil
+}
+
+// sweepLocked forgets the sessions inspected more than keepInspected ago; it looks
+// at them all at most every few seconds.
+func (t *execTable) sweepLocked(now time.Time) {
+	if now.Sub(t.swept) < keepInspected/16 {
+		return
+	}
+	t.swept = now
+	for id, s := range t.m {
+		if !s.inspected.IsZero() && now.Sub(s.inspected) > keepInspected {
+			delete(t.m, id)
+		}
+	}
 }
 
 // evictLocked drops the sessions that were created long ago and never attached, and
@@ -247,7 +269,8 @@ func (t *execTable) finish(s *execSession, err error) {
 
 // ContainerExecInspect reports Running until the stream ends, then the exit code; a
 // stream that broke is an error (the engine being down, or the pod gone). A session
-// that ended is forgotten once inspected. Pid is always 0: the process is in the pod.
+// that ended is forgotten keepInspected after its first inspect (or sooner when the
+// table is full). Pid is always 0: the process is in the pod.
 func (c *Client) ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error) {
 	t := &c.execs
 	t.mu.Lock()
@@ -257,8 +280,8 @@ func (c *Client) ContainerExecInspect(ctx context.Context, execID string) (conta
 		return container.ExecInspect{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, noSuchExec(execID))
 	}
 	ins := container.ExecInspect{ExecID: execID, ContainerID: s.pod, Running: s.attached && s.ended.IsZero()}
-	if !s.ended.IsZero() {
-		delete(t.m, execID)
+	if !s.ended.IsZero() && s.inspected.IsZero() {
+		s.inspected = time.Now()
 	}
 	code, err := s.code, s.err
 	t.mu.Unlock()
@@ -355,6 +378,9 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 		return fmt.Errorf("kubernetes engine %s: no pod %s in namespace %s (the container is stopped or gone; start it): %w", c.cfg.Name, name, c.ns, cerrdefs.ErrNotFound)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("kubernetes engine %s: reading pod %s: %w; the engine's account needs the verb get on pods in namespace %s", c.cfg.Name, name, err, c.ns)
+	case errors.Is(err, context.Canceled) || apierrors.IsUnauthorized(err):
+		// The caller gave up, or the credentials are refused: the API server answered.
+		return c.apiErr(err, "get", "pods", "reading pod "+name)
 	case err != nil:
 		return fmt.Errorf("kubernetes engine %s: reading pod %s (%w): %w", c.cfg.Name, name, syscall.ECONNRESET, err)
 	}

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilexec "k8s.io/client-go/util/exec"
 )
 
 // The cluster tests run in a namespace of their own, made on first use and deleted by
@@ -277,11 +278,49 @@ func TestExecNoGoroutineLeak(t *testing.T) {
 	if after > before+5 {
 		t.Fatalf("goroutines grew from %d to %d over 100 execs", before, after)
 	}
+	// Every session was inspected after its end: a minute later they are forgotten.
 	c.execs.mu.Lock()
+	for _, s := range c.execs.m {
+		if s.inspected.IsZero() {
+			c.execs.mu.Unlock()
+			t.Fatalf("a session inspected after its end is not marked so: %+v", s)
+		}
+		s.inspected = s.inspected.Add(-keepInspected - time.Second)
+	}
+	c.execs.swept = time.Time{}
+	c.execs.sweepLocked(time.Now())
 	n := len(c.execs.m)
 	c.execs.mu.Unlock()
 	if n != 0 {
-		t.Fatalf("%d exec sessions remain in the table after they were inspected", n)
+		t.Fatalf("%d exec sessions remain in the table a minute after they were inspected", n)
+	}
+}
+
+// TestExecInspectAgain: an exec that ended can be inspected again, as on Docker (the
+// sandbox package waits for its end, then asks its exit code), until keepInspected
+// after its first inspect.
+func TestExecInspectAgain(t *testing.T) {
+	c := &Client{}
+	s := &execSession{pod: "box", created: time.Now(), done: make(chan struct{}), attached: true}
+	if err := c.execs.add("e1", s); err != nil {
+		t.Fatal(err)
+	}
+	c.execs.finish(s, utilexec.CodeExitError{Err: errors.New("exit 3"), Code: 3})
+	for i := range 2 {
+		ins, err := c.ContainerExecInspect(t.Context(), "e1")
+		if err != nil || ins.Running || ins.ExitCode != 3 {
+			t.Fatalf("inspect %d: %+v %v, want exit code 3", i+1, ins, err)
+		}
+	}
+	c.execs.mu.Lock()
+	s.inspected = s.inspected.Add(-keepInspected - time.Second)
+	c.execs.swept = c.execs.swept.Add(-keepInspected)
+	c.execs.mu.Unlock()
+	if err := c.execs.add("e2", &execSession{created: time.Now(), done: make(chan struct{})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerExecInspect(t.Context(), "e1"); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("inspect past keepInspected: %v, want not found", err)
 	}
 }
 

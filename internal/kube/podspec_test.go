@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,6 +296,18 @@ func TestDockerState(t *testing.T) {
 	if why := podFailure(unsched); !strings.Contains(why, "Insufficient memory") || len(why) > statusMax+len("...") {
 		t.Errorf("unschedulable: %d bytes: %q", len(why), why)
 	}
+	// Unschedulable a moment ago: a new claim not bound yet says so too.
+	binding := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{
+		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable, LastTransitionTime: metav1.Now(),
+		Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available",
+	}}}}
+	if why := podFailure(binding); why != "" {
+		t.Errorf("unschedulable for a moment is no failure yet: %q", why)
+	}
+	binding.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-unschedulableGrace))
+	if why := podFailure(binding); !strings.Contains(why, "unbound immediate") {
+		t.Errorf("unschedulable for %v: %q", unschedulableGrace, why)
+	}
 	crashed := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Image: "img:1"}}}, Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
 		Name: "sandbox", RestartCount: 1, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}},
 		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 127, Reason: "Error"}},
@@ -410,5 +423,17 @@ func TestErrorMapping(t *testing.T) {
 	}
 	if e := c.apiErr(errors.New("boom"), "get", "pods", "x"); boxapi.EngineDown(e) || cerrdefs.IsNotFound(e) {
 		t.Errorf("other errors are not classed: %v", e)
+	}
+}
+
+// TestExecCanceledNotEngineDown: an exec whose caller gave up is no engine that did
+// not answer (which would tell the person to try again later).
+func TestExecCanceledNotEngineDown(t *testing.T) {
+	c := offlineClient(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := c.ContainerExecCreate(ctx, "box", container.ExecOptions{Cmd: []string{"true"}})
+	if err == nil || boxapi.EngineDown(err) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want a canceled error that is not the engine being down, got %v", err)
 	}
 }

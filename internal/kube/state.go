@@ -42,6 +42,9 @@ func podReady(p *v1.Pod) bool {
 	return cs != nil && cs.Ready && cs.State.Running != nil
 }
 
+// unschedulableGrace is how long a pod may stay unschedulable before a start gives up.
+const unschedulableGrace = 15 * time.Second
+
 // terminalWaits are the reasons a container waits for that will not go away by
 // themselves: the pod is given up at once.
 var terminalWaits = map[string]string{
@@ -62,7 +65,11 @@ func podFailure(p *v1.Pod) string {
 		return bounded(fmt.Sprintf("the pod ended (phase %s): %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+		// The scheduler says so too while a new claim is not bound yet ("unbound
+		// immediate PersistentVolumeClaims"), which a slow provisioner takes seconds
+		// to do: only a pod unschedulable for unschedulableGrace is given up.
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable &&
+			time.Since(c.LastTransitionTime.Time) >= unschedulableGrace {
 			return bounded("no node can run the pod (Unschedulable): " + c.Message)
 		}
 	}

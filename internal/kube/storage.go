@@ -130,6 +130,9 @@ func (c *Client) VolumeCreate(ctx context.Context, options volume.CreateOptions)
 		return volume.Volume{}, fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
 	}
 	if pvc, err := c.core.PersistentVolumeClaims(c.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if err := c.ownClaim(pvc); err != nil {
+			return volume.Volume{}, err
+		}
 		return volumeOf(pvc), nil
 	} else if !apierrors.IsNotFound(err) {
 		return volume.Volume{}, c.apiErr(err, "get", "persistentvolumeclaims", "creating volume "+name)
@@ -157,7 +160,21 @@ func (c *Client) VolumeCreate(ctx context.Context, options volume.CreateOptions)
 	if err != nil {
 		return volume.Volume{}, c.apiErr(err, "create", "persistentvolumeclaims", "creating volume "+name)
 	}
+	if err := c.ownClaim(got); err != nil {
+		return volume.Volume{}, err
+	}
 	return volumeOf(got), nil
+}
+
+// ownClaim fails with a conflict when pvc is not a claim this engine made for the
+// volume of its name: another workload's claim in the namespace is never mounted
+// into a sandbox, nor removed.
+func (c *Client) ownClaim(pvc *v1.PersistentVolumeClaim) error {
+	if pvc.Labels[labelManagedBy] == managedByValue && pvc.Labels[labelVolumeName] == pvc.Name {
+		return nil
+	}
+	return fmt.Errorf("kubernetes engine %s: persistent volume claim %s in namespace %s was not made by this engine (it lacks the labels %s=%s and %s=%s), so it is not used as a volume: delete or rename that claim, or give the engine a namespace of its own: %w",
+		c.cfg.Name, pvc.Name, c.ns, labelManagedBy, managedByValue, labelVolumeName, pvc.Name, cerrdefs.ErrConflict)
 }
 
 func (c *Client) VolumeInspect(ctx context.Context, volumeID string) (volume.Volume, error) {
@@ -167,6 +184,9 @@ func (c *Client) VolumeInspect(ctx context.Context, volumeID string) (volume.Vol
 	}
 	if err != nil {
 		return volume.Volume{}, c.apiErr(err, "get", "persistentvolumeclaims", "inspecting volume "+volumeID)
+	}
+	if err := c.ownClaim(pvc); err != nil {
+		return volume.Volume{}, err
 	}
 	return volumeOf(pvc), nil
 }
@@ -219,6 +239,9 @@ func (c *Client) VolumeRemove(ctx context.Context, volumeID string, force bool) 
 	}
 	if err != nil {
 		return c.apiErr(err, "get", "persistentvolumeclaims", "removing volume "+volumeID)
+	}
+	if err := c.ownClaim(pvc); err != nil {
+		return err
 	}
 	if !force {
 		users, err := c.volumeUsers(ctx, volumeID)

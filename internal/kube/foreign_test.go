@@ -1,0 +1,279 @@
+package kube_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestForeignPod: a pod named like a container that the engine did not make (another
+// workload in the namespace) is never taken for the container's: a start fails
+// naming it instead of reporting the container started (which would make the sandbox
+// run its commands in that pod), and stop and remove leave it alone.
+func TestForeignPod(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-foreign"
+	pods := cl.admin.CoreV1().Pods(cl.ns)
+	no := false
+	foreign, err := pods.Create(ctx, &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "someone-else"}},
+		Spec: v1.PodSpec{
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: new(int64),
+			Containers: []v1.Container{{Name: "sandbox", Image: testImage, ImagePullPolicy: v1.PullIfNotPresent,
+				Command: []string{"/bin/sh", "-c", "exec sleep 2147483647"}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == v1.PodRunning {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the foreign pod did not run: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	still := func(what string) {
+		t.Helper()
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.UID != foreign.UID || p.DeletionTimestamp != nil {
+			t.Fatalf("after %s the foreign pod is gone or going: %v", what, err)
+		}
+	}
+	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Fatalf("start with a foreign pod of the same name: %v, want a conflict naming it", err)
+	}
+	still("start")
+	if info, err := c.ContainerInspect(ctx, name); err == nil && info.State.Running {
+		t.Fatalf("inspect takes the foreign pod for the container's: %+v", info.State)
+	}
+	if err := c.ContainerStop(ctx, name, container.StopOptions{}); !cerrdefs.IsConflict(err) {
+		t.Errorf("stop: %v, want a conflict", err)
+	}
+	still("stop")
+	if err := c.ContainerKill(ctx, name, "KILL"); !cerrdefs.IsConflict(err) {
+		t.Errorf("kill: %v, want a conflict", err)
+	}
+	still("kill")
+	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); !cerrdefs.IsConflict(err) {
+		t.Errorf("forced remove: %v, want a conflict", err)
+	}
+	still("remove")
+	// Once the other pod is gone the container is the engine's again.
+	zero := int64(0)
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the foreign pod was not deleted")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.ContainerRemove(context.WithoutCancel(ctx), name, container.RemoveOptions{Force: true}); err != nil {
+		t.Errorf("remove once the foreign pod is gone: %v", err)
+	}
+}
+
+// TestLogsCloseEndsFollow: closing a followed log ends its stream at once, though the
+// container writes nothing more; and a tail that is not a number is refused.
+func TestLogsCloseEndsFollow(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-logs"
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
+	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerLogs(ctx, name, container.LogsOptions{Tail: "5x"}); !cerrdefs.IsInvalidArgument(err) {
+		t.Errorf("tail 5x: %v, want an invalid argument", err)
+	}
+	warm, err := c.ContainerLogs(ctx, name, container.LogsOptions{ShowStdout: true, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	time.Sleep(500 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	const n = 20
+	for range n {
+		rc, err := c.ContainerLogs(ctx, name, container.LogsOptions{ShowStdout: true, Follow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	var after int
+	for range 50 {
+		after = runtime.NumGoroutine()
+		if after <= before+n/4 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("goroutines before %d, after %d closed follows %d", before, n, after)
+	if after > before+n/4 {
+		t.Fatalf("goroutines grew from %d to %d over %d closed follows: their streams go on", before, after, n)
+	}
+}
+
+// TestStartReplacesEndedPod: a pod that ended for good (evicted: phase Failed, left
+// until collected) does not fail the next start, which makes a new pod.
+func TestStartReplacesEndedPod(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-ended"
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
+	pods := cl.admin.CoreV1().Pods(cl.ns)
+	no := false
+	ended, err := pods.Create(ctx, &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"app.kubernetes.io/managed-by": "caddy-mcp-sandbox", "mcp-sandbox.container": name, "mcp-sandbox.pod": name}},
+		Spec: v1.PodSpec{
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: new(int64), RestartPolicy: v1.RestartPolicyNever,
+			Containers: []v1.Container{{Name: "sandbox", Image: testImage, ImagePullPolicy: v1.PullIfNotPresent,
+				Command: []string{"/bin/sh", "-c", "exit 1"}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == v1.PodFailed {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the pod did not end: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if info, err := c.ContainerInspect(ctx, name); err != nil || info.State.Running {
+		t.Fatalf("inspect of an ended pod: %v %+v", err, info.State)
+	}
+	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatalf("start over an ended pod: %v", err)
+	}
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || p.UID == ended.UID || p.Status.Phase != v1.PodRunning {
+		t.Fatalf("after the start: %v, want a new running pod", err)
+	}
+}
+
+// TestForeignClaim: a claim named like a volume that the engine did not make is
+// never mounted into a sandbox (which would hand another workload's files to the
+// person), nor removed.
+func TestForeignClaim(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-claim"
+	pvcs := cl.admin.CoreV1().PersistentVolumeClaims(cl.ns)
+	foreign, err := pvcs.Create(ctx, &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "someone-else"}},
+		Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("16Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: name}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Errorf("volume create over a foreign claim: %v, want a conflict naming it", err)
+	}
+	hc := &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: "/sandbox"}}}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), hc, nil, nil, "kreview-claim-box"); !cerrdefs.IsConflict(err) {
+		t.Errorf("a container mounting a foreign claim: %v, want a conflict", err)
+	}
+	if _, err := c.VolumeInspect(ctx, name); !cerrdefs.IsConflict(err) {
+		t.Errorf("inspect of a foreign claim: %v, want a conflict", err)
+	}
+	if err := c.VolumeRemove(ctx, name, true); !cerrdefs.IsConflict(err) {
+		t.Errorf("forced remove of a foreign claim: %v, want a conflict", err)
+	}
+	got, err := pvcs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || got.UID != foreign.UID || got.DeletionTimestamp != nil {
+		t.Fatalf("the foreign claim is gone or going: %v", err)
+	}
+	list, err := c.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list.Volumes {
+		if v.Name == name {
+			t.Errorf("volume list shows the foreign claim")
+		}
+	}
+}
+
+// TestForeignPolicy: a network policy named like a container's that the engine did
+// not make (it selects other pods) fails the start of a container without network
+// instead of leaving its pod unisolated, and removing the container leaves it alone.
+func TestForeignPolicy(t *testing.T) {
+	cl := needCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := cl.engine(t, "IfNotPresent")
+	const name = "kreview-np"
+	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
+	foreign, err := nps.Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-no-network"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "someone-else"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "none"}, nil, nil, name); err != nil {
+		t.Fatal(err)
+	}
+	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "network policy") {
+		t.Errorf("start beside a foreign policy of the container's name: %v, want a conflict naming it", err)
+	}
+	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := nps.Get(ctx, foreign.Name, metav1.GetOptions{})
+	if err != nil || got.UID != foreign.UID {
+		t.Fatalf("the foreign policy is gone: %v", err)
+	}
+}
