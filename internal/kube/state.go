@@ -62,7 +62,11 @@ var terminalWaits = map[string]string{
 func podFailure(p *v1.Pod) string {
 	switch p.Status.Phase {
 	case v1.PodFailed, v1.PodSucceeded:
-		return bounded(fmt.Sprintf("the pod ended (phase %s): %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
+		why := strings.TrimSpace(p.Status.Reason + " " + p.Status.Message)
+		if why == "" {
+			why = "the cluster gave no reason"
+		}
+		return bounded(fmt.Sprintf("the pod ended (phase %s): %s", p.Status.Phase, why))
 	}
 	for _, c := range p.Status.Conditions {
 		// The scheduler says so too while a new claim is not bound yet ("unbound
