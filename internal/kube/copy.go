@@ -34,10 +34,17 @@ const exitMissing = 3
 // target. GNU and busybox stat both take this format.
 const statScript = `[ -e "$1" ] || [ -L "$1" ] || exit 3; stat -c '%f %s %Y' -- "$1" || exit 1; [ -L "$1" ] || exit 0; readlink -- "$1"`
 
+// statTimeout bounds a stat: the container's stat and shell run it, and a hostile
+// container's may never answer.
+var statTimeout = 30 * time.Second
+
 // ContainerStatPath stats path in the pod (a symbolic link itself, not what it points
 // to). LinkTarget is the link's text as it is (possibly relative), not resolved. A
 // missing path is a not-found error.
 func (c *Client) ContainerStatPath(ctx context.Context, name, p string) (container.PathStat, error) {
+	// The container's own stat answers: one that never does must not hold the caller.
+	ctx, cancel := context.WithTimeout(ctx, statTimeout)
+	defer cancel()
 	var out, stderr bytes.Buffer
 	err := c.run(ctx, name, []string{"/bin/sh", "-c", statScript, "stat", p}, nil, &limitWriter{w: &out, n: 8 << 10}, &limitWriter{w: &stderr, n: maxStderr})
 	if code, ok := exitCode(err); ok {

@@ -175,3 +175,27 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestStatPathHostileStat: a container whose stat never answers does not hold the
+// caller past the stat's bound.
+func TestStatPathHostileStat(t *testing.T) {
+	c := testClient(t)
+	pod := "exec-hostile-stat" // of its own: its sh and stat are spoilt
+	testPod(t, c, pod)
+	r := execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c",
+		// busybox's sh runs its own stat whatever PATH says: the container's sh becomes
+		// bash, which looks stat up in PATH and finds one that never answers.
+		`B=$(command -v bash) && for d in $(echo "$PATH" | tr : ' '); do mkdir -p "$d" && printf '#!%s\nexec sleep 1000\n' "$B" > "$d/stat.new" && chmod +x "$d/stat.new" && mv -f "$d/stat.new" "$d/stat"; done && ln -sf "$B" /bin/sh.new && mv -f /bin/sh.new /bin/sh`}}, nil)
+	if r.code != 0 {
+		t.Fatalf("replacing stat: %+v", r)
+	}
+	defer func(d time.Duration) { statTimeout = d }(statTimeout)
+	statTimeout = 2 * time.Second
+	begin := time.Now()
+	_, err := c.ContainerStatPath(context.Background(), pod, "/tmp")
+	took := time.Since(begin)
+	if err == nil || took > 20*time.Second {
+		t.Fatalf("a stat that never answers: %v after %v", err, took)
+	}
+	t.Logf("%v after %v", err, took.Round(time.Millisecond))
+}
