@@ -274,7 +274,16 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 			return CheckpointResult{}, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
 		}
 		defer func() {
-			if err := s.cli.ContainerUnpause(context.WithoutCancel(ctx), name0); err != nil {
+			// A busy host's freezer can fail to thaw at the first try (cgroup v1):
+			// try a few times before leaving it to the next command.
+			var err error
+			for try := 0; try < 5; try++ {
+				if err = s.cli.ContainerUnpause(context.WithoutCancel(ctx), name0); err == nil || cerrdefs.IsNotFound(err) {
+					break
+				}
+				time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+			}
+			if err != nil {
 				s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
 			}
 			saving.Delete(name0)

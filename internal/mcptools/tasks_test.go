@@ -363,9 +363,13 @@ func TestTaskResultsExpire(t *testing.T) {
 	if after > base+n*size/4 {
 		t.Errorf("the ttl freed %d of %d MB", (held-after)>>20, (held-base)>>20)
 	}
-	if _, msg := h.result("a", ids[0]); !strings.Contains(msg, "expired") && !strings.Contains(msg, "not found") {
-		t.Errorf("tasks/result after the ttl: %q", msg)
-	}
+	// The server's own record of the task goes on its own timer, a moment after ours
+	// on a loaded machine.
+	var msg string
+	testenv.WaitFor(t, 10*time.Second, "tasks/result to say the task expired", func() bool {
+		_, msg = h.result("a", ids[0])
+		return strings.Contains(msg, "expired") || strings.Contains(msg, "not found")
+	})
 	if _, _, s := h.counts(); len(s) != 0 {
 		t.Errorf("sessions still counted after the ttl: %v", s)
 	}
