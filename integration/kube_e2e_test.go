@@ -417,9 +417,10 @@ func podExec(ctx context.Context, rc *rest.Config, ns, pod string, argv ...strin
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	return out.String(), err
+	// Two buffers: client-go copies stdout and stderr in goroutines of their own.
+	var out, errOut bytes.Buffer
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	return out.String() + errOut.String(), err
 }
 
 // documentedRole is the Role that docs/kubernetes.md asks an operator to grant the
