@@ -410,19 +410,26 @@ func (c *Client) ContainerStop(ctx context.Context, name string, options contain
 	return c.stop(ctx, name, grace, false)
 }
 
+// containerPod looks container name (or ID) up and returns its record's ConfigMap
+// and its pod, nil when there is none.
+func (c *Client) containerPod(ctx context.Context, name string) (*v1.ConfigMap, *v1.Pod, error) {
+	cm, _, err := c.lookup(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := c.pod(ctx, cm.Name)
+	return cm, p, err
+}
+
 // stop deletes the pod of container name with grace seconds and waits until it is
 // gone; the ConfigMap and the claims stay. mustRun makes a container without a pod a
 // conflict (Docker's kill of a stopped container).
 func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun bool) error {
-	cm, _, err := c.lookup(ctx, name)
+	cm, p, err := c.containerPod(ctx, name)
 	if err != nil {
 		return err
 	}
 	name = cm.Name
-	p, err := c.pod(ctx, name)
-	if err != nil {
-		return err
-	}
 	if p != nil {
 		uid := p.UID
 		err = c.core.Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -459,15 +466,11 @@ func (c *Client) ContainerKill(ctx context.Context, name, signal string) error {
 }
 
 func (c *Client) ContainerRemove(ctx context.Context, name string, options container.RemoveOptions) error {
-	cm, _, err := c.lookup(ctx, name)
+	cm, p, err := c.containerPod(ctx, name)
 	if err != nil {
 		return err
 	}
 	name = cm.Name
-	p, err := c.pod(ctx, name)
-	if err != nil {
-		return err
-	}
 	if p != nil && p.DeletionTimestamp == nil && !options.Force {
 		return fmt.Errorf("kubernetes engine %s: container %s is running: stop it before removing it, or force the removal: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
 	}

@@ -195,9 +195,16 @@ func validLabel(k, v string) bool {
 // objectMeta is the metadata of an object the engine makes for container name:
 // the container's valid labels, ours on top, the others in an annotation.
 func objectMeta(objName, container string, labels map[string]string) metav1.ObjectMeta {
+	return ownedMeta(objName, labelContainer, container, labels)
+}
+
+// ownedMeta is the metadata of an object of ours named objName: the Docker labels
+// that are valid Kubernetes labels, ours on top (managed-by, and key = value), the
+// others in an annotation.
+func ownedMeta(objName, key, value string, labels map[string]string) metav1.ObjectMeta {
 	valid, other := splitLabels(labels)
 	valid[labelManagedBy] = managedByValue
-	valid[labelContainer] = container
+	valid[key] = value
 	m := metav1.ObjectMeta{Name: objName, Labels: valid}
 	if len(other) > 0 {
 		b, _ := json.Marshal(other)

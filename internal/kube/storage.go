@@ -74,15 +74,7 @@ func (c *Client) NetworkRemove(ctx context.Context, netName string) error { retu
 
 // volumeMeta is the metadata of the claim of volume name with Docker labels.
 func volumeMeta(name string, labels map[string]string) metav1.ObjectMeta {
-	valid, other := splitLabels(labels)
-	valid[labelManagedBy] = managedByValue
-	valid[labelVolumeName] = name
-	m := metav1.ObjectMeta{Name: name, Labels: valid}
-	if len(other) > 0 {
-		b, _ := json.Marshal(other)
-		m.Annotations = map[string]string{annotationLabels: string(b)}
-	}
-	return m
+	return ownedMeta(name, labelVolumeName, name, labels)
 }
 
 // dockerLabels are the Docker labels an object of ours carries: its labels without
