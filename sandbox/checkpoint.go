@@ -278,7 +278,11 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 			// try a few times before leaving it to the next command.
 			var err error
 			for try := 0; try < 5; try++ {
-				if err = s.cli.ContainerUnpause(context.WithoutCancel(ctx), name0); err == nil || cerrdefs.IsNotFound(err) {
+				// Bounded: an engine whose freezer is stuck holds the call forever.
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				err = s.cli.ContainerUnpause(uctx, name0)
+				cancel()
+				if err == nil || cerrdefs.IsNotFound(err) {
 					break
 				}
 				time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
