@@ -520,6 +520,9 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	case st.Restarting:
 		return s.waitRunning(ctx)
 	}
+	// It was stopped behind this Sandbox's back: an agent channel still held belongs
+	// to a process that ended with it, whether or not its end was seen.
+	s.CloseAgent()
 	if err := s.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", name, err)
 	}

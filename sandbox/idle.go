@@ -32,6 +32,10 @@ func (s *Sandbox) Stop(ctx context.Context, why string) error {
 	t := stopTimeout
 	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &t})
 	s.invalidate() // an Ensure that ran meanwhile saw it running
+	// Upkeep that ran meanwhile (the egress listener listening again) may have started
+	// an agent in the container being stopped: its channel is closed too, so that
+	// nothing takes it for a live one (its end is not always seen).
+	s.CloseAgent()
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("stopping sandbox container %s: %w", s.cfg.Container, err)
 	}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
@@ -159,5 +162,55 @@ func TestUpkeepListenWaitsForStart(t *testing.T) {
 	}
 	if _, err := cli.VolumeInspect(ctx, cfg.Volume); err == nil {
 		t.Fatal("the volume is still there")
+	}
+}
+
+// TestStartDropsStaleAgent: an agent channel whose end was never seen (a stream the
+// engine did not close when the container stopped; a fake here, as no engine fails so
+// on demand) is not used after the container was found stopped and started again: the
+// start closes it, its listener no longer counts, and commands reach a new agent.
+func TestStartDropsStaleAgent(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	ctx := context.Background()
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+
+	stale := fakeAgent(t, func(st *agentwire.Stream, req agentwire.Request) {
+		if _, ok := req.(*agentwire.ListenRequest); ok {
+			st.CloseChannel(agentwire.Connected) // listening, as the old agent was
+		}
+		<-st.Done()
+	})
+	sb.CloseAgent()
+	sb.agentMu.Lock()
+	sb.agent.sess = stale
+	sb.agentMu.Unlock()
+	const port = 3129
+	stop, _, err := sb.ListenPort(ctx, port, func(c net.Conn) { c.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if !sb.Listening(port) {
+		t.Fatal("the listener on the stale channel does not count before the stop")
+	}
+
+	t0 := 0
+	if err := cli.ContainerStop(ctx, sb.Config().Container, container.StopOptions{Timeout: &t0}); err != nil {
+		t.Fatal(err)
+	}
+	sb.invalidate() // as a command that found it stopped does
+	if err := sb.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stale.Err() == nil {
+		t.Fatal("the agent channel of before the stop is still open after the start")
+	}
+	if sb.Listening(port) {
+		t.Fatal("the stale channel's listener counts after the start")
+	}
+	res := mustExec(t, sb, "echo fresh", boxapi.ExecOptions{})
+	if res.Stdout != "fresh\n" {
+		t.Fatalf("after the start: %q %q", res.Stdout, res.Stderr)
 	}
 }

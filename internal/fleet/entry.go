@@ -175,11 +175,16 @@ const listenAwait = 10 * time.Second
 // container itself, it follows the start a call makes. It gives up after 10 s, or at
 // once when the agent cannot run (the sandbox then says so).
 func (e *Entry) AwaitListener(ctx context.Context, port int) {
-	if e.sb.Config().NoAgent || e.sb.Listening(port) {
+	if e.sb.Config().NoAgent {
 		return
 	}
+	// Ensure first: starting a container found stopped drops the agent channel of
+	// before, so that its listener is not taken for the new one's.
 	if err := e.sb.Ensure(ctx); err != nil {
 		return // the command meets it and says it
+	}
+	if e.sb.Listening(port) {
+		return
 	}
 	if running, err := e.sb.Running(ctx); err != nil || !running {
 		return // stopped behind our back: the command's own Ensure starts it
