@@ -83,16 +83,28 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 		return nil, c.apiErr(err, "get", "pods", "reading the pod of container "+name)
 	}
 	if !ownPod(p, name) {
-		return nil, fmt.Errorf("kubernetes engine %s: pod %s in namespace %s was not made by this engine for container %s (it lacks the labels %s=%s and %s=%s), so it is left alone: delete or rename that pod, or give the engine a namespace of its own: %w",
-			c.cfg.Name, name, c.ns, name, labelManagedBy, managedByValue, labelContainer, name, cerrdefs.ErrConflict)
+		return nil, c.foreignPod(name)
 	}
 	return p, nil
+}
+
+// foreignPod is the error of a pod named as container name's that the engine did not
+// make.
+func (c *Client) foreignPod(name string) error {
+	return fmt.Errorf("kubernetes engine %s: pod %s in namespace %s was not made by this engine for container %s (it lacks the labels %s=%s and %s=%s), so it is left alone: delete or rename that pod, or give the engine a namespace of its own: %w",
+		c.cfg.Name, name, c.ns, name, labelManagedBy, managedByValue, labelContainer, name, cerrdefs.ErrConflict)
 }
 
 // ownPod reports whether p is the pod this engine made for container name: a pod of
 // that name made by anything else (another workload in the namespace) is never taken
 // for the container's, started, stopped or removed.
 func ownPod(p *v1.Pod, name string) bool { return ownMeta(p.ObjectMeta, name) }
+
+// OwnerLabels are the labels by which the engine knows an object (a pod, a claim, a
+// policy) as the one it made for container name.
+func OwnerLabels(name string) map[string]string {
+	return map[string]string{labelManagedBy: managedByValue, labelContainer: name}
+}
 
 // ownMeta reports whether an object is one the engine made for container name.
 func ownMeta(m metav1.ObjectMeta, name string) bool {

@@ -198,6 +198,9 @@ func (c *Client) tarErr(doing, p, name string, err error, stderr *bytes.Buffer) 
 // run runs argv in the pod to its end, with the given streams (stdin may be nil). Its
 // error is a utilexec.ExitError for a nonzero exit code, else as streamErr says.
 func (c *Client) run(ctx context.Context, pod string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := c.podRunning(ctx, pod); err != nil {
+		return err // not running, or a pod of another's that nothing is run in
+	}
 	ex, err := c.executor(pod, &v1.PodExecOptions{Container: execContainer, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true})
 	if err != nil {
 		return err

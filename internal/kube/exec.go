@@ -384,6 +384,9 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 	case err != nil:
 		return fmt.Errorf("kubernetes engine %s: reading pod %s (%w): %w", c.cfg.Name, name, syscall.ECONNRESET, err)
 	}
+	if !ownPod(p, name) {
+		return c.foreignPod(name) // nothing runs in a pod of another's
+	}
 	if p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
 		return fmt.Errorf("kubernetes engine %s: container %s is not running (pod phase %s): %w", c.cfg.Name, name, p.Status.Phase, cerrdefs.ErrConflict)
 	}

@@ -86,7 +86,7 @@ func testPod(t testing.TB, c *Client, name string) {
 	}
 	f := false
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: OwnerLabels(name)},
 		Spec: v1.PodSpec{
 			AutomountServiceAccountToken:  &f,
 			TerminationGracePeriodSeconds: new(int64),

@@ -68,6 +68,16 @@ func TestForeignPod(t *testing.T) {
 	if info, err := c.ContainerInspect(ctx, name); err == nil && info.State.Running {
 		t.Fatalf("inspect takes the foreign pod for the container's: %+v", info.State)
 	}
+	// Nothing is run in it either, whoever asks for an exec by the container's name.
+	if _, err := c.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Errorf("exec in the foreign pod: %v, want a conflict naming it", err)
+	}
+	if _, err := c.ContainerStatPath(ctx, name, "/"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+		t.Errorf("stat in the foreign pod: %v, want a conflict naming it", err)
+	}
+	if err := c.CopyToContainer(ctx, name, "/tmp", strings.NewReader(""), container.CopyToContainerOptions{}); !cerrdefs.IsConflict(err) {
+		t.Errorf("copy into the foreign pod: %v, want a conflict", err)
+	}
 	if err := c.ContainerStop(ctx, name, container.StopOptions{}); !cerrdefs.IsConflict(err) {
 		t.Errorf("stop: %v, want a conflict", err)
 	}

@@ -58,8 +58,9 @@ func Pods(tb testing.TB, ns string) corev1.PodInterface {
 	return core.Pods(ns)
 }
 
-// Pod starts a pod named prefix-<random> whose container "sandbox" sleeps, waits until
-// it runs, and deletes it when the test ends.
+// Pod starts a pod named prefix-<random> whose container "sandbox" sleeps, labelled as
+// the engine's own for a container of its name, waits until it runs, and deletes it
+// when the test ends.
 func Pod(tb testing.TB, pods corev1.PodInterface, prefix string) string {
 	tb.Helper()
 	b := make([]byte, 4)
@@ -69,7 +70,7 @@ func Pod(tb testing.TB, pods corev1.PodInterface, prefix string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := pods.Create(ctx, &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: kube.OwnerLabels(name)},
 		Spec: v1.PodSpec{
 			AutomountServiceAccountToken: &f, TerminationGracePeriodSeconds: new(int64),
 			Containers: []v1.Container{{Name: "sandbox", Image: Image(), ImagePullPolicy: v1.PullIfNotPresent,
