@@ -279,6 +279,21 @@ func TestKubeIdleStop(t *testing.T) {
 	}
 }
 
+// TestKubeTypeScriptSDK: the official TypeScript SDK, signing in as a person through
+// its own OAuth client, works a kubernetes site as it works a Docker one (execute with
+// progress, share_file and the download), on that person's pod.
+func TestKubeTypeScriptSDK(t *testing.T) {
+	k := startKubeSite(t, []string{"dana"}, "api_key_bearer off")
+	res, err := tsClient(k.Site, "oauth", k.keys["dana"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTSResult(t, res)
+	if k.pod(t, "dana") == nil {
+		t.Fatal("dana's calls made no pod")
+	}
+}
+
 // TestKubeBadInput: an API server that does not answer, a namespace the engine's account
 // has no rights in, and an image the node does not have each give a clear error that
 // names the cause, and leave nothing half-made.
