@@ -28,8 +28,9 @@ test bench: export MCP_SANDBOX_KUBE_IMAGE = $(KUBE_TEST_IMAGE)
 test: check lint testenv
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
-	# These restart dockerd under a running Caddy, so they run alone, after the rest.
-	MCP_SANDBOX_RESTART_DOCKER=1 $(GO) test -race -count=1 -run '^(TestEngineRestart|TestCheckpointEngineRestart)$$' ./integration
+	# These restart dockerd or the cluster's API server under a running Caddy, so they
+	# run alone, after the rest.
+	MCP_SANDBOX_RESTART_DOCKER=1 MCP_SANDBOX_RESTART_KUBE=1 $(GO) test -race -count=1 -run '^(TestEngineRestart|TestCheckpointEngineRestart|TestKubeAPIServerRestart)$$' ./integration
 
 testenv:
 	scripts/docker-up.sh

@@ -8,6 +8,6 @@
 // metrics, Caddy's log and Docker. Tests of the plugin's own code live beside it.
 //
 // Under -short, without a Docker engine, the tests that need one skip; in a full run
-// they fail. TestEngineRestart restarts dockerd and runs only when
-// MCP_SANDBOX_RESTART_DOCKER=1.
+// they fail. The tests that restart dockerd run only when MCP_SANDBOX_RESTART_DOCKER=1,
+// the one that stops the test cluster's API server only when MCP_SANDBOX_RESTART_KUBE=1.
 package integration

@@ -11,6 +11,8 @@
 #                                         as k8s.local/NAME:TAG; prints the kubeconfig path
 #   scripts/k8s-cluster.sh down           stops what up started (keeps the caches)
 #   scripts/k8s-cluster.sh status         what runs, and whether the node is Ready
+#   scripts/k8s-cluster.sh apiserver stop|start
+#                                         the API server alone down or back (pods run on)
 #
 # Every listener is on 127.0.0.1 and off Kubernetes' default ports, so it runs beside
 # another cluster: API server 16443, etcd 12379/12380 (metrics 12381), kubelet 11250
@@ -309,16 +311,7 @@ up() {
 	done
 	printf '%s\n' "${names[@]}" >"$RUN/images"
 
-	local p=$RUN/pki
-	start kube-apiserver "$BIN/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=$API_PORT \
-		--etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-		--client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
-		--kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
-		--kubelet-preferred-address-types=Hostname \
-		--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$p/sa.pub" \
-		--service-account-signing-key-file="$p/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
-		--authorization-mode=Node,RBAC --endpoint-reconciler-type=none --allow-privileged=true
-	wait_for 300 kube-apiserver curl -sf --max-time 2 --cacert "$p/ca.crt" "$(apiurl /readyz)"
+	start_apiserver
 	start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$RUN/scheduler.kubeconfig" \
 		--authentication-kubeconfig="$RUN/scheduler.kubeconfig" --authorization-kubeconfig="$RUN/scheduler.kubeconfig" \
 		--bind-address=127.0.0.1 --secure-port=$SCHED_PORT --leader-elect=false
@@ -342,6 +335,37 @@ up() {
 		die "creating the StorageClass standard failed; see $RUN/logs/kube-apiserver.log"
 	say "up in $((SECONDS - t0)) s; images: ${names[*]:-none}"
 	echo "$RUN/admin.kubeconfig"
+}
+
+start_apiserver() {
+	local p=$RUN/pki
+	start kube-apiserver "$BIN/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=$API_PORT \
+		--etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+		--client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+		--kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types=Hostname \
+		--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$p/sa.pub" \
+		--service-account-signing-key-file="$p/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
+		--authorization-mode=Node,RBAC --endpoint-reconciler-type=none --allow-privileged=true
+	wait_for 300 kube-apiserver curl -sf --max-time 2 --cacert "$p/ca.crt" "$(apiurl /readyz)"
+}
+
+# apiserver stop|start: the API server alone goes down or comes back, the rest of the
+# cluster (and every pod) running on; for tests of what a client sees meanwhile.
+apiserver() {
+	case ${1:-} in
+	stop)
+		alive kube-apiserver || return 0
+		kill "$(cat "$RUN/run/kube-apiserver.pid")" || true
+		for _ in $(seq 50); do alive kube-apiserver || break; sleep 0.2; done
+		if alive kube-apiserver; then kill -9 "$(cat "$RUN/run/kube-apiserver.pid")" || true; fi
+		rm -f "$RUN/run/kube-apiserver.pid"
+		;;
+	start)
+		alive kube-apiserver || start_apiserver
+		;;
+	*) die "usage: $0 apiserver stop|start" ;;
+	esac
 }
 
 # --- down, status --------------------------------------------------------------------
@@ -409,5 +433,6 @@ prepare) prepare ;;
 up) shift; up "$@" ;;
 down) need_root; down ;;
 status) status ;;
-*) die "usage: $0 prepare | up IMAGE... | down | status" ;;
+apiserver) shift; need_root; apiserver "$@" ;;
+*) die "usage: $0 prepare | up IMAGE... | down | status | apiserver stop|start" ;;
 esac
