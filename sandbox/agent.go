@@ -183,18 +183,14 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 	if f := agentArgvForTest.Get(); f != nil {
 		argv = (*f)(path)
 	}
-	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
+	execID, hj, err := s.startEngineExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: argv,
 	})
 	if err != nil {
 		return nil, path, err
 	}
-	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, path, err
-	}
-	out := &procStdout{p: newDockerProc(s, resp.ID, hj), stderr: &boundedBuffer{max: 2048}}
+	out := &procStdout{p: newDockerProc(s, execID, hj), stderr: &boundedBuffer{max: 2048}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
@@ -208,7 +204,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 	}
 	if err != nil {
 		hj.Close()
-		code, ok := s.dockerExitCode(context.WithoutCancel(ctx), resp.ID, exitWait(true))
+		code, ok := s.dockerExitCode(context.WithoutCancel(ctx), execID, exitWait(true))
 		exit := "still running"
 		if ok {
 			exit = "exit code " + strconv.Itoa(code)

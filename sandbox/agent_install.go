@@ -138,17 +138,13 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 // machineArch runs uname -m in the container through an engine exec (never the agent,
 // which is being installed) and names the result as images do (amd64, arm64...).
 func (s *Sandbox) machineArch(ctx context.Context) (string, error) {
-	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, container.ExecOptions{
+	id, hj, err := s.startEngineExec(ctx, container.ExecOptions{
 		User: "root", AttachStdout: true, AttachStderr: true, Cmd: []string{"uname", "-m"},
 	})
 	if err != nil {
 		return "", err
 	}
-	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return "", err
-	}
-	p := newDockerProc(s, resp.ID, hj)
+	p := newDockerProc(s, id, hj)
 	defer p.Close()
 	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()

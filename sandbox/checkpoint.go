@@ -268,13 +268,21 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if info.State != nil && info.State.Running && !info.State.Paused {
 		// Paused, the processes write nothing while both copies are taken, so the
 		// system and boxapi.WorkDir are of one moment.
+		// No exec of ours is starting when the freezer acts (execgate.go).
+		release, err := holdExecs(ctx, name0)
+		if err != nil {
+			return CheckpointResult{}, fmt.Errorf("waiting for commands starting in sandbox container %s: %w", name0, err)
+		}
 		saving.Store(name0, true)
 		if err := s.cli.ContainerPause(ctx, name0); err != nil {
 			saving.Delete(name0)
+			release()
 			return CheckpointResult{}, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
 		}
 		defer func() {
-			// A busy host's freezer can fail to thaw at the first try (cgroup v1):
+			defer release()
+			// A busy host's freezer can fail to thaw at the first try (cgroup v1), and
+			// an exec started by another than this process can wedge it (execgate.go):
 			// try a few times before leaving it to the next command.
 			var err error
 			for try := 0; try < 5; try++ {

@@ -357,15 +357,11 @@ func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) 
 		// The channel ended under this call: it takes a Docker exec; the next starts a
 		// new agent.
 	}
-	resp, err := s.cli.ContainerExecCreate(ctx, s.cfg.Container, opts)
+	id, hj, err := s.startEngineExec(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("creating exec in sandbox container %s: %w", s.cfg.Container, err)
+		return nil, err
 	}
-	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("starting exec in sandbox container %s: %w", s.cfg.Container, err)
-	}
-	return newDockerProc(s, resp.ID, hj), nil
+	return newDockerProc(s, id, hj), nil
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sync/semaphore"
+)
+
+// An engine exec must not start while the container is being paused: on cgroup v1, the
+// `runc init` of an exec that the freezer catches halfway stays frozen, `runc exec`
+// waits on it forever, and with it the container in Docker (inspect, unpause and
+// remove hang until the cgroup is thawed by hand). So the execs this process starts in
+// a container and a checkpoint's pause of it exclude each other: an exec holds its
+// container's gate from before it is created until its process runs, and a checkpoint
+// holds all of it from before the pause until after the unpause.
+
+// execGateAll is what a pause takes of a gate; each starting exec takes one.
+const execGateAll = 1 << 30
+
+// execGates are the gates by container name, shared by every Sandbox of the process.
+var execGates sync.Map // string -> *semaphore.Weighted
+
+func execGate(name string) *semaphore.Weighted {
+	v, _ := execGates.LoadOrStore(name, semaphore.NewWeighted(execGateAll))
+	return v.(*semaphore.Weighted)
+}
+
+// execStartWait bounds how long an exec's start is waited for before the gate is
+// released anyway.
+const execStartWait = 10 * time.Second
+
+// startEngineExec creates an engine exec in the container and starts it, attached,
+// returning once its process runs (or failed to start), so that no pause of the
+// container catches it starting. Its errors name the step that failed.
+func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+	name := s.cfg.Container
+	if !s.onKubernetes() { // no pause there: checkpoints are Docker's
+		g := execGate(name)
+		if err := g.Acquire(ctx, 1); err != nil {
+			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)
+		}
+		defer g.Release(1)
+	}
+	resp, err := s.cli.ContainerExecCreate(ctx, name, opts)
+	if err != nil {
+		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", name, err)
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s: %w", name, err)
+	}
+	if !s.onKubernetes() {
+		s.awaitExecStarted(ctx, resp.ID)
+	}
+	return resp.ID, hj, nil
+}
+
+// awaitExecStarted waits until Docker reports the exec's process (its pid), or that it
+// could not start (an exit code without a pid), or execStartWait passes. Docker answers
+// the attach before it runs `runc exec`.
+func (s *Sandbox) awaitExecStarted(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, execStartWait)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ins, err := s.cli.ContainerExecInspect(ctx, id)
+		if err != nil || ins.Pid != 0 || (!ins.Running && ins.ExitCode != 0) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// holdExecs takes the whole gate of container name (waiting for the execs starting in it)
+// until the returned function is called.
+func holdExecs(ctx context.Context, name string) (release func(), err error) {
+	g := execGate(name)
+	if err := g.Acquire(ctx, execGateAll); err != nil {
+		return nil, err
+	}
+	return func() { g.Release(execGateAll) }, nil
+}
