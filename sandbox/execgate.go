@@ -34,29 +34,37 @@ func execGate(name string) *semaphore.Weighted {
 // released anyway.
 const execStartWait = 10 * time.Second
 
-// startEngineExec creates an engine exec in the container and starts it, attached,
-// returning once its process runs (or failed to start), so that no pause of the
+// startEngineExec creates an engine exec in the container and starts it, attached. The
+// exec holds the container's gate until its process runs (or failed to start), waited
+// for in the background: the caller reads its streams at once, and no pause of the
 // container catches it starting. Its errors name the step that failed.
 func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	name := s.cfg.Container
+	release := func() {}
 	if !s.onKubernetes() { // no pause there: checkpoints are Docker's
 		g := execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
 			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)
 		}
-		defer g.Release(1)
+		release = func() { g.Release(1) }
 	}
 	resp, err := s.cli.ContainerExecCreate(ctx, name, opts)
 	if err != nil {
+		release()
 		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", name, err)
 	}
 	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {
+		release() // not started: Docker starts an exec when it is attached
 		return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s: %w", name, err)
 	}
-	if !s.onKubernetes() {
-		s.awaitExecStarted(ctx, resp.ID)
+	if s.onKubernetes() {
+		return resp.ID, hj, nil
 	}
+	go func() {
+		defer release()
+		s.awaitExecStarted(context.WithoutCancel(ctx), resp.ID)
+	}()
 	return resp.ID, hj, nil
 }
 
@@ -66,7 +74,7 @@ func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOption
 func (s *Sandbox) awaitExecStarted(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, execStartWait)
 	defer cancel()
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
 		ins, err := s.cli.ContainerExecInspect(ctx, id)
 		if err != nil || ins.Pid != 0 || (!ins.Running && ins.ExitCode != 0) {
 			return
