@@ -254,7 +254,7 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 					return err
 				}
 			}
-			spec, err := podFor(name, r, c.cfg.PullPolicy)
+			spec, err := podFor(name, r, c.cfg)
 			if err != nil {
 				return fmt.Errorf("kubernetes engine %s: starting container %s: %w", c.cfg.Name, name, err)
 			}
@@ -576,18 +576,25 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 }
 
 // resize gives the running pod of container name the record's memory and CPU limits
-// in place (the pods/resize subresource); nil when there is no running pod.
+// in place (the pods/resize subresource); nil when there is no running pod. Only
+// memory and CPU can change in place: the pod keeps the ephemeral-storage it was made
+// with (a changed ephemeral_storage applies to the next pod).
 func (c *Client) resize(ctx context.Context, name string, r record) error {
 	p, err := c.pod(ctx, name)
 	if err != nil || p == nil || p.DeletionTimestamp != nil {
 		return err
 	}
-	res := resources(r.Memory, r.NanoCPUs)
 	p = p.DeepCopy()
 	for i := range p.Spec.Containers {
-		if p.Spec.Containers[i].Name == containerName {
-			p.Spec.Containers[i].Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
+		ct := &p.Spec.Containers[i]
+		if ct.Name != containerName {
+			continue
 		}
+		res := resources(r.Memory, r.NanoCPUs, 0)
+		if q, ok := ct.Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+			res[v1.ResourceEphemeralStorage] = q
+		}
+		ct.Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
 	}
 	if _, err := c.core.Pods(c.ns).UpdateResize(ctx, name, p, metav1.UpdateOptions{}); err != nil {
 		return c.apiErr(err, "update", "pods/resize", "resizing the pod of container "+name)

@@ -387,6 +387,10 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 	if !ownPod(p, name) {
 		return c.foreignPod(name) // nothing runs in a pod of another's
 	}
+	if p.DeletionTimestamp == nil && (p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded) {
+		// Ended for good (evicted, say): why is what a command that ran in it needs.
+		return fmt.Errorf("kubernetes engine %s: container %s is not running: %s: %w", c.cfg.Name, name, podFailure(p), cerrdefs.ErrConflict)
+	}
 	if p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
 		return fmt.Errorf("kubernetes engine %s: container %s is not running (pod phase %s): %w", c.cfg.Name, name, p.Status.Phase, cerrdefs.ErrConflict)
 	}
