@@ -21,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -85,7 +86,26 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 	if !ownPod(p, name) {
 		return nil, c.foreignPod(name)
 	}
+	c.evictionReason(ctx, p)
 	return p, nil
+}
+
+// evictionReason gives an ended pod without a reason the one of the kubelet's Evicted
+// event, if it has one. The kubelet marks a pod it evicts Failed with reason Evicted,
+// but a main process that exits 0 on the kill (the sandbox's does, on TERM) leaves it
+// Succeeded without reason or message: the event is then the only record of why.
+// The account may lack the right to list events: the pod is then left as it is.
+func (c *Client) evictionReason(ctx context.Context, p *v1.Pod) {
+	if p.DeletionTimestamp != nil || p.Status.Reason != "" || (p.Status.Phase != v1.PodFailed && p.Status.Phase != v1.PodSucceeded) {
+		return
+	}
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(p.UID)),
+		fields.OneTermEqualSelector("reason", evictedReason))
+	list, err := c.core.Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: sel.String(), Limit: 10})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	p.Status.Reason, p.Status.Message = evictedReason, list.Items[len(list.Items)-1].Message
 }
 
 // foreignPod is the error of a pod named as container name's that the engine did not

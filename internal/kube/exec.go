@@ -389,6 +389,7 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 	}
 	if p.DeletionTimestamp == nil && (p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded) {
 		// Ended for good (evicted, say): why is what a command that ran in it needs.
+		c.evictionReason(ctx, p)
 		return fmt.Errorf("kubernetes engine %s: container %s is not running: %s: %w", c.cfg.Name, name, podFailure(p), cerrdefs.ErrConflict)
 	}
 	if p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
