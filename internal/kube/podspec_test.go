@@ -533,3 +533,20 @@ func TestEvictedText(t *testing.T) {
 		t.Errorf("unschedulable for ephemeral storage: %q", why)
 	}
 }
+
+// TestStartFailureOfEndedContainer: an exec the runtime refuses because the container
+// ended (an evicted pod's, before the API server shows it) is not the program's failure
+// to start (exit code 126, "no tar"), but the container's end.
+func TestStartFailureOfEndedContainer(t *testing.T) {
+	ended := errors.New("Internal error occurred: error executing command in container: failed to exec in container: container is in CONTAINER_EXITED state")
+	for _, ended := range []error{ended, errors.New("error executing command in container: failed to exec in container: failed to start exec \"x\": container is not running: unknown"),
+		errors.New("Internal error occurred: error executing command in container: failed to exec in container: failed to load task: no running task found: task f85af75803f6 not found: not found")} {
+		if _, ok := startFailure(ended); ok || !containerNotRunning(ended) {
+			t.Errorf("an ended container's refusal taken for a start failure: %v", ended)
+		}
+	}
+	missing := errors.New(`Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "x": OCI runtime exec failed: exec failed: unable to start container process: exec: "tar": executable file not found in $PATH: unknown`)
+	if msg, ok := startFailure(missing); !ok || containerNotRunning(missing) || !strings.HasPrefix(msg, "OCI runtime exec failed") {
+		t.Errorf("a missing program: %q %v", msg, ok)
+	}
+}
