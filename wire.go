@@ -45,7 +45,13 @@ func (h *Handler) toolOptions() mcptools.Options {
 	if !h.fleet.HasCheckpoints() {
 		o.NoCheckpoints = fleet.NoCheckpointsText
 	}
-	_, o.Ephemeral = fleet.Kubernetes(h.Engines)
+	var k fleet.Engine
+	k, o.Ephemeral = fleet.Kubernetes(h.Engines)
+	if t := k.StorageLimitText(); t != "" {
+		// Only a Kubernetes engine has the limit, and it has no checkpoints: the text
+		// follows the one on what is lost outside /sandbox.
+		o.NoCheckpoints += " " + t
+	}
 	if h.previews != nil {
 		o.Previews = toolPreviews{h}
 	}

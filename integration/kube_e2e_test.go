@@ -50,13 +50,24 @@ type kubeSite struct {
 // namespace that is deleted when the test ends.
 func startKubeSite(t testing.TB, people []string, directives ...string) *kubeSite {
 	t.Helper()
+	return startKubeSiteWith(t, "", people, directives...)
+}
+
+// startKubeSiteWith is startKubeSite with more settings in the engine's block
+// (settings: lines such as "ephemeral_storage 32Mi").
+func startKubeSiteWith(t testing.TB, settings string, people []string, directives ...string) *kubeSite {
+	t.Helper()
 	_, image := testenv.Kube(t)
 	s := testsite.New(t)
 	// The engine signs in as a service account with exactly the Role of
 	// docs/kubernetes.md: what the documentation asks an operator to grant is enough.
 	ns, conf := testenv.KubeNamespace(t, documentedRole(t))
 	ks := &kubeSite{Site: s, ns: ns, admin: testenv.KubeClient(t), keys: map[string]string{"": s.Key}}
-	lines := []string{fmt.Sprintf("engine cluster kubernetes {\n\t\t\tkubeconfig %s\n\t\t\tnamespace %s\n\t\t}", conf, ns)}
+	engine := fmt.Sprintf("engine cluster kubernetes {\n\t\t\tkubeconfig %s\n\t\t\tnamespace %s\n", conf, ns)
+	if settings != "" {
+		engine += "\t\t\t" + settings + "\n"
+	}
+	lines := []string{engine + "\t\t}"}
 	for _, name := range people {
 		ks.keys[name] = name + "-key-" + testenv.RandomHex(16)
 		lines = append(lines, "person "+name+" "+ks.keys[name])
@@ -466,4 +477,44 @@ func documentedRole(t testing.TB) []rbacv1.PolicyRule {
 	}
 	t.Fatal("docs/kubernetes.md has no Role")
 	return nil
+}
+
+// TestKubeEphemeralStorage: with ephemeral_storage a person's pod is limited outside
+// /sandbox; a command that writes past it gets the pod evicted, and the next call has
+// /sandbox as it was on a new pod, without what was written outside it.
+func TestKubeEphemeralStorage(t *testing.T) {
+	k := startKubeSiteWith(t, "ephemeral_storage 32Mi", []string{"alice"})
+	nodes, err := k.admin.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if q, ok := n.Status.Allocatable[corev1.ResourceEphemeralStorage]; !ok || q.Sign() <= 0 {
+			t.Skipf("node %s reports no ephemeral-storage (kubelet localStorageCapacityIsolation off): nothing is evicted", n.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	alice := k.client(ctx, "alice")
+	k.run(ctx, t, alice, "echo kept > /sandbox/keep")
+	p := k.pod(t, "alice")
+	if q := p.Spec.Containers[0].Resources.Limits[corev1.ResourceEphemeralStorage]; q.String() != "32Mi" {
+		t.Fatalf("alice's pod's ephemeral-storage limit %q, want 32Mi", q.String())
+	}
+	begin := time.Now()
+	res := testsite.Call(ctx, t, alice, "execute", map[string]any{"command": "dd if=/dev/zero of=/root/big bs=1M count=64 2>&1; sync; sleep 60; echo slept", "timeout": 90})
+	text := testsite.ResultText(res)
+	t.Logf("the command that wrote 64 MiB outside /sandbox ended after %.1f s (error %v): %s", time.Since(begin).Seconds(), res.IsError, text)
+	if strings.Contains(text, "slept") {
+		t.Fatalf("the command ran to its end: the pod was not evicted: %s", text)
+	}
+	begin = time.Now()
+	out := k.run(ctx, t, alice, "cat /sandbox/keep; ls /root/big 2>&1; true")
+	t.Logf("the next call took %.1f s", time.Since(begin).Seconds())
+	if !strings.HasPrefix(out, "kept\n") || !strings.Contains(out, "No such file") {
+		t.Errorf("after the eviction: %q, want /sandbox/keep kept and /root/big gone", out)
+	}
+	if np := k.pod(t, "alice"); np == nil || np.UID == p.UID {
+		t.Errorf("alice's pod was not replaced")
+	}
 }

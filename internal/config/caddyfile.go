@@ -69,6 +69,7 @@ import (
 //			namespace         <name>        # default: default
 //			storage_class     <name>        # default: the cluster's default storage class
 //			volume_size       <size>        # default: 10GiB; each claim's request, e.g. 20Gi
+//			ephemeral_storage <size>        # default: none; each pod's ephemeral-storage request and limit (writes outside /sandbox), e.g. 2Gi
 //			image_pull_policy Always|IfNotPresent|Never   # default: IfNotPresent
 //		}]
 //		egress {                            # absent: network as configured; present: no network but these hosts, through Caddy
@@ -323,10 +324,19 @@ func parseKubeEngine(d *caddyfile.Dispenser, name string) (fleet.Engine, error) 
 				}
 				k.VolumeSize = n
 			}
+		case "ephemeral_storage":
+			var v string
+			if err = OneValue(d, &v); err == nil {
+				n, perr := parseSize(v)
+				if perr != nil {
+					return fleet.Engine{}, d.Errf("engine %s: ephemeral_storage: %q is not a size like 2Gi, 4GiB or 500MB", name, v)
+				}
+				k.EphemeralStorage = n
+			}
 		case "tls_ca", "tls_cert", "tls_key":
 			return fleet.Engine{}, d.Errf("engine %s: %s is for Docker engines; a kubernetes engine reaches its API server as its kubeconfig says", name, sub)
 		default:
-			return fleet.Engine{}, d.Errf("engine %s: unrecognized setting %s (kubeconfig, context, namespace, storage_class, volume_size, image_pull_policy)", name, sub)
+			return fleet.Engine{}, d.Errf("engine %s: unrecognized setting %s (kubeconfig, context, namespace, storage_class, volume_size, ephemeral_storage, image_pull_policy)", name, sub)
 		}
 		if err != nil {
 			return fleet.Engine{}, err

@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -55,6 +56,10 @@ type KubeEngine struct {
 	StorageClass string `json:"storage_class,omitempty"`
 	// VolumeSize is the size, in bytes, each claim requests. Default: 10 GiB.
 	VolumeSize int64 `json:"volume_size,omitempty"`
+	// EphemeralStorage is, in bytes, each pod's ephemeral-storage request and limit:
+	// what a sandbox may write outside /sandbox before the kubelet evicts its pod.
+	// Default: none (the pods ask for none and have no such limit).
+	EphemeralStorage int64 `json:"ephemeral_storage,omitempty"`
 	// ImagePullPolicy is the pods' imagePullPolicy: Always, IfNotPresent or Never.
 	// Default: IfNotPresent.
 	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
@@ -67,7 +72,20 @@ func (e Engine) IsKubernetes() bool { return e.Kind == KindKubernetes }
 func (e Engine) KubeConfig() kube.Config {
 	k := e.Kubernetes
 	return kube.Config{Name: e.Name, Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
-		StorageClass: k.StorageClass, VolumeSize: k.VolumeSize, PullPolicy: k.ImagePullPolicy}
+		StorageClass: k.StorageClass, VolumeSize: k.VolumeSize, EphemeralStorage: k.EphemeralStorage,
+		PullPolicy: k.ImagePullPolicy}
+}
+
+// StorageLimitText is what the model is told of the engine's ephemeral_storage, ""
+// when it sets none: writing past it outside /sandbox costs the pod and everything
+// outside /sandbox, so large files belong under /sandbox.
+func (e Engine) StorageLimitText() string {
+	n := e.Kubernetes.EphemeralStorage
+	if !e.IsKubernetes() || n <= 0 {
+		return ""
+	}
+	return "Outside /sandbox (installed packages, /tmp, /root, caches) the sandbox may write " + human.Size(n) +
+		" in all: past that the pod is evicted and made again, and everything outside /sandbox is lost. Keep downloads, builds and caches under /sandbox."
 }
 
 // Kubernetes is the Kubernetes engine among engines: the only one when there is one

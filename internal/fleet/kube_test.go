@@ -103,10 +103,17 @@ func TestValidateKubeEngines(t *testing.T) {
 		{[]Engine{{Name: "k", Kind: KindKubernetes, TLSCA: "/ca.pem"}}, "takes no address or tls_*"},
 		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{Namespace: "Big_NS"}}}, `namespace "Big_NS"`},
 		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{ImagePullPolicy: "Sometimes"}}}, `image_pull_policy "Sometimes"`},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{EphemeralStorage: 2 << 30}}}, ""},
+		{[]Engine{{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{EphemeralStorage: -1}}}, "ephemeral_storage -1 is negative"},
 		{[]Engine{{Name: "d", Host: "unix:///x.sock", Kubernetes: KubeEngine{Namespace: "x"}}}, "kubernetes settings on a Docker engine"},
 		{[]Engine{{Name: "d", Kind: "nomad", Host: "unix:///x.sock"}}, `kind "nomad": want docker or kubernetes`},
 		{[]Engine{{Name: "d", Kind: KindDocker, Host: "unix:///x.sock"}}, ""},
 	} {
+		for _, e := range c.engines {
+			if kc := e.KubeConfig(); kc.EphemeralStorage != e.Kubernetes.EphemeralStorage || kc.VolumeSize != e.Kubernetes.VolumeSize {
+				t.Errorf("%s: kube.Config %+v lost a size of %+v", e.Name, kc, e.Kubernetes)
+			}
+		}
 		err := ValidateEngines(c.engines)
 		switch {
 		case c.want == "" && err != nil:
@@ -305,5 +312,19 @@ func TestStatusNoUsage(t *testing.T) {
 	rm := f.removedStatus(t.Context(), Existing{Container: sandbox.Container{Name: "nousage-dave", State: "running"}, Person: "dave", Engine: Engine{}})
 	if rm.State != "running" || !rm.NoUsage {
 		t.Errorf("removed status: state %q NoUsage %v (%v), want running and true", rm.State, rm.NoUsage, rm.Err)
+	}
+}
+
+// TestStorageLimitText: the model is told of a kubernetes engine's ephemeral_storage
+// as a size, and of nothing without one (or on Docker).
+func TestStorageLimitText(t *testing.T) {
+	k := Engine{Name: "k", Kind: KindKubernetes, Kubernetes: KubeEngine{EphemeralStorage: 2 << 30}}
+	if got := k.StorageLimitText(); !strings.Contains(got, "2.0 GiB") || !strings.Contains(got, "under /sandbox") || !strings.Contains(got, "evicted") {
+		t.Errorf("2Gi: %q", got)
+	}
+	for _, e := range []Engine{{Name: "k", Kind: KindKubernetes}, {Name: "d", Host: "unix:///x.sock", Kubernetes: KubeEngine{EphemeralStorage: 1 << 30}}} {
+		if got := e.StorageLimitText(); got != "" {
+			t.Errorf("%+v: %q, want none", e, got)
+		}
 	}
 }

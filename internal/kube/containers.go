@@ -21,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -85,7 +86,26 @@ func (c *Client) pod(ctx context.Context, name string) (*v1.Pod, error) {
 	if !ownPod(p, name) {
 		return nil, c.foreignPod(name)
 	}
+	c.evictionReason(ctx, p)
 	return p, nil
+}
+
+// evictionReason gives an ended pod without a reason the one of the kubelet's Evicted
+// event, if it has one. The kubelet marks a pod it evicts Failed with reason Evicted,
+// but a main process that exits 0 on the kill (the sandbox's does, on TERM) leaves it
+// Succeeded without reason or message: the event is then the only record of why.
+// The account may lack the right to list events: the pod is then left as it is.
+func (c *Client) evictionReason(ctx context.Context, p *v1.Pod) {
+	if p.DeletionTimestamp != nil || p.Status.Reason != "" || (p.Status.Phase != v1.PodFailed && p.Status.Phase != v1.PodSucceeded) {
+		return
+	}
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(p.UID)),
+		fields.OneTermEqualSelector("reason", evictedReason))
+	list, err := c.core.Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: sel.String(), Limit: 10})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	p.Status.Reason, p.Status.Message = evictedReason, list.Items[len(list.Items)-1].Message
 }
 
 // foreignPod is the error of a pod named as container name's that the engine did not
@@ -254,7 +274,7 @@ func (c *Client) ContainerStart(ctx context.Context, name string, options contai
 					return err
 				}
 			}
-			spec, err := podFor(name, r, c.cfg.PullPolicy)
+			spec, err := podFor(name, r, c.cfg)
 			if err != nil {
 				return fmt.Errorf("kubernetes engine %s: starting container %s: %w", c.cfg.Name, name, err)
 			}
@@ -576,18 +596,25 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 }
 
 // resize gives the running pod of container name the record's memory and CPU limits
-// in place (the pods/resize subresource); nil when there is no running pod.
+// in place (the pods/resize subresource); nil when there is no running pod. Only
+// memory and CPU can change in place: the pod keeps the ephemeral-storage it was made
+// with (a changed ephemeral_storage applies to the next pod).
 func (c *Client) resize(ctx context.Context, name string, r record) error {
 	p, err := c.pod(ctx, name)
 	if err != nil || p == nil || p.DeletionTimestamp != nil {
 		return err
 	}
-	res := resources(r.Memory, r.NanoCPUs)
 	p = p.DeepCopy()
 	for i := range p.Spec.Containers {
-		if p.Spec.Containers[i].Name == containerName {
-			p.Spec.Containers[i].Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
+		ct := &p.Spec.Containers[i]
+		if ct.Name != containerName {
+			continue
 		}
+		res := resources(r.Memory, r.NanoCPUs, 0)
+		if q, ok := ct.Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+			res[v1.ResourceEphemeralStorage] = q
+		}
+		ct.Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
 	}
 	if _, err := c.core.Pods(c.ns).UpdateResize(ctx, name, p, metav1.UpdateOptions{}); err != nil {
 		return c.apiErr(err, "update", "pods/resize", "resizing the pod of container "+name)

@@ -327,6 +327,9 @@ func startFailure(err error) (string, bool) {
 	if !strings.Contains(msg, "unable to start container process") && !strings.Contains(msg, "failed to exec in container") {
 		return "", false
 	}
+	if containerNotRunning(err) {
+		return "", false // the container's end, not the program's: see streamErr
+	}
 	if i := strings.Index(msg, "OCI runtime exec failed"); i >= 0 {
 		msg = msg[i:]
 	}
@@ -344,13 +347,64 @@ func (c *Client) streamErr(pod string, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if perr := c.podRunning(ctx, pod); perr != nil && (cerrdefs.IsNotFound(perr) || cerrdefs.IsConflict(perr)) {
-		return fmt.Errorf("%w (the exec's stream ended: %v)", perr, err)
+	perr := c.podRunning(ctx, pod)
+	if perr == nil && containerNotRunning(err) {
+		// The runtime has the container ended (killed, evicted) before the kubelet has
+		// told the API server: wait for it, which says why.
+		perr = c.waitNotRunning(ctx, pod, endedWait)
+		if perr == nil {
+			perr = fmt.Errorf("kubernetes engine %s: container %s is not running (its runtime says so; the API server does not yet): %w", c.cfg.Name, pod, cerrdefs.ErrConflict)
+		}
+	}
+	if perr != nil && (cerrdefs.IsNotFound(perr) || cerrdefs.IsConflict(perr)) {
+		return fmt.Errorf("%w (the exec's stream ended: %s)", perr, clip(err.Error(), 512))
 	}
 	if apierrors.IsForbidden(err) {
 		return fmt.Errorf("the API server refused the exec: %w; the engine's account needs the verbs create and get on pods/exec in namespace %s", err, c.ns)
 	}
 	return fmt.Errorf("the exec's stream to the API server broke (%w): %w", syscall.ECONNRESET, err)
+}
+
+// endedWait bounds how long an exec that the runtime refused because its container
+// ended waits for the API server to show the pod's end (the kubelet reports it a
+// moment after it stopped the container).
+const endedWait = 5 * time.Second
+
+// containerNotRunning reports whether an exec's error is the runtime's refusal of a
+// container that is not running (containerd: "container is in CONTAINER_EXITED
+// state", "container is not running", "no running task found"): the pod's end
+// (killed, evicted), not the program's failure to start.
+func containerNotRunning(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"container is in CONTAINER_", "container is not running", "no running task found"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitNotRunning waits, at most d, until podRunning fails for pod, and returns its
+// error; nil when the pod still runs after d.
+func (c *Client) waitNotRunning(ctx context.Context, pod string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pollEvery):
+		}
+		if err := c.podRunning(ctx, pod); err != nil {
+			if ctx.Err() != nil {
+				return nil // the bound ended the read
+			}
+			return err
+		}
+	}
 }
 
 // killedWithPod turns the exit of a command killed by a signal into the pod's own
@@ -386,6 +440,11 @@ func (c *Client) podRunning(ctx context.Context, name string) error {
 	}
 	if !ownPod(p, name) {
 		return c.foreignPod(name) // nothing runs in a pod of another's
+	}
+	if p.DeletionTimestamp == nil && (p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded) {
+		// Ended for good (evicted, say): why is what a command that ran in it needs.
+		c.evictionReason(ctx, p)
+		return fmt.Errorf("kubernetes engine %s: container %s is not running: %s: %w", c.cfg.Name, name, podFailure(p), cerrdefs.ErrConflict)
 	}
 	if p.DeletionTimestamp != nil || p.Status.Phase != v1.PodRunning {
 		return fmt.Errorf("kubernetes engine %s: container %s is not running (pod phase %s): %w", c.cfg.Name, name, p.Status.Phase, cerrdefs.ErrConflict)

@@ -46,6 +46,12 @@ type Config struct {
 	StorageClass string
 	// VolumeSize is the size each claim requests, in bytes; 0: DefaultVolumeSize.
 	VolumeSize int64
+	// EphemeralStorage is each pod's ephemeral-storage request and limit, in bytes:
+	// what the container may write outside its volumes (its writable layer: packages
+	// installed, /tmp, /root) plus its logs. A pod past it is evicted by the kubelet;
+	// the next start makes a new pod, the volumes kept. 0: none asked for and no limit.
+	// It applies to pods made after it changes (a running pod cannot be resized in it).
+	EphemeralStorage int64
 	// PullPolicy is the pods' imagePullPolicy: Always, IfNotPresent or Never; "":
 	// IfNotPresent.
 	PullPolicy string
@@ -74,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.VolumeSize < 0 {
 		errs = append(errs, fmt.Errorf("volume_size %d is negative", c.VolumeSize))
+	}
+	if c.EphemeralStorage < 0 {
+		errs = append(errs, fmt.Errorf("ephemeral_storage %d is negative", c.EphemeralStorage))
 	}
 	switch c.PullPolicy {
 	case "", "Always", "IfNotPresent", "Never":

@@ -30,12 +30,14 @@ var safeSysctls = map[string]bool{
 // networkPolicyName is the name of the deny-all policy of a container without network.
 func networkPolicyName(name string) string { return name + "-no-network" }
 
-// podFor builds the pod that runs container name from its record.
-func podFor(name string, r record, pullPolicy string) (*v1.Pod, error) {
+// podFor builds the pod that runs container name from its record and the engine's
+// settings (the pull policy, the ephemeral-storage limit).
+func podFor(name string, r record, cfg Config) (*v1.Pod, error) {
 	uid, err := runAsUser(r.User)
 	if err != nil {
 		return nil, err
 	}
+	pullPolicy := cfg.PullPolicy
 	if pullPolicy == "" {
 		pullPolicy = string(v1.PullIfNotPresent)
 	}
@@ -49,7 +51,7 @@ func podFor(name string, r record, pullPolicy string) (*v1.Pod, error) {
 		Env:             envVars(r.Env),
 		SecurityContext: containerSecurity(r, uid),
 	}
-	if res := resources(r.Memory, r.NanoCPUs); len(res) > 0 {
+	if res := resources(r.Memory, r.NanoCPUs, cfg.EphemeralStorage); len(res) > 0 {
 		c.Resources = v1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()}
 	}
 	var vols []v1.Volume
@@ -99,11 +101,15 @@ func envVars(env []string) []v1.EnvVar {
 }
 
 // resources are the limits (and requests: the same, so the pod gets what the person's
-// limits say) for memory in bytes and CPUs in billionths.
-func resources(memory, nanoCPUs int64) v1.ResourceList {
+// limits say) for memory in bytes, CPUs in billionths and ephemeral storage in bytes.
+// A namespace whose ResourceQuota covers a resource admits only pods that ask for it.
+func resources(memory, nanoCPUs, ephemeral int64) v1.ResourceList {
 	res := v1.ResourceList{}
 	if memory > 0 {
 		res[v1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
+	}
+	if ephemeral > 0 {
+		res[v1.ResourceEphemeralStorage] = *resource.NewQuantity(ephemeral, resource.BinarySI)
 	}
 	if nanoCPUs > 0 {
 		milli := max(nanoCPUs/1e6, 1)

@@ -51,7 +51,7 @@ func sandboxRecord(t *testing.T) record {
 
 func TestPodFor(t *testing.T) {
 	r := sandboxRecord(t)
-	p, err := podFor("box-ann", r, "")
+	p, err := podFor("box-ann", r, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestPodFor(t *testing.T) {
 		t.Errorf("docker labels read back: %v", got)
 	}
 
-	never, err := podFor("x", record{Image: "i", User: "1000"}, "Never")
+	never, err := podFor("x", record{Image: "i", User: "1000"}, Config{PullPolicy: "Never"})
 	if err != nil || never.Spec.Containers[0].ImagePullPolicy != v1.PullNever || *never.Spec.Containers[0].SecurityContext.RunAsUser != 1000 {
 		t.Errorf("pull policy Never, uid 1000: %v %+v", err, never)
 	}
@@ -435,5 +435,118 @@ func TestExecCanceledNotEngineDown(t *testing.T) {
 	_, err := c.ContainerExecCreate(ctx, "box", container.ExecOptions{Cmd: []string{"true"}})
 	if err == nil || boxapi.EngineDown(err) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("want a canceled error that is not the engine being down, got %v", err)
+	}
+}
+
+func TestPodForEphemeralStorage(t *testing.T) {
+	p, err := podFor("box", sandboxRecord(t), Config{EphemeralStorage: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := p.Spec.Containers[0].Resources
+	for what, rl := range map[string]v1.ResourceList{"limits": res.Limits, "requests": res.Requests} {
+		if q, ok := rl[v1.ResourceEphemeralStorage]; !ok || q.String() != "32Mi" {
+			t.Errorf("%s: ephemeral-storage %v (set: %v), want 32Mi", what, q.String(), ok)
+		}
+		if m := rl[v1.ResourceMemory]; m.Cmp(resource.MustParse("3Gi")) != 0 {
+			t.Errorf("%s: memory %s beside it, want 3Gi", what, m.String())
+		}
+	}
+	// Unset: no ephemeral-storage at all, as before the setting existed.
+	p, err = podFor("box", sandboxRecord(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rl := range []v1.ResourceList{p.Spec.Containers[0].Resources.Limits, p.Spec.Containers[0].Resources.Requests} {
+		if q, ok := rl[v1.ResourceEphemeralStorage]; ok {
+			t.Errorf("ephemeral-storage %s without the setting", q.String())
+		}
+	}
+	// Alone (a record without memory or CPU limits), it still makes the resources.
+	p, err = podFor("x", record{Image: "i"}, Config{EphemeralStorage: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := p.Spec.Containers[0].Resources.Requests[v1.ResourceEphemeralStorage]; q.String() != "1Gi" || len(p.Spec.Containers[0].Resources.Limits) != 1 {
+		t.Errorf("alone: %+v", p.Spec.Containers[0].Resources)
+	}
+	if err := (Config{EphemeralStorage: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "ephemeral_storage") {
+		t.Errorf("negative ephemeral_storage: %v", err)
+	}
+}
+
+// evictedPod is a pod as the kubelet leaves it after evicting it.
+func evictedPod(limit, message string) *v1.Pod {
+	c := v1.Container{Name: "sandbox", Image: "img:1"}
+	if limit != "" {
+		q := resource.MustParse(limit)
+		c.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: q}, Requests: v1.ResourceList{v1.ResourceEphemeralStorage: q}}
+	}
+	return &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{c}}, Status: v1.PodStatus{
+		Phase: v1.PodFailed, Reason: "Evicted", Message: message,
+		ContainerStatuses: []v1.ContainerStatus{{Name: "sandbox", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown"}}}},
+	}}
+}
+
+func TestEvictedText(t *testing.T) {
+	// The kubelet's words for a pod past its containers' limits (pod level, then
+	// container level).
+	for _, msg := range []string{
+		"Pod ephemeral local storage usage exceeds the total limit of containers 32Mi. ",
+		`Container sandbox exceeded its local ephemeral storage limit "32Mi". `,
+	} {
+		why := podFailure(evictedPod("32Mi", msg))
+		for _, want := range []string{"evicted", "ephemeral_storage limit (32Mi)", "outside /sandbox", "/sandbox is kept", "keep large files", "under /sandbox"} {
+			if !strings.Contains(why, want) {
+				t.Errorf("%q: %q lacks %q", msg, why, want)
+			}
+		}
+		st := dockerState(evictedPod("32Mi", msg))
+		if st.Running || st.Status != container.StateExited || st.Error != why {
+			t.Errorf("state of an evicted pod: %+v", st)
+		}
+	}
+	// Evicted for the node's sake (memory, disk): the kubelet's words, bounded, on one
+	// line, and what it means for the sandbox.
+	long := "The node was low on resource: memory.\nThreshold quantity: 100Mi, available: 80Mi. " + strings.Repeat("\x1b[31mx ", 3000)
+	why := podFailure(evictedPod("", long))
+	if !strings.Contains(why, "The node was low on resource: memory. Threshold") || !strings.Contains(why, "/sandbox is kept") ||
+		strings.Contains(why, "ephemeral_storage") || strings.Contains(why, "\n") || len(why) > statusMax+300 {
+		t.Errorf("node pressure: %d bytes: %q", len(why), why)
+	}
+	// A message that only claims local storage, for a pod with no such limit, is
+	// not taken for the engine's limit.
+	if why := podFailure(evictedPod("", "Pod ephemeral local storage usage exceeds the total limit of containers 1Ki.")); strings.Contains(why, "ephemeral_storage limit") {
+		t.Errorf("no limit on the pod: %q", why)
+	}
+	if why := podFailure(evictedPod("", "")); !strings.Contains(why, "no reason") {
+		t.Errorf("no message: %q", why)
+	}
+
+	// Unschedulable for want of ephemeral storage: the setting is named.
+	unsched := evictedPod("2Gi", "")
+	unsched.Status = v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{
+		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable,
+		Message: "0/1 nodes are available: 1 Insufficient ephemeral-storage. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+	}}}
+	if why := podFailure(unsched); !strings.Contains(why, "ephemeral_storage (2Gi)") || !strings.Contains(why, "localStorageCapacityIsolation") {
+		t.Errorf("unschedulable for ephemeral storage: %q", why)
+	}
+}
+
+// TestStartFailureOfEndedContainer: an exec the runtime refuses because the container
+// ended (an evicted pod's, before the API server shows it) is not the program's failure
+// to start (exit code 126, "no tar"), but the container's end.
+func TestStartFailureOfEndedContainer(t *testing.T) {
+	ended := errors.New("Internal error occurred: error executing command in container: failed to exec in container: container is in CONTAINER_EXITED state")
+	for _, ended := range []error{ended, errors.New("error executing command in container: failed to exec in container: failed to start exec \"x\": container is not running: unknown"),
+		errors.New("Internal error occurred: error executing command in container: failed to exec in container: failed to load task: no running task found: task f85af75803f6 not found: not found")} {
+		if _, ok := startFailure(ended); ok || !containerNotRunning(ended) {
+			t.Errorf("an ended container's refusal taken for a start failure: %v", ended)
+		}
+	}
+	missing := errors.New(`Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "x": OCI runtime exec failed: exec failed: unable to start container process: exec: "tar": executable file not found in $PATH: unknown`)
+	if msg, ok := startFailure(missing); !ok || containerNotRunning(missing) || !strings.HasPrefix(msg, "OCI runtime exec failed") {
+		t.Errorf("a missing program: %q %v", msg, ok)
 	}
 }

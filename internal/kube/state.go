@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // statusMax bounds the text taken from a pod's status into an error or a state.
@@ -62,6 +63,9 @@ var terminalWaits = map[string]string{
 func podFailure(p *v1.Pod) string {
 	switch p.Status.Phase {
 	case v1.PodFailed, v1.PodSucceeded:
+		if p.Status.Reason == evictedReason {
+			return evictedText(p)
+		}
 		why := strings.TrimSpace(p.Status.Reason + " " + p.Status.Message)
 		if why == "" {
 			why = "the cluster gave no reason"
@@ -74,7 +78,14 @@ func podFailure(p *v1.Pod) string {
 		// to do: only a pod unschedulable for unschedulableGrace is given up.
 		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable &&
 			time.Since(c.LastTransitionTime.Time) >= unschedulableGrace {
-			return bounded("no node can run the pod (Unschedulable): " + c.Message)
+			msg := bounded("no node can run the pod (Unschedulable): " + c.Message)
+			if strings.Contains(c.Message, "Insufficient "+string(v1.ResourceEphemeralStorage)) {
+				// A kubelet with localStorageCapacityIsolation off reports no
+				// ephemeral-storage at all: no pod that asks for some is ever placed.
+				msg += "; the engine's ephemeral_storage (" + quantityText(ephemeralLimit(p)) +
+					") is more than a node has free, or the nodes report no ephemeral-storage (kubelet localStorageCapacityIsolation off): lower ephemeral_storage, or remove it"
+			}
+			return msg
 		}
 	}
 	cs := sandboxStatus(p)
@@ -101,6 +112,51 @@ func podFailure(p *v1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// evictedReason is the status reason of a pod the kubelet evicted.
+const evictedReason = "Evicted"
+
+// evictedText says why the kubelet evicted the pod and what it means for the sandbox.
+// Past its ephemeral-storage limit (the kubelet says the pod's "ephemeral local
+// storage" or its container's "local ephemeral storage" went over), that limit is the
+// engine's ephemeral_storage, told as such; any other eviction (the node short of
+// memory or disk) gives the kubelet's words, bounded.
+func evictedText(p *v1.Pod) string {
+	const after = "; the pod and everything outside /sandbox (installed packages, /tmp, /root) were lost, /sandbox is kept; the next command starts a new pod"
+	lim := ephemeralLimit(p)
+	m := p.Status.Message
+	if lim != nil && (strings.Contains(m, "ephemeral local storage") || strings.Contains(m, "local ephemeral storage")) {
+		return "the kubelet evicted the pod: the sandbox wrote more than its ephemeral_storage limit (" + quantityText(lim) +
+			") outside /sandbox" + after + "; keep large files (downloads, builds, caches) under /sandbox, or have the operator raise the engine's ephemeral_storage"
+	}
+	why := bounded(p.Status.Message)
+	if why == "" {
+		why = "the cluster gave no reason"
+	}
+	return "the kubelet evicted the pod (" + why + ")" + after
+}
+
+// ephemeralLimit is the ephemeral-storage limit of the pod's container, nil when it has
+// none.
+func ephemeralLimit(p *v1.Pod) *resource.Quantity {
+	for _, c := range p.Spec.Containers {
+		if c.Name != containerName {
+			continue
+		}
+		if q, ok := c.Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+			return &q
+		}
+	}
+	return nil
+}
+
+// quantityText is a quantity as the configuration would say it ("none" for nil).
+func quantityText(q *resource.Quantity) string {
+	if q == nil {
+		return "none"
+	}
+	return q.String()
 }
 
 // dockerState is the Docker state of a container whose pod is p (nil: no pod).
