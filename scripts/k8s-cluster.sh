@@ -311,6 +311,7 @@ up() {
 	done
 	printf '%s\n' "${names[@]}" >"$RUN/images"
 
+	local p=$RUN/pki
 	start_apiserver
 	start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$RUN/scheduler.kubeconfig" \
 		--authentication-kubeconfig="$RUN/scheduler.kubeconfig" --authorization-kubeconfig="$RUN/scheduler.kubeconfig" \
