@@ -434,6 +434,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
+	s.starts.Add(1)
 	if image == c.Image {
 		s.setGitIdentity(ctx)
 	}

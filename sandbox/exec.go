@@ -122,6 +122,7 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 	j.env = append(j.env, s.cmdEnv...)
 	s.mu.Unlock()
 	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	gen := s.starts.Load()
 	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
 		ended = true
@@ -189,6 +190,12 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 		err := readErr
 		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
 			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
+		}
+		if errors.Is(err, boxapi.ErrJobNotFound) && s.starts.Load() != gen {
+			// The container was made or started again meanwhile: the job went with
+			// the one it ran in. It may have done part of its work: never run twice.
+			ended = true
+			return nil, fmt.Errorf("%w: the sandbox's container stopped or was replaced while it ran (job %s), so it did not finish and is not run again; /sandbox is kept, files elsewhere may be gone: check what it did, then run it again if needed", boxapi.ErrCommandLost, id)
 		}
 		if errors.Is(err, boxapi.ErrJobNotFound) && !rerun {
 			// No runner claimed the id: the agent went before it ran the command.

@@ -122,6 +122,7 @@ func (s *Sandbox) noteCleanupSkipped() {
 // started is called when Ensure has started a stopped container: a cleanup pass
 // missed while it was stopped runs now, not at the next interval.
 func (s *Sandbox) started() {
+	s.starts.Add(1)
 	s.mu.Lock()
 	missed := s.cleanupMissed
 	s.cleanupMissed = false

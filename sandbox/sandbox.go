@@ -269,9 +269,12 @@ type Sandbox struct {
 	noBind     atomic.Bool  // the engine refused or cannot see the direct channel's directory (agent_direct.go)
 	warnedPath atomic.Bool  // the direct channel's socket path was too long, logged
 	bulkWrites atomic.Int64 // uploads whose bytes went over a socket of their own
-	agentMu    sync.Mutex
-	agentBin   string // the agent's binary in the container; "" while no agent runs
-	agent      agentState
+	// starts counts the containers this Sandbox made or started: a job begun under
+	// another count was in a container that has since stopped or gone (exec.go).
+	starts   atomic.Int64
+	agentMu  sync.Mutex
+	agentBin string // the agent's binary in the container; "" while no agent runs
+	agent    agentState
 
 	agentArch containerArch // the container's image architecture, for installAgent (under mu)
 

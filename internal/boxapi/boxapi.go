@@ -36,6 +36,9 @@ var (
 	ErrNoTTY = errors.New("tty needs the sandbox agent, which cannot run in this container; run the command without tty (for example with `script -qc` if the image has it)")
 	// ErrOldBash: the container's bash is older than the job runner needs.
 	ErrOldBash = errors.New("commands need bash 5.1 or newer")
+	// ErrCommandLost: the container stopped or was replaced while the command ran;
+	// it is not run again.
+	ErrCommandLost = errors.New("the command was lost with its container")
 )
 
 // ErrTooLarge is returned (wrapped) by EditFile for files beyond its size limit.

@@ -424,6 +424,9 @@ func execErrorText(box Box, err error) string {
 	if errors.Is(err, boxapi.ErrImageMissing) {
 		return box.ImageMissing()
 	}
+	if errors.Is(err, boxapi.ErrCommandLost) {
+		return "The command did not finish: " + err.Error() + "."
+	}
 	if errors.Is(err, boxapi.ErrOldBash) {
 		return "The sandbox cannot run commands: " + err.Error() + "."
 	}

@@ -656,3 +656,13 @@ func TestEngineDownSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestLostCommandText: a command lost with its container is told as such, without the
+// advice to try again that an engine failure gets.
+func TestLostCommandText(t *testing.T) {
+	err := fmt.Errorf("%w: the sandbox's container stopped or was replaced while it ran (job j1)", boxapi.ErrCommandLost)
+	txt := execErrorText(&fakeBox{}, err)
+	if !strings.HasPrefix(txt, "The command did not finish: the command was lost with its container") || strings.Contains(txt, "Try again") {
+		t.Fatalf("lost command text: %q", txt)
+	}
+}

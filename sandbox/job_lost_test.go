@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+)
+
+// TestCommandLostWithContainer: a command whose container is removed while it runs
+// (a Kubernetes eviction does the same to a pod) is not run again in the container
+// made anew: its call fails saying that the sandbox was replaced under it, the command
+// did not finish and was not run again, and /sandbox is kept.
+func TestCommandLostWithContainer(t *testing.T) {
+	cli := dockerClient(t)
+	sb := newTestSandbox(t, cli, testConfig(t))
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type outcome struct {
+		res *boxapi.ExecResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := sb.Exec(ctx, "echo run >> /sandbox/runs; sleep 20; echo finished", boxapi.ExecOptions{})
+		done <- outcome{res, err}
+	}()
+	// Once it has started, the container goes (by hand here).
+	for {
+		r, err := cli.ContainerStatPath(ctx, sb.Config().Container, "/sandbox/runs")
+		if err == nil && r.Size > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the command did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cli.ContainerRemove(ctx, sb.Config().Container, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		t.Fatal("the call did not end")
+	}
+	if !errors.Is(o.err, boxapi.ErrCommandLost) || !strings.Contains(o.err.Error(), "not run again") {
+		t.Errorf("the call whose container went: %+v %v, want an error saying the command was lost", o.res, o.err)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/runs", boxapi.ExecOptions{}); r.Stdout != "run\n" {
+		t.Fatalf("the command ran %d times: %q", strings.Count(r.Stdout, "run"), r.Stdout)
+	}
+}
