@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	mcpclient "github.com/mark3labs/mcp-go/client"
@@ -37,8 +38,46 @@ func Main(m *testing.M) {
 	}
 	os.Setenv("XDG_DATA_HOME", dir)
 	code := m.Run()
+	sweep(dir)
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// sweep removes the test containers (and their volumes) that mount a directory under
+// dir, this process's own, once its tests are over. A site stopped while it was making
+// its container (the start's warm-up, a test that makes no call) cancels the create,
+// but Docker may finish it after the test's cleanup removed the name: such a container
+// is left created, never started.
+func sweep(dir string) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", "mcp-sandbox-test-"))})
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, c := range list {
+		for _, mt := range c.Mounts {
+			if !strings.HasPrefix(mt.Source, dir+"/") {
+				continue
+			}
+			if cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) == nil {
+				n++
+			}
+			if v := c.Labels["mcp-sandbox.volume"]; strings.HasPrefix(v, "mcp-sandbox-test-") {
+				_ = cli.VolumeRemove(ctx, v, true)
+			}
+			break
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(os.Stderr, "testsite: removed %d test container(s) left after their tests (made by Docker after the test's cleanup)\n", n)
+	}
 }
 
 // Site is one running Caddy with the plugin.
