@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,17 +40,22 @@ func Main(m *testing.M) {
 	}
 	os.Setenv("XDG_DATA_HOME", dir)
 	code := m.Run()
-	sweep(dir)
+	sweep()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// sweep removes the test containers (and their volumes) that mount a directory under
-// dir, this process's own, once its tests are over. A site stopped while it was making
-// its container (the start's warm-up, a test that makes no call) cancels the create,
-// but Docker may finish it after the test's cleanup removed the name: such a container
-// is left created, never started.
-func sweep(dir string) {
+// sweep removes, once the tests of this process are over, the containers (and their
+// volumes) of the sites it drew (their operator's, and their people's, named after
+// it). A site stopped while it was making its container (the start's warm-up, a test
+// that makes no call) cancels the create, but Docker may finish it after the test's
+// cleanup removed the name: such a container is left created, never started.
+func sweep() {
+	var names []string
+	drawn.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
+	if len(names) == 0 {
+		return
+	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return
@@ -62,23 +69,26 @@ func sweep(dir string) {
 	}
 	n := 0
 	for _, c := range list {
-		for _, mt := range c.Mounts {
-			if !strings.HasPrefix(mt.Source, dir+"/") {
-				continue
-			}
-			if cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) == nil {
-				n++
-			}
-			if v := c.Labels["mcp-sandbox.volume"]; strings.HasPrefix(v, "mcp-sandbox-test-") {
-				_ = cli.VolumeRemove(ctx, v, true)
-			}
-			break
+		if len(c.Names) == 0 || !slices.ContainsFunc(names, func(p string) bool {
+			name := strings.TrimPrefix(c.Names[0], "/")
+			return name == p || strings.HasPrefix(name, p+"-")
+		}) {
+			continue
+		}
+		if cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) == nil {
+			n++
+		}
+		if v := c.Labels["mcp-sandbox.volume"]; strings.HasPrefix(v, "mcp-sandbox-test-") {
+			_ = cli.VolumeRemove(ctx, v, true)
 		}
 	}
 	if n > 0 {
 		fmt.Fprintf(os.Stderr, "testsite: removed %d test container(s) left after their tests (made by Docker after the test's cleanup)\n", n)
 	}
 }
+
+// drawn holds the container names New drew in this process.
+var drawn sync.Map
 
 // Site is one running Caddy with the plugin.
 type Site struct {
@@ -134,6 +144,7 @@ func New(t testing.TB) *Site {
 		Docker:    testenv.DockerClient(t),
 	}
 	s.Volume = s.Container + "-data"
+	drawn.Store(s.Container, true)
 	s.URL = fmt.Sprintf("http://127.0.0.1:%d", s.Port)
 	return s
 }
