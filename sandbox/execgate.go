@@ -40,13 +40,17 @@ const execStartWait = 10 * time.Second
 // container catches it starting. Its errors name the step that failed.
 func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	name := s.cfg.Container
-	release := func() {}
-	if !s.onKubernetes() { // no pause there: checkpoints are Docker's
-		g := execGate(name)
+	var g *semaphore.Weighted // none on Kubernetes: no pause there, checkpoints are Docker's
+	if !s.onKubernetes() {
+		g = execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
 			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)
 		}
-		release = func() { g.Release(1) }
+	}
+	release := func() {
+		if g != nil {
+			g.Release(1)
+		}
 	}
 	resp, err := s.cli.ContainerExecCreate(ctx, name, opts)
 	if err != nil {
@@ -58,13 +62,12 @@ func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOption
 		release() // not started: Docker starts an exec when it is attached
 		return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s: %w", name, err)
 	}
-	if s.onKubernetes() {
-		return resp.ID, hj, nil
+	if g != nil {
+		go func() {
+			defer release()
+			s.awaitExecStarted(context.WithoutCancel(ctx), resp.ID)
+		}()
 	}
-	go func() {
-		defer release()
-		s.awaitExecStarted(context.WithoutCancel(ctx), resp.ID)
-	}()
 	return resp.ID, hj, nil
 }
 

@@ -316,23 +316,9 @@ func parseKubeEngine(d *caddyfile.Dispenser, name string) (fleet.Engine, error) 
 		case "image_pull_policy":
 			err = OneValue(d, &k.ImagePullPolicy)
 		case "volume_size":
-			var v string
-			if err = OneValue(d, &v); err == nil {
-				n, perr := parseSize(v)
-				if perr != nil {
-					return fleet.Engine{}, d.Errf("engine %s: volume_size: %q is not a size like 10Gi, 20GiB or 500MB", name, v)
-				}
-				k.VolumeSize = n
-			}
+			err = engineSize(d, name, sub, "10Gi, 20GiB or 500MB", &k.VolumeSize)
 		case "ephemeral_storage":
-			var v string
-			if err = OneValue(d, &v); err == nil {
-				n, perr := parseSize(v)
-				if perr != nil {
-					return fleet.Engine{}, d.Errf("engine %s: ephemeral_storage: %q is not a size like 2Gi, 4GiB or 500MB", name, v)
-				}
-				k.EphemeralStorage = n
-			}
+			err = engineSize(d, name, sub, "2Gi, 4GiB or 500MB", &k.EphemeralStorage)
 		case "tls_ca", "tls_cert", "tls_key":
 			return fleet.Engine{}, d.Errf("engine %s: %s is for Docker engines; a kubernetes engine reaches its API server as its kubeconfig says", name, sub)
 		default:
@@ -347,6 +333,21 @@ func parseKubeEngine(d *caddyfile.Dispenser, name string) (fleet.Engine, error) 
 
 // parseSize reads a size in bytes: humanize's forms (500MB, 2GiB) and Kubernetes'
 // binary suffixes (10Gi, 512Mi).
+// engineSize reads the one size of engine setting sub into dst; examples are sizes
+// the error shows.
+func engineSize(d *caddyfile.Dispenser, engine, sub, examples string, dst *int64) error {
+	var v string
+	if err := OneValue(d, &v); err != nil {
+		return err
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		return d.Errf("engine %s: %s: %q is not a size like %s", engine, sub, v, examples)
+	}
+	*dst = n
+	return nil
+}
+
 func parseSize(v string) (int64, error) {
 	if strings.HasSuffix(v, "i") {
 		v += "B"
