@@ -63,6 +63,9 @@ func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn
 	if port < 1 || port > 65535 {
 		return nil, nil, fmt.Errorf("port %d is out of range 1-65535", port)
 	}
+	if s.cfg.NoAgent {
+		return nil, nil, errors.New("listening in the sandbox needs its agent, which is off (agent off)")
+	}
 	if err := s.Ensure(ctx); err != nil {
 		return nil, nil, err
 	}

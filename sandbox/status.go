@@ -236,6 +236,9 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	end := s.beginStop() // as Stop: no agent starts in the container going down
 	timeout := restartStopTimeout
 	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
+	if err == nil {
+		s.agentFresh()
+	}
 	end()
 	if cerrdefs.IsNotFound(err) {
 		s.invalidate()
@@ -244,7 +247,6 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restarting sandbox container %s: %w", s.cfg.Container, err)
 	}
-	s.agentFresh()
 	s.ready() // wakes Ready's waiters; the deferred invalidate still makes the next Ensure look
 	s.log.Info("restarted sandbox container")
 	return nil
