@@ -22,9 +22,11 @@ const egressStopRounds = 5
 const egressSteady = 11 * time.Second
 
 // TestEgressReachesAfterStops: through a real Caddy, after an idle stop and after the
-// console's Stop and Start, each repeated, the first command reaches an allowed host
-// through the proxy, and nothing in the log says the agent fell back or the sandbox
-// went offline: a container being stopped is no reason for either.
+// console's Stop and Start, each repeated, and after its Restart and Recreate, the
+// first command reaches an allowed host through the proxy, and nothing in the log says
+// the agent fell back or the sandbox went offline: a container being stopped is no
+// reason for either. Before, the proxy's listener started an agent in the container
+// being stopped and took its failure for an agent that cannot run: 5 minutes offline.
 func TestEgressReachesAfterStops(t *testing.T) {
 	up := newEgressUpstream(t)
 	t.Setenv("EGRESS_TEST_SECRET", "unused-"+testenv.RandomHex(8))
@@ -78,5 +80,15 @@ func TestEgressReachesAfterStops(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // what follows the stop
 		get("", fmt.Sprintf("after-idle-stop-%d", i))
 		noFallback(fmt.Sprintf("idle stop %d", i))
+	}
+	// The console's Restart and Recreate: the same.
+	for _, act := range []string{"restart", "recreate"} {
+		get("alice", "before-"+act)
+		time.Sleep(egressSteady)
+		if code, body := consoleAct(t, p.Site, "/sandboxes/alice/"+act); code != 200 {
+			t.Fatalf("console %s: %d %s", act, code, body)
+		}
+		get("alice", "after-"+act)
+		noFallback("console " + act)
 	}
 }
