@@ -488,14 +488,20 @@ func (g *Gateway) listen(ctx context.Context) {
 				continue
 			}
 		case errors.Is(err, ErrNotRunning) || g.stoppedNow(ctx):
-			// Stopped or not made yet. A sandbox started behind its owner's back
-			// (docker start) is found within retryMax.
+			// Stopped, being stopped or restarted, or not made yet: no reason to be
+			// offline. Its start is waited for; one behind its owner's back (docker
+			// start) is found within retryMax, and one that runs again already (Docker
+			// restarted it) within retryMin.
 			wait = retryMin
+			pause := retryMax
+			if running, rerr := g.sb.Running(ctx); rerr == nil && running {
+				pause = retryMin
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-started:
-			case <-time.After(retryMax):
+			case <-time.After(pause):
 			}
 			continue
 		case ctx.Err() == nil:

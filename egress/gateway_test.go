@@ -37,6 +37,7 @@ type box struct {
 	ln      net.Listener
 	done    chan struct{} // the current listener's channel; closed: it ended
 	stopped bool
+	running bool // Running says true even though Listen fails with ErrNotRunning (a stop under way)
 }
 
 func newBox() *box { return &box{files: map[string][]byte{}, started: make(chan struct{})} }
@@ -99,7 +100,7 @@ func (b *box) start() {
 func (b *box) Running(context.Context) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !errors.Is(b.fail, ErrNotRunning), nil
+	return b.running || !errors.Is(b.fail, ErrNotRunning), nil
 }
 
 func (b *box) Open(_ context.Context, p string) (io.ReadCloser, error) {
@@ -269,6 +270,40 @@ func TestGatewayOfflineAndStopped(t *testing.T) {
 	g.Start() // after Close: nothing
 	if n, _ := b.state(); n != 4 {
 		t.Fatalf("%d listens after Close, want 4", n)
+	}
+}
+
+// A listener that ends because the sandbox is being stopped or restarted, which then
+// cannot listen for a moment (ErrNotRunning while it still runs), is not offline and
+// logs nothing; it listens again within retryMin of the sandbox's running again,
+// without waiting for a start it might not see.
+func TestGatewayStoppingNotOffline(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	b := newBox()
+	g := NewGateway(Options{Sandbox: b, Port: 3128, Bundle: "/bundle.pem", Logger: zap.New(core)})
+	t.Cleanup(g.Close)
+	g.Start()
+	testenv.WaitFor(t, 5*time.Second, "listening", func() bool { n, addr := b.state(); return n == 1 && addr != "" })
+	time.Sleep(steady) // the listener lasted: it listens again at once when it ends
+	b.mu.Lock()
+	b.fail, b.running = fmt.Errorf("%w: being stopped", ErrNotRunning), true
+	b.mu.Unlock()
+	b.end()
+	testenv.WaitFor(t, 5*time.Second, "a try while it stops", func() bool { n, _ := b.state(); return n >= 2 })
+	if g.Offline() || logs.Len() != 0 {
+		t.Fatalf("offline (%v) or logged while stopping: %+v", g.Offline(), logs.All())
+	}
+	b.mu.Lock()
+	b.fail, b.running = nil, false
+	old := b.ln
+	b.mu.Unlock()
+	testenv.WaitFor(t, 2*retryMin, "listening again", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.ln != old
+	})
+	if g.Offline() || logs.Len() != 0 {
+		t.Fatalf("offline (%v) or logged: %+v", g.Offline(), logs.All())
 	}
 }
 

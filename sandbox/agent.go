@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,17 @@ import (
 // command as a stream of the agentwire protocol instead of a Docker exec each. Where it
 // cannot run (no binary for the architecture, a read-only or noexec filesystem, no
 // space) the sandbox falls back by itself to one Docker exec per call, logs it once and
-// tries again after agentRetryAfter or when the container is replaced.
+// tries again after agentRetryAfter or when this Sandbox starts, restarts or replaces
+// the container.
+//
+// The fallback is for a running container where the agent cannot run, nothing else.
+// While this Sandbox stops its container (Stop, Restart, Recreate, Restore, Delete) no
+// agent starts in it, and an agent start that fails in a container that no longer runs,
+// was started again, or is being stopped (the engine's "is not running", a failed
+// upgrade of the exec's connection, garbage from a dying exec) only costs that call:
+// the sandbox does not fall back for it (agentFault). The container's life as this
+// Sandbox sees it is a generation (agentState.gen), bumped when a stop begins or ends
+// and when it starts the container: an agent begun under another one is not kept.
 
 // agentRetryAfter is how long a sandbox runs without its agent after it failed to start.
 const agentRetryAfter = 5 * time.Minute
@@ -63,6 +74,87 @@ type agentState struct {
 	readOnlyRan, readOnlyUnusable string
 	// listeners are ListenPort's listeners, by their stream.
 	listeners map[listenerKey]listener
+
+	stopping int           // stops of the container under way (beginStop)
+	gen      uint64        // the container's life as this Sandbox sees it (see above)
+	sessGen  uint64        // gen when sess started
+	life     containerLife // the container the agent was last installed in
+}
+
+// containerLife is one run of one container: its ID and when the engine started it.
+type containerLife struct{ id, startedAt string }
+
+// beginStop marks a stop of the container under way until end is called: no agent
+// starts meanwhile, the agent's channel is closed now, and an agent start under way
+// is not kept nor its failure held against the container.
+func (s *Sandbox) beginStop() (end func()) {
+	s.agentMu.Lock()
+	s.agent.stopping++
+	s.agent.gen++
+	s.agentMu.Unlock()
+	s.CloseAgent()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.agentMu.Lock()
+			s.agent.stopping--
+			s.agent.gen++
+			s.agentMu.Unlock()
+		})
+	}
+}
+
+// agentFresh gives the agent a new try at once in a container this Sandbox has just
+// started, restarted or made: a failure met before does not hold it on the fallback.
+func (s *Sandbox) agentFresh() {
+	s.agentMu.Lock()
+	s.agent.gen++
+	s.agent.off, s.agent.retry = "", time.Time{}
+	s.agentMu.Unlock()
+}
+
+// agentLife returns the container's life now, when an agent may start in it: false
+// while a stop is under way.
+func (s *Sandbox) agentLife() (gen uint64, ok bool) {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	return s.agent.gen, s.agent.stopping == 0
+}
+
+// sameLife reports whether no stop is under way and none began or ended, nor a start
+// happened, since gen.
+func (s *Sandbox) sameLife(gen uint64) bool {
+	g, ok := s.agentLife()
+	return ok && g == gen
+}
+
+// faultInspectTimeout bounds agentFault's look at the container.
+const faultInspectTimeout = 5 * time.Second
+
+// agentFault reports whether err, met by an agent begun in the container's life gen,
+// says that the agent cannot run in this container: not when the call ended, a stop
+// began or a start happened since, the engine did not answer or says the container is
+// not running, or the container now is not the running one the agent was installed in
+// (stopped, stopping, paused, restarted or replaced). Only then does the sandbox fall
+// back to one Docker exec per call.
+func (s *Sandbox) agentFault(ctx context.Context, gen uint64, err error) bool {
+	if ctx.Err() != nil || !s.sameLife(gen) || containerGone(err) || EngineDown(err) || errors.Is(err, errNotRunning) {
+		return false
+	}
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultInspectTimeout)
+	defer cancel()
+	info, ierr := s.cli.ContainerInspect(ictx, s.cfg.Container)
+	if ierr != nil || info.State == nil || !info.State.Running || info.State.Paused || info.State.Restarting ||
+		info.State.Dead || info.State.Status != "running" {
+		return false
+	}
+	s.agentMu.Lock()
+	life := s.agent.life
+	s.agentMu.Unlock()
+	if life != (containerLife{info.ID, info.State.StartedAt}) {
+		return false
+	}
+	return s.sameLife(gen) // a stop may have begun while the engine answered
 }
 
 // AgentStatus tells whether commands go through the agent, and if not, why.
@@ -102,13 +194,16 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 	s.agentMu.Lock()
 	retry := s.agent.retry
 	s.agentMu.Unlock()
-	if time.Now().Before(retry) {
+	gen, ok := s.agentLife()
+	if !ok || time.Now().Before(retry) {
+		// A stop under way: this call uses a Docker exec, which meets the container
+		// as it is.
 		return nil
 	}
 	ch := s.agent.group.DoChan("start", func() (any, error) {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentStartTimeout)
 		defer cancel()
-		return s.startAgent(sctx)
+		return s.startAgent(sctx, gen)
 	})
 	select {
 	case r := <-ch:
@@ -126,10 +221,15 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 // An agent from the directory that started and then died, or gave no greeting, was
 // stopped by something in the container: the copy, which the container could replace,
 // is not tried then, nor ever once the directory's binary has run in that container.
-func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
-	sess, path, err := s.startAgentFrom(ctx, true)
+// gen is the container's life the start belongs to (agentLife): a failure is held
+// against the container only by agentFault's judgement.
+func (s *Sandbox) startAgent(ctx context.Context, gen uint64) (*agentwire.Session, error) {
+	sess, path, err := s.startAgentFrom(ctx, gen, true)
 	if err == nil || !strings.HasPrefix(path, directMount+"/") || ctx.Err() != nil {
 		return sess, err
+	}
+	if !s.agentFault(ctx, gen, err) {
+		return nil, err
 	}
 	id := s.agentContainer()
 	s.agentMu.Lock()
@@ -144,14 +244,35 @@ func (s *Sandbox) startAgent(ctx context.Context) (*agentwire.Session, error) {
 		return nil, err
 	}
 	s.log.Info("the agent cannot be executed from the container's read-only directory; starting a copy in the container",
-		zap.String("container", s.cfg.Container), zap.Error(err))
-	sess, _, err = s.startAgentFrom(ctx, false)
+		zap.Error(err))
+	sess, _, err = s.startAgentFrom(ctx, gen, false)
 	return sess, err
 }
 
-// errAgentNoExec: the engine could not execute the agent's binary (its exec ended with
-// 126 or 127 without the agent's greeting).
+// errAgentNoExec: the engine could not execute the agent's binary itself: its exec
+// ended with 126 or 127 without the agent's greeting, and the engine's message names
+// the binary and a reason of the file's (binaryUnusable).
 var errAgentNoExec = errors.New("the agent's binary could not be executed")
+
+// binaryUnusable reports whether the engine's message for an exec of path that could
+// not start says that the file itself cannot be executed there: missing, not
+// permitted, or not a program for this machine. An exec that could not start for want
+// of resources (the container's pids used up: "read init-p: connection reset by
+// peer", "resource temporarily unavailable") is not: that passes, and a copy in the
+// container, which root there could replace, must not be started for it. The message
+// is the engine's (runc's, crun's): nothing in the container ran to write it.
+func binaryUnusable(msg, path string) bool {
+	msg = strings.ToLower(msg)
+	if !strings.Contains(msg, strings.ToLower(path)) {
+		return false
+	}
+	for _, why := range []string{"no such file or directory", "permission denied", "exec format error", "not a directory"} {
+		if strings.Contains(msg, why) {
+			return true
+		}
+	}
+	return false
+}
 
 // agentContainer returns the ID of the container the agent was last installed in.
 func (s *Sandbox) agentContainer() string {
@@ -171,10 +292,10 @@ func (s *Sandbox) readOnlyUsable(id string) bool {
 // startAgentFrom installs the agent (in the read-only directory if mounted says so and
 // the container has it), starts it and checks its greeting; it returns the binary's
 // path. A failure to start from the directory is not recorded: the caller tries a copy.
-func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.Session, string, error) {
+func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) (*agentwire.Session, string, error) {
 	path, err := s.installAgent(ctx, mounted)
 	if err != nil {
-		if !containerGone(err) && !EngineDown(err) && ctx.Err() == nil {
+		if s.agentFault(ctx, gen, err) {
 			s.agentFailed("copying the agent into the container: " + err.Error())
 		}
 		return nil, "", err
@@ -190,7 +311,9 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 	if err != nil {
 		return nil, path, err
 	}
-	out := &procStdout{p: newDockerProc(s, execID, hj), stderr: &boundedBuffer{max: 2048}}
+	// The first bytes of its output are the engine's message when the exec could not
+	// start.
+	out := &procStdout{p: newDockerProc(s, execID, hj), stderr: &boundedBuffer{max: 2048}, head: &boundedBuffer{max: 1024}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
@@ -210,13 +333,18 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 			exit = "exit code " + strconv.Itoa(code)
 		}
 		why := fmt.Sprintf("the agent did not start (%v; %s): %s", err, exit, human.Clip(out.stderr.String(), 300))
+		if ok && (code == 126 || code == 127) {
+			why += "; the engine said: " + human.Clip(out.head.String(), 300)
+		}
 		if strings.HasPrefix(path, directMount+"/") {
-			if ok && (code == 126 || code == 127) {
+			if ok && (code == 126 || code == 127) && binaryUnusable(out.head.String(), path) {
 				return nil, path, fmt.Errorf("%w: %s", errAgentNoExec, why)
 			}
 			return nil, path, errors.New(why)
 		}
-		s.agentFailed(why)
+		if s.agentFault(ctx, gen, err) {
+			s.agentFailed(why)
+		}
 		return nil, path, err
 	}
 	s.setAgentBinary(path)
@@ -232,7 +360,16 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, mounted bool) (*agentwire.
 		directOff = derr.Error()
 	}
 	s.agentMu.Lock()
-	s.agent.sess, s.agent.off, s.agent.logged = sess, "", ""
+	if s.agent.gen != gen || s.agent.stopping > 0 {
+		// A stop began meanwhile: this agent is in a container being stopped.
+		s.agentMu.Unlock()
+		if direct != nil {
+			direct.Close()
+		}
+		sess.Close()
+		return nil, path, fmt.Errorf("the agent started in a container being stopped or restarted: %w", errNotRunning)
+	}
+	s.agent.sess, s.agent.sessGen, s.agent.off, s.agent.logged = sess, gen, "", ""
 	s.agent.direct, s.agent.directOff = direct, directOff
 	s.agent.started++
 	s.agentMu.Unlock()
@@ -262,8 +399,10 @@ func (s *Sandbox) agentEnded(sess *agentwire.Session) {
 		return
 	}
 	s.agent.sess, s.agent.direct = nil, nil
+	gen := s.agent.sessGen
 	s.agentMu.Unlock()
-	if err := sess.Err(); errors.Is(err, agentwire.ErrProtocol) && s.agentBroke() {
+	// The garbage of a dying exec (the container stopping) is not an agent's.
+	if err := sess.Err(); errors.Is(err, agentwire.ErrProtocol) && s.agentFault(context.Background(), gen, err) && s.agentBroke() {
 		s.agentFailed(fmt.Sprintf("%d agents in a row broke the protocol, the last with: %v", agentMaxBroken, err))
 	}
 }
@@ -301,7 +440,7 @@ func (s *Sandbox) agentFailed(why string) {
 	s.agentMu.Unlock()
 	if fresh {
 		s.log.Warn("the sandbox agent cannot run in this container; commands use one Docker exec each",
-			zap.String("container", s.cfg.Container), zap.String("reason", why))
+			zap.String("reason", why))
 	}
 }
 

@@ -104,6 +104,13 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 	if err != nil {
 		return "", false, fmt.Errorf("inspecting container %s: %w", s.cfg.Container, err)
 	}
+	life := containerLife{id: c.ID}
+	if c.State != nil {
+		life.startedAt = c.State.StartedAt
+	}
+	s.agentMu.Lock()
+	s.agent.life = life
+	s.agentMu.Unlock()
 	if dir := s.directDir(); dir != "" && !s.noBind.Load() {
 		for _, m := range c.Mounts {
 			if m.Destination == directMount && !m.RW && filepath.Clean(m.Source) == filepath.Clean(dir) {

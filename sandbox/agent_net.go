@@ -56,20 +56,35 @@ func openNet(ctx context.Context, sess *agentwire.Session, r agentwire.Request) 
 // ListenPort listens on port on the container's loopback (127.0.0.1) through the agent
 // and calls accept, in a goroutine of its own, with each connection a program in the
 // container makes to it. The listener lasts until stop is called or the agent's channel
-// ends (done is closed then). It needs the agent: on the fallback it fails.
+// ends (done is closed then). It needs the agent: on the fallback it fails; while the
+// container is being stopped or restarted, or the agent's start failed with it, it
+// fails with an error for which NotRunning is true (the container is not the cause).
 func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn)) (stop func(), done <-chan struct{}, err error) {
 	if port < 1 || port > 65535 {
 		return nil, nil, fmt.Errorf("port %d is out of range 1-65535", port)
 	}
+	if s.cfg.NoAgent {
+		return nil, nil, errors.New("listening in the sandbox needs its agent, which is off (agent off)")
+	}
 	if err := s.Ensure(ctx); err != nil {
 		return nil, nil, err
 	}
+	gen, _ := s.agentLife()
 	sess := s.agentSession(ctx)
 	if sess == nil {
-		_, why := s.AgentStatus()
-		return nil, nil, fmt.Errorf("listening in the sandbox needs its agent, which does not run: %s", why)
+		if running, why := s.AgentStatus(); !running && why != "" {
+			return nil, nil, fmt.Errorf("listening in the sandbox needs its agent, which does not run: %s", why)
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("listening in the sandbox: its agent did not start in a container being stopped or started: %w", errNotRunning)
 	}
 	st, err := openNet(ctx, sess, agentwire.ListenRequest{Port: port})
+	if err != nil && (sess.Err() != nil || !s.sameLife(gen)) {
+		// The channel went under it: the container stopped or restarted.
+		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w (%w)", port, errNotRunning, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w", port, err)
 	}

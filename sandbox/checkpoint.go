@@ -670,7 +670,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	// Meanwhile Ensure waits instead of making a container of its own under the name.
 	saving.Store(name, true)
 	defer saving.Delete(name)
-	s.CloseAgent()
+	// As Stop: no agent starts in the container being replaced.
+	endStop := s.beginStop()
+	defer endStop()
 	s.invalidate()
 	old, err := s.cli.ContainerInspect(ctx, name)
 	hadOld := err == nil
@@ -686,8 +688,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		if hadOld {
 			if err := s.cli.ContainerRename(bg, old.ID, name); err != nil {
 				s.log.Error("putting the sandbox back after a failed restore", zap.Error(err))
-			} else if wasRunning {
-				_ = s.cli.ContainerStart(bg, name, container.StartOptions{})
+			} else if wasRunning && s.cli.ContainerStart(bg, name, container.StartOptions{}) == nil {
+				s.agentFresh()
 			}
 		}
 		if copied {
@@ -761,11 +763,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	s.mu.Lock()
 	s.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
 	s.mu.Unlock()
-	// Background work that met the container missing while it was replaced (an idle
-	// cleanup) may have sent the agent to the fallback: the new container gets a try.
-	s.agentMu.Lock()
-	s.agent.off, s.agent.retry = "", time.Time{}
-	s.agentMu.Unlock()
+	// The new container runs (createFrom gave its agent a fresh try): agents may start.
+	endStop()
 	saving.Delete(name)
 	if err := s.Ensure(ctx); err != nil {
 		return RestoreResult{}, fmt.Errorf("starting the restored sandbox: %w", err)

@@ -434,6 +434,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
+	s.agentFresh()
 	s.starts.Add(1)
 	if image == c.Image {
 		s.setGitIdentity(ctx)
@@ -527,6 +528,7 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	if err := s.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", name, err)
 	}
+	s.agentFresh()
 	s.log.Info("started stopped sandbox container", zap.String("id", info.ID))
 	s.started()
 	return nil

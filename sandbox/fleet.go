@@ -61,7 +61,8 @@ func Containers(ctx context.Context, cli API) ([]Container, error) {
 // (everything under WorkDir). What is already gone is no error. Closing the Sandbox
 // first keeps anything still holding it from making the container again.
 func (s *Sandbox) Delete(ctx context.Context, volume bool) error {
-	s.CloseAgent()
+	end := s.beginStop()
+	defer end()
 	s.invalidate()
 	err := s.cli.ContainerRemove(ctx, s.cfg.Container, container.RemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {

@@ -27,15 +27,15 @@ func (s *Sandbox) Stop(ctx context.Context, why string) error {
 	if err := s.waitSaved(ctx); err != nil {
 		return err
 	}
-	s.CloseAgent()
+	// No agent starts in the container while it stops (the egress listener would
+	// listen again at once), and none that fails in it sends the sandbox to the
+	// fallback.
+	end := s.beginStop()
 	s.invalidate()
 	t := stopTimeout
 	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &t})
 	s.invalidate() // an Ensure that ran meanwhile saw it running
-	// Upkeep that ran meanwhile (the egress listener listening again) may have started
-	// an agent in the container being stopped: its channel is closed too, so that
-	// nothing takes it for a live one (its end is not always seen).
-	s.CloseAgent()
+	end()
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("stopping sandbox container %s: %w", s.cfg.Container, err)
 	}
@@ -61,6 +61,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{}); err != nil {
 		return s.Ensure(ctx)
 	}
+	s.agentFresh()
 	s.ready()
 	s.log.Info("started stopped sandbox container")
 	s.started()

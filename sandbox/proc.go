@@ -221,6 +221,7 @@ func (a *agentProc) exitCode(ctx context.Context, killed bool) (int, bool) {
 type procStdout struct {
 	p      proc
 	stderr *boundedBuffer
+	head   *boundedBuffer // if set, keeps the first bytes of stdout
 }
 
 func (r *procStdout) Read(b []byte) (int, error) {
@@ -229,6 +230,8 @@ func (r *procStdout) Read(b []byte) (int, error) {
 		if st == boxapi.Stderr {
 			_, _ = r.stderr.Write(b[:n])
 			n = 0
+		} else if r.head != nil {
+			_, _ = r.head.Write(b[:n])
 		}
 		if n > 0 || err != nil || len(b) == 0 {
 			return n, err

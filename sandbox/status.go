@@ -233,8 +233,13 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 		return err
 	}
 	defer s.invalidate()
+	end := s.beginStop() // as Stop: no agent starts in the container going down
 	timeout := restartStopTimeout
 	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
+	if err == nil {
+		s.agentFresh()
+	}
+	end()
 	if cerrdefs.IsNotFound(err) {
 		s.invalidate()
 		return s.Ensure(ctx)
@@ -255,6 +260,8 @@ func (s *Sandbox) Recreate(ctx context.Context) error {
 		return err
 	}
 	name := s.cfg.Container
+	end := s.beginStop() // as Stop; the new container gets its agent
+	defer end()
 	timeout := restartStopTimeout
 	err := s.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -265,6 +272,7 @@ func (s *Sandbox) Recreate(ctx context.Context) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox container %s: %w", name, err)
 	}
+	end()
 	s.invalidate()
 	s.mu.Lock()
 	s.warnedImage = false
