@@ -39,6 +39,7 @@ var pages = func() map[string]*template.Template {
 		"ms":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) },
 		"dict5":   actionButton,
 		"whose":   whose,
+		"answer":  answerText,
 		"noUsage": func() string { return NoUsageText },
 		"derefInt": func(p *int) string {
 			if p == nil {
@@ -153,6 +154,11 @@ type overview struct {
 	Refusals    []EgressRefusal
 	RefusalsErr string
 	Egress      bool
+	// Approvals are the hosts people allowed always when asked, oldest first, each
+	// with a Revoke button; HasApprovals: the site's egress keeps them.
+	Approvals    []EgressApproval
+	ApprovalsErr string
+	HasApprovals bool
 	// Checkpoints are every sandbox's, newest first, when the site offers them.
 	Checkpoints    []Checkpoint
 	CheckpointsErr string
@@ -184,6 +190,11 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 			o.RefusalsErr = err.Error()
 		}
 		o.Refusals = o.Refusals[:min(len(o.Refusals), maxOverviewRefusals)]
+		if _, o.HasApprovals = c.opts.Egress.(EgressApprovals); o.HasApprovals {
+			if o.Approvals, err = c.egressApprovals(ctx, ""); err != nil {
+				o.ApprovalsErr = err.Error()
+			}
+		}
 	}
 	if c.opts.Checkpoints != nil {
 		o.HasCheckpoints = true
@@ -307,6 +318,17 @@ func whose(person string) string {
 		return "operator"
 	}
 	return person
+}
+
+// answerText is how pages name a person's answer to an egress question.
+func answerText(answer string) string {
+	switch answer {
+	case AnswerAllowAlways:
+		return "allow always"
+	case "allow_once":
+		return "allow once"
+	}
+	return answer
 }
 
 // accessPage is the data of the Access page.

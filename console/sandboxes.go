@@ -57,6 +57,14 @@ type SandboxInfo struct {
 	// Removed marks the sandbox of a person the configuration no longer names: it was
 	// stopped when the configuration was loaded and can be stopped or deleted only.
 	Removed bool `json:"removed,omitempty"`
+	// Agent tells whether commands go through the agent in the container (or, on the
+	// fallback, one exec each) and why not; zero for a sandbox this process has not
+	// used yet (the next command starts the agent) and for a removed person's.
+	Agent Agent `json:"agent"`
+	// Egress is the state of the sandbox's egress proxy: EgressListening,
+	// EgressOffline, EgressStopped, EgressNotStarted or EgressNone; "" for a removed
+	// person's sandbox.
+	Egress string `json:"egress,omitempty"`
 	// LastActivity is the newest entry of the activity log made in this sandbox.
 	LastActivity time.Time `json:"last_activity,omitzero"`
 	Error        string    `json:"error,omitempty"` // why the status is not complete
@@ -78,6 +86,22 @@ func (s SandboxInfo) MarshalJSON() ([]byte, error) {
 		NoUsage string   `json:"no_usage"`
 	}{plain: plain(s), NoUsage: NoUsageText})
 }
+
+// The states of a sandbox's egress proxy (SandboxInfo.Egress).
+const (
+	// EgressListening: the proxy listens in the running sandbox.
+	EgressListening = "listening"
+	// EgressOffline: the proxy cannot listen (the agent does not run): the sandbox's
+	// commands reach no host at all.
+	EgressOffline = "offline"
+	// EgressStopped: the sandbox does not run; the proxy listens again when it starts.
+	EgressStopped = "stopped"
+	// EgressNotStarted: the sandbox runs but this process has not used it yet; its
+	// proxy starts with its next call.
+	EgressNotStarted = "not started"
+	// EgressNone: the site has no egress block; the sandbox's network is as configured.
+	EgressNone = "none"
+)
 
 // Sandboxes are the sandboxes of a site with people.
 type Sandboxes interface {
@@ -134,6 +158,8 @@ func (c *Console) sandboxes(ctx context.Context) ([]SandboxInfo, error) {
 			list[i].LastActivity = e[0].Time
 		}
 		list[i].Error = clip(maxAgentReason, list[i].Error)
+		list[i].Agent.Reason = clip(maxAgentReason, list[i].Agent.Reason)
+		list[i].Agent.DirectReason = clip(maxAgentReason, list[i].Agent.DirectReason)
 	}
 	return list, err
 }
