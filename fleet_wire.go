@@ -89,6 +89,9 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 			NoUsage: s.NoUsage}
 		if !s.Removed {
 			info.Agent, info.Egress = c.channels(s)
+			if e := c.h.fleet.Held(s.Person); e != nil && e.IdleStopped() && s.State != "running" {
+				info.StoppedBy = console.StoppedIdle
+			}
 		}
 		if s.Err != nil {
 			info.Error = s.Err.Error()
