@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -256,15 +257,33 @@ func (c consoleEgress) Approvals(ctx context.Context) ([]console.EgressApproval,
 	list, err := c.h.approvals.List(ctx)
 	out := make([]console.EgressApproval, 0, len(list))
 	for _, a := range list {
-		out = append(out, console.EgressApproval{ID: a.ID, Person: a.Person, Host: a.Host, Port: a.Port, At: a.At})
+		out = append(out, consoleApproval(a))
 	}
 	return out, err
 }
 
-func (c consoleEgress) RevokeApproval(ctx context.Context, id string) error {
+// consoleApproval is an approval as the console shows it: the store keeps only the
+// answers "allow always".
+func consoleApproval(a egress.Approval) console.EgressApproval {
+	return console.EgressApproval{ID: a.ID, Person: a.Person, Host: a.Host, Port: a.Port, At: a.At, Answer: console.AnswerAllowAlways}
+}
+
+// RevokeApproval revokes approval id and returns what it was, so that the console
+// records whose and which host.
+func (c consoleEgress) RevokeApproval(ctx context.Context, id string) (console.EgressApproval, error) {
+	list, err := c.h.approvals.List(ctx)
+	if err != nil {
+		return console.EgressApproval{}, err
+	}
+	var found console.EgressApproval
+	for _, a := range list {
+		if strings.EqualFold(a.ID, id) {
+			found = consoleApproval(a)
+		}
+	}
 	ok, err := c.h.approvals.Revoke(ctx, id)
 	if err == nil && !ok {
 		err = fmt.Errorf("egress approval %s: %w", id, console.ErrNotFound)
 	}
-	return err
+	return found, err
 }

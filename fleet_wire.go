@@ -87,6 +87,12 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 		info := console.SandboxInfo{Person: s.Person, Container: s.Container, Engine: s.Engine, Node: s.Node, State: s.State,
 			CPU: s.CPU, Memory: s.Memory, MemoryLimit: s.MemoryLimit, DiskUsed: s.DiskUsed, Jobs: s.Jobs, Removed: s.Removed,
 			NoUsage: s.NoUsage}
+		if !s.Removed {
+			info.Agent, info.Egress = c.channels(s)
+			if e := c.h.fleet.Held(s.Person); e != nil && e.IdleStopped() && s.State != "running" {
+				info.StoppedBy = console.StoppedIdle
+			}
+		}
 		if s.Err != nil {
 			info.Error = s.Err.Error()
 		}
@@ -99,4 +105,33 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 // fleet's).
 func (c consoleSandboxes) Act(ctx context.Context, person, action string) error {
 	return consoleError(c.h.fleet.Act(ctx, person, action))
+}
+
+// channels are the agent's channel and the egress proxy's state of the sandbox whose
+// status is s, read from the sandbox this process holds (nothing is started).
+func (c consoleSandboxes) channels(s fleet.Status) (console.Agent, string) {
+	var a console.Agent
+	e := c.h.fleet.Held(s.Person)
+	if e == nil {
+		cfg, _ := c.h.SandboxConfigFor(s.Person)
+		a.Disabled = cfg.NoAgent
+		switch {
+		case c.h.Egress == nil:
+			return a, console.EgressNone
+		case s.State == "running":
+			return a, console.EgressNotStarted
+		}
+		return a, console.EgressStopped
+	}
+	a = consoleSandbox{sb: e.Sandbox()}.agent()
+	gw := egressOf(e)
+	switch {
+	case gw == nil:
+		return a, console.EgressNone
+	case s.State != "running":
+		return a, console.EgressStopped
+	case gw.Offline():
+		return a, console.EgressOffline
+	}
+	return a, console.EgressListening
 }

@@ -58,7 +58,12 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		if !ok {
 			return ErrNotFound
 		}
-		err = ap.RevokeApproval(ctx, id)
+		var a EgressApproval
+		if a, err = ap.RevokeApproval(ctx, id); err == nil {
+			args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(a.Person) + `,"host":` + strconv.Quote(a.Host) + `,"port":` + strconv.Itoa(a.Port) + `}`
+			c.log.Info("egress approval revoked", zap.String("person", a.Person), zap.String("host", a.Host),
+				zap.Int("port", a.Port), zap.String("by", actor))
+		}
 	case actKillJob:
 		var p string
 		if p, err = c.jobOwner(ctx, person, id); err == nil {

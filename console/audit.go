@@ -174,6 +174,9 @@ type Filter struct {
 	Tool    string
 	Outcome string
 	Limit   int // 0 means all
+	// sandboxOnly leaves out the console's own entries (sign-ins, actions), which say
+	// nothing of a sandbox's use.
+	sandboxOnly bool
 }
 
 func (f Filter) match(e *audit.Entry) bool {
@@ -184,6 +187,9 @@ func (f Filter) match(e *audit.Entry) bool {
 		return false
 	}
 	if f.Tool != "" && f.Tool != e.Tool {
+		return false
+	}
+	if f.sandboxOnly && strings.HasPrefix(e.Tool, "console.") {
 		return false
 	}
 	return f.Outcome == "" || f.Outcome == e.Outcome

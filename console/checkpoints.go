@@ -45,13 +45,25 @@ const (
 
 // checkpointConfirmations say what the checkpoint actions do.
 var checkpointConfirmations = map[string]confirmation{
-	actRestoreCheckpoint: {Action: actRestoreCheckpoint, Title: "Restore checkpoint %s?", Button: "Restore",
-		Ends: []string{"every running command and background job of the sandbox it was saved from",
-			"every change made since the checkpoint, in the system and under /sandbox"},
+	actRestoreCheckpoint: {Action: actRestoreCheckpoint, Title: "Restore %[2]s to checkpoint %[1]s?", Button: "Restore",
+		Ends: []string{"every running command and background job of %[2]s, which it was saved from",
+			"every change made to %[2]s since the checkpoint, in the system and under /sandbox"},
 		Survives: []string{"the checkpoint itself, which can be restored again", "the sandbox's name, limits, network and egress"}},
-	actDeleteCheckpoint: {Action: actDeleteCheckpoint, Title: "Delete checkpoint %s?", Button: "Delete",
+	actDeleteCheckpoint: {Action: actDeleteCheckpoint, Title: "Delete checkpoint %[1]s of %[2]s?", Button: "Delete",
 		Ends:     []string{"the checkpoint: its image and its copy of /sandbox"},
 		Survives: []string{"the sandbox as it is now", "the other checkpoints"}},
+}
+
+// checkpointOwner is whose sandbox checkpoint id was saved from, as pages name it
+// ("alice's sandbox"); ok is false for a checkpoint not listed.
+func (c *Console) checkpointOwner(ctx context.Context, id string) (string, bool) {
+	list, _ := c.opts.Checkpoints.Checkpoints(ctx)
+	for _, cp := range list {
+		if cp.ID == id {
+			return sandboxOf(cp.Person), true
+		}
+	}
+	return "", false
 }
 
 // checkpointsForPage lists the checkpoints for the overview, newest first.

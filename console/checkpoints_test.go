@@ -105,8 +105,15 @@ func TestCheckpointsPage(t *testing.T) {
 		}
 	}
 	code, page = get("http://console.test/console/confirm?action=restore_checkpoint&id=c0000000100000a")
-	if code != 200 || !strings.Contains(page, "Restore checkpoint c0000000100000a?") || !strings.Contains(page, `value="restore_checkpoint"`) {
+	if code != 200 || !strings.Contains(page, "Restore alice&#39;s sandbox to checkpoint c0000000100000a?") ||
+		!strings.Contains(page, "every change made to alice&#39;s sandbox since the checkpoint") || !strings.Contains(page, `value="restore_checkpoint"`) {
 		t.Fatalf("confirm: %d %s", code, page)
+	}
+	if code, page := get("http://console.test/console/confirm?action=delete_checkpoint&id=c0000000100000a"); code != 200 || !strings.Contains(page, "Delete checkpoint c0000000100000a of alice&#39;s sandbox?") {
+		t.Fatalf("confirm delete: %d %s", code, page)
+	}
+	if code, _ := get("http://console.test/console/confirm?action=restore_checkpoint&id=c0000000200000b"); code != http.StatusNotFound {
+		t.Fatalf("confirm for an unknown checkpoint: %d", code)
 	}
 	req := httptest.NewRequest("GET", "http://console.test/console", nil)
 	req.AddCookie(ck)

@@ -119,15 +119,21 @@ type EgressApproval struct {
 	Host   string    `json:"host"`
 	Port   int       `json:"port"`
 	At     time.Time `json:"at"`
+	// Answer is the person's answer that made it: AnswerAllowAlways (allow once is
+	// never kept: it ends with its command).
+	Answer string `json:"answer"`
 }
+
+// AnswerAllowAlways is the answer an [EgressApproval] is kept for.
+const AnswerAllowAlways = "allow_always"
 
 // EgressApprovals lists and revokes the hosts people allowed always; an [EgressLog]
 // of a site whose egress block asks may implement it.
 type EgressApprovals interface {
 	Approvals(ctx context.Context) ([]EgressApproval, error)
-	// RevokeApproval drops one; it fails with an error wrapping ErrNotFound when
-	// there is none with id.
-	RevokeApproval(ctx context.Context, id string) error
+	// RevokeApproval drops one and returns it; it fails with an error wrapping
+	// ErrNotFound when there is none with id.
+	RevokeApproval(ctx context.Context, id string) (EgressApproval, error)
 }
 
 // HostCount is one host's number of refusals.

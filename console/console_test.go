@@ -376,8 +376,25 @@ func TestOverviewJobs(t *testing.T) {
 	rec := httptest.NewRecorder()
 	c.ServeHTTP(rec, req)
 	page := rec.Body.String()
-	if rec.Code != 200 || !strings.Contains(page, "sleep 100 &lt;x&gt;") || !strings.Contains(page, `value="kill_job"`) {
+	// Kill… asks first, naming the job and whose sandbox; the confirmation posts it.
+	if rec.Code != 200 || !strings.Contains(page, "sleep 100 &lt;x&gt;") || !strings.Contains(page, `href="/console/confirm?action=kill_job&amp;id=job-1&amp;person=-">Kill…</a>`) ||
+		strings.Contains(page, `value="kill_job"`) || strings.Contains(page, "<th>Client</th>") {
 		t.Fatalf("overview: %d %s", rec.Code, page)
+	}
+	req = httptest.NewRequest("GET", "http://console.test/console/confirm?action=kill_job&id=job-1&person=-", nil)
+	req.AddCookie(ck)
+	rec = httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if page := rec.Body.String(); rec.Code != 200 || !strings.Contains(page, "Kill job job-1 in the operator&#39;s sandbox?") ||
+		!strings.Contains(page, `name="action" value="kill_job"><input type="hidden" name="id" value="job-1"><input type="hidden" name="person" value="-">`) || len(jobs.killed) != 0 {
+		t.Fatalf("confirm kill: %d %s", rec.Code, page)
+	}
+	req = httptest.NewRequest("GET", "http://console.test/console/confirm?action=kill_job&id=job-2&person=carol", nil)
+	req.AddCookie(ck)
+	rec = httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("confirm kill for someone not configured: %d", rec.Code)
 	}
 	sess, _ := c.sessions.fromRequest(req, cookieHTTP)
 	req = httptest.NewRequest("POST", "http://console.test/console/action", strings.NewReader("action=kill_job&id=job-1&back=overview&csrf="+sess.csrf))

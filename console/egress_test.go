@@ -3,10 +3,16 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 type fakeEgress struct{ list []EgressRefusal }
@@ -85,14 +91,14 @@ func (a approvingEgress) Approvals(context.Context) ([]EgressApproval, error) {
 	return append([]EgressApproval(nil), *a.list...), nil
 }
 
-func (a approvingEgress) RevokeApproval(_ context.Context, id string) error {
+func (a approvingEgress) RevokeApproval(_ context.Context, id string) (EgressApproval, error) {
 	for i, x := range *a.list {
 		if x.ID == id {
 			*a.list = append((*a.list)[:i], (*a.list)[i+1:]...)
-			return nil
+			return x, nil
 		}
 	}
-	return ErrNotFound
+	return EgressApproval{}, ErrNotFound
 }
 
 // TestEgressApprovalsAPI: approvals are listed (per person on request) and revoked by
@@ -131,5 +137,57 @@ func TestEgressApprovalsAPI(t *testing.T) {
 	}
 	if code, _ := do("DELETE", "/console/api/egress/o1"); code != 404 || len(list) != 1 {
 		t.Fatalf("wrong path: %d", code)
+	}
+}
+
+// TestEgressApprovalsOnOverview: the overview lists the approvals with person, host,
+// when and answer, each with a Revoke button whose form revokes it through the same
+// action as the API; the activity log and the server log name the person and host.
+func TestEgressApprovalsOnOverview(t *testing.T) {
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
+	c := newTestConsole(t, log)
+	core, logs := observer.New(zap.InfoLevel)
+	c.log = zap.New(core)
+	c.opts.Sandboxes = &fakeSandboxes{}
+	at := time.Now().Add(-3 * time.Minute)
+	list := []EgressApproval{{ID: "b1", Person: "bob", Host: "always.test", Port: 8080, At: at, Answer: AnswerAllowAlways}}
+	c.opts.Egress = approvingEgress{list: &list}
+	ck := signedIn(t, c)
+	get := func(path string) string {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	page := get("/console")
+	for _, want := range []string{`<section class="card" id="approvals">`, `<tr data-approval="b1"><td class="person">bob</td><td><code>always.test:8080</code></td>`,
+		`title="` + when(at) + `">3m ago</td><td>allow always</td>`, `name="action" value="revoke_egress_approval"><input type="hidden" name="id" value="b1">`} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("overview lacks %s:\n%s", want, page)
+		}
+	}
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(ck)
+	sess, _ := c.sessions.fromRequest(req, cookieHTTP)
+	req = httptest.NewRequest("POST", "http://console.test/console/action", strings.NewReader("action=revoke_egress_approval&id=b1&back=overview&csrf="+sess.csrf))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(ck)
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if rec.Code != http.StatusSeeOther || len(list) != 0 {
+		t.Fatalf("revoke from the page: %d %+v", rec.Code, list)
+	}
+	if page := get(rec.Header().Get("Location")); !strings.Contains(page, flashes[actRevokeApproval]) || strings.Contains(page, `data-approval="b1"`) ||
+		!strings.Contains(page, "No host is allowed always") {
+		t.Fatalf("after revoking: %s", page)
+	}
+	e := log.Query(Filter{Tool: "console." + actRevokeApproval})
+	if len(e) != 1 || e[0].Args != `{"id":"b1","person":"bob","host":"always.test","port":8080}` || e[0].Outcome != audit.OutcomeOK {
+		t.Fatalf("activity log: %+v", e)
+	}
+	got := logs.FilterMessage("egress approval revoked").All()
+	if len(got) != 1 || got[0].ContextMap()["person"] != "bob" || got[0].ContextMap()["host"] != "always.test" {
+		t.Fatalf("server log: %+v", logs.All())
 	}
 }

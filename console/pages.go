@@ -39,6 +39,7 @@ var pages = func() map[string]*template.Template {
 		"ms":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) },
 		"dict5":   actionButton,
 		"whose":   whose,
+		"answer":  answerText,
 		"noUsage": func() string { return NoUsageText },
 		"derefInt": func(p *int) string {
 			if p == nil {
@@ -153,6 +154,11 @@ type overview struct {
 	Refusals    []EgressRefusal
 	RefusalsErr string
 	Egress      bool
+	// Approvals are the hosts people allowed always when asked, oldest first, each
+	// with a Revoke button; HasApprovals: the site's egress keeps them.
+	Approvals    []EgressApproval
+	ApprovalsErr string
+	HasApprovals bool
 	// Checkpoints are every sandbox's, newest first, when the site offers them.
 	Checkpoints    []Checkpoint
 	CheckpointsErr string
@@ -184,6 +190,11 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 			o.RefusalsErr = err.Error()
 		}
 		o.Refusals = o.Refusals[:min(len(o.Refusals), maxOverviewRefusals)]
+		if _, o.HasApprovals = c.opts.Egress.(EgressApprovals); o.HasApprovals {
+			if o.Approvals, err = c.egressApprovals(ctx, ""); err != nil {
+				o.ApprovalsErr = err.Error()
+			}
+		}
 	}
 	if c.opts.Checkpoints != nil {
 		o.HasCheckpoints = true
@@ -301,12 +312,31 @@ func (c *Console) exportActivity(w http.ResponseWriter, r *http.Request) {
 	writeJSONLines(w, c.opts.Audit.Query(filterFrom(r.URL.Query(), 0)))
 }
 
+// sandboxOf is how pages name person's sandbox ("" or "-" the operator's).
+func sandboxOf(person string) string {
+	if person == "" || person == OperatorPath {
+		return "the operator's sandbox"
+	}
+	return person + "'s sandbox"
+}
+
 // whose is how pages name whose something is: the person, or "operator".
 func whose(person string) string {
 	if person == "" {
 		return "operator"
 	}
 	return person
+}
+
+// answerText is how pages name a person's answer to an egress question.
+func answerText(answer string) string {
+	switch answer {
+	case AnswerAllowAlways:
+		return "allow always"
+	case "allow_once":
+		return "allow once"
+	}
+	return answer
 }
 
 // accessPage is the data of the Access page.
@@ -345,7 +375,9 @@ func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *sessi
 // confirmation says what an action does before it is done.
 type confirmation struct {
 	Action, ID, Title, Button string
-	Ends, Survives            []string
+	// Person, when set, is posted with the action (whose job kill_job kills).
+	Person         string
+	Ends, Survives []string
 	// Volumes, when set, are buttons that each post the action with their volume
 	// choice, instead of the one Button.
 	Volumes []volumeChoice
@@ -362,6 +394,10 @@ var confirmations = map[string]confirmation{
 		Ends: []string{"every running command and background job",
 			"packages installed since the container was made, and every file outside /sandbox (they live in the container, which is removed)"},
 		Survives: []string{"everything under /sandbox (the volume is kept and mounted into the new container)", "sign-ins, links and the audit log"}},
+	// Title holds the job's id and whose sandbox.
+	actKillJob: {Action: actKillJob, Title: "Kill job %s in %s?", Button: "Kill",
+		Ends:     []string{"the job's command and every process of its group and session (as job_kill does); its output so far stays readable until the sandbox restarts"},
+		Survives: []string{"the sandbox, its files and its other jobs"}},
 }
 
 // sandboxConfirmations are the confirmations of actions on one person's sandbox;
@@ -414,21 +450,35 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 		}
 		cf = sc
 		cf.ID = person
-		whose := person + "'s sandbox"
-		if person == OperatorPath {
-			whose = "the operator's sandbox"
-		}
-		cf.Title = fmt.Sprintf(cf.Title, whose)
+		cf.Title = fmt.Sprintf(cf.Title, sandboxOf(person))
+	}
+	if q.Get("action") == actKillJob {
+		cf = confirmations[actKillJob]
+		id, person := q.Get("id"), q.Get("person")
+		p, known := c.personArg(person)
+		ok = known && id != "" && len(id) <= 64
+		cf.ID, cf.Person = id, personPath(p)
+		cf.Title = fmt.Sprintf(cf.Title, id, sandboxOf(p))
 	}
 	if c.opts.Ephemeral {
 		cf = ephemeralConfirmation(cf)
 	}
 	if cc, found := checkpointConfirmations[q.Get("action")]; found {
 		id := q.Get("id")
+		var owner string
 		ok = c.opts.Checkpoints != nil && id != "" && len(id) <= 64
+		if ok {
+			owner, ok = c.checkpointOwner(r.Context(), id)
+		}
 		cf = cc
 		cf.ID = id
-		cf.Title = fmt.Sprintf(cf.Title, id)
+		cf.Title = fmt.Sprintf(cf.Title, id, owner)
+		cf.Ends = slices.Clone(cf.Ends)
+		for i := range cf.Ends {
+			if strings.Contains(cf.Ends[i], "%[2]s") {
+				cf.Ends[i] = fmt.Sprintf(cf.Ends[i], id, owner)
+			}
+		}
 	}
 	if !ok {
 		http.NotFound(w, r)

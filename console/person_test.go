@@ -92,6 +92,8 @@ func TestJobsByPerson(t *testing.T) {
 func TestPagesNamePeople(t *testing.T) {
 	log := NewAuditLog(fileStorage(t), "console", 100, nil)
 	log.Record(audit.Entry{Time: time.Now(), Client: "Claude", Person: "alice", Tool: "execute", Args: `"alice-cmd"`, Outcome: audit.OutcomeOK})
+	errAt := time.Now()
+	log.Record(audit.Entry{Time: errAt, Client: "c", Person: "alice", Tool: "execute", Outcome: audit.OutcomeError, Error: "boom"})
 	c := newTestConsole(t, log)
 	reg := NewLinkRegistry(fileStorage(t), "console", nil)
 	if err := reg.Record(context.Background(), Link{ID: "preview-0123456789", Kind: KindPreview, Target: "8000", Person: "alice",
@@ -118,7 +120,8 @@ func TestPagesNamePeople(t *testing.T) {
 	}
 	c.opts.Sandboxes = &fakeSandboxes{}
 	for path, want := range map[string][]string{
-		"/console":          {`<td class="person">alice</td><td><code>job-2</code>`, `<td class="person">operator</td><td><code>job-1</code>`, `name="person" value="alice"`},
+		"/console": {`<td class="person">alice</td><td><code>job-2</code>`, `<td class="person">operator</td><td><code>job-1</code>`, `action=kill_job&amp;id=job-2&amp;person=alice"`,
+			`<td class="nowrap">` + when(errAt) + `</td><td class="person">alice</td><td>c</td><td>execute</td>`},
 		"/console/activity": {`<td class="person">alice</td>`},
 		"/console/access":   {`<td class="person">alice</td>`, `<td class="person">operator</td>`},
 		"/console/links":    {`<td class="person">alice</td><td>preview</td>`},

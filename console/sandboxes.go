@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
 
 // With `person` lines every person has a sandbox of their own; the operator sees them
@@ -57,7 +59,19 @@ type SandboxInfo struct {
 	// Removed marks the sandbox of a person the configuration no longer names: it was
 	// stopped when the configuration was loaded and can be stopped or deleted only.
 	Removed bool `json:"removed,omitempty"`
-	// LastActivity is the newest entry of the activity log made in this sandbox.
+	// Agent tells whether commands go through the agent in the container (or, on the
+	// fallback, one exec each) and why not; zero for a sandbox this process has not
+	// used yet (the next command starts the agent) and for a removed person's.
+	Agent Agent `json:"agent"`
+	// Egress is the state of the sandbox's egress proxy: EgressListening,
+	// EgressOffline, EgressStopped, EgressNotStarted or EgressNone; "" for a removed
+	// person's sandbox.
+	Egress string `json:"egress,omitempty"`
+	// StoppedBy says who stopped a sandbox that does not run: StoppedIdle or
+	// StoppedOperator; "" when neither is known (it exited, or was stopped outside).
+	StoppedBy string `json:"stopped_by,omitempty"`
+	// LastActivity is the newest entry of the activity log made in this sandbox (a
+	// tool call, download or upload; not the console's sign-ins and actions).
 	LastActivity time.Time `json:"last_activity,omitzero"`
 	Error        string    `json:"error,omitempty"` // why the status is not complete
 	// NoUsage: the engine gives no usage figures (SandboxStatus.NoUsage); the JSON
@@ -78,6 +92,31 @@ func (s SandboxInfo) MarshalJSON() ([]byte, error) {
 		NoUsage string   `json:"no_usage"`
 	}{plain: plain(s), NoUsage: NoUsageText})
 }
+
+// The states of a sandbox's egress proxy (SandboxInfo.Egress).
+const (
+	// EgressListening: the proxy listens in the running sandbox.
+	EgressListening = "listening"
+	// EgressOffline: the proxy cannot listen (the agent does not run): the sandbox's
+	// commands reach no host at all.
+	EgressOffline = "offline"
+	// EgressStopped: the sandbox does not run; the proxy listens again when it starts.
+	EgressStopped = "stopped"
+	// EgressNotStarted: the sandbox runs but this process has not used it yet; its
+	// proxy starts with its next call.
+	EgressNotStarted = "not started"
+	// EgressNone: the site has no egress block; the sandbox's network is as configured.
+	EgressNone = "none"
+)
+
+// Who stopped a sandbox (SandboxInfo.StoppedBy).
+const (
+	// StoppedIdle: idle_stop stopped it; the next call starts it again.
+	StoppedIdle = "idle"
+	// StoppedOperator: the operator's Stop (console or API); the next call or Start
+	// starts it again.
+	StoppedOperator = "operator"
+)
 
 // Sandboxes are the sandboxes of a site with people.
 type Sandboxes interface {
@@ -129,13 +168,38 @@ func (c *Console) sandboxes(ctx context.Context) ([]SandboxInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	list, err := c.opts.Sandboxes.List(ctx)
+	stops := c.operatorStops()
 	for i := range list {
-		if e := c.opts.Audit.Query(Filter{Person: personPath(list[i].Person), Limit: 1}); len(e) == 1 {
+		if e := c.opts.Audit.Query(Filter{Person: personPath(list[i].Person), Limit: 1, sandboxOnly: true}); len(e) == 1 {
 			list[i].LastActivity = e[0].Time
 		}
+		// The operator stopped it when their Stop is newer than its last use.
+		if at, ok := stops[personPath(list[i].Person)]; ok && list[i].StoppedBy == "" && list[i].State != "running" && at.After(list[i].LastActivity) {
+			list[i].StoppedBy = StoppedOperator
+		}
 		list[i].Error = clip(maxAgentReason, list[i].Error)
+		list[i].Agent.Reason = clip(maxAgentReason, list[i].Agent.Reason)
+		list[i].Agent.DirectReason = clip(maxAgentReason, list[i].Agent.DirectReason)
 	}
 	return list, err
+}
+
+// operatorStops are the newest times the operator stopped each sandbox, by person
+// path ("-" the operator's), from the activity log.
+func (c *Console) operatorStops() map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, e := range c.opts.Audit.Query(Filter{Tool: "console." + sbStop, Outcome: audit.OutcomeOK}) {
+		var args struct {
+			Person string `json:"person"`
+		}
+		if json.Unmarshal([]byte(e.Args), &args) != nil {
+			continue
+		}
+		if _, seen := out[args.Person]; !seen {
+			out[args.Person] = e.Time
+		}
+	}
+	return out
 }
 
 // personPath is how person ("" for the operator) is named in paths, forms and filters.

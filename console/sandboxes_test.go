@@ -212,3 +212,48 @@ func TestEphemeralConfirmations(t *testing.T) {
 		}
 	}
 }
+
+// stoppedSandboxes lists bob's and alice's sandboxes stopped, alice's by idle stop.
+type stoppedSandboxes struct{ fakeSandboxes }
+
+func (*stoppedSandboxes) List(context.Context) ([]SandboxInfo, error) {
+	return []SandboxInfo{{Person: "", State: "running"}, {Person: "alice", State: "exited", StoppedBy: StoppedIdle}, {Person: "bob", State: "exited"}}, nil
+}
+
+// TestSandboxesStoppedBy: a sandbox the operator stopped shows "stopped (operator)",
+// one idle stop stopped "stopped (idle)", and console sign-ins and actions do not
+// count as a sandbox's last activity.
+func TestSandboxesStoppedBy(t *testing.T) {
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
+	t0 := time.Now().Add(-time.Hour)
+	log.Record(audit.Entry{Time: t0, Client: "c", Person: "bob", Tool: "execute", Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: t0.Add(time.Minute), Client: "console", Tool: "console.sandbox_stop", Args: `{"person":"bob"}`, Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: t0.Add(2 * time.Minute), Client: "console", Tool: "console.sign_in", Outcome: audit.OutcomeOK})
+	c := newTestConsole(t, log)
+	c.opts.Sandboxes = &stoppedSandboxes{}
+	list, err := c.sandboxes(context.Background())
+	if err != nil || len(list) != 3 {
+		t.Fatal(list, err)
+	}
+	if list[0].StoppedBy != "" || !list[0].LastActivity.IsZero() {
+		t.Errorf("the operator's unused sandbox: %+v", list[0])
+	}
+	if list[1].StoppedBy != StoppedIdle || list[2].StoppedBy != StoppedOperator || !list[2].LastActivity.Equal(t0) {
+		t.Errorf("stopped by: alice %+v, bob %+v", list[1], list[2])
+	}
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(signedIn(t, c))
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	page := rec.Body.String()
+	for _, want := range []string{`<span class="state state-stopped">stopped (idle)</span>`, `<span class="state state-stopped">stopped (operator)</span>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	// A call after the stop started it again: a later stop is idle's or unknown.
+	log.Record(audit.Entry{Time: t0.Add(3 * time.Minute), Client: "c", Person: "bob", Tool: "execute", Outcome: audit.OutcomeOK})
+	if list, _ := c.sandboxes(context.Background()); list[2].StoppedBy != "" {
+		t.Errorf("bob's sandbox used after the stop: %+v", list[2])
+	}
+}

@@ -105,17 +105,22 @@ func TestConsoleJobs(t *testing.T) {
 		t.Errorf("killing an ended job: %d, want 404", code)
 	}
 
-	// The page: the overview shows the job with a kill button, which kills it.
+	// The page: the overview shows the job with Kill…, which asks first; its button
+	// kills it.
 	id = start("3762")
 	u := newConsoleUser(t, s.URL)
 	if resp, _ := u.do("POST", "/console/signin", url.Values{"api_key": {s.Key}}, map[string]string{"Origin": s.URL}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("signing in to the console: %d", resp.StatusCode)
 	}
 	_, page := u.do("GET", "/console", nil, nil)
-	if !strings.Contains(page, "<code>"+id+"</code>") || !strings.Contains(page, "sleep 3762") || !strings.Contains(page, `value="kill_job"`) {
+	if !strings.Contains(page, "<code>"+id+"</code>") || !strings.Contains(page, "sleep 3762") || !strings.Contains(page, `action=kill_job&amp;id=`+id+`&amp;person=-">Kill…`) {
 		t.Fatalf("the overview does not show job %s with a kill button: %.3000s", id, page)
 	}
-	resp, _ := u.do("POST", "/console/action", url.Values{"action": {"kill_job"}, "id": {id}, "back": {"overview"}, "csrf": {u.csrf()}}, map[string]string{"Origin": s.URL})
+	_, page = u.do("GET", "/console/confirm?action=kill_job&id="+id+"&person=-", nil, nil)
+	if !strings.Contains(page, "Kill job "+id+" in the operator&#39;s sandbox?") || !strings.Contains(page, `name="person" value="-"`) || !sleeping("3762") {
+		t.Fatalf("the kill confirmation: %.3000s", page)
+	}
+	resp, _ := u.do("POST", "/console/action", url.Values{"action": {"kill_job"}, "id": {id}, "person": {"-"}, "back": {"overview"}, "csrf": {u.csrf()}}, map[string]string{"Origin": s.URL})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "done=kill_job") {
 		t.Fatalf("the kill button: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}

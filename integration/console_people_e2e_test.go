@@ -62,7 +62,7 @@ func TestConsolePeopleInBrowser(t *testing.T) {
 			t.Errorf("%q's container: running %v, want %v (%v)", person, info.State != nil && info.State.Running, running, err)
 		}
 	}
-	if state, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.querySelector('tr[data-person="bob"] .state').textContent`)); state != "exited" {
+	if state, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.querySelector('tr[data-person="bob"] .state').textContent`)); state != "stopped (operator)" {
 		t.Errorf("bob's state on the page: %q", state)
 	}
 	browsertest.Screenshot(t, b, "console-people-overview.png")

@@ -190,7 +190,13 @@ func elicitClient(ctx context.Context, t *testing.T, s *testsite.Site, f elicitF
 
 func elicitClientOn(ctx context.Context, t *testing.T, s *testsite.Site, version string, f elicitFunc) (*mcpclient.Client, string) {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.Key}))
+	return elicitClientAs(ctx, t, s, s.Key, version, f)
+}
+
+// elicitClientAs is elicitClientOn signed in with key (a person's).
+func elicitClientAs(ctx context.Context, t *testing.T, s *testsite.Site, key, version string, f elicitFunc) (*mcpclient.Client, string) {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,12 @@ func (s *Server) serveFileAudited(w http.ResponseWriter, r *http.Request) {
 	s.serveFile(cw, r)
 	_, p, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, FilesPrefix), "/")
 	args := map[string]string{"path": "/" + p, "link": DownloadID(r.URL.Path)}
-	_, _, owner, _, _ := token(downloadKind, r.URL.Path)
+	// Only a link whose signature holds is logged under its person: a forged one names
+	// whoever its forger chose, so it is logged as forged, under nobody's sandbox.
+	owner, _, _, err := s.signer.verifyDownload(r.URL.Path, start)
+	if errors.Is(err, errLinkInvalid) {
+		owner, args["forged"] = "", "true"
+	}
 	if r.Method != http.MethodGet {
 		args["method"] = r.Method
 	}
