@@ -107,9 +107,17 @@ func TestInstructionsSayPortsUnreachable(t *testing.T) {
 			"clientInfo": map[string]any{"name": "test", "version": "1"}})
 		text, desc := init["instructions"].(string), h.description("execute")
 		unreachable := strings.Contains(text, "The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost") &&
-			strings.Contains(text, "share_file it, or ask the server's operator to turn on previews") &&
+			strings.Contains(text, "a web app that needs its server cannot be shown to them here") &&
+			strings.Contains(text, "an HTML page shared with share_file downloads as a file and cannot reach any server, so it works only when self-contained") &&
+			strings.Contains(text, "tell the user that the server's operator can turn on previews") &&
+			strings.Contains(h.description("share_file"), "A web app that needs its server cannot be shown here (this server has no previews") &&
 			strings.Contains(desc, "The user cannot open ports in the sandbox (no previews here; localhost is their own machine)")
-		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port")
+		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port") &&
+			strings.Contains(h.description("share_file"), "To show a web app that needs its server, run it and use expose_port instead")
+		// Whatever the previews, share_file says that a page downloads, unserved.
+		if d := h.description("share_file"); !strings.Contains(d, "everything else downloads, HTML pages included: a page is saved as a file, not served as a site, and cannot call any server") {
+			t.Errorf("share_file: %q", d)
+		}
 		if unreachable == previews || pointed != previews {
 			t.Errorf("previews %v: instructions %q\nexecute: %q", previews, text, desc)
 		}

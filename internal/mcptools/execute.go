@@ -83,7 +83,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
-	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here and hand results over with share_file."
+	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here; hand over images, PDFs or a zip with share_file (a shared HTML page downloads and reaches no server)."
 	if s.opts.Previews != nil {
 		ports = "\n- To let the user open a server running here, use expose_port."
 	}
@@ -141,8 +141,8 @@ type shareFileArgs struct {
 func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 	ttl, maxTTL := time.Duration(s.opts.LinkTTL), time.Duration(s.opts.MaxLinkTTL)
 	return define[shareFileArgs](mcp.NewTool("share_file",
-		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; a directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.`,
-			human.Duration(ttl), human.Duration(maxTTL))),
+		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; everything else downloads, HTML pages included: a page is saved as a file, not served as a site, and cannot call any server, so share one only when it is self-contained (scripts, styles, images and data inline). A directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.%s`,
+			human.Duration(ttl), human.Duration(maxTTL), s.shareAppText())),
 		title("Share a sandbox file as a download link"),
 		outputSchema[shareOutput](),
 		hints(true, false, false, false),
@@ -152,6 +152,15 @@ func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 			int64(ttl.Seconds()), human.Duration(ttl), int64(maxTTL.Seconds()), human.Duration(maxTTL)),
 			max: bound(maxTTL.Seconds()), unit: fmt.Sprintf("a number of seconds (at most %s, the server's max_link_ttl)", human.Duration(maxTTL))},
 	})
+}
+
+// shareAppText is the end of share_file's description: how to show a running web
+// app, which a shared file cannot.
+func (s *Tools) shareAppText() string {
+	if s.opts.Previews != nil {
+		return " To show a web app that needs its server, run it and use expose_port instead."
+	}
+	return " A web app that needs its server cannot be shown here (this server has no previews; its operator can turn them on)."
 }
 
 // execute runs one command and reports its output live as progress notifications.
