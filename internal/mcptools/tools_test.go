@@ -211,6 +211,8 @@ type toolsHarness struct {
 	box   *fakeBox
 	audit *fakeAudit
 	ids   int
+	// client is the OAuth client name calls carry; "" is "test".
+	client string
 }
 
 func newToolsHarness(t testing.TB, tune ...func(*Options)) *toolsHarness {
@@ -238,7 +240,11 @@ func (h *toolsHarness) rpc(method string, params any) map[string]any {
 	h.t.Helper()
 	h.ids++
 	msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": h.ids, "method": method, "params": params})
-	ctx := WithCaller(context.Background(), Caller{ClientName: "test", Label: "test", Origin: "https://sandbox.example"})
+	client := h.client
+	if client == "" {
+		client = "test"
+	}
+	ctx := WithCaller(context.Background(), Caller{ClientName: client, Label: "test", Origin: "https://sandbox.example"})
 	ctx, done := h.tools.Request(ctx)
 	resp := h.tools.MCPServer().HandleMessage(ctx, msg)
 	done()
