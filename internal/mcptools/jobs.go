@@ -113,13 +113,20 @@ func (s *Tools) jobKillTool() toolDef[jobKillArgs] {
 // noArgs are the arguments of a tool that takes none.
 type noArgs struct{}
 
-func (s *Tools) jobListTool() toolDef[noArgs] {
-	return define[noArgs](mcp.NewTool("job_list",
-		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands and the newest %d finished ones of the last day, with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
+// jobListArgs are job_list's arguments.
+type jobListArgs struct {
+	Running bool `json:"running"`
+}
+
+func (s *Tools) jobListTool() toolDef[jobListArgs] {
+	return define[jobListArgs](mcp.NewTool("job_list",
+		mcp.WithDescription(fmt.Sprintf(`List the jobs, oldest first: every running command, and the finished ones still kept (the newest %d, plus any that finished in the last 10 minutes; none over a day old), with exit codes. running: true lists only those still running. At most %d run at once.`, 20, s.opts.MaxJobs)),
 		title("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
 		hints(true, false, true, false),
-	), nil)
+	), map[string]about{
+		"running": {desc: "List only the jobs still running. Default false: finished ones too."},
+	})
 }
 
 // pollWaitOf is the wait of job_output and job_input, with the note of a wait cut to
@@ -197,7 +204,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, c call, in jobKillArgs) (*
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.CallToolResult, error) {
+func (s *Tools) jobList(ctx context.Context, box Box, _ call, in jobListArgs) (*mcp.CallToolResult, error) {
 	jobs, err := box.ListJobs(ctx)
 	if err != nil {
 		return mcp.NewToolResultError(execErrorText(box, err)), nil
@@ -205,6 +212,9 @@ func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.Ca
 	out := jobListOutput{Jobs: []jobEntry{}}
 	var b strings.Builder
 	for _, j := range jobs {
+		if in.Running && j.State != "running" {
+			continue
+		}
 		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, KilledBy: j.KilledBy, Command: j.Command}
 		if j.State == "done" {
 			code := j.ExitCode
@@ -220,7 +230,10 @@ func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.Ca
 		}
 		fmt.Fprintf(&b, "%s  %s  started %s  %s\n", j.ID, state, j.Started.Format(time.RFC3339), j.Command)
 	}
-	if len(jobs) == 0 {
+	switch {
+	case len(out.Jobs) == 0 && in.Running:
+		b.WriteString("No job is running.")
+	case len(out.Jobs) == 0:
 		b.WriteString("No jobs.")
 	}
 	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil
