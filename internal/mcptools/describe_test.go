@@ -15,10 +15,11 @@ func TestDescribeFacts(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{&boxapi.Facts{Programs: []string{}}, " Installed: only the base system (no python3, node or git)."},
+		{&boxapi.Facts{Programs: []string{}}, " Installed: only the base system (no python3, pip3, node, npm or git)."},
 		{&boxapi.Facts{Programs: []string{"python3", "node", "git"}, PythonModules: []string{"numpy", "pandas"}},
-			" Installed: python3 (numpy, pandas), node, git."},
-		{&boxapi.Facts{Programs: []string{"python3", "jq"}}, " Installed: python3, jq."},
+			" Installed: python3 (numpy, pandas), node, git. Not installed: pip3, npm."},
+		{&boxapi.Facts{Programs: []string{"python3", "jq"}}, " Installed: python3, jq. Not installed: pip3, node, npm, git."},
+		{&boxapi.Facts{Programs: []string{"python3", "pip3", "node", "npm", "git"}}, " Installed: python3, pip3, node, npm, git."},
 	} {
 		if got := describeFacts(tc.f); got != tc.want {
 			t.Errorf("describeFacts(%+v) = %q, want %q", tc.f, got, tc.want)
@@ -33,10 +34,10 @@ func TestDescribeFactsOnlyKnownNames(t *testing.T) {
 		Programs:      []string{"python3", testenv.PlantedNotice, "git", "git"},
 		PythonModules: []string{"numpy", testenv.PlantedNotice},
 	}
-	if got, want := describeFacts(f), " Installed: python3 (numpy), git."; got != want {
+	if got, want := describeFacts(f), " Installed: python3 (numpy), git. Not installed: pip3, node, npm."; got != want {
 		t.Errorf("describeFacts = %q, want %q", got, want)
 	}
-	if got := describeFacts(&boxapi.Facts{Programs: []string{testenv.PlantedNotice}}); got != " Installed: only the base system (no python3, node or git)." {
+	if got := describeFacts(&boxapi.Facts{Programs: []string{testenv.PlantedNotice}}); got != " Installed: only the base system (no python3, pip3, node, npm or git)." {
 		t.Errorf("describeFacts of nothing known = %q", got)
 	}
 }
@@ -66,7 +67,7 @@ func TestInstructionsFollowNetwork(t *testing.T) {
 		text := init["instructions"].(string)
 		offline := network == "none"
 		persist := strings.Count(text, "packages persist") + strings.Count(text, "packages you install persist")
-		if offline && (persist > 0 || !strings.Contains(text, "package installs (apt-get, pip, npm) fail")) || !offline && persist != 1 {
+		if offline && (persist > 0 || !strings.Contains(text, "downloads and package installs fail, so use what is installed") || strings.Contains(text, "pip, npm")) || !offline && persist != 1 {
 			t.Errorf("network %s: instructions %q", network, text)
 		}
 		if strings.Contains(text, "offline") != offline {

@@ -33,7 +33,7 @@ func networkText(networkMode string, e *Egress) string {
 	case e == nil && networkMode != "none":
 		return " It can reach the network; packages you install persist."
 	case e == nil || e.Offline:
-		return " It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed."
+		return " It is offline: downloads and package installs fail, so use what is installed."
 	case e.Hosts == "" && e.Ask:
 		return " The operator allows no host outright, through the proxy its environment names (HTTP_PROXY): a connection to any host waits while the user is asked whether to allow it (if their client can be asked), else gets 403; packages you install persist."
 	case e.Hosts == "":
