@@ -66,11 +66,42 @@ func blockedNote(box Box, job string) string {
 // commands.
 var downloadCommand = regexp.MustCompile(`\b(apt(-get)?\s+(-\S+\s+)*(install|update|upgrade|source|download)|(pip3?|uv\s+pip|python3?\s+-m\s+pip)\s+(-\S+\s+)*(install|download)|(npm|pnpm|yarn|bun)\s+(install|i|add|ci)|npx|(gem|cargo|conda|mamba)\s+install|go\s+(get|install|mod\s+download)|git\s+(clone|fetch|pull|submodule)|apk\s+add|dnf\s+install|yum\s+install)\b`)
 
+// fetchCommand matches curl and wget given a URL; fetchHost finds the hosts of a
+// command's URLs.
+var (
+	fetchCommand = regexp.MustCompile(`\b(curl|wget)\s[^;&|\n]*\b(https?|ftp)://`)
+	fetchHost    = regexp.MustCompile(`\b(?:https?|ftp)://([^/\s:'"?#]+|\[[^\]]*\])`)
+)
+
+// downloads reports whether a command downloads: a package install, git's network
+// commands, or curl or wget fetching from a host other than the sandbox itself.
+func downloads(command string) bool {
+	if downloadCommand.MatchString(command) {
+		return true
+	}
+	if !fetchCommand.MatchString(command) {
+		return false
+	}
+	for _, m := range fetchHost.FindAllStringSubmatch(command, -1) {
+		switch h := strings.ToLower(m[1]); {
+		case h == "localhost", strings.HasPrefix(h, "127."), h == "[::1]", h == "0.0.0.0", strings.HasSuffix(h, ".localhost"):
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// piped matches a pipe (not ||): the exit code is then the last command's, and a
+// download that failed before it (curl ... | sh) may end in exit code 0.
+var piped = regexp.MustCompile(`(^|[^|])\|([^|]|$)`)
+
 // offlineNote is the line a result gets when a command that downloads failed, or still
-// runs, in a sandbox that reaches no host: package managers retry for a long time
-// before they fail, and their errors do not say that the sandbox is offline.
+// runs, or was piped into another (whose exit code hides the failure), in a sandbox
+// that reaches no host: package managers retry for a long time before they fail, and
+// their errors do not say that the sandbox is offline.
 func offlineNote(box Box, networkMode, command string, res *boxapi.ExecResult) string {
-	if res == nil || (!res.Running && res.ExitCode == 0) || !downloadCommand.MatchString(command) || !offline(networkMode, box.Egress()) {
+	if res == nil || (!res.Running && res.ExitCode == 0 && !piped.MatchString(command)) || !downloads(command) || !offline(networkMode, box.Egress()) {
 		return ""
 	}
 	if res.Running {

@@ -1,8 +1,11 @@
 package mcptools
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // TestJobListRunningAndRetention: job_list's description states what is kept (the
@@ -21,5 +24,45 @@ func TestJobListRunningAndRetention(t *testing.T) {
 	jobs := st.(map[string]any)["jobs"].([]any)
 	if isErr || len(jobs) != 1 || jobs[0].(map[string]any)["job_id"] != fakeJob || strings.Contains(running, "exit code 3") {
 		t.Errorf("job_list running: %v %q %v", isErr, running, jobs)
+	}
+}
+
+// exitBox ends every command with the exit code it is given.
+type exitBox struct {
+	fakeBox
+	code int
+}
+
+func (b *exitBox) Exec(context.Context, string, boxapi.ExecOptions) (*boxapi.ExecResult, error) {
+	return &boxapi.ExecResult{JobID: "j000000000002", Stderr: "curl: (6) Could not resolve host\n", ExitCode: b.code}, nil
+}
+
+// TestOfflineNoteWhenPiped: in an offline sandbox, a download piped into another
+// command gets the offline note even though the pipe ends in exit code 0, and curl or
+// wget from a host other than the sandbox counts as a download; a download that
+// succeeds unpiped (apt-get install of what is installed) and curl of the sandbox's
+// own servers get none.
+func TestOfflineNoteWhenPiped(t *testing.T) {
+	const note = "[note: the sandbox is offline, so downloads and package installs fail"
+	for _, c := range []struct {
+		command string
+		code    int
+		want    bool
+	}{
+		{"curl -fsSL https://deb.nodesource.com/setup_20.x | bash -", 0, true},
+		{"apt-get install -y jq 2>&1 | tail -3", 0, true},
+		{"wget -qO- https://example.com/install.sh | sh", 0, true},
+		{"curl -sSLo tool.tgz https://example.com/tool.tgz", 6, true},
+		{"apt-get install -y jq", 0, false},
+		{"apt-get install -y jq || true", 0, false},
+		{"curl -s http://localhost:8000/ | head", 0, false},
+		{"curl -s http://127.0.0.1:8000/health", 7, false},
+		{"ls | wc -l", 0, false},
+	} {
+		h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&exitBox{code: c.code}} })
+		_, text, _ := h.call("execute", map[string]any{"command": c.command})
+		if strings.Contains(text, note) != c.want {
+			t.Errorf("%q (exit %d): note %v, want %v: %q", c.command, c.code, !c.want, c.want, text)
+		}
 	}
 }
