@@ -96,12 +96,17 @@ func downloads(command string) bool {
 // download that failed before it (curl ... | sh) may end in exit code 0.
 var piped = regexp.MustCompile(`(^|[^|])\|([^|]|$)`)
 
+// aptUpdate matches apt-get update, which ends in exit code 0 when it could fetch
+// nothing (warnings only).
+var aptUpdate = regexp.MustCompile(`\bapt(-get)?\s+(-\S+\s+)*update\b`)
+
 // offlineNote is the line a result gets when a command that downloads failed, or still
-// runs, or was piped into another (whose exit code hides the failure), in a sandbox
+// runs, or was piped into another (whose exit code hides the failure), or is apt-get
+// update (which ends in exit code 0 having fetched nothing), in a sandbox
 // that reaches no host: package managers retry for a long time before they fail, and
 // their errors do not say that the sandbox is offline.
 func offlineNote(box Box, networkMode, command string, res *boxapi.ExecResult) string {
-	if res == nil || (!res.Running && res.ExitCode == 0 && !piped.MatchString(command)) || !downloads(command) || !offline(networkMode, box.Egress()) {
+	if res == nil || (!res.Running && res.ExitCode == 0 && !piped.MatchString(command) && !aptUpdate.MatchString(command)) || !downloads(command) || !offline(networkMode, box.Egress()) {
 		return ""
 	}
 	if res.Running {

@@ -53,6 +53,8 @@ func TestOfflineNoteWhenPiped(t *testing.T) {
 		{"apt-get install -y jq 2>&1 | tail -3", 0, true},
 		{"wget -qO- https://example.com/install.sh | sh", 0, true},
 		{"curl -sSLo tool.tgz https://example.com/tool.tgz", 6, true},
+		{"apt-get update", 0, true},
+		{"apt-get -q update && apt-get install -y jq", 0, true},
 		{"apt-get install -y jq", 0, false},
 		{"apt-get install -y jq || true", 0, false},
 		{"curl -s http://localhost:8000/ | head", 0, false},
