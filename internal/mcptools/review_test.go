@@ -68,3 +68,34 @@ func TestOfflineNoteWhenPiped(t *testing.T) {
 		}
 	}
 }
+
+// fileBox holds one text file, /sandbox/a.txt, and edits it as the sandbox does.
+type fileBox struct {
+	fakeBox
+	text string
+}
+
+func (b *fileBox) EditFile(_ context.Context, p, old, _ string) (boxapi.EditResult, error) {
+	if n := strings.Count(b.text, old); n != 1 {
+		e := &boxapi.MatchError{Count: n}
+		if n == 0 {
+			e.Near = boxapi.Closest(b.text, old)
+		}
+		return boxapi.EditResult{}, e
+	}
+	return boxapi.EditResult{Line: 1}, nil
+}
+
+// TestEditFileNotFoundSaysWhere: when old_text is not in the file, the error names the
+// line where it comes closest and what differs there.
+func TestEditFileNotFoundSaysWhere(t *testing.T) {
+	h := newToolsHarness(t, func(o *Options) {
+		o.Boxes = oneBox{&fileBox{text: "def f():\n\tx = 1\n\treturn x\n"}}
+	})
+	h.wantErrors(t, []errorCase{
+		{"edit_file", map[string]any{"path": "a.txt", "old_text": "def f():\n    x = 1\n", "new_text": "y"},
+			`old_text was not found in /sandbox/a.txt, so nothing changed. Its first 1 line(s) match the file from line 1; then line 2 of the file is "\tx = 1" where old_text has "    x = 1": they differ only in whitespace`},
+		{"edit_file", map[string]any{"path": "a.txt", "old_text": "return x + 1", "new_text": "y"},
+			`The closest line: line 3 of the file is "\treturn x" where old_text has "return x + 1": they agree up to "return x", then differ.`},
+	})
+}
