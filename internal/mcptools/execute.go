@@ -101,7 +101,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To hand the user a file, write it under /sandbox and call share_file.%s`,
 		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more, ports)
-	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d (more counts as %d). Default %d.", int(yield.Seconds()), int(yield.Seconds()), int(yield.Seconds()))
+	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(yield.Seconds()), int(yield.Seconds()))
 	if yield == 0 {
 		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
 	}
@@ -171,8 +171,7 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 		timeout = time.Duration(*in.Timeout * float64(time.Second))
 	}
 	opts := boxapi.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs, Interactive: in.Interactive, TTY: in.TTY}
-	var waitNote string
-	opts.Wait, waitNote = s.execWait(in.Wait)
+	opts.Wait = s.execWait(in.Wait)
 	if c.task {
 		// As an MCP task the call itself is the long wait (the client polls tasks/get),
 		// and it outlives the request that created it.
@@ -240,46 +239,36 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + waitNote + offlineNote(box, s.opts.Config.NetworkMode, command, res)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + offlineNote(box, s.opts.Config.NetworkMode, command, res)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-// waitArg is the wait of execute and of the job tools: seconds, at most a day; more
-// than yield_after (when on) counts as yield_after.
+// waitArg is the wait of execute and of the job tools: seconds, at most yield_after
+// when it is on (the schema says so: no call waits longer), else at most a day.
 type waitArg struct {
 	Wait *float64 `json:"wait" arg:"min=0,max=86400" unit:"a number of seconds"`
 }
 
-// waitAbout describes a wait argument; with yield_after on, its errors say that more
-// counts as yield_after.
+// waitAbout describes a wait argument; with yield_after on, it is its maximum, and
+// errors say how to wait longer.
 func (s *Tools) waitAbout(desc string) about {
 	a := about{desc: desc}
 	if y := s.opts.Yield; y > 0 {
-		a.must = fmt.Sprintf("a number of seconds from 0 to %s (more counts as %s, the server's yield_after)", fmtNum(y.Seconds()), fmtNum(y.Seconds()))
+		a.max = bound(y.Seconds())
+		a.must = fmt.Sprintf("a number of seconds from 0 to %s (the server's yield_after: no call waits longer; for longer, call job_output again)", fmtNum(y.Seconds()))
 	}
 	return a
 }
 
-// execWait is execute's wait, with the note of a wait cut to yield_after. Absent, it
-// is yield_after.
-func (s *Tools) execWait(secs *float64) (time.Duration, string) {
+// execWait is execute's wait. Absent, it is yield_after.
+func (s *Tools) execWait(secs *float64) time.Duration {
 	switch {
 	case secs == nil:
-		return s.opts.Yield, "" // 0 (off) waits for the end
+		return s.opts.Yield // 0 (off) waits for the end
 	case *secs == 0:
-		return boxapi.NoWait, ""
+		return boxapi.NoWait
 	}
-	return s.cutWait(*secs, "for longer work call job_output")
-}
-
-// cutWait is a wait of secs, cut to yield_after (when on); note says so and what to
-// do for longer (then).
-func (s *Tools) cutWait(secs float64, then string) (w time.Duration, note string) {
-	if y := s.opts.Yield; y > 0 && secs > y.Seconds() {
-		note = fmt.Sprintf("\n[wait %s was cut to %s: no call waits longer than the server's yield_after; %s]", fmtNum(secs), fmtNum(y.Seconds()), then)
-		secs = y.Seconds()
-	}
-	return time.Duration(secs * float64(time.Second)), note
+	return time.Duration(*secs * float64(time.Second))
 }
 
 func toOutput(res *boxapi.ExecResult) ExecuteOutput {

@@ -56,7 +56,7 @@ const jobIDDesc = "From execute's result or job_list."
 // jobWaitAbout describes the wait of job_output and job_input.
 func (s *Tools) jobWaitAbout(what string) about {
 	if y := s.opts.Yield; y > 0 {
-		return s.waitAbout(fmt.Sprintf("Seconds to wait %s, 0 to %d (more counts as %d). Default %d.", what, int(y.Seconds()), int(y.Seconds()), int(y.Seconds())))
+		return s.waitAbout(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds())))
 	}
 	return s.waitAbout(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds())))
 }
@@ -129,18 +129,16 @@ func (s *Tools) jobListTool() toolDef[jobListArgs] {
 	})
 }
 
-// pollWaitOf is the wait of job_output and job_input, with the note of a wait cut to
-// yield_after.
-func (s *Tools) pollWaitOf(w waitArg) (time.Duration, string) {
+// pollWaitOf is the wait of job_output and job_input.
+func (s *Tools) pollWaitOf(w waitArg) time.Duration {
 	if w.Wait == nil {
-		return s.pollWait(), ""
+		return s.pollWait()
 	}
-	return s.cutWait(*w.Wait, "call job_output again to wait longer")
+	return time.Duration(*w.Wait * float64(time.Second))
 }
 
 func (s *Tools) jobOutput(ctx context.Context, box Box, c call, in jobOutputArgs) (*mcp.CallToolResult, error) {
-	wait, note := s.pollWaitOf(in.waitArg)
-	return s.follow(ctx, box, c, in.JobID, wait, note, nil)
+	return s.follow(ctx, box, c, in.JobID, s.pollWaitOf(in.waitArg), nil)
 }
 
 func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) (*mcp.CallToolResult, error) {
@@ -151,13 +149,12 @@ func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) 
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}
-	wait, note := s.pollWaitOf(in.waitArg)
-	return s.follow(ctx, box, c, in.JobID, wait, note, &input)
+	return s.follow(ctx, box, c, in.JobID, s.pollWaitOf(in.waitArg), &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
-// progress keep-alive while it waits. waitNote is the note of a wait cut short.
-func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
+// progress keep-alive while it waits.
+func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	untrack := s.calls.track(ctx, id, "") // a call that waits for the job carries its questions too
 	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
@@ -167,7 +164,7 @@ func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait tim
 		return jobError(box, err, id, c.tool), nil
 	}
 	out := toOutput(res)
-	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID) + waitNote
+	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID)
 	if input != nil && err == nil && !res.Running {
 		out.Note += "\n[the input was sent; the program then ended]"
 	}

@@ -303,7 +303,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be a number of seconds between 1 and 86400, got "soon"`},
 		{"execute", map[string]any{"command": "true", "timeout": true}, `got true`},
 		{"execute", map[string]any{"command": "true", "timeout": "NaN"}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (more counts as 5, the server's yield_after), got -1`},
+		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (the server's yield_after: no call waits longer; for longer, call job_output again), got -1`},
 		{"execute", map[string]any{"command": "true", "wait": "later"}, `"wait" must be a number of seconds from 0 to 5`},
 		{"execute", map[string]any{"command": "true", "interactive": "yes"}, `"interactive" must be true or false, got "yes"`},
 		{"execute", map[string]any{"command": "true", "tty": 1}, `"tty" must be true or false, got 1`},
