@@ -92,6 +92,7 @@ func cpuText(n float64) string {
 // are listed, so that the detected tools appear once known, and names the tools' apps
 // to a client that renders them.
 func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	tools = hideUnknownTool(tools)
 	env := s.environment(ctx, 0)
 	out := make([]mcp.Tool, len(tools))
 	copy(out, tools)

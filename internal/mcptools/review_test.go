@@ -99,3 +99,20 @@ func TestEditFileNotFoundSaysWhere(t *testing.T) {
 			`The closest line: line 3 of the file is "\treturn x" where old_text has "return x + 1": they agree up to "return x", then differ.`},
 	})
 }
+
+// TestUnknownToolListsTools: a call of a tool the server does not have is a tool error
+// that lists the tools (mcp-go's own error named none), and the hidden tool that
+// answers it is in no listing.
+func TestUnknownToolListsTools(t *testing.T) {
+	h := newToolsHarness(t)
+	h.wantErrors(t, []errorCase{{"bash", map[string]any{"command": "ls"},
+		`There is no tool "bash" on this server. Its tools are: checkpoint, checkpoint_list, edit_file, execute, expose_port, job_input, job_kill, job_list, job_output, read_file, restore, share_file, unexpose_port, upload_link, write_file. To run a program or command in the sandbox, use execute.`}})
+	for _, tl := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		if name := tl.(map[string]any)["name"]; strings.HasPrefix(name.(string), "_") {
+			t.Errorf("tools/list has %v", name)
+		}
+	}
+	if isErr, text, _ := h.call("job_list", map[string]any{}); isErr {
+		t.Errorf("a known tool: %q", text)
+	}
+}

@@ -197,6 +197,7 @@ func New(o Options) *Tools {
 		s.addCheckpointTools(m)
 	}
 	s.addApps(m)
+	s.addUnknownTool(m, hooks)
 	if o.Previews != nil {
 		addTool(s, m, s.exposePortTool(), s.exposePort)
 		addTool(s, m, s.unexposePortTool(), s.unexposePort)
