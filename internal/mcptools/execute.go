@@ -115,7 +115,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		"command":     {desc: "The bash command line, e.g. `python3 script.py`."},
 		"timeout":     {desc: fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds()))},
 		"wait":        s.waitAbout(waitDesc),
-		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty."},
+		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty. Prompts of `read -p` (and of programs that check for a terminal) show only with tty."},
 		"tty":         {desc: "Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout."},
 		"cwd":         {desc: pathDesc("Directory to start in (default /sandbox)", "app")},
 		"max_output": {desc: fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()),
@@ -239,7 +239,7 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + offlineNote(box, s.opts.Config.NetworkMode, command, res)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
@@ -385,6 +385,16 @@ func (s *Tools) note(o ExecuteOutput, res *boxapi.ExecResult, timeout time.Durat
 		fmt.Fprintf(&b, "\n[note: pid %s%s runs on in the background as job %s; its output: job_output with job_id %q; stop it: job_kill]", res.BackgroundPid, what, res.Background, res.Background)
 	}
 	return b.String()
+}
+
+// promptNote is the line a result gets when an interactive command without a terminal
+// runs on having printed nothing: it may wait for input behind a prompt that was never
+// shown (bash's read -p, and programs that check isatty, print none without one).
+func promptNote(opts boxapi.ExecOptions, res *boxapi.ExecResult) string {
+	if !res.Running || !opts.Interactive || opts.TTY || res.StdoutBytes > 0 || res.StderrBytes > 0 {
+		return ""
+	}
+	return "\n[note: no output yet; if it waits for input, its prompt may not show: read -p and programs that check for a terminal print none without tty: true. Send the answer with job_input, or start it again with tty: true to see the prompt]"
 }
 
 // engineText is what a tool says when the sandbox's engine did not answer: nothing

@@ -116,3 +116,41 @@ func TestUnknownToolListsTools(t *testing.T) {
 		t.Errorf("a known tool: %q", text)
 	}
 }
+
+// silentBox runs every command on, having printed nothing.
+type silentBox struct{ fakeBox }
+
+func (b *silentBox) Exec(context.Context, string, boxapi.ExecOptions) (*boxapi.ExecResult, error) {
+	return &boxapi.ExecResult{JobID: fakeJob, Running: true, ExitCode: -1}, nil
+}
+
+// TestPromptNote: an interactive command without a terminal that runs on silently gets
+// a note that its prompt (read -p) may not show; with tty, or not interactive, none.
+// execute's description says so too.
+func TestPromptNote(t *testing.T) {
+	h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&silentBox{}} })
+	const note = "its prompt may not show: read -p and programs that check for a terminal print none without tty: true"
+	for _, c := range []struct {
+		args map[string]any
+		want bool
+	}{
+		{map[string]any{"command": `read -p "Name? " n; echo "hi $n"`, "interactive": true}, true},
+		{map[string]any{"command": `read -p "Name? " n; echo "hi $n"`, "tty": true}, false},
+		{map[string]any{"command": "sleep 100"}, false},
+	} {
+		_, text, _ := h.call("execute", c.args)
+		if strings.Contains(text, note) != c.want {
+			t.Errorf("%v: %q", c.args, text)
+		}
+	}
+	for _, tl := range h.rpc("tools/list", map[string]any{})["tools"].([]any) {
+		tl := tl.(map[string]any)
+		if tl["name"] != "execute" {
+			continue
+		}
+		d := tl["inputSchema"].(map[string]any)["properties"].(map[string]any)["interactive"].(map[string]any)["description"].(string)
+		if !strings.Contains(d, "Prompts of `read -p` (and of programs that check for a terminal) show only with tty.") {
+			t.Errorf("execute's interactive: %q", d)
+		}
+	}
+}
