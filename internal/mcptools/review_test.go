@@ -154,3 +154,24 @@ func TestPromptNote(t *testing.T) {
 		}
 	}
 }
+
+// checkpointBox can restore checkpoints.
+type checkpointBox struct{ fakeBox }
+
+func (b *checkpointBox) SaveCheckpoint(context.Context, string) (boxapi.Checkpoint, []boxapi.Checkpoint, error) {
+	return boxapi.Checkpoint{}, nil, nil
+}
+func (b *checkpointBox) ListCheckpoints(context.Context) ([]boxapi.Checkpoint, error) { return nil, nil }
+func (b *checkpointBox) RestoreCheckpoint(context.Context, string) error             { return nil }
+
+// TestRestoreWording: restore's result says plainly that the processes running before
+// have ended.
+func TestRestoreWording(t *testing.T) {
+	h := newToolsHarness(t, func(o *Options) { o.Boxes = oneBox{&checkpointBox{}} })
+	for _, id := range []string{"image", "c0123456789abcd"} {
+		isErr, text, _ := h.call("restore", map[string]any{"id": id})
+		if isErr || !strings.Contains(text, "every process that was running before has ended.") || strings.Contains(text, "of before") {
+			t.Errorf("restore %s: %v %q", id, isErr, text)
+		}
+	}
+}
