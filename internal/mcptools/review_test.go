@@ -161,8 +161,10 @@ type checkpointBox struct{ fakeBox }
 func (b *checkpointBox) SaveCheckpoint(context.Context, string) (boxapi.Checkpoint, []boxapi.Checkpoint, error) {
 	return boxapi.Checkpoint{}, nil, nil
 }
-func (b *checkpointBox) ListCheckpoints(context.Context) ([]boxapi.Checkpoint, error) { return nil, nil }
-func (b *checkpointBox) RestoreCheckpoint(context.Context, string) error             { return nil }
+func (b *checkpointBox) ListCheckpoints(context.Context) ([]boxapi.Checkpoint, error) {
+	return nil, nil
+}
+func (b *checkpointBox) RestoreCheckpoint(context.Context, string) error { return nil }
 
 // TestRestoreWording: restore's result says plainly that the processes running before
 // have ended.
