@@ -82,6 +82,10 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// A valid link may be read by any page, without credentials: it is public to
+	// whoever holds it, and share_file's MCP App (an opaque origin) reads a shared
+	// page's text to show it in the conversation.
+	hd.Set("Access-Control-Allow-Origin", "*")
 	fs := s.filesOf(w, r, owner, func(status int, title, text string) { linkPage(w, status, title, text) })
 	if fs == nil {
 		return
