@@ -111,12 +111,12 @@ func TestInstructionsSayPortsUnreachable(t *testing.T) {
 			strings.Contains(text, "a web app that needs its server cannot be shown to them here") &&
 			strings.Contains(text, "an HTML page shared with share_file downloads as a file and cannot reach any server, so it works only when self-contained") &&
 			strings.Contains(text, "tell the user that the server's operator can turn on previews") &&
-			strings.Contains(h.description("share_file"), "A web app that needs its server cannot be shown here (this server has no previews") &&
+			strings.Contains(h.description("share_file"), "A web app that needs its server cannot be shown (no previews here).") &&
 			strings.Contains(desc, "The user cannot open ports in the sandbox (no previews here; localhost is their own machine)")
 		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port") &&
-			strings.Contains(h.description("share_file"), "To show a web app that needs its server, run it and use expose_port instead")
+			strings.Contains(h.description("share_file"), "For a web app that needs its server, use expose_port.")
 		// Whatever the previews, share_file says that a page downloads, unserved.
-		if d := h.description("share_file"); !strings.Contains(d, "everything else downloads, HTML pages included: a page is saved as a file, not served as a site, and cannot call any server") {
+		if d := h.description("share_file"); !strings.Contains(d, "anything else downloads, HTML too: a page is a file, not a site, and reaches no server, so share only self-contained pages") {
 			t.Errorf("share_file: %q", d)
 		}
 		if unreachable == previews || pointed != previews {

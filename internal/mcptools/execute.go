@@ -115,7 +115,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		"command":     {desc: "The bash command line, e.g. `python3 script.py`."},
 		"timeout":     {desc: fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds()))},
 		"wait":        s.waitAbout(waitDesc),
-		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty. Prompts of `read -p` (and of programs that check for a terminal) show only with tty."},
+		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty. `read -p` prompts show only with tty."},
 		"tty":         {desc: "Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout."},
 		"cwd":         {desc: pathDesc("Directory to start in (default /sandbox)", "app")},
 		"max_output": {desc: fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()),
@@ -141,7 +141,7 @@ type shareFileArgs struct {
 func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 	ttl, maxTTL := time.Duration(s.opts.LinkTTL), time.Duration(s.opts.MaxLinkTTL)
 	return define[shareFileArgs](mcp.NewTool("share_file",
-		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; everything else downloads, HTML pages included: a page is saved as a file, not served as a site, and cannot call any server, so share one only when it is self-contained (scripts, styles, images and data inline). A directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.%s`,
+		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; anything else downloads, HTML too: a page is a file, not a site, and reaches no server, so share only self-contained pages (scripts, styles, data inline). A directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.%s`,
 			human.Duration(ttl), human.Duration(maxTTL), s.shareAppText())),
 		title("Share a sandbox file as a download link"),
 		outputSchema[shareOutput](),
@@ -158,9 +158,9 @@ func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 // app, which a shared file cannot.
 func (s *Tools) shareAppText() string {
 	if s.opts.Previews != nil {
-		return " To show a web app that needs its server, run it and use expose_port instead."
+		return " For a web app that needs its server, use expose_port."
 	}
-	return " A web app that needs its server cannot be shown here (this server has no previews; its operator can turn them on)."
+	return " A web app that needs its server cannot be shown (no previews here)."
 }
 
 // execute runs one command and reports its output live as progress notifications.

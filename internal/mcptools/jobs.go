@@ -120,12 +120,12 @@ type jobListArgs struct {
 
 func (s *Tools) jobListTool() toolDef[jobListArgs] {
 	return define[jobListArgs](mcp.NewTool("job_list",
-		mcp.WithDescription(fmt.Sprintf(`List the jobs, oldest first: every running command, and the finished ones still kept (the newest %d, plus any that finished in the last 10 minutes; none over a day old), with exit codes. running: true lists only those still running. At most %d run at once.`, 20, s.opts.MaxJobs)),
+		mcp.WithDescription(fmt.Sprintf(`List jobs, oldest first: all running ones and the finished ones kept (the newest %d plus any finished in the last 10 minutes, none over a day), with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
 		title("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
 		hints(true, false, true, false),
 	), map[string]about{
-		"running": {desc: "List only the jobs still running. Default false: finished ones too."},
+		"running": {desc: "Only jobs still running. Default false."},
 	})
 }
 
