@@ -122,7 +122,7 @@ var flashes = map[string]string{
 	sbRecreate:        "The sandbox container was recreated; /sandbox was kept.",
 	sbDelete:          "The sandbox container was deleted.",
 
-	actRestoreCheckpoint: "The checkpoint was restored; the processes of before ended.",
+	actRestoreCheckpoint: "The checkpoint was restored; the processes that were running before have ended.",
 	actDeleteCheckpoint:  "The checkpoint was deleted.",
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
-// MCP Apps: upload_link and expose_port name views that a client which declared the
+// MCP Apps: upload_link, expose_port and share_file name views that a client which declared the
 // io.modelcontextprotocol/ui extension renders; any other client sees the server as
 // it was without them.
 
@@ -110,7 +110,7 @@ func TestAppsOnlyForClientsThatRenderThem(t *testing.T) {
 	}
 	// The declarations are the only difference, byte for byte.
 	stripped := uiList
-	for _, uri := range []string{"ui://mcp-sandbox/upload.html", "ui://mcp-sandbox/preview.html"} {
+	for _, uri := range []string{"ui://mcp-sandbox/upload.html", "ui://mcp-sandbox/preview.html", "ui://mcp-sandbox/file.html"} {
 		decl := fmt.Sprintf(`"_meta":{"ui":{"resourceUri":%q},"ui/resourceUri":%q},`, uri, uri)
 		if !bytes.Contains(stripped, []byte(decl)) {
 			t.Fatalf("tools/list with the extension lacks %s in this form: %s", decl, uiList)
@@ -139,7 +139,7 @@ func TestAppsOnlyForClientsThatRenderThem(t *testing.T) {
 			withApps[tool.Name] = tool.Meta.UI.ResourceURI
 		}
 	}
-	if want := map[string]string{"upload_link": "ui://mcp-sandbox/upload.html", "expose_port": "ui://mcp-sandbox/preview.html"}; fmt.Sprint(withApps) != fmt.Sprint(want) {
+	if want := map[string]string{"upload_link": "ui://mcp-sandbox/upload.html", "expose_port": "ui://mcp-sandbox/preview.html", "share_file": "ui://mcp-sandbox/file.html"}; fmt.Sprint(withApps) != fmt.Sprint(want) {
 		t.Errorf("tools with apps: %v, want %v", withApps, want)
 	}
 	if len(uiList) >= 22_000 {
@@ -155,7 +155,7 @@ func TestAppsOnlyForClientsThatRenderThem(t *testing.T) {
 		t.Errorf("resources/read of an app without the extension: %v, want an error naming the extension", rerr)
 	}
 	l := ui.mustCall("resources/list", map[string]any{})
-	for _, uri := range []string{"ui://mcp-sandbox/upload.html", "ui://mcp-sandbox/preview.html"} {
+	for _, uri := range []string{"ui://mcp-sandbox/upload.html", "ui://mcp-sandbox/preview.html", "ui://mcp-sandbox/file.html"} {
 		if !bytes.Contains(l, []byte(uri)) {
 			t.Errorf("resources/list with the extension lacks %s: %s", uri, l)
 		}
@@ -180,6 +180,16 @@ func TestAppsOnlyForClientsThatRenderThem(t *testing.T) {
 		t.Errorf("preview app: %s, CSP %+v; want frameDomains [%s] only", pv.MIMEType, pv.Meta.UI.CSP, wantFrame)
 	}
 	t.Logf("preview app: %d bytes of HTML", len(pv.Text))
+	fa, _ := readApp(t, ui, "ui://mcp-sandbox/file.html")
+	if fa.MIMEType != "text/html;profile=mcp-app" || !slices.Equal(fa.Meta.UI.CSP.ConnectDomains, []string{p.URL}) || len(fa.Meta.UI.CSP.FrameDomains) != 0 {
+		t.Errorf("file app: %s, CSP %+v; want connectDomains [%s] and no frameDomains", fa.MIMEType, fa.Meta.UI.CSP, p.URL)
+	}
+	for _, ref := range []string{"<script src", "<link", "http://", "https://", "@import"} {
+		if strings.Contains(fa.Text, ref) {
+			t.Errorf("the file app refers to %q: it must be self-contained", ref)
+		}
+	}
+	t.Logf("file app: %d bytes of HTML", len(fa.Text))
 
 	// Results are the same for both clients, but for the link's signature and expiry.
 	args := map[string]any{"name": "upload_link", "arguments": map[string]any{"directory": "/sandbox/in"}}

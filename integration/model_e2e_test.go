@@ -53,7 +53,7 @@ func TestInstructionsWithoutPreviews(t *testing.T) {
 		instructions, tools := mcpSession(ctx, t, s, mcp.LATEST_PROTOCOL_VERSION)
 		cancel()
 		said := strings.Contains(instructions, "The user cannot reach ports in the sandbox (this server has no previews)") &&
-			strings.Contains(instructions, "share_file it, or ask the server's operator to turn on previews") &&
+			strings.Contains(instructions, "an HTML page shared with share_file downloads as a file and cannot reach any server") &&
 			strings.Contains(tools, "The user cannot open ports in the sandbox")
 		if said == previews || strings.Contains(instructions, "expose_port") != previews {
 			t.Errorf("previews %v: instructions %q", previews, instructions)

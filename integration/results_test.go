@@ -15,16 +15,17 @@ import (
 )
 
 // TestResultShapePerClient: a client whose model reads text and structuredContent
-// together (ChatGPT) gets the output once, in structuredContent; any other client gets
-// it in the text as well.
+// together (ChatGPT) gets the output once, in structuredContent; one whose model reads
+// structuredContent alone (Claude Code) gets a long output there and a summary as text;
+// any other client gets it in the text as well.
 func TestResultShapePerClient(t *testing.T) {
 	s := testsite.Start(t, testsite.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
-		name    string
-		pointer bool
-	}{{"openai-mcp", true}, {"claude-code", false}} {
+		name             string
+		pointer, summary bool
+	}{{"openai-mcp", true, false}, {"claude-code", false, true}, {"claude-ai", false, false}} {
 		c, err := mcpclient.NewStreamableHttpClient(s.URL+"/mcp",
 			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.Key}))
 		if err != nil {
@@ -39,11 +40,11 @@ func TestResultShapePerClient(t *testing.T) {
 		if _, err := c.Initialize(ctx, init); err != nil {
 			t.Fatal(err)
 		}
-		res := testsite.Call(ctx, t, c, "execute", map[string]any{"command": "echo shaped-output"})
+		res := testsite.Call(ctx, t, c, "execute", map[string]any{"command": "echo shaped-output; seq 1 2000"})
 		c.Close()
 		text := testsite.ResultText(res)
 		st := testsite.Structured(t, res)
-		if st["stdout"] != "shaped-output\n" {
+		if out, _ := st["stdout"].(string); !strings.HasPrefix(out, "shaped-output\n1\n") || !strings.HasSuffix(out, "\n2000\n") {
 			t.Errorf("%s: structured stdout = %v", tc.name, st["stdout"])
 		}
 		// The footer is in structuredContent too: some clients give the model nothing else.
@@ -53,7 +54,10 @@ func TestResultShapePerClient(t *testing.T) {
 		if tc.pointer && text != mcptools.PointerText {
 			t.Errorf("%s: text = %q, want the pointer only", tc.name, text)
 		}
-		if !tc.pointer && text == mcptools.PointerText {
+		if tc.summary && (strings.Contains(text, "shaped-output") || !strings.Contains(text, "is in structuredContent.\n[exit code 0")) {
+			t.Errorf("%s: text = %q, want a summary with the note", tc.name, text)
+		}
+		if !tc.pointer && !tc.summary && !strings.HasPrefix(text, "shaped-output\n") {
 			t.Errorf("%s: text = %q, want the output", tc.name, text)
 		}
 	}

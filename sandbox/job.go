@@ -545,11 +545,16 @@ func cutOutput(payload []byte, from, total, lines, first int64, keep, head, tail
 // with read_file, a page of them at a time; a part of one line (read_file would show
 // the line from its start, and cut it) with a byte range.
 func cutMarker(omitted, lines, omittedLines, first, at int64, headPart []byte, endsLine bool, file string) string {
+	// Paging through megabytes a page at a time is hopeless: search first.
+	search := ""
+	if omitted >= searchFirst {
+		search = "; that is a lot: search it first with execute, e.g. grep -n PATTERN " + file + " | head -50"
+	}
 	switch {
 	case lines < 0:
-		return fmt.Sprintf("[... %d bytes left out; the whole output is in %s ...]\n", omitted, file)
+		return fmt.Sprintf("[... %d bytes left out; the whole output is in %s%s ...]\n", omitted, file, search)
 	case first < 1:
-		return fmt.Sprintf("[... %d bytes (%s) left out; the whole output is in %s ...]\n", omitted, plural(omittedLines, "line"), file)
+		return fmt.Sprintf("[... %d bytes (%s) left out; the whole output is in %s%s ...]\n", omitted, plural(omittedLines, "line"), file, search)
 	}
 	from := first + int64(bytes.Count(headPart, []byte{'\n'}))
 	to := from + omittedLines
@@ -563,8 +568,12 @@ func cutMarker(omitted, lines, omittedLines, first, at int64, headPart []byte, e
 	if to <= from {
 		what = fmt.Sprintf("line %d", from)
 	}
-	return fmt.Sprintf("[... %s left out (%d bytes); read them with read_file path=%s offset=%d limit=%d ...]\n", what, omitted, file, from, min(max(to-from+1, 1), markerPage))
+	return fmt.Sprintf("[... %s left out (%d bytes)%s; read them with read_file path=%s offset=%d limit=%d ...]\n", what, omitted, search, file, from, min(max(to-from+1, 1), markerPage))
 }
+
+// searchFirst is the size of a part left out from which the marker suggests grep
+// before paging.
+const searchFirst = 1 << 20
 
 // markerPage is the most lines the cut marker's read_file call asks for: a page the
 // model can take in, not the 100 KB a call without a limit may return.

@@ -151,6 +151,10 @@ func TestCutMarker(t *testing.T) {
 			"[... lines 2–3 left out (70 bytes); read them with read_file path=" + f + " offset=2 limit=2 ...]\n"},
 		{500, 40, 10, -1, 2, "a\n", true, "[... 500 bytes (10 lines) left out; the whole output is in " + f + " ...]\n"},
 		{500, -1, 0, 7, 2, "a\n", true, "[... 500 bytes left out; the whole output is in " + f + " ...]\n"},
+		// 45 MB left out: search before paging.
+		{45_000_000, 900000, 899000, 1, 3522, "x\n", true,
+			"[... lines 2–899001 left out (45000000 bytes); that is a lot: search it first with execute, e.g. grep -n PATTERN " + f + " | head -50; read them with read_file path=" + f + " offset=2 limit=200 ...]\n"},
+		{45_000_000, -1, 0, 7, 2, "a\n", true, "[... 45000000 bytes left out; the whole output is in " + f + "; that is a lot: search it first with execute, e.g. grep -n PATTERN " + f + " | head -50 ...]\n"},
 	} {
 		if got := cutMarker(c.omitted, c.lines, c.omittedLines, c.first, c.at, []byte(c.head), c.endsLine, f); got != c.want {
 			t.Errorf("cutMarker(%d, %d, %d, %d, %d, %q, %v) =\n%q, want\n%q", c.omitted, c.lines, c.omittedLines, c.first, c.at, c.head, c.endsLine, got, c.want)

@@ -184,6 +184,10 @@ func (c Config) network() string {
 	return c.NetworkMode
 }
 
+// offline reports whether the sandbox reaches no host at all: network none and no
+// egress proxy.
+func (c Config) offline() bool { return c.network() == "none" && c.ProxyPort == 0 }
+
 // nanoCPUs converts the CPU count into Docker's unit.
 func (c Config) nanoCPUs() int64 { return int64(math.Round(c.CPUs * 1e9)) }
 

@@ -191,7 +191,11 @@ func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (boxapi.Edit
 		lines[k] = strings.Count(text[:off], "\n") + 1
 	}
 	if count != 1 {
-		return boxapi.EditResult{}, &boxapi.MatchError{Count: count, Lines: lines}
+		e := &boxapi.MatchError{Count: count, Lines: lines}
+		if count == 0 {
+			e.Near = boxapi.Closest(text, old)
+		}
+		return boxapi.EditResult{}, e
 	}
 	edited := text[:at[0]] + new + text[at[0]+len(old):]
 

@@ -46,6 +46,7 @@ type Lines struct {
 type MatchError struct {
 	Count int   // how many times the text occurs (overlapping occurrences count)
 	Lines []int // line numbers (1-based) where the first occurrences start
+	Near  *Near // with Count 0: where the text comes closest, if anywhere
 }
 
 func (e *MatchError) Error() string {

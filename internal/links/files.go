@@ -67,7 +67,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errLinkExpired):
 		metricDownloads.WithLabelValues("expired").Inc()
 		linkPage(w, http.StatusGone, "This link has expired",
-			fmt.Sprintf("The link expired at %s. Ask for a new one: the assistant can share the file again with share_file.", link.Expires.UTC().Format(time.RFC1123)))
+			fmt.Sprintf("The link expired at %s. Ask for a new one in the conversation this link came from: the file can be shared again.", link.Expires.UTC().Format(time.RFC1123)))
 		return
 	case err != nil:
 		metricDownloads.WithLabelValues("invalid").Inc()
@@ -82,6 +82,10 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// A valid link may be read by any page, without credentials: it is public to
+	// whoever holds it, and share_file's MCP App (an opaque origin) reads a shared
+	// page's text to show it in the conversation.
+	hd.Set("Access-Control-Allow-Origin", "*")
 	fs := s.filesOf(w, r, owner, func(status int, title, text string) { linkPage(w, status, title, text) })
 	if fs == nil {
 		return

@@ -76,7 +76,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errLinkExpired):
 		metricUploads.WithLabelValues("expired").Inc()
 		uploadProblem(w, r, http.StatusGone, "This upload link has expired",
-			fmt.Sprintf("The link expired at %s. Ask the assistant for a new one (upload_link).", t.expiry.UTC().Format(time.RFC1123)))
+			fmt.Sprintf("The link expired at %s. Ask for a new one in the conversation this link came from.", t.expiry.UTC().Format(time.RFC1123)))
 		return
 	case err != nil:
 		metricUploads.WithLabelValues("invalid").Inc()
@@ -87,7 +87,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 		metricUploads.WithLabelValues("revoked").Inc()
 		s.auditUpload(r, t, "", audit.OutcomeDenied, "revoked", 0, time.Now())
 		uploadProblem(w, r, http.StatusGone, "This upload link was revoked",
-			"The operator of this server revoked the link. Ask the assistant for a new one if you still need to send files.")
+			"The operator of this server revoked the link. Ask for a new one in the conversation this link came from if you still need to send files.")
 		return
 	case slashless && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		http.Redirect(w, r, r.URL.EscapedPath()+"/", http.StatusPermanentRedirect)
@@ -301,14 +301,14 @@ func (s *Server) uploadFailed(w http.ResponseWriter, r *http.Request, t uploadTa
 	case errors.Is(err, boxapi.ErrNotDir):
 		metricUploads.WithLabelValues("not_dir").Inc()
 		uploadProblem(w, r, http.StatusConflict, "The target is not a directory",
-			t.dir+" is a file in the sandbox, not a directory. Ask the assistant for a new link.")
+			t.dir+" is a file in the sandbox, not a directory. Ask for a new link in the conversation this link came from.")
 	case errors.Is(err, boxapi.ErrBadName):
 		// The directory leads (through a symbolic link) to a path that cannot be
 		// reported as one line of text; nothing was written.
 		metricUploads.WithLabelValues("bad_name").Inc()
 		s.logger.Warn("upload refused: unusable directory", fields...)
 		uploadProblem(w, r, http.StatusConflict, "The target directory cannot be used",
-			t.dir+" leads to a directory whose name has control characters or is not valid text; nothing was saved. Ask the assistant for a link to another directory.")
+			t.dir+" leads to a directory whose name has control characters or is not valid text; nothing was saved. Ask for a link to another directory in the conversation this link came from.")
 	case errors.Is(err, boxapi.ErrImageMissing):
 		metricUploads.WithLabelValues("error").Inc()
 		s.logger.Error("upload failed", fields...)

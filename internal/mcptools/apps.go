@@ -10,8 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// MCP Apps (the io.modelcontextprotocol/ui extension): upload_link and expose_port
-// name an HTML view the client renders in a sandboxed iframe, fed the tool's result
+// MCP Apps (the io.modelcontextprotocol/ui extension): upload_link, expose_port and
+// share_file name an HTML view the client renders in a sandboxed iframe, fed the tool's result
 // through the host's postMessage bridge. Only a client that declared the extension at
 // initialize is told of them: for every other client, initialize, tools/list and the
 // results are what they were without apps.
@@ -27,6 +27,7 @@ const appMIME = "text/html;profile=mcp-app"
 const (
 	uploadAppURI  = "ui://mcp-sandbox/upload.html"
 	previewAppURI = "ui://mcp-sandbox/preview.html"
+	fileAppURI    = "ui://mcp-sandbox/file.html"
 )
 
 // appsFS holds the apps: each one self-contained HTML (script and style inline, no
@@ -55,12 +56,14 @@ func appHTML(file string) string {
 var appPages = map[string]string{
 	uploadAppURI:  appHTML("apps/upload.html"),
 	previewAppURI: appHTML("apps/preview.html"),
+	fileAppURI:    appHTML("apps/file.html"),
 }
 
 // appOf is the app of each tool that has one.
 var appOf = map[string]string{
 	"upload_link": uploadAppURI,
 	"expose_port": previewAppURI,
+	"share_file":  fileAppURI,
 }
 
 // rendersApps reports whether the client of ctx's session declared that it renders
@@ -94,6 +97,9 @@ func (s *Tools) addApps(m *server.MCPServer) {
 	m.AddResource(mcp.NewResource(uploadAppURI, "Upload files",
 		mcp.WithResourceDescription("Upload form for an upload_link result."), mcp.WithMIMEType(appMIME)),
 		s.readApp(uploadAppURI))
+	m.AddResource(mcp.NewResource(fileAppURI, "Shared file",
+		mcp.WithResourceDescription("A share_file result shown in the conversation: an image, or an HTML page in a sandboxed frame that reaches nothing."), mcp.WithMIMEType(appMIME)),
+		s.readApp(fileAppURI))
 	if s.opts.Previews != nil {
 		m.AddResource(mcp.NewResource(previewAppURI, "Preview",
 			mcp.WithResourceDescription("Live view of an expose_port preview."), mcp.WithMIMEType(appMIME)),
@@ -106,7 +112,8 @@ var errNoApps = errors.New("this resource is an MCP App: declare the " + uiExten
 
 // readApp answers resources/read of one app, with the content security policy its
 // host applies: the upload app talks to this site only, the preview app frames the
-// previews' origins only.
+// previews' origins only, the file app reads from this site only (a page's text, an
+// image) and frames nothing but the page it writes itself.
 func (s *Tools) readApp(uri string) server.ResourceHandlerFunc {
 	return func(ctx context.Context, _ mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		if !rendersApps(ctx) {
@@ -119,6 +126,9 @@ func (s *Tools) readApp(uri string) server.ResourceHandlerFunc {
 			csp["connectDomains"] = []string{origin}
 		case previewAppURI:
 			csp["frameDomains"] = []string{s.opts.Previews.FrameDomain(origin)}
+		case fileAppURI:
+			csp["connectDomains"] = []string{origin}
+			csp["resourceDomains"] = []string{origin}
 		}
 		return []mcp.ResourceContents{mcp.TextResourceContents{
 			URI: uri, MIMEType: appMIME, Text: appPages[uri],

@@ -80,11 +80,11 @@ func TestAppsDeclaredOnlyToClientsThatRenderThem(t *testing.T) {
 		t.Errorf("tools/list with the apps declared is %d bytes, want under 22000", len(list))
 	}
 	t.Logf("tools/list with the apps declared: %d bytes", len(list))
-	if len(apps) != 2 || apps["upload_link"] != uploadAppURI || apps["expose_port"] != previewAppURI {
+	if len(apps) != 3 || apps["upload_link"] != uploadAppURI || apps["expose_port"] != previewAppURI || apps["share_file"] != fileAppURI {
 		t.Errorf("tools with apps: %v", apps)
 	}
-	if n := strings.Count(list, "ui://"); n != 4 {
-		t.Errorf("tools/list names apps %d times, want 4 (two tools, two keys each)", n)
+	if n := strings.Count(list, "ui://"); n != 6 {
+		t.Errorf("tools/list names apps %d times, want 6 (three tools, two keys each)", n)
 	}
 
 	if got := plain.rpc("resources/list", map[string]any{}); strings.Contains(got, "ui://") {
@@ -93,13 +93,17 @@ func TestAppsDeclaredOnlyToClientsThatRenderThem(t *testing.T) {
 	if got := plain.rpc("resources/read", map[string]any{"uri": uploadAppURI}); !strings.Contains(got, `"error"`) || !strings.Contains(got, uiExtension) {
 		t.Errorf("resources/read without the extension: %.300s", got)
 	}
-	if got := ui.rpc("resources/list", map[string]any{}); !strings.Contains(got, uploadAppURI) || !strings.Contains(got, previewAppURI) {
+	if got := ui.rpc("resources/list", map[string]any{}); !strings.Contains(got, uploadAppURI) || !strings.Contains(got, previewAppURI) || !strings.Contains(got, fileAppURI) {
 		t.Errorf("resources/list with the extension: %s", got)
 	}
 	up := ui.rpc("resources/read", map[string]any{"uri": uploadAppURI})
 	if !strings.Contains(up, `"_meta":{"ui":{"csp":{"connectDomains":["https://sandbox.example"]},"prefersBorder":true}}`) ||
 		!strings.Contains(up, `"mimeType":"text/html;profile=mcp-app"`) {
 		t.Errorf("upload app: %.400s", up)
+	}
+	if f := ui.rpc("resources/read", map[string]any{"uri": fileAppURI}); !strings.Contains(f, `"csp":{"connectDomains":["https://sandbox.example"],"resourceDomains":["https://sandbox.example"]}`) ||
+		strings.Contains(f, "frameDomains") || !strings.Contains(f, `sandbox=\"allow-scripts\"`) {
+		t.Errorf("file app: %.400s", f)
 	}
 	pv := ui.rpc("resources/read", map[string]any{"uri": previewAppURI})
 	if !strings.Contains(pv, `"csp":{"frameDomains":["http://*.localhost"]}`) {

@@ -198,9 +198,9 @@ func (s *Tools) restore(ctx context.Context, box Box, _ call, in restoreArgs) (*
 	out := restoreOutput{ID: id, Seconds: roundSeconds(time.Since(begin))}
 	ident := CallerFrom(ctx)
 	s.opts.Logger.Info("restore", zap.String("person", ident.Person), zap.String("container", ident.Container), zap.String("id", id))
-	text := fmt.Sprintf("Restored checkpoint %s in %.1fs: the system and /sandbox are as they were saved; every process of before ended.", id, out.Seconds)
+	text := fmt.Sprintf("Restored checkpoint %s in %.1fs: the system and /sandbox are as they were saved; every process that was running before has ended.", id, out.Seconds)
 	if id == boxapi.ImageReset {
-		text = fmt.Sprintf("Reset the system to the original image in %.1fs; /sandbox is kept; every process of before ended.", out.Seconds)
+		text = fmt.Sprintf("Reset the system to the original image in %.1fs; /sandbox is kept; every process that was running before has ended.", out.Seconds)
 	}
 	return mcp.NewToolResultStructured(out, text), nil
 }

@@ -3,6 +3,7 @@ package mcptools
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,7 @@ func describeFacts(f *boxapi.Facts) string {
 	known := f.Known()
 	f = &known
 	if len(f.Programs) == 0 {
-		return " Installed: only the base system (no python3, node or git)."
+		return " Installed: only the base system (no python3, pip3, node, npm or git)."
 	}
 	progs := make([]string, 0, len(f.Programs))
 	for _, p := range f.Programs {
@@ -63,8 +64,22 @@ func describeFacts(f *boxapi.Facts) string {
 		}
 		progs = append(progs, p)
 	}
-	return " Installed: " + strings.Join(progs, ", ") + "."
+	text := " Installed: " + strings.Join(progs, ", ") + "."
+	var missing []string
+	for _, p := range assumedPrograms {
+		if !slices.Contains(f.Programs, p) {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		text += " Not installed: " + strings.Join(missing, ", ") + "."
+	}
+	return text
 }
+
+// assumedPrograms are the programs models take for granted: when one is missing the
+// description says so, or they try pip install or npm install first.
+var assumedPrograms = []string{"python3", "pip3", "node", "npm", "git"}
 
 func cpuText(n float64) string {
 	if n == 1 {
@@ -77,6 +92,7 @@ func cpuText(n float64) string {
 // are listed, so that the detected tools appear once known, and names the tools' apps
 // to a client that renders them.
 func (s *Tools) describeTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	tools = hideUnknownTool(tools)
 	env := s.environment(ctx, 0)
 	out := make([]mcp.Tool, len(tools))
 	copy(out, tools)

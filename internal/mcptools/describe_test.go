@@ -15,10 +15,11 @@ func TestDescribeFacts(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{&boxapi.Facts{Programs: []string{}}, " Installed: only the base system (no python3, node or git)."},
+		{&boxapi.Facts{Programs: []string{}}, " Installed: only the base system (no python3, pip3, node, npm or git)."},
 		{&boxapi.Facts{Programs: []string{"python3", "node", "git"}, PythonModules: []string{"numpy", "pandas"}},
-			" Installed: python3 (numpy, pandas), node, git."},
-		{&boxapi.Facts{Programs: []string{"python3", "jq"}}, " Installed: python3, jq."},
+			" Installed: python3 (numpy, pandas), node, git. Not installed: pip3, npm."},
+		{&boxapi.Facts{Programs: []string{"python3", "jq"}}, " Installed: python3, jq. Not installed: pip3, node, npm, git."},
+		{&boxapi.Facts{Programs: []string{"python3", "pip3", "node", "npm", "git"}}, " Installed: python3, pip3, node, npm, git."},
 	} {
 		if got := describeFacts(tc.f); got != tc.want {
 			t.Errorf("describeFacts(%+v) = %q, want %q", tc.f, got, tc.want)
@@ -33,10 +34,10 @@ func TestDescribeFactsOnlyKnownNames(t *testing.T) {
 		Programs:      []string{"python3", testenv.PlantedNotice, "git", "git"},
 		PythonModules: []string{"numpy", testenv.PlantedNotice},
 	}
-	if got, want := describeFacts(f), " Installed: python3 (numpy), git."; got != want {
+	if got, want := describeFacts(f), " Installed: python3 (numpy), git. Not installed: pip3, node, npm."; got != want {
 		t.Errorf("describeFacts = %q, want %q", got, want)
 	}
-	if got := describeFacts(&boxapi.Facts{Programs: []string{testenv.PlantedNotice}}); got != " Installed: only the base system (no python3, node or git)." {
+	if got := describeFacts(&boxapi.Facts{Programs: []string{testenv.PlantedNotice}}); got != " Installed: only the base system (no python3, pip3, node, npm or git)." {
 		t.Errorf("describeFacts of nothing known = %q", got)
 	}
 }
@@ -66,7 +67,7 @@ func TestInstructionsFollowNetwork(t *testing.T) {
 		text := init["instructions"].(string)
 		offline := network == "none"
 		persist := strings.Count(text, "packages persist") + strings.Count(text, "packages you install persist")
-		if offline && (persist > 0 || !strings.Contains(text, "package installs (apt-get, pip, npm) fail")) || !offline && persist != 1 {
+		if offline && (persist > 0 || !strings.Contains(text, "downloads and package installs fail, so use what is installed") || strings.Contains(text, "pip, npm")) || !offline && persist != 1 {
 			t.Errorf("network %s: instructions %q", network, text)
 		}
 		if strings.Contains(text, "offline") != offline {
@@ -107,9 +108,17 @@ func TestInstructionsSayPortsUnreachable(t *testing.T) {
 			"clientInfo": map[string]any{"name": "test", "version": "1"}})
 		text, desc := init["instructions"].(string), h.description("execute")
 		unreachable := strings.Contains(text, "The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost") &&
-			strings.Contains(text, "share_file it, or ask the server's operator to turn on previews") &&
+			strings.Contains(text, "a web app that needs its server cannot be shown to them here") &&
+			strings.Contains(text, "an HTML page shared with share_file downloads as a file and cannot reach any server, so it works only when self-contained") &&
+			strings.Contains(text, "tell the user that the server's operator can turn on previews") &&
+			strings.Contains(h.description("share_file"), "A web app that needs its server cannot be shown (no previews here).") &&
 			strings.Contains(desc, "The user cannot open ports in the sandbox (no previews here; localhost is their own machine)")
-		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port")
+		pointed := strings.Contains(text, "use expose_port") && strings.Contains(desc, "use expose_port") &&
+			strings.Contains(h.description("share_file"), "For a web app that needs its server, use expose_port.")
+		// Whatever the previews, share_file says that a page downloads, unserved.
+		if d := h.description("share_file"); !strings.Contains(d, "anything else downloads, HTML too: a page is a file, not a site, and reaches no server, so share only self-contained pages") {
+			t.Errorf("share_file: %q", d)
+		}
 		if unreachable == previews || pointed != previews {
 			t.Errorf("previews %v: instructions %q\nexecute: %q", previews, text, desc)
 		}

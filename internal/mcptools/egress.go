@@ -33,7 +33,7 @@ func networkText(networkMode string, e *Egress) string {
 	case e == nil && networkMode != "none":
 		return " It can reach the network; packages you install persist."
 	case e == nil || e.Offline:
-		return " It is offline: downloads and package installs (apt-get, pip, npm) fail, so use what is installed."
+		return " It is offline: downloads and package installs fail, so use what is installed."
 	case e.Hosts == "" && e.Ask:
 		return " The operator allows no host outright, through the proxy its environment names (HTTP_PROXY): a connection to any host waits while the user is asked whether to allow it (if their client can be asked), else gets 403; packages you install persist."
 	case e.Hosts == "":
@@ -66,11 +66,47 @@ func blockedNote(box Box, job string) string {
 // commands.
 var downloadCommand = regexp.MustCompile(`\b(apt(-get)?\s+(-\S+\s+)*(install|update|upgrade|source|download)|(pip3?|uv\s+pip|python3?\s+-m\s+pip)\s+(-\S+\s+)*(install|download)|(npm|pnpm|yarn|bun)\s+(install|i|add|ci)|npx|(gem|cargo|conda|mamba)\s+install|go\s+(get|install|mod\s+download)|git\s+(clone|fetch|pull|submodule)|apk\s+add|dnf\s+install|yum\s+install)\b`)
 
+// fetchCommand matches curl and wget given a URL; fetchHost finds the hosts of a
+// command's URLs.
+var (
+	fetchCommand = regexp.MustCompile(`\b(curl|wget)\s[^;&|\n]*\b(https?|ftp)://`)
+	fetchHost    = regexp.MustCompile(`\b(?:https?|ftp)://([^/\s:'"?#]+|\[[^\]]*\])`)
+)
+
+// downloads reports whether a command downloads: a package install, git's network
+// commands, or curl or wget fetching from a host other than the sandbox itself.
+func downloads(command string) bool {
+	if downloadCommand.MatchString(command) {
+		return true
+	}
+	if !fetchCommand.MatchString(command) {
+		return false
+	}
+	for _, m := range fetchHost.FindAllStringSubmatch(command, -1) {
+		switch h := strings.ToLower(m[1]); {
+		case h == "localhost", strings.HasPrefix(h, "127."), h == "[::1]", h == "0.0.0.0", strings.HasSuffix(h, ".localhost"):
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// piped matches a pipe (not ||): the exit code is then the last command's, and a
+// download that failed before it (curl ... | sh) may end in exit code 0.
+var piped = regexp.MustCompile(`(^|[^|])\|([^|]|$)`)
+
+// aptUpdate matches apt-get update, which ends in exit code 0 when it could fetch
+// nothing (warnings only).
+var aptUpdate = regexp.MustCompile(`\bapt(-get)?\s+(-\S+\s+)*update\b`)
+
 // offlineNote is the line a result gets when a command that downloads failed, or still
-// runs, in a sandbox that reaches no host: package managers retry for a long time
-// before they fail, and their errors do not say that the sandbox is offline.
+// runs, or was piped into another (whose exit code hides the failure), or is apt-get
+// update (which ends in exit code 0 having fetched nothing), in a sandbox
+// that reaches no host: package managers retry for a long time before they fail, and
+// their errors do not say that the sandbox is offline.
 func offlineNote(box Box, networkMode, command string, res *boxapi.ExecResult) string {
-	if res == nil || (!res.Running && res.ExitCode == 0) || !downloadCommand.MatchString(command) || !offline(networkMode, box.Egress()) {
+	if res == nil || (!res.Running && res.ExitCode == 0 && !piped.MatchString(command) && !aptUpdate.MatchString(command)) || !downloads(command) || !offline(networkMode, box.Egress()) {
 		return ""
 	}
 	if res.Running {

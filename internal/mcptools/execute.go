@@ -83,7 +83,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 	if yield == 0 {
 		waitLine = "- A call waits for the command to end, or for `wait` seconds when given."
 	}
-	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here and hand results over with share_file."
+	ports := "\n- The user cannot open ports in the sandbox (no previews here; localhost is their own machine): test servers with curl here; hand over images, PDFs or a zip with share_file (a shared HTML page downloads and reaches no server)."
 	if s.opts.Previews != nil {
 		ports = "\n- To let the user open a server running here, use expose_port."
 	}
@@ -101,7 +101,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 - Begin with `+"`set -o pipefail;`"+` when a failure inside `+"`cmd | tail`"+` matters.
 - To hand the user a file, write it under /sandbox and call share_file.%s`,
 		ttl, waitLine, human.Duration(cfg.ExecTimeout), s.defaultOutput(), more, ports)
-	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d (more counts as %d). Default %d.", int(yield.Seconds()), int(yield.Seconds()), int(yield.Seconds()))
+	waitDesc := fmt.Sprintf("Seconds before a running command is returned as a job, 0 to %d. Default %d.", int(yield.Seconds()), int(yield.Seconds()))
 	if yield == 0 {
 		waitDesc = "Seconds before a running command is returned as a job. Default: until it ends."
 	}
@@ -115,7 +115,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		"command":     {desc: "The bash command line, e.g. `python3 script.py`."},
 		"timeout":     {desc: fmt.Sprintf("Seconds before the command is killed (also as a job). Default %d.", int(cfg.ExecTimeout.Seconds()))},
 		"wait":        s.waitAbout(waitDesc),
-		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty."},
+		"interactive": {desc: "Keep stdin open for job_input (prompts, `read`). Default false: stdin is empty. `read -p` prompts show only with tty."},
 		"tty":         {desc: "Use a pseudo-terminal (REPLs, isatty checks); implies interactive; stderr joins stdout."},
 		"cwd":         {desc: pathDesc("Directory to start in (default /sandbox)", "app")},
 		"max_output": {desc: fmt.Sprintf("Bytes of each stream to return, at most %d. Default %d.", cfg.MaxOutput, s.defaultOutput()),
@@ -141,8 +141,8 @@ type shareFileArgs struct {
 func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 	ttl, maxTTL := time.Duration(s.opts.LinkTTL), time.Duration(s.opts.MaxLinkTTL)
 	return define[shareFileArgs](mcp.NewTool("share_file",
-		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; a directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.`,
-			human.Duration(ttl), human.Duration(maxTTL))),
+		mcp.WithDescription(fmt.Sprintf(`Make a download link for a file or directory in the sandbox, to give to the user. It works without signing in and expires after %s (expires_in: up to %s). Images, PDFs, audio and video open in the browser; anything else downloads, HTML too: a page is a file, not a site, and reaches no server, so share only self-contained pages (scripts, styles, data inline). A directory downloads as <name>.zip. The link serves the file as it is when downloaded: keep it in place until the user has it.%s`,
+			human.Duration(ttl), human.Duration(maxTTL), s.shareAppText())),
 		title("Share a sandbox file as a download link"),
 		outputSchema[shareOutput](),
 		hints(true, false, false, false),
@@ -154,6 +154,15 @@ func (s *Tools) shareFileTool() toolDef[shareFileArgs] {
 	})
 }
 
+// shareAppText is the end of share_file's description: how to show a running web
+// app, which a shared file cannot.
+func (s *Tools) shareAppText() string {
+	if s.opts.Previews != nil {
+		return " For a web app that needs its server, use expose_port."
+	}
+	return " A web app that needs its server cannot be shown (no previews here)."
+}
+
 // execute runs one command and reports its output live as progress notifications.
 func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*mcp.CallToolResult, error) {
 	cfg := s.opts.Config
@@ -162,8 +171,7 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 		timeout = time.Duration(*in.Timeout * float64(time.Second))
 	}
 	opts := boxapi.ExecOptions{Timeout: timeout, MaxJobs: s.opts.MaxJobs, Interactive: in.Interactive, TTY: in.TTY}
-	var waitNote string
-	opts.Wait, waitNote = s.execWait(in.Wait)
+	opts.Wait = s.execWait(in.Wait)
 	if c.task {
 		// As an MCP task the call itself is the long wait (the client polls tasks/get),
 		// and it outlives the request that created it.
@@ -231,46 +239,36 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + waitNote + offlineNote(box, s.opts.Config.NetworkMode, command, res)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-// waitArg is the wait of execute and of the job tools: seconds, at most a day; more
-// than yield_after (when on) counts as yield_after.
+// waitArg is the wait of execute and of the job tools: seconds, at most yield_after
+// when it is on (the schema says so: no call waits longer), else at most a day.
 type waitArg struct {
 	Wait *float64 `json:"wait" arg:"min=0,max=86400" unit:"a number of seconds"`
 }
 
-// waitAbout describes a wait argument; with yield_after on, its errors say that more
-// counts as yield_after.
+// waitAbout describes a wait argument; with yield_after on, it is its maximum, and
+// errors say how to wait longer.
 func (s *Tools) waitAbout(desc string) about {
 	a := about{desc: desc}
 	if y := s.opts.Yield; y > 0 {
-		a.must = fmt.Sprintf("a number of seconds from 0 to %s (more counts as %s, the server's yield_after)", fmtNum(y.Seconds()), fmtNum(y.Seconds()))
+		a.max = bound(y.Seconds())
+		a.must = fmt.Sprintf("a number of seconds from 0 to %s (the server's yield_after: no call waits longer; for longer, call job_output again)", fmtNum(y.Seconds()))
 	}
 	return a
 }
 
-// execWait is execute's wait, with the note of a wait cut to yield_after. Absent, it
-// is yield_after.
-func (s *Tools) execWait(secs *float64) (time.Duration, string) {
+// execWait is execute's wait. Absent, it is yield_after.
+func (s *Tools) execWait(secs *float64) time.Duration {
 	switch {
 	case secs == nil:
-		return s.opts.Yield, "" // 0 (off) waits for the end
+		return s.opts.Yield // 0 (off) waits for the end
 	case *secs == 0:
-		return boxapi.NoWait, ""
+		return boxapi.NoWait
 	}
-	return s.cutWait(*secs, "for longer work call job_output")
-}
-
-// cutWait is a wait of secs, cut to yield_after (when on); note says so and what to
-// do for longer (then).
-func (s *Tools) cutWait(secs float64, then string) (w time.Duration, note string) {
-	if y := s.opts.Yield; y > 0 && secs > y.Seconds() {
-		note = fmt.Sprintf("\n[wait %s was cut to %s: no call waits longer than the server's yield_after; %s]", fmtNum(secs), fmtNum(y.Seconds()), then)
-		secs = y.Seconds()
-	}
-	return time.Duration(secs * float64(time.Second)), note
+	return time.Duration(*secs * float64(time.Second))
 }
 
 func toOutput(res *boxapi.ExecResult) ExecuteOutput {
@@ -387,6 +385,16 @@ func (s *Tools) note(o ExecuteOutput, res *boxapi.ExecResult, timeout time.Durat
 		fmt.Fprintf(&b, "\n[note: pid %s%s runs on in the background as job %s; its output: job_output with job_id %q; stop it: job_kill]", res.BackgroundPid, what, res.Background, res.Background)
 	}
 	return b.String()
+}
+
+// promptNote is the line a result gets when an interactive command without a terminal
+// runs on having printed nothing: it may wait for input behind a prompt that was never
+// shown (bash's read -p, and programs that check isatty, print none without one).
+func promptNote(opts boxapi.ExecOptions, res *boxapi.ExecResult) string {
+	if !res.Running || !opts.Interactive || opts.TTY || res.StdoutBytes > 0 || res.StderrBytes > 0 {
+		return ""
+	}
+	return "\n[note: no output yet; if it waits for input, its prompt may not show: read -p and programs that check for a terminal print none without tty: true. Send the answer with job_input, or start it again with tty: true to see the prompt]"
 }
 
 // engineText is what a tool says when the sandbox's engine did not answer: nothing

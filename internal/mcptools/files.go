@@ -125,7 +125,7 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 	case errors.Is(err, boxapi.ErrImageMissing):
 		return mcp.NewToolResultError(box.ImageMissing())
 	case errors.As(err, &match) && match.Count == 0:
-		return argError("old_text was not found in %s, so nothing changed. Whitespace, indentation and line breaks must match exactly: read the lines with read_file and copy them without the line numbers.", p)
+		return argError("old_text was not found in %s, so nothing changed.%s Whitespace, indentation and line breaks must match exactly: read the lines with read_file and copy them without the line numbers.", p, nearText(match.Near))
 	case errors.As(err, &match):
 		more := ""
 		if match.Count > len(match.Lines) {
@@ -149,6 +149,40 @@ func (s *Tools) fileErrorResult(box Box, tool, p string, err error) *mcp.CallToo
 		return mcp.NewToolResultError(engineText(box))
 	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s could not reach %s in the sandbox right now; try again in a moment.", tool, p))
+}
+
+// nearText says where old_text comes closest to the file and what differs there; the
+// lines are the file's and the model's own, quoted.
+func nearText(n *boxapi.Near) string {
+	if n == nil {
+		return ""
+	}
+	what := "they differ"
+	switch {
+	case n.Whitespace:
+		what = "they differ only in whitespace (indentation, tabs or spaces, trailing blanks)"
+	default:
+		a, b := strings.TrimLeft(n.FileLine, " \t"), strings.TrimLeft(n.TextLine, " \t")
+		if i := commonPrefix(a, b); i > 0 {
+			what = fmt.Sprintf("they agree up to %q, then differ", human.Clip(a[:i], 80))
+		}
+	}
+	start := ""
+	if n.Matched > 0 {
+		start = fmt.Sprintf("Its first %d line(s) match the file from line %d; then ", n.Matched, n.Line-n.Matched)
+	} else {
+		start = "The closest line: "
+	}
+	return fmt.Sprintf(" %sline %d of the file is %q where old_text has %q: %s.", start, n.Line, human.Clip(n.FileLine, 200), human.Clip(n.TextLine, 200), what)
+}
+
+// commonPrefix is the length of the start a and b share.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 func joinLines(v []int) string {

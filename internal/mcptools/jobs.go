@@ -56,7 +56,7 @@ const jobIDDesc = "From execute's result or job_list."
 // jobWaitAbout describes the wait of job_output and job_input.
 func (s *Tools) jobWaitAbout(what string) about {
 	if y := s.opts.Yield; y > 0 {
-		return s.waitAbout(fmt.Sprintf("Seconds to wait %s, 0 to %d (more counts as %d). Default %d.", what, int(y.Seconds()), int(y.Seconds()), int(y.Seconds())))
+		return s.waitAbout(fmt.Sprintf("Seconds to wait %s, 0 to %d. Default %d.", what, int(y.Seconds()), int(y.Seconds())))
 	}
 	return s.waitAbout(fmt.Sprintf("Seconds to wait %s. Default %d.", what, int(defaultPollWaitOff.Seconds())))
 }
@@ -113,27 +113,32 @@ func (s *Tools) jobKillTool() toolDef[jobKillArgs] {
 // noArgs are the arguments of a tool that takes none.
 type noArgs struct{}
 
-func (s *Tools) jobListTool() toolDef[noArgs] {
-	return define[noArgs](mcp.NewTool("job_list",
-		mcp.WithDescription(fmt.Sprintf(`List the jobs: running commands and the newest %d finished ones of the last day, with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
+// jobListArgs are job_list's arguments.
+type jobListArgs struct {
+	Running bool `json:"running"`
+}
+
+func (s *Tools) jobListTool() toolDef[jobListArgs] {
+	return define[jobListArgs](mcp.NewTool("job_list",
+		mcp.WithDescription(fmt.Sprintf(`List jobs, oldest first: all running ones and the finished ones kept (the newest %d plus any finished in the last 10 minutes, none over a day), with exit codes. At most %d run at once.`, 20, s.opts.MaxJobs)),
 		title("List running and recent commands"),
 		outputSchema[jobListOutput](jobStates),
 		hints(true, false, true, false),
-	), nil)
+	), map[string]about{
+		"running": {desc: "Only jobs still running. Default false."},
+	})
 }
 
-// pollWaitOf is the wait of job_output and job_input, with the note of a wait cut to
-// yield_after.
-func (s *Tools) pollWaitOf(w waitArg) (time.Duration, string) {
+// pollWaitOf is the wait of job_output and job_input.
+func (s *Tools) pollWaitOf(w waitArg) time.Duration {
 	if w.Wait == nil {
-		return s.pollWait(), ""
+		return s.pollWait()
 	}
-	return s.cutWait(*w.Wait, "call job_output again to wait longer")
+	return time.Duration(*w.Wait * float64(time.Second))
 }
 
 func (s *Tools) jobOutput(ctx context.Context, box Box, c call, in jobOutputArgs) (*mcp.CallToolResult, error) {
-	wait, note := s.pollWaitOf(in.waitArg)
-	return s.follow(ctx, box, c, in.JobID, wait, note, nil)
+	return s.follow(ctx, box, c, in.JobID, s.pollWaitOf(in.waitArg), nil)
 }
 
 func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) (*mcp.CallToolResult, error) {
@@ -144,13 +149,12 @@ func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) 
 	if !strings.HasSuffix(input, "\n") {
 		input += "\n"
 	}
-	wait, note := s.pollWaitOf(in.waitArg)
-	return s.follow(ctx, box, c, in.JobID, wait, note, &input)
+	return s.follow(ctx, box, c, in.JobID, s.pollWaitOf(in.waitArg), &input)
 }
 
 // follow is job_output and job_input: one delivery of a job's new output, with
-// progress keep-alive while it waits. waitNote is the note of a wait cut short.
-func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, waitNote string, input *string) (*mcp.CallToolResult, error) {
+// progress keep-alive while it waits.
+func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	untrack := s.calls.track(ctx, id, "") // a call that waits for the job carries its questions too
 	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
@@ -160,7 +164,7 @@ func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait tim
 		return jobError(box, err, id, c.tool), nil
 	}
 	out := toOutput(res)
-	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID) + waitNote
+	out.Note = s.note(out, res, 0, input != nil) + blockedNote(box, res.JobID)
 	if input != nil && err == nil && !res.Running {
 		out.Note += "\n[the input was sent; the program then ended]"
 	}
@@ -197,7 +201,7 @@ func (s *Tools) jobKill(ctx context.Context, box Box, c call, in jobKillArgs) (*
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 
-func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.CallToolResult, error) {
+func (s *Tools) jobList(ctx context.Context, box Box, _ call, in jobListArgs) (*mcp.CallToolResult, error) {
 	jobs, err := box.ListJobs(ctx)
 	if err != nil {
 		return mcp.NewToolResultError(execErrorText(box, err)), nil
@@ -205,6 +209,9 @@ func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.Ca
 	out := jobListOutput{Jobs: []jobEntry{}}
 	var b strings.Builder
 	for _, j := range jobs {
+		if in.Running && j.State != "running" {
+			continue
+		}
 		e := jobEntry{JobID: j.ID, State: j.State, StartedAt: j.Started, Interactive: j.Interactive, KilledBy: j.KilledBy, Command: j.Command}
 		if j.State == "done" {
 			code := j.ExitCode
@@ -220,7 +227,10 @@ func (s *Tools) jobList(ctx context.Context, box Box, _ call, _ noArgs) (*mcp.Ca
 		}
 		fmt.Fprintf(&b, "%s  %s  started %s  %s\n", j.ID, state, j.Started.Format(time.RFC3339), j.Command)
 	}
-	if len(jobs) == 0 {
+	switch {
+	case len(out.Jobs) == 0 && in.Running:
+		b.WriteString("No job is running.")
+	case len(out.Jobs) == 0:
 		b.WriteString("No jobs.")
 	}
 	return mcp.NewToolResultStructured(out, strings.TrimRight(b.String(), "\n")), nil

@@ -37,9 +37,10 @@ func TestNoCheckpoints(t *testing.T) {
 }
 
 // TestNoCheckpointsCall: with NoCheckpoints a call of checkpoint, checkpoint_list or
-// restore (a client's tool list from before the configuration changed) is refused by
-// the MCP server as an unknown tool: the sandbox's "not supported on a Kubernetes
-// engine" error cannot reach the model through these tools.
+// restore (a client's tool list from before the configuration changed) is refused as
+// an unknown tool, with the server's tools and why it has no checkpoints: the
+// sandbox's "not supported on a Kubernetes engine" error cannot reach the model
+// through these tools.
 func TestNoCheckpointsCall(t *testing.T) {
 	h := newToolsHarness(t, func(o *Options) { o.NoCheckpoints = "Checkpoints are not supported on this server (test)." })
 	for i, c := range []struct {
@@ -54,13 +55,16 @@ func TestNoCheckpointsCall(t *testing.T) {
 		done()
 		b, _ := json.Marshal(resp)
 		var m struct {
-			Result any
-			Error  *struct{ Message string }
+			Result struct {
+				IsError bool
+				Content []struct{ Text string }
+			}
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.Result != nil || m.Error == nil || !strings.Contains(m.Error.Message, c.tool) || strings.Contains(string(b), "did not work") {
+		if !m.Result.IsError || len(m.Result.Content) != 1 || !strings.Contains(m.Result.Content[0].Text, `There is no tool "`+c.tool+`" on this server. Its tools are: edit_file, execute,`) ||
+			!strings.Contains(m.Result.Content[0].Text, "Checkpoints are not supported on this server (test).") || strings.Contains(string(b), "did not work") {
 			t.Errorf("%s: %s, want an unknown-tool error", c.tool, b)
 		}
 	}

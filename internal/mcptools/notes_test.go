@@ -2,6 +2,7 @@ package mcptools
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -78,32 +79,40 @@ func TestReadFileFooter(t *testing.T) {
 	}
 }
 
-// TestWaitLongerThanYieldIsCut: a wait longer than yield_after is not refused: the
-// call waits yield_after and its note says so and how to wait longer.
-func TestWaitLongerThanYieldIsCut(t *testing.T) {
+// TestWaitAtMostYield: the schema's maximum of wait is yield_after, as the
+// descriptions say (it was a day), and a longer wait is refused by name with the
+// bound and how to wait longer; a wait within it reaches the sandbox as asked.
+func TestWaitAtMostYield(t *testing.T) {
 	h := newToolsHarness(t)
-	for _, c := range []struct {
-		tool string
-		args map[string]any
-		note string
-	}{
-		{"execute", map[string]any{"command": "make", "wait": 120}, "[wait 120 was cut to 5: no call waits longer than the server's yield_after; for longer work call job_output]"},
-		{"job_output", map[string]any{"job_id": fakeJob, "wait": "99"}, "[wait 99 was cut to 5: no call waits longer than the server's yield_after; call job_output again to wait longer]"},
-		{"job_input", map[string]any{"job_id": fakeJob, "input": "y", "wait": 600}, "[wait 600 was cut to 5:"},
-	} {
-		before := len(h.box.called())
-		isErr, text, st := h.call(c.tool, c.args)
-		note, _ := st.(map[string]any)["note"].(string)
-		if isErr || !strings.Contains(text, c.note) || !strings.Contains(note, c.note) {
-			t.Errorf("%s(%v): error %v, %q", c.tool, c.args, isErr, text)
+	for _, tool := range []string{"execute", "job_output", "job_input"} {
+		var list struct {
+			Tools []struct {
+				Name        string
+				InputSchema struct {
+					Properties map[string]struct {
+						Maximum     *float64 `json:"maximum"`
+						Description string   `json:"description"`
+					} `json:"properties"`
+				} `json:"inputSchema"`
+			} `json:"tools"`
 		}
-		if got := h.box.called()[before:]; !slices.Contains(got, "wait 5s") {
-			t.Errorf("%s(%v) asked the sandbox %q, want a wait of 5s", c.tool, c.args, got)
+		b, _ := json.Marshal(h.rpc("tools/list", map[string]any{}))
+		_ = json.Unmarshal(b, &list)
+		for _, tl := range list.Tools {
+			if w := tl.InputSchema.Properties["wait"]; tl.Name == tool && (w.Maximum == nil || *w.Maximum != 5 || !strings.Contains(w.Description, "0 to 5. Default 5.")) {
+				t.Errorf("%s: wait's schema %v %q, want maximum 5 (yield_after)", tool, w.Maximum, w.Description)
+			}
 		}
 	}
-	// Within yield_after, nothing is said.
-	if _, text, _ := h.call("execute", map[string]any{"command": "make", "wait": 3}); strings.Contains(text, "was cut") {
-		t.Errorf("a wait within yield_after: %q", text)
+	const must = `"wait" must be a number of seconds from 0 to 5 (the server's yield_after: no call waits longer; for longer, call job_output again)`
+	h.wantErrors(t, []errorCase{
+		{"execute", map[string]any{"command": "make", "wait": 120}, must + ", got 120"},
+		{"job_output", map[string]any{"job_id": fakeJob, "wait": "99"}, must},
+		{"job_input", map[string]any{"job_id": fakeJob, "input": "y", "wait": 600}, must},
+	})
+	before := len(h.box.called())
+	if isErr, text, _ := h.call("execute", map[string]any{"command": "make", "wait": 5}); isErr || !slices.Contains(h.box.called()[before:], "wait 5s") {
+		t.Errorf("a wait of yield_after: %v %q", isErr, text)
 	}
 }
 

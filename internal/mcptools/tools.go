@@ -147,7 +147,7 @@ const serverInstructions = `This server gives you a persistent Linux sandbox (a 
 // noPreviewsText tells the model, when previews are off, that nothing listening in the
 // sandbox reaches the person: without it, models tell people to open
 // http://localhost:<port>, which is their own machine.
-const noPreviewsText = `The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost or the sandbox's address. Test servers from inside with curl; to show a result, save it as a file (page, image, PDF, or a zip of a site) and share_file it, or ask the server's operator to turn on previews.`
+const noPreviewsText = `The user cannot reach ports in the sandbox (this server has no previews): never tell them to open localhost or the sandbox's address, and a web app that needs its server cannot be shown to them here. Test servers from inside with curl. To show a result, share_file an image or PDF (they open in the browser) or a zip of the project for the user to run themselves; an HTML page shared with share_file downloads as a file and cannot reach any server, so it works only when self-contained (scripts, styles and images inline, data embedded). For the app itself, tell the user that the server's operator can turn on previews.`
 
 // previewsText is the same when previews are on.
 const previewsText = `To let the user open a web app or server running in the sandbox, use expose_port: localhost is their own machine.`
@@ -197,6 +197,7 @@ func New(o Options) *Tools {
 		s.addCheckpointTools(m)
 	}
 	s.addApps(m)
+	s.addUnknownTool(m, hooks)
 	if o.Previews != nil {
 		addTool(s, m, s.exposePortTool(), s.exposePort)
 		addTool(s, m, s.unexposePortTool(), s.unexposePort)

@@ -211,6 +211,8 @@ type toolsHarness struct {
 	box   *fakeBox
 	audit *fakeAudit
 	ids   int
+	// client is the OAuth client name calls carry; "" is "test".
+	client string
 }
 
 func newToolsHarness(t testing.TB, tune ...func(*Options)) *toolsHarness {
@@ -238,7 +240,11 @@ func (h *toolsHarness) rpc(method string, params any) map[string]any {
 	h.t.Helper()
 	h.ids++
 	msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": h.ids, "method": method, "params": params})
-	ctx := WithCaller(context.Background(), Caller{ClientName: "test", Label: "test", Origin: "https://sandbox.example"})
+	client := h.client
+	if client == "" {
+		client = "test"
+	}
+	ctx := WithCaller(context.Background(), Caller{ClientName: client, Label: "test", Origin: "https://sandbox.example"})
 	ctx, done := h.tools.Request(ctx)
 	resp := h.tools.MCPServer().HandleMessage(ctx, msg)
 	done()
@@ -297,7 +303,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"execute", map[string]any{"command": "true", "timeout": "soon"}, `"timeout" must be a number of seconds between 1 and 86400, got "soon"`},
 		{"execute", map[string]any{"command": "true", "timeout": true}, `got true`},
 		{"execute", map[string]any{"command": "true", "timeout": "NaN"}, `"timeout" must be`},
-		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (more counts as 5, the server's yield_after), got -1`},
+		{"execute", map[string]any{"command": "true", "wait": -1}, `"wait" must be a number of seconds from 0 to 5 (the server's yield_after: no call waits longer; for longer, call job_output again), got -1`},
 		{"execute", map[string]any{"command": "true", "wait": "later"}, `"wait" must be a number of seconds from 0 to 5`},
 		{"execute", map[string]any{"command": "true", "interactive": "yes"}, `"interactive" must be true or false, got "yes"`},
 		{"execute", map[string]any{"command": "true", "tty": 1}, `"tty" must be true or false, got 1`},

@@ -6,15 +6,17 @@
 import { AppBridge, PostMessageTransport } from "@modelcontextprotocol/ext-apps/app-bridge";
 
 // cspOf is the policy a host builds from _meta.ui.csp: nothing but the inline app, the
-// origins it may connect to and the ones it may frame.
+// origins it may connect to, load images and media from (resourceDomains), and frame.
 function cspOf(csp) {
   const c = csp || {};
   const list = (l) => (l && l.length ? l.join(" ") : "'none'");
+  const res = (c.resourceDomains || []).join(" ");
   return [
     "default-src 'none'",
     "script-src 'unsafe-inline'",
     "style-src 'unsafe-inline'",
-    "img-src data:",
+    ("img-src data: " + res).trim(),
+    ("media-src data: " + res).trim(),
     "connect-src " + list(c.connectDomains),
     "frame-src " + list(c.frameDomains),
   ].join("; ");

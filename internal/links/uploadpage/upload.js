@@ -140,7 +140,7 @@
 		const total = saved + failed;
 		if (total === 0) return;
 		if (failed === 0) {
-			say((saved === 1 ? 'The file is' : 'All ' + saved + ' files are') + ' in ' + app.dataset.dir + '. You can tell the assistant.', 'ok');
+			say((saved === 1 ? 'The file is' : 'All ' + saved + ' files are') + ' in ' + app.dataset.dir + '. Go back to the conversation and say they are here.', 'ok');
 		} else if (saved === 0) {
 			say((failed === 1 ? 'The upload' : 'All ' + failed + ' uploads') + ' failed. See the messages above.', 'failed');
 		} else {
