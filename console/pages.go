@@ -123,6 +123,7 @@ var flashes = map[string]string{
 	sbDelete:          "The sandbox container was deleted.",
 
 	actRestoreCheckpoint: "The checkpoint was restored; the processes of before ended.",
+	actCopyCheckpoint:    "The checkpoint was copied: the sandbox chosen starts from it.",
 	actDeleteCheckpoint:  "The checkpoint was deleted.",
 }
 
@@ -376,7 +377,10 @@ func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *sessi
 type confirmation struct {
 	Action, ID, Title, Button string
 	// Person, when set, is posted with the action (whose job kill_job kills).
-	Person         string
+	Person string
+	// CopyTo, when set, are the sandboxes a checkpoint may be copied to ("-" the
+	// operator's): the form asks for one, and whether to replace it.
+	CopyTo         []string
 	Ends, Survives []string
 	// Volumes, when set, are buttons that each post the action with their volume
 	// choice, instead of the one Button.
@@ -473,10 +477,18 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 		cf = cc
 		cf.ID = id
 		cf.Title = fmt.Sprintf(cf.Title, id, owner)
-		cf.Ends = slices.Clone(cf.Ends)
-		for i := range cf.Ends {
-			if strings.Contains(cf.Ends[i], "%[2]s") {
-				cf.Ends[i] = fmt.Sprintf(cf.Ends[i], id, owner)
+		cf.Ends, cf.Survives = slices.Clone(cf.Ends), slices.Clone(cf.Survives)
+		for _, list := range [][]string{cf.Ends, cf.Survives} {
+			for i := range list {
+				if strings.Contains(list[i], "%[2]s") {
+					list[i] = fmt.Sprintf(list[i], id, owner)
+				}
+			}
+		}
+		if cf.Action == actCopyCheckpoint {
+			cf.CopyTo = []string{OperatorPath}
+			if c.opts.Sandboxes != nil {
+				cf.CopyTo = append(cf.CopyTo, c.opts.Sandboxes.People()...)
 			}
 		}
 	}
