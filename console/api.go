@@ -222,7 +222,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 	case "DELETE grants/{id}":
 		c.apiAct(w, r, actor, actRevokeGrant, id)
 	case "GET links":
-		links, err := c.opts.Links.Links(r.Context())
+		links, err := c.links(r.Context())
 		if err != nil {
 			writeJSONError(w, http.StatusInternalServerError, err.Error())
 			return

@@ -285,7 +285,8 @@ func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *se
 		Outcomes: []string{audit.OutcomeOK, audit.OutcomeNonZero, audit.OutcomeTimeout, audit.OutcomeCancelled, audit.OutcomeError, audit.OutcomeDenied, audit.OutcomeRefused}}
 	a.Clients, a.Tools = c.opts.Audit.Facets()
 	if c.opts.Sandboxes != nil {
-		a.People = c.opts.Sandboxes.People()
+		// Removed people's entries stay in the log: they can be filtered too.
+		a.People = append(slices.Clone(c.opts.Sandboxes.People()), c.opts.Sandboxes.Removed(r.Context())...)
 	}
 	a.Rows = activityRows(a.Entries, a.People != nil)
 	q := url.Values{}
@@ -367,7 +368,7 @@ type linksPage struct {
 func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *session) {
 	l := linksPage{Now: c.opts.Now(), People: c.opts.Sandboxes != nil}
 	var err error
-	if l.Links, err = c.opts.Links.Links(r.Context()); err != nil {
+	if l.Links, err = c.links(r.Context()); err != nil {
 		l.Err = err.Error()
 	}
 	c.render(w, http.StatusOK, "links", c.newPage(r, sess, "links", "Links", l))
