@@ -74,7 +74,9 @@ func (b boxes) For(ctx context.Context) (mcptools.Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	metrics.PersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	if !mcptools.Describing(ctx) {
+		metrics.PersonCalls.WithLabelValues(personLabel(caller.Person)).Inc()
+	}
 	return toolBox{Sandbox: e.Sandbox(), e: e, h: b.h}, nil
 }
 

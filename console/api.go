@@ -80,6 +80,17 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		} else {
 			err = c.opts.Checkpoints.DeleteCheckpoint(ctx, id)
 		}
+	case actCopyCheckpoint:
+		if c.opts.Checkpoints == nil {
+			return errUnknownAction
+		}
+		to, ok := c.personArg(r.FormValue("to"))
+		if !ok || r.FormValue("to") == "" {
+			return ErrNotFound
+		}
+		replace := r.FormValue("replace") == "on"
+		args = `{"id":` + strconv.Quote(id) + `,"to":` + strconv.Quote(to) + `,"replace":` + strconv.FormatBool(replace) + `}`
+		err = c.opts.Checkpoints.CopyCheckpoint(ctx, id, to, replace)
 	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate, "sandbox_" + actDelete:
 		args, err = c.actSandbox(ctx, action, id, r.FormValue("volume"))
 	default:
@@ -211,7 +222,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, p string) {
 	case "DELETE grants/{id}":
 		c.apiAct(w, r, actor, actRevokeGrant, id)
 	case "GET links":
-		links, err := c.opts.Links.Links(r.Context())
+		links, err := c.links(r.Context())
 		if err != nil {
 			writeJSONError(w, http.StatusInternalServerError, err.Error())
 			return

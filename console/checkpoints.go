@@ -41,6 +41,8 @@ type Checkpoints interface {
 const (
 	actRestoreCheckpoint = "restore_checkpoint"
 	actDeleteCheckpoint  = "delete_checkpoint"
+	// actCopyCheckpoint posts "to" (a person, "-" the operator) and "replace" ("on").
+	actCopyCheckpoint = "copy_checkpoint"
 )
 
 // checkpointConfirmations say what the checkpoint actions do.
@@ -52,6 +54,10 @@ var checkpointConfirmations = map[string]confirmation{
 	actDeleteCheckpoint: {Action: actDeleteCheckpoint, Title: "Delete checkpoint %[1]s of %[2]s?", Button: "Delete",
 		Ends:     []string{"the checkpoint: its image and its copy of /sandbox"},
 		Survives: []string{"the sandbox as it is now", "the other checkpoints"}},
+	actCopyCheckpoint: {Action: actCopyCheckpoint, Title: "Copy checkpoint %[1]s of %[2]s to…", Button: "Copy",
+		Ends: []string{"with \"replace\": every process of the chosen sandbox, and its files in the system and under /sandbox, which become the checkpoint's",
+			"without it: nothing; a person who already has a sandbox is refused"},
+		Survives: []string{"the checkpoint and %[2]s", "the chosen sandbox's name, limits, network and egress"}},
 }
 
 // checkpointOwner is whose sandbox checkpoint id was saved from, as pages name it

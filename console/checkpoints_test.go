@@ -127,3 +127,53 @@ func TestCheckpointsPage(t *testing.T) {
 		t.Fatalf("restore from the page: %d %v", rec.Code, f.did)
 	}
 }
+
+// TestCheckpointCopyPage: Copy to… asks which sandbox and whether to replace it, then
+// copies through the same call as the API; a sandbox that exists is refused without
+// "replace".
+func TestCheckpointCopyPage(t *testing.T) {
+	c := newTestConsole(t, fullLog(t))
+	f := &fakeCheckpoints{}
+	c.opts.Checkpoints, c.opts.Sandboxes = f, &fakeSandboxes{}
+	ck := signedIn(t, c)
+	get := func(u string) (int, string) {
+		req := httptest.NewRequest("GET", u, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if _, page := get("http://console.test/console"); !strings.Contains(page, `href="/console/confirm?action=copy_checkpoint&amp;id=c0000000100000a">Copy to…</a>`) {
+		t.Fatalf("overview lacks Copy to…: %s", page)
+	}
+	code, page := get("http://console.test/console/confirm?action=copy_checkpoint&id=c0000000100000a")
+	for _, want := range []string{"Copy checkpoint c0000000100000a of alice&#39;s sandbox to…", `<option value="-">the operator's sandbox</option>`,
+		`<option value="bob">bob's sandbox</option>`, `name="replace" value="on"`, `value="copy_checkpoint"`} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Fatalf("copy form lacks %s: %d %s", want, code, page)
+		}
+	}
+	req := httptest.NewRequest("GET", "http://console.test/console", nil)
+	req.AddCookie(ck)
+	sess, _ := c.sessions.fromRequest(req, cookieHTTP)
+	post := func(form string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "http://console.test/console/action", strings.NewReader(form+"&back=overview&csrf="+sess.csrf))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("action=copy_checkpoint&id=c0000000100000a&to=bob"); rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "bob&#39;s sandbox exists already") || len(f.did) != 0 {
+		t.Fatalf("copy onto bob's without replace: %d %v", rec.Code, f.did)
+	}
+	if rec := post("action=copy_checkpoint&id=c0000000100000a&to=carol"); rec.Code != http.StatusNotFound || len(f.did) != 0 {
+		t.Fatalf("copy to someone not configured: %d %v", rec.Code, f.did)
+	}
+	if rec := post("action=copy_checkpoint&id=c0000000100000a&to=bob&replace=on"); rec.Code != http.StatusSeeOther || strings.Join(f.did, ",") != "copy c0000000100000a bob true" {
+		t.Fatalf("copy onto bob's with replace: %d %v", rec.Code, f.did)
+	}
+	if e := c.opts.Audit.Query(Filter{Tool: "console.copy_checkpoint", Outcome: audit.OutcomeOK}); len(e) != 1 || e[0].Args != `{"id":"c0000000100000a","to":"bob","replace":true}` {
+		t.Fatalf("audit: %+v", e)
+	}
+}

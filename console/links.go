@@ -36,6 +36,21 @@ type Link struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Revoked   bool      `json:"revoked,omitempty"`
+	// PersonRemoved: the configuration no longer names Person, so the link no longer
+	// opens anything (set by the console when it lists links).
+	PersonRemoved bool `json:"person_removed,omitempty"`
+}
+
+// links lists the links, marking those of people the configuration no longer names.
+func (c *Console) links(ctx context.Context) ([]Link, error) {
+	list, err := c.opts.Links.Links(ctx)
+	if c.opts.Sandboxes != nil {
+		people := c.opts.Sandboxes.People()
+		for i := range list {
+			list[i].PersonRemoved = list[i].Person != "" && !slices.Contains(people, list[i].Person)
+		}
+	}
+	return list, err
 }
 
 // linkIDPattern is what may become a storage key component.

@@ -123,6 +123,7 @@ var flashes = map[string]string{
 	sbDelete:          "The sandbox container was deleted.",
 
 	actRestoreCheckpoint: "The checkpoint was restored; the processes that were running before have ended.",
+	actCopyCheckpoint:    "The checkpoint was copied: the sandbox chosen starts from it.",
 	actDeleteCheckpoint:  "The checkpoint was deleted.",
 }
 
@@ -284,7 +285,8 @@ func (c *Console) serveActivity(w http.ResponseWriter, r *http.Request, sess *se
 		Outcomes: []string{audit.OutcomeOK, audit.OutcomeNonZero, audit.OutcomeTimeout, audit.OutcomeCancelled, audit.OutcomeError, audit.OutcomeDenied, audit.OutcomeRefused}}
 	a.Clients, a.Tools = c.opts.Audit.Facets()
 	if c.opts.Sandboxes != nil {
-		a.People = c.opts.Sandboxes.People()
+		// Removed people's entries stay in the log: they can be filtered too.
+		a.People = append(slices.Clone(c.opts.Sandboxes.People()), c.opts.Sandboxes.Removed(r.Context())...)
 	}
 	a.Rows = activityRows(a.Entries, a.People != nil)
 	q := url.Values{}
@@ -366,7 +368,7 @@ type linksPage struct {
 func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *session) {
 	l := linksPage{Now: c.opts.Now(), People: c.opts.Sandboxes != nil}
 	var err error
-	if l.Links, err = c.opts.Links.Links(r.Context()); err != nil {
+	if l.Links, err = c.links(r.Context()); err != nil {
 		l.Err = err.Error()
 	}
 	c.render(w, http.StatusOK, "links", c.newPage(r, sess, "links", "Links", l))
@@ -376,7 +378,10 @@ func (c *Console) serveLinks(w http.ResponseWriter, r *http.Request, sess *sessi
 type confirmation struct {
 	Action, ID, Title, Button string
 	// Person, when set, is posted with the action (whose job kill_job kills).
-	Person         string
+	Person string
+	// CopyTo, when set, are the sandboxes a checkpoint may be copied to ("-" the
+	// operator's): the form asks for one, and whether to replace it.
+	CopyTo         []string
 	Ends, Survives []string
 	// Volumes, when set, are buttons that each post the action with their volume
 	// choice, instead of the one Button.
@@ -473,10 +478,18 @@ func (c *Console) serveConfirm(w http.ResponseWriter, r *http.Request, sess *ses
 		cf = cc
 		cf.ID = id
 		cf.Title = fmt.Sprintf(cf.Title, id, owner)
-		cf.Ends = slices.Clone(cf.Ends)
-		for i := range cf.Ends {
-			if strings.Contains(cf.Ends[i], "%[2]s") {
-				cf.Ends[i] = fmt.Sprintf(cf.Ends[i], id, owner)
+		cf.Ends, cf.Survives = slices.Clone(cf.Ends), slices.Clone(cf.Survives)
+		for _, list := range [][]string{cf.Ends, cf.Survives} {
+			for i := range list {
+				if strings.Contains(list[i], "%[2]s") {
+					list[i] = fmt.Sprintf(list[i], id, owner)
+				}
+			}
+		}
+		if cf.Action == actCopyCheckpoint {
+			cf.CopyTo = []string{OperatorPath}
+			if c.opts.Sandboxes != nil {
+				cf.CopyTo = append(cf.CopyTo, c.opts.Sandboxes.People()...)
 			}
 		}
 	}

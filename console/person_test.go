@@ -134,3 +134,47 @@ func TestPagesNamePeople(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedPersonLinksAndFilter: a removed person's links are listed as dead, not
+// live, with no Revoke; the activity filter offers removed people too.
+func TestRemovedPersonLinksAndFilter(t *testing.T) {
+	c := newTestConsole(t, NewAuditLog(fileStorage(t), "console", 100, nil))
+	reg := NewLinkRegistry(fileStorage(t), "console", nil)
+	for _, p := range []string{"dave", "alice"} {
+		if err := reg.Record(context.Background(), Link{ID: "download-" + p + "-0123", Kind: KindDownload, Target: "/sandbox/" + p, Person: p,
+			Creator: "Claude", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.opts.Links, c.opts.Sandboxes = registryLinks{reg}, &fakeSandboxes{}
+	ck := signedIn(t, c)
+	get := func(path string, bearer bool) string {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		if bearer {
+			req.Header.Set("Authorization", "Bearer "+testKey)
+		} else {
+			req.AddCookie(ck)
+		}
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	page := get("/console/links", false)
+	dave, _, _ := strings.Cut(page[strings.Index(page, `<td class="person">dave</td>`):], "</tr>")
+	alice, _, _ := strings.Cut(page[strings.Index(page, `<td class="person">alice</td>`):], "</tr>")
+	if !strings.Contains(dave, "dead: the person was removed") || strings.Contains(dave, "Revoke") || !strings.Contains(alice, "Revoke") {
+		t.Fatalf("links page: dave %s / alice %s", dave, alice)
+	}
+	var api struct{ Links []Link }
+	if err := json.Unmarshal([]byte(get("/console/api/links", true)), &api); err != nil || len(api.Links) != 2 {
+		t.Fatal(err, api)
+	}
+	for _, l := range api.Links {
+		if l.PersonRemoved != (l.Person == "dave") {
+			t.Errorf("API: %+v", l)
+		}
+	}
+	if page := get("/console/activity", false); !strings.Contains(page, "<option>dave</option>") {
+		t.Errorf("the activity filter lacks dave")
+	}
+}

@@ -43,7 +43,8 @@ func (e *Entry) ImageMissing(dockerfile []byte) string {
 	}
 	manual := sandbox.ImageBuildHint(image)
 	if dockerfile == nil {
-		return fmt.Sprintf("The sandbox image %s does not exist on the server's Docker engine. The server's operator must build or pull it (for the standard image: %s in the plugin's repository).", image, manual)
+		// Not ours: its recipe is the operator's, so the standard image's is no hint.
+		return fmt.Sprintf("The sandbox image %[1]s does not exist on the server's Docker engine. The server's operator must provide it there: docker pull %[1]s from its registry, or docker build -t %[1]s from its own Dockerfile (or leave image out: the standard code-sandbox:latest is built by the plugin itself).", image)
 	}
 	b := e.startImageBuild(e.cli, image, dockerfile)
 	b.mu.Lock()

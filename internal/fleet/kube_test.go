@@ -328,3 +328,30 @@ func TestStorageLimitText(t *testing.T) {
 		}
 	}
 }
+
+// TestCustomImageMissing: a missing image that is not ours (no recipe) is not built,
+// and the hint says to pull or build it from its own Dockerfile, never to tag it with
+// the standard image's recipe.
+func TestCustomImageMissing(t *testing.T) {
+	eng := Engine{Host: "unix:///nonexistent/docker.sock"}
+	cli, err := eng.NewClient(zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := testBase("custom-image")
+	base.Image = "registry.example/team/python-tools:3"
+	sb, err := sandbox.New(cli, base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEntry(EntryOptions{Sandbox: sb, Client: cli, Engine: eng})
+	t.Cleanup(func() { _ = e.Destruct() })
+	msg := e.ImageMissing(nil)
+	if !strings.Contains(msg, "docker pull registry.example/team/python-tools:3") || !strings.Contains(msg, "its own Dockerfile") ||
+		strings.Contains(msg, "Dockerfile.unified") {
+		t.Errorf("message %q", msg)
+	}
+	if started, _, _ := e.ImageBuild(); started {
+		t.Error("a build was started for an image that is not ours")
+	}
+}

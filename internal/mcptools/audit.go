@@ -81,11 +81,12 @@ func refusedHosts(note string) string {
 	if !ok {
 		return ""
 	}
-	hosts, _, ok := strings.Cut(rest, "; only the hosts")
-	if !ok {
-		return ""
+	for _, tail := range []string{blockedTail, blockedAskTail} {
+		if hosts, _, ok := strings.Cut(rest, tail); ok {
+			return hosts
+		}
 	}
-	return hosts
+	return ""
 }
 
 func resultErrorText(res *mcp.CallToolResult) string {

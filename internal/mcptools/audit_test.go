@@ -32,3 +32,18 @@ func TestAuditShowsRefusedHosts(t *testing.T) {
 		t.Fatalf("a command refused nothing: %+v", e)
 	}
 }
+
+// TestAuditShowsRefusalsWhenAsking: on a site that asks, a command refused a host by
+// the person's answer, or with nobody to ask, is logged as refused too.
+func TestAuditShowsRefusalsWhenAsking(t *testing.T) {
+	zero := 0
+	for _, reason := range []string{"refused by the person", "not allowed by the operator, and nobody could be asked"} {
+		box := &fakeBox{egress: &Egress{Ask: true}, blocked: map[string][]string{fakeJob: {"pypi.org (" + reason + ")"}}}
+		out := ExecuteOutput{ExitCode: &zero, Note: "[exit 0]" + blockedNote(box, fakeJob)}
+		ctx := WithCaller(context.Background(), Caller{Person: "bob", Label: "Claude"})
+		e := AuditEntry(ctx, mcp.CallToolRequest{}, mcp.NewToolResultStructured(out, "text"), nil, time.Now())
+		if e.Outcome != audit.OutcomeRefused || e.Error != "egress refused: pypi.org ("+reason+")" {
+			t.Errorf("%s: %+v", reason, e)
+		}
+	}
+}

@@ -21,11 +21,20 @@ import (
 // factsWait bounds how long initialize waits for the installed tools to be detected.
 const factsWait = 3 * time.Second
 
+type describingKey struct{}
+
+// Describing reports whether Boxes.For is asked for the sandbox to describe it to the
+// model (at initialize), not for a tool call: per-call counts leave it out.
+func Describing(ctx context.Context) bool {
+	v, _ := ctx.Value(describingKey{}).(bool)
+	return v
+}
+
 // environment describes the sandbox to the model in a few short sentences, waiting up
 // to wait for what is installed.
 func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 	cfg := s.opts.Config
-	box, err := s.opts.Boxes.For(ctx)
+	box, err := s.opts.Boxes.For(context.WithValue(ctx, describingKey{}, true))
 	cpus := cfg.CPUs
 	if err == nil {
 		cpus = box.CPUs()

@@ -57,10 +57,17 @@ func blockedNote(box Box, job string) string {
 		return ""
 	}
 	if e := box.Egress(); e != nil && e.Ask {
-		return "\n[blocked: " + strings.Join(list, ", ") + "; the user is asked about other hosts only while a call waits for the command (execute, job_output) and their client supports elicitation: run it again and wait for it to be asked, or ask the user to have the operator allow the host]"
+		return "\n[blocked: " + strings.Join(list, ", ") + blockedAskTail + " only while a call waits for the command (execute, job_output) and their client supports elicitation: run it again and wait for it to be asked, or ask the user to have the operator allow the host]"
 	}
-	return "\n[blocked: " + strings.Join(list, ", ") + "; only the hosts in execute's description are reachable]"
+	return "\n[blocked: " + strings.Join(list, ", ") + blockedTail + " in execute's description are reachable]"
 }
+
+// The text that follows the hosts in a blocked note: on a site that asks, and on one
+// that does not (refusedHosts finds the hosts by them).
+const (
+	blockedAskTail = "; the user is asked about other hosts"
+	blockedTail    = "; only the hosts"
+)
 
 // downloadCommand matches commands that download: package installs and git's network
 // commands.

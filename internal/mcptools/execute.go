@@ -234,12 +234,18 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	case res.ExitCode != 0:
 		outcome = "nonzero"
 	}
+	// A command that ended well but was refused hosts (by the operator's rules, the
+	// person's answer, or for want of anyone to ask) is counted as refused.
+	blocked := blockedNote(box, res.JobID)
+	if outcome == "ok" && blocked != "" {
+		outcome = "refused"
+	}
 	metricExecutions.WithLabelValues(outcome).Inc()
 	metricDuration.Observe(res.Duration.Seconds())
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blockedNote(box, res.JobID) + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blocked + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
 }
 

@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 var (
 	metricExecutions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "executions_total",
-		Help: "Commands run by the execute tool, by outcome (ok, nonzero, timeout, cancelled, error).",
+		Help: "Commands run by the execute tool, by outcome (ok, nonzero, timeout, cancelled, error, refused: ended well but refused hosts by egress, running: still running when the call returned).",
 	}, []string{"outcome"})
 	metricDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "execution_duration_seconds",
