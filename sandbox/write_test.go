@@ -41,4 +41,12 @@ func TestWriteFileEdges(t *testing.T) {
 	if _, err := sb.EditFile(ctx, "/sandbox/f", "nothing", "z"); !errors.As(err, &match) || match.Count != 0 {
 		t.Errorf("EditFile without a match: %v", err)
 	}
+	// Without a match, the error says where the text comes closest.
+	if _, _, err := sb.WriteFile(ctx, "/sandbox/near.py", []byte("def f():\n\treturn 1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.EditFile(ctx, "/sandbox/near.py", "def f():\n    return 1\n", "z"); !errors.As(err, &match) || match.Near == nil ||
+		*match.Near != (boxapi.Near{Line: 2, FileLine: "\treturn 1", TextLine: "    return 1", Matched: 1, Whitespace: true}) {
+		t.Errorf("EditFile near a match: %v %+v", err, match)
+	}
 }
