@@ -21,7 +21,7 @@ func cutLike(all string, keep int) (string, bool) {
 	return cutOutput([]byte(payload), 0, total, int64(strings.Count(all, "\n")), 1, keep, head, tail, "/f")
 }
 
-var markerRe = regexp.MustCompile(`\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\); read them with read_file path=/f offset=(\d+) limit=(\d+) \.\.\.\]\n`)
+var markerRe = regexp.MustCompile(`\[\.\.\. lines (\d+)–(\d+) left out \((\d+) bytes\)(?:; that is a lot: search it first with execute, e\.g\. grep -n PATTERN /f \| head -50)?; read them with read_file path=/f offset=(\d+) limit=(\d+) \.\.\.\]\n`)
 
 // TestCutOutputLines: long output is cut at line boundaries, with the counts of what
 // was left out, whether it came whole or as head and tail.
@@ -174,7 +174,7 @@ func TestCutOneLongLine(t *testing.T) {
 	rest := rng[3:]
 	payload := rest[:head] + rest[len(rest)-tail:]
 	text, cut, _ := cutStream([]byte(payload), held, from+3, int64(len(rest)), 1, 2, false, 4096, head, tail, "/f")
-	m := regexp.MustCompile(`\[\.\.\. part of line 2 left out \((\d+) bytes\); read them with execute: tail -c \+(\d+) /f \| head -c (\d+) \.\.\.\]\n`).FindStringSubmatchIndex(text)
+	m := regexp.MustCompile(`\[\.\.\. part of line 2 left out \((\d+) bytes\)(?:; that is a lot: search it first with execute, e\.g\. grep -n PATTERN /f \| head -50)?; read them with execute: tail -c \+(\d+) /f \| head -c (\d+) \.\.\.\]\n`).FindStringSubmatchIndex(text)
 	if !cut || m == nil {
 		t.Fatalf("no byte-range marker: %q", text)
 	}
