@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentbin"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -51,11 +53,6 @@ const (
 
 	// DefaultMaxCheckpoints is max_checkpoints' default.
 	DefaultMaxCheckpoints = 5
-
-	// stagingDir and retiredDir are where a restore puts the checkpoint's boxapi.WorkDir
-	// before it swaps it in, and the replaced contents until they are deleted.
-	stagingDir = ".mcp-sandbox-restore"
-	retiredDir = ".mcp-sandbox-replaced"
 
 	// copierPids bounds a copying container's processes. It has no memory limit: cp
 	// holds little, and a limit also caps the page cache it may dirty, which throttled
@@ -254,8 +251,25 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	}
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
-	if _, err := s.Checkpoints(ctx); err != nil { // sweeps leftovers first
+	mine, err := s.Checkpoints(ctx) // sweeps leftovers first
+	if err != nil {
 		return CheckpointResult{}, err
+	}
+	// The bytes left for this one: the total allowed less what the checkpoints kept
+	// with it hold (past max, the oldest go once it is made).
+	total := s.maxCheckpointBytes()
+	kept := mine
+	if max > 0 && len(kept) > max-1 {
+		kept = kept[len(kept)-(max-1):]
+	}
+	var held int64
+	for _, c := range kept {
+		held += c.SizeBytes
+	}
+	room := total - held
+	if room <= 0 {
+		return CheckpointResult{}, fmt.Errorf("this sandbox's checkpoints hold %s, all of the %s they may hold together: a new one needs room; ask the person to delete old checkpoints in the console (or the operator to raise max_checkpoint_bytes), then try again",
+			human.Size(held), human.Size(total))
 	}
 	name0 := s.cfg.Container
 	info, err := s.cli.ContainerInspect(ctx, name0)
@@ -321,9 +335,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if sized.SizeRw != nil {
 		sysBytes = *sized.SizeRw
 	}
-	if sysBytes > checkpointMaxSystem {
-		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s a checkpoint saves (sparse files count at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
-			boxapi.WorkDir, human.Size(sysBytes), human.Size(checkpointMaxSystem), boxapi.WorkDir)
+	if sysBytes > min(checkpointMaxSystem, room) {
+		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s this checkpoint may hold (docker commit saves sparse files at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
+			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, room)), boxapi.WorkDir)
 	}
 	vol := checkpointVolume(id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
@@ -331,18 +345,24 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
 	}
-	out, err := s.copyVolumes(ctx, id, copierTimeout, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
+	// The data of the files, never the holes of sparse ones, within what is left.
+	left := room - sysBytes
+	out, err := s.copyVolumes(ctx, id, copierTimeout, []string{"save", "-max-bytes", strconv.FormatInt(left, 10), "/from", "/to"}, []mount.Mount{
 		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
-	})
+	}, nil)
+	if errors.Is(err, errOverBytes) {
+		return CheckpointResult{}, fmt.Errorf("this checkpoint would hold over %s (%s outside %s and the rest in it), more than the %s left of the %s this sandbox's checkpoints may hold together: delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
+			human.Size(room), human.Size(sysBytes), boxapi.WorkDir, human.Size(room), human.Size(total), boxapi.WorkDir, boxapi.WorkDir)
+	}
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
 	}
-	volKB, err := lastNumber(out)
+	volBytes, err := copiedBytes(out)
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
 	}
-	ck.SizeBytes = sysBytes + volKB*1024
+	ck.SizeBytes = sysBytes + volBytes
 	labels := map[string]string{
 		labelCheckpoint: id, labelCheckpointOf: name0, labelCheckpointName: name,
 		labelCheckpointCreated: ck.CreatedAt.Format(time.RFC3339Nano), labelCheckpointVolume: vol,
@@ -504,18 +524,38 @@ func removeCopier(ctx context.Context, cli API, of, id string, log *zap.Logger) 
 	}
 }
 
-// copyVolumes runs script with bash in a copying container with mounts, and returns
-// the end of its output. A non-zero exit is an error naming the last line it printed
-// (such as "No space left on device"). After limit (0: none beyond ctx) it is stopped.
-func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, script string, mounts []mount.Mount) (string, error) {
+// copierBinary is where the agent's binary is put in a copying container.
+const copierBinary = "/mcp-sandbox-copy"
+
+// errOverBytes is a copy that stopped at its bound of bytes (the agent's exit code 3).
+var errOverBytes = errors.New("the copy reached its bound of bytes")
+
+// copyVolumes runs the agent's copy mode (cmd/sandbox-agent, copy_linux.go) with args
+// in a copying container with mounts, and returns the end of its output. The agent is
+// ours, copied in before the container starts: the copy never depends on the `cp` of
+// the image, which may copy sparse files at their full size. A non-zero exit is an
+// error naming the last line it printed (such as "no space left on device"); a copy
+// past its -max-bytes is errOverBytes. After limit (0: none beyond ctx) it is stopped.
+// ready, when set, runs once the container exists (its volumes with it), before it
+// starts; its error ends the copy.
+func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, args []string, mounts []mount.Mount, ready func(context.Context) error) (string, error) {
 	name := s.copierName(id)
 	copiersBusy.Store(name, true)
 	defer copiersBusy.Delete(name)
+	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
+	if err != nil {
+		return "", fmt.Errorf("inspecting the image %s for the copying container: %w", s.cfg.Image, err)
+	}
+	bin, _, ok := agentbin.Binary(img.Architecture)
+	if !ok {
+		return "", fmt.Errorf("the copying container needs the sandbox agent, and none is built for the image's architecture %q (only %s)",
+			img.Architecture, strings.Join(agentbin.Arches(), ", "))
+	}
 	pids := int64(copierPids)
 	init := false
 	resp, err := s.cli.ContainerCreate(ctx, &container.Config{
 		Image: s.cfg.Image, User: "root", WorkingDir: "/",
-		Entrypoint: []string{"bash", "-c", script}, Cmd: []string{},
+		Entrypoint: append([]string{copierBinary, "copy"}, args...), Cmd: []string{},
 		Labels:          map[string]string{labelCheckpointCopier: s.cfg.Container, labelCheckpoint: id},
 		NetworkDisabled: true,
 	}, &container.HostConfig{
@@ -525,12 +565,32 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 	}, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
 		s.removeCopier(ctx, id)
-		return s.copyVolumes(ctx, id, limit, script, mounts)
+		return s.copyVolumes(ctx, id, limit, args, mounts, ready)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(copierBinary, "/"), Mode: 0o755,
+		Size: int64(len(bin)), ModTime: time.Now()}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	if err := s.cli.CopyToContainer(ctx, resp.ID, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		return "", fmt.Errorf("putting the sandbox agent into the copying container%s: %w", copyFailure(err), err)
+	}
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			return "", err
+		}
+	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if limit > 0 {
 		wctx, cancel = context.WithTimeout(ctx, limit)
@@ -560,6 +620,13 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 	if err == nil {
 		_, _ = stdcopy.StdCopy(&out, &out, logs)
 		logs.Close()
+	}
+	switch code {
+	case 3:
+		return "", errOverBytes
+	case 4:
+		return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again",
+			copierTimeout, boxapi.WorkDir)
 	}
 	if code != 0 {
 		last := lastLine(out.String())
@@ -601,16 +668,16 @@ func lastLine(s string) string {
 	return l
 }
 
-// lastNumber reads du's "<kilobytes>\t<path>" from the last line of out.
-func lastNumber(out string) (int64, error) {
+// copiedBytes reads the agent's last line, "copied <data bytes> <entries>", from out.
+func copiedBytes(out string) (int64, error) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	f := strings.Fields(lines[len(lines)-1])
-	if len(f) == 0 {
-		return 0, errors.New("du printed nothing")
+	if len(f) != 3 || f[0] != "copied" {
+		return 0, fmt.Errorf("the copy printed %q", lastLine(out))
 	}
-	n, err := strconv.ParseInt(f[0], 10, 64)
+	n, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("du printed %q", f[0])
+		return 0, fmt.Errorf("the copy printed %q", lastLine(out))
 	}
 	return n, nil
 }
@@ -679,7 +746,6 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	}
 	aside := name + "-replaced-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	wasRunning := hadOld && old.State != nil && old.State.Running
-	copied := false
 	rollback := func(why error) (RestoreResult, error) {
 		bg := context.WithoutCancel(ctx)
 		_ = s.cli.ContainerRemove(bg, name, container.RemoveOptions{Force: true})
@@ -689,9 +755,6 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			} else if wasRunning {
 				_ = s.cli.ContainerStart(bg, name, container.StartOptions{})
 			}
-		}
-		if copied {
-			s.unstage(bg, id)
 		}
 		s.invalidate()
 		return RestoreResult{}, why
@@ -716,29 +779,26 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		if id == boxapi.ImageReset {
 			return nil
 		}
-		copied = true
-		// Copied beside the current boxapi.WorkDir first, so a full disk or the time
-		// bound stops it before anything is replaced; then swapped in with renames,
-		// which no time bound cuts halfway; then the old contents are deleted.
+		// One run of the agent: the copy goes beside the current files, under a name
+		// chosen now, so a full disk or the time bound stops it before anything is
+		// replaced; then it is swapped in with renames, which no time bound cuts
+		// halfway, and the replaced files are deleted. A failure moves everything
+		// back and deletes only its own copy.
+		suffix := restoreSuffix()
 		mounts := []mount.Mount{
 			{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
 			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
 		}
-		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
-			` && cp -a /from/. /to/`+stagingDir+`/`, mounts); err != nil {
+		// The time bound is the agent's own, for the copy; the one here only ends an
+		// agent that hangs.
+		_, err := s.copyVolumes(ctx, id, copierTimeout+restoreGrace, []string{"restore", "-suffix", suffix,
+			"-timeout", copierTimeout.String(), "/from", "/to"}, mounts, func(ctx context.Context) error {
+			// Mounted by the copying container, the copy cannot be deleted until it ends;
+			// deleted before, the engine made an empty volume under its name.
+			return s.checkCopy(ctx, id)
+		})
+		if err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
-		}
-		// Again after the copy: deleted meanwhile, the copy came from an empty volume
-		// the engine made under the name.
-		if err := s.checkCopy(ctx, id); err != nil {
-			return err
-		}
-		if _, err := s.copyVolumes(ctx, id, 0, swapScript, mounts); err != nil {
-			return fmt.Errorf("replacing %s by the checkpoint's: %w", boxapi.WorkDir, err)
-		}
-		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+retiredDir, mounts[1:]); err != nil {
-			// The next restore deletes it first.
-			s.log.Warn("deleting the replaced contents of "+boxapi.WorkDir, zap.String("dir", retiredDir), zap.Error(err))
 		}
 		return nil
 	})
@@ -793,29 +853,18 @@ func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
 	return fmt.Errorf("checkpoint %s has lost its copy of %s (it was deleted, or removed from the engine): restore another checkpoint; this one can only be deleted", id, boxapi.WorkDir)
 }
 
-// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, keeping
-// the old in retiredDir. With nothing staged (done already) it does nothing.
-const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
-set -e &&
-rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
-for f in * .[!.]* ..?*; do
-	[ -e "$f" ] || [ -L "$f" ] || continue
-	case $f in ` + stagingDir + `|` + retiredDir + `) continue ;; esac
-	mv -- "$f" ` + retiredDir + `/
-done
-cd ` + stagingDir + `
-for f in * .[!.]* ..?*; do
-	[ -e "$f" ] || [ -L "$f" ] || continue
-	mv -- "$f" ../
-done
-cd .. && rmdir ` + stagingDir
+// restoreGrace is how long past copierTimeout a restore's copying container may run
+// before it is stopped: the agent stops its copy at copierTimeout itself, and then
+// needs time to remove it, or to swap and delete the replaced files.
+var restoreGrace = 5 * time.Minute
 
-// unstage removes a staged copy after a restore that did not happen.
-func (s *Sandbox) unstage(ctx context.Context, id string) {
-	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, copierTimeout, `rm -rf /to/`+stagingDir,
-		[]mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"}}); err != nil {
-		s.log.Warn("removing a staged restore", zap.Error(err))
-	}
+// restoreSuffix names a restore's directories in boxapi.WorkDir (see the agent's copy
+// mode): 16 random hex digits, chosen when the restore begins, which neither the
+// sandbox nor its checkpoint can name beforehand.
+func restoreSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // carryJobs copies the job records of container from into container to, so the jobs
@@ -895,4 +944,15 @@ func volumeOptions(s string) map[string]string {
 		m[k] = v
 	}
 	return m
+}
+
+// DefaultMaxCheckpointBytes is MaxCheckpointBytes' default: five checkpoints of 2 GiB.
+const DefaultMaxCheckpointBytes int64 = 10 << 30
+
+// maxCheckpointBytes is MaxCheckpointBytes with its default.
+func (s *Sandbox) maxCheckpointBytes() int64 {
+	if s.cfg.MaxCheckpointBytes > 0 {
+		return s.cfg.MaxCheckpointBytes
+	}
+	return DefaultMaxCheckpointBytes
 }
