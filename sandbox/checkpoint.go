@@ -352,8 +352,8 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
 	}, nil)
 	if errors.Is(err, errOverBytes) {
-		return CheckpointResult{}, fmt.Errorf("this checkpoint would hold over %s (%s outside %s and the rest in it), more than the %s left of the %s this sandbox's checkpoints may hold together: delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
-			human.Size(room), human.Size(sysBytes), boxapi.WorkDir, human.Size(room), human.Size(total), boxapi.WorkDir, boxapi.WorkDir)
+		return CheckpointResult{}, fmt.Errorf("this checkpoint would hold more than the %s left of the %s this sandbox's checkpoints may hold together (%s of it outside %s): delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
+			human.Size(room), human.Size(total), human.Size(sysBytes), boxapi.WorkDir, boxapi.WorkDir, boxapi.WorkDir)
 	}
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
