@@ -62,9 +62,10 @@ const (
 	copierOutput = 4096
 
 	// Bounds of the job records carried over a restore (see carryJobs): the jobs
-	// directory holds at most 1 GB of output by the runner's own pruning.
+	// directory holds at most 1 GB of output by the runner's own pruning, and a job
+	// about five files (20,000 jobs in ten minutes are 100,000).
 	carryMaxBytes   = 2 << 30
-	carryMaxEntries = 20000
+	carryMaxEntries = 200000
 )
 
 // copierTimeout bounds one copy of a /sandbox, so a sandbox holding millions of files
@@ -870,7 +871,8 @@ func restoreSuffix() string {
 // carryJobs copies the job records of container from into container to, so the jobs
 // of before a restore show as ended (their runners are gone) instead of vanishing.
 // The archive comes from the sandbox: only regular files directly in the jobs
-// directory pass, within carryMaxBytes and carryMaxEntries.
+// directory pass, within carryMaxBytes and carryMaxEntries; past them the rest is
+// left behind (the restore goes on).
 func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
 	rc, _, err := s.cli.CopyFromContainer(ctx, from, JobsDir)
 	if cerrdefs.IsNotFound(err) {
@@ -881,24 +883,42 @@ func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
 	}
 	defer rc.Close()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(filterJobs(rc, pw)) }()
+	ferr := make(chan error, 1)
+	var left int
+	go func() {
+		n, err := filterJobs(rc, pw)
+		left = n
+		ferr <- err
+		pw.CloseWithError(err)
+	}()
 	err = s.cli.CopyToContainer(ctx, to, "/", pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(io.ErrClosedPipe)
+	// The archive's own failure is the reason: the engine's is only that the upload
+	// it was reading broke off.
+	if fe := <-ferr; fe != nil {
+		return fmt.Errorf("reading the records in %s: %w", JobsDir, fe)
+	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", JobsDir, err)
+	}
+	if left > 0 {
+		s.log.Warn("the job records past the bounds were not kept over the restore",
+			zap.Int("max_entries", carryMaxEntries), zap.Int64("max_bytes", carryMaxBytes))
 	}
 	return nil
 }
 
 // filterJobs writes to w an archive, rooted at /, of the regular files directly in
-// the jobs directory found in the archive r (as Docker reads JobsDir).
-func filterJobs(r io.Reader, w io.Writer) error {
+// the jobs directory found in the archive r (as Docker reads JobsDir): the first
+// carryMaxEntries entries, as long as the files stay within carryMaxBytes. left is 1
+// when it stopped there, leaving the rest out.
+func filterJobs(r io.Reader, w io.Writer) (left int, err error) {
 	tw := tar.NewWriter(w)
 	base := strings.TrimPrefix(JobsDir, "/")
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: base + "/", Mode: 0o755, ModTime: time.Now()}); err != nil {
-		return err
+		return 0, err
 	}
-	tr := tar.NewReader(io.LimitReader(r, carryMaxBytes+carryMaxEntries*1024))
+	tr := tar.NewReader(r)
 	var total int64
 	for n := 0; ; n++ {
 		h, err := tr.Next()
@@ -906,28 +926,26 @@ func filterJobs(r io.Reader, w io.Writer) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
-		}
-		if n > carryMaxEntries {
-			return fmt.Errorf("%s holds over %d entries", JobsDir, carryMaxEntries)
+			return 0, fmt.Errorf("reading %s's archive: %w", JobsDir, err)
 		}
 		dir, file := path.Split(path.Clean(h.Name))
 		if h.Typeflag != tar.TypeReg || dir != path.Base(JobsDir)+"/" || file == "" || strings.HasPrefix(file, ".") {
 			continue
 		}
-		total += h.Size
-		if total > carryMaxBytes {
-			return fmt.Errorf("%s holds over %d bytes", JobsDir, int64(carryMaxBytes))
+		if n >= carryMaxEntries || total+h.Size > carryMaxBytes {
+			left = 1 // at least; the rest of the archive is not read
+			break
 		}
+		total += h.Size
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + file, Size: h.Size,
 			Mode: h.Mode & 0o777, ModTime: h.ModTime}); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
+			return 0, fmt.Errorf("reading %s's archive: %w", JobsDir, err)
 		}
 	}
-	return tw.Close()
+	return left, tw.Close()
 }
 
 // volumeOptions reads CheckpointVolumeOptions.

@@ -158,3 +158,27 @@ func TestCheckpointBytesBounded(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res2.Checkpoint.ID) })
 }
+
+// TestRestoreManyJobRecords: a sandbox with 20,000 job records (five files each) is
+// restored, and keeps them, instead of failing the restore with a broken upload that
+// read as an engine that did not answer.
+func TestRestoreManyJobRecords(t *testing.T) {
+	cli, _, sb, ctx := noAgentSandbox(t, 4*time.Minute)
+	mustExec(t, sb, "echo saved > /sandbox/f", boxapi.ExecOptions{})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+	mustExec(t, sb, "echo changed > /sandbox/f && mkdir -p "+JobsDir+" && cd "+JobsDir+
+		" && seq 1 20000 | sed 's/.*/j&.out j&.err j&.exit j&.meta j&.cmd/' | xargs touch", boxapi.ExecOptions{Timeout: 2 * time.Minute})
+	begin := time.Now()
+	if _, err := sb.Restore(ctx, res.Checkpoint.ID); err != nil {
+		t.Fatalf("restoring with 20,000 job records: %v", err)
+	}
+	t.Logf("restored in %v", time.Since(begin))
+	r := mustExec(t, sb, "cat /sandbox/f; ls "+JobsDir+" | grep -c '^j[0-9]*\\.'", boxapi.ExecOptions{})
+	if r.Stdout != "saved\n100000\n" {
+		t.Errorf("after the restore: %q", r.Stdout)
+	}
+}

@@ -104,9 +104,9 @@ func copyMain(args []string) int {
 type copier struct {
 	max      int64
 	deadline time.Time // zero: none
-	written int64
-	entries int64
-	links   map[[2]uint64]string // (device, inode) of a file with several links: its copy
+	written  int64
+	entries  int64
+	links    map[[2]uint64]string // (device, inode) of a file with several links: its copy
 }
 
 // save copies from's contents, and from's own owner, mode and times, into to.
