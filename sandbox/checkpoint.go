@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,18 +118,62 @@ func newCheckpointID() string {
 	return fmt.Sprintf("c%08x%s", uint32(time.Now().Unix()), hex.EncodeToString(b[:]))
 }
 
-// CheckpointImage is the image reference of checkpoint id.
-func CheckpointImage(id string) string { return checkpointRepo + ":" + id }
+// CheckpointImage is the image reference of checkpoint id of the sandbox container of:
+// a repository named after the container (<container>-checkpoint), so an engine shared
+// by several sites shows whose each is.
+func CheckpointImage(of, id string) string { return checkpointRepoOf(of) + ":" + id }
+
+// repoName is what Docker accepts as one component of a repository name.
+var repoName = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+
+// checkpointRepoOf is the repository of the checkpoints of container of, or
+// checkpointRepo for a container name Docker would not take as one.
+func checkpointRepoOf(of string) string {
+	r := strings.ToLower(of) + "-checkpoint"
+	if len(r) > 128 || !repoName.MatchString(r) {
+		return checkpointRepo
+	}
+	return r
+}
+
+// checkpointRefs are the references checkpoint id's image may be tagged with: its
+// own, and the one of the checkpoints made before they were named after their
+// sandbox (checkpointRepo:<id>).
+func checkpointRefs(of, id string) []string {
+	return []string{CheckpointImage(of, id), checkpointRepo + ":" + id}
+}
+
+// tagged reports whether image im is tagged as the checkpoint its labels name.
+func tagged(im image.Summary) bool {
+	id := im.Labels[labelCheckpoint]
+	return slices.ContainsFunc(checkpointRefs(im.Labels[labelCheckpointOf], id), func(r string) bool {
+		return slices.Contains(im.RepoTags, r)
+	})
+}
 
 // checkpointComment is the comment of checkpoint id's image, which tells it from an
 // image committed by hand from a container that was restored from a checkpoint.
 func checkpointComment(id string) string { return "mcp-sandbox checkpoint " + id }
 
-// checkpointVolume is the name of checkpoint id's copy of boxapi.WorkDir.
-func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
+// checkpointVolume is the name of the copy of boxapi.WorkDir of checkpoint id of the
+// sandbox container of; checkpoints made before they were named after their sandbox
+// have checkpointRepo-<id> (their image's label labelCheckpointVolume says which).
+func checkpointVolume(of, id string) string { return of + "-checkpoint-" + id }
 
-// Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
-func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+// isCheckpointVolume reports whether name is a name the copy of checkpoint id of
+// container of may have.
+func isCheckpointVolume(name, of, id string) bool {
+	return name == checkpointVolume(of, id) || name == checkpointRepo+"-"+id
+}
+
+// stored is a checkpoint with its image reference and volume.
+type stored struct {
+	boxapi.Checkpoint
+	ref, vol string
+}
+
+// listStored lists the checkpoints of every sandbox on the engine, oldest first.
+func listStored(ctx context.Context, cli Engine) ([]stored, error) {
 	// Filtered here, not by the engine (see Containers).
 	list, err := cli.ImageList(ctx, image.ListOptions{})
 	if cerrdefs.IsNotImplemented(err) {
@@ -137,21 +182,52 @@ func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing checkpoint images: %w", err)
 	}
-	var out []boxapi.Checkpoint
+	var out []stored
 	for _, im := range list {
-		id := im.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || !slices.Contains(im.RepoTags, CheckpointImage(id)) {
+		id, of := im.Labels[labelCheckpoint], im.Labels[labelCheckpointOf]
+		if !boxapi.ValidCheckpointID(id) {
 			continue
 		}
-		out = append(out, checkpointOf(im.Labels))
+		i := slices.IndexFunc(checkpointRefs(of, id), func(r string) bool { return slices.Contains(im.RepoTags, r) })
+		if i < 0 {
+			continue
+		}
+		vol := im.Labels[labelCheckpointVolume]
+		if !isCheckpointVolume(vol, of, id) {
+			vol = checkpointVolume(of, id)
+		}
+		out = append(out, stored{checkpointOf(im.Labels), checkpointRefs(of, id)[i], vol})
 	}
-	slices.SortFunc(out, func(a, b boxapi.Checkpoint) int {
+	slices.SortFunc(out, func(a, b stored) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
 	return out, nil
+}
+
+// findStored is checkpoint id, of any sandbox on the engine.
+func findStored(ctx context.Context, cli Engine, id string) (stored, error) {
+	all, err := listStored(ctx, cli)
+	if err != nil {
+		return stored{}, err
+	}
+	i := slices.IndexFunc(all, func(c stored) bool { return c.ID == id })
+	if !boxapi.ValidCheckpointID(id) || i < 0 {
+		return stored{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
+	}
+	return all[i], nil
+}
+
+// Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
+func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+	all, err := listStored(ctx, cli)
+	out := make([]boxapi.Checkpoint, 0, len(all))
+	for _, c := range all {
+		out = append(out, c.Checkpoint)
+	}
+	return out, err
 }
 
 // checkpointOf reads a checkpoint's labels.
@@ -170,17 +246,21 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 	if !boxapi.ValidCheckpointID(id) {
 		return fmt.Errorf("%w: %q", boxapi.ErrCheckpointNotFound, id)
 	}
-	_, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true})
+	ck, err := findStored(ctx, cli, id)
+	if err != nil {
+		return err
+	}
+	_, err = cli.ImageRemove(ctx, ck.ref, image.RemoveOptions{Force: true, PruneChildren: true})
 	if cerrdefs.IsNotImplemented(err) {
 		return fmt.Errorf("%w: %s (this engine keeps no checkpoints)", boxapi.ErrCheckpointNotFound, id)
 	}
 	if cerrdefs.IsNotFound(err) {
 		err = fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 	} else if err != nil {
-		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, CheckpointImage(id), err)
+		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, ck.ref, err)
 	}
-	if verr := cli.VolumeRemove(ctx, checkpointVolume(id), true); verr != nil && !cerrdefs.IsNotFound(verr) {
-		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, checkpointVolume(id), verr)
+	if verr := cli.VolumeRemove(ctx, ck.vol, true); verr != nil && !cerrdefs.IsNotFound(verr) {
+		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, ck.vol, verr)
 	}
 	return err
 }
@@ -340,7 +420,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s this checkpoint may hold (docker commit saves sparse files at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
 			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, room)), boxapi.WorkDir)
 	}
-	vol := checkpointVolume(id)
+	vol := checkpointVolume(name0, id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
@@ -371,7 +451,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
 	}
 	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
-		Reference: CheckpointImage(id), Pause: false, Comment: checkpointComment(id),
+		Reference: CheckpointImage(name0, id), Pause: false, Comment: checkpointComment(id),
 		Config: &container.Config{Labels: labels},
 	}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
@@ -403,17 +483,19 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 // removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
 // and copying container. Failures are logged; the next list sweeps what is left.
 func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
-	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, s.log)
+	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, checkpointVolume(s.cfg.Container, id), s.log)
 }
 
-func removeCheckpoint(ctx context.Context, cli API, of, id string, log *zap.Logger) {
+func removeCheckpoint(ctx context.Context, cli API, of, id, vol string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	removeCopier(ctx, cli, of, id, log)
-	if _, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+	for _, ref := range checkpointRefs(of, id) {
+		if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+		}
 	}
-	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := cli.VolumeRemove(ctx, vol, true); err != nil && !cerrdefs.IsNotFound(err) {
 		log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
 	}
 }
@@ -450,14 +532,14 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 	}
 	for _, v := range vols.Volumes {
 		id := v.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || v.Name != checkpointVolume(id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
+		if !boxapi.ValidCheckpointID(id) || !isCheckpointVolume(v.Name, v.Labels[labelCheckpointOf], id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
 			continue
 		}
 		log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
-		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, log)
+		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, v.Name, log)
 	}
 	SweepUntagged(ctx, cli, func(c boxapi.Checkpoint) bool { return belongs(c.Container) }, log)
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
@@ -486,7 +568,7 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 	}
 	for _, im := range list {
 		id := im.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(checkpointOf(im.Labels)) {
+		if !boxapi.ValidCheckpointID(id) || tagged(im) || !belongs(checkpointOf(im.Labels)) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
@@ -709,21 +791,20 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
 	ck := boxapi.Checkpoint{ID: boxapi.ImageReset}
-	img := s.cfg.Image
+	img, vol := s.cfg.Image, ""
 	if id != boxapi.ImageReset && s.onKubernetes() {
 		return RestoreResult{}, errNoCheckpoints
 	}
 	if id != boxapi.ImageReset {
-		all, err := Checkpoints(ctx, s.cli)
+		found, err := findStored(ctx, s.cli, id)
 		if err != nil {
 			return RestoreResult{}, err
 		}
-		i := slices.IndexFunc(all, func(c boxapi.Checkpoint) bool { return c.ID == id && (!own || c.Container == s.cfg.Container) })
-		if i < 0 {
+		if own && found.Container != s.cfg.Container {
 			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 		}
-		ck, img = all[i], CheckpointImage(id)
-		if err := s.checkCopy(ctx, id); err != nil {
+		ck, img, vol = found.Checkpoint, found.ref, found.vol
+		if err := s.checkCopy(ctx, id, vol); err != nil {
 			return RestoreResult{}, err
 		}
 	}
@@ -787,7 +868,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		// back and deletes only its own copy.
 		suffix := restoreSuffix()
 		mounts := []mount.Mount{
-			{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
+			{Type: mount.TypeVolume, Source: vol, Target: "/from", ReadOnly: true},
 			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
 		}
 		// The time bound is the agent's own, for the copy; the one here only ends an
@@ -796,7 +877,7 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			"-timeout", copierTimeout.String(), "/from", "/to"}, mounts, func(ctx context.Context) error {
 			// Mounted by the copying container, the copy cannot be deleted until it ends;
 			// deleted before, the engine made an empty volume under its name.
-			return s.checkCopy(ctx, id)
+			return s.checkCopy(ctx, id, vol)
 		})
 		if err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
@@ -838,8 +919,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 // checkCopy makes sure checkpoint id's copy of boxapi.WorkDir is the one Checkpoint
 // made: a volume of that name without its label is one the engine made, empty, when a
 // copying container mounted it after the copy was deleted; it is removed.
-func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
-	v, err := s.cli.VolumeInspect(ctx, checkpointVolume(id))
+func (s *Sandbox) checkCopy(ctx context.Context, id, vol string) error {
+	v, err := s.cli.VolumeInspect(ctx, vol)
 	if err == nil && v.Labels[labelCheckpoint] == id {
 		return nil
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -92,7 +94,7 @@ func TestCheckpointSparse(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
 	took := time.Since(begin)
-	disk := volumeDiskBytes(t, cli, cfg, checkpointVolume(res.Checkpoint.ID))
+	disk := volumeDiskBytes(t, cli, cfg, checkpointVolume(cfg.Container, res.Checkpoint.ID))
 	t.Logf("checkpoint of 12 GB of sparse files: %v, %d bytes on disk, %d recorded", took, disk, res.Checkpoint.SizeBytes)
 	if disk > 1<<30 || res.Checkpoint.SizeBytes > 1<<30 || took > time.Minute {
 		t.Errorf("the checkpoint took %v and %d bytes of disk (%d recorded)", took, disk, res.Checkpoint.SizeBytes)
@@ -180,5 +182,68 @@ func TestRestoreManyJobRecords(t *testing.T) {
 	r := mustExec(t, sb, "cat /sandbox/f; ls "+JobsDir+" | grep -c '^j[0-9]*\\.'", boxapi.ExecOptions{})
 	if r.Stdout != "saved\n100000\n" {
 		t.Errorf("after the restore: %q", r.Stdout)
+	}
+}
+
+// TestCheckpointNames: a checkpoint's image and volume are named after its sandbox's
+// container; one made before (mcp-sandbox-checkpoint:<id> and its volume) is still
+// listed, restored and deleted.
+func TestCheckpointNames(t *testing.T) {
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
+	mustExec(t, sb, "echo saved > /sandbox/f && echo sys > /etc/marker", boxapi.ExecOptions{})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Checkpoint.ID
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, id) })
+	if _, err := cli.ImageInspect(ctx, cfg.Container+"-checkpoint:"+id); err != nil {
+		t.Errorf("the image is not named after the container: %v", err)
+	}
+	if _, err := cli.VolumeInspect(ctx, cfg.Container+"-checkpoint-"+id); err != nil {
+		t.Errorf("the volume is not named after the container: %v", err)
+	}
+
+	// One as checkpoints were made before: docker commit under checkpointRepo, and a
+	// copy volume checkpointRepo-<id>.
+	old := newCheckpointID()
+	ref, vol := checkpointRepo+":"+old, checkpointRepo+"-"+old
+	t.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true})
+		_ = cli.VolumeRemove(context.Background(), vol, true)
+	})
+	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol, Labels: map[string]string{labelCheckpoint: old, labelCheckpointOf: cfg.Container}}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{labelCheckpoint: old, labelCheckpointOf: cfg.Container, labelCheckpointVolume: vol,
+		labelCheckpointCreated: time.Now().UTC().Format(time.RFC3339Nano), labelCheckpointBytes: "1"}
+	if _, err := cli.ContainerCommit(ctx, cfg.Container, container.CommitOptions{Reference: ref, Comment: checkpointComment(old),
+		Config: &container.Config{Labels: labels}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.copyVolumes(ctx, old, time.Minute, []string{"save", "/from", "/to"}, []mount.Mount{
+		{Type: mount.TypeVolume, Source: cfg.Volume, Target: "/from", ReadOnly: true},
+		{Type: mount.TypeVolume, Source: vol, Target: "/to"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := sb.Checkpoints(ctx)
+	if err != nil || len(list) != 2 || list[1].ID != old {
+		t.Fatalf("the list with a checkpoint of before: %v %v", list, err)
+	}
+	mustExec(t, sb, "echo changed > /sandbox/f && echo sys2 > /etc/marker", boxapi.ExecOptions{})
+	if _, err := sb.Restore(ctx, old); err != nil {
+		t.Fatalf("restoring a checkpoint of before: %v", err)
+	}
+	if r := mustExec(t, sb, "cat /sandbox/f /etc/marker", boxapi.ExecOptions{}); r.Stdout != "saved\nsys\n" {
+		t.Errorf("after restoring a checkpoint of before: %q", r.Stdout)
+	}
+	if _, err := sb.Restore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteCheckpoint(ctx, cli, old); err != nil {
+		t.Fatalf("deleting a checkpoint of before: %v", err)
+	}
+	if _, err := cli.VolumeInspect(ctx, vol); err == nil {
+		t.Errorf("the deleted checkpoint's volume %s stays", vol)
 	}
 }
