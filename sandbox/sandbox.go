@@ -78,7 +78,7 @@ type Config struct {
 	// device, or a size limit.
 	CheckpointVolumeOptions string
 	// MaxCheckpointBytes bounds the bytes all of the sandbox's checkpoints hold
-	// together: a new checkpoint that would pass it is refused (0: the default,
+	// together: a new checkpoint that would pass it is refused (0 or less:
 	// DefaultMaxCheckpointBytes).
 	MaxCheckpointBytes int64
 
@@ -114,6 +114,8 @@ func DefaultConfig() Config {
 		MaxOutput:       200000,
 		FileTTL:         168 * time.Hour,
 		CleanupInterval: time.Hour,
+
+		MaxCheckpointBytes: DefaultMaxCheckpointBytes,
 	}
 }
 
