@@ -852,15 +852,28 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		}
 	}
 	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
-		// The job records first: a failure there leaves boxapi.WorkDir untouched.
-		if hadOld {
-			if err := s.carryJobs(ctx, old.ID, newID); err != nil {
-				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
-			}
-		}
 		if id == boxapi.ImageReset {
+			if hadOld {
+				if err := s.carryJobs(ctx, old.ID, newID); err != nil {
+					return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
+				}
+			}
 			return nil
 		}
+		// The job records are carried while /sandbox is copied: they only say which jobs
+		// of before ended, and a failure to carry them is logged, never a reason to
+		// undo a restore whose files are in place.
+		carried := make(chan error, 1)
+		if hadOld {
+			go func() { carried <- s.carryJobs(ctx, old.ID, newID) }()
+		} else {
+			carried <- nil
+		}
+		defer func() {
+			if err := <-carried; err != nil {
+				s.log.Warn("the job records of before the restore were not kept", zap.Error(err))
+			}
+		}()
 		// One run of the agent: the copy goes beside the current files, under a name
 		// chosen now, so a full disk or the time bound stops it before anything is
 		// replaced; then it is swapped in with renames, which no time bound cuts
