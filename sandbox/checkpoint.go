@@ -716,6 +716,10 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 		if last == "" {
 			last = "no message"
 		}
+		if strings.Contains(strings.ToLower(last), "no space left on device") {
+			return "", fmt.Errorf("the copy failed: No space left on device where it writes (%s): delete or archive what is not needed in %s, then try again; if that is not enough, the operator must make room on the engine's disk",
+				last, boxapi.WorkDir)
+		}
 		return "", fmt.Errorf("the copy failed (exit %d): %s", code, last)
 	}
 	return out.String(), nil
