@@ -610,8 +610,12 @@ func removeCopier(ctx context.Context, cli API, of, id string, log *zap.Logger) 
 // copierBinary is where the agent's binary is put in a copying container.
 const copierBinary = "/mcp-sandbox-copy"
 
-// errOverBytes is a copy that stopped at its bound of bytes (the agent's exit code 3).
-var errOverBytes = errors.New("the copy reached its bound of bytes")
+// errOverBytes is a copy that stopped at its bound of bytes (the agent's exit code 3);
+// errCopyStopped one whose copying container was stopped from here at its time bound.
+var (
+	errOverBytes   = errors.New("the copy reached its bound of bytes")
+	errCopyStopped = errors.New("stopped from outside")
+)
 
 // copyVolumes runs the agent's copy mode (cmd/sandbox-agent, copy_linux.go) with args
 // in a copying container with mounts, and returns the end of its output. The agent is
@@ -693,8 +697,8 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 	case err := <-errC:
 		if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 			// The deferred removeCopier kills it.
-			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w",
-				limit, boxapi.WorkDir, err)
+			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w (%w)",
+				limit, boxapi.WorkDir, err, errCopyStopped)
 		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
@@ -896,12 +900,21 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			// deleted before, the engine made an empty volume under its name.
 			return s.checkCopy(ctx, id, vol)
 		})
+		if errors.Is(err, errCopyStopped) {
+			// The agent keeps its own time bound; stopped from here, it hung, perhaps
+			// halfway through the renames.
+			return fmt.Errorf("%w: the restore's copy hung and was stopped; the files of before may be in %s/.mcp-sandbox-replaced-%s and the checkpoint's in %s/.mcp-sandbox-restore-%s: move back what is needed, then delete those",
+				errHalfway, boxapi.WorkDir, suffix, boxapi.WorkDir, suffix)
+		}
 		if err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
 		}
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, errHalfway) {
+			return rollback(fmt.Errorf("restoring the sandbox (its processes ended; its system is as it was): %w", err))
+		}
 		return rollback(fmt.Errorf("restoring the sandbox (it is as it was; its processes ended): %w", err))
 	}
 	if hadOld {
@@ -951,6 +964,9 @@ func (s *Sandbox) checkCopy(ctx context.Context, id, vol string) error {
 	}
 	return fmt.Errorf("checkpoint %s has lost its copy of %s (it was deleted, or removed from the engine): restore another checkpoint; this one can only be deleted", id, boxapi.WorkDir)
 }
+
+// errHalfway is a restore stopped where /sandbox may be half replaced.
+var errHalfway = errors.New("the restore was stopped halfway")
 
 // restoreGrace is how long past copierTimeout a restore's copying container may run
 // before it is stopped: the agent stops its copy at copierTimeout itself, and then

@@ -247,3 +247,28 @@ func TestCheckpointNames(t *testing.T) {
 		t.Errorf("the deleted checkpoint's volume %s stays", vol)
 	}
 }
+
+// TestRestoreHungCopy: a restore's copying container that runs past the agent's own
+// time bound (a hung agent) is stopped; the restore then does not claim the sandbox is
+// as it was, but names where the files may be, and deletes nothing.
+func TestRestoreHungCopy(t *testing.T) {
+	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
+	mustExec(t, sb, "echo saved > /sandbox/f && dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
+	res, err := sb.Checkpoint(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, res.Checkpoint.ID) })
+	mustExec(t, sb, "echo changed > /sandbox/f", boxapi.ExecOptions{})
+	defer func(d time.Duration) { restoreGrace = d }(restoreGrace)
+	restoreGrace = -copierTimeout + 200*time.Millisecond
+	_, err = sb.Restore(ctx, res.Checkpoint.ID)
+	restoreGrace = time.Minute
+	if err == nil || strings.Contains(err.Error(), "it is as it was") || !strings.Contains(err.Error(), "/sandbox/.mcp-sandbox-replaced-") {
+		t.Fatalf("a restore whose copy hung: %v", err)
+	}
+	t.Logf("the error: %v", err)
+	if r := mustExec(t, sb, "cat /sandbox/f", boxapi.ExecOptions{}); r.Stdout != "changed\n" {
+		t.Errorf("after the stopped restore: %q", r.Stdout)
+	}
+}
