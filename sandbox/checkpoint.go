@@ -33,14 +33,19 @@ import (
 // Checkpoints.
 //
 // A checkpoint is the whole sandbox: `docker commit` of the container (its filesystem
-// outside boxapi.WorkDir) to an image tagged checkpointRepo:<id>, and a copy of the boxapi.WorkDir
-// volume in a volume of its own. The image is written last and is the record: its
-// labels name the checkpoint, its owner and size, and survive Caddy's restarts; a copy
-// volume without its image is a checkpoint that failed halfway, and is removed.
+// outside boxapi.WorkDir) to an image tagged <container>-checkpoint:<id> (CheckpointImage),
+// and a copy of the boxapi.WorkDir volume in a volume <container>-checkpoint-<id> of its
+// own. The image is written last and is the record: its labels name the checkpoint,
+// its owner, volume and size, and survive Caddy's restarts; a copy volume without its
+// image is a checkpoint that failed halfway, and is removed. Checkpoints made before
+// they were named after their container (checkpointRepo:<id>, checkpointRepo-<id>) are
+// still found.
 //
-// The copies run in a short-lived container made from the operator's configured image
+// The copies are made by the agent's copy mode (cmd/sandbox-agent), never by the
+// image's cp, in a short-lived container made from the operator's configured image
 // (never from the sandbox's own, which the model may have changed), with no network,
-// no privileges beyond the file capabilities `cp -a` needs, and both volumes mounted.
+// no privileges beyond the file capabilities a copy as root needs, and both volumes
+// mounted. All of a sandbox's checkpoints hold at most MaxCheckpointBytes together.
 const (
 	checkpointRepo = "mcp-sandbox-checkpoint"
 
@@ -55,8 +60,8 @@ const (
 	// DefaultMaxCheckpoints is max_checkpoints' default.
 	DefaultMaxCheckpoints = 5
 
-	// copierPids bounds a copying container's processes. It has no memory limit: cp
-	// holds little, and a limit also caps the page cache it may dirty, which throttled
+	// copierPids bounds a copying container's processes. It has no memory limit: the
+	// copy holds little, and a limit also caps the page cache it may dirty, which throttled
 	// large copies (restores of 800 MB took 4.0 s with 2 GiB, 3.1 s without, here).
 	copierPids = 64
 	// copierOutput bounds what is kept of a copying container's output.
@@ -80,7 +85,7 @@ var copierTimeout = 10 * time.Minute
 // limits.
 var checkpointMaxSystem int64 = 64 << 30
 
-// copierCaps are what `cp -a` needs as root to read every file and keep owners,
+// copierCaps are what the copy needs as root to read every file and keep owners,
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
 
