@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 
@@ -23,13 +23,25 @@ func stdoutOf(ctx context.Context, t *testing.T, c *mcpclient.Client, command st
 	return structured(t, res)["stdout"].(string)
 }
 
-// imageGone reports whether checkpoint id's image and volume are gone from the engine.
+// imageGone reports whether checkpoint id's image and volume are gone from the engine
+// (whatever their names: see sandbox.CheckpointImage).
 func imageGone(t *testing.T, cli *client.Client, id string) bool {
 	t.Helper()
 	ctx := context.Background()
-	_, err := cli.ImageInspect(ctx, sandbox.CheckpointImage(id))
-	_, verr := cli.VolumeInspect(ctx, "mcp-sandbox-checkpoint-"+id)
-	return cerrdefs.IsNotFound(err) && cerrdefs.IsNotFound(verr)
+	list, err := sandbox.Checkpoints(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list {
+		if c.ID == id {
+			return false
+		}
+	}
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "mcp-sandbox.checkpoint="+id))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(vols.Volumes) == 0
 }
 
 // removeCheckpoints removes every checkpoint of the containers.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -47,13 +47,25 @@ func stdoutOf(ctx context.Context, t *testing.T, c *mcpclient.Client, command st
 	return testsite.Structured(t, res)["stdout"].(string)
 }
 
-// imageGone reports whether checkpoint id's image and volume are gone from the engine.
+// imageGone reports whether checkpoint id's image and volume are gone from the engine
+// (whatever their names: see sandbox.CheckpointImage).
 func imageGone(t *testing.T, cli *client.Client, id string) bool {
 	t.Helper()
 	ctx := context.Background()
-	_, err := cli.ImageInspect(ctx, sandbox.CheckpointImage(id))
-	_, verr := cli.VolumeInspect(ctx, "mcp-sandbox-checkpoint-"+id)
-	return cerrdefs.IsNotFound(err) && cerrdefs.IsNotFound(verr)
+	list, err := sandbox.Checkpoints(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list {
+		if c.ID == id {
+			return false
+		}
+	}
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "mcp-sandbox.checkpoint="+id))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(vols.Volumes) == 0
 }
 
 func checkpointIDs(t *testing.T, m map[string]any) []string {
@@ -387,4 +399,59 @@ func removeCheckpoints(cli *client.Client, names ...string) {
 			}
 		}
 	}
+}
+
+// TestCheckpointHostileContents: through Caddy, a model that plants the names of a
+// restore's own directories and 12 GB of sparse files in /sandbox gets a checkpoint
+// that costs little disk, is restored twice with nothing lost, and copied twice by
+// the console onto another person's sandbox the same way; 12 GB of sparse files
+// outside /sandbox, which docker commit would write at full size, are refused within
+// a minute, saying what to do.
+func TestCheckpointHostileContents(t *testing.T) {
+	p := startPeopleSite(t, []string{"alice", "bob"})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { removeCheckpoints(p.Docker, p.containerOf("alice"), p.containerOf("bob")) })
+	alice, bob := p.client(ctx, "alice"), p.client(ctx, "bob")
+	const list = "cd /sandbox && find . | sort && cat f .mcp-sandbox-restore/f .mcp-sandbox-replaced/d/f && stat -c %s big && du -sk . | cut -f1"
+	stdoutOf(ctx, t, alice, "cd /sandbox && mkdir -p .mcp-sandbox-restore .mcp-sandbox-replaced/d && echo r > .mcp-sandbox-restore/f && "+
+		"echo p > .mcp-sandbox-replaced/d/f && echo saved > f && truncate -s 12G big")
+	want := stdoutOf(ctx, t, alice, list)
+	begin := time.Now()
+	saved := testsite.Structured(t, testsite.Call(ctx, t, alice, "checkpoint", map[string]any{}))
+	id := saved["id"].(string)
+	if took := time.Since(begin); saved["size_bytes"].(float64) > 1<<30 || took > time.Minute {
+		t.Errorf("a checkpoint of 12 GB of sparse files: %v bytes in %v", saved["size_bytes"], took)
+	}
+	if _, err := p.Docker.ImageInspect(ctx, p.containerOf("alice")+"-checkpoint:"+id); err != nil {
+		t.Errorf("the checkpoint's image is not named after alice's container: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		stdoutOf(ctx, t, alice, "cd /sandbox && echo changed > f && echo mine > g && rm -r .mcp-sandbox-restore")
+		if res := testsite.Call(ctx, t, alice, "restore", map[string]any{"id": id}); res.IsError {
+			t.Fatalf("restore %d: %s", i+1, testsite.ResultText(res))
+		}
+		if got := stdoutOf(ctx, t, alice, list); got != want {
+			t.Fatalf("alice after restore %d:\n%s\nwant\n%s", i+1, got, want)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		stdoutOf(ctx, t, bob, "cd /sandbox && echo bob > f && mkdir -p .mcp-sandbox-replaced && echo bob > .mcp-sandbox-replaced/b")
+		resp, body := p.request(t, "POST", p.URL+"/console/api/checkpoints/"+id+"/copy", p.Key, strings.NewReader(`{"to":"bob","replace":true}`))
+		if resp.StatusCode != 200 {
+			t.Fatalf("console copy %d to bob: %d %s", i+1, resp.StatusCode, body)
+		}
+		bob = p.client(ctx, "bob")
+		if got := stdoutOf(ctx, t, bob, list); got != want {
+			t.Fatalf("bob after copy %d:\n%s\nwant\n%s", i+1, got, want)
+		}
+	}
+
+	stdoutOf(ctx, t, alice, "rm /sandbox/big && mkdir -p /opt && truncate -s 12G /opt/big && ls -ls /opt/big")
+	begin = time.Now()
+	res := testsite.Call(ctx, t, alice, "checkpoint", map[string]any{})
+	if !res.IsError || !strings.Contains(testsite.ResultText(res), "delete large files outside /sandbox") || time.Since(begin) > time.Minute {
+		t.Fatalf("a checkpoint of 12 GB of sparse files outside /sandbox (after %v): %v %q", time.Since(begin), res.IsError, testsite.ResultText(res))
+	}
+	t.Logf("refused in %v: %s", time.Since(begin), testsite.ResultText(res))
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentbin"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -30,14 +33,19 @@ import (
 // Checkpoints.
 //
 // A checkpoint is the whole sandbox: `docker commit` of the container (its filesystem
-// outside boxapi.WorkDir) to an image tagged checkpointRepo:<id>, and a copy of the boxapi.WorkDir
-// volume in a volume of its own. The image is written last and is the record: its
-// labels name the checkpoint, its owner and size, and survive Caddy's restarts; a copy
-// volume without its image is a checkpoint that failed halfway, and is removed.
+// outside boxapi.WorkDir) to an image tagged <container>-checkpoint:<id> (CheckpointImage),
+// and a copy of the boxapi.WorkDir volume in a volume <container>-checkpoint-<id> of its
+// own. The image is written last and is the record: its labels name the checkpoint,
+// its owner, volume and size, and survive Caddy's restarts; a copy volume without its
+// image is a checkpoint that failed halfway, and is removed. Checkpoints made before
+// they were named after their container (checkpointRepo:<id>, checkpointRepo-<id>) are
+// still found.
 //
-// The copies run in a short-lived container made from the operator's configured image
+// The copies are made by the agent's copy mode (cmd/sandbox-agent), never by the
+// image's cp, in a short-lived container made from the operator's configured image
 // (never from the sandbox's own, which the model may have changed), with no network,
-// no privileges beyond the file capabilities `cp -a` needs, and both volumes mounted.
+// no privileges beyond the file capabilities a copy as root needs, and both volumes
+// mounted. All of a sandbox's checkpoints hold at most MaxCheckpointBytes together.
 const (
 	checkpointRepo = "mcp-sandbox-checkpoint"
 
@@ -52,22 +60,18 @@ const (
 	// DefaultMaxCheckpoints is max_checkpoints' default.
 	DefaultMaxCheckpoints = 5
 
-	// stagingDir and retiredDir are where a restore puts the checkpoint's boxapi.WorkDir
-	// before it swaps it in, and the replaced contents until they are deleted.
-	stagingDir = ".mcp-sandbox-restore"
-	retiredDir = ".mcp-sandbox-replaced"
-
-	// copierPids bounds a copying container's processes. It has no memory limit: cp
-	// holds little, and a limit also caps the page cache it may dirty, which throttled
+	// copierPids bounds a copying container's processes. It has no memory limit: the
+	// copy holds little, and a limit also caps the page cache it may dirty, which throttled
 	// large copies (restores of 800 MB took 4.0 s with 2 GiB, 3.1 s without, here).
 	copierPids = 64
 	// copierOutput bounds what is kept of a copying container's output.
 	copierOutput = 4096
 
 	// Bounds of the job records carried over a restore (see carryJobs): the jobs
-	// directory holds at most 1 GB of output by the runner's own pruning.
+	// directory holds at most 1 GB of output by the runner's own pruning, and a job
+	// about five files (20,000 jobs in ten minutes are 100,000).
 	carryMaxBytes   = 2 << 30
-	carryMaxEntries = 20000
+	carryMaxEntries = 200000
 )
 
 // copierTimeout bounds one copy of a /sandbox, so a sandbox holding millions of files
@@ -81,7 +85,7 @@ var copierTimeout = 10 * time.Minute
 // limits.
 var checkpointMaxSystem int64 = 64 << 30
 
-// copierCaps are what `cp -a` needs as root to read every file and keep owners,
+// copierCaps are what the copy needs as root to read every file and keep owners,
 // modes, times, device nodes and file capabilities; everything else is dropped.
 var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "MKNOD", "SETFCAP"}
 
@@ -119,18 +123,62 @@ func newCheckpointID() string {
 	return fmt.Sprintf("c%08x%s", uint32(time.Now().Unix()), hex.EncodeToString(b[:]))
 }
 
-// CheckpointImage is the image reference of checkpoint id.
-func CheckpointImage(id string) string { return checkpointRepo + ":" + id }
+// CheckpointImage is the image reference of checkpoint id of the sandbox container of:
+// a repository named after the container (<container>-checkpoint), so an engine shared
+// by several sites shows whose each is.
+func CheckpointImage(of, id string) string { return checkpointRepoOf(of) + ":" + id }
+
+// repoName is what Docker accepts as one component of a repository name.
+var repoName = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+
+// checkpointRepoOf is the repository of the checkpoints of container of, or
+// checkpointRepo for a container name Docker would not take as one.
+func checkpointRepoOf(of string) string {
+	r := strings.ToLower(of) + "-checkpoint"
+	if len(r) > 128 || !repoName.MatchString(r) {
+		return checkpointRepo
+	}
+	return r
+}
+
+// checkpointRefs are the references checkpoint id's image may be tagged with: its
+// own, and the one of the checkpoints made before they were named after their
+// sandbox (checkpointRepo:<id>).
+func checkpointRefs(of, id string) []string {
+	return []string{CheckpointImage(of, id), checkpointRepo + ":" + id}
+}
+
+// tagged reports whether image im is tagged as the checkpoint its labels name.
+func tagged(im image.Summary) bool {
+	id := im.Labels[labelCheckpoint]
+	return slices.ContainsFunc(checkpointRefs(im.Labels[labelCheckpointOf], id), func(r string) bool {
+		return slices.Contains(im.RepoTags, r)
+	})
+}
 
 // checkpointComment is the comment of checkpoint id's image, which tells it from an
 // image committed by hand from a container that was restored from a checkpoint.
 func checkpointComment(id string) string { return "mcp-sandbox checkpoint " + id }
 
-// checkpointVolume is the name of checkpoint id's copy of boxapi.WorkDir.
-func checkpointVolume(id string) string { return checkpointRepo + "-" + id }
+// checkpointVolume is the name of the copy of boxapi.WorkDir of checkpoint id of the
+// sandbox container of; checkpoints made before they were named after their sandbox
+// have checkpointRepo-<id> (their image's label labelCheckpointVolume says which).
+func checkpointVolume(of, id string) string { return of + "-checkpoint-" + id }
 
-// Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
-func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+// isCheckpointVolume reports whether name is a name the copy of checkpoint id of
+// container of may have.
+func isCheckpointVolume(name, of, id string) bool {
+	return name == checkpointVolume(of, id) || name == checkpointRepo+"-"+id
+}
+
+// stored is a checkpoint with its image reference and volume.
+type stored struct {
+	boxapi.Checkpoint
+	ref, vol string
+}
+
+// listStored lists the checkpoints of every sandbox on the engine, oldest first.
+func listStored(ctx context.Context, cli Engine) ([]stored, error) {
 	// Filtered here, not by the engine (see Containers).
 	list, err := cli.ImageList(ctx, image.ListOptions{})
 	if cerrdefs.IsNotImplemented(err) {
@@ -139,21 +187,52 @@ func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing checkpoint images: %w", err)
 	}
-	var out []boxapi.Checkpoint
+	var out []stored
 	for _, im := range list {
-		id := im.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || !slices.Contains(im.RepoTags, CheckpointImage(id)) {
+		id, of := im.Labels[labelCheckpoint], im.Labels[labelCheckpointOf]
+		if !boxapi.ValidCheckpointID(id) {
 			continue
 		}
-		out = append(out, checkpointOf(im.Labels))
+		i := slices.IndexFunc(checkpointRefs(of, id), func(r string) bool { return slices.Contains(im.RepoTags, r) })
+		if i < 0 {
+			continue
+		}
+		vol := im.Labels[labelCheckpointVolume]
+		if !isCheckpointVolume(vol, of, id) {
+			vol = checkpointVolume(of, id)
+		}
+		out = append(out, stored{checkpointOf(im.Labels), checkpointRefs(of, id)[i], vol})
 	}
-	slices.SortFunc(out, func(a, b boxapi.Checkpoint) int {
+	slices.SortFunc(out, func(a, b stored) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
 	return out, nil
+}
+
+// findStored is checkpoint id, of any sandbox on the engine.
+func findStored(ctx context.Context, cli Engine, id string) (stored, error) {
+	all, err := listStored(ctx, cli)
+	if err != nil {
+		return stored{}, err
+	}
+	i := slices.IndexFunc(all, func(c stored) bool { return c.ID == id })
+	if !boxapi.ValidCheckpointID(id) || i < 0 {
+		return stored{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
+	}
+	return all[i], nil
+}
+
+// Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
+func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+	all, err := listStored(ctx, cli)
+	out := make([]boxapi.Checkpoint, 0, len(all))
+	for _, c := range all {
+		out = append(out, c.Checkpoint)
+	}
+	return out, err
 }
 
 // checkpointOf reads a checkpoint's labels.
@@ -172,17 +251,21 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 	if !boxapi.ValidCheckpointID(id) {
 		return fmt.Errorf("%w: %q", boxapi.ErrCheckpointNotFound, id)
 	}
-	_, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true})
+	ck, err := findStored(ctx, cli, id)
+	if err != nil {
+		return err
+	}
+	_, err = cli.ImageRemove(ctx, ck.ref, image.RemoveOptions{Force: true, PruneChildren: true})
 	if cerrdefs.IsNotImplemented(err) {
 		return fmt.Errorf("%w: %s (this engine keeps no checkpoints)", boxapi.ErrCheckpointNotFound, id)
 	}
 	if cerrdefs.IsNotFound(err) {
 		err = fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 	} else if err != nil {
-		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, CheckpointImage(id), err)
+		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, ck.ref, err)
 	}
-	if verr := cli.VolumeRemove(ctx, checkpointVolume(id), true); verr != nil && !cerrdefs.IsNotFound(verr) {
-		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, checkpointVolume(id), verr)
+	if verr := cli.VolumeRemove(ctx, ck.vol, true); verr != nil && !cerrdefs.IsNotFound(verr) {
+		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, ck.vol, verr)
 	}
 	return err
 }
@@ -254,8 +337,25 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	}
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
-	if _, err := s.Checkpoints(ctx); err != nil { // sweeps leftovers first
+	mine, err := s.Checkpoints(ctx) // sweeps leftovers first
+	if err != nil {
 		return CheckpointResult{}, err
+	}
+	// The bytes left for this one: the total allowed less what the checkpoints kept
+	// with it hold (past max, the oldest go once it is made).
+	total := s.maxCheckpointBytes()
+	kept := mine
+	if max > 0 && len(kept) > max-1 {
+		kept = kept[len(kept)-(max-1):]
+	}
+	var held int64
+	for _, c := range kept {
+		held += c.SizeBytes
+	}
+	room := total - held
+	if room <= 0 {
+		return CheckpointResult{}, fmt.Errorf("this sandbox's checkpoints hold %s, all of the %s they may hold together: a new one needs room; ask the person to delete old checkpoints in the console (or the operator to raise max_checkpoint_bytes), then try again",
+			human.Size(held), human.Size(total))
 	}
 	name0 := s.cfg.Container
 	info, err := s.cli.ContainerInspect(ctx, name0)
@@ -321,28 +421,34 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if sized.SizeRw != nil {
 		sysBytes = *sized.SizeRw
 	}
-	if sysBytes > checkpointMaxSystem {
-		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s a checkpoint saves (sparse files count at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
-			boxapi.WorkDir, human.Size(sysBytes), human.Size(checkpointMaxSystem), boxapi.WorkDir)
+	if sysBytes > min(checkpointMaxSystem, room) {
+		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s this checkpoint may hold (docker commit saves sparse files at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
+			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, room)), boxapi.WorkDir)
 	}
-	vol := checkpointVolume(id)
+	vol := checkpointVolume(name0, id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
 	}
-	out, err := s.copyVolumes(ctx, id, copierTimeout, "cp -a /from/. /to/ && du -sk /to", []mount.Mount{
+	// The data of the files, never the holes of sparse ones, within what is left.
+	left := room - sysBytes
+	out, err := s.copyVolumes(ctx, id, copierTimeout, []string{"save", "-max-bytes", strconv.FormatInt(left, 10), "/from", "/to"}, []mount.Mount{
 		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
-	})
+	}, nil)
+	if errors.Is(err, errOverBytes) {
+		return CheckpointResult{}, fmt.Errorf("this checkpoint would hold more than the %s left of the %s this sandbox's checkpoints may hold together (%s of it outside %s): delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
+			human.Size(room), human.Size(total), human.Size(sysBytes), boxapi.WorkDir, boxapi.WorkDir, boxapi.WorkDir)
+	}
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
 	}
-	volKB, err := lastNumber(out)
+	volBytes, err := copiedBytes(out)
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
 	}
-	ck.SizeBytes = sysBytes + volKB*1024
+	ck.SizeBytes = sysBytes + volBytes
 	labels := map[string]string{
 		labelCheckpoint: id, labelCheckpointOf: name0, labelCheckpointName: name,
 		labelCheckpointCreated: ck.CreatedAt.Format(time.RFC3339Nano), labelCheckpointVolume: vol,
@@ -350,7 +456,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
 	}
 	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
-		Reference: CheckpointImage(id), Pause: false, Comment: checkpointComment(id),
+		Reference: CheckpointImage(name0, id), Pause: false, Comment: checkpointComment(id),
 		Config: &container.Config{Labels: labels},
 	}); err != nil {
 		return CheckpointResult{}, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
@@ -382,17 +488,19 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 // removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
 // and copying container. Failures are logged; the next list sweeps what is left.
 func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
-	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, s.log)
+	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, checkpointVolume(s.cfg.Container, id), s.log)
 }
 
-func removeCheckpoint(ctx context.Context, cli API, of, id string, log *zap.Logger) {
+func removeCheckpoint(ctx context.Context, cli API, of, id, vol string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	removeCopier(ctx, cli, of, id, log)
-	if _, err := cli.ImageRemove(ctx, CheckpointImage(id), image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+	for _, ref := range checkpointRefs(of, id) {
+		if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
+		}
 	}
-	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := cli.VolumeRemove(ctx, vol, true); err != nil && !cerrdefs.IsNotFound(err) {
 		log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
 	}
 }
@@ -429,14 +537,14 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 	}
 	for _, v := range vols.Volumes {
 		id := v.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || v.Name != checkpointVolume(id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
+		if !boxapi.ValidCheckpointID(id) || !isCheckpointVolume(v.Name, v.Labels[labelCheckpointOf], id) || have[id] || !belongs(v.Labels[labelCheckpointOf]) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
 			continue
 		}
 		log.Info("removing what a checkpoint that failed halfway left", zap.String("id", id))
-		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, log)
+		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, v.Name, log)
 	}
 	SweepUntagged(ctx, cli, func(c boxapi.Checkpoint) bool { return belongs(c.Container) }, log)
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
@@ -465,7 +573,7 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 	}
 	for _, im := range list {
 		id := im.Labels[labelCheckpoint]
-		if !boxapi.ValidCheckpointID(id) || slices.Contains(im.RepoTags, CheckpointImage(id)) || !belongs(checkpointOf(im.Labels)) {
+		if !boxapi.ValidCheckpointID(id) || tagged(im) || !belongs(checkpointOf(im.Labels)) {
 			continue
 		}
 		if _, busy := checkpointsBusy.Load(id); busy {
@@ -504,18 +612,42 @@ func removeCopier(ctx context.Context, cli API, of, id string, log *zap.Logger) 
 	}
 }
 
-// copyVolumes runs script with bash in a copying container with mounts, and returns
-// the end of its output. A non-zero exit is an error naming the last line it printed
-// (such as "No space left on device"). After limit (0: none beyond ctx) it is stopped.
-func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, script string, mounts []mount.Mount) (string, error) {
+// copierBinary is where the agent's binary is put in a copying container.
+const copierBinary = "/mcp-sandbox-copy"
+
+// errOverBytes is a copy that stopped at its bound of bytes (the agent's exit code 3);
+// errCopyStopped one whose copying container was stopped from here at its time bound.
+var (
+	errOverBytes   = errors.New("the copy reached its bound of bytes")
+	errCopyStopped = errors.New("stopped from outside")
+)
+
+// copyVolumes runs the agent's copy mode (cmd/sandbox-agent, copy_linux.go) with args
+// in a copying container with mounts, and returns the end of its output. The agent is
+// ours, copied in before the container starts: the copy never depends on the `cp` of
+// the image, which may copy sparse files at their full size. A non-zero exit is an
+// error naming the last line it printed (such as "no space left on device"); a copy
+// past its -max-bytes is errOverBytes. After limit (0: none beyond ctx) it is stopped.
+// ready, when set, runs once the container exists (its volumes with it), before it
+// starts; its error ends the copy.
+func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, args []string, mounts []mount.Mount, ready func(context.Context) error) (string, error) {
 	name := s.copierName(id)
 	copiersBusy.Store(name, true)
 	defer copiersBusy.Delete(name)
+	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
+	if err != nil {
+		return "", fmt.Errorf("inspecting the image %s for the copying container: %w", s.cfg.Image, err)
+	}
+	bin, _, ok := agentbin.Binary(img.Architecture)
+	if !ok {
+		return "", fmt.Errorf("the copying container needs the sandbox agent, and none is built for the image's architecture %q (only %s)",
+			img.Architecture, strings.Join(agentbin.Arches(), ", "))
+	}
 	pids := int64(copierPids)
 	init := false
 	resp, err := s.cli.ContainerCreate(ctx, &container.Config{
 		Image: s.cfg.Image, User: "root", WorkingDir: "/",
-		Entrypoint: []string{"bash", "-c", script}, Cmd: []string{},
+		Entrypoint: append([]string{copierBinary, "copy"}, args...), Cmd: []string{},
 		Labels:          map[string]string{labelCheckpointCopier: s.cfg.Container, labelCheckpoint: id},
 		NetworkDisabled: true,
 	}, &container.HostConfig{
@@ -525,12 +657,32 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 	}, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
 		s.removeCopier(ctx, id)
-		return s.copyVolumes(ctx, id, limit, script, mounts)
+		return s.copyVolumes(ctx, id, limit, args, mounts, ready)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(copierBinary, "/"), Mode: 0o755,
+		Size: int64(len(bin)), ModTime: time.Now()}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	if err := s.cli.CopyToContainer(ctx, resp.ID, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		return "", fmt.Errorf("putting the sandbox agent into the copying container%s: %w", copyFailure(err), err)
+	}
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			return "", err
+		}
+	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if limit > 0 {
 		wctx, cancel = context.WithTimeout(ctx, limit)
@@ -550,8 +702,8 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 	case err := <-errC:
 		if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 			// The deferred removeCopier kills it.
-			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w",
-				limit, boxapi.WorkDir, err)
+			return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again: %w (%w)",
+				limit, boxapi.WorkDir, err, errCopyStopped)
 		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
@@ -561,10 +713,21 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 		_, _ = stdcopy.StdCopy(&out, &out, logs)
 		logs.Close()
 	}
+	switch code {
+	case 3:
+		return "", errOverBytes
+	case 4:
+		return "", fmt.Errorf("the copy took over %s and was stopped: keep fewer files in %s (delete or archive what is not needed), then try again",
+			copierTimeout, boxapi.WorkDir)
+	}
 	if code != 0 {
 		last := lastLine(out.String())
 		if last == "" {
 			last = "no message"
+		}
+		if strings.Contains(strings.ToLower(last), "no space left on device") {
+			return "", fmt.Errorf("the copy failed: No space left on device where it writes (%s): delete or archive what is not needed in %s, then try again; if that is not enough, the operator must make room on the engine's disk",
+				last, boxapi.WorkDir)
 		}
 		return "", fmt.Errorf("the copy failed (exit %d): %s", code, last)
 	}
@@ -601,16 +764,16 @@ func lastLine(s string) string {
 	return l
 }
 
-// lastNumber reads du's "<kilobytes>\t<path>" from the last line of out.
-func lastNumber(out string) (int64, error) {
+// copiedBytes reads the agent's last line, "copied <data bytes> <entries>", from out.
+func copiedBytes(out string) (int64, error) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	f := strings.Fields(lines[len(lines)-1])
-	if len(f) == 0 {
-		return 0, errors.New("du printed nothing")
+	if len(f) != 3 || f[0] != "copied" {
+		return 0, fmt.Errorf("the copy printed %q", lastLine(out))
 	}
-	n, err := strconv.ParseInt(f[0], 10, 64)
+	n, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("du printed %q", f[0])
+		return 0, fmt.Errorf("the copy printed %q", lastLine(out))
 	}
 	return n, nil
 }
@@ -641,21 +804,20 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
 	ck := boxapi.Checkpoint{ID: boxapi.ImageReset}
-	img := s.cfg.Image
+	img, vol := s.cfg.Image, ""
 	if id != boxapi.ImageReset && s.onKubernetes() {
 		return RestoreResult{}, errNoCheckpoints
 	}
 	if id != boxapi.ImageReset {
-		all, err := Checkpoints(ctx, s.cli)
+		found, err := findStored(ctx, s.cli, id)
 		if err != nil {
 			return RestoreResult{}, err
 		}
-		i := slices.IndexFunc(all, func(c boxapi.Checkpoint) bool { return c.ID == id && (!own || c.Container == s.cfg.Container) })
-		if i < 0 {
+		if own && found.Container != s.cfg.Container {
 			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
 		}
-		ck, img = all[i], CheckpointImage(id)
-		if err := s.checkCopy(ctx, id); err != nil {
+		ck, img, vol = found.Checkpoint, found.ref, found.vol
+		if err := s.checkCopy(ctx, id, vol); err != nil {
 			return RestoreResult{}, err
 		}
 	}
@@ -681,7 +843,6 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	}
 	aside := name + "-replaced-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	wasRunning := hadOld && old.State != nil && old.State.Running
-	copied := false
 	rollback := func(why error) (RestoreResult, error) {
 		bg := context.WithoutCancel(ctx)
 		_ = s.cli.ContainerRemove(bg, name, container.RemoveOptions{Force: true})
@@ -691,9 +852,6 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			} else if wasRunning && s.cli.ContainerStart(bg, name, container.StartOptions{}) == nil {
 				s.agentFresh()
 			}
-		}
-		if copied {
-			s.unstage(bg, id)
 		}
 		s.invalidate()
 		return RestoreResult{}, why
@@ -709,42 +867,61 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 		}
 	}
 	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
-		// The job records first: a failure there leaves boxapi.WorkDir untouched.
-		if hadOld {
-			if err := s.carryJobs(ctx, old.ID, newID); err != nil {
-				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
-			}
-		}
 		if id == boxapi.ImageReset {
+			if hadOld {
+				if err := s.carryJobs(ctx, old.ID, newID); err != nil {
+					return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
+				}
+			}
 			return nil
 		}
-		copied = true
-		// Copied beside the current boxapi.WorkDir first, so a full disk or the time
-		// bound stops it before anything is replaced; then swapped in with renames,
-		// which no time bound cuts halfway; then the old contents are deleted.
+		// The job records are carried while /sandbox is copied: they only say which jobs
+		// of before ended, and a failure to carry them is logged, never a reason to
+		// undo a restore whose files are in place.
+		carried := make(chan error, 1)
+		if hadOld {
+			go func() { carried <- s.carryJobs(ctx, old.ID, newID) }()
+		} else {
+			carried <- nil
+		}
+		defer func() {
+			if err := <-carried; err != nil {
+				s.log.Warn("the job records of before the restore were not kept", zap.Error(err))
+			}
+		}()
+		// One run of the agent: the copy goes beside the current files, under a name
+		// chosen now, so a full disk or the time bound stops it before anything is
+		// replaced; then it is swapped in with renames, which no time bound cuts
+		// halfway, and the replaced files are deleted. A failure moves everything
+		// back and deletes only its own copy.
+		suffix := restoreSuffix()
 		mounts := []mount.Mount{
-			{Type: mount.TypeVolume, Source: checkpointVolume(id), Target: "/from", ReadOnly: true},
+			{Type: mount.TypeVolume, Source: vol, Target: "/from", ReadOnly: true},
 			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
 		}
-		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+stagingDir+` /to/`+retiredDir+` && mkdir /to/`+stagingDir+
-			` && cp -a /from/. /to/`+stagingDir+`/`, mounts); err != nil {
+		// The time bound is the agent's own, for the copy; the one here only ends an
+		// agent that hangs.
+		_, err := s.copyVolumes(ctx, id, copierTimeout+restoreGrace, []string{"restore", "-suffix", suffix,
+			"-timeout", copierTimeout.String(), "/from", "/to"}, mounts, func(ctx context.Context) error {
+			// Mounted by the copying container, the copy cannot be deleted until it ends;
+			// deleted before, the engine made an empty volume under its name.
+			return s.checkCopy(ctx, id, vol)
+		})
+		if errors.Is(err, errCopyStopped) {
+			// The agent keeps its own time bound; stopped from here, it hung, perhaps
+			// halfway through the renames.
+			return fmt.Errorf("%w: the restore's copy hung and was stopped; the files of before may be in %s/.mcp-sandbox-replaced-%s and the checkpoint's in %s/.mcp-sandbox-restore-%s: move back what is needed, then delete those",
+				errHalfway, boxapi.WorkDir, suffix, boxapi.WorkDir, suffix)
+		}
+		if err != nil {
 			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
-		}
-		// Again after the copy: deleted meanwhile, the copy came from an empty volume
-		// the engine made under the name.
-		if err := s.checkCopy(ctx, id); err != nil {
-			return err
-		}
-		if _, err := s.copyVolumes(ctx, id, 0, swapScript, mounts); err != nil {
-			return fmt.Errorf("replacing %s by the checkpoint's: %w", boxapi.WorkDir, err)
-		}
-		if _, err := s.copyVolumes(ctx, id, copierTimeout, `rm -rf /to/`+retiredDir, mounts[1:]); err != nil {
-			// The next restore deletes it first.
-			s.log.Warn("deleting the replaced contents of "+boxapi.WorkDir, zap.String("dir", retiredDir), zap.Error(err))
 		}
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, errHalfway) {
+			return rollback(fmt.Errorf("restoring the sandbox (its processes ended; its system is as it was): %w", err))
+		}
 		return rollback(fmt.Errorf("restoring the sandbox (it is as it was; its processes ended): %w", err))
 	}
 	if hadOld {
@@ -776,8 +953,8 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 // checkCopy makes sure checkpoint id's copy of boxapi.WorkDir is the one Checkpoint
 // made: a volume of that name without its label is one the engine made, empty, when a
 // copying container mounted it after the copy was deleted; it is removed.
-func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
-	v, err := s.cli.VolumeInspect(ctx, checkpointVolume(id))
+func (s *Sandbox) checkCopy(ctx context.Context, id, vol string) error {
+	v, err := s.cli.VolumeInspect(ctx, vol)
 	if err == nil && v.Labels[labelCheckpoint] == id {
 		return nil
 	}
@@ -792,35 +969,28 @@ func (s *Sandbox) checkCopy(ctx context.Context, id string) error {
 	return fmt.Errorf("checkpoint %s has lost its copy of %s (it was deleted, or removed from the engine): restore another checkpoint; this one can only be deleted", id, boxapi.WorkDir)
 }
 
-// swapScript replaces boxapi.WorkDir's contents by the staged ones with renames, keeping
-// the old in retiredDir. With nothing staged (done already) it does nothing.
-const swapScript = `cd /to && { [ -d ` + stagingDir + ` ] || exit 0; } &&
-set -e &&
-rm -rf ` + retiredDir + ` && mkdir ` + retiredDir + `
-for f in * .[!.]* ..?*; do
-	[ -e "$f" ] || [ -L "$f" ] || continue
-	case $f in ` + stagingDir + `|` + retiredDir + `) continue ;; esac
-	mv -- "$f" ` + retiredDir + `/
-done
-cd ` + stagingDir + `
-for f in * .[!.]* ..?*; do
-	[ -e "$f" ] || [ -L "$f" ] || continue
-	mv -- "$f" ../
-done
-cd .. && rmdir ` + stagingDir
+// errHalfway is a restore stopped where /sandbox may be half replaced.
+var errHalfway = errors.New("the restore was stopped halfway")
 
-// unstage removes a staged copy after a restore that did not happen.
-func (s *Sandbox) unstage(ctx context.Context, id string) {
-	if _, err := s.copyVolumes(context.WithoutCancel(ctx), id, copierTimeout, `rm -rf /to/`+stagingDir,
-		[]mount.Mount{{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"}}); err != nil {
-		s.log.Warn("removing a staged restore", zap.Error(err))
-	}
+// restoreGrace is how long past copierTimeout a restore's copying container may run
+// before it is stopped: the agent stops its copy at copierTimeout itself, and then
+// needs time to remove it, or to swap and delete the replaced files.
+var restoreGrace = 5 * time.Minute
+
+// restoreSuffix names a restore's directories in boxapi.WorkDir (see the agent's copy
+// mode): 16 random hex digits, chosen when the restore begins, which neither the
+// sandbox nor its checkpoint can name beforehand.
+func restoreSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // carryJobs copies the job records of container from into container to, so the jobs
 // of before a restore show as ended (their runners are gone) instead of vanishing.
 // The archive comes from the sandbox: only regular files directly in the jobs
-// directory pass, within carryMaxBytes and carryMaxEntries.
+// directory pass, within carryMaxBytes and carryMaxEntries; past them the rest is
+// left behind (the restore goes on).
 func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
 	rc, _, err := s.cli.CopyFromContainer(ctx, from, JobsDir)
 	if cerrdefs.IsNotFound(err) {
@@ -831,24 +1001,42 @@ func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
 	}
 	defer rc.Close()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(filterJobs(rc, pw)) }()
+	ferr := make(chan error, 1)
+	var left int
+	go func() {
+		n, err := filterJobs(rc, pw)
+		left = n
+		ferr <- err
+		pw.CloseWithError(err)
+	}()
 	err = s.cli.CopyToContainer(ctx, to, "/", pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(io.ErrClosedPipe)
+	// The archive's own failure is the reason: the engine's is only that the upload
+	// it was reading broke off.
+	if fe := <-ferr; fe != nil {
+		return fmt.Errorf("reading the records in %s: %w", JobsDir, fe)
+	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", JobsDir, err)
+	}
+	if left > 0 {
+		s.log.Warn("the job records past the bounds were not kept over the restore",
+			zap.Int("max_entries", carryMaxEntries), zap.Int64("max_bytes", carryMaxBytes))
 	}
 	return nil
 }
 
 // filterJobs writes to w an archive, rooted at /, of the regular files directly in
-// the jobs directory found in the archive r (as Docker reads JobsDir).
-func filterJobs(r io.Reader, w io.Writer) error {
+// the jobs directory found in the archive r (as Docker reads JobsDir): the first
+// carryMaxEntries entries, as long as the files stay within carryMaxBytes. left is 1
+// when it stopped there, leaving the rest out.
+func filterJobs(r io.Reader, w io.Writer) (left int, err error) {
 	tw := tar.NewWriter(w)
 	base := strings.TrimPrefix(JobsDir, "/")
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: base + "/", Mode: 0o755, ModTime: time.Now()}); err != nil {
-		return err
+		return 0, err
 	}
-	tr := tar.NewReader(io.LimitReader(r, carryMaxBytes+carryMaxEntries*1024))
+	tr := tar.NewReader(r)
 	var total int64
 	for n := 0; ; n++ {
 		h, err := tr.Next()
@@ -856,28 +1044,26 @@ func filterJobs(r io.Reader, w io.Writer) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
-		}
-		if n > carryMaxEntries {
-			return fmt.Errorf("%s holds over %d entries", JobsDir, carryMaxEntries)
+			return 0, fmt.Errorf("reading %s's archive: %w", JobsDir, err)
 		}
 		dir, file := path.Split(path.Clean(h.Name))
 		if h.Typeflag != tar.TypeReg || dir != path.Base(JobsDir)+"/" || file == "" || strings.HasPrefix(file, ".") {
 			continue
 		}
-		total += h.Size
-		if total > carryMaxBytes {
-			return fmt.Errorf("%s holds over %d bytes", JobsDir, int64(carryMaxBytes))
+		if n >= carryMaxEntries || total+h.Size > carryMaxBytes {
+			left = 1 // at least; the rest of the archive is not read
+			break
 		}
+		total += h.Size
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + file, Size: h.Size,
 			Mode: h.Mode & 0o777, ModTime: h.ModTime}); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return fmt.Errorf("reading %s's archive: %w", JobsDir, err)
+			return 0, fmt.Errorf("reading %s's archive: %w", JobsDir, err)
 		}
 	}
-	return tw.Close()
+	return left, tw.Close()
 }
 
 // volumeOptions reads CheckpointVolumeOptions.
@@ -894,4 +1080,15 @@ func volumeOptions(s string) map[string]string {
 		m[k] = v
 	}
 	return m
+}
+
+// DefaultMaxCheckpointBytes is MaxCheckpointBytes' default: five checkpoints of 2 GiB.
+const DefaultMaxCheckpointBytes int64 = 10 << 30
+
+// maxCheckpointBytes is MaxCheckpointBytes with its default.
+func (s *Sandbox) maxCheckpointBytes() int64 {
+	if s.cfg.MaxCheckpointBytes > 0 {
+		return s.cfg.MaxCheckpointBytes
+	}
+	return DefaultMaxCheckpointBytes
 }

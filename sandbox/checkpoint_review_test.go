@@ -234,7 +234,7 @@ func TestStopDuringCheckpoint(t *testing.T) {
 // the console while a restore began, or by hand) is not restored: Docker would make
 // an empty volume under the name for the copy, and /sandbox would come back empty.
 func TestRestoreWithoutItsCopy(t *testing.T) {
-	cli, _, sb, ctx := noAgentSandbox(t, 3*time.Minute)
+	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	mustExec(t, sb, "echo saved > /sandbox/f", boxapi.ExecOptions{})
 	res, err := sb.Checkpoint(ctx, "", 0)
 	if err != nil {
@@ -242,7 +242,7 @@ func TestRestoreWithoutItsCopy(t *testing.T) {
 	}
 	id := res.Checkpoint.ID
 	t.Cleanup(func() { _ = DeleteCheckpoint(context.Background(), cli, id) })
-	if err := cli.VolumeRemove(ctx, checkpointVolume(id), true); err != nil {
+	if err := cli.VolumeRemove(ctx, checkpointVolume(cfg.Container, id), true); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, sb, "echo changed > /sandbox/f", boxapi.ExecOptions{})
@@ -253,7 +253,7 @@ func TestRestoreWithoutItsCopy(t *testing.T) {
 	if r := mustExec(t, sb, "cat /sandbox/f; ls -a /sandbox", boxapi.ExecOptions{}); r.Stdout != "changed\n.\n..\nf\n" {
 		t.Errorf("after the restore: %q", r.Stdout)
 	}
-	if v, err := cli.VolumeInspect(ctx, checkpointVolume(id)); err == nil {
+	if v, err := cli.VolumeInspect(ctx, checkpointVolume(cfg.Container, id)); err == nil {
 		t.Errorf("an empty volume stays under the checkpoint's name: %v", v.Name)
 	}
 }
@@ -286,13 +286,15 @@ func TestSweepLeftovers(t *testing.T) {
 	cfg := testConfig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id, other := newCheckpointID(), newCheckpointID()
-	for _, v := range []struct{ id, of string }{{id, cfg.Container}, {other, cfg.Container + "-other"}} {
-		if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: checkpointVolume(v.id),
+	id, other, legacy := newCheckpointID(), newCheckpointID(), newCheckpointID()
+	for _, v := range []struct{ id, of, name string }{{id, cfg.Container, checkpointVolume(cfg.Container, id)},
+		{other, cfg.Container + "-other", checkpointVolume(cfg.Container+"-other", other)},
+		{legacy, cfg.Container, checkpointRepo + "-" + legacy}} {
+		if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: v.name,
 			Labels: map[string]string{labelCheckpoint: v.id, labelCheckpointOf: v.of}}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cli.VolumeRemove(context.Background(), checkpointVolume(v.id), true) })
+		t.Cleanup(func() { _ = cli.VolumeRemove(context.Background(), v.name, true) })
 	}
 	if _, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Image, Entrypoint: []string{"true"},
 		Labels: map[string]string{labelCheckpointCopier: cfg.Container, labelCheckpoint: id}},
@@ -305,13 +307,16 @@ func TestSweepLeftovers(t *testing.T) {
 	if err := SweepLeftovers(ctx, cli, func(c string) bool { return c == cfg.Container }, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.VolumeInspect(ctx, checkpointVolume(id)); err == nil {
+	if _, err := cli.VolumeInspect(ctx, checkpointVolume(cfg.Container, id)); err == nil {
 		t.Error("the copy volume without its image stays")
+	}
+	if _, err := cli.VolumeInspect(ctx, checkpointRepo+"-"+legacy); err == nil {
+		t.Error("the copy volume of before checkpoints were named after their sandbox stays")
 	}
 	if _, err := cli.ContainerInspect(ctx, copierName(cfg.Container, id)); err == nil {
 		t.Error("the copying container stays")
 	}
-	if _, err := cli.VolumeInspect(ctx, checkpointVolume(other)); err != nil {
+	if _, err := cli.VolumeInspect(ctx, checkpointVolume(cfg.Container+"-other", other)); err != nil {
 		t.Errorf("another sandbox's volume went: %v", err)
 	}
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// per line) for the volumes that hold checkpoints' copies of WorkDir: another
 	// device, or a size limit.
 	CheckpointVolumeOptions string
+	// MaxCheckpointBytes bounds the bytes all of the sandbox's checkpoints hold
+	// together: a new checkpoint that would pass it is refused (0 or less:
+	// DefaultMaxCheckpointBytes).
+	MaxCheckpointBytes int64
 
 	ExecTimeout     time.Duration // default timeout of one command
 	MaxOutput       int           // bytes kept per stream; the middle is cut beyond this
@@ -110,6 +114,8 @@ func DefaultConfig() Config {
 		MaxOutput:       200000,
 		FileTTL:         168 * time.Hour,
 		CleanupInterval: time.Hour,
+
+		MaxCheckpointBytes: DefaultMaxCheckpointBytes,
 	}
 }
 

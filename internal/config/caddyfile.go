@@ -57,6 +57,7 @@ import (
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
 //		idle_stop        <duration>         # default: 0 (never); stop a sandbox unused this long, files kept
 //		max_checkpoints  <number>           # default: 5 per sandbox; a new one past it removes the oldest
+//		max_checkpoint_bytes <size>         # default: 10GiB per sandbox, all its checkpoints together
 //		checkpoint_volume_options <key=value...>  # local driver options of checkpoints' copies of /sandbox
 //		engine <name> <address> {           # repeated: the engines sandboxes are placed on; default: docker_host
 //			tls_ca   <file>                 # Docker's --tlscacert, --tlscert, --tlskey
@@ -218,6 +219,13 @@ func (s *Settings) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "max_checkpoints":
 			if err = oneInt(d, &s.MaxCheckpoints); err == nil && s.MaxCheckpoints == 0 {
 				return d.Errf("max_checkpoints: must be at least 1")
+			}
+		case "max_checkpoint_bytes":
+			var v string
+			if err = OneValue(d, &v); err == nil {
+				if s.MaxCheckpointBytes, err = parseSize(v); err != nil {
+					return d.Errf("max_checkpoint_bytes: %q is not a size like 10GiB or 500MB", v)
+				}
 			}
 		case "checkpoint_volume_options":
 			args := d.RemainingArgs()

@@ -59,6 +59,9 @@ func (s *Settings) SandboxConfig() (sandbox.Config, error) {
 		cfg.CleanupInterval = time.Duration(s.CleanupInterval)
 	}
 	cfg.CheckpointVolumeOptions = strings.Join(s.CheckpointVolumeOptions, "\n")
+	if s.MaxCheckpointBytes != 0 {
+		cfg.MaxCheckpointBytes = s.MaxCheckpointBytes
+	}
 	return cfg, cfg.Validate()
 }
 

@@ -125,6 +125,11 @@ type Settings struct {
 	// MaxCheckpoints is how many checkpoints each sandbox keeps: a new one past it
 	// removes the oldest. Default: 5.
 	MaxCheckpoints int `json:"max_checkpoints,omitempty"`
+	// MaxCheckpointBytes bounds the bytes all of a sandbox's checkpoints hold
+	// together (its system outside /sandbox at the apparent size docker commit
+	// writes, plus the data of its copy of /sandbox): a checkpoint that would pass
+	// it is refused. Default: 10 GiB.
+	MaxCheckpointBytes int64 `json:"max_checkpoint_bytes,omitempty"`
 	// CheckpointVolumeOptions are the local volume driver's options (key=value) for
 	// the volumes holding checkpoints' copies of /sandbox, e.g. type=tmpfs
 	// device=tmpfs o=size=2g, or another device.

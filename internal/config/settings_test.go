@@ -132,3 +132,24 @@ func TestMaxCheckpoints(t *testing.T) {
 		t.Fatalf("max_checkpoints left out: %v", err)
 	}
 }
+
+// TestMaxCheckpointBytes: the Caddyfile takes a size, which reaches the sandboxes;
+// left out, they get the sandbox's default; not a size is refused saying what is.
+func TestMaxCheckpointBytes(t *testing.T) {
+	var s Settings
+	if err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser("mcp_sandbox {\n max_checkpoint_bytes 2GiB\n}")); err != nil || s.MaxCheckpointBytes != 2<<30 {
+		t.Fatalf("max_checkpoint_bytes 2GiB: %d %v", s.MaxCheckpointBytes, err)
+	}
+	s.APIKey = "0123456789abcdef-key"
+	cfg, err := s.SandboxConfig()
+	if err != nil || cfg.MaxCheckpointBytes != 2<<30 {
+		t.Fatalf("the sandbox's bound: %d %v", cfg.MaxCheckpointBytes, err)
+	}
+	if cfg, err := (&Settings{APIKey: s.APIKey}).SandboxConfig(); err != nil || cfg.MaxCheckpointBytes != sandbox.DefaultMaxCheckpointBytes {
+		t.Fatalf("left out: %d %v", cfg.MaxCheckpointBytes, err)
+	}
+	err = new(Settings).UnmarshalCaddyfile(caddyfile.NewTestDispenser("mcp_sandbox {\n max_checkpoint_bytes lots\n}"))
+	if err == nil || !strings.Contains(err.Error(), "like 10GiB") {
+		t.Fatalf("max_checkpoint_bytes lots: %v", err)
+	}
+}

@@ -51,6 +51,9 @@ func (s *Settings) Validate() error {
 	if s.MaxCheckpoints < 0 {
 		errs = append(errs, errors.New("max_checkpoints must be at least 1"))
 	}
+	if s.MaxCheckpointBytes < 0 {
+		errs = append(errs, errors.New("max_checkpoint_bytes must be a positive size, e.g. 10GiB"))
+	}
 	for _, o := range s.CheckpointVolumeOptions {
 		if k, _, ok := strings.Cut(o, "="); !ok || k == "" || strings.ContainsAny(o, "\n") {
 			errs = append(errs, fmt.Errorf("checkpoint_volume_options: %q is not key=value", o))
@@ -143,8 +146,8 @@ func (s *Settings) validateKube(eng fleet.Engine, cfg sandbox.Config) []error {
 			errs = append(errs, fmt.Errorf("engine %s: person %s: pids is not supported on a Kubernetes engine (a pod's process limit is the node's, the kubelet's podPidsLimit); remove it", eng.Name, p.Name))
 		}
 	}
-	if len(s.CheckpointVolumeOptions) > 0 || s.MaxCheckpoints != 0 {
-		errs = append(errs, fmt.Errorf("engine %s: checkpoints are not supported on a Kubernetes engine; remove max_checkpoints and checkpoint_volume_options", eng.Name))
+	if len(s.CheckpointVolumeOptions) > 0 || s.MaxCheckpoints != 0 || s.MaxCheckpointBytes != 0 {
+		errs = append(errs, fmt.Errorf("engine %s: checkpoints are not supported on a Kubernetes engine; remove max_checkpoints, max_checkpoint_bytes and checkpoint_volume_options", eng.Name))
 	}
 	return errs
 }
