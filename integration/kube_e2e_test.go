@@ -156,7 +156,7 @@ func TestKubePods(t *testing.T) {
 	if job == "" || st["running"] != true {
 		t.Fatalf("background job: %v", st)
 	}
-	out, _, last := followJob(ctx, t, alice, testsite.Structured(t, testsite.Call(ctx, t, alice, "job_output", map[string]any{"job_id": job, "wait": 10})))
+	out, _, last := followJob(ctx, t, alice, testsite.Structured(t, testsite.Call(ctx, t, alice, "job_output", map[string]any{"job_id": job, "wait": 5})))
 	if out != "late-output\n" || last["exit_code"] != float64(0) {
 		t.Fatalf("job %s: %q %v", job, out, last)
 	}
