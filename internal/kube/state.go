@@ -97,8 +97,10 @@ func podFailure(p *v1.Pod) string {
 			t = cs.LastTerminationState.Terminated
 		}
 		if t != nil {
+			// Not t.Message: the termination message is what a program in the pod wrote
+			// (its termination-log file, or its log), and never the server's words.
 			return bounded(fmt.Sprintf("the container's main process exited (exit code %d, %s): image %s",
-				t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message), p.Spec.Containers[0].Image))
+				t.ExitCode, reasonToken(t.Reason), p.Spec.Containers[0].Image))
 		}
 	}
 	if cs != nil && cs.State.Waiting != nil {
@@ -112,6 +114,17 @@ func podFailure(p *v1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// reasonToken is a terminated container's reason as the runtime gives it (Error,
+// OOMKilled, Completed, ...): one word of letters, else "no reason".
+func reasonToken(r string) string {
+	if r == "" || len(r) > 64 || strings.IndexFunc(r, func(c rune) bool {
+		return !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z')
+	}) >= 0 {
+		return "no reason"
+	}
+	return r
 }
 
 // evictedReason is the status reason of a pod the kubelet evicted.
