@@ -104,6 +104,22 @@ func (a *asking) remember(job string) {
 	a.asked[job] = 0
 }
 
+// forgetIdle drops job from the per-job maps when nothing of it is kept: no host
+// asked about, none allowed once.
+func (a *asking) forgetIdle(job string) {
+	if a.asked[job] > 0 || len(a.once[job]) > 0 {
+		return
+	}
+	delete(a.asked, job)
+	delete(a.once, job)
+	for i, j := range a.jobs {
+		if j == job {
+			a.jobs = append(a.jobs[:i], a.jobs[i+1:]...)
+			break
+		}
+	}
+}
+
 // ask decides a connection the policy refused as not allowed: allowed when the person
 // approved the host always, or once for this job, or answers so now; a refusal
 // otherwise. One question per host and port is open at a time: later connections wait
@@ -173,6 +189,12 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 		}
 		a.mu.Lock()
 		delete(a.open, key)
+		if errors.Is(q.err, ErrCannotAsk) {
+			// Nobody was asked: it does not count. A job id the sandbox made up is never
+			// asked about, so it must not take the place of a real job's count either.
+			a.asked[user]--
+			a.forgetIdle(user)
+		}
 		if q.err == nil && q.answer == AllowOnce {
 			a.remember(user)
 			if len(a.once[user]) < maxBlockedPerJob {

@@ -257,3 +257,45 @@ func TestAskableMapped(t *testing.T) {
 		}
 	}
 }
+
+// byJob answers Deny for the one job a person's call runs and cannot ask for any other
+// (a job id the sandbox made up).
+type byJob struct {
+	job   string
+	asked atomic.Int32
+}
+
+func (b *byJob) Ask(_ context.Context, q Question) (Answer, error) {
+	if q.Job != b.job {
+		return Deny, fmt.Errorf("no call runs job %s: %w", q.Job, ErrCannotAsk)
+	}
+	b.asked.Add(1)
+	return Deny, nil
+}
+
+// TestAskLimitNotResetByMadeUpJobs: made-up job ids, which nobody can be asked for,
+// do not push a real job's count of questions out, so the limit holds.
+func TestAskLimitNotResetByMadeUpJobs(t *testing.T) {
+	b := &byJob{job: jobA}
+	g := askGateway(t, b, nil)
+	ctx := context.Background()
+	for i := 0; i < MaxAskedPerJob; i++ {
+		if r := g.ask(ctx, jobA, notAllowed(fmt.Sprintf("h%d.test", i))); r == nil || r.Reason != ReasonDeclined {
+			t.Fatalf("question %d: %v", i, r)
+		}
+	}
+	for i := 0; i <= maxAskJobs; i++ {
+		if r := g.ask(ctx, fmt.Sprintf("j%012x", i), notAllowed("made-up.test")); r == nil || r.Reason != ReasonCannotAsk {
+			t.Fatalf("made-up job %d: %v", i, r)
+		}
+	}
+	if r := g.ask(ctx, jobA, notAllowed("more.test")); r == nil || r.Reason != ReasonAskedTooMuch {
+		t.Fatalf("after %d made-up jobs the real one asked again: %v (asked %d)", maxAskJobs+1, r, b.asked.Load())
+	}
+	g.asking.mu.Lock()
+	n := len(g.asking.jobs)
+	g.asking.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d jobs kept, want the real one only", n)
+	}
+}
