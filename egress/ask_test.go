@@ -251,6 +251,9 @@ func TestAskableMapped(t *testing.T) {
 	for host, want := range map[string]bool{
 		"site.test": false, "SITE.test": false, "own.test": true, "public.test": true,
 		"example.com": true, "bad..name": false,
+		// Addresses the proxy never dials are not put to the person.
+		"127.0.0.1": false, "10.0.0.5": false, "192.168.1.1": false, "169.254.169.254": false,
+		"::1": false, "fd00::1": false, "8.8.4.4": true,
 	} {
 		if got := pol.Askable(host); got != want {
 			t.Errorf("Askable(%q) = %v, want %v", host, got, want)

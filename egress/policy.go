@@ -441,7 +441,15 @@ func (p *Policy) Askable(host string) bool {
 		return false
 	}
 	a, ok := p.hosts[h]
-	if !ok || Public(a) && !ownAddr(a) {
+	if !ok {
+		// An address the proxy never dials (loopback, private, this machine's own)
+		// could not open whatever the person said: no question about it.
+		if ip, err := netip.ParseAddr(h); err == nil {
+			return Public(ip) && !ownAddr(ip)
+		}
+		return true
+	}
+	if Public(a) && !ownAddr(a) {
 		return true
 	}
 	return p.askMapped[h]
