@@ -55,6 +55,14 @@ func TestCommandLostWithContainer(t *testing.T) {
 		t.Errorf("the call whose container went: %+v %v, want an error saying the command was lost", o.res, o.err)
 	}
 	if r := mustExec(t, sb, "cat /sandbox/runs", boxapi.ExecOptions{}); r.Stdout != "run\n" {
-		t.Fatalf("the command ran %d times: %q", strings.Count(r.Stdout, "run"), r.Stdout)
+		// What the new container holds, to tell a lost file from a lost output.
+		ls := mustExec(t, sb, "ls -la /sandbox; cat /sandbox/runs", boxapi.ExecOptions{})
+		info, _ := cli.ContainerInspect(ctx, sb.Config().Container)
+		var mounts []string
+		for _, m := range info.Mounts {
+			mounts = append(mounts, m.Name+"@"+m.Destination)
+		}
+		t.Fatalf("the command ran %d times: %q (exit %d, stderr %q, job %s); then: %q %q; mounts %v",
+			strings.Count(r.Stdout, "run"), r.Stdout, r.ExitCode, r.Stderr, r.JobID, ls.Stdout, ls.Stderr, mounts)
 	}
 }
