@@ -201,6 +201,24 @@ func TestKubePods(t *testing.T) {
 		t.Fatal("no new pod after the deletion")
 	}
 
+	// Deleted with no grace period, the pod's object goes at once while its node is
+	// still killing it: the very next call runs in a new pod, once, with /sandbox back
+	// (not sent into the dying one and reported lost with it).
+	pod = k.pod(t, "alice")
+	zero := int64(0)
+	if err := k.admin.CoreV1().Pods(k.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.run(ctx, t, alice, "echo run >> /sandbox/runs; wc -c < /sandbox/kept"); strings.TrimSpace(got) != "3" {
+		t.Fatalf("the first call after the pod was deleted with no grace: %q", got)
+	}
+	if got := k.run(ctx, t, alice, "cat /sandbox/runs"); got != "run\n" {
+		t.Fatalf("the command after the deletion with no grace ran %d times", strings.Count(got, "run"))
+	}
+	if p := k.pod(t, "alice"); p == nil || p.UID == pod.UID {
+		t.Fatal("no new pod after the deletion with no grace")
+	}
+
 	// Bob: a pod and a claim of his own; alice's files and jobs are not his.
 	bob := k.client(ctx, "bob")
 	if got := k.run(ctx, t, bob, "ls /sandbox; echo bob > /sandbox/bobs"); strings.Contains(got, "kept") {

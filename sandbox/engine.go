@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
@@ -67,6 +68,35 @@ type API interface {
 }
 
 var _ API = (*client.Client)(nil)
+
+// liveEngine is an engine whose container can go without the agent's channel noticing
+// at once: a Kubernetes pod deleted with no grace period is gone from the API at once,
+// while its exec streams end only once the node has killed it. ContainerRunning asks
+// the engine itself; its error is a not-found or conflict one when the container is
+// gone or does not run.
+type liveEngine interface {
+	ContainerRunning(ctx context.Context, name string) error
+}
+
+// confirmRunning, on a liveEngine, makes sure a new command goes to a container that
+// still runs: one the engine reports gone or going has its agent's channel closed and
+// is made again first, so the command runs there once instead of being sent into the
+// old one and reported lost with it. Other errors leave things as they are (the command
+// then meets whatever is wrong).
+func (s *Sandbox) confirmRunning(ctx context.Context) error {
+	le, ok := s.cli.(liveEngine)
+	if !ok {
+		return nil
+	}
+	err := le.ContainerRunning(ctx, s.cfg.Container)
+	if err == nil || !containerGone(err) || ctx.Err() != nil {
+		return nil
+	}
+	s.log.Info("the sandbox's container is gone or stopping; making it again before the command", zap.Error(err))
+	s.CloseAgent()
+	s.invalidate()
+	return s.Ensure(ctx)
+}
 
 // onKubernetes reports whether the engine is a Kubernetes one (package kube, whose
 // DaemonHost is kubernetes://...): no engine files on this machine, no raw connection

@@ -122,6 +122,14 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 	j.env = append(j.env, s.cmdEnv...)
 	s.mu.Unlock()
 	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	if err := s.confirmRunning(ctx); err != nil {
+		ended = true
+		if ctx.Err() != nil {
+			res.Cancelled = true
+			return res, nil
+		}
+		return nil, err
+	}
 	gen := s.starts.Load()
 	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {

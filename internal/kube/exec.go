@@ -423,6 +423,14 @@ func (c *Client) killedWithPod(pod string, err error) error {
 	return err
 }
 
+// ContainerRunning fails as podRunning does: a not-found error when the container's pod
+// is gone (deleted, even while its node still kills it), a conflict error when it is
+// stopping or does not run. The sandbox asks before sending a command to an agent whose
+// exec stream may not have noticed the pod's deletion yet.
+func (c *Client) ContainerRunning(ctx context.Context, name string) error {
+	return c.podRunning(ctx, name)
+}
+
 // podRunning fails with a not-found error when the pod (or the container it stands for)
 // is missing and a conflict error when the pod does not run.
 func (c *Client) podRunning(ctx context.Context, name string) error {
