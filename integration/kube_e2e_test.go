@@ -26,6 +26,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/yaml"
 
+	_ "github.com/mcp-sandbox/caddy-mcp-sandbox/engines/kubernetes" // the kubernetes engine kind
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )

@@ -15,6 +15,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	mcpsandbox "github.com/mcp-sandbox/caddy-mcp-sandbox"
+	_ "github.com/mcp-sandbox/caddy-mcp-sandbox/engines/kubernetes" // the kubernetes engine kind
 )
 
 // The settings are a contract: the JSON a Caddyfile adapts to, and the words of every

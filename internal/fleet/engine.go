@@ -4,20 +4,56 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
 // The kinds of engine.
 const (
 	KindDocker     = "docker"     // a Docker engine (the default)
-	KindKubernetes = "kubernetes" // a Kubernetes cluster's API server (internal/kube)
+	KindKubernetes = "kubernetes" // a Kubernetes cluster's API server (engines/kubernetes)
 )
+
+// Kind is an engine kind other than Docker, which a package of its own provides
+// (engines/kubernetes, a Caddy module): a build without that package carries none of
+// its code, and an engine line of its kind is refused with the build line to use.
+type Kind interface {
+	// ValidateEngine reports what is wrong with e's settings of that kind. No I/O.
+	ValidateEngine(e Engine) error
+	// NewEngineClient makes e's client from its settings; logger receives what the
+	// kind's libraries would print. It does no I/O beyond reading its files.
+	NewEngineClient(e Engine, logger *zap.Logger) (sandbox.API, error)
+}
+
+var (
+	kindsMu sync.RWMutex
+	kinds   = map[string]Kind{}
+)
+
+// RegisterKind makes engines of kind k's kind possible; the package providing it calls
+// it from init.
+func RegisterKind(name string, k Kind) {
+	kindsMu.Lock()
+	defer kindsMu.Unlock()
+	kinds[name] = k
+}
+
+// kindOf returns the registered Kind of e, or an error naming the build line that
+// includes it.
+func kindOf(e Engine) (Kind, error) {
+	kindsMu.RLock()
+	k := kinds[e.Kind]
+	kindsMu.RUnlock()
+	if k == nil {
+		return nil, fmt.Errorf("engine %s: this Caddy was built without the %s engine; build it with xcaddy build --with github.com/mcp-sandbox/caddy-mcp-sandbox --with github.com/mcp-sandbox/caddy-mcp-sandbox/engines/%s (the repository's cmd/caddy includes it)", e.Name, e.Kind, e.Kind)
+	}
+	return k, nil
+}
 
 // Engine is one engine the sandboxes are placed on (an `engine` line): a Docker engine,
 // or a Kubernetes cluster, which then is the only engine and places the pods itself.
@@ -67,14 +103,6 @@ type KubeEngine struct {
 
 // IsKubernetes reports whether the engine is a Kubernetes cluster.
 func (e Engine) IsKubernetes() bool { return e.Kind == KindKubernetes }
-
-// KubeConfig is the kube.Config of a Kubernetes engine.
-func (e Engine) KubeConfig() kube.Config {
-	k := e.Kubernetes
-	return kube.Config{Name: e.Name, Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
-		StorageClass: k.StorageClass, VolumeSize: k.VolumeSize, EphemeralStorage: k.EphemeralStorage,
-		PullPolicy: k.ImagePullPolicy}
-}
 
 // StorageLimitText is what the model is told of the engine's ephemeral_storage, ""
 // when it sets none: writing past it outside /sandbox costs the pod and everything
@@ -133,7 +161,9 @@ func ValidateEngines(engines []Engine) error {
 			if e.Host != "" || e.tls() {
 				errs = append(errs, fmt.Errorf("engine %s: a kubernetes engine takes no address or tls_* settings; the kubeconfig says how to reach the API server", e.Name))
 			}
-			if err := e.KubeConfig().Validate(); err != nil {
+			if k, err := kindOf(e); err != nil {
+				errs = append(errs, err)
+			} else if err := k.ValidateEngine(e); err != nil {
 				errs = append(errs, fmt.Errorf("engine %s: %w", e.Name, err))
 			}
 			continue
@@ -165,19 +195,17 @@ func ValidateEngines(engines []Engine) error {
 }
 
 // NewClient makes a client for a named engine: a Docker client, or for a Kubernetes
-// engine kube.New's. Unlike the default engine's, it takes nothing from the
-// environment (DOCKER_CERT_PATH would apply to every engine). It reads the TLS files
+// engine its registered Kind's (engines/kubernetes). Unlike the default engine's, it
+// takes nothing from the environment (DOCKER_CERT_PATH would apply to every engine). It reads the TLS files
 // or the kubeconfig and does no other I/O. logger receives a Kubernetes engine's
 // client-go messages (KubeLog).
 func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if e.IsKubernetes() {
-		kc := e.KubeConfig()
-		kc.Log = KubeLog(logger)
-		cli, err := kube.New(kc)
+		k, err := kindOf(e)
 		if err != nil {
 			return nil, err
 		}
-		return cli, nil
+		return k.NewEngineClient(e, logger)
 	}
 	opts := []client.Opt{client.WithHost(e.Host), client.WithAPIVersionNegotiation()}
 	if e.tls() {
@@ -190,10 +218,11 @@ func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	return cli, nil
 }
 
-// KubeLog is the kube.LogFunc that writes client-go's messages to logger (named
-// "kubernetes"): a warning when kube says it is one, else at debug level (the expected
-// end of an exec's stream, informational messages).
-func KubeLog(logger *zap.Logger) kube.LogFunc {
+// KubeLog is the Kubernetes engine's log function (kube.LogFunc) that writes
+// client-go's messages to logger (named "kubernetes"): a warning when kube says it is
+// one, else at debug level (the expected end of an exec's stream, informational
+// messages).
+func KubeLog(logger *zap.Logger) func(msg string, err error, warn bool) {
 	if logger == nil {
 		return nil
 	}

@@ -21,6 +21,48 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
+// The Kubernetes kind as engines/kubernetes registers it in a build; that package
+// imports this one, so these tests register their own.
+func init() { RegisterKind(KindKubernetes, testKubeKind{}) }
+
+type testKubeKind struct{}
+
+func (testKubeKind) config(e Engine) kube.Config {
+	k := e.Kubernetes
+	return kube.Config{Name: e.Name, Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
+		VolumeSize: k.VolumeSize, EphemeralStorage: k.EphemeralStorage, PullPolicy: k.ImagePullPolicy}
+}
+
+func (k testKubeKind) ValidateEngine(e Engine) error { return k.config(e).Validate() }
+
+func (k testKubeKind) NewEngineClient(e Engine, logger *zap.Logger) (sandbox.API, error) {
+	c := k.config(e)
+	c.Log = KubeLog(logger)
+	cli, err := kube.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return cli, nil
+}
+
+// TestKindNotBuiltIn: in a build without the Kubernetes engine's package, a
+// kubernetes engine line is refused with the build line that includes it.
+func TestKindNotBuiltIn(t *testing.T) {
+	kindsMu.Lock()
+	saved := kinds[KindKubernetes]
+	delete(kinds, KindKubernetes)
+	kindsMu.Unlock()
+	t.Cleanup(func() { RegisterKind(KindKubernetes, saved) })
+	eng := Engine{Name: "cluster", Kind: KindKubernetes}
+	const want = "--with github.com/mcp-sandbox/caddy-mcp-sandbox/engines/kubernetes"
+	if err := ValidateEngines([]Engine{eng}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("validating: %v, want the build line", err)
+	}
+	if _, err := eng.NewClient(zap.NewNop()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a client: %v, want the build line", err)
+	}
+}
+
 // kubeconfigTo writes a kubeconfig whose one cluster is server, in a directory of the
 // test's, and returns its path.
 func kubeconfigTo(t *testing.T, server string) string {
@@ -109,11 +151,6 @@ func TestValidateKubeEngines(t *testing.T) {
 		{[]Engine{{Name: "d", Kind: "nomad", Host: "unix:///x.sock"}}, `kind "nomad": want docker or kubernetes`},
 		{[]Engine{{Name: "d", Kind: KindDocker, Host: "unix:///x.sock"}}, ""},
 	} {
-		for _, e := range c.engines {
-			if kc := e.KubeConfig(); kc.EphemeralStorage != e.Kubernetes.EphemeralStorage || kc.VolumeSize != e.Kubernetes.VolumeSize {
-				t.Errorf("%s: kube.Config %+v lost a size of %+v", e.Name, kc, e.Kubernetes)
-			}
-		}
 		err := ValidateEngines(c.engines)
 		switch {
 		case c.want == "" && err != nil:
