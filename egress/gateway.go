@@ -167,7 +167,7 @@ func NewGateway(o Options) *Gateway {
 	}
 	g := &Gateway{sb: o.Sandbox, opts: o, logger: o.Logger, blocked: map[string][]string{}, counts: map[string]*refusals{}}
 	g.policy.Store(&Policy{})
-	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, Ask: g.ask, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
+	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, Failed: g.unreachable, Ask: g.ask, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
 	if o.Offline != "" {
 		why := o.Offline
 		g.down.Store(&why)
@@ -295,6 +295,16 @@ func (g *Gateway) refused(user string, r *Refusal) {
 	}
 	g.logger.Info("egress refused", zap.String("host", r.Host), zap.Int("port", r.Port), zap.String("reason", r.Reason),
 		zap.String("person", person), zap.String("container", g.opts.Container), zap.String("job", user))
+}
+
+// unreachable logs, for the operator, the whole error of a request that could not
+// reach its host: the sandbox's page says only what failed.
+func (g *Gateway) unreachable(user, host string, port int, err error) {
+	if !g.sb.JobID(user) {
+		user = ""
+	}
+	g.logger.Info("egress could not reach a host", zap.String("host", host), zap.Int("port", port), zap.Error(err),
+		zap.String("person", g.personName()), zap.String("container", g.opts.Container), zap.String("job", user))
 }
 
 // turnedAway logs, at most once a minute, that the sandbox has as many connections
