@@ -277,7 +277,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	if scoped {
 		path, err := resolvedPath(escaped)
 		if err != nil {
-			plain(w, http.StatusBadRequest, fmt.Sprintf("refused %s: %v; %s gets a credential for some paths only, so send the path plainly, without dot segments or encoded slashes, backslashes, dots or %%", clip(escaped), err, info.host))
+			plain(w, http.StatusBadRequest, fmt.Sprintf("refused %s: %v; %s gets a credential for some paths only, so send the path plainly: no dot segments, no backslashes, no encoded slashes, backslashes, dots or %%, no control characters, and no non-ASCII punctuation or overlong UTF-8", clip(escaped), err, info.host))
 			return
 		}
 		info.path = path
