@@ -36,7 +36,10 @@ func newEgressGateway(sb *sandbox.Sandbox, logger *zap.Logger) *egress.Gateway {
 	if cfg.NoAgent {
 		o.Offline = "the agent is off (agent off), and the egress proxy needs it"
 	}
-	return egress.NewGateway(o)
+	gw := egress.NewGateway(o)
+	// What the person allowed once lasts while the job that asked runs.
+	sb.OnJobEnd(gw.JobEnded)
+	return gw
 }
 
 func countRefusal(host, person string) { metricEgressRefused.WithLabelValues(host, person).Inc() }
