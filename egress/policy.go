@@ -54,7 +54,9 @@ type Rules struct {
 // refused, other echoes are the operator's to avoid. One credential applies per
 // request, the longest prefix. A prefix with a path is matched on the decoded path,
 // which is what goes upstream; where a host's credentials are scoped to paths, a path
-// with dot segments or an encoded slash, backslash, dot or % is refused.
+// that some server could read as another (dot segments, an encoded slash, backslash,
+// dot or %, control characters, overlong UTF-8, compatibility forms of '.' and '/')
+// is refused: see resolvedPath.
 type Credential struct {
 	Prefix string
 	Header string // e.g. "Authorization"
