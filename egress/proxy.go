@@ -403,7 +403,9 @@ func (p *Proxy) dialFailed(w http.ResponseWriter, user, host string, port int, e
 		p.refuse(w, user, ref)
 		return
 	}
-	if p.Failed != nil {
+	// A request cancelled (the program went, or the proxy closes) is no failure of
+	// the host's.
+	if p.Failed != nil && !errors.Is(err, context.Canceled) {
 		p.Failed(user, host, port, err)
 	}
 	plain(w, http.StatusBadGateway, fmt.Sprintf("cannot reach %s:%d: %s", host, port, whatFailed(err)))
