@@ -124,8 +124,9 @@ const (
 var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // Gateway is one sandbox's way out: its [Proxy], kept listening in the sandbox, the
-// policy and CA the latest configuration set, and the refusals it made. It outlives
-// configuration reloads with the sandbox.
+// policy and CA the latest configuration set, and the refusals it made (in a
+// [RefusalLog] that a configuration may give, to outlive the gateway). It outlives
+// configuration reloads that keep the sandbox's settings.
 type Gateway struct {
 	sb     Sandbox
 	opts   Options
