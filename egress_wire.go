@@ -36,7 +36,10 @@ func newEgressGateway(sb *sandbox.Sandbox, logger *zap.Logger) *egress.Gateway {
 	if cfg.NoAgent {
 		o.Offline = "the agent is off (agent off), and the egress proxy needs it"
 	}
-	return egress.NewGateway(o)
+	gw := egress.NewGateway(o)
+	// What the person allowed once lasts while the job that asked runs.
+	sb.OnJobEnd(gw.JobEnded)
+	return gw
 }
 
 func countRefusal(host, person string) { metricEgressRefused.WithLabelValues(host, person).Inc() }
@@ -80,41 +83,70 @@ func notRunning(err error) error {
 	return err
 }
 
-// consoleEgress shows the console the refusals of every sandbox of this site that is
-// pooled (the operator's and each person's, used by this config yet or not), each
-// with its person.
+// consoleEgress shows the console the refusals of every sandbox of this site (the
+// operator's and each person's, placed by this config yet or not), each with its
+// person.
 type consoleEgress struct{ h *Handler }
 
 func (c consoleEgress) Refusals(context.Context) ([]console.EgressRefusal, error) {
 	h := c.h
-	owner := map[string]string{} // container -> person
+	var out []console.EgressRefusal
+	for _, person := range h.sandboxPeople() {
+		log := h.refusals[person]
+		if log == nil {
+			continue
+		}
+		for _, r := range log.Refusals() {
+			out = append(out, console.EgressRefusal{Person: person, Host: r.Host, Reason: r.Reason, Count: r.Count, LastAt: r.LastAt})
+		}
+	}
+	return out, nil
+}
+
+// sandboxPeople are the people whose sandboxes this config names: "" (the operator)
+// first, then the person lines in order.
+func (h *Handler) sandboxPeople() []string {
 	names := []string{""}
 	for _, p := range h.People {
 		names = append(names, p.Name)
 	}
-	for _, p := range names {
-		if cfg, err := h.SandboxConfigFor(p); err == nil {
-			owner[cfg.Container] = p
+	return names
+}
+
+// refusalLogs are the egress refusals of each sandbox, by container, shared by every
+// config that names the sandbox: a reload makes new gateways where the settings
+// changed, and places a person's sandbox anew only when it is next used, yet the
+// console's list goes on. Each log is bounded (egress.RefusalLog), and goes when no
+// config names its sandbox.
+var refusalLogs = caddy.NewUsagePool()
+
+type refusalLogState struct{ log *egress.RefusalLog }
+
+func (refusalLogState) Destruct() error { return nil }
+
+// provisionRefusals takes the refusal log of each sandbox of the site.
+func (h *Handler) provisionRefusals() {
+	h.refusals = map[string]*egress.RefusalLog{}
+	for _, person := range h.sandboxPeople() {
+		cfg, err := h.SandboxConfigFor(person)
+		if err != nil {
+			continue
 		}
+		key := "egress refusals\x00" + cfg.Container
+		v, _, _ := refusalLogs.LoadOrNew(key, func() (caddy.Destructor, error) {
+			return refusalLogState{egress.NewRefusalLog()}, nil
+		})
+		h.refusals[person] = v.(refusalLogState).log
+		h.refusalKeys = append(h.refusalKeys, key)
 	}
-	var all []egress.HostRefusals
-	sandboxes.Range(func(_, v any) bool {
-		if e, ok := v.(*fleet.Entry); ok && egressOf(e) != nil {
-			if person, ok := owner[e.Sandbox().Config().Container]; ok {
-				for _, r := range egressOf(e).Refusals() {
-					r.Person = person
-					all = append(all, r)
-				}
-			}
-		}
-		return true
-	})
-	merged := egress.MergeRefusals(all)
-	out := make([]console.EgressRefusal, 0, len(merged))
-	for _, r := range merged {
-		out = append(out, console.EgressRefusal{Person: r.Person, Host: r.Host, Reason: r.Reason, Count: r.Count, LastAt: r.LastAt})
+}
+
+// releaseRefusals lets go of the logs, at Cleanup.
+func (h *Handler) releaseRefusals() {
+	for _, k := range h.refusalKeys {
+		_, _ = refusalLogs.Delete(k)
 	}
-	return out, nil
+	h.refusalKeys = nil
 }
 
 var metricEgressRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -144,7 +176,7 @@ func (h *Handler) setupEgress(e *fleet.Entry, person string) error {
 	}
 	err := gw.Configure(egress.Settings{
 		Asker: asker, Approvals: approvals,
-		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.EgressTrust(person),
+		Person: person, Policy: pol, CA: egressCA(h.egressCA), TrustCA: h.EgressTrust(person), Refusals: h.refusals[person],
 		RenewCA: func() (egress.CA, error) {
 			ca, err := provisionEgressCA(ctx, logger)
 			if err != nil {

@@ -54,6 +54,8 @@ type Handler struct {
 	askTools     atomic.Pointer[mcptools.Tools] // tools, for egress questions from other goroutines
 	approvals    *egress.ApprovalStore          // hosts people allowed always (with an egress block)
 	approvalsKey string
+	refusals     map[string]*egress.RefusalLog // each sandbox's egress refusals, by person, shared across reloads
+	refusalKeys  []string
 	signer       *links.Signer
 	links        *links.Server
 
@@ -126,6 +128,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.Egress != nil {
 		h.provisionApprovals()
+		h.provisionRefusals()
 	}
 	entry := h.fleet.Operator()
 	if egressOf(entry) != nil {
@@ -201,6 +204,7 @@ func clientIP(r *http.Request) string {
 // releases its hold on the sandbox.
 func (h *Handler) Cleanup() error {
 	h.releaseApprovals()
+	h.releaseRefusals()
 	if h.previews != nil {
 		_ = h.previews.Cleanup()
 	}

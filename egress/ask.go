@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +56,10 @@ const (
 	MaxAskedPerJob = 3
 	// MaxAsking is how many questions one sandbox may have open at once.
 	MaxAsking = 4
+	// AllowOnceFor bounds an "allow once": it lasts while the job that asked runs
+	// ([Gateway.JobEnded]), and never longer than this, for a job whose end is not
+	// seen.
+	AllowOnceFor = time.Hour
 )
 
 // Reasons of refusals made by asking.
@@ -70,10 +75,16 @@ const (
 // what was allowed once, per job.
 type asking struct {
 	mu    sync.Mutex
-	open  map[string]*question // by host:port
-	once  map[string][]string  // host:port allowed once, by job
-	jobs  []string             // ids in once and asked, oldest first
-	asked map[string]int       // hosts asked about, by job
+	open  map[string]*question   // by host:port
+	once  map[string][]onceGrant // what was allowed once, by job
+	jobs  []string               // ids in once and asked, oldest first
+	asked map[string]int         // hosts asked about, by job
+}
+
+// onceGrant is a host:port allowed once, and when.
+type onceGrant struct {
+	key string
+	at  time.Time
 }
 
 type question struct {
@@ -86,7 +97,7 @@ const maxAskJobs = 1000
 
 func (a *asking) init() {
 	if a.open == nil {
-		a.open, a.once, a.asked = map[string]*question{}, map[string][]string{}, map[string]int{}
+		a.open, a.once, a.asked = map[string]*question{}, map[string][]onceGrant{}, map[string]int{}
 	}
 }
 
@@ -110,6 +121,11 @@ func (a *asking) forgetIdle(job string) {
 	if a.asked[job] > 0 || len(a.once[job]) > 0 {
 		return
 	}
+	a.forget(job)
+}
+
+// forget drops job from the per-job maps.
+func (a *asking) forget(job string) {
 	delete(a.asked, job)
 	delete(a.once, job)
 	for i, j := range a.jobs {
@@ -144,8 +160,8 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 	for {
 		a.mu.Lock()
 		a.init()
-		for _, k := range a.once[user] {
-			if k == key {
+		for _, o := range a.once[user] {
+			if o.key == key && g.opts.Now().Sub(o.at) < AllowOnceFor {
 				a.mu.Unlock()
 				return nil
 			}
@@ -197,8 +213,9 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 		}
 		if q.err == nil && q.answer == AllowOnce {
 			a.remember(user)
-			if len(a.once[user]) < maxBlockedPerJob {
-				a.once[user] = append(a.once[user], key)
+			grants := slices.DeleteFunc(a.once[user], func(o onceGrant) bool { return o.key == key })
+			if len(grants) < maxBlockedPerJob {
+				a.once[user] = append(grants, onceGrant{key: key, at: g.opts.Now()})
 			}
 		}
 		a.mu.Unlock()
@@ -214,6 +231,19 @@ func (g *Gateway) ask(ctx context.Context, user string, r *Refusal) *Refusal {
 			return &Refusal{Host: r.Host, Port: r.Port, Reason: ReasonDeclined}
 		}
 		return nil
+	}
+}
+
+// JobEnded forgets what was allowed once for job, whose command ended: a later
+// connection that carries its id (the sandbox chooses proxy user names, and may
+// reuse an old one) is asked about again, and refused when no call runs the job.
+func (g *Gateway) JobEnded(job string) {
+	a := &g.asking
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.init()
+	if _, ok := a.asked[job]; ok {
+		a.forget(job)
 	}
 }
 

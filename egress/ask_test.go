@@ -302,3 +302,46 @@ func TestAskLimitNotResetByMadeUpJobs(t *testing.T) {
 		t.Errorf("%d jobs kept, want the real one only", n)
 	}
 }
+
+// TestAskOnceEndsWithJob: "allow once" is the asking job's for as long as it runs.
+// Once it ends (or after AllowOnceFor, whichever comes first), a connection that
+// carries its id is asked about again: a later command that reuses the id (the
+// sandbox chooses proxy user names) does not inherit the answer.
+func TestAskOnceEndsWithJob(t *testing.T) {
+	s := &scripted{answer: AllowOnce}
+	c := &clock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	g := NewGateway(Options{Sandbox: newBox(), Now: c.now})
+	if err := g.Configure(Settings{Person: "alice", Asker: s}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r := g.ask(ctx, jobA, notAllowed("pkg.test")); r != nil || s.asked.Load() != 1 {
+		t.Fatalf("allow once: %d, %v", s.asked.Load(), r)
+	}
+	c.add(AllowOnceFor - time.Second)
+	if r := g.ask(ctx, jobA, notAllowed("pkg.test")); r != nil || s.asked.Load() != 1 {
+		t.Fatalf("the job that runs still was asked again (%d) or refused: %v", s.asked.Load(), r)
+	}
+	g.JobEnded(jobA)
+	s.answer = Deny
+	if r := g.ask(ctx, jobA, notAllowed("pkg.test")); r == nil || r.Reason != ReasonDeclined || s.asked.Load() != 2 {
+		t.Fatalf("after the job ended its answer still applies: asked %d, %v", s.asked.Load(), r)
+	}
+
+	// Bounded in time too, for a job whose end nobody sees.
+	s.answer = AllowOnce
+	if r := g.ask(ctx, jobB, notAllowed("pkg.test")); r != nil || s.asked.Load() != 3 {
+		t.Fatalf("allow once for %s: %d, %v", jobB, s.asked.Load(), r)
+	}
+	c.add(AllowOnceFor + time.Second)
+	if r := g.ask(ctx, jobB, notAllowed("pkg.test")); r != nil || s.asked.Load() != 4 {
+		t.Fatalf("after %v allow once was not asked again: %d, %v", AllowOnceFor, s.asked.Load(), r)
+	}
+	g.JobEnded(jobA)
+	g.JobEnded(jobB)
+	g.asking.mu.Lock()
+	defer g.asking.mu.Unlock()
+	if len(g.asking.once) != 0 || len(g.asking.jobs) != 0 || len(g.asking.asked) != 0 {
+		t.Fatalf("ended jobs are kept: %v %v %v", g.asking.once, g.asking.jobs, g.asking.asked)
+	}
+}

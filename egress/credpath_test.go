@@ -35,7 +35,8 @@ func (rec *recorder) take() []string {
 }
 
 // pathCases are request paths to a host whose credential is scoped to /org: what
-// the upstream must get ("" = nothing, the proxy answers 4xx).
+// the upstream must get ("" = nothing, the proxy answers 4xx saying it refused; "400" =
+// nothing, the HTTP server answers 400 before the proxy sees the request).
 var pathCases = []struct{ method, path, upstream string }{
 	{"GET", "/org/x", "GET /org/x key=s3cret"},
 	{"GET", "/org", "GET /org key=s3cret"},
@@ -53,6 +54,41 @@ var pathCases = []struct{ method, path, upstream string }{
 	{"GET", "/org/%252e%252e/admin", ""},
 	{"GET", "/org\\..\\admin", ""},
 	{"GET", "/org/%5c..%5cadmin", ""},
+	// Overlong UTF-8 of '.', '/' and '\', which lax decoders read as ASCII.
+	{"GET", "/org/%c0%ae%c0%ae/admin", ""},
+	{"GET", "/org/%C0%AE%C0%AE/admin", ""},
+	{"GET", "/org/%e0%80%ae%e0%80%ae/admin", ""},
+	{"GET", "/org/..%c0%afadmin", ""},
+	{"GET", "/org/x%c0%af..%c0%af..%c0%afadmin", ""},
+	{"GET", "/org/..%c1%9cadmin", ""},
+	// Fullwidth and other compatibility forms of '.', '/' and '\' (NFKC or a
+	// "best fit" code page turns them into ASCII).
+	{"GET", "/org/%ef%bc%8e%ef%bc%8e/admin", ""},
+	{"GET", "/org/\xef\xbc\x8e\xef\xbc\x8e/admin", ""},
+	{"GET", "/org/x%ef%bc%8f..%ef%bc%8f..%ef%bc%8fadmin", ""},
+	{"GET", "/org/x%ef%bc%bc..%ef%bc%bc..%ef%bc%bcadmin", ""},
+	{"GET", "/org/%e2%80%a5/admin", ""},
+	{"GET", "/org/x%e2%88%95..%e2%88%95..%e2%88%95admin", ""},
+	{"GET", "/org/x%c2%a5..%c2%a5..%c2%a5admin", ""},
+	{"GET", "/org/%ef%bc%852e%ef%bc%852e/admin", ""},
+	// NUL and other control characters, which C servers cut the path at.
+	{"GET", "/org/x%00/../../admin", ""},
+	{"GET", "/org/x%00", ""},
+	{"GET", "/org/..%09/admin", ""},
+	// Dots with spaces, which Windows servers trim to dot segments.
+	{"GET", "/org/%20../admin", ""},
+	{"GET", "/org/..%20/admin", ""},
+	{"GET", "/org/x/.../admin", ""},
+	{"GET", "/org/.%20./admin", ""},
+	{"GET", "/org/..%20;/admin", ""},
+	// Double and triple encoding, and IIS's %u form.
+	{"GET", "/org/%25%32%65%25%32%65/admin", ""},
+	{"GET", "/org/%25252e%25252e/admin", ""},
+	{"GET", "/org/%u002e%u002e/admin", "400"}, // not valid percent-encoding: Go's server answers 400 itself
+	// Plain paths with letters of other scripts, dots inside names, and digits are sent.
+	{"GET", "/org/caf%C3%A9", "GET /org/caf%C3%A9 key=s3cret"},
+	{"GET", "/org/%E6%97%A5%E6%9C%AC/v1.2/.well-known/a..b", "GET /org/%E6%97%A5%E6%9C%AC/v1.2/.well-known/a..b key=s3cret"},
+	{"GET", "/org/x;jsessionid=1", "GET /org/x;jsessionid=1 key=s3cret"},
 	{"TRACE", "/org/x", ""},
 	{"TRACK", "/admin", ""},
 }
@@ -63,6 +99,9 @@ func checkPathCases(t *testing.T, rec *recorder, send func(method, path string) 
 		code, body := send(c.method, c.path)
 		got := rec.take()
 		switch {
+		case c.upstream == "400" && (code != 400 || len(got) != 0):
+			t.Errorf("%s %s: %d %q, the upstream got %q; want 400 and nothing sent", c.method, c.path, code, body, got)
+		case c.upstream == "400":
 		case c.upstream == "" && (code < 400 || code >= 500 || len(got) != 0):
 			t.Errorf("%s %s: %d %q, the upstream got %q; want a 4xx and nothing sent", c.method, c.path, code, body, got)
 		case c.upstream == "" && !strings.Contains(body, "refused"):

@@ -93,6 +93,10 @@ type Settings struct {
 	Asker Asker
 	// Approvals keeps what people allowed always (nil: allow always is allow once).
 	Approvals Approvals
+	// Refusals, if set, is where the sandbox's refusals are kept from now on: a log
+	// that outlives this gateway (a reload may make a new one, or place the sandbox
+	// anew later). Nil: the gateway's own.
+	Refusals *RefusalLog
 }
 
 // Bounds of what a Gateway remembers of refusals (a hostile command can make many),
@@ -120,8 +124,9 @@ const (
 var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // Gateway is one sandbox's way out: its [Proxy], kept listening in the sandbox, the
-// policy and CA the latest configuration set, and the refusals it made. It outlives
-// configuration reloads with the sandbox.
+// policy and CA the latest configuration set, and the refusals it made (in a
+// [RefusalLog] that a configuration may give, to outlive the gateway). It outlives
+// configuration reloads that keep the sandbox's settings.
 type Gateway struct {
 	sb     Sandbox
 	opts   Options
@@ -140,13 +145,26 @@ type Gateway struct {
 	// capLogged is when the connection cap was last logged, Unix nanoseconds.
 	capLogged atomic.Int64
 
+	log    atomic.Pointer[RefusalLog]
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// RefusalLog is what one sandbox's proxy refused: counts by host for the console, and
+// each job's refusals until its result shows them. It is bounded ([MaxRefusedHosts]
+// hosts, 1000 jobs of 8 refusals each) and safe for concurrent use. A sandbox's log
+// may outlive its [Gateway] (see [Settings.Refusals]).
+type RefusalLog struct {
 	mu      sync.Mutex
 	blocked map[string][]string  // refusals by job id, until the job's result shows them
 	jobs    []string             // ids in blocked, oldest first
 	counts  map[string]*refusals // refusals by host
-	once    sync.Once
-	cancel  context.CancelFunc
-	done    chan struct{}
+}
+
+// NewRefusalLog makes an empty log.
+func NewRefusalLog() *RefusalLog {
+	return &RefusalLog{blocked: map[string][]string{}, counts: map[string]*refusals{}}
 }
 
 // refusals are one host's refusals in one sandbox.
@@ -154,6 +172,63 @@ type refusals struct {
 	count  int64
 	last   time.Time
 	reason string // the latest one's
+}
+
+// record keeps a refusal of job ("" when none) at now and returns the host it is
+// counted under (OtherHosts beyond MaxRefusedHosts).
+func (l *RefusalLog) record(job string, r *Refusal, now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	host := r.Host
+	if _, ok := l.counts[host]; !ok && len(l.counts) >= MaxRefusedHosts {
+		host = OtherHosts
+	}
+	rec := l.counts[host]
+	if rec == nil {
+		rec = &refusals{}
+		l.counts[host] = rec
+	}
+	rec.count++
+	rec.last, rec.reason = now, r.Reason
+	if job != "" {
+		list, ok := l.blocked[job]
+		if !ok {
+			if len(l.jobs) >= maxBlockedJobs {
+				delete(l.blocked, l.jobs[0])
+				l.jobs = l.jobs[1:]
+			}
+			l.jobs = append(l.jobs, job)
+		}
+		line := fmt.Sprintf("%s (%s)", r.Host, r.Reason)
+		if len(list) < maxBlockedPerJob && !slices.Contains(list, line) {
+			l.blocked[job] = append(list, line)
+		} else if !ok {
+			l.blocked[job] = list
+		}
+	}
+	return host
+}
+
+// takeBlocked returns, once, the refusals of job.
+func (l *RefusalLog) takeBlocked(job string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	list := l.blocked[job]
+	if len(list) > 0 {
+		l.blocked[job] = nil
+	}
+	return list
+}
+
+// Refusals is the log's refusals by host, in no order, Person left empty.
+func (l *RefusalLog) Refusals() []HostRefusals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]HostRefusals, 0, len(l.counts))
+	for h, r := range l.counts {
+		out = append(out, HostRefusals{Host: h, Reason: r.reason, Count: r.count, LastAt: r.last})
+	}
+	return out
 }
 
 // NewGateway makes the gateway of one sandbox. It allows nothing until [Gateway.Configure]
@@ -165,9 +240,10 @@ func NewGateway(o Options) *Gateway {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Gateway{sb: o.Sandbox, opts: o, logger: o.Logger, blocked: map[string][]string{}, counts: map[string]*refusals{}}
+	g := &Gateway{sb: o.Sandbox, opts: o, logger: o.Logger}
+	g.log.Store(NewRefusalLog())
 	g.policy.Store(&Policy{})
-	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, Ask: g.ask, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
+	g.proxy = &Proxy{Policy: g.policy.Load, Refused: g.refused, Failed: g.unreachable, Ask: g.ask, TurnedAway: g.turnedAway, Issuer: issuerOf{g}, UpstreamRoots: g.roots.Load}
 	if o.Offline != "" {
 		why := o.Offline
 		g.down.Store(&why)
@@ -183,6 +259,9 @@ func (g *Gateway) Configure(s Settings) error {
 		return err
 	}
 	g.person.Store(&s.Person)
+	if s.Refusals != nil {
+		g.log.Store(s.Refusals)
+	}
 	if s.RenewCA == nil {
 		g.renewCA.Store(nil)
 	} else {
@@ -261,40 +340,22 @@ func (g *Gateway) refused(user string, r *Refusal) {
 		user = ""
 	}
 	person := g.personName()
-	g.mu.Lock()
-	host := r.Host
-	if _, ok := g.counts[host]; !ok && len(g.counts) >= MaxRefusedHosts {
-		host = OtherHosts
-	}
-	rec := g.counts[host]
-	if rec == nil {
-		rec = &refusals{}
-		g.counts[host] = rec
-	}
-	rec.count++
-	rec.last, rec.reason = g.opts.Now(), r.Reason
-	if user != "" {
-		list, ok := g.blocked[user]
-		if !ok {
-			if len(g.jobs) >= maxBlockedJobs {
-				delete(g.blocked, g.jobs[0])
-				g.jobs = g.jobs[1:]
-			}
-			g.jobs = append(g.jobs, user)
-		}
-		line := fmt.Sprintf("%s (%s)", r.Host, r.Reason)
-		if len(list) < maxBlockedPerJob && !slices.Contains(list, line) {
-			g.blocked[user] = append(list, line)
-		} else if !ok {
-			g.blocked[user] = list
-		}
-	}
-	g.mu.Unlock()
+	host := g.log.Load().record(user, r, g.opts.Now())
 	if g.opts.Refused != nil {
 		g.opts.Refused(host, person)
 	}
 	g.logger.Info("egress refused", zap.String("host", r.Host), zap.Int("port", r.Port), zap.String("reason", r.Reason),
 		zap.String("person", person), zap.String("container", g.opts.Container), zap.String("job", user))
+}
+
+// unreachable logs, for the operator, the whole error of a request that could not
+// reach its host: the sandbox's page says only what failed.
+func (g *Gateway) unreachable(user, host string, port int, err error) {
+	if !g.sb.JobID(user) {
+		user = ""
+	}
+	g.logger.Info("egress could not reach a host", zap.String("host", host), zap.Int("port", port), zap.Error(err),
+		zap.String("person", g.personName()), zap.String("container", g.opts.Container), zap.String("job", user))
 }
 
 // turnedAway logs, at most once a minute, that the sandbox has as many connections
@@ -318,15 +379,7 @@ func (g *Gateway) personName() string {
 }
 
 // TakeBlocked returns, once, the refusals of a job's commands, each "host (reason)".
-func (g *Gateway) TakeBlocked(job string) []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	list := g.blocked[job]
-	if len(list) > 0 {
-		g.blocked[job] = nil
-	}
-	return list
-}
+func (g *Gateway) TakeBlocked(job string) []string { return g.log.Load().takeBlocked(job) }
 
 // HostRefusals are the refusals of one host in one sandbox.
 type HostRefusals struct {
@@ -340,36 +393,11 @@ type HostRefusals struct {
 // Refusals is the sandbox's refusals by host, in no order.
 func (g *Gateway) Refusals() []HostRefusals {
 	person := g.personName()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]HostRefusals, 0, len(g.counts))
-	for h, r := range g.counts {
-		out = append(out, HostRefusals{Person: person, Host: h, Reason: r.reason, Count: r.count, LastAt: r.last})
+	list := g.log.Load().Refusals()
+	for i := range list {
+		list[i].Person = person
 	}
-	return out
-}
-
-// MergeRefusals adds up the entries of one person and host, keeping the latest reason:
-// a reload with new settings briefly holds two gateways of one sandbox.
-func MergeRefusals(list []HostRefusals) []HostRefusals {
-	type key struct{ person, host string }
-	at := map[key]int{}
-	out := make([]HostRefusals, 0, len(list))
-	for _, r := range list {
-		k := key{r.Person, r.Host}
-		i, ok := at[k]
-		if !ok {
-			at[k] = len(out)
-			out = append(out, r)
-			continue
-		}
-		m := &out[i]
-		m.Count += r.Count
-		if r.LastAt.After(m.LastAt) {
-			m.LastAt, m.Reason = r.LastAt, r.Reason
-		}
-	}
-	return out
+	return list
 }
 
 // HostCount is one host's number of refusals.

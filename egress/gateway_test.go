@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -429,22 +428,36 @@ func TestGatewayCapLogged(t *testing.T) {
 	}
 }
 
-// Two gateways of one sandbox (a reload with new settings) list one host once: the
-// counts added, the latest reason kept; other people's stay apart.
-func TestMergeRefusals(t *testing.T) {
-	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	got := MergeRefusals([]HostRefusals{
-		{Person: "alice", Host: "x.example", Reason: ReasonNotAllowed, Count: 2, LastAt: t0.Add(time.Minute)},
-		{Person: "bob", Host: "x.example", Reason: ReasonNotAllowed, Count: 1, LastAt: t0},
-		{Person: "alice", Host: "x.example", Reason: ReasonDenied, Count: 3, LastAt: t0},
-		{Person: "alice", Host: "y.example", Reason: ReasonDenied, Count: 1, LastAt: t0},
-	})
-	want := []HostRefusals{
-		{Person: "alice", Host: "x.example", Reason: ReasonNotAllowed, Count: 5, LastAt: t0.Add(time.Minute)},
-		{Person: "bob", Host: "x.example", Reason: ReasonNotAllowed, Count: 1, LastAt: t0},
-		{Person: "alice", Host: "y.example", Reason: ReasonDenied, Count: 1, LastAt: t0},
+// A sandbox's refusals live in a RefusalLog that outlives its gateway: a reload that
+// makes a new gateway for the sandbox (or places it anew later) and configures it with
+// the same log lists them still, and hands out a job's refusals once.
+func TestRefusalsOutliveTheGateway(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	log := NewRefusalLog()
+	g1 := NewGateway(Options{Sandbox: newBox(), Now: func() time.Time { return at }})
+	if err := g1.Configure(Settings{Person: "alice", CA: gatewayCA(t), Refusals: log}); err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %+v\nwant %+v", got, want)
+	g1.Start()
+	g1.refused("j0123456789ab", &Refusal{Host: "x.example", Port: 443, Reason: ReasonNotAllowed})
+	g1.Close()
+
+	g2 := NewGateway(Options{Sandbox: newBox()})
+	if err := g2.Configure(Settings{Person: "alice", CA: gatewayCA(t), Refusals: log}); err != nil {
+		t.Fatal(err)
+	}
+	want := HostRefusals{Person: "alice", Host: "x.example", Reason: ReasonNotAllowed, Count: 1, LastAt: at}
+	if list := g2.Refusals(); len(list) != 1 || list[0] != want {
+		t.Fatalf("the new gateway lists %+v, want %+v", list, want)
+	}
+	if list := log.Refusals(); len(list) != 1 || list[0].Host != "x.example" || list[0].Count != 1 {
+		t.Fatalf("the log lists %+v", list)
+	}
+	if b := g2.TakeBlocked("j0123456789ab"); len(b) != 1 || b[0] != "x.example (not allowed by the operator)" {
+		t.Fatalf("the job's refusals through the new gateway: %q", b)
+	}
+	g2.refused("", &Refusal{Host: "x.example", Port: 443, Reason: ReasonDenied})
+	if list := log.Refusals(); len(list) != 1 || list[0].Count != 2 || list[0].Reason != ReasonDenied {
+		t.Fatalf("the log after one more: %+v", list)
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Rules are the operator's egress settings as written. Several Rules (the site's, later
@@ -52,7 +54,9 @@ type Rules struct {
 // refused, other echoes are the operator's to avoid. One credential applies per
 // request, the longest prefix. A prefix with a path is matched on the decoded path,
 // which is what goes upstream; where a host's credentials are scoped to paths, a path
-// with dot segments or an encoded slash, backslash, dot or % is refused.
+// that some server could read as another (dot segments, an encoded slash, backslash,
+// dot or %, control characters, overlong UTF-8, compatibility forms of '.' and '/')
+// is refused: see resolvedPath.
 type Credential struct {
 	Prefix string
 	Header string // e.g. "Authorization"
@@ -576,9 +580,18 @@ func (p *Policy) credentialHost(scheme, host string, port int) (has, scoped bool
 
 // resolvedPath is the path a credential is matched on: escaped (a request's path as
 // sent) decoded, once it is known that no upstream can resolve it to another path.
-// It refuses dot segments ("..", ".", also with ";params"), backslashes and encoded
-// '/', '\', '.' and '%': an upstream that cleans or decodes them again would serve
-// a path outside the one matched.
+// Every form that some server reads as a different path is refused rather than
+// normalised, since which reading the upstream makes is not known:
+//   - dot segments ("..", ".", also with ";params"), and segments of dots and spaces
+//     (" ..", "...", which Windows servers trim to dot segments);
+//   - backslashes, and encoded '/', '\', '.' and '%' (double encoding among them);
+//   - control characters, NUL among them, which C servers cut the path at;
+//   - bytes that are not UTF-8 once decoded: overlong forms of '.', '/' and '\'
+//     (%c0%ae) that lax decoders read as ASCII;
+//   - non-ASCII characters other than letters, marks and digits: the fullwidth and
+//     other compatibility forms of '.', '/', '\', '%' and ';' (U+FF0E, U+FF0F, U+2215,
+//     U+00A5...) that Unicode normalization (NFKC) or a Windows code page turns into
+//     them. No letter, mark or digit becomes '/', '\', '%', ';' or a dot segment so.
 func resolvedPath(escaped string) (string, error) {
 	if escaped == "" {
 		return "/", nil
@@ -596,10 +609,24 @@ func resolvedPath(escaped string) (string, error) {
 	if err != nil {
 		return "", errors.New("the path is not validly percent-encoded")
 	}
+	if !utf8.ValidString(path) {
+		return "", errors.New("the path is not UTF-8 once decoded (an overlong or broken encoding)")
+	}
+	for _, r := range path {
+		switch {
+		case r < ' ' || r == 0x7f:
+			return "", fmt.Errorf("the path holds a control character (%%%02X)", r)
+		case r >= utf8.RuneSelf && !unicode.IsLetter(r) && !unicode.IsMark(r) && !unicode.IsNumber(r):
+			return "", fmt.Errorf("the path holds %U, a character that some servers read as ASCII punctuation", r)
+		}
+	}
 	for seg := range strings.SplitSeq(path, "/") {
 		seg, _, _ = strings.Cut(seg, ";")
 		if seg == "." || seg == ".." {
 			return "", errors.New("the path holds a dot segment")
+		}
+		if strings.Contains(seg, ".") && strings.Trim(seg, ". ") == "" {
+			return "", fmt.Errorf("the path holds the segment %q, which some servers read as a dot segment", seg)
 		}
 	}
 	return path, nil

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -37,6 +38,10 @@ type Proxy struct {
 	// (the host is then reached without any credential), anything else is the
 	// refusal to give. It may wait, holding the connection, until ctx ends.
 	Ask func(ctx context.Context, user string, r *Refusal) *Refusal
+	// Failed, if set, is told of each request that could not reach its host, with the
+	// whole error (the page the sandbox gets says what failed, never an address of the
+	// host's network: the resolver's, the dialer's).
+	Failed func(user, host string, port int, err error)
 	// Resolve looks names up (nil: the system resolver).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// DialTimeout bounds one dial (default 15s).
@@ -272,7 +277,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	if scoped {
 		path, err := resolvedPath(escaped)
 		if err != nil {
-			plain(w, http.StatusBadRequest, fmt.Sprintf("refused %s: %v; %s gets a credential for some paths only, so send the path plainly, without dot segments or encoded slashes, backslashes, dots or %%", clip(escaped), err, info.host))
+			plain(w, http.StatusBadRequest, fmt.Sprintf("refused %s: %v; %s gets a credential for some paths only, so send the path plainly: no dot segments, no backslashes, no encoded slashes, backslashes, dots or %%, no control characters, and no non-ASCII punctuation or overlong UTF-8", clip(escaped), err, info.host))
 			return
 		}
 		info.path = path
@@ -398,7 +403,12 @@ func (p *Proxy) dialFailed(w http.ResponseWriter, user, host string, port int, e
 		p.refuse(w, user, ref)
 		return
 	}
-	plain(w, http.StatusBadGateway, fmt.Sprintf("cannot reach %s:%d: %v", host, port, shortErr(err)))
+	// A request cancelled (the program went, or the proxy closes) is no failure of
+	// the host's.
+	if p.Failed != nil && !errors.Is(err, context.Canceled) {
+		p.Failed(user, host, port, err)
+	}
+	plain(w, http.StatusBadGateway, fmt.Sprintf("cannot reach %s:%d: %s", host, port, whatFailed(err)))
 }
 
 // relay copies both ways until both directions end, passing half-closes on; a
@@ -513,7 +523,7 @@ func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (n
 		} else {
 			found, err := p.resolve(ctx, host)
 			if err != nil {
-				return nil, fmt.Errorf("resolving %s: %w", host, err)
+				return nil, &resolveError{host: host, err: err}
 			}
 			addrs = found
 		}
@@ -636,15 +646,56 @@ func clip(s string) string {
 	}, s)
 }
 
-// shortErr drops the dialer's address noise: "connection refused" rather than the
-// whole "dial tcp 1.2.3.4:80: connect: connection refused".
-func shortErr(err error) string {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		err = op.Err
+// whatFailed says what kept a request from its host, for the sandbox: in words of
+// its own, never the error's text, which names addresses of the host's network (the
+// resolver's "lookup x on 10.0.0.2:53", the dialer's "dial tcp 10.1.2.3:443").
+func whatFailed(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		switch {
+		case dns.IsTimeout:
+			return "the name could not be resolved: the lookup timed out"
+		case dns.IsNotFound:
+			return "the name could not be resolved: no such host"
+		}
+		return "the name could not be resolved: the lookup failed"
 	}
-	return clip(err.Error())
+	var unresolved *resolveError
+	var alert tls.AlertError
+	var record tls.RecordHeaderError
+	var verify *tls.CertificateVerificationError
+	var ne net.Error
+	switch {
+	case errors.As(err, &unresolved):
+		return "the name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the connection was reset"
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "no route to the host"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "the connection timed out"
+	case errors.As(err, &verify):
+		return "its TLS certificate could not be verified"
+	case errors.As(err, &alert):
+		return "it refused the TLS handshake (" + alert.Error() + ")"
+	case errors.As(err, &record):
+		return "it does not speak TLS"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "it closed the connection"
+	}
+	return "the connection failed (Caddy's log has the details)"
 }
+
+// resolveError is a name that could not be resolved.
+type resolveError struct {
+	host string
+	err  error
+}
+
+func (e *resolveError) Error() string { return "resolving " + e.host + ": " + e.err.Error() }
+func (e *resolveError) Unwrap() error { return e.err }
 
 // copyBuffers are ReverseProxy's copy buffers, pooled. They are small: each one a
 // stalled connection holds is Caddy's memory.

@@ -222,7 +222,7 @@ func TestProxyRefusesBadRequests(t *testing.T) {
 		{"CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\n\r\n", "403 Forbidden", "blocked: 169.254.169.254 (resolves to a private or local address)\n"},
 		{"GET http://127.0.0.1:" + port + "/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "403 Forbidden", ""},
 		{"GET http://b%C3%BCcher.de/ HTTP/1.1\r\nHost: x\r\n\r\n", "403 Forbidden", "blocked: \"b\\u00fccher.de\" (not a valid host name)\n"},
-		{"CONNECT xn--bcher-kva.de.:443 HTTP/1.1\r\nHost: x\r\n\r\n", "502 Bad Gateway", "cannot reach xn--bcher-kva.de:443: resolving xn--bcher-kva.de: tests resolve no names\n"},
+		{"CONNECT xn--bcher-kva.de.:443 HTTP/1.1\r\nHost: x\r\n\r\n", "502 Bad Gateway", "cannot reach xn--bcher-kva.de:443: the name could not be resolved\n"},
 		{"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "400 Bad Request", "this is the sandbox's HTTP proxy: send it absolute URLs or CONNECT\n"},
 		{"GET https://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "400 Bad Request", "this proxy forwards http:// URLs; use CONNECT for https\n"},
 		{"GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n", "431 Request Header Fields Too Large", ""},

@@ -322,3 +322,34 @@ func TestEgressAskBadAnswers(t *testing.T) {
 		t.Fatalf("the upstream got %d requests", n)
 	}
 }
+
+// "Allow once" lasts as long as the command that asked: a later command that reuses
+// its proxy user name (the job id, which the sandbox can read and choose) is not let
+// through, and nobody is asked on its behalf.
+func TestEgressAskOnceEndsWithCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	up := newEgressUpstream(t)
+	s := testsite.Start(t, testsite.Options{Directive: askDirective()})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var asked atomic.Int32
+	c, _ := elicitClient(ctx, t, s, func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+		asked.Add(1)
+		return accept("allow_once"), nil
+	})
+	get := "wget -q -O - http://once.test:" + up.port + "/hi"
+	testsite.Call(ctx, t, c, "execute", map[string]any{"command": waitProxy})
+	first := testsite.Call(ctx, t, c, "execute", map[string]any{"command": get + ` && printf %s "$http_proxy" > /sandbox/once-proxy`})
+	if st := testsite.Structured(t, first); st["exit_code"] != 0.0 || asked.Load() != 1 {
+		t.Fatalf("allow once (asked %d): %s", asked.Load(), testsite.ResultText(first))
+	}
+	second := testsite.Call(ctx, t, c, "execute", map[string]any{"command": `grep -q '^http://j[0-9a-f]*:' /sandbox/once-proxy && http_proxy=$(cat /sandbox/once-proxy) ` + get})
+	if st := testsite.Structured(t, second); st["exit_code"] == 0.0 || st["stdout"] != "" || asked.Load() != 1 {
+		t.Fatalf("a later command with the first one's proxy user name (asked %d): %s", asked.Load(), testsite.ResultText(second))
+	}
+	if n := len(up.requests()); n != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", n)
+	}
+}

@@ -142,4 +142,34 @@ func TestEgressRefusalsNamePersonThroughCaddy(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, `"refusals": []`) {
 		t.Fatalf("bob's refusals: %d %s", resp.StatusCode, body)
 	}
+
+	// A reload keeps the list, though the new configuration has not placed alice's
+	// sandbox yet; her next refusal adds to the same entry.
+	aliceRefusals := func() []console.EgressRefusal {
+		t.Helper()
+		resp, body := p.request(t, "GET", p.URL+"/console/api/egress?person=alice", p.Key, nil)
+		var got struct {
+			Refusals []console.EgressRefusal `json:"refusals"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("GET /console/api/egress?person=alice: %d %s", resp.StatusCode, body)
+		}
+		var out []console.EgressRefusal
+		for _, r := range got.Refusals {
+			if r.Host == refused {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	p.Load(p.options([]string{"alice", "bob"}))
+	if got := aliceRefusals(); len(got) != 1 || got[0].Person != "alice" || got[0].Count != 1 || !got[0].LastAt.Equal(mine[0].LastAt) {
+		t.Fatalf("alice's refusals after a reload: %+v, before %+v", got, mine)
+	}
+	if out := run("alice", "wget -q -O - http://"+refused+":"+up.port+"/x"); out["exit_code"] == 0.0 {
+		t.Fatalf("alice reached a refused host after the reload: %v", out)
+	}
+	if got := aliceRefusals(); len(got) != 1 || got[0].Count != 2 {
+		t.Fatalf("alice's refusals after a reload and one more: %+v", got)
+	}
 }

@@ -828,9 +828,17 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 	return nil
 }
 
+// OnJobEnd makes f be told the id of each job whose end the sandbox sees: a result
+// that says it ended, a kill, a command lost with its container. A job that ends
+// while no call follows it is told when a call next asks for its output.
+func (s *Sandbox) OnJobEnd(f func(id string)) { s.jobEnded.Store(&f) }
+
 // jobSeen notes a job's state from a result, and now and then starts a pass that
 // forgets old finished jobs (outside the result's path).
 func (s *Sandbox) jobSeen(id string, running bool) {
+	if f := s.jobEnded.Load(); f != nil && !running {
+		(*f)(id)
+	}
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	if !running {

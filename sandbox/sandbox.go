@@ -259,6 +259,7 @@ type Sandbox struct {
 
 	jobsMu    sync.Mutex
 	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
+	jobEnded  atomic.Pointer[func(id string)]
 	held      heldRunes
 	lastPrune time.Time
 
