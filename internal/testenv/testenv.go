@@ -33,11 +33,14 @@ func Image() string {
 }
 
 // DockerClient returns a client for the local engine (configured from the
-// environment, as the docker CLI is), closed when the test ends. When no engine
-// answers it skips the test under -short and fails it otherwise; a missing [Image]
-// fails it.
+// environment, as the docker CLI is), closed when the test ends. Under -short it
+// skips the test (go test -short stays free of Docker, engine or not); otherwise a
+// missing engine or [Image] fails it.
 func DockerClient(tb testing.TB) *client.Client {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("-short: needs a Docker engine")
+	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		tb.Fatalf("creating Docker client: %v", err)
@@ -46,9 +49,6 @@ func DockerClient(tb testing.TB) *client.Client {
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
 		cli.Close()
-		if testing.Short() {
-			tb.Skipf("needs a Docker engine (-short): %v", err)
-		}
 		tb.Fatalf("no Docker engine answers (%v): run scripts/docker-up.sh, or make test, which starts one", err)
 	}
 	tb.Cleanup(func() { cli.Close() })
