@@ -37,6 +37,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 	defer cancel()
 	var err error
 	args := ""
+	concerns := "" // whose the action is about, for the audit entry
 	switch action {
 	case actRestart:
 		err = c.opts.Sandbox.Restart(ctx)
@@ -51,6 +52,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		l, err = c.opts.Links.RevokeLink(ctx, id)
 		if err == nil {
 			args = `{"id":` + strconv.Quote(id) + `,"kind":` + strconv.Quote(l.Kind) + `,"target":` + strconv.Quote(l.Target) + `}`
+			concerns = l.Person
 		}
 	case actRevokeApproval:
 		args = `{"id":` + strconv.Quote(id) + `}`
@@ -61,12 +63,14 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		var a EgressApproval
 		if a, err = ap.RevokeApproval(ctx, id); err == nil {
 			args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(a.Person) + `,"host":` + strconv.Quote(a.Host) + `,"port":` + strconv.Itoa(a.Port) + `}`
+			concerns = a.Person
 			c.log.Info("egress approval revoked", zap.String("person", a.Person), zap.String("host", a.Host),
 				zap.Int("port", a.Port), zap.String("by", actor))
 		}
 	case actKillJob:
 		var p string
 		if p, err = c.jobOwner(ctx, person, id); err == nil {
+			concerns = p
 			err = c.opts.Jobs.KillJob(ctx, p, id)
 		}
 		args = `{"id":` + strconv.Quote(id) + `,"person":` + strconv.Quote(p) + `}`
@@ -93,6 +97,9 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		err = c.opts.Checkpoints.CopyCheckpoint(ctx, id, to, replace)
 	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate, "sandbox_" + actDelete:
 		args, err = c.actSandbox(ctx, action, id, r.FormValue("volume"))
+		if id != OperatorPath && !errors.Is(err, ErrNotFound) {
+			concerns = id // a person configured, or a removed person's sandbox
+		}
 	default:
 		return errUnknownAction
 	}
@@ -100,7 +107,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 	if err != nil {
 		outcome, errText = audit.OutcomeError, err.Error()
 	}
-	c.record(r, actor, "console."+action, args, outcome, errText, start)
+	c.recordFor(r, actor, concerns, "console."+action, args, outcome, errText, start)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) && !errors.Is(err, errVolumeChoice) {
 		c.log.Error("console action failed", zap.String("action", action), zap.Error(err))
 	}

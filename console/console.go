@@ -406,8 +406,15 @@ func (c *Console) sameOrigin(r *http.Request) bool {
 
 // record adds an operator action to the audit log.
 func (c *Console) record(r *http.Request, actor, action, args, outcome, errText string, start time.Time) {
+	c.recordFor(r, actor, "", action, args, outcome, errText, start)
+}
+
+// recordFor adds an operator action on person's sandbox, approval, job or link to
+// the audit log, under that person ("" the operator), so the activity page lists it
+// with the person and filtering by them finds it.
+func (c *Console) recordFor(r *http.Request, actor, person, action, args, outcome, errText string, start time.Time) {
 	c.opts.Audit.Record(audit.Entry{
-		Time: c.opts.Now(), Client: actor, Remote: c.opts.ClientIP(r), Tool: action, Args: args,
+		Time: c.opts.Now(), Client: actor, Person: person, Remote: c.opts.ClientIP(r), Tool: action, Args: args,
 		Outcome: outcome, Error: errText, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	})
 }

@@ -186,6 +186,13 @@ func TestEgressApprovalsOnOverview(t *testing.T) {
 	if len(e) != 1 || e[0].Args != `{"id":"b1","person":"bob","host":"always.test","port":8080}` || e[0].Outcome != audit.OutcomeOK {
 		t.Fatalf("activity log: %+v", e)
 	}
+	// The revocation is bob's: his activity lists it, under his name.
+	if e := log.Query(Filter{Person: "bob", Tool: "console." + actRevokeApproval}); len(e) != 1 {
+		t.Fatalf("bob's activity lacks the revocation: %+v", log.Query(Filter{}))
+	}
+	if page := get("/console/activity?person=bob"); !strings.Contains(page, `<td class="person">bob</td><td>console`) || !strings.Contains(page, "always.test") {
+		t.Fatalf("activity page of bob: %s", page)
+	}
 	got := logs.FilterMessage("egress approval revoked").All()
 	if len(got) != 1 || got[0].ContextMap()["person"] != "bob" || got[0].ContextMap()["host"] != "always.test" {
 		t.Fatalf("server log: %+v", logs.All())

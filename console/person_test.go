@@ -81,7 +81,7 @@ func TestJobsByPerson(t *testing.T) {
 	if strings.Join(jobs.killed, ",") != "alice/job-2,alice/job-2" {
 		t.Errorf("killed: %v", jobs.killed)
 	}
-	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job", Outcome: audit.OutcomeOK, Limit: 1}); len(e) != 1 || !strings.Contains(e[0].Args, `"person":"alice"`) {
+	if e := c.opts.Audit.Query(Filter{Tool: "console.kill_job", Outcome: audit.OutcomeOK, Limit: 1}); len(e) != 1 || !strings.Contains(e[0].Args, `"person":"alice"`) || e[0].Person != "alice" {
 		t.Errorf("the kill in the audit log: %+v", e)
 	}
 }

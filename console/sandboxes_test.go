@@ -98,10 +98,18 @@ func TestSandboxesAPI(t *testing.T) {
 	if code, _ := do("GET", "/console/api/sandboxes", "alice's own key, not the operator's"); code != http.StatusUnauthorized {
 		t.Errorf("a key that is not the operator's: %d", code)
 	}
-	_, m = do("GET", "/console/api/activity?person=alice", testKey)
+	_, m = do("GET", "/console/api/activity?person=alice&tool=execute", testKey)
 	entries, _ := m["entries"].([]any)
 	if len(entries) != 1 || entries[0].(map[string]any)["person"] != "alice" {
 		t.Errorf("activity of alice: %v", m)
+	}
+	// The operator's actions on alice's sandbox are listed as hers; carol, whom no
+	// line names, gets none.
+	for q, want := range map[string]int{"person=alice&tool=console.sandbox_stop": 1, "person=alice&tool=console.sandbox_start": 1,
+		"person=dave&tool=console.sandbox_delete&outcome=ok": 2, "person=carol": 0} {
+		if _, m := do("GET", "/console/api/activity?"+q, testKey); len(m["entries"].([]any)) != want {
+			t.Errorf("activity %s: %v, want %d entries", q, m, want)
+		}
 	}
 	_, m = do("GET", "/console/api/activity?person=-&tool=execute", testKey)
 	if entries, _ := m["entries"].([]any); len(entries) != 1 {
