@@ -220,7 +220,6 @@ type Links interface {
 type Job struct {
 	ID      string `json:"id"`
 	Command string `json:"command"`
-	Client  string `json:"client,omitempty"`
 	// Person is whose sandbox the job runs in; "" for the operator's.
 	Person    string    `json:"person"`
 	StartedAt time.Time `json:"started_at"`

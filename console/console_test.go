@@ -343,7 +343,7 @@ func TestLinkRegistry(t *testing.T) {
 type fakeJobs struct{ killed []string }
 
 func (j *fakeJobs) Jobs(_ context.Context, people ...string) ([]Job, error) {
-	all := []Job{{ID: "job-1", Command: "sleep 100 <x>", Client: "Claude", StartedAt: time.Now(), State: "running"},
+	all := []Job{{ID: "job-1", Command: "sleep 100 <x>", StartedAt: time.Now(), State: "running"},
 		{ID: "job-2", Command: "sleep 200", Person: "alice", StartedAt: time.Now(), State: "running"}}
 	if len(people) == 0 {
 		return all, nil
