@@ -438,6 +438,9 @@ func execErrorText(box Box, err error) string {
 	if errors.Is(err, boxapi.ErrImageMissing) {
 		return box.ImageMissing()
 	}
+	if errors.Is(err, boxapi.ErrRuntimeMissing) {
+		return "The sandbox cannot start: " + err.Error() + ". That is for the server's operator to fix; tell the user."
+	}
 	if errors.Is(err, boxapi.ErrCommandLost) {
 		return "The command did not finish: " + err.Error() + "."
 	}
