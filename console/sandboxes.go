@@ -50,6 +50,7 @@ type SandboxInfo struct {
 	Container   string  `json:"container"`
 	Engine      string  `json:"engine,omitempty"` // its engine line's name, once placed
 	Node        string  `json:"node,omitempty"`   // the cluster node it runs on (a Kubernetes engine)
+	Runtime     string  `json:"runtime,omitempty"` // the container runtime (runc, runsc for gVisor); "" the engine's default
 	State       string  `json:"state"`            // running, exited, missing, ...
 	CPU         float64 `json:"cpu"`              // CPUs in use
 	Memory      int64   `json:"memory"`

@@ -35,6 +35,8 @@ type Box interface {
 
 	// CPUs is the CPUs the sandbox really gets: the smaller of cpus and the host's.
 	CPUs() float64
+	// Runtime is the container runtime the sandbox runs under (gVisor or not).
+	Runtime() boxapi.Runtime
 	// Facts is what detection found installed; nil while it is not known. It waits up
 	// to wait, while ctx lasts, for a detection under way.
 	Facts(ctx context.Context, wait time.Duration) *boxapi.Facts
