@@ -130,3 +130,43 @@ func TestGVisorPeople(t *testing.T) {
 		t.Errorf("carol's error holds a stack trace: %q", txt)
 	}
 }
+
+// TestGVisorEgressAndPreview: a site whose sandboxes all run under gVisor (a site-wide
+// runtime line): an allowed host answers through the egress proxy, a refused one is
+// refused and named, and a page served in the sandbox shows through its preview.
+func TestGVisorEgressAndPreview(t *testing.T) {
+	cli := testenv.DockerClient(t)
+	rt := testenv.GVisor(t, cli)
+	up := newEgressUpstream(t)
+	t.Setenv("EGRESS_TEST_SECRET", "unused-"+testenv.RandomHex(8))
+	p := startPeopleSite(t, []string{"alice"}, append(egressDirective(up.port, "allowed.test:"+up.port),
+		"runtime "+rt, "previews localhost")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	alice := p.client(ctx, "alice")
+	if out := stdoutOf(ctx, t, alice, "uname -r"); !strings.Contains(out, "gvisor") {
+		t.Fatalf("alice's kernel: %q, want gVisor's", out)
+	}
+	if out := stdoutOf(ctx, t, alice, "wget -q -O - http://allowed.test:"+up.port+"/under-gvisor"); out != "hello from allowed.test:"+up.port+"/under-gvisor\n" {
+		t.Errorf("allowed host under gVisor: %q", out)
+	}
+	seen := len(up.requests())
+	res := testsite.Call(ctx, t, alice, "execute", map[string]any{"command": "wget -q -O - http://refused.test:" + up.port + "/no"})
+	if txt := testsite.ResultText(res); !strings.Contains(txt, "refused.test") {
+		t.Errorf("refused host under gVisor: the result does not name it: %q", txt)
+	}
+	if n := len(up.requests()); n != seen {
+		t.Errorf("the refused host was reached: %d requests, want %d", n, seen)
+	}
+
+	stdoutOf(ctx, t, alice, `mkdir -p /sandbox/www && echo "gvisor page" > /sandbox/www/index.html && busybox httpd -p 127.0.0.1:8000 -h /sandbox/www`)
+	res = testsite.Call(ctx, t, alice, "expose_port", map[string]any{"port": 8000})
+	if res.IsError {
+		t.Fatalf("expose_port: %s", testsite.ResultText(res))
+	}
+	preview := testsite.Structured(t, res)["url"].(string)
+	testenv.WaitFor(t, 30*time.Second, "the preview to show the page served under gVisor", func() bool {
+		resp, b := p.request(t, "GET", preview, "", nil)
+		return resp.StatusCode == 200 && strings.Contains(b, "gvisor page")
+	})
+}
