@@ -36,19 +36,16 @@ func ownedPod(name string) *v1.Pod {
 		Labels: map[string]string{labelManagedBy: managedByValue, labelContainer: name}}}
 }
 
-// TestWaitPodGoneWatches: waiting for a pod to go reads it once, then waits on a
-// watch rather than reading it every pollEvery, and ends once it is deleted.
-func TestWaitPodGoneWatches(t *testing.T) {
-	pod := ownedPod("box")
-	c, cs, gets := fakeClient(t, pod)
+// waitGoneRun starts waitPodGone on pod box of c, lets it wait 6 polls, returns how
+// many reads it made meanwhile, deletes the pod and checks that the wait ends.
+func waitGoneRun(t *testing.T, c *Client, cs *fake.Clientset, gets *atomic.Int64) (readsBefore int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.waitPodGone(ctx, "box", "u1") }()
 	time.Sleep(6 * pollEvery)
-	if n := gets.Load(); n > 2 {
-		t.Errorf("%d reads of the pod in %v: polled every %v instead of watching", n, 6*pollEvery, pollEvery)
-	}
+	readsBefore = gets.Load()
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "box", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,34 +56,27 @@ func TestWaitPodGoneWatches(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the wait did not end after the pod was deleted")
+	}
+	return readsBefore
+}
+
+// TestWaitPodGoneWatches: waiting for a pod to go reads it once, then waits on a
+// watch rather than reading it every pollEvery, and ends once it is deleted.
+func TestWaitPodGoneWatches(t *testing.T) {
+	c, cs, gets := fakeClient(t, ownedPod("box"))
+	if n := waitGoneRun(t, c, cs, gets); n > 2 {
+		t.Errorf("%d reads of the pod in %v: polled every %v instead of watching", n, 6*pollEvery, pollEvery)
 	}
 }
 
 // TestWaitPodGoneWithoutWatch: an account that may not watch pods still sees the pod
 // go, by reading it every pollEvery.
 func TestWaitPodGoneWithoutWatch(t *testing.T) {
-	pod := ownedPod("box")
-	c, cs, gets := fakeClient(t, pod)
+	c, cs, gets := fakeClient(t, ownedPod("box"))
 	cs.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watchIface, error) {
 		return true, nil, errForbiddenWatch
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.waitPodGone(ctx, "box", "u1") }()
-	time.Sleep(6 * pollEvery)
-	if err := cs.CoreV1().Pods("default").Delete(ctx, "box", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the wait did not end after the pod was deleted")
-	}
-	if n := gets.Load(); n < 3 {
+	if n := waitGoneRun(t, c, cs, gets); n < 3 {
 		t.Errorf("%d reads of the pod without a watch: want a read every %v", n, pollEvery)
 	}
 }
