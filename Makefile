@@ -1,5 +1,6 @@
-# make test   – set up what the tests need (Docker engine, test images, browser, npm
-#               clients, the test Kubernetes cluster) on a fresh Debian machine with Go,
+# make test   – set up what the tests need (Docker engine, gVisor's runsc registered with
+#               it, test images, browser, npm clients, the test Kubernetes cluster) on a
+#               fresh Debian machine with Go,
 #               then run the repository checks, the linter, go vet and every test.
 #               The cluster keeps running afterwards: make k8s-down stops it.
 # make check  – the repository's own checks: doc links, no large tracked file, build
@@ -24,6 +25,9 @@ KUBE_TEST_IMAGE ?= k8s.local/$(notdir $(TEST_IMAGE))
 # What the tests read to find the cluster; unset (go test by hand), they skip.
 test bench: export MCP_SANDBOX_KUBECONFIG = $(K8S_RUN)/admin.kubeconfig
 test bench: export MCP_SANDBOX_KUBE_IMAGE = $(KUBE_TEST_IMAGE)
+# testenv registers runsc with the engine (scripts/gvisor.sh): the gVisor tests fail
+# rather than skip when it is missing.
+test bench: export MCP_SANDBOX_GVISOR = 1
 
 test: check lint testenv
 	$(GO) vet ./...
@@ -34,6 +38,7 @@ test: check lint testenv
 
 testenv:
 	scripts/docker-up.sh
+	scripts/gvisor.sh
 	containers/build-test-image.sh $(TEST_IMAGE)
 	containers/build-debian-image.sh --set test code-sandbox-debian:latest
 	scripts/test-deps.sh

@@ -144,7 +144,7 @@ type consoleSandbox struct {
 func (c consoleSandbox) Status(ctx context.Context) (console.SandboxStatus, error) {
 	s, err := c.sb.Status(ctx)
 	return console.SandboxStatus{
-		Container: s.Container, ID: s.ID, Exists: s.Exists, State: s.State, Image: s.Image, Volume: s.Volume, Node: s.Node,
+		Container: s.Container, ID: s.ID, Exists: s.Exists, State: s.State, Image: s.Image, Volume: s.Volume, Node: s.Node, Runtime: s.Runtime,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, RestartCount: s.RestartCount,
 		CPU: s.CPU, CPULimit: s.CPULimit, Memory: s.Memory, MemoryLimit: s.MemoryLimit,
 		PIDs: s.PIDs, PIDsLimit: s.PIDsLimit, DiskUsed: s.DiskUsed, NoUsage: s.NoUsage,

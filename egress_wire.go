@@ -319,3 +319,35 @@ func (c consoleEgress) RevokeApproval(ctx context.Context, id string) (console.E
 	}
 	return found, err
 }
+
+// storageAnswers hands the answer to a question about a host, given by a 2026-07-28
+// client's retry, to the instance whose proxy holds the connection, through Caddy's
+// storage (mcp_sandbox/egress/answers/<question id>): every instance over the same
+// storage reads it there.
+type storageAnswers struct{ st certmagic.Storage }
+
+func answerKey(id string) string { return path.Join("mcp_sandbox", "egress", "answers", id) }
+
+func (a storageAnswers) Put(ctx context.Context, id, choice string) error {
+	if a.st == nil {
+		return nil
+	}
+	return a.st.Store(ctx, answerKey(id), []byte(choice))
+}
+
+func (a storageAnswers) Take(ctx context.Context, id string) (string, error) {
+	if a.st == nil {
+		return "", nil
+	}
+	b, err := a.st.Load(ctx, answerKey(id))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if err := a.st.Delete(ctx, answerKey(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	return string(b), nil
+}

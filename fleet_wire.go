@@ -84,7 +84,7 @@ func (c consoleSandboxes) Removed(ctx context.Context) []string {
 func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
 	var out []console.SandboxInfo
 	for _, s := range c.h.fleet.Statuses(ctx) {
-		info := console.SandboxInfo{Person: s.Person, Container: s.Container, Engine: s.Engine, Node: s.Node, State: s.State,
+		info := console.SandboxInfo{Person: s.Person, Container: s.Container, Engine: s.Engine, Node: s.Node, Runtime: s.Runtime, State: s.State,
 			CPU: s.CPU, Memory: s.Memory, MemoryLimit: s.MemoryLimit, DiskUsed: s.DiskUsed, Jobs: s.Jobs, Removed: s.Removed,
 			NoUsage: s.NoUsage}
 		if !s.Removed {

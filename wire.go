@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/config"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -41,6 +43,11 @@ func (h *Handler) toolOptions() mcptools.Options {
 		MaxTaskTTL:    time.Duration(h.MaxTaskTTL),
 		MaxTasks:      h.MaxTasks,
 		MaxTasksTotal: h.MaxTasksTotal,
+
+		// Questions about hosts put to 2026-07-28 clients (egress { ask }).
+		QuestionKey: secret.DeriveKey(h.APIKey, "egress question state v1"),
+		AskTimeout:  egress.AskTimeout,
+		Answers:     storageAnswers{h.storage},
 	}
 	if !h.fleet.HasCheckpoints() {
 		o.NoCheckpoints = fleet.NoCheckpointsText

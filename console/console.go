@@ -43,7 +43,8 @@ type SandboxStatus struct {
 	State        string    `json:"state"`
 	Image        string    `json:"image,omitempty"`
 	Volume       string    `json:"volume"`
-	Node         string    `json:"node,omitempty"` // the cluster node it runs on (a Kubernetes engine); "" on Docker
+	Node         string    `json:"node,omitempty"`    // the cluster node it runs on (a Kubernetes engine); "" on Docker
+	Runtime      string    `json:"runtime,omitempty"` // the container runtime (runc, runsc for gVisor); "" the engine's default
 	CreatedAt    time.Time `json:"created_at,omitzero"`
 	StartedAt    time.Time `json:"started_at,omitzero"`
 	RestartCount int       `json:"restart_count"`

@@ -198,3 +198,46 @@ func TestEgressApprovalsOnOverview(t *testing.T) {
 		t.Fatalf("server log: %+v", logs.All())
 	}
 }
+
+// TestPersonView: the overview of one person (?person=NAME, linked from each row of
+// the sandboxes) shows that person's sandbox, approvals and refusals only, names them
+// in its heading and links to their activity; the operator's container card is left
+// out for a person.
+func TestPersonView(t *testing.T) {
+	c := newTestConsole(t, fullLog(t))
+	c.opts.Sandboxes = &fakeSandboxes{}
+	list := []EgressApproval{{ID: "a1", Person: "alice", Host: "alice.test", Port: 443, Answer: AnswerAllowAlways},
+		{ID: "b1", Person: "bob", Host: "bob.test", Port: 443, Answer: AnswerAllowAlways}}
+	c.opts.Egress = approvingEgress{list: &list}
+	ck := signedIn(t, c)
+	get := func(path string) string {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d", path, rec.Code)
+		}
+		return rec.Body.String()
+	}
+	all := get("/console/")
+	for _, want := range []string{`<a href="/console/?person=alice">alice</a>`, `<a href="/console/?person=-">operator</a>`, `data-approval="a1"`, `data-approval="b1"`, "<h2>Container"} {
+		if !strings.Contains(all, want) {
+			t.Fatalf("overview lacks %s:\n%s", want, all)
+		}
+	}
+	page := get("/console/?person=alice")
+	for _, want := range []string{"<h1>alice's sandbox</h1>", `href="/console/activity?person=alice"`, `data-person="alice"`, `data-approval="a1"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's view lacks %s", want)
+		}
+	}
+	for _, not := range []string{`data-person="bob"`, `data-approval="b1"`, "<h2>Container"} {
+		if strings.Contains(page, not) {
+			t.Errorf("alice's view shows %s", not)
+		}
+	}
+	if op := get("/console/?person=-"); !strings.Contains(op, "<h2>Container") || strings.Contains(op, `data-person="alice"`) {
+		t.Errorf("the operator's view: no container card, or alice's row")
+	}
+}

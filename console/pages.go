@@ -164,6 +164,10 @@ type overview struct {
 	Checkpoints    []Checkpoint
 	CheckpointsErr string
 	HasCheckpoints bool
+	// Person is the one person the page is about (?person=NAME, "-" the operator),
+	// "" for everyone: the sandboxes, checkpoints, egress, jobs and errors are then
+	// that person's only.
+	Person string
 }
 
 func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -178,21 +182,25 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 	if o.Jobs, err = c.opts.Jobs.Jobs(ctx); err != nil {
 		o.JobsErr = err.Error()
 	}
-	o.Errors = c.opts.Audit.Query(Filter{Outcome: audit.OutcomeError, Limit: 10})
 	if c.opts.Sandboxes != nil {
 		o.People = true
+		o.Person = r.URL.Query().Get("person")
 		if o.Sandboxes, err = c.sandboxes(ctx); err != nil {
 			o.SandboxesErr = err.Error()
 		}
 	}
+	mine := func(person string) bool { return o.Person == "" || personPath(person) == o.Person }
+	o.Errors = c.opts.Audit.Query(Filter{Outcome: audit.OutcomeError, Person: o.Person, Limit: 10})
+	o.Sandboxes = slices.DeleteFunc(o.Sandboxes, func(s SandboxInfo) bool { return !mine(s.Person) })
+	o.Jobs = slices.DeleteFunc(o.Jobs, func(j Job) bool { return !mine(j.Person) })
 	if c.opts.Egress != nil {
 		o.Egress = true
-		if o.Refusals, err = c.egressRefusals(ctx, ""); err != nil {
+		if o.Refusals, err = c.egressRefusals(ctx, o.Person); err != nil {
 			o.RefusalsErr = err.Error()
 		}
 		o.Refusals = o.Refusals[:min(len(o.Refusals), maxOverviewRefusals)]
 		if _, o.HasApprovals = c.opts.Egress.(EgressApprovals); o.HasApprovals {
-			if o.Approvals, err = c.egressApprovals(ctx, ""); err != nil {
+			if o.Approvals, err = c.egressApprovals(ctx, o.Person); err != nil {
 				o.ApprovalsErr = err.Error()
 			}
 		}
@@ -200,6 +208,7 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 	if c.opts.Checkpoints != nil {
 		o.HasCheckpoints = true
 		o.Checkpoints, o.CheckpointsErr = c.checkpointsForPage(ctx)
+		o.Checkpoints = slices.DeleteFunc(o.Checkpoints, func(ck Checkpoint) bool { return !mine(ck.Person) })
 	}
 	c.render(w, http.StatusOK, "overview", c.newPage(r, sess, "overview", "Overview", o))
 }
@@ -324,7 +333,7 @@ func sandboxOf(person string) string {
 
 // whose is how pages name whose something is: the person, or "operator".
 func whose(person string) string {
-	if person == "" {
+	if person == "" || person == OperatorPath {
 		return "operator"
 	}
 	return person

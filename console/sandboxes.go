@@ -48,10 +48,11 @@ const OperatorPath = "-"
 type SandboxInfo struct {
 	Person      string  `json:"person"` // "" for the operator's
 	Container   string  `json:"container"`
-	Engine      string  `json:"engine,omitempty"` // its engine line's name, once placed
-	Node        string  `json:"node,omitempty"`   // the cluster node it runs on (a Kubernetes engine)
-	State       string  `json:"state"`            // running, exited, missing, ...
-	CPU         float64 `json:"cpu"`              // CPUs in use
+	Engine      string  `json:"engine,omitempty"`  // its engine line's name, once placed
+	Node        string  `json:"node,omitempty"`    // the cluster node it runs on (a Kubernetes engine)
+	Runtime     string  `json:"runtime,omitempty"` // the container runtime (runc, runsc for gVisor); "" the engine's default
+	State       string  `json:"state"`             // running, exited, missing, ...
+	CPU         float64 `json:"cpu"`               // CPUs in use
 	Memory      int64   `json:"memory"`
 	MemoryLimit int64   `json:"memory_limit"`
 	DiskUsed    int64   `json:"disk_used"` // bytes under /sandbox; -1 when not known

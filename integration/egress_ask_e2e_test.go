@@ -242,14 +242,14 @@ func TestEgressAskBadAnswers(t *testing.T) {
 		t.Fatalf("an answer outside the choices: %q", n)
 	}
 
-	// On protocol 2026-07-28 the server cannot ask in the middle of a call: refused at
-	// once, as for a client without elicitation.
+	// On protocol 2026-07-28 the question comes as input_required, which mcp-go's
+	// client answers with its handler and retries: an answer outside the choices is a
+	// refusal there too.
 	c26, _ := elicitClientOn(ctx, t, s, mcp.LATEST_PROTOCOL_VERSION, func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-		return accept("allow_always"), nil
+		return accept("allow_forever"), nil
 	})
-	began := time.Now()
-	if n := note(testsite.Call(ctx, t, c26, "execute", map[string]any{"command": get("once.test")})); !strings.Contains(n, "once.test (not allowed by the operator, and nobody could be asked)") || time.Since(began) > 10*time.Second {
-		t.Fatalf("a client on 2026-07-28 (%v): %q", time.Since(began), n)
+	if n := note(testsite.Call(ctx, t, c26, "execute", map[string]any{"command": get("once.test")})); !strings.Contains(n, "once.test (refused by the person)") {
+		t.Fatalf("a client on 2026-07-28: %q", n)
 	}
 
 	// An answer that comes after the call returned (it waited 2 s).

@@ -150,6 +150,9 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	if s.noBind.Load() {
 		return nil, errors.New("the Docker engine does not see Caddy's directory " + dir)
 	}
+	if why := s.runtimeNow().noHostSocket(); why != "" {
+		return nil, errors.New(why)
+	}
 	// A budget of its own, whatever the agent's start left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directTimeout)
 	defer cancel()

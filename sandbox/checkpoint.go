@@ -365,6 +365,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name0, err)
 	}
+	if err := s.commitSeesWrites(ctx, info); err != nil {
+		return CheckpointResult{}, err
+	}
 	if info.State != nil && info.State.Running && !info.State.Paused {
 		// Paused, the processes write nothing while both copies are taken, so the
 		// system and boxapi.WorkDir are of one moment.

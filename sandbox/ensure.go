@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
@@ -200,7 +201,14 @@ func (s *Sandbox) ensure(ctx context.Context) error {
 		s.noteEnv(info.Config.Env)
 	}
 	s.checkImage(ctx, info)
-	if err := s.applyLimits(ctx, info); err != nil {
+	host, err := s.hostFacts(ctx)
+	if err != nil {
+		return err
+	}
+	if info.HostConfig != nil {
+		s.noteRuntime(info.HostConfig.Runtime, host.info)
+	}
+	if err := s.applyLimits(ctx, info, host); err != nil {
 		return err
 	}
 	err = s.start(ctx, info)
@@ -361,6 +369,9 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 	if err != nil {
 		return err
 	}
+	if err := s.checkRuntime(host.info); err != nil {
+		return err
+	}
 	res := s.resources(host)
 	pids := c.PidsLimit
 	res.PidsLimit = &pids
@@ -374,6 +385,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		CapDrop:       capDrop,
 		SecurityOpt:   securityOpts,
 		Sysctls:       s.sysctls(),
+		Runtime:       c.Runtime,
 	}
 	if !s.noBind.Load() {
 		if b := s.directBind(); b != "" {
@@ -409,10 +421,14 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		if cerrdefs.IsConflict(err) {
 			return err
 		}
+		if rerr := s.runtimeRefused(err); rerr != nil {
+			return rerr
+		}
 		return fmt.Errorf("creating sandbox container %s: %w", c.Container, err)
 	}
 	s.log.Info("created sandbox container",
-		zap.String("id", resp.ID), zap.String("image", image), zap.String("volume", c.Volume))
+		zap.String("id", resp.ID), zap.String("image", image), zap.String("volume", c.Volume), zap.String("runtime", c.Runtime))
+	s.noteRuntime(c.Runtime, host.info)
 	for _, w := range resp.Warnings {
 		s.log.Warn("docker warning while creating sandbox container", zap.String("warning", w))
 	}
@@ -592,6 +608,7 @@ func (s *Sandbox) waitRunning(ctx context.Context) error {
 type hostFacts struct {
 	cpus    int  // CPUs Docker can give a container
 	hasInit bool // the engine has an init binary for HostConfig.Init
+	info    system.Info
 }
 
 func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
@@ -602,7 +619,7 @@ func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
 	s.mu.Lock()
 	s.hostCPUs = info.NCPU
 	s.mu.Unlock()
-	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != ""}, nil
+	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != "", info: info}, nil
 }
 
 // CPUs is the container's CPU limit: cpus, or the engine's CPU count when that is
@@ -639,13 +656,9 @@ func (s *Sandbox) resources(host hostFacts) container.Resources {
 
 // applyLimits updates memory, CPU and process limits in place when they differ from the
 // configuration, so that a changed limit needs no new container.
-func (s *Sandbox) applyLimits(ctx context.Context, info container.InspectResponse) error {
+func (s *Sandbox) applyLimits(ctx context.Context, info container.InspectResponse, host hostFacts) error {
 	if info.HostConfig == nil {
 		return nil
-	}
-	host, err := s.hostFacts(ctx)
-	if err != nil {
-		return err
 	}
 	want := s.resources(host)
 	have := info.HostConfig.Resources

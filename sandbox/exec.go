@@ -156,6 +156,15 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 		<-run.done
 		stopLive()
 		return nil, fmt.Errorf("the job runner in the sandbox did not answer within %v; the command may still be running as job %s", wait+runnerGrace, id)
+	case <-opts.Yield:
+		stopLive()
+		run.close()
+		err := <-run.done
+		if h, herr := run.out.header(); err == nil && herr == nil && (h.outSent > 0 || h.errSent > 0) {
+			// The runner answered before it was closed: its delivery reaches nobody.
+			s.resendNext(id)
+		}
+		return &boxapi.ExecResult{JobID: id, Running: true, ExitCode: -1, Duration: time.Since(begin)}, nil
 	case <-ctx.Done():
 		stopLive()
 		// Killing is upkeep: a container that went away took the command with it, and

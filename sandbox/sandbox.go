@@ -66,6 +66,10 @@ type Config struct {
 	// mounted read-only, for the agent's direct channel (agent_direct.go) and the
 	// agent's binary, which the container then cannot replace (agent_install.go).
 	AgentSocketDir string
+	// Runtime is the engine's container runtime the container is made with (Docker's
+	// HostConfig.Runtime, e.g. runsc for gVisor); "" is the engine's default. A
+	// changed runtime applies when the container is next made.
+	Runtime string
 	// Engine is the name of the Docker engine the container is placed on, recorded in
 	// its label mcp-sandbox.engine ("" records none).
 	Engine string
@@ -139,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if !dockerName.MatchString(c.Volume) {
 		bad("volume %q is not a valid Docker name (letters, digits, '_', '.', '-'; at least 2 characters)", c.Volume)
+	}
+	if c.Runtime != "" && !validRuntime.MatchString(c.Runtime) {
+		bad("runtime %q is not a runtime's name (letters, digits, '_', '.', '-')", c.Runtime)
 	}
 	if strings.ContainsAny(c.NetworkMode, " \t\r\n") {
 		bad("network %q contains whitespace", c.NetworkMode)
@@ -270,6 +277,13 @@ type Sandbox struct {
 	warnedCPUs  bool
 	cmdEnv      []string // what commands get on top of the image's environment (see commandEnv)
 	hostCPUs    int      // the engine's CPU count (docker info's NCPU); 0 until asked
+	// runtime is the runtime the container runs under, as last seen (runtimeSeen).
+	runtime     runtimeFacts
+	runtimeSeen bool
+	// warnedRuntime, warnedRuntimeConf and warnedRuntimeChange are what was last
+	// logged of a missing runtime, of a runtime's configuration and of a container
+	// under another runtime than configured: each is logged once.
+	warnedRuntime, warnedRuntimeConf, warnedRuntimeChange string
 
 	cleanupMissed bool          // a cleanup pass found the container stopped (under mu)
 	cleanupKick   chan struct{} // runs the missed pass when the container starts again

@@ -33,6 +33,9 @@ type Status struct {
 	// Node is the cluster node the container runs on, when its engine says
 	// (LabelNode: a Kubernetes engine's pod); "" on Docker.
 	Node string
+	// Runtime is the engine's container runtime it runs under (runc, runsc, ...);
+	// "" when the engine names none (its default).
+	Runtime string
 
 	// Live use, when running. CPU is in CPUs (1.0 = one core busy for the whole sample).
 	CPU         float64
@@ -99,6 +102,7 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	if info.HostConfig != nil {
+		st.Runtime = info.HostConfig.Runtime
 		if n := info.HostConfig.NanoCPUs; n > 0 {
 			st.CPULimit = float64(n) / 1e9
 		}

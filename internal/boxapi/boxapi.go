@@ -20,7 +20,21 @@ var (
 	ErrNotRegular   = errors.New("not a regular file")
 	ErrRelativePath = errors.New("path is not absolute")
 	ErrImageMissing = errors.New("sandbox image not found")
+	// ErrRuntimeMissing: the engine has no container runtime of the configured name
+	// (`runtime`); the error's text names the runtimes it has.
+	ErrRuntimeMissing = errors.New("container runtime not found")
 )
+
+// Runtime is the container runtime a sandbox runs under.
+type Runtime struct {
+	// Name is the engine's name of it (Docker's HostConfig.Runtime, e.g. runc or
+	// runsc); "" while not known (the engine's default, the container not yet seen).
+	Name string
+	// GVisor: it is gVisor's runsc, a kernel of the sandbox's own in user space.
+	GVisor bool
+	// Problem says what its configuration breaks and how to fix it; "" when nothing.
+	Problem string
+}
 
 // Errors of the job functions; test them with errors.Is.
 var (

@@ -31,6 +31,9 @@ var (
 	ErrCheckpointNotFound = errors.New("no such checkpoint")
 	// ErrNoSandbox: the sandbox has no container to save yet.
 	ErrNoSandbox = errors.New("the sandbox has no container yet")
+	// ErrCheckpointEmpty: the container's runtime keeps its writes where a checkpoint
+	// does not see them (gVisor without --overlay2=none); nothing is saved.
+	ErrCheckpointEmpty = errors.New("refusing to save a checkpoint that would be empty")
 )
 
 var checkpointID = regexp.MustCompile(`^c[0-9a-f]{14}$`)

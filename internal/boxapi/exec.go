@@ -62,6 +62,9 @@ type ExecOptions struct {
 	// OnStart, when set, is told the job's id before the command starts, so what the
 	// command does (its connections through the egress proxy) can be tied to the call.
 	OnStart func(jobID string)
+	// Yield, when closed while Exec waits, makes it return at once with the command
+	// running (Running set, no output: the next JobOutput delivers it all).
+	Yield <-chan struct{}
 }
 
 // NoWait as ExecOptions.Wait starts the command and returns at once.

@@ -27,6 +27,7 @@ import (
 //		cpus             <number>           # default: 3
 //		pids_limit       <number>           # default: 4096
 //		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
+//		runtime          <name>             # default: the engine's (runc); e.g. runsc for gVisor (docs/security.md)
 //		agent            on|off             # default: on; off runs each command as a Docker exec of its own
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
@@ -52,6 +53,7 @@ import (
 //			memory <size>                   # the site's memory unless given
 //			cpus   <number>                 # the site's cpus unless given
 //			pids   <number>                 # the site's pids_limit unless given
+//			runtime <name>                  # the site's runtime unless given
 //			egress { ... }                  # as below: this person's rules and credentials on top of the site's egress
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
@@ -113,6 +115,8 @@ func (s *Settings) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = OneValue(d, &s.Memory)
 		case "network":
 			err = OneValue(d, &s.Network)
+		case "runtime":
+			err = OneValue(d, &s.Runtime)
 		case "cpus":
 			err = positiveFloat(d, &s.CPUs)
 		case "person":
@@ -367,7 +371,7 @@ func parseSize(v string) (int64, error) {
 	return int64(n), nil
 }
 
-// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> egress {...} }]`.
+// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> runtime <name> egress {...} }]`.
 func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
@@ -386,10 +390,12 @@ func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 			if err = oneInt(d, &n); err == nil {
 				p.PidsLimit = int64(n)
 			}
+		case "runtime":
+			err = OneValue(d, &p.Runtime)
 		case "egress":
 			p.Egress, err = parseEgress(d)
 		default:
-			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids, egress)", p.Name, sub)
+			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids, runtime, egress)", p.Name, sub)
 		}
 		if err != nil {
 			return p, err

@@ -24,6 +24,9 @@ type Person struct {
 	Memory    string  `json:"memory,omitempty"`
 	CPUs      float64 `json:"cpus,omitempty"`
 	PidsLimit int64   `json:"pids_limit,omitempty"`
+	// Runtime is the Docker runtime the person's container is made with, e.g. runsc
+	// (gVisor). Default: the site's runtime.
+	Runtime string `json:"runtime,omitempty"`
 	// Egress holds the person's own egress rules and credentials, layered on the
 	// site's for this person's sandbox only. It needs the site's egress block.
 	Egress *EgressConfig `json:"egress,omitempty"`
@@ -31,7 +34,7 @@ type Person struct {
 
 // Limits is what the fleet knows of the person: the name and the limits.
 func (p Person) Limits() fleet.Person {
-	return fleet.Person{Name: p.Name, Memory: p.Memory, CPUs: p.CPUs, PidsLimit: p.PidsLimit}
+	return fleet.Person{Name: p.Name, Memory: p.Memory, CPUs: p.CPUs, PidsLimit: p.PidsLimit, Runtime: p.Runtime}
 }
 
 // validatePeople reports what is wrong with the `person` lines and max_sandboxes.

@@ -51,6 +51,12 @@ type Settings struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// PidsLimit caps the number of processes in the container. Default: 4096.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// Runtime is the Docker runtime the sandboxes' containers are made with
+	// (HostConfig.Runtime), e.g. runsc for gVisor, registered in the engine's
+	// daemon.json (docs/security.md). Default: the engine's default runtime (runc).
+	// A changed runtime applies when a container is next made (the console's
+	// Recreate, or a restore).
+	Runtime string `json:"runtime,omitempty"`
 	// Agent runs commands through the sandbox agent, one long-lived process in the
 	// container; false runs each command as a Docker exec of its own. Default: true.
 	Agent *bool `json:"agent,omitempty"`

@@ -153,3 +153,38 @@ func TestMaxCheckpointBytes(t *testing.T) {
 		t.Fatalf("max_checkpoint_bytes lots: %v", err)
 	}
 }
+
+// TestRuntime: `runtime` site-wide and in a person block reaches each sandbox's
+// configuration, a person's overriding the site's; a name Docker could not know is
+// refused under the setting's name.
+func TestRuntime(t *testing.T) {
+	var s Settings
+	err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`mcp_sandbox {
+		api_key 0123456789abcdef-key
+		runtime runc
+		person alice 0123456789abcdef-alice {
+			runtime runsc
+		}
+		person bob 0123456789abcdef-bob
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for person, want := range map[string]string{"": "runc", "alice": "runsc", "bob": "runc"} {
+		if cfg, err := s.SandboxConfigFor(person); err != nil || cfg.Runtime != want {
+			t.Errorf("person %q: runtime %q (%v), want %q", person, cfg.Runtime, err, want)
+		}
+	}
+	s.Runtime = ""
+	if cfg, err := s.SandboxConfigFor("bob"); err != nil || cfg.Runtime != "" {
+		t.Errorf("no runtime anywhere: %q (%v), want the engine's default", cfg.Runtime, err)
+	}
+	s.People[0].Runtime = "run/sc"
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), `person alice: invalid sandbox configuration: runtime "run/sc" is not a runtime's name`) {
+		t.Errorf("a bad name: %v", err)
+	}
+	err = new(Settings).UnmarshalCaddyfile(caddyfile.NewTestDispenser("mcp_sandbox {\n runtime\n}"))
+	if err == nil || !strings.Contains(err.Error(), "runtime needs a value") {
+		t.Errorf("runtime without a name: %v", err)
+	}
+}

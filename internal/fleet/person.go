@@ -14,6 +14,7 @@ type Person struct {
 	Memory    string // e.g. 2g
 	CPUs      float64
 	PidsLimit int64
+	Runtime   string // the engine's container runtime, e.g. runsc
 }
 
 // PersonConfig is the configuration of p's sandbox, from base, the operator's: named
@@ -35,6 +36,9 @@ func PersonConfig(base sandbox.Config, p Person) (sandbox.Config, error) {
 	}
 	if p.PidsLimit != 0 {
 		cfg.PidsLimit = p.PidsLimit
+	}
+	if p.Runtime != "" {
+		cfg.Runtime = p.Runtime
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("person %s: %w", p.Name, err)

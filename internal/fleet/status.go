@@ -62,7 +62,7 @@ func (f *Fleet) removedStatus(ctx context.Context, x Existing) Status {
 	}
 	defer done()
 	st, err := sb.Status(ctx)
-	s.State, s.CPU, s.Node = st.State, st.CPU, st.Node
+	s.State, s.CPU, s.Node, s.Runtime = st.State, st.CPU, st.Node, st.Runtime
 	s.Memory, s.MemoryLimit, s.DiskUsed, s.NoUsage = st.Memory, st.MemoryLimit, st.DiskUsed, st.NoUsage
 	s.Err = err
 	return s
@@ -98,7 +98,7 @@ func (f *Fleet) status(ctx context.Context, person string) Status {
 		return s
 	}
 	st, err := sb.Status(ctx)
-	s.Container, s.State, s.CPU, s.Node = st.Container, st.State, st.CPU, st.Node
+	s.Container, s.State, s.CPU, s.Node, s.Runtime = st.Container, st.State, st.CPU, st.Node, st.Runtime
 	s.Memory, s.MemoryLimit, s.DiskUsed, s.NoUsage = st.Memory, st.MemoryLimit, st.DiskUsed, st.NoUsage
 	if err != nil {
 		s.Err = err

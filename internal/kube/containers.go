@@ -341,6 +341,8 @@ func (c *Client) deletePolicies(ctx context.Context, name string) error {
 func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 	uid := p.UID
 	var seen *metav1.Time // when the container we saw ready started
+	w := c.watchPod(ctx, name)
+	defer w.stop()
 	for {
 		if podReady(p) {
 			// Ready twice, a moment apart, without a restart: a main process that
@@ -358,12 +360,22 @@ func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 			return fmt.Errorf("kubernetes engine %s: starting container %s: %s; the pod was deleted (the container stays created): %w",
 				c.cfg.Name, name, why, cerrdefs.ErrFailedPrecondition)
 		}
-		select {
-		case <-ctx.Done():
+		// Seen ready, the pod must stay so for readySettle whatever changes meanwhile;
+		// before that, a change of it (the watch) ends the wait at once.
+		waited := true
+		if seen != nil {
+			select {
+			case <-ctx.Done():
+				waited = false
+			case <-time.After(readySettle):
+			}
+		} else {
+			waited = w.sleep(ctx, pollEvery)
+		}
+		if !waited {
 			c.cleanupStart(name, uid)
 			return fmt.Errorf("kubernetes engine %s: starting container %s: the pod was not running in time (phase %s%s); it was deleted: %w",
 				c.cfg.Name, name, p.Status.Phase, waitingText(p), ctx.Err())
-		case <-time.After(settle(seen)):
 		}
 		got, err := c.pod(ctx, name)
 		if err != nil {
@@ -377,15 +389,6 @@ func (c *Client) waitReady(ctx context.Context, name string, p *v1.Pod) error {
 		}
 		p = got
 	}
-}
-
-// settle is how long waitReady waits before looking again: longer once the container
-// was seen ready, to see it still is.
-func settle(seen *metav1.Time) time.Duration {
-	if seen != nil {
-		return readySettle
-	}
-	return pollEvery
 }
 
 // waitingText says what the pod's container waits for, for an error.
@@ -418,6 +421,8 @@ func (c *Client) cleanupStart(name string, uid types.UID) {
 
 // waitPodGone waits until the pod name (with uid, when set) no longer exists.
 func (c *Client) waitPodGone(ctx context.Context, name string, uid types.UID) error {
+	w := c.watchPod(ctx, name)
+	defer w.stop()
 	for {
 		p, err := c.pod(ctx, name)
 		if err != nil {
@@ -426,10 +431,8 @@ func (c *Client) waitPodGone(ctx context.Context, name string, uid types.UID) er
 		if p == nil || (uid != "" && p.UID != uid) {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !w.sleep(ctx, pollEvery) {
 			return fmt.Errorf("kubernetes engine %s: the pod of container %s is still terminating: %w", c.cfg.Name, name, ctx.Err())
-		case <-time.After(pollEvery):
 		}
 	}
 }

@@ -80,6 +80,10 @@ func podFor(name string, r record, cfg Config) (*v1.Pod, error) {
 	if dnsLabel.MatchString(r.Hostname) {
 		p.Spec.Hostname = r.Hostname
 	}
+	if r.Runtime != "" {
+		rc := r.Runtime
+		p.Spec.RuntimeClassName = &rc
+	}
 	if sc := podSysctls(r.Sysctls); len(sc) > 0 {
 		p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: sc}
 	}

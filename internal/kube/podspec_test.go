@@ -556,3 +556,32 @@ func TestStartFailureOfEndedContainer(t *testing.T) {
 		t.Errorf("a missing program: %q %v", msg, ok)
 	}
 }
+
+// TestPodRuntimeClass: a container made with a runtime (a `runtime` line) is a pod of
+// that RuntimeClass, kept in the record so that inspect gives it back; without one the
+// pod names none (the cluster's default).
+func TestPodRuntimeClass(t *testing.T) {
+	r := sandboxRecord(t)
+	p, err := podFor("box-ann", r, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.RuntimeClassName != nil {
+		t.Errorf("no runtime: class %q, want none", *p.Spec.RuntimeClassName)
+	}
+	cfg, hc := &container.Config{Image: r.Image}, &container.HostConfig{Runtime: "gvisor"}
+	r2, err := newRecord(cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = podFor("box-ann", r2, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
+		t.Errorf("runtime gvisor: class %v", p.Spec.RuntimeClassName)
+	}
+	if got := r2.hostConfig().Runtime; got != "gvisor" {
+		t.Errorf("inspect's runtime %q, want gvisor", got)
+	}
+}

@@ -57,6 +57,9 @@ type record struct {
 	SecurityOpt    []string          `json:"security_opt,omitempty"`
 	Sysctls        map[string]string `json:"sysctls,omitempty"`
 	RestartPolicy  string            `json:"restart_policy,omitempty"`
+	// Runtime is Docker's HostConfig.Runtime, which a pod takes as its RuntimeClass
+	// (runtimeClassName), e.g. gvisor for a class whose handler is runsc.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // volumeMount is a named volume (a claim) mounted at Target.
@@ -110,6 +113,7 @@ func newRecord(cfg *container.Config, hc *container.HostConfig) (record, error) 
 	r.SecurityOpt = slices.Clone(hc.SecurityOpt)
 	r.Sysctls = maps.Clone(hc.Sysctls)
 	r.RestartPolicy = string(hc.RestartPolicy.Name)
+	r.Runtime = hc.Runtime
 	for _, m := range hc.Mounts {
 		if m.Type != mount.TypeVolume {
 			return record{}, fmt.Errorf("mount of %s at %s: only named volumes can be mounted on a Kubernetes engine (type %s is not supported)", m.Source, m.Target, m.Type)

@@ -245,6 +245,7 @@ func (r record) hostConfig() *container.HostConfig {
 		SecurityOpt:    r.SecurityOpt,
 		Sysctls:        r.Sysctls,
 		ReadonlyRootfs: r.ReadonlyRootfs,
+		Runtime:        r.Runtime,
 	}
 	hc.Memory, hc.MemorySwap, hc.NanoCPUs = r.Memory, r.MemorySwap, r.NanoCPUs
 	if r.PidsLimit != 0 {

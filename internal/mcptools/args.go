@@ -99,6 +99,13 @@ func addTool[T any](t *Tools, s *server.MCPServer, def toolDef[T], fn toolFunc[T
 		if fail != nil {
 			return fail, nil
 		}
+		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+			// The retry of a call that returned input_required (protocol 2026-07-28).
+			if _, ok := any(in).(waiter); !ok || c.task {
+				return mcp.NewToolResultError(def.tool.Name + " asks no question: leave requestState and inputResponses out and call again."), nil
+			}
+			return shapeResult(ctx, t.resume(ctx, box, c, req, in)), nil
+		}
 		res, err := fn(ctx, box, c, in)
 		return shapeResult(ctx, res), err
 	})

@@ -45,12 +45,14 @@ type runningCall struct {
 	ctx     context.Context // the call's, cancelled when it returns
 	person  string
 	command string
+	yield   *yielder // a 2026-07-28 call's: a question ends it; nil for others
 }
 
 // track ties job to the call of ctx until the returned func is called (when the call
 // returns); questions open then end.
 // command "" is the one tracked before under job, if remembered.
-func (c *calls) track(ctx context.Context, job, command string) (untrack func()) {
+// y, when set, is how a question ends a 2026-07-28 call.
+func (c *calls) track(ctx context.Context, job, command string, y *yielder) (untrack func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	c.mu.Lock()
 	if c.m == nil {
@@ -66,7 +68,7 @@ func (c *calls) track(ctx context.Context, job, command string) (untrack func())
 		c.order = append(c.order, job)
 		c.commands[job] = command
 	}
-	rc := &runningCall{ctx: ctx, person: CallerFrom(ctx).Person, command: command}
+	rc := &runningCall{ctx: ctx, person: CallerFrom(ctx).Person, command: command, yield: y}
 	c.m[job] = append(c.m[job], rc)
 	c.mu.Unlock()
 	return func() {
@@ -102,6 +104,9 @@ func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int)
 	if rc == nil || rc.person != person {
 		return "", fmt.Errorf("no call runs job %s: %w", job, ErrCannotAsk)
 	}
+	if rc.yield != nil {
+		return s.askByMRTR(ctx, rc, person, job, host, port)
+	}
 	session := server.ClientSessionFromContext(rc.ctx)
 	withInfo, ok := session.(server.SessionWithClientInfo)
 	if !ok || withInfo.GetClientCapabilities().Elicitation == nil {
@@ -114,23 +119,7 @@ func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int)
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	hostport := host + ":" + strconv.Itoa(port)
-	res, err := s.server.RequestElicitation(actx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
-		Mode: mcp.ElicitationModeForm,
-		Message: fmt.Sprintf("The sandbox's command %q wants to reach %s, which the operator did not allow. Allow it?",
-			human.Clip(rc.command, 200), hostport),
-		RequestedSchema: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"decision": map[string]any{
-					"type":      "string",
-					"title":     "Access to " + hostport,
-					"enum":      []string{ChoiceOnce, ChoiceAlways, ChoiceDeny},
-					"enumNames": []string{"Allow once (this command)", "Allow always", "Deny"},
-				},
-			},
-			"required": []string{"decision"},
-		},
-	}})
+	res, err := s.server.RequestElicitation(actx, mcp.ElicitationRequest{Params: questionParams(rc.command, host, port)})
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return "", ctx.Err()
@@ -152,4 +141,27 @@ func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int)
 		return d, nil
 	}
 	return "", ErrBadAnswer
+}
+
+// questionParams is the question about host:port that command asks for: form mode,
+// one field whose choices are ChoiceOnce, ChoiceAlways and ChoiceDeny.
+func questionParams(command, host string, port int) mcp.ElicitationParams {
+	hostport := host + ":" + strconv.Itoa(port)
+	return mcp.ElicitationParams{
+		Mode: mcp.ElicitationModeForm,
+		Message: fmt.Sprintf("The sandbox's command %q wants to reach %s, which the operator did not allow. Allow it?",
+			human.Clip(command, 200), hostport),
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"decision": map[string]any{
+					"type":      "string",
+					"title":     "Access to " + hostport,
+					"enum":      []string{ChoiceOnce, ChoiceAlways, ChoiceDeny},
+					"enumNames": []string{"Allow once (this command)", "Allow always", "Deny"},
+				},
+			},
+			"required": []string{"decision"},
+		},
+	}
 }

@@ -11,8 +11,8 @@ import (
 func TestCallsTrackJobs(t *testing.T) {
 	var c calls
 	ctx := WithCaller(context.Background(), Caller{Person: "alice"})
-	untrackExec := c.track(ctx, "j1", "pip install x")
-	untrackFollow := c.track(ctx, "j1", "")
+	untrackExec := c.track(ctx, "j1", "pip install x", nil)
+	untrackFollow := c.track(ctx, "j1", "", nil)
 	if rc := c.get("j1"); rc == nil || rc.command != "pip install x" || rc.person != "alice" {
 		t.Fatalf("%+v", rc)
 	}
@@ -29,7 +29,7 @@ func TestCallsTrackJobs(t *testing.T) {
 		t.Fatal("a job with no call waiting can be asked about")
 	}
 	tools := &Tools{}
-	defer tools.calls.track(ctx, "j2", "curl x")()
+	defer tools.calls.track(ctx, "j2", "curl x", nil)()
 	if _, err := tools.AskHost(context.Background(), "bob", "j2", "x.test", 443); !errors.Is(err, ErrCannotAsk) {
 		t.Fatalf("another person's job: %v", err)
 	}

@@ -119,6 +119,8 @@ func checkpointError(box Box, err error, id string) *mcp.CallToolResult {
 		return mcp.NewToolResultError(fmt.Sprintf("There is no checkpoint %s in this sandbox. Call checkpoint_list to see its checkpoints.", id))
 	case errors.Is(err, boxapi.ErrNoSandbox):
 		return mcp.NewToolResultError("There is nothing to save yet: the sandbox has not run. Run a command first.")
+	case errors.Is(err, boxapi.ErrCheckpointEmpty):
+		return mcp.NewToolResultError("Checkpoints cannot be saved in this sandbox, nothing was saved: " + err.Error() + ". That is for the server's operator to fix; tell the user.")
 	case box.EngineDown(err), errors.Is(err, boxapi.ErrImageMissing):
 		return mcp.NewToolResultError(execErrorText(box, err))
 	}

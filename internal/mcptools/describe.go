@@ -47,11 +47,18 @@ func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 		eg = box.Egress()
 	}
 	b.WriteString(networkText(cfg.NetworkMode, eg))
+	if err == nil && box.Runtime().GVisor {
+		b.WriteString(gvisorText)
+	}
 	if err == nil {
 		b.WriteString(describeFacts(box.Facts(ctx, wait)))
 	}
 	return b.String()
 }
+
+// gvisorText is what the model is told of a sandbox under gVisor: a kernel of its own
+// (uname says 4.19-gvisor), where a few system calls and /proc files differ.
+const gvisorText = " It runs under gVisor, a kernel of its own: a rare system call or /proc file may be missing."
 
 // describeFacts is the sentence on what is installed, empty while that is unknown.
 // It names only programs and modules from the fixed lists detection looks for (see

@@ -197,13 +197,23 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 			f()
 		}
 	}()
-	opts.OnStart = func(job string) { untrack = append(untrack, s.calls.track(ctx, job, command)) }
+	y := s.yielderFor(ctx, c)
+	if y != nil {
+		opts.Yield = y.fire
+	}
+	opts.OnStart = func(job string) { untrack = append(untrack, s.calls.track(ctx, job, command, y)) }
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
 	opts.OnOutput = prog.onOutput()
 	metricRunning.Inc()
 	res, err := box.Exec(ctx, command, opts)
 	metricRunning.Dec()
 	prog.stop()
+	if q := y.question(); q != nil {
+		if err == nil && res.Running && res.Stdout == "" && res.Stderr == "" {
+			return s.inputRequired(q), nil // a 2026-07-28 client answers and retries
+		}
+		s.dropQuestion(y)
+	}
 
 	id := CallerFrom(ctx)
 	fields := []zap.Field{
@@ -437,6 +447,9 @@ func execErrorText(box Box, err error) string {
 	}
 	if errors.Is(err, boxapi.ErrImageMissing) {
 		return box.ImageMissing()
+	}
+	if errors.Is(err, boxapi.ErrRuntimeMissing) {
+		return "The sandbox cannot start: " + err.Error() + ". That is for the server's operator to fix; tell the user."
 	}
 	if errors.Is(err, boxapi.ErrCommandLost) {
 		return "The command did not finish: " + err.Error() + "."

@@ -51,6 +51,8 @@ type jobRef struct {
 	JobID string `json:"job_id" arg:"required,pattern=^j[0-9a-f]{12}$" needs:"the job_id from execute's result, like j6940a1f03f2a (job_list shows the jobs)"`
 }
 
+func (r jobRef) jobID() string { return r.JobID }
+
 const jobIDDesc = "From execute's result or job_list."
 
 // jobWaitAbout describes the wait of job_output and job_input.
@@ -156,10 +158,28 @@ func (s *Tools) jobInput(ctx context.Context, box Box, c call, in jobInputArgs) 
 // progress keep-alive while it waits.
 func (s *Tools) follow(ctx context.Context, box Box, c call, id string, wait time.Duration, input *string) (*mcp.CallToolResult, error) {
 	prog := startProgress(ctx, c.progress, time.Duration(s.opts.Keepalive))
-	untrack := s.calls.track(ctx, id, "") // a call that waits for the job carries its questions too
-	res, err := box.JobOutput(ctx, id, wait, input, s.defaultOutput(), prog.onOutput())
+	y := s.yielderFor(ctx, c)
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if y != nil {
+		go func() {
+			select {
+			case <-y.fire: // a question ends a 2026-07-28 call: the job goes on
+				cancel()
+			case <-jctx.Done():
+			}
+		}()
+	}
+	untrack := s.calls.track(ctx, id, "", y) // a call that waits for the job carries its questions too
+	res, err := box.JobOutput(jctx, id, wait, input, s.defaultOutput(), prog.onOutput())
 	untrack()
 	prog.stop()
+	if q := y.question(); q != nil {
+		if res == nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+			return s.inputRequired(q), nil // a 2026-07-28 client answers and retries
+		}
+		s.dropQuestion(y)
+	}
 	if err != nil && res == nil {
 		return jobError(box, err, id, c.tool), nil
 	}

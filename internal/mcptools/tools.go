@@ -35,6 +35,8 @@ type Box interface {
 
 	// CPUs is the CPUs the sandbox really gets: the smaller of cpus and the host's.
 	CPUs() float64
+	// Runtime is the container runtime the sandbox runs under (gVisor or not).
+	Runtime() boxapi.Runtime
 	// Facts is what detection found installed; nil while it is not known. It waits up
 	// to wait, while ctx lasts, for a detection under way.
 	Facts(ctx context.Context, wait time.Duration) *boxapi.Facts
@@ -129,6 +131,16 @@ type Options struct {
 	MaxTaskTTL    time.Duration
 	MaxTasks      int // per session
 	MaxTasksTotal int
+
+	// QuestionKey signs the requestState of a question about a host put to a
+	// 2026-07-28 client (see mrtr.go); empty: such clients are never asked.
+	QuestionKey []byte
+	// AskTimeout is how long a held connection waits for an answer: a requestState
+	// expires then.
+	AskTimeout time.Duration
+	// Answers hands answers between instances; nil: only the instance that asked
+	// takes them.
+	Answers Answers
 }
 
 // Tools is the MCP server's tool side.
@@ -137,6 +149,8 @@ type Tools struct {
 	tasks  *taskStore
 	server *server.MCPServer
 	calls  calls
+	// pending are the questions put by input_required, by id.
+	pending pending
 }
 
 // serverInstructions are the same for every sandbox; what depends on its settings

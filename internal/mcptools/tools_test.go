@@ -27,9 +27,10 @@ import (
 // fakeBox answers like a sandbox with one file (/sandbox/a.txt), one directory
 // (/sandbox/d) and one running job (j000000000001). It records what was asked of it.
 type fakeBox struct {
-	mu    sync.Mutex
-	calls []string
-	cpus  float64 // what CPUs says; 0: 3, the default cpus
+	mu      sync.Mutex
+	calls   []string
+	cpus    float64 // what CPUs says; 0: 3, the default cpus
+	runtime boxapi.Runtime
 
 	egress  *Egress
 	blocked map[string][]string
@@ -170,6 +171,7 @@ func (b *fakeBox) CPUs() float64 {
 func (b *fakeBox) ImageMissing() string      { return "the image is being built" }
 func (b *fakeBox) EngineDown(err error) bool { return boxapi.EngineDown(err) }
 func (b *fakeBox) Unreachable() string       { return "the Docker engine" }
+func (b *fakeBox) Runtime() boxapi.Runtime   { return b.runtime }
 
 type oneBox struct{ b Box }
 
@@ -670,5 +672,24 @@ func TestLostCommandText(t *testing.T) {
 	txt := execErrorText(&fakeBox{}, err)
 	if !strings.HasPrefix(txt, "The command did not finish: the command was lost with its container") || strings.Contains(txt, "Try again") {
 		t.Fatalf("lost command text: %q", txt)
+	}
+}
+
+// TestInstructionsNameGVisor: the instructions say, in one phrase, that a sandbox runs
+// under gVisor, and say nothing of it under another runtime.
+func TestInstructionsNameGVisor(t *testing.T) {
+	h := newToolsHarness(t)
+	instructions := func() string {
+		res := h.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "test", "version": "1"}})
+		s, _ := res["instructions"].(string)
+		return s
+	}
+	if got := instructions(); strings.Contains(got, "gVisor") {
+		t.Errorf("runc sandbox: the instructions name gVisor: %q", got)
+	}
+	h.box.runtime = boxapi.Runtime{Name: "runsc", GVisor: true}
+	if got := instructions(); !strings.Contains(got, gvisorText) {
+		t.Errorf("gVisor sandbox: the instructions do not say so: %q", got)
 	}
 }
