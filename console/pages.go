@@ -168,7 +168,16 @@ type overview struct {
 	// "" for everyone: the sandboxes, checkpoints, egress, jobs and errors are then
 	// that person's only.
 	Person string
+	// Calls (their newest activity, any outcome) and Links (the links to their
+	// sandbox) are shown in one person's view only.
+	Calls    template.HTML
+	HasCalls bool
+	Links    []Link
+	LinksErr string
 }
+
+// personCalls is how many of a person's newest activity entries their view shows.
+const personCalls = 20
 
 func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *session) {
 	var o overview
@@ -190,6 +199,21 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 		}
 	}
 	mine := func(person string) bool { return o.Person == "" || personPath(person) == o.Person }
+	if o.Person != "" {
+		// Someone configured, the operator, or a removed person whose sandbox is left.
+		_, known := c.personArg(o.Person)
+		if !known && !slices.ContainsFunc(o.Sandboxes, func(s SandboxInfo) bool { return s.Person == o.Person }) {
+			c.renderMessage(w, http.StatusNotFound, "No such person", "No person line names "+o.Person+", nor is a sandbox of theirs left. The overview lists every sandbox.")
+			return
+		}
+		calls := c.opts.Audit.Query(Filter{Person: o.Person, Limit: personCalls})
+		o.Calls, o.HasCalls = activityRows(calls, false), len(calls) > 0
+		links, err := c.links(ctx)
+		if err != nil {
+			o.LinksErr = err.Error()
+		}
+		o.Links = slices.DeleteFunc(links, func(l Link) bool { return !mine(l.Person) })
+	}
 	o.Errors = c.opts.Audit.Query(Filter{Outcome: audit.OutcomeError, Person: o.Person, Limit: 10})
 	o.Sandboxes = slices.DeleteFunc(o.Sandboxes, func(s SandboxInfo) bool { return !mine(s.Person) })
 	o.Jobs = slices.DeleteFunc(o.Jobs, func(j Job) bool { return !mine(j.Person) })

@@ -178,3 +178,51 @@ func TestRemovedPersonLinksAndFilter(t *testing.T) {
 		t.Errorf("the activity filter lacks dave")
 	}
 }
+
+// TestPersonViewCallsAndLinks: one person's view lists their newest calls, whatever
+// the outcome, and the links to their sandbox with Revoke, nobody else's; a person no
+// line names and no sandbox is left of has no view.
+func TestPersonViewCallsAndLinks(t *testing.T) {
+	log := NewAuditLog(fileStorage(t), "console", 100, nil)
+	t0 := time.Now().Add(-time.Minute)
+	log.Record(audit.Entry{Time: t0, Client: "Claude", Person: "alice", Tool: "execute", Args: `{"command":"make alice-build"}`, Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: t0, Client: "Claude", Person: "bob", Tool: "execute", Args: `{"command":"make bob-build"}`, Outcome: audit.OutcomeOK})
+	c := newTestConsole(t, log)
+	reg := NewLinkRegistry(fileStorage(t), "console", nil)
+	for _, p := range []string{"alice", "bob"} {
+		if err := reg.Record(context.Background(), Link{ID: "download-" + p + "-0123", Kind: KindDownload, Target: "/sandbox/" + p + ".txt", Person: p,
+			Creator: "Claude", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.opts.Links, c.opts.Sandboxes = registryLinks{reg}, &fakeSandboxes{}
+	ck := signedIn(t, c)
+	get := func(path string) (int, string) {
+		req := httptest.NewRequest("GET", "http://console.test"+path, nil)
+		req.AddCookie(ck)
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, page := get("/console/?person=alice")
+	if code != 200 {
+		t.Fatalf("alice's view: %d", code)
+	}
+	for _, want := range []string{`<section class="card" id="calls">`, "make alice-build", `<tr data-link="download-alice-0123">`, "/sandbox/alice.txt",
+		`name="action" value="revoke_link"><input type="hidden" name="id" value="download-alice-0123">`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's view lacks %s", want)
+		}
+	}
+	for _, not := range []string{"make bob-build", "download-bob-0123"} {
+		if strings.Contains(page, not) {
+			t.Errorf("alice's view shows %s", not)
+		}
+	}
+	if _, all := get("/console/"); strings.Contains(all, `id="calls"`) || strings.Contains(all, `data-link=`) {
+		t.Errorf("the overview of everyone lists calls or links")
+	}
+	if code, _ := get("/console/?person=carol"); code != http.StatusNotFound {
+		t.Errorf("the view of carol, whom no line names: %d", code)
+	}
+}
