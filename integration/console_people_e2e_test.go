@@ -67,6 +67,17 @@ func TestConsolePeopleInBrowser(t *testing.T) {
 	}
 	browsertest.Screenshot(t, b, "console-people-overview.png")
 
+	// bob's name opens his view: his newest calls, the operator's Stop among them, and
+	// nobody else's.
+	if _, err := chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`tr[data-person="bob"] a[href="/console/?person=bob"]`))); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := chromedp.Run(b, chromedp.Evaluate[string](`(s => s ? s.innerText : "")(document.querySelector("#calls"))`))
+	if err != nil || !strings.Contains(calls, "bob-was-here") || !strings.Contains(calls, "console.sandbox_stop") || strings.Contains(calls, "alice-was-here") {
+		t.Fatalf("bob's view, recent activity: %q %v", calls, err)
+	}
+	browsertest.Screenshot(t, b, "console-people-person.png")
+
 	// The activity page, filtered to alice with its select.
 	if err := chromedp.Do(b, chromedp.Navigate(p.URL+"/console/activity"), chromedp.SetValue(chromedp.CSS(`select[name=person]`), "alice")); err != nil {
 		t.Fatal(err)
