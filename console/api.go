@@ -79,6 +79,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 			return errUnknownAction
 		}
 		args = `{"id":` + strconv.Quote(id) + `}`
+		concerns, _ = c.checkpointPerson(ctx, id)
 		if action == actRestoreCheckpoint {
 			err = c.opts.Checkpoints.RestoreCheckpoint(ctx, id)
 		} else {
@@ -94,6 +95,7 @@ func (c *Console) act(r *http.Request, actor, action, id, person string) error {
 		}
 		replace := r.FormValue("replace") == "on"
 		args = `{"id":` + strconv.Quote(id) + `,"to":` + strconv.Quote(to) + `,"replace":` + strconv.FormatBool(replace) + `}`
+		concerns = to // whose sandbox becomes the checkpoint's
 		err = c.opts.Checkpoints.CopyCheckpoint(ctx, id, to, replace)
 	case "sandbox_" + actStop, "sandbox_" + actStart, "sandbox_" + actRestart, "sandbox_" + actRecreate, "sandbox_" + actDelete:
 		args, err = c.actSandbox(ctx, action, id, r.FormValue("volume"))

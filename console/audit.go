@@ -186,6 +186,9 @@ func (f Filter) match(e *audit.Entry) bool {
 	if f.Person != "" && f.Person != e.Person && (f.Person != "-" || e.Person != "") {
 		return false
 	}
+	if f.Person == "-" && aboutNoSandbox(e) {
+		return false
+	}
 	if f.Tool != "" && f.Tool != e.Tool {
 		return false
 	}
@@ -193,6 +196,17 @@ func (f Filter) match(e *audit.Entry) bool {
 		return false
 	}
 	return f.Outcome == "" || f.Outcome == e.Outcome
+}
+
+// aboutNoSandbox reports whether e is one of the console's entries that concern no
+// sandbox (sign-ins and outs, refused requests, revoked sign-ins): they are listed under
+// no person, not as the operator's sandbox's.
+func aboutNoSandbox(e *audit.Entry) bool {
+	switch e.Tool {
+	case "console.sign_in", "console.sign_out", "console.refused", "console.api", "console." + actRevokeGrant:
+		return true
+	}
+	return false
 }
 
 // Query returns the matching entries, newest first.

@@ -63,10 +63,17 @@ var checkpointConfirmations = map[string]confirmation{
 // checkpointOwner is whose sandbox checkpoint id was saved from, as pages name it
 // ("alice's sandbox"); ok is false for a checkpoint not listed.
 func (c *Console) checkpointOwner(ctx context.Context, id string) (string, bool) {
+	person, ok := c.checkpointPerson(ctx, id)
+	return sandboxOf(person), ok
+}
+
+// checkpointPerson is whose sandbox checkpoint id was saved from ("" the operator's);
+// ok is false for a checkpoint not listed.
+func (c *Console) checkpointPerson(ctx context.Context, id string) (string, bool) {
 	list, _ := c.opts.Checkpoints.Checkpoints(ctx)
 	for _, cp := range list {
 		if cp.ID == id {
-			return sandboxOf(cp.Person), true
+			return cp.Person, true
 		}
 	}
 	return "", false
@@ -112,11 +119,13 @@ func (c *Console) serveCheckpoints(w http.ResponseWriter, r *http.Request, actor
 		}
 		writeJSON(w, http.StatusOK, out)
 	case method == http.MethodDelete && id != "" && action == "":
-		c.checkpointAct(w, r, actor, "delete_checkpoint", `{"id":`+strconv.Quote(id)+`}`, func(ctx context.Context) error {
+		owner, _ := c.checkpointPerson(r.Context(), id)
+		c.checkpointAct(w, r, actor, owner, "delete_checkpoint", `{"id":`+strconv.Quote(id)+`}`, func(ctx context.Context) error {
 			return cp.DeleteCheckpoint(ctx, id)
 		})
 	case method == http.MethodPost && id != "" && action == "restore":
-		c.checkpointAct(w, r, actor, "restore_checkpoint", `{"id":`+strconv.Quote(id)+`}`, func(ctx context.Context) error {
+		owner, _ := c.checkpointPerson(r.Context(), id)
+		c.checkpointAct(w, r, actor, owner, "restore_checkpoint", `{"id":`+strconv.Quote(id)+`}`, func(ctx context.Context) error {
 			return cp.RestoreCheckpoint(ctx, id)
 		})
 	case method == http.MethodPost && id != "" && action == "copy":
@@ -136,7 +145,7 @@ func (c *Console) serveCheckpoints(w http.ResponseWriter, r *http.Request, actor
 			return
 		}
 		args := `{"id":` + strconv.Quote(id) + `,"to":` + strconv.Quote(to) + `,"replace":` + strconv.FormatBool(body.Replace) + `}`
-		c.checkpointAct(w, r, actor, "copy_checkpoint", args, func(ctx context.Context) error {
+		c.checkpointAct(w, r, actor, to, "copy_checkpoint", args, func(ctx context.Context) error {
 			return cp.CopyCheckpoint(ctx, id, to, body.Replace)
 		})
 	default:
@@ -144,8 +153,8 @@ func (c *Console) serveCheckpoints(w http.ResponseWriter, r *http.Request, actor
 	}
 }
 
-// checkpointAct runs a checkpoint action, records it and answers.
-func (c *Console) checkpointAct(w http.ResponseWriter, r *http.Request, actor, action, args string, f func(ctx context.Context) error) {
+// checkpointAct runs a checkpoint action on person's sandbox, records it and answers.
+func (c *Console) checkpointAct(w http.ResponseWriter, r *http.Request, actor, person, action, args string, f func(ctx context.Context) error) {
 	start := c.opts.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), checkpointTimeout)
 	defer cancel()
@@ -154,7 +163,7 @@ func (c *Console) checkpointAct(w http.ResponseWriter, r *http.Request, actor, a
 	if err != nil {
 		outcome, errText = audit.OutcomeError, err.Error()
 	}
-	c.record(r, actor, "console."+action, args, outcome, errText, start)
+	c.recordFor(r, actor, person, "console."+action, args, outcome, errText, start)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeJSONError(w, http.StatusNotFound, err.Error()+"; GET /console/api/checkpoints lists them")

@@ -82,6 +82,13 @@ func TestCheckpointsAPI(t *testing.T) {
 	if e := c.opts.Audit.Query(Filter{Tool: "console.copy_checkpoint"}); len(e) != 2 || e[0].Outcome != audit.OutcomeOK || e[1].Outcome != audit.OutcomeError {
 		t.Errorf("copies in the audit log: %+v", e)
 	}
+	// Each is listed under whose sandbox it changes: alice's, whose checkpoint it is,
+	// and bob's for the copy into his.
+	for tool, person := range map[string]string{"console.restore_checkpoint": "alice", "console.delete_checkpoint": "alice", "console.copy_checkpoint": "bob"} {
+		if e := c.opts.Audit.Query(Filter{Tool: tool, Outcome: audit.OutcomeOK}); len(e) != 1 || e[0].Person != person {
+			t.Errorf("%s in the audit log: %+v, want it under %s", tool, e, person)
+		}
+	}
 }
 
 // TestCheckpointsPage: the overview lists checkpoints with size and age, escaped, and
@@ -125,6 +132,9 @@ func TestCheckpointsPage(t *testing.T) {
 	c.ServeHTTP(rec, req)
 	if rec.Code != http.StatusSeeOther || len(f.did) != 1 || f.did[0] != "restore c0000000100000a" {
 		t.Fatalf("restore from the page: %d %v", rec.Code, f.did)
+	}
+	if e := c.opts.Audit.Query(Filter{Tool: "console.restore_checkpoint", Limit: 1}); len(e) != 1 || e[0].Person != "alice" {
+		t.Fatalf("the restore in the audit log: %+v, want it under alice", e)
 	}
 }
 

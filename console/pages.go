@@ -267,7 +267,11 @@ func activityRows(entries []audit.Entry, people bool) template.HTML {
 		esc(when(e.Time))
 		if people {
 			b.WriteString(`</td><td class="person">`)
-			esc(whose(e.Person))
+			if aboutNoSandbox(e) {
+				b.WriteString("–")
+			} else {
+				esc(whose(e.Person))
+			}
 		}
 		b.WriteString(`</td><td>`)
 		esc(visible(e.Client))

@@ -235,7 +235,7 @@ func TestSandboxesStoppedBy(t *testing.T) {
 	log := NewAuditLog(fileStorage(t), "console", 100, nil)
 	t0 := time.Now().Add(-time.Hour)
 	log.Record(audit.Entry{Time: t0, Client: "c", Person: "bob", Tool: "execute", Outcome: audit.OutcomeOK})
-	log.Record(audit.Entry{Time: t0.Add(time.Minute), Client: "console", Tool: "console.sandbox_stop", Args: `{"person":"bob"}`, Outcome: audit.OutcomeOK})
+	log.Record(audit.Entry{Time: t0.Add(time.Minute), Client: "console", Person: "bob", Tool: "console.sandbox_stop", Args: `{"person":"bob"}`, Outcome: audit.OutcomeOK})
 	log.Record(audit.Entry{Time: t0.Add(2 * time.Minute), Client: "console", Tool: "console.sign_in", Outcome: audit.OutcomeOK})
 	c := newTestConsole(t, log)
 	c.opts.Sandboxes = &stoppedSandboxes{}
@@ -258,6 +258,17 @@ func TestSandboxesStoppedBy(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("overview lacks %s", want)
 		}
+	}
+	// The sign-in concerns no sandbox: not the operator's activity, listed under no person.
+	if e := log.Query(Filter{Person: OperatorPath}); len(e) != 0 {
+		t.Errorf("the operator's sandbox's activity: %+v", e)
+	}
+	req = httptest.NewRequest("GET", "http://console.test/console/activity", nil)
+	req.AddCookie(signedIn(t, c))
+	rec = httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	if page := rec.Body.String(); !strings.Contains(page, `<td class="person">–</td><td>console`) || strings.Contains(page, `<td class="person">operator</td><td>console`) {
+		t.Errorf("activity page: %s", page)
 	}
 	// A call after the stop started it again: a later stop is idle's or unknown.
 	log.Record(audit.Entry{Time: t0.Add(3 * time.Minute), Client: "c", Person: "bob", Tool: "execute", Outcome: audit.OutcomeOK})
