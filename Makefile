@@ -34,7 +34,7 @@ test: check lint testenv
 	$(GO) test -race -count=1 -timeout 45m ./...
 	# These restart dockerd or the cluster's API server under a running Caddy, so they
 	# run alone, after the rest.
-	MCP_SANDBOX_RESTART_DOCKER=1 MCP_SANDBOX_RESTART_KUBE=1 $(GO) test -race -count=1 -run '^(TestEngineRestart|TestCheckpointEngineRestart|TestKubeAPIServerRestart)$$' ./integration
+	MCP_SANDBOX_RESTART_DOCKER=1 MCP_SANDBOX_RESTART_KUBE=1 $(GO) test -race -count=1 -run '^(TestEngineRestart|TestCheckpointEngineRestart|TestKeepProcessesEngineRestart|TestKubeAPIServerRestart)$$' ./integration
 
 testenv:
 	scripts/docker-up.sh

@@ -79,6 +79,19 @@ func (c consoleSandboxes) Removed(ctx context.Context) []string {
 	return out
 }
 
+// keptProcesses is what the console shows of keep_processes for sb.
+func keptProcesses(sb *sandbox.Sandbox) (state string, bytes int64, why string) {
+	keeps, why := sb.KeepsProcesses()
+	saved, n := sb.Kept()
+	switch {
+	case saved:
+		return console.ProcessesSaved, n, ""
+	case keeps:
+		return console.ProcessesKept, 0, ""
+	}
+	return "", 0, why
+}
+
 // List is the operator's sandbox, the people's, and then the sandboxes of people the
 // configuration no longer names that still exist (removed: true).
 func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, error) {
@@ -89,8 +102,12 @@ func (c consoleSandboxes) List(ctx context.Context) ([]console.SandboxInfo, erro
 			NoUsage: s.NoUsage}
 		if !s.Removed {
 			info.Agent, info.Egress = c.channels(s)
-			if e := c.h.fleet.Held(s.Person); e != nil && e.IdleStopped() && s.State != "running" {
+			e := c.h.fleet.Held(s.Person)
+			if e != nil && e.IdleStopped() && s.State != "running" {
 				info.StoppedBy = console.StoppedIdle
+			}
+			if e != nil {
+				info.Processes, info.KeptBytes, info.NoKeep = keptProcesses(e.Sandbox())
 			}
 		}
 		if s.Err != nil {

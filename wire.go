@@ -39,6 +39,7 @@ func (h *Handler) toolOptions() mcptools.Options {
 		PreviewAuth:   h.PreviewAuth,
 		PreviewTTL:    time.Duration(h.PreviewTTL),
 		IdleStop:      time.Duration(h.IdleStop),
+		KeepProcesses: h.KeepProcesses,
 
 		MaxTaskTTL:    time.Duration(h.MaxTaskTTL),
 		MaxTasks:      h.MaxTasks,

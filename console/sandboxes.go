@@ -71,6 +71,13 @@ type SandboxInfo struct {
 	// StoppedBy says who stopped a sandbox that does not run: StoppedIdle or
 	// StoppedOperator; "" when neither is known (it exited, or was stopped outside).
 	StoppedBy string `json:"stopped_by,omitempty"`
+	// Processes is what a stop does with the running processes under keep_processes:
+	// ProcessesKept (saved and restored at the next start) or ProcessesSaved (a stop
+	// saved them, KeptBytes about their size); "" when keep_processes is off, or when
+	// it is on but cannot work here, NoKeep then saying why.
+	Processes string `json:"processes,omitempty"`
+	KeptBytes int64  `json:"kept_bytes,omitempty"`
+	NoKeep    string `json:"no_keep,omitempty"`
 	// LastActivity is the newest entry of the activity log made in this sandbox (a
 	// tool call, download or upload; not the console's sign-ins and actions).
 	LastActivity time.Time `json:"last_activity,omitzero"`
@@ -108,6 +115,12 @@ const (
 	EgressNotStarted = "not started"
 	// EgressNone: the site has no egress block; the sandbox's network is as configured.
 	EgressNone = "none"
+)
+
+// What a stop does with a sandbox's processes (SandboxInfo.Processes).
+const (
+	ProcessesKept  = "kept"
+	ProcessesSaved = "saved"
 )
 
 // Who stopped a sandbox (SandboxInfo.StoppedBy).

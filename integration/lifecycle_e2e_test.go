@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
@@ -324,6 +325,24 @@ func TestMaxSandboxesAcrossReload(t *testing.T) {
 	}
 }
 
+// servePreview copies the preview server and its site into container name, starts it
+// on port 8000 through c, and returns the preview URL expose_port gives.
+func servePreview(ctx context.Context, t *testing.T, s *testsite.Site, name string, c *mcpclient.Client) string {
+	t.Helper()
+	in := *s
+	in.Container = name
+	(&previewSite{Site: &in}).copyIn(t)
+	if res := testsite.Call(ctx, t, c, "execute", map[string]any{"command": "setsid nohup /usr/local/bin/previewserver -addr 127.0.0.1:8000 -dir /sandbox/site >/dev/null 2>&1 </dev/null & for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done"}); res.IsError {
+		t.Fatal(testsite.ResultText(res))
+	}
+	res := testsite.Call(ctx, t, c, "expose_port", map[string]any{"port": 8000})
+	u, _ := testsite.Structured(t, res)["url"].(string)
+	if res.IsError || u == "" {
+		t.Fatalf("expose_port: %s", testsite.ResultText(res))
+	}
+	return u
+}
+
 // TestPreviewInUseKeepsOwnerSandbox: a stream through alice's preview (server-sent
 // events for three idle periods, on one relay), with no tool call, keeps her sandbox
 // from idle stop: every event arrives and the container is never stopped (same start
@@ -336,17 +355,7 @@ func TestPreviewInUseKeepsOwnerSandbox(t *testing.T) {
 	alice := p.client(ctx, "alice")
 	testsite.Call(ctx, t, alice, "execute", map[string]any{"command": "true"}) // creates her container
 	name := p.containerOf("alice")
-	in := *p.Site
-	in.Container = name
-	(&previewSite{Site: &in}).copyIn(t)
-	if res := testsite.Call(ctx, t, alice, "execute", map[string]any{"command": "setsid nohup /usr/local/bin/previewserver -addr 127.0.0.1:8000 -dir /sandbox/site >/dev/null 2>&1 </dev/null & for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done"}); res.IsError {
-		t.Fatal(testsite.ResultText(res))
-	}
-	res := testsite.Call(ctx, t, alice, "expose_port", map[string]any{"port": 8000})
-	u, _ := testsite.Structured(t, res)["url"].(string)
-	if res.IsError || u == "" {
-		t.Fatalf("expose_port: %s", testsite.ResultText(res))
-	}
+	u := servePreview(ctx, t, p.Site, name, alice)
 	startedAt := func() string {
 		info, err := p.Docker.ContainerInspect(ctx, name)
 		if err != nil || info.State == nil {

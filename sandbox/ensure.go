@@ -37,10 +37,23 @@ const (
 	labelPerson  = "mcp-sandbox.person"
 )
 
-// keepAlive is the container's main process: it only has to stay up (commands come in
+// keepAlive is the container's main process: it has to stay up (commands come in
 // through exec) and to stop promptly on SIGTERM. Without docker-init it is PID 1, and
-// bash reaps the orphans it adopts whenever it wakes from wait.
-const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done`
+// bash reaps the orphans it adopts whenever it wakes from wait. A child of it starts the
+// agent's job runners on request (FIFO /run/mcp-sandbox/spawn, "<id> <agent binary>";
+// cmd/sandbox-agent/spawn.go): under gVisor only what descends from the main process,
+// not from an exec, outlives a save of the container's memory (keep_processes). Where
+// mkfifo fails, there is no FIFO and the agent starts its runners itself.
+const keepAlive = `trap 'exit 0' TERM INT
+d=/run/mcp-sandbox
+if mkdir -p -m 700 $d 2>/dev/null && rm -f $d/spawn && mkfifo -m 600 $d/spawn 2>/dev/null; then
+	(trap - TERM INT; exec 3<>$d/spawn
+	while read -r id exe <&3; do
+		case $id in ''|*[!0-9a-f]*) continue ;; esac
+		[ -x "$exe" ] && "$exe" jobs --announce <"$d/$id.in" >/dev/null 2>&1 3>"$d/$id.ev" &
+	done) >/dev/null 2>&1 </dev/null &
+fi
+while :; do sleep 86400 & wait $!; done`
 
 // Ensure makes sure the sandbox container exists and runs: it creates the volume, the
 // network and the container when missing, starts a stopped container, applies changed
@@ -569,7 +582,7 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	// It was stopped behind this Sandbox's back: an agent channel still held belongs
 	// to a process that ended with it, whether or not its end was seen.
 	s.CloseAgent()
-	if err := s.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+	if err := s.startContainer(ctx); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", name, err)
 	}
 	s.agentFresh()

@@ -32,6 +32,11 @@ func (s *Sandbox) Stop(ctx context.Context, why string) error {
 	// fallback.
 	end := s.beginStop()
 	s.invalidate()
+	if s.saveProcesses(ctx, why) {
+		s.invalidate()
+		end()
+		return nil
+	}
 	t := stopTimeout
 	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &t})
 	s.invalidate() // an Ensure that ran meanwhile saw it running
@@ -58,7 +63,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if !known || isUpkeep(ctx) {
 		return s.Ensure(ctx)
 	}
-	if err := s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{}); err != nil {
+	if err := s.startContainer(ctx); err != nil {
 		return s.Ensure(ctx)
 	}
 	s.agentFresh()

@@ -155,10 +155,18 @@ func (s *Sandbox) runtimeRefused(err error) error {
 // breaks.
 func (s *Sandbox) noteRuntime(name string, info system.Info) {
 	r := factsOf(info, name)
+	off := ""
+	if s.cfg.KeepProcesses {
+		off = noKeep(r, s.cli, info.ExperimentalBuild)
+	}
 	s.mu.Lock()
 	s.runtime = r
 	s.runtimeSeen = true
+	s.keepOff = off
 	s.mu.Unlock()
+	if off != "" && s.firstTime(&s.warnedKeep, off) {
+		s.log.Warn("keep_processes is on, but this sandbox's stops end its processes", zap.String("reason", off))
+	}
 	if p := r.problem(); p != "" && s.firstTime(&s.warnedRuntimeConf, r.name+"\x00"+p) {
 		s.log.Warn("the sandbox's container runtime is configured so that some features do not work", zap.String("runtime", r.name),
 			zap.Strings("runtime_args", r.args), zap.String("problem", p))
@@ -188,7 +196,8 @@ func (s *Sandbox) runtimeNow() runtimeFacts {
 // was seen, else the configured one ("" the engine's default, not yet known).
 func (s *Sandbox) Runtime() boxapi.Runtime {
 	r := s.runtimeNow()
-	return boxapi.Runtime{Name: r.name, GVisor: r.gvisor, Problem: r.problem()}
+	keeps, _ := s.KeepsProcesses()
+	return boxapi.Runtime{Name: r.name, GVisor: r.gvisor, Problem: r.problem(), KeepsProcesses: keeps}
 }
 
 // firstTime sets *last to key and reports whether it held another: what was logged

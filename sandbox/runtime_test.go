@@ -196,3 +196,30 @@ func TestRuntimeMisconfigured(t *testing.T) {
 		t.Errorf("checkpoints after the refusal: %v %v", list, err)
 	}
 }
+
+// TestNoKeep: processes are kept across a stop only by gVisor on an engine that can
+// save memory with its experimental features on; each other case says what to do.
+func TestNoKeep(t *testing.T) {
+	info := system.Info{DefaultRuntime: "runc", Runtimes: map[string]system.RuntimeWithStatus{
+		"runc":  {Runtime: system.Runtime{Path: "runc"}},
+		"runsc": {Runtime: system.Runtime{Path: "/usr/local/bin/runsc", Args: []string{"--overlay2=none", "--host-uds=open"}}},
+	}}
+	docker := dummyClient(t)
+	var notDocker struct{ API }
+	for _, c := range []struct {
+		runtime      string
+		engine       API
+		experimental bool
+		want         string // in the reason; "" for none
+	}{
+		{"runsc", docker, true, ""},
+		{"runsc", docker, false, `"experimental": true`},
+		{"", docker, true, "the runtime runc cannot save a container's memory; use gVisor's runsc"},
+		{"runsc", notDocker, true, "a Kubernetes engine cannot"},
+	} {
+		why := noKeep(factsOf(info, c.runtime), c.engine, c.experimental)
+		if (c.want == "") != (why == "") || !strings.Contains(why, c.want) {
+			t.Errorf("runtime %q, experimental %v: %q, want %q", c.runtime, c.experimental, why, c.want)
+		}
+	}
+}

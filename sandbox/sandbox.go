@@ -70,6 +70,12 @@ type Config struct {
 	// HostConfig.Runtime, e.g. runsc for gVisor); "" is the engine's default. A
 	// changed runtime applies when the container is next made.
 	Runtime string
+	// KeepProcesses: a stop saves the running container's memory and processes
+	// (Docker's checkpoint, with Exit), and the next start restores them where they
+	// were. It needs a runtime that can save memory (gVisor's runsc) on an engine with
+	// experimental features on; where it cannot, a stop ends the processes, and the
+	// log says why, once.
+	KeepProcesses bool
 	// Engine is the name of the Docker engine the container is placed on, recorded in
 	// its label mcp-sandbox.engine ("" records none).
 	Engine string
@@ -146,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.Runtime != "" && !validRuntime.MatchString(c.Runtime) {
 		bad("runtime %q is not a runtime's name (letters, digits, '_', '.', '-')", c.Runtime)
+	}
+	if c.KeepProcesses && c.Runtime == "" {
+		bad("keep_processes needs a runtime that can save a sandbox's memory: set `runtime runsc` (gVisor, registered with the engine as docs/security.md says), or turn keep_processes off")
 	}
 	if strings.ContainsAny(c.NetworkMode, " \t\r\n") {
 		bad("network %q contains whitespace", c.NetworkMode)
@@ -284,6 +293,14 @@ type Sandbox struct {
 	// logged of a missing runtime, of a runtime's configuration and of a container
 	// under another runtime than configured: each is logged once.
 	warnedRuntime, warnedRuntimeConf, warnedRuntimeChange string
+	// keepOff is why stops cannot keep the processes although KeepProcesses is on,
+	// as last seen ("" when they can); warnedKeep is what of it was logged last.
+	keepOff, warnedKeep string
+	// kept says a stop saved the processes (keep.go), keptBytes about their size.
+	kept      bool
+	keptBytes int64
+	// lostNote is what the last stop or start lost, for the next command (TakeNote).
+	lostNote string
 
 	cleanupMissed bool          // a cleanup pass found the container stopped (under mu)
 	cleanupKick   chan struct{} // runs the missed pass when the container starts again

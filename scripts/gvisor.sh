@@ -13,7 +13,10 @@
 #
 # The engine is told through /etc/docker/daemon.json (its "runtimes" key merged in, the
 # other keys kept) and SIGHUP: dockerd reloads its runtimes without a restart, so the
-# containers and tests already on it go on.
+# containers and tests already on it go on. "experimental": true is merged in too:
+# `docker checkpoint` (keep_processes, a sandbox's memory kept across a stop) needs it,
+# and dockerd reads it only when it starts, so an engine running without it is
+# restarted once (its containers stop; scripts/docker-up.sh starts it again).
 #
 # Cache (kept): ${MCP_SANDBOX_CACHE:-/var/cache/mcp-sandbox}/runsc-<version>/runsc, and the
 # build's GOCACHE in .../runsc-gocache (a cold build takes ~8 min on 2 busy cores).
@@ -58,6 +61,14 @@ engine_runtime() {
 		python3 -c 'import json,sys; r=json.load(sys.stdin).get(sys.argv[1]); print(json.dumps(r) if r else "")' "$RUNTIME"
 }
 
+# dockerd_pid prints the pid of the machine's dockerd (/var/run/docker.pid's).
+dockerd_pid() {
+	local pid
+	pid=$(cat /var/run/docker.pid 2>/dev/null) || die "no /var/run/docker.pid: start the engine first (scripts/docker-up.sh)"
+	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || die "/var/run/docker.pid ($pid) is not dockerd: start the engine first (scripts/docker-up.sh)"
+	echo "$pid"
+}
+
 register() {
 	[ "$(id -u)" = 0 ] || die "registering a runtime writes $DAEMON_JSON and signals dockerd: run it as root"
 	local want
@@ -70,10 +81,11 @@ if os.path.exists(path) and os.path.getsize(path) > 0:
         conf = json.load(f)
 entry = {"path": binary, "runtimeArgs": ["--overlay2=none", "--host-uds=open"]}
 runtimes = conf.setdefault("runtimes", {})
-if runtimes.get(name) == entry:
+if runtimes.get(name) == entry and conf.get("experimental") is True:
     print("same")
     sys.exit(0)
 runtimes[name] = entry
+conf["experimental"] = True
 os.makedirs(os.path.dirname(path), exist_ok=True)
 tmp = path + ".new"
 with open(tmp, "w") as f:
@@ -83,12 +95,12 @@ os.replace(tmp, path)
 print("changed")
 EOF
 	) || die "could not merge the runtime into $DAEMON_JSON (is it valid JSON?)"
+	experimental
 	local got
 	got=$(engine_runtime)
 	if [ "$want" = same ] && echo "$got" | grep -q -- '--host-uds=open'; then return; fi
 	local pid
-	pid=$(cat /var/run/docker.pid 2>/dev/null) || die "no /var/run/docker.pid: start the engine first (scripts/docker-up.sh)"
-	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || die "/var/run/docker.pid ($pid) is not dockerd: start the engine first (scripts/docker-up.sh)"
+	pid=$(dockerd_pid)
 	say "registering runtime $RUNTIME with dockerd (pid $pid): $DAEMON_JSON, SIGHUP"
 	kill -HUP "$pid"
 	for _ in $(seq 1 30); do
@@ -97,6 +109,24 @@ EOF
 		sleep 1
 	done
 	die "dockerd did not report runtime $RUNTIME after SIGHUP (docker info --format '{{json .Runtimes}}': $(docker info --format '{{json .Runtimes}}' 2>&1)); see its log"
+}
+
+# experimental restarts the machine's dockerd when it runs without experimental
+# features (daemon.json has them on by now): they are read only at its start.
+experimental() {
+	[ "$(docker info --format '{{.ExperimentalBuild}}' 2>/dev/null)" = true ] && return
+	local pid
+	pid=$(dockerd_pid)
+	say "restarting dockerd (pid $pid) for experimental features (docker checkpoint)"
+	kill -TERM "$pid"
+	for _ in $(seq 1 60); do
+		[ -d "/proc/$pid" ] || break
+		sleep 1
+	done
+	[ ! -d "/proc/$pid" ] || die "dockerd (pid $pid) did not stop within 60 s"
+	"$(dirname "$0")/docker-up.sh"
+	[ "$(docker info --format '{{.ExperimentalBuild}}' 2>/dev/null)" = true ] ||
+		die "dockerd runs without experimental features although $DAEMON_JSON sets them; see /var/log/dockerd.log"
 }
 
 case "${1:-up}" in

@@ -276,8 +276,16 @@ func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct
 	return r.name, p.done, nil
 }
 
-// launch starts a runner; r.mu is held.
+// launch starts a runner; r.mu is held. The container's main process starts it when it
+// takes requests (spawn.go), so that it and its jobs outlive a save of the container's
+// memory; else this agent does.
 func (r *runnerProc) launch(stop <-chan struct{}) error {
+	if feed, events, pid, err := launchFromInit(); err == nil {
+		waiting := map[string]*pending{}
+		r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
+		go r.follow(events, feed, waiting)
+		return nil
+	}
 	in, feed, err := os.Pipe()
 	if err != nil {
 		return err

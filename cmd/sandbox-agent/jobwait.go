@@ -35,8 +35,8 @@ import (
 // the end of stdin (the agent is gone) it takes no more jobs and exits once those it
 // runs have ended. It execs nothing but the commands.
 func jobsMain(args []string) int {
-	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs")
+	if len(args) > 1 || len(args) == 1 && args[0] != announceArg {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs ["+announceArg+"]")
 		return 2
 	}
 	startReaper()
@@ -48,6 +48,9 @@ func jobsMain(args []string) int {
 	// Not passed on: what a command leaves running must not hold the agent's pipe.
 	syscall.CloseOnExec(3)
 	events := os.NewFile(3, "events")
+	if len(args) == 1 {
+		defer announce(events)()
+	}
 	var mu sync.Mutex
 	var running sync.WaitGroup
 	in := bufio.NewScanner(pollable(0, "stdin"))

@@ -34,6 +34,9 @@ type Runtime struct {
 	GVisor bool
 	// Problem says what its configuration breaks and how to fix it; "" when nothing.
 	Problem string
+	// KeepsProcesses: a stop of the sandbox keeps its running processes with their
+	// memory (keep_processes, where the runtime can).
+	KeepsProcesses bool
 }
 
 // Errors of the job functions; test them with errors.Is.

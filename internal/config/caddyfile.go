@@ -28,6 +28,7 @@ import (
 //		pids_limit       <number>           # default: 4096
 //		network          <docker network>   # default: mcp-sandbox (own bridge, created if missing); none cuts the sandbox off
 //		runtime          <name>             # default: the engine's (runc); e.g. runsc for gVisor (docs/security.md)
+//		keep_processes   on|off             # default: off; a stop saves running processes with their memory (runsc only)
 //		agent            on|off             # default: on; off runs each command as a Docker exec of its own
 //		exec_timeout     <duration>         # default: 1h
 //		max_output       <bytes>            # default: 200000
@@ -54,6 +55,7 @@ import (
 //			cpus   <number>                 # the site's cpus unless given
 //			pids   <number>                 # the site's pids_limit unless given
 //			runtime <name>                  # the site's runtime unless given
+//			keep_processes on|off           # the site's keep_processes unless given
 //			egress { ... }                  # as below: this person's rules and credentials on top of the site's egress
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
@@ -117,6 +119,8 @@ func (s *Settings) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = OneValue(d, &s.Network)
 		case "runtime":
 			err = OneValue(d, &s.Runtime)
+		case "keep_processes":
+			err = oneSwitch(d, &s.KeepProcesses)
 		case "cpus":
 			err = positiveFloat(d, &s.CPUs)
 		case "person":
@@ -371,7 +375,7 @@ func parseSize(v string) (int64, error) {
 	return int64(n), nil
 }
 
-// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> runtime <name> egress {...} }]`.
+// parsePerson reads `person <name> <key> [{ memory <size> cpus <n> pids <n> runtime <name> keep_processes on|off egress {...} }]`.
 func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
@@ -392,10 +396,15 @@ func parsePerson(d *caddyfile.Dispenser) (Person, error) {
 			}
 		case "runtime":
 			err = OneValue(d, &p.Runtime)
+		case "keep_processes":
+			var on bool
+			if err = oneSwitch(d, &on); err == nil {
+				p.KeepProcesses = &on
+			}
 		case "egress":
 			p.Egress, err = parseEgress(d)
 		default:
-			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids, runtime, egress)", p.Name, sub)
+			return p, d.Errf("person %s: unrecognized subdirective %s (memory, cpus, pids, runtime, keep_processes, egress)", p.Name, sub)
 		}
 		if err != nil {
 			return p, err

@@ -24,6 +24,7 @@ func (s *Settings) SandboxConfig() (sandbox.Config, error) {
 	setIf(&cfg.Volume, s.Volume)
 	setIf(&cfg.NetworkMode, s.Network)
 	cfg.Runtime = s.Runtime
+	cfg.KeepProcesses = s.KeepProcesses
 	cfg.NoAgent = s.Agent != nil && !*s.Agent
 	// A local engine's containers reach the agent's direct channel here (sandbox's
 	// agent_direct.go); remote engines ignore it, and a Kubernetes engine's pods

@@ -27,6 +27,8 @@ type Person struct {
 	// Runtime is the Docker runtime the person's container is made with, e.g. runsc
 	// (gVisor). Default: the site's runtime.
 	Runtime string `json:"runtime,omitempty"`
+	// KeepProcesses is keep_processes for the person's sandbox. Default: the site's.
+	KeepProcesses *bool `json:"keep_processes,omitempty"`
 	// Egress holds the person's own egress rules and credentials, layered on the
 	// site's for this person's sandbox only. It needs the site's egress block.
 	Egress *EgressConfig `json:"egress,omitempty"`
@@ -34,7 +36,7 @@ type Person struct {
 
 // Limits is what the fleet knows of the person: the name and the limits.
 func (p Person) Limits() fleet.Person {
-	return fleet.Person{Name: p.Name, Memory: p.Memory, CPUs: p.CPUs, PidsLimit: p.PidsLimit, Runtime: p.Runtime}
+	return fleet.Person{Name: p.Name, Memory: p.Memory, CPUs: p.CPUs, PidsLimit: p.PidsLimit, Runtime: p.Runtime, KeepProcesses: p.KeepProcesses}
 }
 
 // validatePeople reports what is wrong with the `person` lines and max_sandboxes.

@@ -128,6 +128,12 @@ type Settings struct {
 	// previews, uploads, downloads or job output; the next call starts it again with
 	// its files. 0: never.
 	IdleStop caddy.Duration `json:"idle_stop,omitempty"`
+	// KeepProcesses keeps a sandbox's running processes across a stop (idle_stop,
+	// the console's Stop): their memory is saved and the next start restores them,
+	// where they were. It needs a runtime that can save memory: gVisor's runsc, on a
+	// Docker engine with experimental features on (docs/operations.md). Default: off,
+	// a stop ends them.
+	KeepProcesses bool `json:"keep_processes,omitempty"`
 	// MaxCheckpoints is how many checkpoints each sandbox keeps: a new one past it
 	// removes the oldest. Default: 5.
 	MaxCheckpoints int `json:"max_checkpoints,omitempty"`

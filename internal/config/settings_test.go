@@ -188,3 +188,45 @@ func TestRuntime(t *testing.T) {
 		t.Errorf("runtime without a name: %v", err)
 	}
 }
+
+// TestKeepProcesses: `keep_processes` site-wide and per person reaches each sandbox's
+// configuration, a person's overriding the site's; it is refused without a runtime
+// that can save memory, on a Kubernetes engine, and with a value other than on or off.
+func TestKeepProcesses(t *testing.T) {
+	var s Settings
+	err := s.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`mcp_sandbox {
+		api_key 0123456789abcdef-key
+		runtime runsc
+		keep_processes on
+		person alice 0123456789abcdef-alice {
+			keep_processes off
+		}
+		person bob 0123456789abcdef-bob
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for person, want := range map[string]bool{"": true, "alice": false, "bob": true} {
+		if cfg, err := s.SandboxConfigFor(person); err != nil || cfg.KeepProcesses != want {
+			t.Errorf("person %q: keep_processes %v (%v), want %v", person, cfg.KeepProcesses, err, want)
+		}
+	}
+	s.Runtime = ""
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "keep_processes needs a runtime that can save a sandbox's memory: set `runtime runsc`") {
+		t.Errorf("keep_processes without a runtime: %v", err)
+	}
+	s.Runtime, s.KeepProcesses = "runsc", false
+	on := true
+	s.People[1].KeepProcesses = &on
+	s.Engines = []fleet.Engine{{Name: "k", Kind: "kubernetes"}}
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "keep_processes: a Kubernetes engine cannot save a pod's memory") {
+		t.Errorf("keep_processes on Kubernetes: %v", err)
+	}
+	err = new(Settings).UnmarshalCaddyfile(caddyfile.NewTestDispenser("mcp_sandbox {\n keep_processes yes\n}"))
+	if err == nil || !strings.Contains(err.Error(), `keep_processes: want on or off, got "yes"`) {
+		t.Errorf("keep_processes yes: %v", err)
+	}
+}

@@ -16,6 +16,19 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
+// keepsAnyProcesses reports whether keep_processes is on for the site or a person.
+func (s *Settings) keepsAnyProcesses() bool {
+	if s.KeepProcesses {
+		return true
+	}
+	for _, p := range s.People {
+		if p.KeepProcesses != nil && *p.KeepProcesses {
+			return true
+		}
+	}
+	return false
+}
+
 // Validate reports every setting that cannot work, by its Caddyfile name. It changes
 // nothing and does no I/O.
 func (s *Settings) Validate() error {
@@ -75,6 +88,9 @@ func (s *Settings) Validate() error {
 	}
 	if err := fleet.ValidateEngines(s.Engines); err != nil {
 		errs = append(errs, err)
+	}
+	if _, kube := fleet.Kubernetes(s.Engines); kube && s.keepsAnyProcesses() {
+		errs = append(errs, errors.New("keep_processes: a Kubernetes engine cannot save a pod's memory; turn keep_processes off (a stop then ends the processes, files are kept)"))
 	}
 	cfg, err := s.SandboxConfig()
 	if err != nil {

@@ -15,6 +15,8 @@ type Person struct {
 	CPUs      float64
 	PidsLimit int64
 	Runtime   string // the engine's container runtime, e.g. runsc
+	// KeepProcesses is keep_processes for this person; nil: the site's.
+	KeepProcesses *bool
 }
 
 // PersonConfig is the configuration of p's sandbox, from base, the operator's: named
@@ -39,6 +41,9 @@ func PersonConfig(base sandbox.Config, p Person) (sandbox.Config, error) {
 	}
 	if p.Runtime != "" {
 		cfg.Runtime = p.Runtime
+	}
+	if p.KeepProcesses != nil {
+		cfg.KeepProcesses = *p.KeepProcesses
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("person %s: %w", p.Name, err)

@@ -50,6 +50,13 @@ func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 	if err == nil && box.Runtime().GVisor {
 		b.WriteString(gvisorText)
 	}
+	if keeps := err == nil && box.Runtime().KeepsProcesses; s.opts.IdleStop > 0 && err == nil && keeps != s.opts.KeepProcesses {
+		if keeps {
+			b.WriteString(keepText)
+		} else {
+			b.WriteString(noKeepText)
+		}
+	}
 	if err == nil {
 		b.WriteString(describeFacts(box.Facts(ctx, wait)))
 	}
@@ -59,6 +66,13 @@ func (s *Tools) environment(ctx context.Context, wait time.Duration) string {
 // gvisorText is what the model is told of a sandbox under gVisor: a kernel of its own
 // (uname says 4.19-gvisor), where a few system calls and /proc files differ.
 const gvisorText = " It runs under gVisor, a kernel of its own: a rare system call or /proc file may be missing."
+
+// keepText and noKeepText are what the model is told of a sandbox whose stops keep its
+// processes, or end them, when the site's rule (execute's description) says otherwise.
+const (
+	keepText   = " When this sandbox stops for idleness, its running processes and jobs are saved with their memory and go on where they were at the next call (connections to outside the sandbox end)."
+	noKeepText = " When this sandbox stops for idleness, its running processes and jobs end (its files stay)."
+)
 
 // describeFacts is the sentence on what is installed, empty while that is unknown.
 // It names only programs and modules from the fixed lists detection looks for (see

@@ -50,9 +50,13 @@ type shareOutput struct {
 }
 
 // idleStopText says what an idle stop keeps and what it ends; ephemeral: the stop
-// loses what is outside /sandbox too (Options.Ephemeral).
-func idleStopText(d time.Duration, ephemeral bool) string {
-	if ephemeral {
+// loses what is outside /sandbox too (Options.Ephemeral); keep: it keeps the running
+// processes (Options.KeepProcesses).
+func idleStopText(d time.Duration, ephemeral, keep bool) string {
+	switch {
+	case keep:
+		return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files stay, and running processes and jobs are saved with their memory; the next call starts it again and they go on where they were (connections to outside the sandbox end)."
+	case ephemeral:
 		return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files under /sandbox stay; processes, jobs and everything outside /sandbox (installed packages) are gone; the next call starts it again from the image."
 	}
 	return "After " + human.Duration(d) + " without calls, previews, transfers or job output the sandbox stops: files stay, processes and jobs end; the next call starts it again."
@@ -76,7 +80,7 @@ func (s *Tools) executeTool() toolDef[executeArgs] {
 		ttl = "; a top-level entry of /sandbox is deleted after " + human.Duration(cfg.FileTTL) + " without changes inside it."
 	}
 	if s.opts.IdleStop > 0 {
-		ttl += "\n- " + idleStopText(s.opts.IdleStop, s.opts.Ephemeral)
+		ttl += "\n- " + idleStopText(s.opts.IdleStop, s.opts.Ephemeral, s.opts.KeepProcesses)
 	}
 	yield := s.opts.Yield
 	waitLine := fmt.Sprintf("- A call returns when the command ends or after `wait` seconds (default and at most %d).", int(yield.Seconds()))
@@ -255,8 +259,17 @@ func (s *Tools) execute(ctx context.Context, box Box, c call, in executeArgs) (*
 	s.opts.Logger.Info("execute", append(fields, zap.String("job", res.JobID), zap.Int("exit_code", res.ExitCode), zap.String("outcome", outcome),
 		zap.Duration("duration", res.Duration), zap.Int64("stdout_bytes", res.StdoutBytes), zap.Int64("stderr_bytes", res.StderrBytes))...)
 	out := toOutput(res)
-	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blocked + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res)
+	out.Note = s.note(out, res, timeout, opts.Interactive || opts.TTY) + blocked + offlineNote(box, s.opts.Config.NetworkMode, command, res) + promptNote(opts, res) + stopNote(box)
 	return mcp.NewToolResultStructured(out, outputText(out)), nil
+}
+
+// stopNote is the line a result gets when the sandbox's last stop or start lost
+// processes that were to be kept (the text is the plugin's own, with the engine's error).
+func stopNote(box Box) string {
+	if n := box.TakeNote(); n != "" {
+		return "\n[" + n + "]"
+	}
+	return ""
 }
 
 // waitArg is the wait of execute and of the job tools: seconds, at most yield_after

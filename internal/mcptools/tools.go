@@ -55,6 +55,9 @@ type Box interface {
 	// Blocked returns, once, the hosts the proxy refused to a job's commands, each as
 	// "host (reason)".
 	Blocked(jobID string) []string
+	// TakeNote returns, once, what the sandbox's last stop or start lost that the
+	// model should know (processes that could not be kept), "" when nothing.
+	TakeNote() string
 }
 
 // Boxes finds the sandbox of a call, from its context (the caller's identity).
@@ -123,6 +126,9 @@ type Options struct {
 	// Ephemeral says that a stop (idle_stop) keeps only /sandbox: the engine makes
 	// the sandbox again from its image (a Kubernetes engine's pod).
 	Ephemeral bool
+	// KeepProcesses is the site's keep_processes: an idle stop keeps the running
+	// processes. A sandbox that does otherwise says so in its description.
+	KeepProcesses bool
 	// NoCheckpoints, when set, says why the sandboxes cannot be checkpointed and what
 	// to do instead: checkpoint, checkpoint_list and restore are not offered, and the
 	// server's instructions carry this text.

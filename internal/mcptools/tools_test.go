@@ -38,6 +38,8 @@ type fakeBox struct {
 
 func (b *fakeBox) Egress() *Egress { return b.egress }
 
+func (b *fakeBox) TakeNote() string { return "" }
+
 func (b *fakeBox) Blocked(job string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -50,3 +50,24 @@ func GVisor(tb testing.TB, cli client.APIClient) string {
 	}
 	return GVisorRuntime
 }
+
+// GVisorMemory is [GVisor] for the tests of processes kept across a stop: it also needs
+// the engine's experimental features (docker checkpoint), which scripts/gvisor.sh
+// turns on. Missing, they skip the test, or fail it when $MCP_SANDBOX_GVISOR is set.
+func GVisorMemory(tb testing.TB, cli client.APIClient) string {
+	tb.Helper()
+	rt := GVisor(tb, cli)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := cli.Info(ctx)
+	if err != nil {
+		tb.Fatalf("docker info: %v", err)
+	}
+	if !info.ExperimentalBuild {
+		if os.Getenv(GVisorEnv) == "" {
+			tb.Skip("needs the Docker engine's experimental features (docker checkpoint): scripts/gvisor.sh turns them on")
+		}
+		tb.Fatalf("%s is set but the Docker engine runs without experimental features: run scripts/gvisor.sh (make testenv does)", GVisorEnv)
+	}
+	return rt
+}

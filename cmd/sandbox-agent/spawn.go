@@ -1,0 +1,153 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A runner started by the container's main process. Under gVisor, the processes a
+// `docker exec` started (the agent and whatever descends from it) are not restored
+// from a checkpoint of the container's memory; those descending from its main process
+// are. The sandbox's main process (its keepAlive, package sandbox) therefore reads
+// requests on the FIFO spawnFIFO, "<id> <agent binary>", and starts
+// `<agent> jobs --announce` as its own child, with stdin and fd 3 the FIFOs
+// <id>.in and <id>.ev next to it. The runner says its pid first on fd 3. Jobs, and
+// what they leave running, then descend from the main process and outlive a save of
+// the container's memory (keep_processes). Where the FIFO is missing or nobody reads
+// it (a container made before, or the image lacks mkfifo), the agent starts the runner
+// itself, as before.
+
+// spawnDir holds the main process's FIFO and the runners' FIFOs.
+const spawnDir = "/run/mcp-sandbox"
+
+// spawnFIFO is where the main process takes runner requests.
+var spawnFIFO = spawnDir + "/spawn"
+
+// spawnWait bounds how long the agent waits for a runner it asked for to say its pid.
+const spawnWait = 5 * time.Second
+
+// announceArg makes `jobs` say its pid on fd 3 first, and lead a process group of its
+// own (as the agent's Setpgid does for a runner it starts).
+const announceArg = "--announce"
+
+// launchFromInit asks the container's main process for a runner. It returns the
+// runner's stdin (to write) and events (to read), and its pid; an error when the main
+// process does not take requests or the runner does not answer in time (nothing is
+// left behind: a runner that starts late finds its stdin ended and exits).
+func launchFromInit() (feed, events *os.File, pid int, err error) {
+	fi, err := os.Lstat(spawnFIFO)
+	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		return nil, nil, 0, errors.New("the container's main process takes no requests")
+	}
+	exe, err := os.Executable()
+	if err != nil || strings.ContainsAny(exe, "\n") {
+		return nil, nil, 0, fmt.Errorf("the agent's own path: %v", err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	in, ev := filepath.Join(spawnDir, id+".in"), filepath.Join(spawnDir, id+".ev")
+	for _, p := range []string{in, ev} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			os.Remove(in)
+			return nil, nil, 0, fmt.Errorf("making %s: %w", p, err)
+		}
+	}
+	// The FIFOs stay while the runner holds them (gVisor saves no open FIFO that was
+	// deleted): the runner removes them when it ends (announce).
+	defer func() {
+		if err != nil {
+			os.Remove(in)
+			os.Remove(ev)
+		}
+	}()
+	// Both ends held here first, so that no open blocks; each is made one-way once
+	// the runner holds its own end.
+	inRW, err := os.OpenFile(in, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer inRW.Close()
+	evRW, err := os.OpenFile(ev, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer evRW.Close()
+	req, err := os.OpenFile(spawnFIFO, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("the container's main process does not read its requests: %w", err)
+	}
+	_, err = req.WriteString(id + " " + exe + "\n")
+	req.Close()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("asking the container's main process for a runner: %w", err)
+	}
+	pid, err = readPid(evRW, spawnWait)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	// The runner holds the read end of in and the write end of ev now: these opens
+	// return at once, and the runner's end of ev is then the only writer (its end
+	// reaches EOF here when it is gone) and this feed the only one of in.
+	if feed, err = os.OpenFile(in, os.O_WRONLY, 0); err != nil {
+		return nil, nil, 0, err
+	}
+	if events, err = os.OpenFile(ev, os.O_RDONLY, 0); err != nil {
+		feed.Close()
+		return nil, nil, 0, err
+	}
+	return feed, events, pid, nil
+}
+
+// readPid reads the runner's "pid <n>" line from f, a byte at a time (nothing after
+// it is taken), within wait.
+func readPid(f *os.File, wait time.Duration) (int, error) {
+	if err := f.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.SetReadDeadline(time.Time{}) }()
+	var line []byte
+	one := make([]byte, 1)
+	for len(line) < 32 {
+		if _, err := f.Read(one); err != nil {
+			return 0, fmt.Errorf("the runner asked of the container's main process did not answer: %w", err)
+		}
+		if one[0] == '\n' {
+			break
+		}
+		line = append(line, one[0])
+	}
+	n, ok := strings.CutPrefix(string(line), "pid ")
+	pid, err := strconv.Atoi(n)
+	if !ok || err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the runner asked of the container's main process said %q, not its pid", line)
+	}
+	return pid, nil
+}
+
+// announce is the runner's side: it leads a process group of its own and says its pid
+// on events. The returned function, called when the runner ends, removes its FIFOs.
+func announce(events *os.File) (cleanup func()) {
+	_ = syscall.Setpgid(0, 0)
+	var mine []string
+	for _, fd := range []string{"0", "3"} {
+		p, err := os.Readlink("/proc/self/fd/" + fd)
+		if err == nil && filepath.Dir(p) == spawnDir && (strings.HasSuffix(p, ".in") || strings.HasSuffix(p, ".ev")) {
+			mine = append(mine, p)
+		}
+	}
+	_, _ = events.WriteString("pid " + strconv.Itoa(os.Getpid()) + "\n")
+	return func() {
+		for _, p := range mine {
+			os.Remove(p)
+		}
+	}
+}

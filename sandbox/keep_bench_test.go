@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/checkpoint"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+)
+
+// BenchmarkKeepProcesses: a stop that keeps the processes (save) and the start that
+// restores them, with 64 MB and 512 MB resident in the sandbox and with nothing but its
+// idle processes (small), each against Docker's own checkpoint create and start from
+// it on the same container in the same iteration: the ratios say what the sandbox adds
+// (closing the agent's channel, the engine's questions, the first command's new
+// agent). resume-ms is the start plus the first command after it.
+func BenchmarkKeepProcesses(b *testing.B) {
+	cli := dockerClient(b)
+	rt := testenv.GVisorMemory(b, cli)
+	for _, mb := range []int{0, 64, 512} {
+		name := "small"
+		if mb > 0 {
+			name = fmt.Sprintf("%dMB", mb)
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := testConfig(b)
+			cfg.Runtime, cfg.KeepProcesses, cfg.Memory = rt, true, 2<<30
+			sb := newTestSandbox(b, cli, cfg)
+			ctx := context.Background()
+			if mb > 0 {
+				// dd keeps its buffer, read from /dev/urandom, while sleep never reads.
+				hold := fmt.Sprintf("dd if=/dev/urandom bs=%dM count=1 iflag=fullblock 2>/dev/null | sleep 100000", mb)
+				if res, err := sb.Exec(ctx, hold, boxapi.ExecOptions{Wait: 100 * time.Millisecond}); err != nil || !res.Running {
+					b.Fatalf("holder: %+v %v", res, err)
+				}
+				time.Sleep(time.Duration(mb/32+2) * time.Second)
+			} else if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			mem := sb.memoryInUse(ctx)
+			var save, restore, resume, rawSave, rawRestore time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				begin := time.Now()
+				if err := sb.Stop(ctx, "idle_stop"); err != nil {
+					b.Fatal(err)
+				}
+				if saved, _ := sb.Kept(); !saved {
+					b.Fatal("the stop did not save the processes")
+				}
+				save += time.Since(begin)
+				begin = time.Now()
+				if err := sb.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				restore += time.Since(begin)
+				if res, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); err != nil || res.ExitCode != 0 {
+					b.Fatalf("after the restore: %+v %v", res, err)
+				}
+				resume += time.Since(begin)
+
+				sb.CloseAgent() // as the sandbox's stop does
+				begin = time.Now()
+				if err := cli.CheckpointCreate(ctx, cfg.Container, checkpoint.CreateOptions{CheckpointID: "bench", Exit: true}); err != nil {
+					b.Fatal(err)
+				}
+				rawSave += time.Since(begin)
+				begin = time.Now()
+				if err := cli.ContainerStart(ctx, cfg.Container, container.StartOptions{CheckpointID: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				rawRestore += time.Since(begin)
+				if err := cli.CheckpointDelete(ctx, cfg.Container, checkpoint.DeleteOptions{CheckpointID: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				sb.invalidate()
+			}
+			n := float64(b.N)
+			ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / n }
+			b.ReportMetric(ms(save), "save-ms")
+			b.ReportMetric(ms(restore), "restore-ms")
+			b.ReportMetric(ms(resume), "resume-ms")
+			b.ReportMetric(ms(rawSave), "docker-save-ms")
+			b.ReportMetric(ms(rawRestore), "docker-restore-ms")
+			b.ReportMetric(float64(save)/float64(rawSave), "save-ratio")
+			b.ReportMetric(float64(restore)/float64(rawRestore), "restore-ratio")
+			b.ReportMetric(float64(mem)/(1<<20), "resident-MiB")
+		})
+	}
+}
