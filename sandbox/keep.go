@@ -187,8 +187,12 @@ func (s *Sandbox) startContainer(ctx context.Context) error {
 	return s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{})
 }
 
-// execsGrace bounds how long a save waits for the container's execs to end.
-const execsGrace = 5 * time.Second
+// execsGrace bounds how long a save waits for the container's execs to end;
+// execReapGrace is how long it waits after, for the engine to delete their processes.
+const (
+	execsGrace    = 5 * time.Second
+	execReapGrace = time.Second
+)
 
 // awaitExecs waits, up to execsGrace, until no exec runs in the container: the agent's
 // ends once its channel is closed (the stop did), and gVisor saves no container with an
@@ -208,6 +212,10 @@ func (s *Sandbox) awaitExecs(ctx context.Context) {
 			}
 		}
 		if running == 0 {
+			// The engine deletes an ended exec's process in the background, after
+			// saying it no longer runs; a save under way then breaks the container's
+			// runtime shim (seen on Docker 20.10 with runsc). Give it that time.
+			time.Sleep(execReapGrace)
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -215,8 +223,22 @@ func (s *Sandbox) awaitExecs(ctx context.Context) {
 }
 
 // restartPolicy sets the container's restart policy.
+// The engine passes an update to the runtime too, and runsc refuses one for a
+// container it has not yet marked running after a restore ("cannot update a stopped
+// container"): that is tried again for up to 3 s.
 func (s *Sandbox) restartPolicy(ctx context.Context, p container.RestartPolicyMode) error {
-	_, err := s.cli.ContainerUpdate(ctx, s.cfg.Container, container.UpdateConfig{RestartPolicy: container.RestartPolicy{Name: p}})
+	var err error
+	for range 15 {
+		_, err = s.cli.ContainerUpdate(ctx, s.cfg.Container, container.UpdateConfig{RestartPolicy: container.RestartPolicy{Name: p}})
+		if err == nil || !strings.Contains(err.Error(), "stopped container") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
@@ -17,8 +18,9 @@ import (
 // restores them, with 64 MB and 512 MB resident in the sandbox and with nothing but its
 // idle processes (small), each against Docker's own checkpoint create and start from
 // it on the same container in the same iteration: the ratios say what the sandbox adds
-// (closing the agent's channel, the engine's questions, the first command's new
-// agent). resume-ms is the start plus the first command after it.
+// (closing the agent's channel and waiting for the engine to reap its exec, the
+// engine's questions, the restart policy turned off and on). resume-ms is the start
+// plus the first command after it (a new agent).
 func BenchmarkKeepProcesses(b *testing.B) {
 	cli := dockerClient(b)
 	rt := testenv.GVisorMemory(b, cli)
@@ -29,12 +31,16 @@ func BenchmarkKeepProcesses(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			cfg := testConfig(b)
-			cfg.Runtime, cfg.KeepProcesses, cfg.Memory = rt, true, 2<<30
-			sb := newTestSandbox(b, cli, cfg)
+			cfg.Runtime, cfg.KeepProcesses, cfg.Memory = rt, true, 4<<30
+			sb, err := New(cli, cfg, zap.Must(zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sb.CloseTransfers(); removeSandbox(b, cli, cfg) })
 			ctx := context.Background()
 			if mb > 0 {
-				// dd keeps its buffer, read from /dev/urandom, while sleep never reads.
-				hold := fmt.Sprintf("dd if=/dev/urandom bs=%dM count=1 iflag=fullblock 2>/dev/null | sleep 100000", mb)
+				// tail keeps the last mb MiB it read, random, while sleep never reads.
+				hold := fmt.Sprintf("head -c %dm /dev/urandom | tail -c %dm | sleep 100000", mb, mb)
 				if res, err := sb.Exec(ctx, hold, boxapi.ExecOptions{Wait: 100 * time.Millisecond}); err != nil || !res.Running {
 					b.Fatalf("holder: %+v %v", res, err)
 				}
@@ -42,6 +48,15 @@ func BenchmarkKeepProcesses(b *testing.B) {
 			} else if _, err := sb.Exec(ctx, "true", boxapi.ExecOptions{}); err != nil {
 				b.Fatal(err)
 			}
+			held := func(after string) {
+				if mb == 0 {
+					return
+				}
+				if res, err := sb.Exec(ctx, "ps -o args | grep -c '^tail -c'", boxapi.ExecOptions{}); err != nil || res.Stdout != "1\n" {
+					b.Fatalf("the holder after %s: %+v %v", after, res, err)
+				}
+			}
+			held("its start")
 			mem := sb.memoryInUse(ctx)
 			var save, restore, resume, rawSave, rawRestore time.Duration
 			b.ResetTimer()
@@ -63,8 +78,16 @@ func BenchmarkKeepProcesses(b *testing.B) {
 					b.Fatalf("after the restore: %+v %v", res, err)
 				}
 				resume += time.Since(begin)
+				held("the sandbox's restore")
 
-				sb.CloseAgent() // as the sandbox's stop does
+				// By hand, on the same container quiet as the sandbox's stop leaves it:
+				// its agent gone, and no exec left for the engine to reap.
+				// The restart policy off, or the engine starts it again at once.
+				sb.CloseAgent()
+				sb.awaitExecs(ctx)
+				if err := sb.restartPolicy(ctx, container.RestartPolicyDisabled); err != nil {
+					b.Fatal(err)
+				}
 				begin = time.Now()
 				if err := cli.CheckpointCreate(ctx, cfg.Container, checkpoint.CreateOptions{CheckpointID: "bench", Exit: true}); err != nil {
 					b.Fatal(err)
@@ -78,7 +101,9 @@ func BenchmarkKeepProcesses(b *testing.B) {
 				if err := cli.CheckpointDelete(ctx, cfg.Container, checkpoint.DeleteOptions{CheckpointID: "bench"}); err != nil {
 					b.Fatal(err)
 				}
+				sb.keepRestarting(ctx)
 				sb.invalidate()
+				held("a restore by hand")
 			}
 			n := float64(b.N)
 			ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / n }
