@@ -102,6 +102,8 @@ func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
 	// until the save is restored (applyLimits puts it back at any Ensure too).
 	err := s.restartPolicy(ctx, container.RestartPolicyDisabled)
 	if err == nil {
+		// A save left behind (the container was restarted without it since) goes.
+		s.dropKept(ctx, "")
 		s.awaitExecs(ctx)
 		err = me.CheckpointCreate(ctx, s.cfg.Container, checkpoint.CreateOptions{CheckpointID: keptCheckpoint, Exit: true})
 	}

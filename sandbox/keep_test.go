@@ -144,8 +144,8 @@ func TestKeepProcesses(t *testing.T) {
 
 // TestKeepProcessesLost: a save that cannot be restored (its files damaged, or deleted
 // by hand) starts the sandbox without it, files kept, and the next command is told
-// what was lost; a save that fails stops the sandbox as without keep_processes and
-// says so too.
+// what was lost; a restart drops a save; a save that fails stops the sandbox as
+// without keep_processes and says so too.
 func TestKeepProcessesLost(t *testing.T) {
 	sb, cli, _ := keepSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -197,6 +197,31 @@ func TestKeepProcessesLost(t *testing.T) {
 	}
 	if n := sb.TakeNote(); !strings.Contains(n, "are gone") {
 		t.Errorf("the note after a save deleted by hand: %q", n)
+	}
+
+	// Restarted while saved (the console's Restart): the processes end by intent and
+	// their save goes; the next stop saves anew.
+	mustExec(t, sb, "sleep 100000", boxapi.ExecOptions{Wait: 200 * time.Millisecond})
+	if err := sb.Stop(ctx, "idle_stop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := cli.CheckpointList(ctx, sb.cfg.Container, checkpoint.ListOptions{}); len(list) != 0 {
+		t.Errorf("the save after a restart: %+v", list)
+	}
+	if r := mustExec(t, sb, "ps -o args | grep -c '^sleep 100000' || true", boxapi.ExecOptions{}); r.Stdout != "0\n" {
+		t.Errorf("after a restart: %q sleeps, want none", r.Stdout)
+	}
+	if err := sb.Stop(ctx, "idle_stop"); err != nil {
+		t.Fatal(err)
+	}
+	if saved, _ := sb.Kept(); !saved {
+		t.Error("the stop after a restart did not save the processes")
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	// A save that fails: the engine refuses it (a full disk, say).

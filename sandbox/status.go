@@ -251,6 +251,11 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restarting sandbox container %s: %w", s.cfg.Container, err)
 	}
+	if saved, _ := s.Kept(); saved {
+		// A restart ends the processes by intent: their save goes.
+		s.dropKept(ctx, "")
+		s.keepRestarting(ctx)
+	}
 	s.ready() // wakes Ready's waiters; the deferred invalidate still makes the next Ensure look
 	s.log.Info("restarted sandbox container")
 	return nil
