@@ -29,9 +29,10 @@ func pooledSandboxes() []metrics.Sandbox {
 		if e, ok := v.(*fleet.Entry); ok {
 			sb := e.Sandbox()
 			running, _ := sb.AgentStatus()
+			_, kept := sb.Kept()
 			out = append(out, metrics.Sandbox{
 				Engine: engineStates{e.Client(), e.Engine().Name}, Container: sb.Config().Container,
-				IdleStopped: e.IdleStopped(), AgentRunning: running, AgentStarts: sb.AgentStarts(),
+				IdleStopped: e.IdleStopped(), AgentRunning: running, AgentStarts: sb.AgentStarts(), KeptBytes: kept,
 			})
 		}
 		return true

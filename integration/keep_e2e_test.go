@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,6 +88,12 @@ func TestKeepProcessesIdleStop(t *testing.T) {
 	})
 	if kb, _ := a["kept_bytes"].(float64); kb < 60<<20 || a["stopped_by"] != "idle" {
 		t.Errorf("the console's sandbox while stopped: %v", a)
+	}
+	metric := regexp.MustCompile(`caddy_mcp_sandbox_kept_processes_bytes\{container="` + regexp.QuoteMeta(name) + `"\} (\S+)\n`)
+	if m := metric.FindStringSubmatch(testsite.Metrics(t, http.DefaultClient, p.URL)); m == nil {
+		t.Error("no caddy_mcp_sandbox_kept_processes_bytes of the sandbox in /metrics")
+	} else if v, _ := strconv.ParseFloat(m[1], 64); v < 60<<20 {
+		t.Errorf("caddy_mcp_sandbox_kept_processes_bytes %s, want at least the 60 MB held", m[1])
 	}
 	time.Sleep(2 * time.Second)
 

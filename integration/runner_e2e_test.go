@@ -30,8 +30,10 @@ func TestRunnerCommandLinesShort(t *testing.T) {
 		t.Fatalf("job not running: %v", st)
 	}
 	args := s.ContainerExec("ps -eo args")
-	// The runner is the agent's "sandbox-agent-<hash> jobs", or on the fallback "mcpjob run".
-	if !(strings.Contains(args, "mcpjob run") || strings.Contains(args, "sandbox-agent") && strings.Contains(args, " jobs\n")) || !strings.Contains(args, "sleep 30") {
+	// The runner is the agent's "sandbox-agent-<hash> jobs" (with --announce when the
+	// container's main process started it), or on the fallback "mcpjob run".
+	agent := strings.Contains(args, "sandbox-agent") && (strings.Contains(args, " jobs\n") || strings.Contains(args, " jobs --announce\n"))
+	if !(strings.Contains(args, "mcpjob run") || agent) || !strings.Contains(args, "sleep 30") {
 		t.Fatalf("ps shows no runner:\n%s", args)
 	}
 	if len(args) >= 2000 {

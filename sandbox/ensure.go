@@ -43,17 +43,12 @@ const (
 // agent's job runners on request (FIFO /run/mcp-sandbox/spawn, "<id> <agent binary>";
 // cmd/sandbox-agent/spawn.go): under gVisor only what descends from the main process,
 // not from an exec, outlives a save of the container's memory (keep_processes). Where
-// mkfifo fails, there is no FIFO and the agent starts its runners itself.
-const keepAlive = `trap 'exit 0' TERM INT
-d=/run/mcp-sandbox
-if mkdir -p -m 700 $d 2>/dev/null && rm -f $d/spawn && mkfifo -m 600 $d/spawn 2>/dev/null; then
-	(trap - TERM INT; exec 3<>$d/spawn
-	while read -r id exe <&3; do
-		case $id in ''|*[!0-9a-f]*) continue ;; esac
-		[ -x "$exe" ] && "$exe" jobs --announce <"$d/$id.in" >/dev/null 2>&1 3>"$d/$id.ev" &
-	done) >/dev/null 2>&1 </dev/null &
-fi
-while :; do sleep 86400 & wait $!; done`
+// mkfifo fails (a read-only root, no mkfifo), there is no FIFO and the agent starts its
+// runners itself. Kept short: ps shows it in full, twice.
+const keepAlive = `trap 'exit 0' TERM INT;d=/run/mcp-sandbox
+(trap - TERM INT;{ mkdir -p -m 700 $d&&rm -f $d/spawn&&mkfifo -m 600 $d/spawn;}||exit;exec 3<>$d/spawn
+while read -r i e<&3;do case $i in ''|*[!0-9a-f]*);;*)"$e" jobs --announce<$d/$i.in 3>$d/$i.ev&;;esac;done)>/dev/null 2>&1</dev/null&
+while :;do sleep 86400&wait $!;done`
 
 // Ensure makes sure the sandbox container exists and runs: it creates the volume, the
 // network and the container when missing, starts a stopped container, applies changed

@@ -11,12 +11,13 @@ import (
 )
 
 // nativeRunner reports whether job id's runner (named in its .meta) is the agent's
-// native runner, "sandbox-agent jobs", rather than jobs.sh.
+// native runner, "sandbox-agent jobs" (with --announce when the container's main
+// process started it), rather than jobs.sh.
 func nativeRunner(t *testing.T, sb *Sandbox, id string) bool {
 	t.Helper()
 	out, _ := containerExec(t, sb.cli, sb.cfg.Container, "bash", "-c",
 		`read -r _ _ _ r _ <`+JobsDir+"/"+id+`.meta && tr '\0' ' ' </proc/${r%%:*}/cmdline`)
-	return strings.Contains(out, "sandbox-agent") && strings.HasSuffix(out, " jobs ")
+	return strings.Contains(out, "sandbox-agent") && (strings.HasSuffix(out, " jobs ") || strings.HasSuffix(out, " jobs --announce "))
 }
 
 // A job the agent's native runner started is fed, followed and finished by the

@@ -57,6 +57,9 @@ type Sandbox struct {
 	IdleStopped  bool // stopped by this process for idleness
 	AgentRunning bool // its commands run through the agent in its container
 	AgentStarts  int  // agents it has started
+	// KeptBytes is about the size of the processes a stop saved (keep_processes),
+	// waiting for the next start; 0 when none are.
+	KeptBytes int64
 }
 
 // Engine is a Docker engine as the sandboxes gauge asks it. Sandboxes whose Engine
@@ -117,11 +120,15 @@ var (
 	descAgentStarts = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "agent_starts_total"),
 		"Agents the sandbox has started in its container.",
 		[]string{"container"}, nil)
+	descKeptBytes = prometheus.NewDesc(prometheus.BuildFQName("caddy", "mcp_sandbox", "kept_processes_bytes"),
+		"About the bytes of the processes a stop saved (keep_processes), until the next start restores them; 0 when none wait.",
+		[]string{"container"}, nil)
 )
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAgentRunning
 	ch <- descAgentStarts
+	ch <- descKeptBytes
 }
 
 func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
@@ -130,6 +137,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	type agent struct {
 		running bool
 		starts  int
+		kept    int64
 	}
 	byName := map[string]*agent{}
 	for _, s := range c.pool() {
@@ -140,6 +148,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		a.running = a.running || s.AgentRunning
 		a.starts += s.AgentStarts
+		a.kept = max(a.kept, s.KeptBytes)
 	}
 	for name, a := range byName {
 		v := 0.0
@@ -148,6 +157,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descAgentRunning, prometheus.GaugeValue, v, name)
 		ch <- prometheus.MustNewConstMetric(descAgentStarts, prometheus.CounterValue, float64(a.starts), name)
+		ch <- prometheus.MustNewConstMetric(descKeptBytes, prometheus.GaugeValue, float64(a.kept), name)
 	}
 }
 

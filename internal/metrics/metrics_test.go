@@ -109,21 +109,23 @@ func TestSandboxesByEngineAndState(t *testing.T) {
 }
 
 // TestAgents: per container, running if any of its sandboxes runs through the agent,
-// with their starts added.
+// with their starts added, and the bytes of its processes a stop saved.
 func TestAgents(t *testing.T) {
 	pool := []Sandbox{
 		{Container: "a", AgentRunning: false, AgentStarts: 1},
 		{Container: "a", AgentRunning: true, AgentStarts: 2},
-		{Container: "b"},
+		{Container: "b", KeptBytes: 64 << 20},
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(Agents(func() []Sandbox { return pool }))
 	got := gather(t, reg)
 	want := map[string]float64{
-		"caddy_mcp_sandbox_agent_running{container=a}":      1,
-		"caddy_mcp_sandbox_agent_starts_total{container=a}": 3,
-		"caddy_mcp_sandbox_agent_running{container=b}":      0,
-		"caddy_mcp_sandbox_agent_starts_total{container=b}": 0,
+		"caddy_mcp_sandbox_agent_running{container=a}":        1,
+		"caddy_mcp_sandbox_agent_starts_total{container=a}":   3,
+		"caddy_mcp_sandbox_agent_running{container=b}":        0,
+		"caddy_mcp_sandbox_agent_starts_total{container=b}":   0,
+		"caddy_mcp_sandbox_kept_processes_bytes{container=a}": 0,
+		"caddy_mcp_sandbox_kept_processes_bytes{container=b}": 64 << 20,
 	}
 	if len(got) != len(want) {
 		t.Errorf("got %v, want %v", got, want)
@@ -157,6 +159,7 @@ func TestNamesAndRegister(t *testing.T) {
 		"caddy_mcp_sandbox_checkpoint_bytes",
 		"caddy_mcp_sandbox_cleanup_deleted_total",
 		"caddy_mcp_sandbox_idle_stops_total",
+		"caddy_mcp_sandbox_kept_processes_bytes",
 		"caddy_mcp_sandbox_person_calls_total",
 		"caddy_mcp_sandbox_preview_bytes_total",
 		"caddy_mcp_sandbox_preview_requests_total",
