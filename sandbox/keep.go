@@ -94,6 +94,9 @@ func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
 		}
 		return false
 	}
+	if info, err := s.cli.ContainerInspect(ctx, s.cfg.Container); err != nil || info.State == nil || !info.State.Running || info.State.Paused {
+		return false // nothing runs to save (or it cannot be saved now): a plain stop
+	}
 	me := s.cli.(memoryEngine)
 	mem := s.memoryInUse(ctx)
 	begin := time.Now()

@@ -220,8 +220,18 @@ func TestKeepProcessesLost(t *testing.T) {
 	if saved, _ := sb.Kept(); !saved {
 		t.Error("the stop after a restart did not save the processes")
 	}
+	// A stop of the stopped sandbox changes nothing: the save stays, nothing is lost.
+	if err := sb.Stop(ctx, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := cli.CheckpointList(ctx, sb.cfg.Container, checkpoint.ListOptions{}); len(list) != 1 {
+		t.Errorf("the save after a second stop: %+v", list)
+	}
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if n := sb.TakeNote(); n != "" {
+		t.Errorf("a note after a second stop and a start: %q", n)
 	}
 
 	// A save that fails: the engine refuses it (a full disk, say).
