@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
 	"go.uber.org/zap"
@@ -58,13 +59,7 @@ func (s *Sandbox) keepStatus(ctx context.Context) (bool, string) {
 	if err != nil {
 		return false, fmt.Sprintf("the engine did not say what it can do: %v", err)
 	}
-	name := s.cfg.Runtime
-	s.mu.Lock()
-	if s.runtimeSeen {
-		name = s.runtime.name
-	}
-	s.mu.Unlock()
-	why := noKeep(factsOf(host, name), s.cli, host.ExperimentalBuild)
+	why := noKeep(factsOf(host, s.runtimeNow().name), s.cli, host.ExperimentalBuild)
 	s.mu.Lock()
 	s.keepOff = why
 	s.mu.Unlock()
@@ -259,7 +254,8 @@ func (s *Sandbox) dropKept(ctx context.Context, why string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := me.CheckpointDelete(ctx, s.cfg.Container, checkpoint.DeleteOptions{CheckpointID: keptCheckpoint})
-	if err != nil && why != "" && !strings.Contains(strings.ToLower(err.Error()), "no such") && !strings.Contains(err.Error(), "not found") {
+	// None there is what a failed save leaves: the engine says "does not exist".
+	if err != nil && why != "" && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "does not exist") {
 		s.log.Warn("deleting the sandbox's saved processes failed", zap.String("why", why), zap.Error(err))
 	}
 }
