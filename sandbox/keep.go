@@ -145,8 +145,19 @@ func (s *Sandbox) restoreProcesses(ctx context.Context) (bool, error) {
 		s.noteLost("The sandbox's processes saved at its last stop are gone (deleted from the engine): they ended; files are kept.")
 		return true, s.startPlain(ctx)
 	}
+	// The engine answers a start of a running container with success (304), its
+	// processes untouched: one started without the save (by hand, or by the engine)
+	// must not pass for a restore.
+	if info, err := s.cli.ContainerInspect(ctx, s.cfg.Container); err == nil && info.State != nil && info.State.Running {
+		s.startedWithout(ctx)
+		return true, nil
+	}
 	begin := time.Now()
 	err = s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{CheckpointID: keptCheckpoint})
+	if err == nil && s.startedBefore(ctx, begin) {
+		s.startedWithout(ctx)
+		return true, nil
+	}
 	if err == nil {
 		s.keepRestarting(ctx)
 		s.dropKept(context.WithoutCancel(ctx), "")
@@ -160,6 +171,26 @@ func (s *Sandbox) restoreProcesses(ctx context.Context) (bool, error) {
 	s.dropKept(context.WithoutCancel(ctx), "it could not be restored")
 	s.noteLost(fmt.Sprintf("The sandbox's processes saved at its last stop could not be restored (%s): they ended; files are kept.", clipErr(err)))
 	return true, s.startPlain(ctx)
+}
+
+// startedWithout drops the save of a container that was started without it (its
+// processes ended then) and tells the next call.
+func (s *Sandbox) startedWithout(ctx context.Context) {
+	s.keepRestarting(ctx)
+	s.dropKept(context.WithoutCancel(ctx), "the container was started without it")
+	s.log.Warn("the sandbox was started without the processes its stop saved (by hand or by the engine); they ended, files are kept")
+	s.noteLost("The sandbox's processes saved at its last stop could not be restored (the container was started without them, by hand or by the engine): they ended; files are kept.")
+}
+
+// startedBefore tells whether the running container started before t: a start from
+// t on found it running already.
+func (s *Sandbox) startedBefore(ctx context.Context, t time.Time) bool {
+	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	if err != nil || info.State == nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, info.State.StartedAt)
+	return err == nil && at.Before(t)
 }
 
 // startPlain starts the container without a save, its restart policy set back.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/checkpoint"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -161,6 +162,9 @@ func TestKeepProcessesLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if info.State.Running {
+		t.Fatalf("the container runs after the save (started %s, restart policy %q)", info.State.StartedAt, info.HostConfig.RestartPolicy.Name)
+	}
 	dir := filepath.Join("/var/lib/docker/containers", info.ID, "checkpoints", keptCheckpoint)
 	files, _ := filepath.Glob(filepath.Join(dir, "*"))
 	if len(files) == 0 {
@@ -182,6 +186,25 @@ func TestKeepProcessesLost(t *testing.T) {
 	}
 	if list, _ := cli.CheckpointList(ctx, sb.cfg.Container, checkpoint.ListOptions{}); len(list) != 0 {
 		t.Errorf("the damaged save is still there: %+v", list)
+	}
+
+	// Started by hand without the save: the engine says a start of a running
+	// container worked, which must not pass for a restore.
+	mustExec(t, sb, "sleep 100000", boxapi.ExecOptions{Wait: 200 * time.Millisecond})
+	if err := sb.Stop(ctx, "idle_stop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ContainerStart(ctx, sb.cfg.Container, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.TakeNote(); !strings.Contains(n, "started without them") {
+		t.Errorf("the note after a start by hand: %q", n)
+	}
+	if list, _ := cli.CheckpointList(ctx, sb.cfg.Container, checkpoint.ListOptions{}); len(list) != 0 {
+		t.Errorf("the save of a container started by hand is still there: %+v", list)
 	}
 
 	// Deleted by hand.
