@@ -125,9 +125,34 @@ func showApp(t *testing.T, hostURL, ask, answer string, input map[string]any, re
 	if id == "" {
 		t.Fatal("the app's iframe is not a target of its own")
 	}
+	// Attach once the app has drawn the tool result (its size reports stop): chromedp
+	// reads the frame's nodes at attach time without a lock its DOM events take, and
+	// the race detector sees that when the app's DOM changes under the attach.
+	settleApp(t, b)
 	app, cancel := chromedp.NewContext(b, chromedp.WithTargetID(id))
 	t.Cleanup(cancel)
+	if _, err := chromedp.Run(app, chromedp.Evaluate[bool](`true`)); err != nil {
+		t.Fatalf("attaching to the app's frame: %v", err)
+	}
 	return b, app
+}
+
+// settleApp waits, up to 5 s, until the app's size reports to the host have stopped
+// for 600 ms.
+func settleApp(t *testing.T, b context.Context) {
+	t.Helper()
+	last, quiet := -1, 0
+	for deadline := time.Now().Add(5 * time.Second); quiet < 3 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		n, err := chromedp.Run(b, chromedp.Evaluate[int](`window.host.heights.length`))
+		if err != nil {
+			t.Fatalf("reading the host's state: %v", err)
+		}
+		if n == last {
+			quiet++
+		} else {
+			last, quiet = n, 0
+		}
+	}
 }
 
 // TestUploadAppInHost: upload_link's app, in the reference host, gets the tool result
