@@ -285,6 +285,10 @@ func (s storageKV) Store(ctx context.Context, key string, v []byte) error {
 	return s.st.Store(ctx, key, v)
 }
 
+// Lock and Unlock hold the approvals against the other instances sharing the storage.
+func (s storageKV) Lock(ctx context.Context, name string) error   { return s.st.Lock(ctx, name) }
+func (s storageKV) Unlock(ctx context.Context, name string) error { return s.st.Unlock(ctx, name) }
+
 func (c consoleEgress) Approvals(ctx context.Context) ([]console.EgressApproval, error) {
 	list, err := c.h.approvals.List(ctx)
 	out := make([]console.EgressApproval, 0, len(list))

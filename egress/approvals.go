@@ -35,15 +35,28 @@ type Approval struct {
 // MaxApprovals bounds the approvals kept per person; beyond it the oldest goes.
 const MaxApprovals = 200
 
-// ApprovalStore is the [Approvals] of a site, kept in a [KV] under one key and read
-// once, on first use; every change is written through.
+// Locker is a [KV] that can hold a key against other writers, as Caddy's storage
+// does across the instances that share it.
+type Locker interface {
+	Lock(ctx context.Context, name string) error
+	Unlock(ctx context.Context, name string) error
+}
+
+// approvalsFresh is how long a read of the list serves before it is read again:
+// other Caddy instances sharing the storage change it too.
+const approvalsFresh = 2 * time.Second
+
+// ApprovalStore is the [Approvals] of a site, kept in a [KV] under one key. A read
+// serves for approvalsFresh; a change reads the list afresh and writes it through,
+// under the KV's lock when it has one, so that instances sharing the storage see
+// each other's changes within seconds and lose none.
 type ApprovalStore struct {
 	kv  KV
 	key string
 	now func() time.Time
 
 	mu     sync.Mutex
-	loaded bool
+	loaded time.Time // when list was read; zero: never
 	list   []Approval
 }
 
@@ -61,22 +74,46 @@ func ApprovalID(person, host string, port int) string {
 	return hex.EncodeToString(s[:8])
 }
 
-// load reads the list once; the caller holds mu.
-func (s *ApprovalStore) load(ctx context.Context) error {
-	if s.loaded {
+// load reads the list unless a read within approvalsFresh serves (fresh: read it
+// anyway); the caller holds mu. A failed read keeps the list read before.
+func (s *ApprovalStore) load(ctx context.Context, fresh bool) error {
+	if !fresh && !s.loaded.IsZero() && s.now().Sub(s.loaded) < approvalsFresh {
 		return nil
 	}
 	b, err := s.kv.Load(ctx, s.key)
+	var list []Approval
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return fmt.Errorf("reading the egress approvals: %w", err)
 	default:
-		if err := json.Unmarshal(b, &s.list); err != nil {
+		if err := json.Unmarshal(b, &list); err != nil {
 			return fmt.Errorf("reading the egress approvals (%s in storage is not what this plugin wrote; delete it to start afresh): %w", s.key, err)
 		}
 	}
-	s.loaded = true
+	s.list, s.loaded = list, s.now()
+	return nil
+}
+
+// change reads the list afresh under the KV's lock, applies edit, and writes the
+// list when edit says it changed.
+func (s *ApprovalStore) change(ctx context.Context, edit func() bool) error {
+	if l, ok := s.kv.(Locker); ok {
+		if err := l.Lock(ctx, s.key); err != nil {
+			return fmt.Errorf("locking the egress approvals: %w", err)
+		}
+		defer func() { _ = l.Unlock(context.WithoutCancel(ctx), s.key) }()
+	}
+	if err := s.load(ctx, true); err != nil {
+		return err
+	}
+	if !edit() {
+		return nil
+	}
+	if err := s.save(ctx); err != nil {
+		s.loaded = time.Time{} // the change is not kept: read the list again
+		return err
+	}
 	return nil
 }
 
@@ -91,12 +128,12 @@ func (s *ApprovalStore) save(ctx context.Context) error {
 	return nil
 }
 
-// Approved reports whether person allowed host:port always. A store that cannot be
-// read approves nothing.
+// Approved reports whether person allowed host:port always. A store never read (its
+// storage failing) approves nothing; one that fails later serves its last read.
 func (s *ApprovalStore) Approved(person, host string, port int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.load(context.Background()) != nil {
+	if s.load(context.Background(), false) != nil && s.loaded.IsZero() {
 		return false
 	}
 	id := ApprovalID(person, host, port)
@@ -107,32 +144,31 @@ func (s *ApprovalStore) Approved(person, host string, port int) bool {
 func (s *ApprovalStore) Approve(ctx context.Context, person, host string, port int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.load(ctx); err != nil {
-		return err
-	}
 	id := ApprovalID(person, host, port)
-	if slices.ContainsFunc(s.list, func(a Approval) bool { return a.ID == id }) {
-		return nil
-	}
-	n := 0
-	for _, a := range s.list {
-		if a.Person == person {
-			n++
+	return s.change(ctx, func() bool {
+		if slices.ContainsFunc(s.list, func(a Approval) bool { return a.ID == id }) {
+			return false
 		}
-	}
-	if n >= MaxApprovals {
-		i := slices.IndexFunc(s.list, func(a Approval) bool { return a.Person == person })
-		s.list = slices.Delete(s.list, i, i+1)
-	}
-	s.list = append(s.list, Approval{ID: id, Person: person, Host: host, Port: port, At: s.now().UTC()})
-	return s.save(ctx)
+		n := 0
+		for _, a := range s.list {
+			if a.Person == person {
+				n++
+			}
+		}
+		if n >= MaxApprovals {
+			i := slices.IndexFunc(s.list, func(a Approval) bool { return a.Person == person })
+			s.list = slices.Delete(s.list, i, i+1)
+		}
+		s.list = append(s.list, Approval{ID: id, Person: person, Host: host, Port: port, At: s.now().UTC()})
+		return true
+	})
 }
 
 // List is every approval, oldest first.
 func (s *ApprovalStore) List(ctx context.Context) ([]Approval, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.load(ctx); err != nil {
+	if err := s.load(ctx, false); err != nil {
 		return nil, err
 	}
 	return slices.Clone(s.list), nil
@@ -142,13 +178,13 @@ func (s *ApprovalStore) List(ctx context.Context) ([]Approval, error) {
 func (s *ApprovalStore) Revoke(ctx context.Context, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.load(ctx); err != nil {
-		return false, err
-	}
-	i := slices.IndexFunc(s.list, func(a Approval) bool { return strings.EqualFold(a.ID, id) })
-	if i < 0 {
-		return false, nil
-	}
-	s.list = slices.Delete(s.list, i, i+1)
-	return true, s.save(ctx)
+	found := false
+	err := s.change(ctx, func() bool {
+		i := slices.IndexFunc(s.list, func(a Approval) bool { return strings.EqualFold(a.ID, id) })
+		if found = i >= 0; found {
+			s.list = slices.Delete(s.list, i, i+1)
+		}
+		return found
+	})
+	return found, err
 }
