@@ -70,6 +70,11 @@ const (
 	// linkSync is how often the registry rereads storage, to see links and
 	// revocations made by other instances sharing it, and prunes expired entries.
 	linkSync = 30 * time.Second
+	// linkFresh is how long a link's check serves before its entry is read from
+	// storage again: a revocation made by another instance takes effect within it.
+	linkFresh = 2 * time.Second
+	// maxChecked bounds the links whose last check is remembered.
+	maxChecked = 4096
 )
 
 // LinkRegistry remembers the links made and the ones revoked, in Caddy's storage under
@@ -87,6 +92,9 @@ type LinkRegistry struct {
 	onRevoke map[string]func(context.Context, Link) error
 	// maxRevoked is MaxRevoked; tests lower it.
 	maxRevoked int
+
+	checkMu sync.Mutex
+	checked map[string]time.Time // when a link's entry was last read from storage
 
 	stop chan struct{}
 	done chan struct{}
@@ -177,12 +185,68 @@ func (g *LinkRegistry) Forget(ctx context.Context, id string) {
 	g.delete(ctx, id)
 }
 
-// Revoked reports whether the link id was revoked. It reads memory only.
+// Revoked reports whether the link id was revoked, here or by another instance
+// sharing the storage: a link not revoked in memory has its entry read from storage
+// at most every linkFresh (storage failing, memory answers).
 func (g *LinkRegistry) Revoked(id string) bool {
 	g.mu.RLock()
 	l, ok := g.links[id]
 	g.mu.RUnlock()
-	return ok && l.Revoked
+	if ok && l.Revoked {
+		return true
+	}
+	if !linkIDPattern.MatchString(id) || !g.due(id) {
+		return false
+	}
+	stored, found := g.read(context.Background(), id)
+	return found && stored.Revoked && g.learn(stored).Revoked
+}
+
+// due tells whether link id's entry is to be read from storage now, and notes it.
+func (g *LinkRegistry) due(id string) bool {
+	now := g.now()
+	g.checkMu.Lock()
+	defer g.checkMu.Unlock()
+	if at, ok := g.checked[id]; ok && now.Sub(at) < linkFresh {
+		return false
+	}
+	if g.checked == nil || len(g.checked) >= maxChecked {
+		g.checked = make(map[string]time.Time)
+	}
+	g.checked[id] = now
+	return true
+}
+
+// read is link id's entry in storage, if there is a valid, unexpired one.
+func (g *LinkRegistry) read(ctx context.Context, id string) (Link, bool) {
+	data, err := g.storage.Load(ctx, path.Join(g.prefix, id))
+	if err != nil {
+		return Link{}, false
+	}
+	var l Link
+	if json.Unmarshal(data, &l) != nil || l.ID != id || !g.now().Before(l.ExpiresAt) {
+		return Link{}, false
+	}
+	return l, true
+}
+
+// learn takes in an entry another instance stored, keeping a revocation known here,
+// and returns the link as known now.
+func (g *LinkRegistry) learn(l Link) Link {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old, known := g.links[l.ID]
+	switch {
+	case known && old.Revoked:
+		return old
+	case known && !l.Revoked:
+		return old
+	}
+	if l.Revoked {
+		g.revoked++
+	}
+	g.links[l.ID] = l
+	return l
 }
 
 // ErrNotFound is returned for an unknown or expired id.
@@ -197,6 +261,18 @@ var ErrTooManyRevoked = fmt.Errorf("%d revoked links have not expired yet, the m
 // which bounds the revocation list by the links' own lifetime; at most MaxRevoked
 // unexpired revocations are kept, and Revoke refuses more rather than forget one.
 func (g *LinkRegistry) Revoke(ctx context.Context, id string) (Link, error) {
+	if !linkIDPattern.MatchString(id) {
+		return Link{}, ErrNotFound
+	}
+	g.mu.RLock()
+	_, known := g.links[id]
+	g.mu.RUnlock()
+	if !known {
+		// Made by another instance since this one last read storage.
+		if stored, found := g.read(ctx, id); found {
+			g.learn(stored)
+		}
+	}
 	g.mu.Lock()
 	now := g.now()
 	l, ok := g.links[id]

@@ -197,3 +197,49 @@ func (s *memStorage) Stat(_ context.Context, key string) (certmagic.KeyInfo, err
 
 func (s *memStorage) Lock(context.Context, string) error   { return nil }
 func (s *memStorage) Unlock(context.Context, string) error { return nil }
+
+// TestLinkRevokedAcrossInstances: two registries over one storage directory, as two
+// Caddy instances sharing it (neither rereading it, as between their 30 s syncs): a
+// link made on A is revoked through B's console, and A refuses it within linkFresh;
+// a link made on B and revoked on B is refused on A too.
+func TestLinkRevokedAcrossInstances(t *testing.T) {
+	st := fileStorage(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	a, b := NewLinkRegistry(st, "p", nil), NewLinkRegistry(st, "p", nil)
+	a.now, b.now = clock, clock
+	l := Link{ID: "made-on-a-0001", Kind: KindDownload, Target: "/sandbox/f", ExpiresAt: now.Add(time.Hour)}
+	if err := a.Record(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if a.Revoked(l.ID) {
+		t.Fatal("revoked before anyone revoked it")
+	}
+	if _, err := b.Revoke(ctx, l.ID); err != nil {
+		t.Fatalf("revoking on B a link made on A: %v", err)
+	}
+	if !b.Revoked(l.ID) {
+		t.Fatal("B does not refuse the link it revoked")
+	}
+	if a.Revoked(l.ID) {
+		t.Fatal("A read storage again within linkFresh of its last check")
+	}
+	now = now.Add(linkFresh)
+	if !a.Revoked(l.ID) {
+		t.Fatal("A still serves a link B revoked, past linkFresh")
+	}
+	now = now.Add(linkFresh)
+	if !a.Revoked(l.ID) || len(a.List()) != 1 || !a.List()[0].Revoked {
+		t.Fatalf("A forgot the revocation it learned: %+v", a.List())
+	}
+
+	// Unknown and malformed ids are refused by nothing here, and cost no storage read
+	// beyond one per linkFresh.
+	if a.Revoked("no-such-link-01") || a.Revoked("../../etc") {
+		t.Fatal("an unknown id counts as revoked")
+	}
+	if _, err := a.Revoke(ctx, "../../etc"); err != ErrNotFound {
+		t.Fatalf("revoking a malformed id: %v", err)
+	}
+}
