@@ -116,9 +116,12 @@ func (h *Handler) provisionConsole() error {
 		Checkpoints: checkpoints,
 		Ephemeral:   ephemeral,
 		Audit:       h.audit,
-		Origin:      h.auth.Origin,
-		ClientIP:    clientIP,
-		Logger:      logger,
+		// Sign-outs beside the links: per API key, in the storage every instance shares.
+		Storage:       h.storage,
+		StoragePrefix: consolePrefix + "/" + oauth.KeyFingerprint(h.APIKey),
+		Origin:        h.auth.Origin,
+		ClientIP:      clientIP,
+		Logger:        logger,
 	})
 	return err
 }

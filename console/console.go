@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/certmagic"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 	"go.uber.org/zap"
 )
@@ -268,6 +269,10 @@ type Options struct {
 	// confirmations say so.
 	Ephemeral bool
 	Audit     *AuditLog
+	// Storage, when set, keeps sign-outs under StoragePrefix until the sessions would
+	// have expired: a restart, and every instance sharing the storage, honour them.
+	Storage       certmagic.Storage
+	StoragePrefix string
 	// Origin is the site's origin for r ("https://host"); it decides the cookie's name
 	// and Secure flag and is what browser requests must come from.
 	Origin func(r *http.Request) string
@@ -302,7 +307,7 @@ func New(opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Console{opts: opts, log: opts.Logger, sessions: newSessions(opts.SessionKey, opts.Now)}, nil
+	return &Console{opts: opts, log: opts.Logger, sessions: newSessions(opts.SessionKey, opts.Now, opts.Storage, opts.StoragePrefix)}, nil
 }
 
 type noJobs struct{}

@@ -272,7 +272,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 	// Another key (another session key) does not accept the cookie.
 	other := newTestConsole(t, fullLog(t))
 	other.opts.SessionKey = []byte("another session key, other API key")
-	other.sessions = newSessions(other.opts.SessionKey, time.Now)
+	other.sessions = newSessions(other.opts.SessionKey, time.Now, nil, "")
 	req := httptest.NewRequest("GET", "http://console.test/console/links", nil)
 	req.AddCookie(ck)
 	rec := httptest.NewRecorder()

@@ -1,17 +1,23 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/audit"
 )
@@ -37,18 +43,58 @@ type session struct {
 }
 
 // sessions makes and checks session cookies. They are stateless (an HMAC with a key
-// derived from the API key) except for the nonces of signed-out sessions, kept in
-// memory until they would have expired.
+// derived from the API key) except for the signed-out sessions, kept until they would
+// have expired: in memory, and, with a storage, under <prefix>/signed_out/, so that a
+// restart and every instance sharing the storage honour a sign-out (another instance
+// within signOutFresh).
 type sessions struct {
-	key []byte
-	now func() time.Time
+	key     []byte
+	now     func() time.Time
+	storage certmagic.Storage // nil: sign-outs are kept in memory only
+	prefix  string
 
 	mu        sync.Mutex
 	signedOut map[string]time.Time
+	checked   map[string]time.Time // when a session's sign-out was last looked up in storage
 }
 
-func newSessions(key []byte, now func() time.Time) *sessions {
-	return &sessions{key: key, now: now, signedOut: make(map[string]time.Time)}
+// signOutFresh is how long a session's lookup in storage serves.
+const signOutFresh = 2 * time.Second
+
+func newSessions(key []byte, now func() time.Time, storage certmagic.Storage, prefix string) *sessions {
+	return &sessions{key: key, now: now, storage: storage, prefix: path.Join(prefix, "signed_out"),
+		signedOut: make(map[string]time.Time), checked: make(map[string]time.Time)}
+}
+
+// signOutKey is where a session's sign-out is stored: a hash of its payload, which
+// the cookie's holder alone knows.
+func (s *sessions) signOutKey(payload []byte) string {
+	h := sha256.Sum256(payload)
+	return path.Join(s.prefix, hex.EncodeToString(h[:16]))
+}
+
+// storedOut looks the session up among the sign-outs in storage, at most every
+// signOutFresh; storage failing, it is not signed out there.
+func (s *sessions) storedOut(sess *session) bool {
+	if s.storage == nil {
+		return false
+	}
+	id, now := string(sess.payload), s.now()
+	s.mu.Lock()
+	if at, ok := s.checked[id]; ok && now.Sub(at) < signOutFresh {
+		s.mu.Unlock()
+		return false
+	}
+	if len(s.checked) >= maxSignedOut {
+		clear(s.checked)
+	}
+	s.checked[id] = now
+	s.mu.Unlock()
+	if _, err := s.storage.Load(context.Background(), s.signOutKey(sess.payload)); err != nil {
+		return false
+	}
+	s.remember(sess)
+	return true
 }
 
 func (s *sessions) mac(purpose string, payload []byte) []byte {
@@ -96,14 +142,26 @@ func (s *sessions) fromRequest(r *http.Request, name string) (*session, bool) {
 	s.mu.Lock()
 	_, out := s.signedOut[string(payload)]
 	s.mu.Unlock()
-	if out {
+	if out || s.storedOut(sess) {
 		return nil, false
 	}
 	return sess, true
 }
 
-// end makes a session invalid before its expiry.
-func (s *sessions) end(sess *session) {
+// end makes a session invalid before its expiry, here at once and, through the
+// storage, everywhere; the error is the storage's.
+func (s *sessions) end(ctx context.Context, sess *session) error {
+	s.remember(sess)
+	if s.storage == nil {
+		return nil
+	}
+	s.sweep(ctx)
+	exp := strconv.FormatInt(sess.expires.Unix(), 10)
+	return s.storage.Store(ctx, s.signOutKey(sess.payload), []byte(exp))
+}
+
+// remember keeps a sign-out in memory.
+func (s *sessions) remember(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -115,6 +173,24 @@ func (s *sessions) end(sess *session) {
 		}
 	}
 	s.signedOut[string(sess.payload)] = sess.expires
+}
+
+// sweep deletes the stored sign-outs of sessions that have expired anyway.
+func (s *sessions) sweep(ctx context.Context) {
+	keys, err := s.storage.List(ctx, s.prefix, false)
+	if err != nil {
+		return
+	}
+	now := s.now()
+	for _, k := range keys {
+		b, err := s.storage.Load(ctx, k)
+		if err != nil {
+			continue
+		}
+		if exp, err := strconv.ParseInt(string(b), 10, 64); err != nil || !now.Before(time.Unix(exp, 0)) {
+			_ = s.storage.Delete(ctx, k)
+		}
+	}
 }
 
 // checkCSRF compares a submitted token with the session's, in constant time.
@@ -207,7 +283,10 @@ func (c *Console) serveSignIn(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, sess *session) {
-	c.sessions.end(sess)
+	if err := c.sessions.end(r.Context(), sess); err != nil {
+		c.log.Warn("the sign-out is not stored: other instances sharing the storage, and this one after a restart, accept the session until it expires",
+			zap.Error(err))
+	}
 	c.setCookie(w, r, "", -1)
 	c.record(r, "console", "console.sign_out", "", audit.OutcomeOK, "", c.opts.Now())
 	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
