@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,6 +277,52 @@ func TestListenPort(t *testing.T) {
 	}
 	if res := mustExec(t, sb, `exec 3<>/dev/tcp/127.0.0.1/3128 && echo connected`, boxapi.ExecOptions{}); res.Stdout != "" {
 		t.Fatalf("the port still accepts after stop: %+v", res)
+	}
+}
+
+// Two Caddy instances on one sandbox (two Sandboxes on its container, each with its
+// own agent) both listen on the egress port: neither finds it taken, and the
+// connections programs make to it reach the plugin, through one or the other.
+func TestListenPortTwoInstances(t *testing.T) {
+	cfg := testConfig(t)
+	a, _ := agentTestSandbox(t, cfg)
+	b, err := New(dockerClient(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.CloseAgent()
+	ctx := context.Background()
+	var mu sync.Mutex
+	served := map[string]int{}
+	serve := func(name string) func(net.Conn) {
+		return func(c net.Conn) {
+			defer c.Close()
+			mu.Lock()
+			served[name]++
+			mu.Unlock()
+			c.Write([]byte(name + "\n"))
+		}
+	}
+	for name, sb := range map[string]*Sandbox{"a": a, "b": b} {
+		stop, _, err := sb.ListenPort(ctx, 3131, serve(name))
+		if err != nil {
+			t.Fatalf("instance %s listening: %v", name, err)
+		}
+		defer stop()
+		if !sb.Listening(3131) {
+			t.Fatalf("instance %s does not count itself listening", name)
+		}
+	}
+	res := mustExec(t, a, `for i in $(seq 1 40); do exec 3<>/dev/tcp/127.0.0.1/3131 && read -r x <&3 && echo "$x"; exec 3<&-; done`,
+		boxapi.ExecOptions{Timeout: 60 * time.Second})
+	if n := strings.Count(res.Stdout, "\n"); n != 40 || strings.Trim(res.Stdout, "ab\n") != "" {
+		t.Fatalf("40 connections answered: %q %q", res.Stdout, res.Stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("connections served: %v", served)
+	if served["a"]+served["b"] != 40 {
+		t.Errorf("served %v, want 40 in all", served)
 	}
 }
 

@@ -79,7 +79,7 @@ func runListen(st *agentwire.Stream, req agentwire.ListenRequest) {
 		st.Reset("port out of range 1-65535")
 		return
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(req.Port))
+	ln, err := listenShared("127.0.0.1:" + strconv.Itoa(req.Port))
 	if err != nil {
 		st.Reset(err.Error())
 		return
