@@ -378,7 +378,9 @@ down() {
 	local c
 	if alive kubelet; then kill "$(cat "$RUN/run/kubelet.pid")" || true; sleep 1; fi
 	if [ -S "$RUN/containerd/containerd.sock" ] && alive containerd; then
-		local ctr=(ctr --address "$RUN/containerd/containerd.sock" -n k8s.io)
+		# Bounded: a task whose shim waits on a process that will not end must not
+		# hold the stop; its shim is killed below.
+		local ctr=(timeout 10 ctr --address "$RUN/containerd/containerd.sock" -n k8s.io)
 		for c in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true; done
 		sleep 1
 		for c in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks delete -f "$c" >/dev/null 2>&1 || true; done
