@@ -105,6 +105,9 @@ func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
 		s.awaitExecs(ctx)
 		err = me.CheckpointCreate(ctx, s.cfg.Container, checkpoint.CreateOptions{CheckpointID: keptCheckpoint, Exit: true})
 	}
+	if err == nil {
+		s.awaitExited(ctx)
+	}
 	if err != nil {
 		s.dropKept(context.WithoutCancel(ctx), "the save failed")
 		s.keepRestarting(context.WithoutCancel(ctx))
@@ -251,6 +254,19 @@ func (s *Sandbox) awaitExecs(ctx context.Context) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// awaitExited waits, up to 10 s, until the engine sees the container exited: Docker
+// answers the save before it has handled the container's exit, and a start asked for
+// meanwhile finds it "running" and does nothing (its answer is success all the same).
+func (s *Sandbox) awaitExited(ctx context.Context) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+		if err != nil || info.State == nil || !info.State.Running {
+			return
+		}
+	}
+	s.log.Warn("the engine still sees the sandbox running 10 s after saving its processes")
 }
 
 // restartPolicy sets the container's restart policy.
