@@ -93,8 +93,7 @@ type LinkRegistry struct {
 	// maxRevoked is MaxRevoked; tests lower it.
 	maxRevoked int
 
-	checkMu sync.Mutex
-	checked map[string]time.Time // when a link's entry was last read from storage
+	checked recheck // when a link's entry was last read from storage
 
 	stop chan struct{}
 	done chan struct{}
@@ -106,7 +105,8 @@ func NewLinkRegistry(storage certmagic.Storage, prefix string, logger *zap.Logge
 		logger = zap.NewNop()
 	}
 	return &LinkRegistry{storage: storage, prefix: path.Join(prefix, "links"), log: logger, now: time.Now,
-		links: make(map[string]Link), onRevoke: make(map[string]func(context.Context, Link) error), maxRevoked: MaxRevoked}
+		links: make(map[string]Link), onRevoke: make(map[string]func(context.Context, Link) error), maxRevoked: MaxRevoked,
+		checked: recheck{every: linkFresh, max: maxChecked}}
 }
 
 // OnRevoke sets what else revoking a link of kind does (a preview closes its port).
@@ -195,26 +195,11 @@ func (g *LinkRegistry) Revoked(id string) bool {
 	if ok && l.Revoked {
 		return true
 	}
-	if !linkIDPattern.MatchString(id) || !g.due(id) {
+	if !linkIDPattern.MatchString(id) || !g.checked.due(id, g.now()) {
 		return false
 	}
 	stored, found := g.read(context.Background(), id)
 	return found && stored.Revoked && g.learn(stored).Revoked
-}
-
-// due tells whether link id's entry is to be read from storage now, and notes it.
-func (g *LinkRegistry) due(id string) bool {
-	now := g.now()
-	g.checkMu.Lock()
-	defer g.checkMu.Unlock()
-	if at, ok := g.checked[id]; ok && now.Sub(at) < linkFresh {
-		return false
-	}
-	if g.checked == nil || len(g.checked) >= maxChecked {
-		g.checked = make(map[string]time.Time)
-	}
-	g.checked[id] = now
-	return true
 }
 
 // read is link id's entry in storage, if there is a valid, unexpired one.
@@ -236,10 +221,7 @@ func (g *LinkRegistry) learn(l Link) Link {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old, known := g.links[l.ID]
-	switch {
-	case known && old.Revoked:
-		return old
-	case known && !l.Revoked:
+	if known && (old.Revoked || !l.Revoked) {
 		return old
 	}
 	if l.Revoked {

@@ -55,7 +55,7 @@ type sessions struct {
 
 	mu        sync.Mutex
 	signedOut map[string]time.Time
-	checked   map[string]time.Time // when a session's sign-out was last looked up in storage
+	checked   recheck // when a session's sign-out was last looked up in storage
 }
 
 // signOutFresh is how long a session's lookup in storage serves.
@@ -63,7 +63,7 @@ const signOutFresh = 2 * time.Second
 
 func newSessions(key []byte, now func() time.Time, storage certmagic.Storage, prefix string) *sessions {
 	return &sessions{key: key, now: now, storage: storage, prefix: path.Join(prefix, "signed_out"),
-		signedOut: make(map[string]time.Time), checked: make(map[string]time.Time)}
+		signedOut: make(map[string]time.Time), checked: recheck{every: signOutFresh, max: maxSignedOut}}
 }
 
 // signOutKey is where a session's sign-out is stored: a hash of its payload, which
@@ -79,17 +79,9 @@ func (s *sessions) storedOut(sess *session) bool {
 	if s.storage == nil {
 		return false
 	}
-	id, now := string(sess.payload), s.now()
-	s.mu.Lock()
-	if at, ok := s.checked[id]; ok && now.Sub(at) < signOutFresh {
-		s.mu.Unlock()
+	if !s.checked.due(string(sess.payload), s.now()) {
 		return false
 	}
-	if len(s.checked) >= maxSignedOut {
-		clear(s.checked)
-	}
-	s.checked[id] = now
-	s.mu.Unlock()
 	if _, err := s.storage.Load(context.Background(), s.signOutKey(sess.payload)); err != nil {
 		return false
 	}
