@@ -82,6 +82,9 @@ type guardExitError struct {
 }
 
 func (e *guardExitError) Error() string {
+	if e.code == 0 && e.stderr == "" {
+		return "the upload's guard ended without its answer (exit code 0); the upload can be tried again"
+	}
 	return fmt.Sprintf("exit code %d: %s", e.code, human.Clip(e.stderr, 300))
 }
 

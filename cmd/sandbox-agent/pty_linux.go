@@ -181,6 +181,12 @@ func runPTY(argv []string, rows, cols uint16, stdin io.Reader, stdout, stderr io
 			}
 			// EIO: no process has the terminal open any more.
 			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) && out != nil {
+					readReady(master, buf, func(p []byte) bool {
+						_, werr := out.Write(p)
+						return werr == nil
+					})
+				}
 				return
 			}
 		}

@@ -283,7 +283,7 @@ func (sp *sparePool) fill(req agentwire.ExecRequest) {
 // closes f, so the program's next write fails as it would on a closed pipe. Once the
 // program has exited, it stops when nothing more comes for drainAfterExit (a process
 // left behind may hold the pipe open), however long sending what came takes.
-func relayOutput(st *agentwire.Stream, ch byte, f *os.File, exited *atomic.Bool) {
+func relayOutput(st chunkWriter, ch byte, f *os.File, exited *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		if exited.Load() {
@@ -297,8 +297,51 @@ func relayOutput(st *agentwire.Stream, ch byte, f *os.File, exited *atomic.Bool)
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				readReady(f, buf, func(p []byte) bool {
+					if _, err := st.Write(ch, p); err != nil {
+						f.Close()
+						return false
+					}
+					return true
+				})
+			}
 			return
 		}
+	}
+}
+
+// chunkWriter is the stream's side relayOutput writes to.
+type chunkWriter interface {
+	Write(ch byte, p []byte) (int, error)
+}
+
+// maxReadyDrain bounds what readReady hands on: more than a pipe holds.
+const maxReadyDrain = 8 << 20
+
+// readReady hands send what f holds already, without waiting for more, until send
+// says stop. A read deadline can fire before the runtime's poller has noticed bytes a
+// program wrote before it exited: the read then fails at once, and without this its
+// last words (an upload's name, a command's last line) would be lost.
+func readReady(f *os.File, buf []byte, send func([]byte) bool) {
+	_ = f.SetReadDeadline(time.Time{})
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	for sent := 0; sent < maxReadyDrain; {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = syscall.Read(int(fd), buf)
+			return true // never wait: only what is there
+		}); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		if !send(buf[:n]) {
+			return
+		}
+		sent += n
 	}
 }
 
