@@ -87,12 +87,12 @@ type containerLife struct{ id, startedAt string }
 // beginStop marks a stop of the container under way until end is called: no agent
 // starts meanwhile, the agent's channel is closed now, and an agent start under way
 // is not kept nor its failure held against the container.
-func (s *Sandbox) beginStop() (end func()) {
+func (s *agentLink) beginStop() (end func()) {
 	s.agentMu.Lock()
 	s.agent.stopping++
 	s.agent.gen++
 	s.agentMu.Unlock()
-	s.CloseAgent()
+	s.sb.CloseAgent()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -106,7 +106,7 @@ func (s *Sandbox) beginStop() (end func()) {
 
 // agentFresh gives the agent a new try at once in a container this Sandbox has just
 // started, restarted or made: a failure met before does not hold it on the fallback.
-func (s *Sandbox) agentFresh() {
+func (s *agentLink) agentFresh() {
 	s.agentMu.Lock()
 	s.agent.gen++
 	s.agent.off, s.agent.retry = "", time.Time{}
@@ -115,7 +115,7 @@ func (s *Sandbox) agentFresh() {
 
 // agentLife returns the container's life now, when an agent may start in it: false
 // while a stop is under way.
-func (s *Sandbox) agentLife() (gen uint64, ok bool) {
+func (s *agentLink) agentLife() (gen uint64, ok bool) {
 	s.agentMu.Lock()
 	defer s.agentMu.Unlock()
 	return s.agent.gen, s.agent.stopping == 0
@@ -123,7 +123,7 @@ func (s *Sandbox) agentLife() (gen uint64, ok bool) {
 
 // sameLife reports whether no stop is under way and none began or ended, nor a start
 // happened, since gen.
-func (s *Sandbox) sameLife(gen uint64) bool {
+func (s *agentLink) sameLife(gen uint64) bool {
 	g, ok := s.agentLife()
 	return ok && g == gen
 }
@@ -137,7 +137,7 @@ const faultInspectTimeout = 5 * time.Second
 // not running, or the container now is not the running one the agent was installed in
 // (stopped, stopping, paused, restarted or replaced). Only then does the sandbox fall
 // back to one Docker exec per call.
-func (s *Sandbox) agentFault(ctx context.Context, gen uint64, err error) bool {
+func (s *agentLink) agentFault(ctx context.Context, gen uint64, err error) bool {
 	if ctx.Err() != nil || !s.sameLife(gen) || containerGone(err) || EngineDown(err) || errors.Is(err, errNotRunning) {
 		return false
 	}
@@ -159,24 +159,24 @@ func (s *Sandbox) agentFault(ctx context.Context, gen uint64, err error) bool {
 
 // AgentStatus tells whether commands go through the agent, and if not, why.
 func (s *Sandbox) AgentStatus() (running bool, why string) {
-	s.agentMu.Lock()
-	defer s.agentMu.Unlock()
-	if s.agent.sess != nil && s.agent.sess.Err() == nil {
+	s.link.agentMu.Lock()
+	defer s.link.agentMu.Unlock()
+	if s.link.agent.sess != nil && s.link.agent.sess.Err() == nil {
 		return true, ""
 	}
-	return false, s.agent.off
+	return false, s.link.agent.off
 }
 
 // AgentStarts counts the agents this sandbox has started.
 func (s *Sandbox) AgentStarts() int {
-	s.agentMu.Lock()
-	defer s.agentMu.Unlock()
-	return s.agent.started
+	s.link.agentMu.Lock()
+	defer s.link.agentMu.Unlock()
+	return s.link.agent.started
 }
 
 // agentSession returns the running agent's channel, starting an agent when none runs;
 // nil means "use a Docker exec for this call".
-func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
+func (s *agentLink) agentSession(ctx context.Context) *agentwire.Session {
 	if s.cfg.NoAgent {
 		return nil
 	}
@@ -223,7 +223,7 @@ func (s *Sandbox) agentSession(ctx context.Context) *agentwire.Session {
 // is not tried then, nor ever once the directory's binary has run in that container.
 // gen is the container's life the start belongs to (agentLife): a failure is held
 // against the container only by agentFault's judgement.
-func (s *Sandbox) startAgent(ctx context.Context, gen uint64) (*agentwire.Session, error) {
+func (s *agentLink) startAgent(ctx context.Context, gen uint64) (*agentwire.Session, error) {
 	sess, path, err := s.startAgentFrom(ctx, gen, true)
 	if err == nil || !strings.HasPrefix(path, directMount+"/") || ctx.Err() != nil {
 		return sess, err
@@ -275,15 +275,15 @@ func binaryUnusable(msg, path string) bool {
 }
 
 // agentContainer returns the ID of the container the agent was last installed in.
-func (s *Sandbox) agentContainer() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *agentLink) agentContainer() string {
+	s.sb.mu.Lock()
+	defer s.sb.mu.Unlock()
 	return s.agentArch.id
 }
 
 // readOnlyUsable reports whether the container's read-only directory is still to be
 // tried for the agent: not in a container where its binary could not be executed.
-func (s *Sandbox) readOnlyUsable(id string) bool {
+func (s *agentLink) readOnlyUsable(id string) bool {
 	s.agentMu.Lock()
 	defer s.agentMu.Unlock()
 	return s.agent.readOnlyUnusable != id
@@ -292,7 +292,7 @@ func (s *Sandbox) readOnlyUsable(id string) bool {
 // startAgentFrom installs the agent (in the read-only directory if mounted says so and
 // the container has it), starts it and checks its greeting; it returns the binary's
 // path. A failure to start from the directory is not recorded: the caller tries a copy.
-func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) (*agentwire.Session, string, error) {
+func (s *agentLink) startAgentFrom(ctx context.Context, gen uint64, mounted bool) (*agentwire.Session, string, error) {
 	path, err := s.installAgent(ctx, mounted)
 	if err != nil {
 		if s.agentFault(ctx, gen, err) {
@@ -304,7 +304,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) 
 	if f := agentArgvForTest.Get(); f != nil {
 		argv = (*f)(path)
 	}
-	execID, hj, err := s.startEngineExec(ctx, container.ExecOptions{
+	execID, hj, err := s.sb.runner.startEngineExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: argv,
 	})
@@ -313,7 +313,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) 
 	}
 	// The first bytes of its output are the engine's message when the exec could not
 	// start.
-	out := &procStdout{p: newDockerProc(s, execID, hj), stderr: &boundedBuffer{max: 2048}, head: &boundedBuffer{max: 1024}}
+	out := &procStdout{p: newDockerProc(s.sb, execID, hj), stderr: &boundedBuffer{max: 2048}, head: &boundedBuffer{max: 1024}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
 	stop := context.AfterFunc(hctx, hj.Close)
@@ -327,7 +327,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) 
 	}
 	if err != nil {
 		hj.Close()
-		code, ok := s.dockerExitCode(context.WithoutCancel(ctx), execID, exitWait(true))
+		code, ok := s.sb.runner.dockerExitCode(context.WithoutCancel(ctx), execID, exitWait(true))
 		exit := "still running"
 		if ok {
 			exit = "exit code " + strconv.Itoa(code)
@@ -392,7 +392,7 @@ func (s *Sandbox) startAgentFrom(ctx context.Context, gen uint64, mounted bool) 
 
 // agentEnded accounts, once, for the end of an agent's channel: after agentMaxBroken
 // agents that broke the protocol, the sandbox falls back.
-func (s *Sandbox) agentEnded(sess *agentwire.Session) {
+func (s *agentLink) agentEnded(sess *agentwire.Session) {
 	s.agentMu.Lock()
 	if s.agent.sess != sess {
 		s.agentMu.Unlock()
@@ -416,7 +416,7 @@ const (
 )
 
 // agentBroke records an agent that broke the protocol and reports whether too many did.
-func (s *Sandbox) agentBroke() bool {
+func (s *agentLink) agentBroke() bool {
 	s.agentMu.Lock()
 	defer s.agentMu.Unlock()
 	now := time.Now()
@@ -431,7 +431,7 @@ func (s *Sandbox) agentBroke() bool {
 }
 
 // agentFailed records why the agent cannot run, logging each new reason once.
-func (s *Sandbox) agentFailed(why string) {
+func (s *agentLink) agentFailed(why string) {
 	s.setAgentBinary("")
 	s.agentMu.Lock()
 	s.agent.off, s.agent.retry = why, time.Now().Add(agentRetryAfter)
@@ -447,10 +447,10 @@ func (s *Sandbox) agentFailed(why string) {
 // CloseAgent ends the channel to the agent, which then exits; running jobs go on. The
 // next command starts a new agent.
 func (s *Sandbox) CloseAgent() {
-	s.agentMu.Lock()
-	sess, direct := s.agent.sess, s.agent.direct
-	s.agent.sess, s.agent.direct = nil, nil
-	s.agentMu.Unlock()
+	s.link.agentMu.Lock()
+	sess, direct := s.link.agent.sess, s.link.agent.direct
+	s.link.agent.sess, s.link.agent.direct = nil, nil
+	s.link.agentMu.Unlock()
 	if direct != nil {
 		direct.Close()
 	}
@@ -460,13 +460,13 @@ func (s *Sandbox) CloseAgent() {
 }
 
 // agentExec starts a command on the agent.
-func (s *Sandbox) agentExec(sess *agentwire.Session, opts container.ExecOptions) (proc, error) {
+func (s *agentLink) agentExec(sess *agentwire.Session, opts container.ExecOptions) (proc, error) {
 	return s.agentStart(sess, agentwire.ExecRequest{Argv: opts.Cmd, Env: opts.Env,
 		Dir: opts.WorkingDir, Stdin: opts.AttachStdin, TTY: opts.Tty})
 }
 
 // agentStart opens a stream for r on the agent.
-func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (proc, error) {
+func (s *agentLink) agentStart(sess *agentwire.Session, r agentwire.Request) (proc, error) {
 	req, err := agentwire.Encode(r)
 	if err != nil {
 		return nil, err
@@ -482,7 +482,7 @@ func (s *Sandbox) agentStart(sess *agentwire.Session, r agentwire.Request) (proc
 // native runner serves, startJob) with args and env on the agent: on a spare runner
 // started ahead of need (the script parsed already) when one is ready, the arguments
 // and environment travelling on its stdin (jobs.sh, "spare").
-func (s *Sandbox) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (proc, error) {
+func (s *agentLink) agentRunner(sess *agentwire.Session, args, env []string, stdin bool) (proc, error) {
 	var prefix []byte
 	field := func(v string) { prefix = append(append(prefix, v...), 0) }
 	field(strconv.Itoa(len(env)))

@@ -44,7 +44,7 @@ const maxSocketPath = 107
 // directDir returns the host directory shared with the container for its direct
 // channel, or "" when there is none: no directory configured, an engine that is not on
 // this machine, or a path too long for a socket (logged once).
-func (s *Sandbox) directDir() string {
+func (s *agentLink) directDir() string {
 	if s.cfg.AgentSocketDir == "" || s.cfg.NoAgent || !strings.HasPrefix(s.cli.DaemonHost(), "unix://") {
 		return ""
 	}
@@ -75,7 +75,7 @@ func newSocket(dir, prefix string) (*net.UnixListener, string, error) {
 
 // directBind returns the bind of a new container's directory for its direct channel
 // ("" for none), creating the directory.
-func (s *Sandbox) directBind() string {
+func (s *agentLink) directBind() string {
 	dir := s.directDir()
 	if dir == "" {
 		return ""
@@ -94,20 +94,20 @@ var directTokenForTest testHook[func(string) string]
 // AgentDirect tells whether the agent's direct channel carries the sandbox's
 // operations, and if not, why.
 func (s *Sandbox) AgentDirect() (bool, string) {
-	s.agentMu.Lock()
-	defer s.agentMu.Unlock()
-	if s.agent.direct != nil && s.agent.direct.Err() == nil {
+	s.link.agentMu.Lock()
+	defer s.link.agentMu.Unlock()
+	if s.link.agent.direct != nil && s.link.agent.direct.Err() == nil {
 		return true, ""
 	}
-	if s.agent.directOff != "" {
-		return false, s.agent.directOff
+	if s.link.agent.directOff != "" {
+		return false, s.link.agent.directOff
 	}
 	return false, "no agent runs"
 }
 
 // bindRefused reports whether err is the engine refusing the bind of the direct
 // channel's directory; if so, containers are made without it from now on.
-func (s *Sandbox) bindRefused(err error) bool {
+func (s *agentLink) bindRefused(err error) bool {
 	dir := s.directDir()
 	if dir == "" || !strings.Contains(err.Error(), dir) {
 		return false
@@ -120,7 +120,7 @@ func (s *Sandbox) bindRefused(err error) bool {
 
 // preferDirect returns the direct channel of the agent that sess reaches while it
 // runs, else sess.
-func (s *Sandbox) preferDirect(sess *agentwire.Session) *agentwire.Session {
+func (s *agentLink) preferDirect(sess *agentwire.Session) *agentwire.Session {
 	s.agentMu.Lock()
 	defer s.agentMu.Unlock()
 	if d := s.agent.direct; sess != nil && d != nil && d.Err() == nil && s.agent.sess == sess {
@@ -131,7 +131,7 @@ func (s *Sandbox) preferDirect(sess *agentwire.Session) *agentwire.Session {
 
 // isDirect reports whether sess is an agent's direct channel, which outruns Docker's
 // archive API: bulk bytes then go through it rather than a transfer container.
-func (s *Sandbox) isDirect(sess *agentwire.Session) bool {
+func (s *agentLink) isDirect(sess *agentwire.Session) bool {
 	if sess == nil {
 		return false
 	}
@@ -142,7 +142,7 @@ func (s *Sandbox) isDirect(sess *agentwire.Session) bool {
 
 // startDirect makes the direct channel of the agent that sess reaches, or returns why
 // it could not.
-func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*agentwire.Session, error) {
+func (s *agentLink) startDirect(ctx context.Context, sess *agentwire.Session) (*agentwire.Session, error) {
 	dir := s.directDir()
 	if dir == "" {
 		return nil, errors.New("no directory shared with the container")
@@ -150,7 +150,7 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 	if s.noBind.Load() {
 		return nil, errors.New("the Docker engine does not see Caddy's directory " + dir)
 	}
-	if why := s.runtimeNow().noHostSocket(); why != "" {
+	if why := s.sb.life.runtimeNow().noHostSocket(); why != "" {
 		return nil, errors.New(why)
 	}
 	// A budget of its own, whatever the agent's start left.
@@ -217,7 +217,7 @@ func (s *Sandbox) startDirect(ctx context.Context, sess *agentwire.Session) (*ag
 
 // watchDirect notes why an agent's direct channel ended while the agent runs on: calls
 // go through the exec's channel until the next agent.
-func (s *Sandbox) watchDirect(direct, sess *agentwire.Session) {
+func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
 	select {
 	case <-direct.Done():
 	case <-sess.Done():
@@ -240,7 +240,7 @@ func (s *Sandbox) watchDirect(direct, sess *agentwire.Session) {
 // forwarded from another machine, an engine in a VM): Docker then made an empty
 // directory of the same name on its own machine. In that case no container is given the
 // directory any more.
-func (s *Sandbox) dialFailed(ctx context.Context, sess *agentwire.Session, dir, why string) error {
+func (s *agentLink) dialFailed(ctx context.Context, sess *agentwire.Session, dir, why string) error {
 	err := fmt.Errorf("the agent could not dial its socket: %s", why)
 	switch {
 	case strings.Contains(why, "no such file"):
@@ -276,7 +276,7 @@ type bulkSocket struct {
 
 // bulkListen opens a bulk socket for a write on the direct channel sess, or returns
 // nil (the write then goes on sess's frames).
-func (s *Sandbox) bulkListen(sess *agentwire.Session) *bulkSocket {
+func (s *agentLink) bulkListen(sess *agentwire.Session) *bulkSocket {
 	dir := s.directDir()
 	if dir == "" || !s.isDirect(sess) {
 		return nil

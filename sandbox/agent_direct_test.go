@@ -61,7 +61,7 @@ func TestDirectChannel(t *testing.T) {
 	if n := cli.n.Load() - before; n != 0 {
 		t.Fatalf("%d Docker execs through the direct channel", n)
 	}
-	if n := sb.bulkWrites.Load(); n != 1 {
+	if n := sb.link.bulkWrites.Load(); n != 1 {
 		t.Fatalf("%d uploads over a socket of their own, want 1", n)
 	}
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
@@ -71,13 +71,13 @@ func TestDirectChannel(t *testing.T) {
 	}
 	// The containers' directories and the agent's binary, of which each container's
 	// directory holds a link.
-	entries, err := os.ReadDir(filepath.Dir(sb.directDir()))
+	entries, err := os.ReadDir(filepath.Dir(sb.link.directDir()))
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("the host's directory: %v %v", entries, err)
 	}
-	left, _ := os.ReadDir(sb.directDir())
-	if len(left) != 1 || "/"+directMount+"/"+left[0].Name() != "/"+sb.agentBinary() {
-		t.Fatalf("left in the container's directory: %v (agent %s)", left, sb.agentBinary())
+	left, _ := os.ReadDir(sb.link.directDir())
+	if len(left) != 1 || "/"+directMount+"/"+left[0].Name() != "/"+sb.link.agentBinary() {
+		t.Fatalf("left in the container's directory: %v (agent %s)", left, sb.link.agentBinary())
 	}
 }
 
@@ -87,7 +87,7 @@ func TestDirectChannel(t *testing.T) {
 func TestAgentBinaryCannotBeSwapped(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	bin := sb.agentBinary()
+	bin := sb.link.agentBinary()
 	if !strings.HasPrefix(bin, directMount+"/sandbox-agent-") {
 		t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
 	}
@@ -112,11 +112,11 @@ true`, boxapi.ExecOptions{})
 		if res := mustExec(t, sb, "echo real", boxapi.ExecOptions{}); res.Stdout != "real\n" {
 			t.Fatalf("start %d: %+v", i, res)
 		}
-		sb.agentMu.Lock()
-		peer := sb.agent.sess.Peer()
-		sb.agentMu.Unlock()
-		if ok, why := sb.AgentStatus(); !ok || peer.Build != path.Base(bin) || sb.agentBinary() != bin {
-			t.Fatalf("start %d: agent %v (%s), build %q from %s", i, ok, why, peer.Build, sb.agentBinary())
+		sb.link.agentMu.Lock()
+		peer := sb.link.agent.sess.Peer()
+		sb.link.agentMu.Unlock()
+		if ok, why := sb.AgentStatus(); !ok || peer.Build != path.Base(bin) || sb.link.agentBinary() != bin {
+			t.Fatalf("start %d: agent %v (%s), build %q from %s", i, ok, why, peer.Build, sb.link.agentBinary())
 		}
 	}
 }
@@ -126,9 +126,9 @@ true`, boxapi.ExecOptions{})
 func TestDirectChannelEnds(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	sb.agentMu.Lock()
-	direct, sess := sb.agent.direct, sb.agent.sess
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	direct, sess := sb.link.agent.direct, sb.link.agent.sess
+	sb.link.agentMu.Unlock()
 	if direct == nil {
 		t.Fatal("no direct channel")
 	}
@@ -144,7 +144,7 @@ func TestDirectChannelEnds(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := sb.agentSession(context.Background()); got != sess {
+	if got := sb.link.agentSession(context.Background()); got != sess {
 		t.Fatal("the call after the direct channel ended did not go through the agent's exec")
 	}
 	sb.CloseAgent()
@@ -183,7 +183,7 @@ func TestDirectChannelEngineElsewhere(t *testing.T) {
 	})
 	t.Cleanup(hostConfigForTest.Clear)
 	sb := withoutDirect(t, directConfig(t), "does not see")
-	if !sb.noBind.Load() {
+	if !sb.link.noBind.Load() {
 		t.Fatal("later containers would still get the directory")
 	}
 }
@@ -324,7 +324,7 @@ func TestDirectChannelBindRefused(t *testing.T) {
 	if res := mustExec(t, sb, "ls "+directMount+" 2>&1", boxapi.ExecOptions{}); !strings.Contains(res.Stdout, "No such file") {
 		t.Fatalf("the container has the directory: %+v", res)
 	}
-	if !sb.noBind.Load() {
+	if !sb.link.noBind.Load() {
 		t.Fatal("the refusal was not noted")
 	}
 }
@@ -343,7 +343,7 @@ func TestAgentKilledNotCopied(t *testing.T) {
 			sb, _ := agentTestSandbox(t, directConfig(t))
 			if first {
 				mustExec(t, sb, "true", boxapi.ExecOptions{})
-				if bin := sb.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
+				if bin := sb.link.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
 					t.Fatalf("the agent runs from %q, not from %s", bin, directMount)
 				}
 				sb.CloseAgent()
@@ -360,8 +360,8 @@ func TestAgentKilledNotCopied(t *testing.T) {
 			if res := mustExec(t, sb, "echo on", boxapi.ExecOptions{}); res.Stdout != "on\n" {
 				t.Fatalf("%+v", res)
 			}
-			if running, why := sb.AgentStatus(); running || sb.agentBinary() != "" {
-				t.Fatalf("an agent runs (%v %q) from %q", running, why, sb.agentBinary())
+			if running, why := sb.AgentStatus(); running || sb.link.agentBinary() != "" {
+				t.Fatalf("an agent runs (%v %q) from %q", running, why, sb.link.agentBinary())
 			}
 			agentArgvForTest.Clear()
 			if res := mustExec(t, sb, "ls -A "+agentDir+" 2>/dev/null; true", boxapi.ExecOptions{}); res.Stdout != "" {
@@ -376,9 +376,9 @@ func TestAgentKilledNotCopied(t *testing.T) {
 func TestAgentNotTraceable(t *testing.T) {
 	sb, _ := agentTestSandbox(t, directConfig(t))
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	sb.agentMu.Lock()
-	pid := sb.agent.sess.Peer().PID
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	pid := sb.link.agent.sess.Peer().PID
+	sb.link.agentMu.Unlock()
 	res := mustExec(t, sb, fmt.Sprintf("cat /proc/%d/environ >/dev/null && echo readable; cat /proc/self/environ >/dev/null && echo own", pid), boxapi.ExecOptions{})
 	if res.Stdout != "own\n" {
 		t.Fatalf("the agent's memory (pid %d): %+v", pid, res)

@@ -359,11 +359,11 @@ func agentTar(ctx context.Context, sess *agentwire.Session, p string) (io.ReadCl
 
 // fileAgent checks the absolute path p, makes sure the container runs and returns
 // the agent's channel, or nil for the fallback (Docker's API and execs).
-func (s *Sandbox) fileAgent(ctx context.Context, p string) (*agentwire.Session, error) {
+func (s *agentLink) fileAgent(ctx context.Context, p string) (*agentwire.Session, error) {
 	if !path.IsAbs(p) {
 		return nil, fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
-	if err := s.Ensure(ctx); err != nil {
+	if err := s.sb.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	return s.agentSession(ctx), nil
@@ -377,7 +377,7 @@ func agentGone(ctx context.Context, err error) bool {
 
 // agentUpload streams r into the new file tmp; size (-1: unknown) is the number of
 // bytes r must give.
-func (s *Sandbox) agentUpload(ctx context.Context, sess *agentwire.Session, tmp string, r io.Reader, size int64) (int64, error) {
+func (s *agentLink) agentUpload(ctx context.Context, sess *agentwire.Session, tmp string, r io.Reader, size int64) (int64, error) {
 	var bulk *bulkSocket
 	if size < 0 || size >= bulkMin {
 		bulk = s.bulkListen(sess)

@@ -68,9 +68,9 @@ func TestImpostorAgentBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb.agentMu.Lock()
-	sess := sb.agent.sess
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	sess := sb.link.agent.sess
+	sb.link.agentMu.Unlock()
 	if sess == nil || sess.Peer().Build != "impostor" {
 		t.Fatalf("the impostor does not run: %v", sess)
 	}

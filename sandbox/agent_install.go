@@ -34,7 +34,7 @@ type containerArch struct{ id, arch string }
 // sha256> (mode 0755, directories created), afresh on every call (the caller calls it
 // once per agent start, never per command). Errors say why (architecture without a
 // binary, read-only filesystem, no space...).
-func (s *Sandbox) installAgent(ctx context.Context, mounted bool) (string, error) {
+func (s *agentLink) installAgent(ctx context.Context, mounted bool) (string, error) {
 	arch, hasDir, err := s.imageArch(ctx)
 	if err != nil {
 		return "", fmt.Errorf("installing the sandbox agent: %w", err)
@@ -99,7 +99,7 @@ func copyFailure(err error) string {
 
 // imageArch returns the architecture of the container's image ("amd64", "arm64"...),
 // and whether the container has its direct channel's directory, read-only.
-func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err error) {
+func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, err error) {
 	c, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	if err != nil {
 		return "", false, fmt.Errorf("inspecting container %s: %w", s.cfg.Container, err)
@@ -118,9 +118,9 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 			}
 		}
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	known := s.agentArch
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	if known.id == c.ID {
 		return known.arch, hasDir, nil
 	}
@@ -136,22 +136,22 @@ func (s *Sandbox) imageArch(ctx context.Context) (arch string, hasDir bool, err 
 	default:
 		arch = img.Architecture
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	s.agentArch = containerArch{c.ID, arch}
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	return arch, hasDir, nil
 }
 
 // machineArch runs uname -m in the container through an engine exec (never the agent,
 // which is being installed) and names the result as images do (amd64, arm64...).
-func (s *Sandbox) machineArch(ctx context.Context) (string, error) {
-	id, hj, err := s.startEngineExec(ctx, container.ExecOptions{
+func (s *agentLink) machineArch(ctx context.Context) (string, error) {
+	id, hj, err := s.sb.runner.startEngineExec(ctx, container.ExecOptions{
 		User: "root", AttachStdout: true, AttachStderr: true, Cmd: []string{"uname", "-m"},
 	})
 	if err != nil {
 		return "", err
 	}
-	p := newDockerProc(s, id, hj)
+	p := newDockerProc(s.sb, id, hj)
 	defer p.Close()
 	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()
@@ -187,7 +187,7 @@ func unameArch(m string) (string, error) {
 // hard link to one copy kept beside the containers' directories (one copy for all of
 // them), or a copy of its own where a link cannot be made. A file already there with
 // the right bytes stays.
-func (s *Sandbox) placeAgent(name string, bin []byte) error {
+func (s *agentLink) placeAgent(name string, bin []byte) error {
 	dir := s.directDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

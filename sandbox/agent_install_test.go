@@ -42,13 +42,13 @@ func TestInstallAgentArchitecture(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		_, err := sb.installAgent(context.Background(), false)
+		_, err := sb.link.installAgent(context.Background(), false)
 		if err == nil || !strings.Contains(err.Error(), `architecture "riscv64" (only amd64, arm64)`) {
 			t.Fatalf("installAgent on riscv64: %v", err)
 		}
 	}
 	cli.id = "c2"
-	sb.installAgent(context.Background(), false)
+	sb.link.installAgent(context.Background(), false)
 	if cli.imageInspects != 2 {
 		t.Errorf("%d image inspections for two containers, want 2", cli.imageInspects)
 	}
@@ -70,7 +70,7 @@ func TestInstallAgent(t *testing.T) {
 	var first string
 	for i := range 2 {
 		start := time.Now()
-		p, err := sb.installAgent(ctx, false)
+		p, err := sb.link.installAgent(ctx, false)
 		if err != nil {
 			t.Fatalf("installAgent: %v", err)
 		}
@@ -105,7 +105,7 @@ func TestInstallAgentReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = sb.installAgent(context.Background(), false)
+	_, err = sb.link.installAgent(context.Background(), false)
 	if err == nil || !strings.Contains(err.Error(), "the container's root filesystem is read-only") {
 		t.Fatalf("installAgent on a read-only container: %v", err)
 	}

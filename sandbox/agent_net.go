@@ -13,7 +13,7 @@ import (
 
 // agentDial connects to port on the container's loopback over the agent's channel: a
 // stream, no exec.
-func (s *Sandbox) agentDial(ctx context.Context, sess *agentwire.Session, port int) (net.Conn, error) {
+func (s *agentLink) agentDial(ctx context.Context, sess *agentwire.Session, port int) (net.Conn, error) {
 	st, err := openNet(ctx, sess, agentwire.DialRequest{Port: port})
 	if err != nil {
 		if errors.Is(err, errRefused) {
@@ -69,8 +69,8 @@ func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn
 	if err := s.Ensure(ctx); err != nil {
 		return nil, nil, err
 	}
-	gen, _ := s.agentLife()
-	sess := s.agentSession(ctx)
+	gen, _ := s.link.agentLife()
+	sess := s.link.agentSession(ctx)
 	if sess == nil {
 		if running, why := s.AgentStatus(); !running && why != "" {
 			return nil, nil, fmt.Errorf("listening in the sandbox needs its agent, which does not run: %s", why)
@@ -81,25 +81,25 @@ func (s *Sandbox) ListenPort(ctx context.Context, port int, accept func(net.Conn
 		return nil, nil, fmt.Errorf("listening in the sandbox: its agent did not start in a container being stopped or started: %w", errNotRunning)
 	}
 	st, err := openNet(ctx, sess, agentwire.ListenRequest{Port: port})
-	if err != nil && (sess.Err() != nil || !s.sameLife(gen)) {
+	if err != nil && (sess.Err() != nil || !s.link.sameLife(gen)) {
 		// The channel went under it: the container stopped or restarted.
 		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w (%w)", port, errNotRunning, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on port %d in the sandbox: %w", port, err)
 	}
-	s.agentMu.Lock()
-	if s.agent.listeners == nil {
-		s.agent.listeners = map[listenerKey]listener{}
+	s.link.agentMu.Lock()
+	if s.link.agent.listeners == nil {
+		s.link.agent.listeners = map[listenerKey]listener{}
 	}
 	key := listenerKey{sess, st.ID()}
-	s.agent.listeners[key] = listener{accept: accept, port: port}
-	s.agentMu.Unlock()
+	s.link.agent.listeners[key] = listener{accept: accept, port: port}
+	s.link.agentMu.Unlock()
 	go func() {
 		<-st.Done()
-		s.agentMu.Lock()
-		delete(s.agent.listeners, key)
-		s.agentMu.Unlock()
+		s.link.agentMu.Lock()
+		delete(s.link.agent.listeners, key)
+		s.link.agentMu.Unlock()
 	}()
 	return func() { st.Close() }, st.Done(), nil
 }
@@ -117,7 +117,7 @@ type listener struct {
 
 // agentAccept serves a stream the agent opens: a connection accepted by one of our
 // listeners; anything else is refused.
-func (s *Sandbox) agentAccept(st *agentwire.Stream) {
+func (s *agentLink) agentAccept(st *agentwire.Stream) {
 	req, err := agentwire.Decode(st.Request())
 	r, ok := req.(*agentwire.AcceptRequest)
 	if err != nil || !ok {

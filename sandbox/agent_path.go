@@ -6,13 +6,13 @@ const agentEnv = "MCP_SANDBOX_AGENT"
 
 // agentBinary returns the path of the agent's binary in the container, or "" when the
 // sandbox runs without its agent (one Docker exec per call).
-func (s *Sandbox) agentBinary() string {
+func (s *agentLink) agentBinary() string {
 	s.agentMu.Lock()
 	defer s.agentMu.Unlock()
 	return s.agentBin
 }
 
-func (s *Sandbox) setAgentBinary(path string) {
+func (s *agentLink) setAgentBinary(path string) {
 	s.agentMu.Lock()
 	s.agentBin = path
 	s.agentMu.Unlock()

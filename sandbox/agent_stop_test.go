@@ -97,7 +97,7 @@ func TestStartClearsFallback(t *testing.T) {
 		{"recreate", func() error { return sb.Recreate(ctx) }},
 	} {
 		sb.CloseAgent()
-		sb.agentFailed("a reason of the test's")
+		sb.link.agentFailed("a reason of the test's")
 		if running, why := sb.AgentStatus(); running || why == "" {
 			t.Fatalf("not on the fallback: %v %q", running, why)
 		}
@@ -151,13 +151,13 @@ func TestPidsExhaustedKeepsReadOnlyAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb.agentMu.Lock()
-	unusable := sb.agent.readOnlyUnusable == info.ID
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	unusable := sb.link.agent.readOnlyUnusable == info.ID
+	sb.link.agentMu.Unlock()
 	if unusable {
 		t.Fatal("the read-only directory's agent was taken for unusable")
 	}
-	if bin := sb.agentBinary(); bin != "" && !strings.HasPrefix(bin, directMount+"/") {
+	if bin := sb.link.agentBinary(); bin != "" && !strings.HasPrefix(bin, directMount+"/") {
 		t.Fatalf("an agent runs from %s", bin)
 	}
 	if st, err := cli.ContainerStatPath(ctx, name, agentDir); err == nil {
@@ -168,7 +168,7 @@ func TestPidsExhaustedKeepsReadOnlyAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	if bin := sb.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
+	if bin := sb.link.agentBinary(); !strings.HasPrefix(bin, directMount+"/") {
 		t.Fatalf("after the restart the agent runs from %q, not from %s", bin, directMount)
 	}
 }

@@ -63,12 +63,12 @@ func TestAgentCarriesCommands(t *testing.T) {
 
 // agentPID returns the pid of the running agent in the container.
 func agentPID(t *testing.T, sb *Sandbox) int {
-	sb.agentMu.Lock()
-	defer sb.agentMu.Unlock()
-	if sb.agent.sess == nil {
+	sb.link.agentMu.Lock()
+	defer sb.link.agentMu.Unlock()
+	if sb.link.agent.sess == nil {
 		t.Fatal("no agent")
 	}
-	return sb.agent.sess.Peer().PID
+	return sb.link.agent.sess.Peer().PID
 }
 
 // recoverAfter runs `echo ok` until it works and returns how long that took.
@@ -162,9 +162,9 @@ func TestAgentFallbackReadOnlyNoexec(t *testing.T) {
 		t.Fatal("a command on the fallback created no Docker exec")
 	}
 	// Copied by hand into the noexec place, the agent cannot start either.
-	sb.agentMu.Lock()
-	sb.agent.retry = time.Time{}
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	sb.link.agent.retry = time.Time{}
+	sb.link.agentMu.Unlock()
 	agentArgvForTest.Set(func(string) []string { return []string{"/tmp/sandbox-agent", "serve"} })
 	t.Cleanup(func() { agentArgvForTest.Clear() })
 	mustExec(t, sb, "cp /bin/busybox /tmp/sandbox-agent", boxapi.ExecOptions{})

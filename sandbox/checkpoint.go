@@ -94,7 +94,7 @@ var copierCaps = []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", 
 var saving sync.Map
 
 // waitSaved waits while a checkpoint holds the container paused.
-func (s *Sandbox) waitSaved(ctx context.Context) error {
+func (s *saveStore) waitSaved(ctx context.Context) error {
 	for {
 		if _, ok := saving.Load(s.cfg.Container); !ok {
 			return nil
@@ -299,14 +299,14 @@ func (s *Sandbox) Checkpoints(ctx context.Context) ([]boxapi.Checkpoint, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.sweepCheckpoints(ctx, all)
-	return s.own(all), nil
+	s.saves.sweepCheckpoints(ctx, all)
+	return s.saves.own(all), nil
 }
 
 // owns reports whether c was saved from this sandbox.
-func (s *Sandbox) owns(c boxapi.Checkpoint) bool { return c.Container == s.cfg.Container }
+func (s *saveStore) owns(c boxapi.Checkpoint) bool { return c.Container == s.cfg.Container }
 
-func (s *Sandbox) own(all []boxapi.Checkpoint) []boxapi.Checkpoint {
+func (s *saveStore) own(all []boxapi.Checkpoint) []boxapi.Checkpoint {
 	var out []boxapi.Checkpoint
 	for _, c := range all {
 		if s.owns(c) {
@@ -332,30 +332,14 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if len(name) > boxapi.MaxCheckpointName {
 		return CheckpointResult{}, fmt.Errorf("a checkpoint name is at most %d bytes", boxapi.MaxCheckpointName)
 	}
-	if s.onKubernetes() {
+	if s.life.onKubernetes() {
 		return CheckpointResult{}, errNoCheckpoints
 	}
-	s.ckMu.Lock()
-	defer s.ckMu.Unlock()
-	mine, err := s.Checkpoints(ctx) // sweeps leftovers first
+	s.saves.ckMu.Lock()
+	defer s.saves.ckMu.Unlock()
+	room, err := s.saves.room(ctx, max)
 	if err != nil {
 		return CheckpointResult{}, err
-	}
-	// The bytes left for this one: the total allowed less what the checkpoints kept
-	// with it hold (past max, the oldest go once it is made).
-	total := s.maxCheckpointBytes()
-	kept := mine
-	if max > 0 && len(kept) > max-1 {
-		kept = kept[len(kept)-(max-1):]
-	}
-	var held int64
-	for _, c := range kept {
-		held += c.SizeBytes
-	}
-	room := total - held
-	if room <= 0 {
-		return CheckpointResult{}, fmt.Errorf("this sandbox's checkpoints hold %s, all of the %s they may hold together: a new one needs room; ask the person to delete old checkpoints in the console (or the operator to raise max_checkpoint_bytes), then try again",
-			human.Size(held), human.Size(total))
 	}
 	name0 := s.cfg.Container
 	info, err := s.cli.ContainerInspect(ctx, name0)
@@ -365,44 +349,15 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name0, err)
 	}
-	if err := s.commitSeesWrites(ctx, info); err != nil {
+	if err := s.life.commitSeesWrites(ctx, info); err != nil {
 		return CheckpointResult{}, err
 	}
 	if info.State != nil && info.State.Running && !info.State.Paused {
-		// Paused, the processes write nothing while both copies are taken, so the
-		// system and boxapi.WorkDir are of one moment.
-		// No exec of ours is starting when the freezer acts (execgate.go).
-		release, err := holdExecs(ctx, name0)
+		resume, err := s.saves.pause(ctx)
 		if err != nil {
-			return CheckpointResult{}, fmt.Errorf("waiting for commands starting in sandbox container %s: %w", name0, err)
+			return CheckpointResult{}, err
 		}
-		saving.Store(name0, true)
-		if err := s.cli.ContainerPause(ctx, name0); err != nil {
-			saving.Delete(name0)
-			release()
-			return CheckpointResult{}, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
-		}
-		defer func() {
-			defer release()
-			// A busy host's freezer can fail to thaw at the first try (cgroup v1), and
-			// an exec started by another than this process can wedge it (execgate.go):
-			// try a few times before leaving it to the next command.
-			var err error
-			for try := 0; try < 5; try++ {
-				// Bounded: an engine whose freezer is stuck holds the call forever.
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				err = s.cli.ContainerUnpause(uctx, name0)
-				cancel()
-				if err == nil || cerrdefs.IsNotFound(err) {
-					break
-				}
-				time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
-			}
-			if err != nil {
-				s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
-			}
-			saving.Delete(name0)
-		}()
+		defer resume()
 	}
 	id := newCheckpointID()
 	checkpointsBusy.Store(id, true)
@@ -412,85 +367,169 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	made := false
 	defer func() {
 		if !made {
-			s.removeCheckpoint(context.WithoutCancel(ctx), id)
+			s.saves.removeCheckpoint(context.WithoutCancel(ctx), id)
 		}
 	}()
+	if ck.SizeBytes, err = s.saves.saveCopies(ctx, &ck, room); err != nil {
+		return CheckpointResult{}, err
+	}
+	made = true
+	res := CheckpointResult{Checkpoint: ck}
+	s.log.Info("saved a checkpoint", zap.String("id", id), zap.Int64("bytes", ck.SizeBytes))
+	if max > 0 {
+		res.Dropped = s.saves.dropPast(ctx, id, max)
+	}
+	res.Took = time.Since(begin)
+	return res, nil
+}
+
+// checkpointRoom is what a new checkpoint may hold: room of total, the others holding held.
+type checkpointRoom struct{ room, total, held int64 }
+
+// room is the bytes left for a new checkpoint: the total allowed less what the
+// checkpoints kept with it hold (past max, the oldest go once it is made).
+func (s *saveStore) room(ctx context.Context, max int) (checkpointRoom, error) {
+	mine, err := s.sb.Checkpoints(ctx) // sweeps leftovers first
+	if err != nil {
+		return checkpointRoom{}, err
+	}
+	r := checkpointRoom{total: s.maxCheckpointBytes()}
+	kept := mine
+	if max > 0 && len(kept) > max-1 {
+		kept = kept[len(kept)-(max-1):]
+	}
+	for _, c := range kept {
+		r.held += c.SizeBytes
+	}
+	r.room = r.total - r.held
+	if r.room <= 0 {
+		return checkpointRoom{}, fmt.Errorf("this sandbox's checkpoints hold %s, all of the %s they may hold together: a new one needs room; ask the person to delete old checkpoints in the console (or the operator to raise max_checkpoint_bytes), then try again",
+			human.Size(r.held), human.Size(r.total))
+	}
+	return r, nil
+}
+
+// pause pauses the running container for a checkpoint and returns what resumes it.
+// Paused, the processes write nothing while both copies are taken, so the system and
+// boxapi.WorkDir are of one moment. No exec of ours is starting when the freezer acts
+// (execgate.go).
+func (s *saveStore) pause(ctx context.Context) (resume func(), err error) {
+	name0 := s.cfg.Container
+	release, err := holdExecs(ctx, name0)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for commands starting in sandbox container %s: %w", name0, err)
+	}
+	saving.Store(name0, true)
+	if err := s.cli.ContainerPause(ctx, name0); err != nil {
+		saving.Delete(name0)
+		release()
+		return nil, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
+	}
+	return func() {
+		defer release()
+		// A busy host's freezer can fail to thaw at the first try (cgroup v1), and
+		// an exec started by another than this process can wedge it (execgate.go):
+		// try a few times before leaving it to the next command.
+		var err error
+		for try := 0; try < 5; try++ {
+			// Bounded: an engine whose freezer is stuck holds the call forever.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = s.cli.ContainerUnpause(uctx, name0)
+			cancel()
+			if err == nil || cerrdefs.IsNotFound(err) {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+		}
+		if err != nil {
+			s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
+		}
+		saving.Delete(name0)
+	}, nil
+}
+
+// saveCopies takes the checkpoint ck's two copies, boxapi.WorkDir's into a volume of
+// its own and the system's as an image, within r; it returns the bytes they hold.
+func (s *saveStore) saveCopies(ctx context.Context, ck *boxapi.Checkpoint, r checkpointRoom) (int64, error) {
+	name0, id := ck.Container, ck.ID
 	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
 	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
+		return 0, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
 	}
 	// Measured before anything is copied: paused or stopped, the layer stays as it is.
 	var sysBytes int64
 	if sized.SizeRw != nil {
 		sysBytes = *sized.SizeRw
 	}
-	if sysBytes > min(checkpointMaxSystem, room) {
-		return CheckpointResult{}, fmt.Errorf("the system outside %s holds %s, over the %s this checkpoint may hold (docker commit saves sparse files at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
-			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, room)), boxapi.WorkDir)
+	if sysBytes > min(checkpointMaxSystem, r.room) {
+		return 0, fmt.Errorf("the system outside %s holds %s, over the %s this checkpoint may hold (docker commit saves sparse files at their full size): delete large files outside %s (find / -xdev -size +100M), then try again",
+			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, r.room)), boxapi.WorkDir)
 	}
 	vol := checkpointVolume(name0, id)
 	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
-		return CheckpointResult{}, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
+		return 0, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
 	}
 	// The data of the files, never the holes of sparse ones, within what is left.
-	left := room - sysBytes
+	left := r.room - sysBytes
 	out, err := s.copyVolumes(ctx, id, copierTimeout, []string{"save", "-max-bytes", strconv.FormatInt(left, 10), "/from", "/to"}, []mount.Mount{
 		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"},
 	}, nil)
 	if errors.Is(err, errOverBytes) {
-		return CheckpointResult{}, fmt.Errorf("this checkpoint would hold more than the %s left of the %s this sandbox's checkpoints may hold together (%s of it outside %s): delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
-			human.Size(room), human.Size(total), human.Size(sysBytes), boxapi.WorkDir, boxapi.WorkDir, boxapi.WorkDir)
+		return 0, fmt.Errorf("this checkpoint would hold more than the %s left of the %s this sandbox's checkpoints may hold together (%s of it outside %s): delete or archive what is not needed in %s (du -sh %s/* shows what is large), then try again; or ask the person to delete old checkpoints in the console",
+			human.Size(r.room), human.Size(r.total), human.Size(sysBytes), boxapi.WorkDir, boxapi.WorkDir, boxapi.WorkDir)
 	}
 	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
+		return 0, fmt.Errorf("copying %s for the checkpoint: %w", boxapi.WorkDir, err)
 	}
 	volBytes, err := copiedBytes(out)
 	if err != nil {
-		return CheckpointResult{}, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
+		return 0, fmt.Errorf("measuring the checkpoint's copy of %s: %w", boxapi.WorkDir, err)
 	}
-	ck.SizeBytes = sysBytes + volBytes
+	size := sysBytes + volBytes
 	labels := map[string]string{
-		labelCheckpoint: id, labelCheckpointOf: name0, labelCheckpointName: name,
+		labelCheckpoint: id, labelCheckpointOf: name0, labelCheckpointName: ck.Name,
 		labelCheckpointCreated: ck.CreatedAt.Format(time.RFC3339Nano), labelCheckpointVolume: vol,
-		labelCheckpointBytes: strconv.FormatInt(ck.SizeBytes, 10),
+		labelCheckpointBytes: strconv.FormatInt(size, 10),
 		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
 	}
 	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
 		Reference: CheckpointImage(name0, id), Pause: false, Comment: checkpointComment(id),
 		Config: &container.Config{Labels: labels},
 	}); err != nil {
-		return CheckpointResult{}, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
+		return 0, fmt.Errorf("saving the sandbox's system (docker commit of %s): %w", name0, err)
 	}
-	made = true
-	res := CheckpointResult{Checkpoint: ck}
-	s.log.Info("saved a checkpoint", zap.String("id", id), zap.Int64("bytes", ck.SizeBytes))
-	if max > 0 {
-		list, err := s.Checkpoints(ctx)
-		if err == nil {
-			for len(list) > max {
-				old := list[0]
-				list = list[1:]
-				if old.ID == id {
-					continue
-				}
-				if err := DeleteCheckpoint(ctx, s.cli, old.ID); err != nil && !errors.Is(err, boxapi.ErrCheckpointNotFound) {
-					s.log.Warn("removing an old checkpoint past max_checkpoints", zap.String("id", old.ID), zap.Error(err))
-					continue
-				}
-				res.Dropped = append(res.Dropped, old)
-			}
+	return size, nil
+}
+
+// dropPast deletes the oldest checkpoints past max, never the new one id, and
+// returns them.
+func (s *saveStore) dropPast(ctx context.Context, id string, max int) []boxapi.Checkpoint {
+	list, err := s.sb.Checkpoints(ctx)
+	if err != nil {
+		return nil
+	}
+	var dropped []boxapi.Checkpoint
+	for len(list) > max {
+		old := list[0]
+		list = list[1:]
+		if old.ID == id {
+			continue
 		}
+		if err := DeleteCheckpoint(ctx, s.cli, old.ID); err != nil && !errors.Is(err, boxapi.ErrCheckpointNotFound) {
+			s.log.Warn("removing an old checkpoint past max_checkpoints", zap.String("id", old.ID), zap.Error(err))
+			continue
+		}
+		dropped = append(dropped, old)
 	}
-	res.Took = time.Since(begin)
-	return res, nil
+	return dropped
 }
 
 // removeCheckpoint removes whatever a checkpoint that failed made: its image, volume
 // and copying container. Failures are logged; the next list sweeps what is left.
-func (s *Sandbox) removeCheckpoint(ctx context.Context, id string) {
+func (s *saveStore) removeCheckpoint(ctx context.Context, id string) {
 	removeCheckpoint(ctx, s.cli, s.cfg.Container, id, checkpointVolume(s.cfg.Container, id), s.log)
 }
 
@@ -511,7 +550,7 @@ func removeCheckpoint(ctx context.Context, cli API, of, id, vol string, log *zap
 // sweepCheckpoints removes the copy volumes and copying containers of this sandbox's
 // checkpoints that failed halfway (Caddy stopped, or the engine restarted, while one
 // was made): those with no image, not being made by this process.
-func (s *Sandbox) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint) {
+func (s *saveStore) sweepCheckpoints(ctx context.Context, all []boxapi.Checkpoint) {
 	sweepLeftovers(ctx, s.cli, all, func(c string) bool { return c == s.cfg.Container }, s.log)
 }
 
@@ -599,12 +638,12 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 }
 
 // copierName is the name of checkpoint id's copying container.
-func (s *Sandbox) copierName(id string) string { return copierName(s.cfg.Container, id) }
+func (s *saveStore) copierName(id string) string { return copierName(s.cfg.Container, id) }
 
 // copierName is the name of the copying container of sandbox container of for id.
 func copierName(of, id string) string { return of + "-copy-" + id }
 
-func (s *Sandbox) removeCopier(ctx context.Context, id string) {
+func (s *saveStore) removeCopier(ctx context.Context, id string) {
 	removeCopier(ctx, s.cli, s.cfg.Container, id, s.log)
 }
 
@@ -633,7 +672,7 @@ var (
 // past its -max-bytes is errOverBytes. After limit (0: none beyond ctx) it is stopped.
 // ready, when set, runs once the container exists (its volumes with it), before it
 // starts; its error ends the copy.
-func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duration, args []string, mounts []mount.Mount, ready func(context.Context) error) (string, error) {
+func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Duration, args []string, mounts []mount.Mount, ready func(context.Context) error) (string, error) {
 	name := s.copierName(id)
 	copiersBusy.Store(name, true)
 	defer copiersBusy.Delete(name)
@@ -666,19 +705,11 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 		return "", fmt.Errorf("creating the copying container from %s: %w", s.cfg.Image, err)
 	}
 	defer s.removeCopier(context.WithoutCancel(ctx), id)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(copierBinary, "/"), Mode: 0o755,
-		Size: int64(len(bin)), ModTime: time.Now()}); err != nil {
+	buf, err := copierTar(bin)
+	if err != nil {
 		return "", err
 	}
-	if _, err := tw.Write(bin); err != nil {
-		return "", err
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	if err := s.cli.CopyToContainer(ctx, resp.ID, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+	if err := s.cli.CopyToContainer(ctx, resp.ID, "/", buf, container.CopyToContainerOptions{}); err != nil {
 		return "", fmt.Errorf("putting the sandbox agent into the copying container%s: %w", copyFailure(err), err)
 	}
 	if ready != nil {
@@ -716,6 +747,28 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 		_, _ = stdcopy.StdCopy(&out, &out, logs)
 		logs.Close()
 	}
+	return copyOutcome(code, out.String())
+}
+
+// copierTar is the archive that puts the agent's binary bin into a copying container.
+func copierTar(bin []byte) (*bytes.Buffer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(copierBinary, "/"), Mode: 0o755,
+		Size: int64(len(bin)), ModTime: time.Now()}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// copyOutcome reads a copying container's exit code and the end of its output out.
+func copyOutcome(code int64, out string) (string, error) {
 	switch code {
 	case 3:
 		return "", errOverBytes
@@ -724,7 +777,7 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 			copierTimeout, boxapi.WorkDir)
 	}
 	if code != 0 {
-		last := lastLine(out.String())
+		last := lastLine(out)
 		if last == "" {
 			last = "no message"
 		}
@@ -734,7 +787,7 @@ func (s *Sandbox) copyVolumes(ctx context.Context, id string, limit time.Duratio
 		}
 		return "", fmt.Errorf("the copy failed (exit %d): %s", code, last)
 	}
-	return out.String(), nil
+	return out, nil
 }
 
 // tailBuffer keeps the last copierOutput bytes written to it.
@@ -794,35 +847,21 @@ type RestoreResult struct {
 // from the configured image and keeps boxapi.WorkDir. Another sandbox's checkpoint is not
 // found. A restore that fails leaves the sandbox as it was.
 func (s *Sandbox) Restore(ctx context.Context, id string) (RestoreResult, error) {
-	return s.restore(ctx, id, true)
+	return s.saves.restore(ctx, id, true)
 }
 
 // Seed makes the sandbox checkpoint id of any sandbox on its engine, as Restore does.
 func (s *Sandbox) Seed(ctx context.Context, id string) (RestoreResult, error) {
-	return s.restore(ctx, id, false)
+	return s.saves.restore(ctx, id, false)
 }
 
-func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResult, error) {
+func (s *saveStore) restore(ctx context.Context, id string, own bool) (RestoreResult, error) {
 	begin := time.Now()
 	s.ckMu.Lock()
 	defer s.ckMu.Unlock()
-	ck := boxapi.Checkpoint{ID: boxapi.ImageReset}
-	img, vol := s.cfg.Image, ""
-	if id != boxapi.ImageReset && s.onKubernetes() {
-		return RestoreResult{}, errNoCheckpoints
-	}
-	if id != boxapi.ImageReset {
-		found, err := findStored(ctx, s.cli, id)
-		if err != nil {
-			return RestoreResult{}, err
-		}
-		if own && found.Container != s.cfg.Container {
-			return RestoreResult{}, fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
-		}
-		ck, img, vol = found.Checkpoint, found.ref, found.vol
-		if err := s.checkCopy(ctx, id, vol); err != nil {
-			return RestoreResult{}, err
-		}
+	ck, img, vol, err := s.source(ctx, id, own)
+	if err != nil {
+		return RestoreResult{}, err
 	}
 	name := s.cfg.Container
 	// The volume exists for a sandbox being seeded that never ran.
@@ -836,9 +875,9 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	saving.Store(name, true)
 	defer saving.Delete(name)
 	// As Stop: no agent starts in the container being replaced.
-	endStop := s.beginStop()
+	endStop := s.sb.link.beginStop()
 	defer endStop()
-	s.invalidate()
+	s.sb.life.invalidate()
 	old, err := s.cli.ContainerInspect(ctx, name)
 	hadOld := err == nil
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -853,10 +892,10 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			if err := s.cli.ContainerRename(bg, old.ID, name); err != nil {
 				s.log.Error("putting the sandbox back after a failed restore", zap.Error(err))
 			} else if wasRunning && s.cli.ContainerStart(bg, name, container.StartOptions{}) == nil {
-				s.agentFresh()
+				s.sb.link.agentFresh()
 			}
 		}
-		s.invalidate()
+		s.sb.life.invalidate()
 		return RestoreResult{}, why
 	}
 	if wasRunning {
@@ -869,57 +908,12 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 			return rollback(fmt.Errorf("putting sandbox container %s aside: %w", name, err))
 		}
 	}
-	err = s.createFrom(ctx, img, func(ctx context.Context, newID string) error {
-		if id == boxapi.ImageReset {
-			if hadOld {
-				if err := s.carryJobs(ctx, old.ID, newID); err != nil {
-					return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
-				}
-			}
-			return nil
-		}
-		// The job records are carried while /sandbox is copied: they only say which jobs
-		// of before ended, and a failure to carry them is logged, never a reason to
-		// undo a restore whose files are in place.
-		carried := make(chan error, 1)
+	err = s.sb.life.createFrom(ctx, img, func(ctx context.Context, newID string) error {
+		oldID := ""
 		if hadOld {
-			go func() { carried <- s.carryJobs(ctx, old.ID, newID) }()
-		} else {
-			carried <- nil
+			oldID = old.ID
 		}
-		defer func() {
-			if err := <-carried; err != nil {
-				s.log.Warn("the job records of before the restore were not kept", zap.Error(err))
-			}
-		}()
-		// One run of the agent: the copy goes beside the current files, under a name
-		// chosen now, so a full disk or the time bound stops it before anything is
-		// replaced; then it is swapped in with renames, which no time bound cuts
-		// halfway, and the replaced files are deleted. A failure moves everything
-		// back and deletes only its own copy.
-		suffix := restoreSuffix()
-		mounts := []mount.Mount{
-			{Type: mount.TypeVolume, Source: vol, Target: "/from", ReadOnly: true},
-			{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
-		}
-		// The time bound is the agent's own, for the copy; the one here only ends an
-		// agent that hangs.
-		_, err := s.copyVolumes(ctx, id, copierTimeout+restoreGrace, []string{"restore", "-suffix", suffix,
-			"-timeout", copierTimeout.String(), "/from", "/to"}, mounts, func(ctx context.Context) error {
-			// Mounted by the copying container, the copy cannot be deleted until it ends;
-			// deleted before, the engine made an empty volume under its name.
-			return s.checkCopy(ctx, id, vol)
-		})
-		if errors.Is(err, errCopyStopped) {
-			// The agent keeps its own time bound; stopped from here, it hung, perhaps
-			// halfway through the renames.
-			return fmt.Errorf("%w: the restore's copy hung and was stopped; the files of before may be in %s/.mcp-sandbox-replaced-%s and the checkpoint's in %s/.mcp-sandbox-restore-%s: move back what is needed, then delete those",
-				errHalfway, boxapi.WorkDir, suffix, boxapi.WorkDir, suffix)
-		}
-		if err != nil {
-			return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
-		}
-		return nil
+		return s.fill(ctx, newID, oldID, id, vol)
 	})
 	if err != nil {
 		if errors.Is(err, errHalfway) {
@@ -929,24 +923,15 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 	}
 	if hadOld {
 		// Its writable layer may be large: removed after the restore has answered.
-		go func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-			defer cancel()
-			if err := s.cli.ContainerRemove(rctx, old.ID, container.RemoveOptions{Force: true}); err != nil {
-				s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
-				return
-			}
-			// The checkpoint it ran from may have been deleted meanwhile.
-			SweepUntagged(rctx, s.cli, s.owns, s.log)
-		}()
+		go s.removeReplaced(context.WithoutCancel(ctx), old.ID, aside)
 	}
-	s.mu.Lock()
-	s.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
-	s.mu.Unlock()
+	s.sb.mu.Lock()
+	s.sb.life.warnedImage = id != boxapi.ImageReset // a checkpoint's image is meant to differ
+	s.sb.mu.Unlock()
 	// The new container runs (createFrom gave its agent a fresh try): agents may start.
 	endStop()
 	saving.Delete(name)
-	if err := s.Ensure(ctx); err != nil {
+	if err := s.sb.Ensure(ctx); err != nil {
 		return RestoreResult{}, fmt.Errorf("starting the restored sandbox: %w", err)
 	}
 	s.log.Info("restored the sandbox", zap.String("checkpoint", id), zap.Duration("took", time.Since(begin)))
@@ -955,8 +940,100 @@ func (s *Sandbox) restore(ctx context.Context, id string, own bool) (RestoreResu
 
 // checkCopy makes sure checkpoint id's copy of boxapi.WorkDir is the one Checkpoint
 // made: a volume of that name without its label is one the engine made, empty, when a
+// source finds what a restore of id starts from: the checkpoint, its image and the
+// volume of its copy of boxapi.WorkDir (the image and none for boxapi.ImageReset). own
+// refuses another sandbox's checkpoint.
+func (s *saveStore) source(ctx context.Context, id string, own bool) (ck boxapi.Checkpoint, img, vol string, err error) {
+	if id == boxapi.ImageReset {
+		return boxapi.Checkpoint{ID: boxapi.ImageReset}, s.cfg.Image, "", nil
+	}
+	if s.sb.life.onKubernetes() {
+		return ck, "", "", errNoCheckpoints
+	}
+	found, err := findStored(ctx, s.cli, id)
+	if err != nil {
+		return ck, "", "", err
+	}
+	if own && found.Container != s.cfg.Container {
+		return ck, "", "", fmt.Errorf("%w: %s", boxapi.ErrCheckpointNotFound, id)
+	}
+	if err := s.checkCopy(ctx, id, found.vol); err != nil {
+		return ck, "", "", err
+	}
+	return found.Checkpoint, found.ref, found.vol, nil
+}
+
+// fill fills the new container newID of a restore of checkpoint id (its copy of
+// boxapi.WorkDir in the volume vol) before it starts: the job records of the old
+// container oldID ("" none) come along, and for a checkpoint the copy replaces the
+// volume's files.
+func (s *saveStore) fill(ctx context.Context, newID, oldID, id, vol string) error {
+	if id == boxapi.ImageReset {
+		if oldID != "" {
+			if err := s.carryJobs(ctx, oldID, newID); err != nil {
+				return fmt.Errorf("keeping the job records (make room in %s): %w", JobsDir, err)
+			}
+		}
+		return nil
+	}
+	// The job records are carried while /sandbox is copied: they only say which jobs
+	// of before ended, and a failure to carry them is logged, never a reason to
+	// undo a restore whose files are in place.
+	carried := make(chan error, 1)
+	if oldID != "" {
+		go func() { carried <- s.carryJobs(ctx, oldID, newID) }()
+	} else {
+		carried <- nil
+	}
+	defer func() {
+		if err := <-carried; err != nil {
+			s.log.Warn("the job records of before the restore were not kept", zap.Error(err))
+		}
+	}()
+	// One run of the agent: the copy goes beside the current files, under a name
+	// chosen now, so a full disk or the time bound stops it before anything is
+	// replaced; then it is swapped in with renames, which no time bound cuts
+	// halfway, and the replaced files are deleted. A failure moves everything
+	// back and deletes only its own copy.
+	suffix := restoreSuffix()
+	mounts := []mount.Mount{
+		{Type: mount.TypeVolume, Source: vol, Target: "/from", ReadOnly: true},
+		{Type: mount.TypeVolume, Source: s.cfg.Volume, Target: "/to"},
+	}
+	// The time bound is the agent's own, for the copy; the one here only ends an
+	// agent that hangs.
+	_, err := s.copyVolumes(ctx, id, copierTimeout+restoreGrace, []string{"restore", "-suffix", suffix,
+		"-timeout", copierTimeout.String(), "/from", "/to"}, mounts, func(ctx context.Context) error {
+		// Mounted by the copying container, the copy cannot be deleted until it ends;
+		// deleted before, the engine made an empty volume under its name.
+		return s.checkCopy(ctx, id, vol)
+	})
+	if errors.Is(err, errCopyStopped) {
+		// The agent keeps its own time bound; stopped from here, it hung, perhaps
+		// halfway through the renames.
+		return fmt.Errorf("%w: the restore's copy hung and was stopped; the files of before may be in %s/.mcp-sandbox-replaced-%s and the checkpoint's in %s/.mcp-sandbox-restore-%s: move back what is needed, then delete those",
+			errHalfway, boxapi.WorkDir, suffix, boxapi.WorkDir, suffix)
+	}
+	if err != nil {
+		return fmt.Errorf("copying the checkpoint's %s: %w", boxapi.WorkDir, err)
+	}
+	return nil
+}
+
+// removeReplaced removes the container a restore replaced, put aside under aside.
+func (s *saveStore) removeReplaced(ctx context.Context, oldID, aside string) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := s.cli.ContainerRemove(rctx, oldID, container.RemoveOptions{Force: true}); err != nil {
+		s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
+		return
+	}
+	// The checkpoint it ran from may have been deleted meanwhile.
+	SweepUntagged(rctx, s.cli, s.owns, s.log)
+}
+
 // copying container mounted it after the copy was deleted; it is removed.
-func (s *Sandbox) checkCopy(ctx context.Context, id, vol string) error {
+func (s *saveStore) checkCopy(ctx context.Context, id, vol string) error {
 	v, err := s.cli.VolumeInspect(ctx, vol)
 	if err == nil && v.Labels[labelCheckpoint] == id {
 		return nil
@@ -994,7 +1071,7 @@ func restoreSuffix() string {
 // The archive comes from the sandbox: only regular files directly in the jobs
 // directory pass, within carryMaxBytes and carryMaxEntries; past them the rest is
 // left behind (the restore goes on).
-func (s *Sandbox) carryJobs(ctx context.Context, from, to string) error {
+func (s *saveStore) carryJobs(ctx context.Context, from, to string) error {
 	rc, _, err := s.cli.CopyFromContainer(ctx, from, JobsDir)
 	if cerrdefs.IsNotFound(err) {
 		return nil // no job ever ran
@@ -1089,7 +1166,7 @@ func volumeOptions(s string) map[string]string {
 const DefaultMaxCheckpointBytes int64 = 10 << 30
 
 // maxCheckpointBytes is MaxCheckpointBytes with its default.
-func (s *Sandbox) maxCheckpointBytes() int64 {
+func (s *saveStore) maxCheckpointBytes() int64 {
 	if s.cfg.MaxCheckpointBytes > 0 {
 		return s.cfg.MaxCheckpointBytes
 	}

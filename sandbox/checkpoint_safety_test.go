@@ -221,7 +221,7 @@ func TestCheckpointNames(t *testing.T) {
 		Config: &container.Config{Labels: labels}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.copyVolumes(ctx, old, time.Minute, []string{"save", "/from", "/to"}, []mount.Mount{
+	if _, err := sb.saves.copyVolumes(ctx, old, time.Minute, []string{"save", "/from", "/to"}, []mount.Mount{
 		{Type: mount.TypeVolume, Source: cfg.Volume, Target: "/from", ReadOnly: true},
 		{Type: mount.TypeVolume, Source: vol, Target: "/to"}}, nil); err != nil {
 		t.Fatal(err)

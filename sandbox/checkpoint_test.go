@@ -149,7 +149,7 @@ func TestRestoreFailureKeepsSandbox(t *testing.T) {
 func TestCheckpointHoldsCommands(t *testing.T) {
 	cli, cfg, sb, ctx := noAgentSandbox(t, 3*time.Minute)
 	saved := checkpointPaused(t, ctx, cli, cfg, sb)
-	sb.invalidate() // the next command asks Docker, as one would after readyTrust
+	sb.life.invalidate() // the next command asks Docker, as one would after readyTrust
 	r := mustExec(t, sb, "echo ran", boxapi.ExecOptions{})
 	ran := time.Now()
 	end := <-saved
@@ -176,7 +176,7 @@ func TestRestoreWithCommands(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		go func() {
 			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
-			sb.invalidate()
+			sb.life.invalidate()
 			r, err := sb.Exec(ctx, "cat /sandbox/f", boxapi.ExecOptions{})
 			if err != nil {
 				outs <- err.Error()

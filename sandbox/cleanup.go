@@ -43,7 +43,7 @@ func (s *Sandbox) Cleanup(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	var out bytes.Buffer
-	res, err := s.run(ctx, "bash -c "+shellQuote(cleanupScript)+" cleanup "+strconv.FormatInt(ttl, 10),
+	res, err := s.runner.run(ctx, "bash -c "+shellQuote(cleanupScript)+" cleanup "+strconv.FormatInt(ttl, 10),
 		s.cfg.ExecTimeout, minMaxOutput, func(st boxapi.Stream, p []byte) {
 			if st == boxapi.Stdout && out.Len()+len(p) <= maxCleanupReport {
 				out.Write(p)
@@ -80,13 +80,13 @@ func (s *Sandbox) RunCleanup(ctx context.Context, onDeleted func(paths []string)
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-s.cleanupKick:
+		case <-s.life.cleanupKick:
 		}
-		s.cleanupPass(ctx, onDeleted)
+		s.life.cleanupPass(ctx, onDeleted)
 	}
 }
 
-func (s *Sandbox) cleanupPass(ctx context.Context, onDeleted func([]string)) {
+func (s *lifecycle) cleanupPass(ctx context.Context, onDeleted func([]string)) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic in sandbox cleanup", zap.Any("panic", r), zap.Stack("stack"))
@@ -94,7 +94,7 @@ func (s *Sandbox) cleanupPass(ctx context.Context, onDeleted func([]string)) {
 	}()
 	// Like other upkeep, a pass never creates or starts the container: there is
 	// nothing to clean in one that was removed on purpose.
-	paths, err := s.Cleanup(upkeep(ctx))
+	paths, err := s.sb.Cleanup(upkeep(ctx))
 	switch {
 	case errors.Is(err, errNotRunning):
 		s.noteCleanupSkipped()

@@ -29,14 +29,14 @@ fi`
 func (s *Sandbox) Detect(ctx context.Context) (boxapi.Facts, error) {
 	ctx, cancel := context.WithTimeout(upkeep(ctx), 30*time.Second)
 	defer cancel()
-	info, err := s.runningInfo(ctx)
+	info, err := s.life.runningInfo(ctx)
 	if err != nil {
 		return boxapi.Facts{}, err
 	}
 	script := fmt.Sprintf(detectScript, strings.Join(boxapi.DetectPythonModules, " "))
 	var out bytes.Buffer
 	// One byte over the limit tells the parser that the output was longer.
-	if _, err := s.collectExec(ctx, append([]string{"bash", "-c", script, "detect"}, boxapi.DetectPrograms...), &out, boxapi.MaxDetectOutput+1); err != nil {
+	if _, err := s.runner.collectExec(ctx, append([]string{"bash", "-c", script, "detect"}, boxapi.DetectPrograms...), &out, boxapi.MaxDetectOutput+1); err != nil {
 		return boxapi.Facts{}, fmt.Errorf("detecting installed tools: %w", err)
 	}
 	f, ignored := boxapi.ParseDetect(out.Bytes())

@@ -83,7 +83,7 @@ type liveEngine interface {
 // is made again first, so the command runs there once instead of being sent into the
 // old one and reported lost with it. Other errors leave things as they are (the command
 // then meets whatever is wrong).
-func (s *Sandbox) confirmRunning(ctx context.Context) error {
+func (s *lifecycle) confirmRunning(ctx context.Context) error {
 	le, ok := s.cli.(liveEngine)
 	if !ok {
 		return nil
@@ -93,16 +93,16 @@ func (s *Sandbox) confirmRunning(ctx context.Context) error {
 		return nil
 	}
 	s.log.Info("the sandbox's container is gone or stopping; making it again before the command", zap.Error(err))
-	s.CloseAgent()
+	s.sb.CloseAgent()
 	s.invalidate()
-	return s.Ensure(ctx)
+	return s.sb.Ensure(ctx)
 }
 
 // onKubernetes reports whether the engine is a Kubernetes one (package kube, whose
 // DaemonHost is kubernetes://...): no engine files on this machine, no raw connection
 // (Dialer), no second container on the sandbox's volume, no images or checkpoints.
 // The sandbox then copies files through execs and says plainly what it cannot do.
-func (s *Sandbox) onKubernetes() bool {
+func (s *lifecycle) onKubernetes() bool {
 	return strings.HasPrefix(s.cli.DaemonHost(), "kubernetes://")
 }
 

@@ -59,12 +59,12 @@ while :;do sleep 86400&wait $!;done`
 // callers share one check.
 func (s *Sandbox) Ensure(ctx context.Context) error {
 	if isUpkeep(ctx) {
-		_, err := s.runningInfo(ctx)
+		_, err := s.life.runningInfo(ctx)
 		return err
 	}
 	s.mu.Lock()
-	closed := s.closed
-	fresh := !s.readyAt.IsZero() && time.Since(s.readyAt) < readyTrust
+	closed := s.life.closed
+	fresh := !s.life.readyAt.IsZero() && time.Since(s.life.readyAt) < readyTrust
 	s.mu.Unlock()
 	switch {
 	case closed:
@@ -72,21 +72,21 @@ func (s *Sandbox) Ensure(ctx context.Context) error {
 	case fresh:
 		return nil
 	}
-	ch := s.ensureGroup.DoChan("ensure", func() (any, error) {
-		ectx, done, err := s.startMaking(context.WithoutCancel(ctx))
+	ch := s.life.ensureGroup.DoChan("ensure", func() (any, error) {
+		ectx, done, err := s.life.startMaking(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, err
 		}
 		defer done()
 		ectx, cancel := context.WithTimeout(ectx, ensureTimeout)
 		defer cancel()
-		if err := s.ensure(ectx); err != nil {
-			if s.closing.Err() != nil {
+		if err := s.life.ensure(ectx); err != nil {
+			if s.life.closing.Err() != nil {
 				return nil, ErrClosed
 			}
 			return nil, err
 		}
-		s.ready()
+		s.life.ready()
 		return nil, nil
 	})
 	select {
@@ -104,9 +104,9 @@ var ErrClosed = errors.New("the server configuration this call ran under has end
 // startMaking counts a call that may create or start the container until done is
 // called, and gives it a context that ends with Close. It fails once the Sandbox is
 // closed.
-func (s *Sandbox) startMaking(ctx context.Context) (_ context.Context, done func(), _ error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *lifecycle) startMaking(ctx context.Context) (_ context.Context, done func(), _ error) {
+	s.sb.mu.Lock()
+	defer s.sb.mu.Unlock()
 	if s.closed {
 		return nil, nil, ErrClosed
 	}
@@ -122,20 +122,20 @@ func (s *Sandbox) startMaking(ctx context.Context) (_ context.Context, done func
 // Ensures and Starts under way have ended. The container is left as it is.
 func (s *Sandbox) Close() {
 	s.mu.Lock()
-	s.closed = true
+	s.life.closed = true
 	s.mu.Unlock()
-	s.closeNow()
-	s.making.Wait()
+	s.life.closeNow()
+	s.life.making.Wait()
 }
 
 // ready records that the container was just seen running with our settings, and wakes
 // those waiting on Ready.
-func (s *Sandbox) ready() {
-	s.mu.Lock()
+func (s *lifecycle) ready() {
+	s.sb.mu.Lock()
 	s.readyAt = time.Now()
 	ch := s.readyCh
 	s.readyCh = nil
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	if ch != nil {
 		close(ch)
 	}
@@ -147,10 +147,10 @@ func (s *Sandbox) ready() {
 func (s *Sandbox) Ready() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readyCh == nil {
-		s.readyCh = make(chan struct{})
+	if s.life.readyCh == nil {
+		s.life.readyCh = make(chan struct{})
 	}
-	return s.readyCh
+	return s.life.readyCh
 }
 
 // Upkeep marks ctx as background work: what runs under it uses the container while
@@ -163,15 +163,15 @@ func Upkeep(ctx context.Context) context.Context { return upkeep(ctx) }
 func NotRunning(err error) bool { return errors.Is(err, errNotRunning) }
 
 // invalidate makes the next Ensure ask Docker again.
-func (s *Sandbox) invalidate() {
-	s.mu.Lock()
+func (s *lifecycle) invalidate() {
+	s.sb.mu.Lock()
 	s.readyAt = time.Time{}
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 }
 
-func (s *Sandbox) ensure(ctx context.Context) error {
+func (s *lifecycle) ensure(ctx context.Context) error {
 	name := s.cfg.Container
-	if err := s.waitSaved(ctx); err != nil {
+	if err := s.sb.saves.waitSaved(ctx); err != nil {
 		return err
 	}
 	info, err := s.cli.ContainerInspect(ctx, name)
@@ -244,15 +244,15 @@ func commandEnv(imageEnv []string) []string {
 }
 
 // noteEnv keeps the command environment for the container's environment env.
-func (s *Sandbox) noteEnv(env []string) {
+func (s *lifecycle) noteEnv(env []string) {
 	e := commandEnv(env)
-	s.mu.Lock()
-	s.cmdEnv = e
-	s.mu.Unlock()
+	s.sb.mu.Lock()
+	s.sb.runner.cmdEnv = e
+	s.sb.mu.Unlock()
 }
 
 // waitGone waits, briefly, until a container being removed is gone.
-func (s *Sandbox) waitGone(ctx context.Context) error {
+func (s *lifecycle) waitGone(ctx context.Context) error {
 	for i := 0; i < 100; i++ {
 		if _, err := s.cli.ContainerInspect(ctx, s.cfg.Container); cerrdefs.IsNotFound(err) {
 			return nil
@@ -279,7 +279,7 @@ var (
 
 // outdated says why an existing container lacks the isolation settings or the network
 // of the configuration ("" when it has them).
-func (s *Sandbox) outdated(info container.InspectResponse) string {
+func (s *lifecycle) outdated(info container.InspectResponse) string {
 	hc := info.HostConfig
 	if hc == nil {
 		return ""
@@ -313,7 +313,7 @@ func builtinNetwork(mode string) bool {
 
 // ensureNetwork creates the configured named network when it is missing: a bridge with
 // inter-container traffic off, labelled as ours.
-func (s *Sandbox) ensureNetwork(ctx context.Context) error {
+func (s *lifecycle) ensureNetwork(ctx context.Context) error {
 	name := s.cfg.network()
 	if builtinNetwork(name) {
 		return nil
@@ -343,12 +343,11 @@ func (s *Sandbox) ensureNetwork(ctx context.Context) error {
 }
 
 // create makes the volume, the network and the container and starts it.
-func (s *Sandbox) create(ctx context.Context) error { return s.createFrom(ctx, s.cfg.Image, nil) }
+func (s *lifecycle) create(ctx context.Context) error { return s.createFrom(ctx, s.cfg.Image, nil) }
 
-// createFrom is create from image (the configured one or a checkpoint's); prepare,
-// when set, runs on the created container before it starts, and a failure of it
-// removes the container.
-func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx context.Context, id string) error) error {
+// prepareFor checks that image is there and notes its environment, and makes the
+// network and the volume a container from it needs.
+func (s *lifecycle) prepareFor(ctx context.Context, image string) error {
 	c := s.cfg
 	img, err := s.cli.ImageInspect(ctx, image)
 	if err != nil {
@@ -373,13 +372,12 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 	}); err != nil {
 		return fmt.Errorf("creating sandbox volume %s: %w", c.Volume, err)
 	}
-	host, err := s.hostFacts(ctx)
-	if err != nil {
-		return err
-	}
-	if err := s.checkRuntime(host.info); err != nil {
-		return err
-	}
+	return nil
+}
+
+// hostConfig is the container's host configuration on an engine with host's facts.
+func (s *lifecycle) hostConfig(host hostFacts) *container.HostConfig {
+	c := s.cfg
 	res := s.resources(host)
 	pids := c.PidsLimit
 	res.PidsLimit = &pids
@@ -395,14 +393,33 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		Sysctls:       s.sysctls(),
 		Runtime:       c.Runtime,
 	}
-	if !s.noBind.Load() {
-		if b := s.directBind(); b != "" {
+	if !s.sb.link.noBind.Load() {
+		if b := s.sb.link.directBind(); b != "" {
 			hc.Binds = []string{b}
 		}
 	}
 	if f := hostConfigForTest.Get(); f != nil {
 		(*f)(hc)
 	}
+	return hc
+}
+
+// createFrom is create from image (the configured one or a checkpoint's); prepare,
+// when set, runs on the created container before it starts, and a failure of it
+// removes the container.
+func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(ctx context.Context, id string) error) error {
+	c := s.cfg
+	if err := s.prepareFor(ctx, image); err != nil {
+		return err
+	}
+	host, err := s.hostFacts(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.checkRuntime(host.info); err != nil {
+		return err
+	}
+	hc := s.hostConfig(host)
 	labels := s.labels()
 	if image != c.Image {
 		// A checkpoint's image carries the labels of the container it was saved from
@@ -422,7 +439,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 			Labels:     labels,
 		},
 		hc, nil, nil, c.Container)
-	if err != nil && len(hc.Binds) > 0 && s.bindRefused(err) {
+	if err != nil && len(hc.Binds) > 0 && s.sb.link.bindRefused(err) {
 		return s.createFrom(ctx, image, prepare)
 	}
 	if err != nil {
@@ -447,7 +464,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		}
 	}
 	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		if len(hc.Binds) > 0 && s.bindRefused(err) {
+		if len(hc.Binds) > 0 && s.sb.link.bindRefused(err) {
 			// The engine cannot mount the direct channel's directory (it sees
 			// another file system than Caddy): the container goes without it.
 			_ = s.cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
@@ -458,7 +475,7 @@ func (s *Sandbox) createFrom(ctx context.Context, image string, prepare func(ctx
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}
-	s.agentFresh()
+	s.sb.link.agentFresh()
 	s.starts.Add(1)
 	if image == c.Image {
 		s.setGitIdentity(ctx)
@@ -482,10 +499,10 @@ fi`
 
 // setOffline prepares a new container without a network for commands that would
 // download. A failure only costs time when they fail, so it is logged, not returned.
-func (s *Sandbox) setOffline(ctx context.Context) {
+func (s *lifecycle) setOffline(ctx context.Context) {
 	// Upkeep: inside ensure, a failed exec must not start another Ensure.
 	var out bytes.Buffer
-	code, err := s.collectExec(upkeep(ctx), []string{"bash", "-c", offlineScript, "offline"}, &out, 1024)
+	code, err := s.sb.runner.collectExec(upkeep(ctx), []string{"bash", "-c", offlineScript, "offline"}, &out, 1024)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit code %d", code)
 	}
@@ -495,7 +512,7 @@ func (s *Sandbox) setOffline(ctx context.Context) {
 }
 
 // labels are a new container's: ours, its volume, and the engine it is placed on.
-func (s *Sandbox) labels() map[string]string {
+func (s *lifecycle) labels() map[string]string {
 	l := map[string]string{labelManaged: "true", labelVolume: s.cfg.Volume}
 	if s.cfg.Engine != "" {
 		l[labelEngine] = s.cfg.Engine
@@ -531,10 +548,10 @@ printf '[user]
 
 // setGitIdentity gives a new container its git identity. A failure only costs the
 // default identity, so it is logged, not returned.
-func (s *Sandbox) setGitIdentity(ctx context.Context) {
+func (s *lifecycle) setGitIdentity(ctx context.Context) {
 	// Upkeep: inside ensure, a failed exec must not start another Ensure.
 	var out bytes.Buffer
-	code, err := s.collectExec(upkeep(ctx), []string{"bash", "-c", gitIdentityScript, "gitidentity", gitName, gitEmail}, &out, 1024)
+	code, err := s.sb.runner.collectExec(upkeep(ctx), []string{"bash", "-c", gitIdentityScript, "gitidentity", gitName, gitEmail}, &out, 1024)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit code %d", code)
 	}
@@ -545,7 +562,7 @@ func (s *Sandbox) setGitIdentity(ctx context.Context) {
 
 // sysctls are the container's sysctls: the ping range needs a network namespace of the
 // container's own, which host and container: modes do not give.
-func (s *Sandbox) sysctls() map[string]string {
+func (s *lifecycle) sysctls() map[string]string {
 	if n := s.cfg.network(); n == "host" || strings.HasPrefix(n, "container:") {
 		return nil
 	}
@@ -553,7 +570,7 @@ func (s *Sandbox) sysctls() map[string]string {
 }
 
 // start brings an existing container to the running state.
-func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) error {
+func (s *lifecycle) start(ctx context.Context, info container.InspectResponse) error {
 	name := s.cfg.Container
 	st := info.State
 	if st == nil {
@@ -564,7 +581,7 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 		return nil
 	case st.Paused:
 		if _, ok := saving.Load(name); ok {
-			return s.waitSaved(ctx)
+			return s.sb.saves.waitSaved(ctx)
 		}
 		if err := s.cli.ContainerUnpause(ctx, name); err != nil {
 			return fmt.Errorf("unpausing sandbox container %s: %w", name, err)
@@ -576,18 +593,18 @@ func (s *Sandbox) start(ctx context.Context, info container.InspectResponse) err
 	}
 	// It was stopped behind this Sandbox's back: an agent channel still held belongs
 	// to a process that ended with it, whether or not its end was seen.
-	s.CloseAgent()
-	if err := s.startContainer(ctx); err != nil {
+	s.sb.CloseAgent()
+	if err := s.sb.saves.startContainer(ctx); err != nil {
 		return fmt.Errorf("starting sandbox container %s: %w", name, err)
 	}
-	s.agentFresh()
+	s.sb.link.agentFresh()
 	s.log.Info("started stopped sandbox container", zap.String("id", info.ID))
 	s.started()
 	return nil
 }
 
 // waitRunning waits while Docker restarts the container.
-func (s *Sandbox) waitRunning(ctx context.Context) error {
+func (s *lifecycle) waitRunning(ctx context.Context) error {
 	name := s.cfg.Container
 	deadline := time.Now().Add(restartWait)
 	for {
@@ -619,14 +636,14 @@ type hostFacts struct {
 	info    system.Info
 }
 
-func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
+func (s *lifecycle) hostFacts(ctx context.Context) (hostFacts, error) {
 	info, err := s.cli.Info(ctx)
 	if err != nil {
 		return hostFacts{}, fmt.Errorf("asking Docker for host information: %w", err)
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	s.hostCPUs = info.NCPU
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != "", info: info}, nil
 }
 
@@ -636,22 +653,22 @@ func (s *Sandbox) hostFacts(ctx context.Context) (hostFacts, error) {
 func (s *Sandbox) CPUs() (cpus float64, known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hostCPUs <= 0 {
+	if s.life.hostCPUs <= 0 {
 		return s.cfg.CPUs, false
 	}
-	return min(s.cfg.CPUs, float64(s.hostCPUs)), true
+	return min(s.cfg.CPUs, float64(s.life.hostCPUs)), true
 }
 
 // resources are the limits the container should have on this host. Docker refuses a CPU
 // limit above the host's CPU count, so the limit is clamped there.
-func (s *Sandbox) resources(host hostFacts) container.Resources {
+func (s *lifecycle) resources(host hostFacts) container.Resources {
 	nano := s.cfg.nanoCPUs()
 	if host.cpus > 0 && nano > int64(host.cpus)*1e9 {
 		nano = int64(host.cpus) * 1e9
-		s.mu.Lock()
+		s.sb.mu.Lock()
 		warn := !s.warnedCPUs
 		s.warnedCPUs = true
-		s.mu.Unlock()
+		s.sb.mu.Unlock()
 		if warn {
 			s.log.Warn("sandbox CPU limit is above the host's CPU count; using all host CPUs",
 				zap.Float64("configured_cpus", s.cfg.CPUs), zap.Int("host_cpus", host.cpus))
@@ -664,7 +681,7 @@ func (s *Sandbox) resources(host hostFacts) container.Resources {
 
 // applyLimits updates memory, CPU and process limits in place when they differ from the
 // configuration, so that a changed limit needs no new container.
-func (s *Sandbox) applyLimits(ctx context.Context, info container.InspectResponse, host hostFacts) error {
+func (s *lifecycle) applyLimits(ctx context.Context, info container.InspectResponse, host hostFacts) error {
 	if info.HostConfig == nil {
 		return nil
 	}
@@ -701,10 +718,10 @@ func (s *Sandbox) applyLimits(ctx context.Context, info container.InspectRespons
 // checkImage warns (once) when the container was made from another image than the
 // configured one. Recreating would be the only way to apply it, and that is left to the
 // operator because it ends every running process.
-func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse) {
-	s.mu.Lock()
+func (s *lifecycle) checkImage(ctx context.Context, info container.InspectResponse) {
+	s.sb.mu.Lock()
 	warned := s.warnedImage
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	if warned || info.Config == nil {
 		return
 	}
@@ -723,9 +740,9 @@ func (s *Sandbox) checkImage(ctx context.Context, info container.InspectResponse
 	default:
 		problem = "sandbox container was created from another image; the configured image is not applied to an existing container"
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	s.warnedImage = true
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	s.log.Warn(problem,
 		zap.String("container_image", info.Config.Image),
 		zap.String("configured_image", s.cfg.Image),
@@ -750,7 +767,7 @@ func upkeep(ctx context.Context) context.Context { return context.WithValue(ctx,
 func isUpkeep(ctx context.Context) bool { return ctx.Value(upkeepKey{}) != nil }
 
 // runningInfo inspects the container and fails unless it runs; it changes nothing.
-func (s *Sandbox) runningInfo(ctx context.Context) (container.InspectResponse, error) {
+func (s *lifecycle) runningInfo(ctx context.Context) (container.InspectResponse, error) {
 	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	if cerrdefs.IsNotFound(err) {
 		return info, fmt.Errorf("sandbox container %s: %w", s.cfg.Container, errNotRunning)

@@ -120,7 +120,7 @@ func TestEnsureRepairsContainer(t *testing.T) {
 		if err := cli.ContainerStop(ctx, sb.cfg.Container, container.StopOptions{Timeout: &timeout}); err != nil {
 			t.Fatal(err)
 		}
-		sb.invalidate()
+		sb.life.invalidate()
 		if err := sb.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -240,8 +240,8 @@ func TestUpkeepLeavesARemovedContainerAlone(t *testing.T) {
 	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	sb.fillWarm()
-	sb.cleanupPass(ctx, nil)
+	sb.runner.fillWarm()
+	sb.life.cleanupPass(ctx, nil)
 	if _, err := cli.ContainerInspect(ctx, cfg.Container); err == nil {
 		t.Fatal("upkeep brought back the container that was removed")
 	}

@@ -70,13 +70,13 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts boxapi.ExecOpti
 		return nil, err
 	}
 	if opts.TTY {
-		if s.agentSession(ctx); s.agentBinary() == "" {
+		if s.link.agentSession(ctx); s.link.agentBinary() == "" {
 			return nil, boxapi.ErrNoTTY
 		}
 		opts.Interactive = true
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := s.execJob(ctx, newJobID(), command, opts, false, begin)
+		res, err := s.runner.execJob(ctx, newJobID(), command, opts, false, begin)
 		if !errors.Is(err, errJobIDTaken) || attempt == 2 {
 			return res, err
 		}
@@ -85,15 +85,17 @@ func (s *Sandbox) Exec(ctx context.Context, command string, opts boxapi.ExecOpti
 
 // execJob is Exec with the job id drawn and opts filled in; rerun says the agent went
 // before the runner claimed the job's id, and the command is started again.
-func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.ExecOptions, rerun bool, begin time.Time) (*boxapi.ExecResult, error) {
-	timeout, maxOutput, maxJobs, cwd := opts.Timeout, opts.MaxOutput, opts.MaxJobs, opts.Cwd
-	res := &boxapi.ExecResult{ExitCode: -1}
-	if err := s.reserveJob(ctx, id, maxJobs); err != nil {
+func (s *jobRunner) execJob(ctx context.Context, id, command string, opts boxapi.ExecOptions, rerun bool, begin time.Time) (*boxapi.ExecResult, error) {
+	maxOutput := opts.MaxOutput
+	// failed is a failure to start: a cancelled call is answered as cancelled.
+	failed := func(err error) (*boxapi.ExecResult, error) {
 		if ctx.Err() != nil {
-			res.Cancelled = true
-			return res, nil
+			return &boxapi.ExecResult{ExitCode: -1, Cancelled: true}, nil
 		}
 		return nil, err
+	}
+	if err := s.reserveJob(ctx, id, opts.MaxJobs); err != nil {
+		return failed(err)
 	}
 	if opts.OnStart != nil {
 		opts.OnStart(id)
@@ -105,40 +107,16 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 		}
 	}()
 	_, head, tail := budget(maxOutput)
-	j := jobStart{dir: JobsDir, id: id, timeout: timeout, wait: opts.Wait, interactive: opts.Interactive,
-		tty: opts.TTY, cwd: cwd, head: head, tail: tail, command: command}
-	wait := opts.Wait
-	switch {
-	case wait < 0:
-		j.wait = 0
-	case wait > 0 && wait < timeout:
-	default:
-		wait, j.wait = timeout, waitToEnd
-	}
-	if opts.TTY {
-		j.agent = s.agentBinary()
-	}
-	s.mu.Lock()
-	j.env = append(j.env, s.cmdEnv...)
-	s.mu.Unlock()
-	j.env = append(j.env, s.cfg.proxyEnv(id)...)
-	if err := s.confirmRunning(ctx); err != nil {
+	j, wait := s.jobSpec(id, command, opts, head, tail)
+	if err := s.sb.life.confirmRunning(ctx); err != nil {
 		ended = true
-		if ctx.Err() != nil {
-			res.Cancelled = true
-			return res, nil
-		}
-		return nil, err
+		return failed(err)
 	}
-	gen := s.starts.Load()
+	gen := s.sb.life.starts.Load()
 	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
 		ended = true
-		if ctx.Err() != nil {
-			res.Cancelled = true
-			return res, nil
-		}
-		return nil, err
+		return failed(err)
 	}
 	defer run.close()
 
@@ -158,63 +136,22 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 		return nil, fmt.Errorf("the job runner in the sandbox did not answer within %v; the command may still be running as job %s", wait+runnerGrace, id)
 	case <-opts.Yield:
 		stopLive()
-		run.close()
-		err := <-run.done
-		if h, herr := run.out.header(); err == nil && herr == nil && (h.outSent > 0 || h.errSent > 0) {
-			// The runner answered before it was closed: its delivery reaches nobody.
-			s.resendNext(id)
-		}
-		return &boxapi.ExecResult{JobID: id, Running: true, ExitCode: -1, Duration: time.Since(begin)}, nil
+		return s.yieldRun(id, run, begin), nil
 	case <-ctx.Done():
 		stopLive()
-		// Killing is upkeep: a container that went away took the command with it, and
-		// must not be brought back (the caller, or a test's cleanup, may have removed it).
-		kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
-		kres, kerr := s.killJob(kctx, id, maxOutput, "cancelled")
-		cancel()
-		var answered *header
-		select {
-		case err := <-run.done:
-			if h, herr := run.out.header(); err == nil && herr == nil {
-				answered = &h
-			}
-		case <-time.After(cancelGrace):
-		}
-		run.close()
-		if kerr != nil {
-			s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
-			kres = &boxapi.ExecResult{JobID: id, ExitCode: -1}
-		}
-		kres.Cancelled, kres.Killed = true, false
-		kres.Duration = time.Since(begin)
 		ended = true
-		// This result reaches nobody. The runner's answer, when the command ended before
-		// the kill marked it cancelled, recorded its output as delivered: the next
-		// JobOutput sends that again. (Once marked, the runners record nothing.)
-		if answered != nil && !answered.cancelled && (answered.outSent > 0 || answered.errSent > 0) {
-			s.resendNext(id)
-		}
-		return kres, nil
+		return s.cancelRun(ctx, id, run, maxOutput, begin), nil
 	}
 	stopLive()
 	if errors.Is(readErr, agentwire.ErrLost) {
-		// The agent went (the command may have killed it): the job lives in its files,
-		// and a new agent follows it for what is left of the wait.
-		s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(readErr))
-		// The new agent may break too (a program in the agent's place): each try
-		// starts another, until the sandbox falls back to Docker execs.
-		var res *boxapi.ExecResult
-		err := readErr
-		for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
-			res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput, true)
-		}
-		if errors.Is(err, boxapi.ErrJobNotFound) && s.starts.Load() != gen {
+		res, err := s.followLost(ctx, id, readErr, wait, begin, maxOutput, opts.OnOutput)
+		switch {
+		case errors.Is(err, boxapi.ErrJobNotFound) && s.sb.life.starts.Load() != gen:
 			// The container was made or started again meanwhile: the job went with
 			// the one it ran in. It may have done part of its work: never run twice.
 			ended = true
 			return nil, fmt.Errorf("%w: the sandbox's container stopped or was replaced while it ran (job %s), so it did not finish and is not run again; /sandbox is kept, files elsewhere may be gone: check what it did, then run it again if needed", boxapi.ErrCommandLost, id)
-		}
-		if errors.Is(err, boxapi.ErrJobNotFound) && !rerun {
+		case errors.Is(err, boxapi.ErrJobNotFound) && !rerun:
 			// No runner claimed the id: the agent went before it ran the command.
 			// Start it again under the same id: a first runner that claims it late
 			// makes this start answer "taken" (and is followed instead), so the
@@ -235,21 +172,99 @@ func (s *Sandbox) execJob(ctx context.Context, id, command string, opts boxapi.E
 	}
 	if err := scriptError(h, id); err != nil {
 		if rerun && errors.Is(err, errJobIDTaken) {
-			return s.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
+			return s.sb.JobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, opts.OnOutput)
 		}
 		ended = true
 		return nil, err
 	}
-	res = s.result(h, id, run.out, maxOutput)
+	res := s.result(h, id, run.out, maxOutput)
 	res.Duration = time.Since(begin)
 	ended = !res.Running
 	return res, nil
 }
 
+// jobSpec is the runner's request for a job and how long the call waits for it.
+func (s *jobRunner) jobSpec(id, command string, opts boxapi.ExecOptions, head, tail int) (jobStart, time.Duration) {
+	j := jobStart{dir: JobsDir, id: id, timeout: opts.Timeout, wait: opts.Wait, interactive: opts.Interactive,
+		tty: opts.TTY, cwd: opts.Cwd, head: head, tail: tail, command: command}
+	wait := opts.Wait
+	switch {
+	case wait < 0:
+		j.wait = 0
+	case wait > 0 && wait < opts.Timeout:
+	default:
+		wait, j.wait = opts.Timeout, waitToEnd
+	}
+	if opts.TTY {
+		j.agent = s.sb.link.agentBinary()
+	}
+	s.sb.mu.Lock()
+	j.env = append(j.env, s.cmdEnv...)
+	s.sb.mu.Unlock()
+	j.env = append(j.env, s.cfg.proxyEnv(id)...)
+	return j, wait
+}
+
+// yieldRun leaves the job running for the caller to follow later.
+func (s *jobRunner) yieldRun(id string, run *scriptRun, begin time.Time) *boxapi.ExecResult {
+	run.close()
+	err := <-run.done
+	if h, herr := run.out.header(); err == nil && herr == nil && (h.outSent > 0 || h.errSent > 0) {
+		// The runner answered before it was closed: its delivery reaches nobody.
+		s.resendNext(id)
+	}
+	return &boxapi.ExecResult{JobID: id, Running: true, ExitCode: -1, Duration: time.Since(begin)}
+}
+
+// cancelRun kills the job of a cancelled call and answers what it had done.
+func (s *jobRunner) cancelRun(ctx context.Context, id string, run *scriptRun, maxOutput int, begin time.Time) *boxapi.ExecResult {
+	// Killing is upkeep: a container that went away took the command with it, and
+	// must not be brought back (the caller, or a test's cleanup, may have removed it).
+	kctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), killTimeout)
+	kres, kerr := s.killJob(kctx, id, maxOutput, "cancelled")
+	cancel()
+	var answered *header
+	select {
+	case err := <-run.done:
+		if h, herr := run.out.header(); err == nil && herr == nil {
+			answered = &h
+		}
+	case <-time.After(cancelGrace):
+	}
+	run.close()
+	if kerr != nil {
+		s.log.Warn("killing cancelled command in sandbox", zap.String("job", id), zap.Error(kerr))
+		kres = &boxapi.ExecResult{JobID: id, ExitCode: -1}
+	}
+	kres.Cancelled, kres.Killed = true, false
+	kres.Duration = time.Since(begin)
+	// This result reaches nobody. The runner's answer, when the command ended before
+	// the kill marked it cancelled, recorded its output as delivered: the next
+	// JobOutput sends that again. (Once marked, the runners record nothing.)
+	if answered != nil && !answered.cancelled && (answered.outSent > 0 || answered.errSent > 0) {
+		s.resendNext(id)
+	}
+	return kres
+}
+
+// followLost follows a job whose agent went (the command may have killed it): the job
+// lives in its files, and a new agent follows it for what is left of the wait. The new
+// agent may break too (a program in the agent's place): each try starts another,
+// until the sandbox falls back to Docker execs.
+func (s *jobRunner) followLost(ctx context.Context, id string, lost error, wait time.Duration, begin time.Time, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+	s.log.Info("the agent's channel ended during a command; following its job through a new one", zap.String("job", id), zap.Error(lost))
+	var res *boxapi.ExecResult
+	err := lost
+	for try := 0; errors.Is(err, agentwire.ErrLost) && try < agentMaxBroken; try++ {
+		res, err = s.jobOutput(ctx, id, max(wait-time.Since(begin), 0), nil, maxOutput, onOutput, true)
+	}
+	return res, err
+}
+
 // followLive samples the job's output not delivered yet every liveInterval for
 // onOutput, until the returned stop is called. Each sample is one short exec that
 // reads the files.
-func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(boxapi.Stream, []byte)) (stop func()) {
+func (s *jobRunner) followLive(ctx context.Context, id string, onOutput func(boxapi.Stream, []byte)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -295,10 +310,10 @@ func (s *Sandbox) followLive(ctx context.Context, id string, onOutput func(boxap
 // run executes an internal command (not a job) with a timeout, passing its output to
 // onOutput and keeping maxOutput bytes of each stream. On timeout or cancellation the
 // exec is abandoned and Docker kills its process.
-func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
+func (s *jobRunner) run(ctx context.Context, command string, timeout time.Duration, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
 	res := &boxapi.ExecResult{ExitCode: -1}
 	begin := time.Now()
-	if err := s.Ensure(ctx); err != nil {
+	if err := s.sb.Ensure(ctx); err != nil {
 		if ctx.Err() != nil {
 			res.Cancelled = true
 			return res, nil
@@ -359,23 +374,23 @@ func (s *Sandbox) run(ctx context.Context, command string, timeout time.Duration
 
 // startExec starts a program in the container, on the agent when it runs, else as a
 // Docker exec, repairing the container once if it is gone.
-func (s *Sandbox) startExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
+func (s *jobRunner) startExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
 	for attempt := 0; ; attempt++ {
 		p, err := s.tryStartExec(ctx, opts)
 		if err == nil || attempt > 0 || !containerGone(err) || ctx.Err() != nil || isUpkeep(ctx) {
 			return p, err
 		}
 		s.log.Info("sandbox container is gone or stopped; repairing it", zap.Error(err))
-		s.invalidate()
-		if err := s.Ensure(ctx); err != nil {
+		s.sb.life.invalidate()
+		if err := s.sb.Ensure(ctx); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
-	if sess := s.agentSession(ctx); sess != nil {
-		if p, err := s.agentExec(sess, opts); err == nil {
+func (s *jobRunner) tryStartExec(ctx context.Context, opts container.ExecOptions) (proc, error) {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
+		if p, err := s.sb.link.agentExec(sess, opts); err == nil {
 			return p, nil
 		}
 		// The channel ended under this call: it takes a Docker exec; the next starts a
@@ -385,7 +400,7 @@ func (s *Sandbox) tryStartExec(ctx context.Context, opts container.ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
-	return newDockerProc(s, id, hj), nil
+	return newDockerProc(s.sb, id, hj), nil
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -38,10 +38,10 @@ const execStartWait = 10 * time.Second
 // exec holds the container's gate until its process runs (or failed to start), waited
 // for in the background: the caller reads its streams at once, and no pause of the
 // container catches it starting. Its errors name the step that failed.
-func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
+func (s *jobRunner) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	name := s.cfg.Container
 	var g *semaphore.Weighted // none on Kubernetes: no pause there, checkpoints are Docker's
-	if !s.onKubernetes() {
+	if !s.sb.life.onKubernetes() {
 		g = execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
 			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)
@@ -74,7 +74,7 @@ func (s *Sandbox) startEngineExec(ctx context.Context, opts container.ExecOption
 // awaitExecStarted waits until Docker reports the exec's process (its pid), or that it
 // could not start (an exit code without a pid), or execStartWait passes. Docker answers
 // the attach before it runs `runc exec`.
-func (s *Sandbox) awaitExecStarted(ctx context.Context, id string) {
+func (s *jobRunner) awaitExecStarted(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, execStartWait)
 	defer cancel()
 	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {

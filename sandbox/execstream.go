@@ -31,7 +31,7 @@ type execStream struct {
 // When stdin is not nil it is copied to the program's standard input, which is then
 // closed. The container is repaired once if it is gone. Closing ends the program's
 // output; so does the end of ctx.
-func (s *Sandbox) startStream(ctx context.Context, dir string, argv []string, stdin io.Reader) (*execStream, error) {
+func (s *jobRunner) startStream(ctx context.Context, dir string, argv []string, stdin io.Reader) (*execStream, error) {
 	e, err := s.startRaw(ctx, dir, argv, stdin != nil)
 	if err != nil {
 		return nil, err
@@ -48,8 +48,8 @@ func (s *Sandbox) startStream(ctx context.Context, dir string, argv []string, st
 
 // startRaw starts argv; with attachStdin the caller writes the program's input to e.p
 // and closes it with CloseWrite.
-func (s *Sandbox) startRaw(ctx context.Context, dir string, argv []string, attachStdin bool) (*execStream, error) {
-	if err := s.Ensure(ctx); err != nil {
+func (s *jobRunner) startRaw(ctx context.Context, dir string, argv []string, attachStdin bool) (*execStream, error) {
+	if err := s.sb.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	p, err := s.startExec(ctx, container.ExecOptions{
@@ -124,7 +124,7 @@ func (e *execStream) wait(ctx context.Context) (int, string, error) {
 }
 
 // runCapture runs argv and returns its exit code and bounded standard output and error.
-func (s *Sandbox) runCapture(ctx context.Context, argv []string, stdin io.Reader, maxOut int) (code int, stdout, stderr string, err error) {
+func (s *jobRunner) runCapture(ctx context.Context, argv []string, stdin io.Reader, maxOut int) (code int, stdout, stderr string, err error) {
 	e, err := s.startStream(ctx, "/", argv, stdin)
 	if err != nil {
 		return 0, "", "", err
@@ -183,7 +183,7 @@ type warmReads struct {
 }
 
 // takeWarm returns the reader started ahead, if any, and starts the next one.
-func (s *Sandbox) takeWarm() *execStream {
+func (s *jobRunner) takeWarm() *execStream {
 	w := &s.warm
 	w.mu.Lock()
 	e, age := w.ready, time.Since(w.started)
@@ -213,7 +213,7 @@ func (s *Sandbox) takeWarm() *execStream {
 // fillWarm starts the next reader in the background. Like other upkeep it never
 // creates or starts the container: one removed on purpose (an operator, a test's
 // cleanup) must not come back because a reader was due.
-func (s *Sandbox) fillWarm() {
+func (s *jobRunner) fillWarm() {
 	ctx, cancel := context.WithTimeout(upkeep(context.Background()), 30*time.Second)
 	defer cancel()
 	e, err := s.startRaw(ctx, "/", []string{"bash", "-c", warmReadScript}, true)

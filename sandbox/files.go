@@ -27,7 +27,7 @@ const maxSymlinks = 40
 // fails with [boxapi.ErrRelativePath], [boxapi.ErrNotFound], [boxapi.ErrIsDir] or [boxapi.ErrNotRegular] (wrapped);
 // for the last two the returned FileInfo is filled in.
 func (s *Sandbox) Stat(ctx context.Context, p string) (boxapi.FileInfo, error) {
-	fi, _, err := s.statRegular(ctx, p)
+	fi, _, err := s.files.statRegular(ctx, p)
 	return fi, err
 }
 
@@ -56,17 +56,17 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 	if offset < 0 {
 		return nil, fmt.Errorf("opening %s: negative offset %d", p, offset)
 	}
-	if sess, err := s.fileAgent(ctx, p); err != nil {
+	if sess, err := s.link.fileAgent(ctx, p); err != nil {
 		return nil, err
 	} else if sess != nil {
 		p = path.Clean(p)
-		if offset == 0 && !s.isDirect(sess) {
+		if offset == 0 && !s.link.isDirect(sess) {
 			// A large whole file on the volume still comes through a transfer
 			// container: Docker's archive API outruns the agent's exec stream (not
 			// its direct channel).
 			fi, err := agentStat(ctx, sess, p)
 			if err == nil && fi.Mode.IsRegular() && fi.Size >= archiveMin && (length < 0 || length >= fi.Size) {
-				if f, ok := s.openArchive(ctx, fi, p); ok {
+				if f, ok := s.files.openArchive(ctx, fi, p); ok {
 					return f, nil
 				}
 			}
@@ -76,7 +76,7 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 			return f, err
 		}
 	}
-	fi, target, err := s.statRegular(ctx, p)
+	fi, target, err := s.files.statRegular(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -84,11 +84,11 @@ func (s *Sandbox) OpenRange(ctx context.Context, p string, offset, length int64)
 		return nil, fmt.Errorf("opening %s: offset %d is beyond the end of the file (%d bytes)", fi.Path, offset, fi.Size)
 	}
 	if offset == 0 && (length < 0 || length >= fi.Size) && fi.Size >= archiveMin {
-		if f, ok := s.openArchive(ctx, fi, target); ok {
+		if f, ok := s.files.openArchive(ctx, fi, target); ok {
 			return f, nil
 		}
 	}
-	return s.openAt(ctx, fi, target, offset, length)
+	return s.files.openAt(ctx, fi, target, offset, length)
 }
 
 // archiveMin is the size from which a whole file is read through the archive API: its
@@ -98,8 +98,8 @@ const archiveMin = 4 << 20
 // openArchive reads the whole file target through a transfer container. It reports
 // false when that is not possible (off the volume, no transfer container, a symbolic
 // link among the directories, a file that changed), and the caller reads with dd.
-func (s *Sandbox) openArchive(ctx context.Context, fi boxapi.FileInfo, target string) (*boxapi.File, bool) {
-	if s.onKubernetes() || !s.plainOnVolume(ctx, target) { // no transfer containers there
+func (s *fileStore) openArchive(ctx context.Context, fi boxapi.FileInfo, target string) (*boxapi.File, bool) {
+	if s.sb.life.onKubernetes() || !s.plainOnVolume(ctx, target) { // no transfer containers there
 		return nil, false
 	}
 	id, release := s.transferTarget(ctx)
@@ -159,7 +159,7 @@ func (f closerFunc) Close() error { return f() }
 // plainOnVolume reports whether the absolute, clean path p is on the volume with no
 // symbolic link among its directories, so that a transfer container, which resolves
 // links in a root of its own, finds the same file.
-func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
+func (s *fileStore) plainOnVolume(ctx context.Context, p string) bool {
 	if !onVolume(p) || p == boxapi.WorkDir {
 		return false
 	}
@@ -179,13 +179,13 @@ func (s *Sandbox) plainOnVolume(ctx context.Context, p string) bool {
 // POSIX operands are used): it starts at the block holding offset, and the bytes before
 // offset in that block are discarded here. A reader started ahead of need serves the
 // request when there is one; a fresh dd otherwise, or when that reader failed.
-func (s *Sandbox) openAt(ctx context.Context, fi boxapi.FileInfo, target string, offset, length int64) (*boxapi.File, error) {
+func (s *fileStore) openAt(ctx context.Context, fi boxapi.FileInfo, target string, offset, length int64) (*boxapi.File, error) {
 	skip := offset % rangeBlock
 	count := int64(-1)
 	if length >= 0 {
 		count = (skip + length + rangeBlock - 1) / rangeBlock
 	}
-	if e := s.takeWarm(); e != nil {
+	if e := s.sb.runner.takeWarm(); e != nil {
 		if err := e.request(target, offset/rangeBlock, count); err == nil {
 			e.bind(ctx)
 			if f, err := s.readFrom(ctx, e, fi, offset, length); err == nil {
@@ -198,7 +198,7 @@ func (s *Sandbox) openAt(ctx context.Context, fi boxapi.FileInfo, target string,
 	if count >= 0 {
 		argv = append(argv, fmt.Sprintf("count=%d", count))
 	}
-	e, err := s.startStream(ctx, "/", argv, nil)
+	e, err := s.sb.runner.startStream(ctx, "/", argv, nil)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", fi.Path, err)
 	}
@@ -206,7 +206,7 @@ func (s *Sandbox) openAt(ctx context.Context, fi boxapi.FileInfo, target string,
 }
 
 // readFrom skips to offset in the block dd started at and checks that bytes come.
-func (s *Sandbox) readFrom(ctx context.Context, e *execStream, fi boxapi.FileInfo, offset, length int64) (*boxapi.File, error) {
+func (s *fileStore) readFrom(ctx context.Context, e *execStream, fi boxapi.FileInfo, offset, length int64) (*boxapi.File, error) {
 	br := bufio.NewReaderSize(e, 64<<10)
 	_, err := br.Discard(int(offset % rangeBlock))
 	want := length != 0 && offset < fi.Size
@@ -240,15 +240,15 @@ type tarFile struct {
 
 // statRegular stats p following symbolic links and checks it is a regular file. It
 // returns the path of the file the links lead to.
-func (s *Sandbox) statRegular(ctx context.Context, p string) (boxapi.FileInfo, string, error) {
+func (s *fileStore) statRegular(ctx context.Context, p string) (boxapi.FileInfo, string, error) {
 	if !path.IsAbs(p) {
 		return boxapi.FileInfo{}, "", fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
-	if err := s.Ensure(ctx); err != nil {
+	if err := s.sb.Ensure(ctx); err != nil {
 		return boxapi.FileInfo{}, "", err
 	}
-	if sess := s.agentSession(ctx); sess != nil {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
 		fi, err := agentStat(ctx, sess, p)
 		if !agentGone(ctx, err) {
 			switch {
@@ -264,8 +264,8 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (boxapi.FileInfo, s
 	st, target, err := s.statFollow(ctx, p)
 	if cerrdefs.IsNotFound(err) && s.containerMissing(ctx) {
 		// The path may exist; it is the container that went away.
-		s.invalidate()
-		if err := s.Ensure(ctx); err != nil {
+		s.sb.life.invalidate()
+		if err := s.sb.Ensure(ctx); err != nil {
 			return boxapi.FileInfo{}, "", err
 		}
 		st, target, err = s.statFollow(ctx, p)
@@ -293,7 +293,7 @@ func (s *Sandbox) statRegular(ctx context.Context, p string) (boxapi.FileInfo, s
 }
 
 // statFollow stats p and, while it is a symbolic link, what it points to.
-func (s *Sandbox) statFollow(ctx context.Context, p string) (container.PathStat, string, error) {
+func (s *fileStore) statFollow(ctx context.Context, p string) (container.PathStat, string, error) {
 	for range maxSymlinks {
 		st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, p)
 		if err != nil {
@@ -322,7 +322,7 @@ func pathRefused(err error) bool {
 }
 
 // containerMissing reports whether the sandbox container does not exist.
-func (s *Sandbox) containerMissing(ctx context.Context) bool {
+func (s *fileStore) containerMissing(ctx context.Context) bool {
 	_, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	return cerrdefs.IsNotFound(err)
 }

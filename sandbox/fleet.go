@@ -61,9 +61,9 @@ func Containers(ctx context.Context, cli API) ([]Container, error) {
 // (everything under WorkDir). What is already gone is no error. Closing the Sandbox
 // first keeps anything still holding it from making the container again.
 func (s *Sandbox) Delete(ctx context.Context, volume bool) error {
-	end := s.beginStop()
+	end := s.link.beginStop()
 	defer end()
-	s.invalidate()
+	s.life.invalidate()
 	err := s.cli.ContainerRemove(ctx, s.cfg.Container, container.RemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox container %s: %w", s.cfg.Container, err)

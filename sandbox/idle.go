@@ -24,22 +24,22 @@ const stopTimeout = 5
 func (s *Sandbox) Stop(ctx context.Context, why string) error {
 	// A checkpoint or restore under way ends first: stopped halfway, a paused
 	// container's processes would write during the copy, a new one be stopped unready.
-	if err := s.waitSaved(ctx); err != nil {
+	if err := s.saves.waitSaved(ctx); err != nil {
 		return err
 	}
 	// No agent starts in the container while it stops (the egress listener would
 	// listen again at once), and none that fails in it sends the sandbox to the
 	// fallback.
-	end := s.beginStop()
-	s.invalidate()
-	if s.saveProcesses(ctx, why) {
-		s.invalidate()
+	end := s.link.beginStop()
+	s.life.invalidate()
+	if s.saves.saveProcesses(ctx, why) {
+		s.life.invalidate()
 		end()
 		return nil
 	}
 	t := stopTimeout
 	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &t})
-	s.invalidate() // an Ensure that ran meanwhile saw it running
+	s.life.invalidate() // an Ensure that ran meanwhile saw it running
 	end()
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("stopping sandbox container %s: %w", s.cfg.Container, err)
@@ -52,30 +52,30 @@ func (s *Sandbox) Stop(ctx context.Context, why string) error {
 // before, it only starts it: the settings were applied then, and a full Ensure costs
 // seconds on a busy engine. Otherwise, or when the start fails, it is [Sandbox.Ensure].
 func (s *Sandbox) Start(ctx context.Context) error {
-	ctx, done, err := s.startMaking(ctx)
+	ctx, done, err := s.life.startMaking(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
 	s.mu.Lock()
-	known := s.hostCPUs > 0
+	known := s.life.hostCPUs > 0
 	s.mu.Unlock()
 	if !known || isUpkeep(ctx) {
 		return s.Ensure(ctx)
 	}
-	if err := s.startContainer(ctx); err != nil {
+	if err := s.saves.startContainer(ctx); err != nil {
 		return s.Ensure(ctx)
 	}
-	s.agentFresh()
-	s.ready()
+	s.link.agentFresh()
+	s.life.ready()
 	s.log.Info("started stopped sandbox container")
-	s.started()
+	s.life.started()
 	return nil
 }
 
 // Running reports whether the container exists and runs. It changes nothing.
 func (s *Sandbox) Running(ctx context.Context) (bool, error) {
-	_, err := s.runningInfo(ctx)
+	_, err := s.life.runningInfo(ctx)
 	if err == nil {
 		return true, nil
 	}
@@ -99,7 +99,7 @@ exit 0`
 // container is not started (and has no output: false).
 func (s *Sandbox) JobOutputSince(ctx context.Context, t time.Time) (bool, error) {
 	var out bytes.Buffer
-	res, err := s.run(upkeep(ctx), "bash -c "+shellQuote(jobOutputScript)+" idle "+JobsDir+" "+strconv.FormatInt(t.Unix(), 10),
+	res, err := s.runner.run(upkeep(ctx), "bash -c "+shellQuote(jobOutputScript)+" idle "+JobsDir+" "+strconv.FormatInt(t.Unix(), 10),
 		30*time.Second, minMaxOutput, func(st boxapi.Stream, p []byte) {
 			if st == boxapi.Stdout && out.Len() < 4096 {
 				out.Write(p)
@@ -119,20 +119,20 @@ func (s *Sandbox) JobOutputSince(ctx context.Context, t time.Time) (bool, error)
 
 // noteCleanupSkipped remembers that a cleanup pass found the container stopped, so
 // that starting it again runs the pass that was missed.
-func (s *Sandbox) noteCleanupSkipped() {
-	s.mu.Lock()
+func (s *lifecycle) noteCleanupSkipped() {
+	s.sb.mu.Lock()
 	s.cleanupMissed = true
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 }
 
 // started is called when Ensure has started a stopped container: a cleanup pass
 // missed while it was stopped runs now, not at the next interval.
-func (s *Sandbox) started() {
+func (s *lifecycle) started() {
 	s.starts.Add(1)
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	missed := s.cleanupMissed
 	s.cleanupMissed = false
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	if !missed {
 		return
 	}
@@ -146,9 +146,9 @@ func (s *Sandbox) started() {
 // Listening reports whether a listener of ListenPort on port is open through a live
 // agent channel.
 func (s *Sandbox) Listening(port int) bool {
-	s.agentMu.Lock()
-	defer s.agentMu.Unlock()
-	for k, l := range s.agent.listeners {
+	s.link.agentMu.Lock()
+	defer s.link.agentMu.Unlock()
+	for k, l := range s.link.agent.listeners {
 		if l.port == port && k.sess != nil && k.sess.Err() == nil {
 			return true
 		}

@@ -182,9 +182,9 @@ func TestStartDropsStaleAgent(t *testing.T) {
 		<-st.Done()
 	})
 	sb.CloseAgent()
-	sb.agentMu.Lock()
-	sb.agent.sess = stale
-	sb.agentMu.Unlock()
+	sb.link.agentMu.Lock()
+	sb.link.agent.sess = stale
+	sb.link.agentMu.Unlock()
 	const port = 3129
 	stop, _, err := sb.ListenPort(ctx, port, func(c net.Conn) { c.Close() })
 	if err != nil {
@@ -199,7 +199,7 @@ func TestStartDropsStaleAgent(t *testing.T) {
 	if err := cli.ContainerStop(ctx, sb.Config().Container, container.StopOptions{Timeout: &t0}); err != nil {
 		t.Fatal(err)
 	}
-	sb.invalidate() // as a command that found it stopped does
+	sb.life.invalidate() // as a command that found it stopped does
 	if err := sb.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}

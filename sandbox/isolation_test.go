@@ -133,7 +133,7 @@ func TestEnsureUpgradesOldContainer(t *testing.T) {
 	if res := mustExec(t, sb, "echo kept > /sandbox/keep.txt && mkdir -p /sandbox/d && echo deep > /sandbox/d/f", boxapi.ExecOptions{}); res.ExitCode != 0 {
 		t.Fatalf("writing: %+v", res)
 	}
-	sb.invalidate()
+	sb.life.invalidate()
 	if err := sb.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestEnsureUpgradesOldContainer(t *testing.T) {
 		t.Fatalf("/sandbox after the upgrade: %q %q", res.Stdout, res.Stderr)
 	}
 	// Once upgraded, Ensure leaves it alone.
-	sb.invalidate()
+	sb.life.invalidate()
 	if err := sb.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -257,10 +257,10 @@ func flag01(b bool) string {
 
 // startJob starts job j, on the agent's native runner when the agent runs, else with
 // jobs.sh, and reads the runner's answer, up to limit bytes a stream.
-func (s *Sandbox) startJob(ctx context.Context, j jobStart, limit int) (*scriptRun, error) {
-	if sess := s.agentSession(ctx); sess != nil {
+func (s *jobRunner) startJob(ctx context.Context, j jobStart, limit int) (*scriptRun, error) {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
 		req, stdin := j.request()
-		if p, err := s.agentStart(sess, req); err == nil {
+		if p, err := s.sb.link.agentStart(sess, req); err == nil {
 			return s.readScript(p, stdin, limit), nil
 		}
 	}
@@ -270,9 +270,9 @@ func (s *Sandbox) startJob(ctx context.Context, j jobStart, limit int) (*scriptR
 
 // startScript starts the job script with args, env and optional stdin (written, then
 // closed, in the background), and reads its output, up to limit bytes a stream.
-func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
-	if sess := s.agentSession(ctx); sess != nil {
-		if p, err := s.agentRunner(sess, args, env, stdin != nil); err == nil {
+func (s *jobRunner) startScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
+		if p, err := s.sb.link.agentRunner(sess, args, env, stdin != nil); err == nil {
 			return s.readScript(p, stdin, limit), nil
 		}
 	}
@@ -281,7 +281,7 @@ func (s *Sandbox) startScript(ctx context.Context, args []string, env []string, 
 
 // execScript runs the job script in an exec of its own. This is the one place that
 // builds the job script's exec.
-func (s *Sandbox) execScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
+func (s *jobRunner) execScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (*scriptRun, error) {
 	cmd, env := runnerExec(args, env)
 	p, err := s.startExec(ctx, container.ExecOptions{
 		User:         "root",
@@ -299,7 +299,7 @@ func (s *Sandbox) execScript(ctx context.Context, args []string, env []string, s
 }
 
 // readScript writes the job script's stdin and reads its output.
-func (s *Sandbox) readScript(p proc, stdin []byte, limit int) *scriptRun {
+func (s *jobRunner) readScript(p proc, stdin []byte, limit int) *scriptRun {
 	if stdin != nil {
 		go func() {
 			_, _ = p.Write(stdin)
@@ -328,7 +328,7 @@ func (o *scriptOutput) header() (header, error) {
 // runScript runs the job script with args, env and optional stdin, and returns its
 // header and payloads. A failure to start or read is an error; the script's own
 // refusals come back in the header.
-func (s *Sandbox) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
+func (s *jobRunner) runScript(ctx context.Context, args []string, env []string, stdin []byte, limit int) (header, *scriptOutput, error) {
 	run, err := s.startScript(ctx, args, env, stdin, limit)
 	if err != nil {
 		return header{}, nil, err
@@ -366,7 +366,7 @@ type heldRunes struct {
 }
 
 // resendNext makes the next JobOutput of job id send its last delivery again.
-func (s *Sandbox) resendNext(id string) {
+func (s *jobRunner) resendNext(id string) {
 	s.held.mu.Lock()
 	defer s.held.mu.Unlock()
 	if s.held.resend == nil {
@@ -382,7 +382,7 @@ func (s *Sandbox) resendNext(id string) {
 }
 
 // takeResend reports whether job id's last delivery is to be sent again, once.
-func (s *Sandbox) takeResend(id string) bool {
+func (s *jobRunner) takeResend(id string) bool {
 	s.held.mu.Lock()
 	defer s.held.mu.Unlock()
 	again := s.held.resend[id]
@@ -395,7 +395,7 @@ const maxHeld = 1024
 
 // result turns a delivery of job id into an ExecResult (see header.result), with the
 // bytes held back from the job's previous delivery in front.
-func (s *Sandbox) result(h header, id string, o *scriptOutput, maxOutput int) *boxapi.ExecResult {
+func (s *jobRunner) result(h header, id string, o *scriptOutput, maxOutput int) *boxapi.ExecResult {
 	s.held.mu.Lock()
 	prev := s.held.m[id]
 	delete(s.held.m, id)
@@ -620,7 +620,7 @@ func oldBashError(version string) error {
 
 // lockJob checks that id is a job id and takes the job's lock, which the caller
 // releases with unlock; it returns maxOutput clamped to Config.MaxOutput (0: that).
-func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(), err error) {
+func (s *jobRunner) lockJob(id string, maxOutput int) (clamped int, unlock func(), err error) {
 	if !boxapi.ValidJobID(id) {
 		return 0, nil, fmt.Errorf("%w: %q is not a job id", boxapi.ErrJobNotFound, id)
 	}
@@ -639,12 +639,12 @@ func (s *Sandbox) lockJob(id string, maxOutput int) (clamped int, unlock func(),
 // (the input made it quit) is a result like any other.
 // onOutput, when set, receives the new output while it waits, as ExecOptions.OnOutput.
 func (s *Sandbox) JobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte)) (*boxapi.ExecResult, error) {
-	return s.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
+	return s.runner.jobOutput(ctx, id, wait, input, maxOutput, onOutput, false)
 }
 
 // jobOutput is JobOutput; with again, the last delivery did not arrive (its agent died
 // before reading it) and is sent again.
-func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte), again bool) (*boxapi.ExecResult, error) {
+func (s *jobRunner) jobOutput(ctx context.Context, id string, wait time.Duration, input *string, maxOutput int, onOutput func(boxapi.Stream, []byte), again bool) (*boxapi.ExecResult, error) {
 	maxOutput, unlock, err := s.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
@@ -693,17 +693,17 @@ func (s *Sandbox) jobOutput(ctx context.Context, id string, wait time.Duration, 
 // that emptied its environment is found too; one that detached with setsid is not),
 // and returns its last output.
 func (s *Sandbox) KillJob(ctx context.Context, id string, maxOutput int) (*boxapi.ExecResult, error) {
-	maxOutput, unlock, err := s.lockJob(id, maxOutput)
+	maxOutput, unlock, err := s.runner.lockJob(id, maxOutput)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return s.killJob(ctx, id, maxOutput, "killed")
+	return s.runner.killJob(ctx, id, maxOutput, "killed")
 }
 
 // killJob kills job id and records why: "killed" (KillJob) or "cancelled" (the call
 // that waited for it was cancelled).
-func (s *Sandbox) killJob(ctx context.Context, id string, maxOutput int, why string) (*boxapi.ExecResult, error) {
+func (s *jobRunner) killJob(ctx context.Context, id string, maxOutput int, why string) (*boxapi.ExecResult, error) {
 	_, head, tail := budget(maxOutput)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -738,7 +738,7 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]boxapi.JobInfo, error) {
 	}
 	cmd, env := runnerExec([]string{"list", JobsDir, "-"}, nil)
 	var out bytes.Buffer
-	code, err := s.collectExecEnv(ctx, cmd, env, &out, listOutputMax)
+	code, err := s.runner.collectExecEnv(ctx, cmd, env, &out, listOutputMax)
 	if err != nil {
 		return nil, err
 	}
@@ -749,12 +749,12 @@ func (s *Sandbox) ListJobs(ctx context.Context) ([]boxapi.JobInfo, error) {
 }
 
 // collectExec runs an internal command and collects up to limit bytes of its stdout.
-func (s *Sandbox) collectExec(ctx context.Context, cmd []string, out *bytes.Buffer, limit int) (int, error) {
+func (s *jobRunner) collectExec(ctx context.Context, cmd []string, out *bytes.Buffer, limit int) (int, error) {
 	return s.collectExecEnv(ctx, cmd, nil, out, limit)
 }
 
 // collectExecEnv is collectExec with env added to the exec's environment.
-func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
+func (s *jobRunner) collectExecEnv(ctx context.Context, cmd, env []string, out *bytes.Buffer, limit int) (int, error) {
 	p, err := s.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdout: true, AttachStderr: true, Cmd: cmd, Env: env,
 	})
@@ -783,7 +783,7 @@ func (s *Sandbox) collectExecEnv(ctx context.Context, cmd, env []string, out *by
 // count lives in memory, so the common path costs nothing; when it reaches the limit it
 // is reloaded from the container, so jobs that ended unobserved, or started before a
 // restart, count right.
-func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
+func (s *jobRunner) reserveJob(ctx context.Context, id string, max int) error {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	if s.running == nil {
@@ -793,7 +793,7 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 		go func() {
 			lctx, cancel := context.WithTimeout(upkeep(context.WithoutCancel(ctx)), time.Minute)
 			defer cancel()
-			jobs, err := s.ListJobs(lctx)
+			jobs, err := s.sb.ListJobs(lctx)
 			if err != nil {
 				return
 			}
@@ -807,7 +807,7 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 		}()
 	}
 	if len(s.running) >= max {
-		jobs, err := s.ListJobs(ctx)
+		jobs, err := s.sb.ListJobs(ctx)
 		if err != nil {
 			return err
 		}
@@ -831,11 +831,11 @@ func (s *Sandbox) reserveJob(ctx context.Context, id string, max int) error {
 // OnJobEnd makes f be told the id of each job whose end the sandbox sees: a result
 // that says it ended, a kill, a command lost with its container. A job that ends
 // while no call follows it is told when a call next asks for its output.
-func (s *Sandbox) OnJobEnd(f func(id string)) { s.jobEnded.Store(&f) }
+func (s *Sandbox) OnJobEnd(f func(id string)) { s.runner.jobEnded.Store(&f) }
 
 // jobSeen notes a job's state from a result, and now and then starts a pass that
 // forgets old finished jobs (outside the result's path).
-func (s *Sandbox) jobSeen(id string, running bool) {
+func (s *jobRunner) jobSeen(id string, running bool) {
 	if f := s.jobEnded.Load(); f != nil && !running {
 		(*f)(id)
 	}

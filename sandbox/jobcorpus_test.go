@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentbin"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
@@ -169,26 +171,26 @@ func newAgentCorpusRunner(t *testing.T, agentPath string) *agentCorpusRunner {
 			t.Errorf("the agent did not end with its session")
 		}
 	})
-	return &agentCorpusRunner{sb: &Sandbox{}, sess: sess}
+	return &agentCorpusRunner{sb: wire(nil, Config{}, zap.NewNop()), sess: sess}
 }
 
 func (r *agentCorpusRunner) start(t *testing.T, j jobStart) ([]byte, []byte) {
 	t.Helper()
 	req, stdin := j.request()
-	p, err := r.sb.agentStart(r.sess, req)
+	p, err := r.sb.link.agentStart(r.sess, req)
 	if err != nil {
 		t.Fatalf("agent %+v: %v", req, err)
 	}
-	return r.answer(t, "run", r.sb.readScript(p, stdin, 64<<20))
+	return r.answer(t, "run", r.sb.runner.readScript(p, stdin, 64<<20))
 }
 
 func (r *agentCorpusRunner) call(t *testing.T, args, env []string, stdin []byte) ([]byte, []byte) {
 	t.Helper()
-	p, err := r.sb.agentRunner(r.sess, args, env, stdin != nil)
+	p, err := r.sb.link.agentRunner(r.sess, args, env, stdin != nil)
 	if err != nil {
 		t.Fatalf("agent %v: %v", args, err)
 	}
-	return r.answer(t, args[0], r.sb.readScript(p, stdin, 64<<20))
+	return r.answer(t, args[0], r.sb.runner.readScript(p, stdin, 64<<20))
 }
 
 // answer waits for a runner's answer and returns it as the runner wrote it.
@@ -215,7 +217,7 @@ func (r *agentCorpusRunner) answer(t *testing.T, args string, run *scriptRun) ([
 func (r *agentCorpusRunner) list(t *testing.T, dir string) []byte {
 	t.Helper()
 	cmd, env := runnerExec([]string{"list", dir, "-"}, nil)
-	p, err := r.sb.agentStart(r.sess, agentwire.ExecRequest{Argv: cmd, Env: env, Dir: "/"})
+	p, err := r.sb.link.agentStart(r.sess, agentwire.ExecRequest{Argv: cmd, Env: env, Dir: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}

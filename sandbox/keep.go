@@ -51,7 +51,7 @@ func noKeep(r runtimeFacts, engine API, experimental bool) string {
 
 // keepStatus is whether a stop keeps the sandbox's processes, and if it does not
 // although keep_processes is on, why.
-func (s *Sandbox) keepStatus(ctx context.Context) (bool, string) {
+func (s *saveStore) keepStatus(ctx context.Context) (bool, string) {
 	if !s.cfg.KeepProcesses {
 		return false, ""
 	}
@@ -59,10 +59,10 @@ func (s *Sandbox) keepStatus(ctx context.Context) (bool, string) {
 	if err != nil {
 		return false, fmt.Sprintf("the engine did not say what it can do: %v", err)
 	}
-	why := noKeep(factsOf(host, s.runtimeNow().name), s.cli, host.ExperimentalBuild)
-	s.mu.Lock()
+	why := noKeep(factsOf(host, s.sb.life.runtimeNow().name), s.cli, host.ExperimentalBuild)
+	s.sb.mu.Lock()
 	s.keepOff = why
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	return why == "", why
 }
 
@@ -74,17 +74,17 @@ func (s *Sandbox) KeepsProcesses() (bool, string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keepOff == "", s.keepOff
+	return s.saves.keepOff == "", s.saves.keepOff
 }
 
 // saveProcesses, under keep_processes, saves the running container's processes and
 // memory and leaves it exited. It reports whether it did; when it did not, the caller
 // stops the container as without keep_processes (its processes end). A save that
 // failed leaves no checkpoint behind, and the next call is told.
-func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
+func (s *saveStore) saveProcesses(ctx context.Context, why string) bool {
 	ok, off := s.keepStatus(ctx)
 	if !ok {
-		if off != "" && s.firstTime(&s.warnedKeep, off) {
+		if off != "" && s.sb.life.firstTime(&s.warnedKeep, off) {
 			s.log.Warn("keep_processes is on, but this sandbox's stops end its processes", zap.String("reason", off))
 		}
 		return false
@@ -116,9 +116,9 @@ func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
 		s.noteLost(fmt.Sprintf("The sandbox was stopped (%s) without its running processes, which could not be saved (%s): they ended; files are kept.", stopCause(why), clipErr(err)))
 		return false
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	s.keptBytes, s.kept = mem, true
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	s.log.Info("saved the sandbox's running processes and memory, and stopped it",
 		zap.String("by", why), zap.Duration("took", time.Since(begin)), zap.Int64("memory_bytes", mem))
 	return true
@@ -128,22 +128,22 @@ func (s *Sandbox) saveProcesses(ctx context.Context, why string) bool {
 // It reports whether it started the container (or tried to: err is then why not). A
 // save that cannot be restored is deleted, the container started without it, and the
 // next call told; so is a save this Sandbox made that is gone.
-func (s *Sandbox) restoreProcesses(ctx context.Context) (bool, error) {
+func (s *saveStore) restoreProcesses(ctx context.Context) (bool, error) {
 	me, ok := s.cli.(memoryEngine)
-	if !ok || !s.runtimeNow().gvisor && !s.cfg.KeepProcesses {
+	if !ok || !s.sb.life.runtimeNow().gvisor && !s.cfg.KeepProcesses {
 		return false, nil
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	saved := s.kept
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	list, err := me.CheckpointList(ctx, s.cfg.Container, checkpoint.ListOptions{})
 	if err != nil || !slices.ContainsFunc(list, func(c checkpoint.Summary) bool { return c.Name == keptCheckpoint }) {
 		if !saved || err != nil {
 			return false, nil
 		}
-		s.mu.Lock()
+		s.sb.mu.Lock()
 		s.kept, s.keptBytes = false, 0
-		s.mu.Unlock()
+		s.sb.mu.Unlock()
 		s.log.Warn("the sandbox's processes saved at its stop are gone from the engine; starting it without them")
 		s.noteLost("The sandbox's processes saved at its last stop are gone (deleted from the engine): they ended; files are kept.")
 		return true, s.startPlain(ctx)
@@ -178,7 +178,7 @@ func (s *Sandbox) restoreProcesses(ctx context.Context) (bool, error) {
 
 // startedWithout drops the save of a container that was started without it (its
 // processes ended then) and tells the next call.
-func (s *Sandbox) startedWithout(ctx context.Context) {
+func (s *saveStore) startedWithout(ctx context.Context) {
 	s.keepRestarting(ctx)
 	s.dropKept(context.WithoutCancel(ctx), "the container was started without it")
 	s.log.Warn("the sandbox was started without the processes its stop saved (by hand or by the engine); they ended, files are kept")
@@ -187,7 +187,7 @@ func (s *Sandbox) startedWithout(ctx context.Context) {
 
 // startedBefore tells whether the running container started before t: a start from
 // t on found it running already.
-func (s *Sandbox) startedBefore(ctx context.Context, t time.Time) bool {
+func (s *saveStore) startedBefore(ctx context.Context, t time.Time) bool {
 	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 	if err != nil || info.State == nil {
 		return false
@@ -197,7 +197,7 @@ func (s *Sandbox) startedBefore(ctx context.Context, t time.Time) bool {
 }
 
 // startPlain starts the container without a save, its restart policy set back.
-func (s *Sandbox) startPlain(ctx context.Context) error {
+func (s *saveStore) startPlain(ctx context.Context) error {
 	if err := s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{}); err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (s *Sandbox) startPlain(ctx context.Context) error {
 }
 
 // keepRestarting sets back the restart policy a save turned off.
-func (s *Sandbox) keepRestarting(ctx context.Context) {
+func (s *saveStore) keepRestarting(ctx context.Context) {
 	if err := s.restartPolicy(ctx, container.RestartPolicyUnlessStopped); err != nil {
 		s.log.Warn("the sandbox's restart policy could not be set back (the next Ensure sets it)", zap.Error(err))
 	}
@@ -214,7 +214,7 @@ func (s *Sandbox) keepRestarting(ctx context.Context) {
 
 // startContainer starts the stopped container: from the processes its stop saved,
 // when there are, else as it is.
-func (s *Sandbox) startContainer(ctx context.Context) error {
+func (s *saveStore) startContainer(ctx context.Context) error {
 	if kept, err := s.restoreProcesses(ctx); kept {
 		return err
 	}
@@ -232,7 +232,7 @@ const (
 // ends once its channel is closed (the stop did), and gVisor saves no container with an
 // exec under way. One still running then makes the save fail (the stop goes on as a
 // plain one).
-func (s *Sandbox) awaitExecs(ctx context.Context) {
+func (s *saveStore) awaitExecs(ctx context.Context) {
 	deadline := time.Now().Add(execsGrace)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
@@ -259,7 +259,7 @@ func (s *Sandbox) awaitExecs(ctx context.Context) {
 // awaitExited waits, up to 10 s, until the engine sees the container exited: Docker
 // answers the save before it has handled the container's exit, and a start asked for
 // meanwhile finds it "running" and does nothing (its answer is success all the same).
-func (s *Sandbox) awaitExited(ctx context.Context) {
+func (s *saveStore) awaitExited(ctx context.Context) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
 		info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
 		if err != nil || info.State == nil || !info.State.Running {
@@ -273,7 +273,7 @@ func (s *Sandbox) awaitExited(ctx context.Context) {
 // The engine passes an update to the runtime too, and runsc refuses one for a
 // container it has not yet marked running after a restore ("cannot update a stopped
 // container"): that is tried again for up to 3 s.
-func (s *Sandbox) restartPolicy(ctx context.Context, p container.RestartPolicyMode) error {
+func (s *saveStore) restartPolicy(ctx context.Context, p container.RestartPolicyMode) error {
 	var err error
 	for range 15 {
 		_, err = s.cli.ContainerUpdate(ctx, s.cfg.Container, container.UpdateConfig{RestartPolicy: container.RestartPolicy{Name: p}})
@@ -290,10 +290,10 @@ func (s *Sandbox) restartPolicy(ctx context.Context, p container.RestartPolicyMo
 }
 
 // dropKept deletes the saved processes; why, when not "", is logged with a failure.
-func (s *Sandbox) dropKept(ctx context.Context, why string) {
-	s.mu.Lock()
+func (s *saveStore) dropKept(ctx context.Context, why string) {
+	s.sb.mu.Lock()
 	s.keptBytes, s.kept = 0, false
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 	me, ok := s.cli.(memoryEngine)
 	if !ok {
 		return
@@ -313,12 +313,12 @@ func (s *Sandbox) dropKept(ctx context.Context, why string) {
 func (s *Sandbox) Kept() (bool, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.kept, s.keptBytes
+	return s.saves.kept, s.saves.keptBytes
 }
 
 // memoryInUse is the memory the container uses now, by the engine's figures, 0 when
 // not known: about the size of a save of its processes.
-func (s *Sandbox) memoryInUse(ctx context.Context) int64 {
+func (s *saveStore) memoryInUse(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := s.cli.ContainerStatsOneShot(ctx, s.cfg.Container)
@@ -334,10 +334,10 @@ func (s *Sandbox) memoryInUse(ctx context.Context) int64 {
 }
 
 // noteLost keeps, for the next command's result, what a stop or start lost.
-func (s *Sandbox) noteLost(msg string) {
-	s.mu.Lock()
+func (s *saveStore) noteLost(msg string) {
+	s.sb.mu.Lock()
 	s.lostNote = msg
-	s.mu.Unlock()
+	s.sb.mu.Unlock()
 }
 
 // TakeNote returns, once, what the sandbox's last stop or start lost that the model
@@ -345,8 +345,8 @@ func (s *Sandbox) noteLost(msg string) {
 func (s *Sandbox) TakeNote() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.lostNote
-	s.lostNote = ""
+	n := s.saves.lostNote
+	s.saves.lostNote = ""
 	return n
 }
 

@@ -57,7 +57,7 @@ func BenchmarkKeepProcesses(b *testing.B) {
 				}
 			}
 			held("its start")
-			mem := sb.memoryInUse(ctx)
+			mem := sb.saves.memoryInUse(ctx)
 			var save, restore, resume, rawSave, rawRestore time.Duration
 			b.ResetTimer()
 			for b.Loop() {
@@ -84,8 +84,8 @@ func BenchmarkKeepProcesses(b *testing.B) {
 				// its agent gone, and no exec left for the engine to reap.
 				// The restart policy off, or the engine starts it again at once.
 				sb.CloseAgent()
-				sb.awaitExecs(ctx)
-				if err := sb.restartPolicy(ctx, container.RestartPolicyDisabled); err != nil {
+				sb.saves.awaitExecs(ctx)
+				if err := sb.saves.restartPolicy(ctx, container.RestartPolicyDisabled); err != nil {
 					b.Fatal(err)
 				}
 				begin = time.Now()
@@ -101,8 +101,8 @@ func BenchmarkKeepProcesses(b *testing.B) {
 				if err := cli.CheckpointDelete(ctx, cfg.Container, checkpoint.DeleteOptions{CheckpointID: "bench"}); err != nil {
 					b.Fatal(err)
 				}
-				sb.keepRestarting(ctx)
-				sb.invalidate()
+				sb.saves.keepRestarting(ctx)
+				sb.life.invalidate()
 				held("a restore by hand")
 			}
 			n := float64(b.N)

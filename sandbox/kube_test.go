@@ -38,7 +38,7 @@ func kubeSandbox(t *testing.T) (*Sandbox, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if !s.onKubernetes() {
+	if !s.life.onKubernetes() {
 		t.Fatalf("onKubernetes is false for DaemonHost %q", kc.DaemonHost())
 	}
 	return s, name
@@ -51,17 +51,17 @@ func TestKubeAgentThroughExec(t *testing.T) {
 	s, name := kubeSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sess := s.agentSession(ctx)
+	sess := s.link.agentSession(ctx)
 	if sess == nil {
-		s.agentMu.Lock()
-		why := s.agent.off
-		s.agentMu.Unlock()
+		s.link.agentMu.Lock()
+		why := s.link.agent.off
+		s.link.agentMu.Unlock()
 		t.Fatalf("the agent did not start in pod %s: %s", name, why)
 	}
-	if bin := s.agentBinary(); !strings.HasPrefix(bin, agentDir+"/sandbox-agent-") {
+	if bin := s.link.agentBinary(); !strings.HasPrefix(bin, agentDir+"/sandbox-agent-") {
 		t.Fatalf("agent binary at %q, want under %s", bin, agentDir)
 	}
-	p, err := s.agentExec(sess, container.ExecOptions{User: "root", WorkingDir: "/tmp", Env: []string{"X=from env"}, AttachStdout: true, AttachStderr: true,
+	p, err := s.link.agentExec(sess, container.ExecOptions{User: "root", WorkingDir: "/tmp", Env: []string{"X=from env"}, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"sh", "-c", `echo "$X in $(pwd)"; echo oops >&2; exit 3`}})
 	if err != nil {
 		t.Fatalf("exec on the agent: %v", err)
@@ -94,7 +94,7 @@ func TestKubeNoCheckpoints(t *testing.T) {
 	if err := DeleteCheckpoint(ctx, s.cli, "0123456789ab"); !errors.Is(err, boxapi.ErrCheckpointNotFound) {
 		t.Fatalf("DeleteCheckpoint: %v", err)
 	}
-	if id, _ := s.transferTarget(ctx); id != "" {
+	if id, _ := s.files.transferTarget(ctx); id != "" {
 		t.Fatalf("a transfer container %q on a Kubernetes engine", id)
 	}
 }

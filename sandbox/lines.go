@@ -25,12 +25,12 @@ func (s *Sandbox) ReadLines(ctx context.Context, p string, first, n int64, maxLi
 	if first < 1 || n < 1 || maxLine < 1 || maxBytes < 1 {
 		return nil, fmt.Errorf("reading lines of %s: bad range %d+%d", p, first, n)
 	}
-	fi, target, err := s.statRegular(ctx, p)
+	fi, target, err := s.files.statRegular(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	// n+1 lines: the one past the end says whether more follow.
-	e, err := s.startStream(ctx, "/", []string{"sh", "-c", `tail -n "+$1" -- "$2" | head -n "$3"`, "sh",
+	e, err := s.runner.startStream(ctx, "/", []string{"sh", "-c", `tail -n "+$1" -- "$2" | head -n "$3"`, "sh",
 		strconv.FormatInt(first, 10), target, strconv.FormatInt(n+1, 10)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s in the sandbox: %w", fi.Path, err)

@@ -35,7 +35,7 @@ printf '%s\0' "${files[@]}"`
 // uploads),
 // for showing what a directory holds. A missing directory lists as empty.
 func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error) {
-	out, err := s.listFiles(ctx, dir, max)
+	out, err := s.files.listFiles(ctx, dir, max)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", dir, err)
 	}
@@ -44,8 +44,8 @@ func (s *Sandbox) ListFiles(ctx context.Context, dir string, max int) ([]boxapi.
 }
 
 // listFiles lists through the agent, else with listScript in an exec.
-func (s *Sandbox) listFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error) {
-	if sess, err := s.fileAgent(ctx, dir); err != nil {
+func (s *fileStore) listFiles(ctx context.Context, dir string, max int) ([]boxapi.DirEntry, error) {
+	if sess, err := s.sb.link.fileAgent(ctx, dir); err != nil {
 		return nil, err
 	} else if sess != nil {
 		out, err := agentList(ctx, sess, path.Clean(dir), max)
@@ -53,7 +53,7 @@ func (s *Sandbox) listFiles(ctx context.Context, dir string, max int) ([]boxapi.
 			return out, err
 		}
 	}
-	res, err := s.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
+	res, err := s.sb.runner.run(ctx, script(listScript, path.Clean(dir), strconv.Itoa(max)), uploadStepTimeout, 4<<20, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 	}
 	// Missing, a symbolic link, or the container went away: the exec repairs the
 	// container if needed and mkdir -p follows links.
-	res, err := s.run(ctx, script(prepareScript, dir), uploadStepTimeout, 4096, nil)
+	res, err := s.runner.run(ctx, script(prepareScript, dir), uploadStepTimeout, 4096, nil)
 	if err != nil {
 		return fmt.Errorf("creating %s in the sandbox: %w", dir, err)
 	}

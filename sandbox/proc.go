@@ -158,12 +158,12 @@ func (d *dockerProc) SetWriteDeadline(t time.Time) error              { return d
 
 // exitCode asks Docker for the exit status, a few times while it still says running.
 func (d *dockerProc) exitCode(ctx context.Context, killed bool) (int, bool) {
-	return d.s.dockerExitCode(ctx, d.id, exitWait(killed))
+	return d.s.runner.dockerExitCode(ctx, d.id, exitWait(killed))
 }
 
 // dockerExitCode asks Docker for an exec's exit status until it no longer runs, for up
 // to wait.
-func (s *Sandbox) dockerExitCode(ctx context.Context, execID string, wait time.Duration) (int, bool) {
+func (s *jobRunner) dockerExitCode(ctx context.Context, execID string, wait time.Duration) (int, bool) {
 	deadline := time.Now().Add(wait)
 	for {
 		ins, err := s.cli.ContainerExecInspect(ctx, execID)

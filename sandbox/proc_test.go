@@ -24,7 +24,7 @@ func TestAgentProcStreams(t *testing.T) {
 		st.CloseChannel(agentwire.Stdout)
 		st.Exit(3)
 	})
-	p, err := (&Sandbox{}).agentStart(sess, agentwire.ExecRequest{Argv: []string{"prog"}})
+	p, err := (&agentLink{}).agentStart(sess, agentwire.ExecRequest{Argv: []string{"prog"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,14 +75,14 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err := s.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	if sess := s.agentSession(ctx); sess != nil {
-		c, err := s.agentDial(ctx, sess, port)
+	if sess := s.link.agentSession(ctx); sess != nil {
+		c, err := s.link.agentDial(ctx, sess, port)
 		if err == nil || errors.Is(err, boxapi.ErrNoListener) || ctx.Err() != nil {
 			return c, err
 		}
 		// The channel ended under the dial: this one takes an exec.
 	}
-	p, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.runner.startExec(ctx, container.ExecOptions{
 		User:         "root",
 		WorkingDir:   "/",
 		AttachStdin:  true,

@@ -121,7 +121,7 @@ func runtimeMissing(name string, info system.Info) error {
 // checkRuntime reports the configured runtime the engine does not have (logged once
 // per name), before a container is made with it. An engine that reports no runtimes
 // (a Kubernetes engine) is not checked: it says so when the pod is made.
-func (s *Sandbox) checkRuntime(info system.Info) error {
+func (s *lifecycle) checkRuntime(info system.Info) error {
 	name := s.cfg.Runtime
 	if name == "" || len(info.Runtimes) == 0 {
 		return nil
@@ -138,7 +138,7 @@ func (s *Sandbox) checkRuntime(info system.Info) error {
 
 // runtimeRefused maps the engine's refusal of an unknown runtime at create time (a
 // runtime removed since the engine was asked) to the same error as checkRuntime's.
-func (s *Sandbox) runtimeRefused(err error) error {
+func (s *lifecycle) runtimeRefused(err error) error {
 	if s.cfg.Runtime == "" || !strings.Contains(err.Error(), "runtime") || !strings.Contains(err.Error(), s.cfg.Runtime) {
 		return nil
 	}
@@ -153,18 +153,18 @@ func (s *Sandbox) runtimeRefused(err error) error {
 // noteRuntime records the runtime the container runs under (name as its HostConfig
 // says, "" the engine's default) and logs, once per runtime, what its configuration
 // breaks.
-func (s *Sandbox) noteRuntime(name string, info system.Info) {
+func (s *lifecycle) noteRuntime(name string, info system.Info) {
 	r := factsOf(info, name)
 	off := ""
 	if s.cfg.KeepProcesses {
 		off = noKeep(r, s.cli, info.ExperimentalBuild)
 	}
-	s.mu.Lock()
+	s.sb.mu.Lock()
 	s.runtime = r
 	s.runtimeSeen = true
-	s.keepOff = off
-	s.mu.Unlock()
-	if off != "" && s.firstTime(&s.warnedKeep, off) {
+	s.sb.saves.keepOff = off
+	s.sb.mu.Unlock()
+	if off != "" && s.firstTime(&s.sb.saves.warnedKeep, off) {
 		s.log.Warn("keep_processes is on, but this sandbox's stops end its processes", zap.String("reason", off))
 	}
 	if p := r.problem(); p != "" && s.firstTime(&s.warnedRuntimeConf, r.name+"\x00"+p) {
@@ -183,9 +183,9 @@ func (s *Sandbox) noteRuntime(name string, info system.Info) {
 
 // runtimeNow is the runtime the container runs under as last seen, or, before the
 // container was seen, the configured one.
-func (s *Sandbox) runtimeNow() runtimeFacts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *lifecycle) runtimeNow() runtimeFacts {
+	s.sb.mu.Lock()
+	defer s.sb.mu.Unlock()
 	if s.runtimeSeen {
 		return s.runtime
 	}
@@ -195,16 +195,16 @@ func (s *Sandbox) runtimeNow() runtimeFacts {
 // Runtime is the container runtime the sandbox runs under: the container's, once it
 // was seen, else the configured one ("" the engine's default, not yet known).
 func (s *Sandbox) Runtime() boxapi.Runtime {
-	r := s.runtimeNow()
+	r := s.life.runtimeNow()
 	keeps, _ := s.KeepsProcesses()
 	return boxapi.Runtime{Name: r.name, GVisor: r.gvisor, Problem: r.problem(), KeepsProcesses: keeps}
 }
 
 // firstTime sets *last to key and reports whether it held another: what was logged
 // last is not logged again.
-func (s *Sandbox) firstTime(last *string, key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *lifecycle) firstTime(last *string, key string) bool {
+	s.sb.mu.Lock()
+	defer s.sb.mu.Unlock()
 	if *last == key {
 		return false
 	}
@@ -215,7 +215,7 @@ func (s *Sandbox) firstTime(last *string, key string) bool {
 // commitSeesWrites refuses a checkpoint of the container of info when its runtime
 // keeps the container's writes where docker commit does not see them: it would save
 // the image as it was, not the sandbox.
-func (s *Sandbox) commitSeesWrites(ctx context.Context, info container.InspectResponse) error {
+func (s *lifecycle) commitSeesWrites(ctx context.Context, info container.InspectResponse) error {
 	if info.HostConfig == nil {
 		return nil
 	}

@@ -98,7 +98,7 @@ func TestRuntimeMissing(t *testing.T) {
 		if _, ok := info.Runtimes[testenv.GVisorRuntime]; ok && !strings.Contains(err.Error(), testenv.GVisorRuntime) {
 			t.Errorf("the engine has %s but the error does not name it: %v", testenv.GVisorRuntime, err)
 		}
-		sb.invalidate()
+		sb.life.invalidate()
 	}
 	if n := logs.FilterMessage("the sandbox container cannot be made").Len(); n != 1 {
 		t.Errorf("logged %d times, want once", n)
@@ -170,7 +170,7 @@ func TestRuntimeMisconfigured(t *testing.T) {
 	}
 	t.Cleanup(func() { sb.CloseTransfers(); removeSandbox(t, real, cfg) })
 	mustExec(t, sb, "echo x > /opt/x", boxapi.ExecOptions{})
-	sb.invalidate()
+	sb.life.invalidate()
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	p := sb.Runtime().Problem
 	for _, want := range []string{"--overlay2=none", "--host-uds=open", "daemon.json"} {

@@ -263,29 +263,43 @@ func ParseMemory(s string) (int64, error) {
 	return n, nil
 }
 
-// Sandbox is one persistent container. Its methods are safe for concurrent use.
+// Sandbox is one persistent container. Its methods are safe for concurrent use. Its
+// work is done by five parts, each with its own state: the container's lifecycle
+// (ensure.go, idle.go, runtime.go, status.go), the agent link (agent*.go), the job
+// runner (exec.go, job*.go), the file store (files.go, upload*.go, transfer.go) and the
+// saves (checkpoint.go, keep.go). A part reaches another through sb.
 type Sandbox struct {
 	cli API
 	cfg Config
 	log *zap.Logger
 
+	mu sync.Mutex // the lifecycle's state, agentArch (link) and what the fields say
+
+	life   *lifecycle
+	link   *agentLink
+	runner *jobRunner
+	files  *fileStore
+	saves  *saveStore
+}
+
+// part is what every part shares: the sandbox it belongs to and its settings.
+type part struct {
+	sb  *Sandbox
+	cli API
+	cfg Config
+	log *zap.Logger
+}
+
+// lifecycle makes, starts, stops and repairs the container.
+type lifecycle struct {
+	part
 	ensureGroup singleflight.Group
-	ckMu        sync.Mutex // one checkpoint or restore at a time
-	jobs        jobLocks   // one delivery of a job's output at a time
 
-	jobsMu    sync.Mutex
-	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
-	jobEnded  atomic.Pointer[func(id string)]
-	held      heldRunes
-	lastPrune time.Time
-
-	mu          sync.Mutex
-	readyAt     time.Time     // last time Ensure saw the container running with our limits
+	readyAt     time.Time     // last time Ensure saw the container running with our limits (under mu)
 	readyCh     chan struct{} // closed by the next Ensure, Start or Restart that succeeds (see Ready)
 	warnedImage bool          // the image mismatch is logged once, not on every Ensure
 	warnedCPUs  bool
-	cmdEnv      []string // what commands get on top of the image's environment (see commandEnv)
-	hostCPUs    int      // the engine's CPU count (docker info's NCPU); 0 until asked
+	hostCPUs    int // the engine's CPU count (docker info's NCPU); 0 until asked
 	// runtime is the runtime the container runs under, as last seen (runtimeSeen).
 	runtime     runtimeFacts
 	runtimeSeen bool
@@ -293,6 +307,58 @@ type Sandbox struct {
 	// logged of a missing runtime, of a runtime's configuration and of a container
 	// under another runtime than configured: each is logged once.
 	warnedRuntime, warnedRuntimeConf, warnedRuntimeChange string
+
+	cleanupMissed bool          // a cleanup pass found the container stopped (under mu)
+	cleanupKick   chan struct{} // runs the missed pass when the container starts again
+
+	// starts counts the containers this Sandbox made or started: a job begun under
+	// another count was in a container that has since stopped or gone (exec.go).
+	starts atomic.Int64
+
+	closed   bool               // Close was called: the container is no longer created or started (under mu)
+	making   sync.WaitGroup     // Ensures and Starts under way (added under mu while not closed)
+	closing  context.Context    // ends when Close is called
+	closeNow context.CancelFunc // ends closing
+}
+
+// agentLink is the channel to the agent inside the container.
+type agentLink struct {
+	part
+	noBind     atomic.Bool  // the engine refused or cannot see the direct channel's directory (agent_direct.go)
+	warnedPath atomic.Bool  // the direct channel's socket path was too long, logged
+	bulkWrites atomic.Int64 // uploads whose bytes went over a socket of their own
+	agentMu    sync.Mutex
+	agentBin   string // the agent's binary in the container; "" while no agent runs
+	agent      agentState
+
+	agentArch containerArch // the container's image architecture, for installAgent (under sb.mu)
+}
+
+// jobRunner runs commands and jobs.
+type jobRunner struct {
+	part
+	jobs jobLocks // one delivery of a job's output at a time
+
+	jobsMu    sync.Mutex
+	running   map[string]bool // jobs started and not yet seen ending, for max_jobs
+	jobEnded  atomic.Pointer[func(id string)]
+	held      heldRunes
+	lastPrune time.Time
+
+	cmdEnv []string  // what commands get on top of the image's environment (see commandEnv; under sb.mu)
+	warm   warmReads // a ranged file reader started ahead of need
+}
+
+// fileStore reads and writes the sandbox's files.
+type fileStore struct {
+	part
+	xfer transfers // idle transfer containers (see transfer.go)
+}
+
+// saveStore keeps checkpoints and the processes a stop saved.
+type saveStore struct {
+	part
+	ckMu sync.Mutex // one checkpoint or restore at a time
 	// keepOff is why stops cannot keep the processes although KeepProcesses is on,
 	// as last seen ("" when they can); warnedKeep is what of it was logged last.
 	keepOff, warnedKeep string
@@ -301,29 +367,6 @@ type Sandbox struct {
 	keptBytes int64
 	// lostNote is what the last stop or start lost, for the next command (TakeNote).
 	lostNote string
-
-	cleanupMissed bool          // a cleanup pass found the container stopped (under mu)
-	cleanupKick   chan struct{} // runs the missed pass when the container starts again
-
-	warm warmReads // a ranged file reader started ahead of need
-	xfer transfers // idle transfer containers (see transfer.go)
-
-	noBind     atomic.Bool  // the engine refused or cannot see the direct channel's directory (agent_direct.go)
-	warnedPath atomic.Bool  // the direct channel's socket path was too long, logged
-	bulkWrites atomic.Int64 // uploads whose bytes went over a socket of their own
-	// starts counts the containers this Sandbox made or started: a job begun under
-	// another count was in a container that has since stopped or gone (exec.go).
-	starts   atomic.Int64
-	agentMu  sync.Mutex
-	agentBin string // the agent's binary in the container; "" while no agent runs
-	agent    agentState
-
-	agentArch containerArch // the container's image architecture, for installAgent (under mu)
-
-	closed   bool               // Close was called: the container is no longer created or started (under mu)
-	making   sync.WaitGroup     // Ensures and Starts under way (added under mu while not closed)
-	closing  context.Context    // ends when Close is called
-	closeNow context.CancelFunc // ends closing
 }
 
 // New returns a Sandbox for cfg. It validates cfg and does no I/O, so it is safe to call
@@ -338,9 +381,20 @@ func New(cli API, cfg Config, logger *zap.Logger) (*Sandbox, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	return wire(cli, cfg, logger.With(zap.String("container", cfg.Container))), nil
+}
+
+// wire makes a Sandbox and its parts; it checks nothing.
+func wire(cli API, cfg Config, log *zap.Logger) *Sandbox {
 	closing, closeNow := context.WithCancel(context.Background())
-	return &Sandbox{cli: cli, cfg: cfg, log: logger.With(zap.String("container", cfg.Container)),
-		cleanupKick: make(chan struct{}, 1), closing: closing, closeNow: closeNow}, nil
+	sb := &Sandbox{cli: cli, cfg: cfg, log: log}
+	p := part{sb: sb, cli: cli, cfg: cfg, log: log}
+	sb.life = &lifecycle{part: p, cleanupKick: make(chan struct{}, 1), closing: closing, closeNow: closeNow}
+	sb.link = &agentLink{part: p}
+	sb.runner = &jobRunner{part: p}
+	sb.files = &fileStore{part: p}
+	sb.saves = &saveStore{part: p}
+	return sb
 }
 
 // Config returns the configuration the Sandbox was made with.

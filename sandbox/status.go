@@ -117,10 +117,10 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 		return st, nil
 	}
 
-	first, err := s.stats(ctx)
+	first, err := s.life.stats(ctx)
 	if cerrdefs.IsNotImplemented(err) {
 		st.NoUsage = true
-		st.DiskUsed = s.diskUsed(ctx)
+		st.DiskUsed = s.life.diskUsed(ctx)
 		return st, nil
 	}
 	if err != nil {
@@ -128,13 +128,13 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	}
 	// The disk walk runs while the CPU sample waits.
 	du := make(chan int64, 1)
-	go func() { du <- s.diskUsed(ctx) }()
+	go func() { du <- s.life.diskUsed(ctx) }()
 	select {
 	case <-ctx.Done():
 		return st, ctx.Err()
 	case <-time.After(cpuSample):
 	}
-	second, err := s.stats(ctx)
+	second, err := s.life.stats(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -162,7 +162,7 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 }
 
 // stats takes one one-shot stats sample.
-func (s *Sandbox) stats(ctx context.Context) (container.StatsResponse, error) {
+func (s *lifecycle) stats(ctx context.Context) (container.StatsResponse, error) {
 	var v container.StatsResponse
 	resp, err := s.cli.ContainerStatsOneShot(ctx, s.cfg.Container)
 	if err != nil {
@@ -179,7 +179,7 @@ func (s *Sandbox) stats(ctx context.Context) (container.StatsResponse, error) {
 
 // diskUsed runs `du -sxk` on WorkDir inside the container (never on host paths) and
 // returns bytes, or -1 when it cannot tell.
-func (s *Sandbox) diskUsed(ctx context.Context) int64 {
+func (s *lifecycle) diskUsed(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, duTimeout)
 	defer cancel()
 	out, err := s.internalOutput(ctx, []string{"du", "-sxk", boxapi.WorkDir})
@@ -213,9 +213,9 @@ func parseDiskUsage(out string) int64 {
 
 // internalOutput runs a short internal command and returns its stdout (at most 64 KiB).
 // Unlike Exec it never repairs the container: it only looks.
-func (s *Sandbox) internalOutput(ctx context.Context, cmd []string) (string, error) {
+func (s *lifecycle) internalOutput(ctx context.Context, cmd []string) (string, error) {
 	var out bytes.Buffer
-	code, err := s.collectExec(upkeep(ctx), cmd, &out, 64<<10)
+	code, err := s.sb.runner.collectExec(upkeep(ctx), cmd, &out, 64<<10)
 	if err != nil {
 		return "", err
 	}
@@ -233,19 +233,19 @@ const restartStopTimeout = 10
 // else written to the container's own filesystem (installed packages) stay. A missing
 // container is created, as the next command would.
 func (s *Sandbox) Restart(ctx context.Context) error {
-	if err := s.waitSaved(ctx); err != nil { // as Stop
+	if err := s.saves.waitSaved(ctx); err != nil { // as Stop
 		return err
 	}
-	defer s.invalidate()
-	end := s.beginStop() // as Stop: no agent starts in the container going down
+	defer s.life.invalidate()
+	end := s.link.beginStop() // as Stop: no agent starts in the container going down
 	timeout := restartStopTimeout
 	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
 	if err == nil {
-		s.agentFresh()
+		s.link.agentFresh()
 	}
 	end()
 	if cerrdefs.IsNotFound(err) {
-		s.invalidate()
+		s.life.invalidate()
 		return s.Ensure(ctx)
 	}
 	if err != nil {
@@ -253,10 +253,10 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	}
 	if saved, _ := s.Kept(); saved {
 		// A restart ends the processes by intent: their save goes.
-		s.dropKept(ctx, "")
-		s.keepRestarting(ctx)
+		s.saves.dropKept(ctx, "")
+		s.saves.keepRestarting(ctx)
 	}
-	s.ready() // wakes Ready's waiters; the deferred invalidate still makes the next Ensure look
+	s.life.ready() // wakes Ready's waiters; the deferred invalidate still makes the next Ensure look
 	s.log.Info("restarted sandbox container")
 	return nil
 }
@@ -265,11 +265,11 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 // the configured limits, keeping the volume: /sandbox survives, while processes,
 // installed packages and anything else outside /sandbox are gone.
 func (s *Sandbox) Recreate(ctx context.Context) error {
-	if err := s.waitSaved(ctx); err != nil { // as Stop
+	if err := s.saves.waitSaved(ctx); err != nil { // as Stop
 		return err
 	}
 	name := s.cfg.Container
-	end := s.beginStop() // as Stop; the new container gets its agent
+	end := s.link.beginStop() // as Stop; the new container gets its agent
 	defer end()
 	timeout := restartStopTimeout
 	err := s.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
@@ -282,9 +282,9 @@ func (s *Sandbox) Recreate(ctx context.Context) error {
 		return fmt.Errorf("removing sandbox container %s: %w", name, err)
 	}
 	end()
-	s.invalidate()
+	s.life.invalidate()
 	s.mu.Lock()
-	s.warnedImage = false
+	s.life.warnedImage = false
 	s.mu.Unlock()
 	if err := s.Ensure(ctx); err != nil {
 		return fmt.Errorf("recreating sandbox container %s: %w", name, err)

@@ -68,7 +68,7 @@ func onVolume(p string) bool {
 
 // takeTransfer returns a transfer container for the caller's sole use: an idle one that
 // still exists, or a new one. Give it back with putTransfer.
-func (s *Sandbox) takeTransfer(ctx context.Context) (string, error) {
+func (s *fileStore) takeTransfer(ctx context.Context) (string, error) {
 	s.xfer.mu.Lock()
 	sweep := !s.xfer.swept
 	s.xfer.swept = true
@@ -92,7 +92,7 @@ func (s *Sandbox) takeTransfer(ctx context.Context) (string, error) {
 	return id, err
 }
 
-func (s *Sandbox) takeIdleOrNew(ctx context.Context) (string, error) {
+func (s *fileStore) takeIdleOrNew(ctx context.Context) (string, error) {
 	for {
 		s.xfer.mu.Lock()
 		n := len(s.xfer.idle)
@@ -113,7 +113,7 @@ func (s *Sandbox) takeIdleOrNew(ctx context.Context) (string, error) {
 	return s.createTransfer(ctx)
 }
 
-func (s *Sandbox) createTransfer(ctx context.Context) (string, error) {
+func (s *fileStore) createTransfer(ctx context.Context) (string, error) {
 	resp, err := s.cli.ContainerCreate(ctx,
 		&container.Config{
 			Image:           s.cfg.Image,
@@ -137,7 +137,7 @@ func (s *Sandbox) createTransfer(ctx context.Context) (string, error) {
 
 // putTransfer gives a transfer container back: kept idle for the next transfer when it
 // worked (ok), removed otherwise or when enough are idle.
-func (s *Sandbox) putTransfer(id string, ok bool) {
+func (s *fileStore) putTransfer(id string, ok bool) {
 	s.xfer.mu.Lock()
 	s.xfer.inUse--
 	if !ok || s.xfer.closed || len(s.xfer.idle) >= transferIdleMax {
@@ -153,7 +153,7 @@ func (s *Sandbox) putTransfer(id string, ok bool) {
 }
 
 // reapTransfers removes the transfer containers idle for transferLinger.
-func (s *Sandbox) reapTransfers() {
+func (s *fileStore) reapTransfers() {
 	s.xfer.mu.Lock()
 	var old []string
 	keep := s.xfer.idle[:0]
@@ -175,7 +175,7 @@ func (s *Sandbox) reapTransfers() {
 	}
 }
 
-func (s *Sandbox) removeTransfer(id string) {
+func (s *fileStore) removeTransfer(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), uploadStepTimeout)
 	defer cancel()
 	if err := s.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
@@ -186,24 +186,24 @@ func (s *Sandbox) removeTransfer(id string) {
 // CloseTransfers removes the idle transfer containers; ones in use are removed when
 // their transfer ends. Call it when the Sandbox is no longer used.
 func (s *Sandbox) CloseTransfers() {
-	s.xfer.mu.Lock()
-	s.xfer.closed = true
-	idle := s.xfer.idle
-	s.xfer.idle = nil
-	if s.xfer.timer != nil {
-		s.xfer.timer.Stop()
-		s.xfer.timer = nil
+	s.files.xfer.mu.Lock()
+	s.files.xfer.closed = true
+	idle := s.files.xfer.idle
+	s.files.xfer.idle = nil
+	if s.files.xfer.timer != nil {
+		s.files.xfer.timer.Stop()
+		s.files.xfer.timer = nil
 	}
-	s.xfer.mu.Unlock()
+	s.files.xfer.mu.Unlock()
 	for _, it := range idle {
-		s.removeTransfer(it.id)
+		s.files.removeTransfer(it.id)
 	}
 }
 
 // sweepTransfers removes transfer containers of this sandbox created more than
 // transferStale ago: a server that stopped without its cleanup leaves them, and they
 // would keep the volume from being removed.
-func (s *Sandbox) sweepTransfers(ctx context.Context) {
+func (s *fileStore) sweepTransfers(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, uploadStepTimeout)
 	defer cancel()
 	list, err := s.cli.ContainerList(ctx, container.ListOptions{
@@ -225,8 +225,8 @@ func (s *Sandbox) sweepTransfers(ctx context.Context) {
 // (the returned release gives it back, with whether the transfer worked), or returns ""
 // when none is to be had: the caller then copies through an exec in the sandbox, which
 // holds no lock. Callers make sure the path is on the volume.
-func (s *Sandbox) transferTarget(ctx context.Context) (id string, release func(ok bool)) {
-	if s.onKubernetes() {
+func (s *fileStore) transferTarget(ctx context.Context) (id string, release func(ok bool)) {
+	if s.sb.life.onKubernetes() {
 		// A pod holds no lock while a file is copied, and another pod could not mount
 		// a ReadWriteOnce claim beside the sandbox's: copies go through execs.
 		return "", nil

@@ -32,12 +32,12 @@ func TestTTY(t *testing.T) {
 		}
 		// A binary known but missing in the container: the runner refuses.
 		mustExec(t, sb, "true", boxapi.ExecOptions{})
-		real := sb.agentBinary()
-		sb.setAgentBinary("/nonexistent/sandbox-agent")
+		real := sb.link.agentBinary()
+		sb.link.setAgentBinary("/nonexistent/sandbox-agent")
 		if _, err := sb.Exec(ctx, "tty", boxapi.ExecOptions{TTY: true}); !errors.Is(err, boxapi.ErrNoTTY) {
 			t.Errorf("with the agent's binary missing: %v, want ErrNoTTY", err)
 		}
-		sb.setAgentBinary(real)
+		sb.link.setAgentBinary(real)
 	})
 
 	t.Run("terminal", func(t *testing.T) {

@@ -51,23 +51,23 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	if err := s.Ensure(ctx); err != nil {
 		return boxapi.UploadResult{}, err
 	}
-	sess := s.agentSession(ctx)
+	sess := s.link.agentSession(ctx)
 	// The transfer container is fetched while the guard starts.
 	type pick struct {
 		id      string
 		release func(ok bool)
 	}
 	var picked chan pick
-	if opts.Size >= 0 && onVolume(dir) && !s.isDirect(sess) {
+	if opts.Size >= 0 && onVolume(dir) && !s.link.isDirect(sess) {
 		picked = make(chan pick, 1)
 		go func() {
-			id, release := s.transferTarget(ctx)
+			id, release := s.files.transferTarget(ctx)
 			picked <- pick{id, release}
 		}()
 	}
 	tmpName := tempPrefix + newExecID() + ".part"
 	names := candidates(name)
-	g, realDir, err := s.startGuard(ctx, dir, tmpName, names)
+	g, realDir, err := s.files.startGuard(ctx, dir, tmpName, names)
 	var via pick
 	if picked != nil {
 		via = <-picked
@@ -88,14 +88,14 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	var n int64
 	switch {
 	case via.id != "":
-		n, err = s.copyIn(ctx, via.id, realDir, tmpName, src, opts.Size)
+		n, err = s.files.copyIn(ctx, via.id, realDir, tmpName, src, opts.Size)
 		via.release(!cerrdefs.IsNotFound(err))
 	case sess != nil:
-		n, err = s.agentUpload(ctx, sess, tmp, src, opts.Size)
+		n, err = s.link.agentUpload(ctx, sess, tmp, src, opts.Size)
 	default:
-		n, err = s.catIn(ctx, tmp, src)
+		n, err = s.files.catIn(ctx, tmp, src)
 		if err == nil {
-			err = s.checkSize(ctx, tmp, n)
+			err = s.files.checkSize(ctx, tmp, n)
 		}
 	}
 	if src.over.Load() {
@@ -110,19 +110,19 @@ func (s *Sandbox) Upload(ctx context.Context, dir, name string, r io.Reader, opt
 	switch {
 	case err != nil:
 		if !errors.As(ferr, &exit) || exit.code != 4 {
-			s.removeTemp(ctx, tmp)
+			s.files.removeTemp(ctx, tmp)
 		}
 		if via.id != "" {
-			s.settleRemoved(ctx, tmp)
+			s.files.settleRemoved(ctx, tmp)
 		}
 		return boxapi.UploadResult{}, err
 	case ferr != nil || final == "":
-		s.removeTemp(ctx, tmp)
+		s.files.removeTemp(ctx, tmp)
 		return boxapi.UploadResult{}, fmt.Errorf("naming the uploaded file: %w", ferr)
 	case !slices.Contains(names, final):
 		// The guard answers from inside the container: only a name it was given may
 		// come back as where the file is.
-		s.removeTemp(ctx, tmp)
+		s.files.removeTemp(ctx, tmp)
 		return boxapi.UploadResult{}, fmt.Errorf("naming the uploaded file: the sandbox answered a name it was not offered: %.100q", final)
 	}
 	// The directory as it really is: a signed directory that is a symbolic link sends

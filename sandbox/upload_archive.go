@@ -22,7 +22,7 @@ import (
 // copyIn streams r (exactly size bytes) into dir/name through Docker's archive API
 // and the container id (a transfer container): a one-file tar made on the fly, so
 // nothing is buffered.
-func (s *Sandbox) copyIn(ctx context.Context, id, dir, name string, r io.Reader, size int64) (int64, error) {
+func (s *fileStore) copyIn(ctx context.Context, id, dir, name string, r io.Reader, size int64) (int64, error) {
 	ts, err := newTarStream(name, r, size)
 	if err != nil {
 		return 0, err
@@ -56,7 +56,7 @@ const putArchiveSendBuffer = 4 << 20
 // length in chunks of up to a MiB. The Docker client sends request bodies chunked, 32 KiB
 // at a time, through tracing wrappers; on this path that costs about a third of the
 // throughput.
-func (s *Sandbox) putArchive(ctx context.Context, id, dir string, ts *tarStream) error {
+func (s *fileStore) putArchive(ctx context.Context, id, dir string, ts *tarStream) error {
 	conn, err := s.cli.Dialer()(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to Docker: %w", err)

@@ -17,8 +17,8 @@ import (
 
 // catIn streams r into the file tmp through the standard input of `cat`, for streams
 // whose length is not known in advance and directories off the volume.
-func (s *Sandbox) catIn(ctx context.Context, tmp string, r io.Reader) (int64, error) {
-	p, err := s.startExec(ctx, container.ExecOptions{
+func (s *fileStore) catIn(ctx context.Context, tmp string, r io.Reader) (int64, error) {
+	p, err := s.sb.runner.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"bash", "-c", `exec cat > "$1"`, "upload", tmp},
 	})
@@ -83,7 +83,7 @@ func catFailed(ctx context.Context, p proc, tmp string, stderr *bytes.Buffer) er
 }
 
 // waitExecEnd waits (a while at most) until the exec has started and ended.
-func (s *Sandbox) waitExecEnd(ctx context.Context, p proc) {
+func (s *fileStore) waitExecEnd(ctx context.Context, p proc) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
 	d, ok := p.(*dockerProc)
@@ -94,7 +94,7 @@ func (s *Sandbox) waitExecEnd(ctx context.Context, p proc) {
 	for ctx.Err() == nil {
 		ins, err := s.cli.ContainerExecInspect(ctx, d.id)
 		// A Kubernetes engine's execs have no Pid, and run from their attach on.
-		if err != nil || (!ins.Running && (ins.Pid != 0 || s.onKubernetes())) {
+		if err != nil || (!ins.Running && (ins.Pid != 0 || s.sb.life.onKubernetes())) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -91,17 +91,17 @@ func (e *guardExitError) Error() string {
 // startGuard starts guardScript for the directory dir and waits until it is ready; it
 // returns the directory's real path (see realDirPath). A directory that cannot be made fails with
 // [boxapi.ErrNotDir] when a file is in the way.
-func (s *Sandbox) startGuard(ctx context.Context, dir, tmpName string, names []string) (*guard, string, error) {
+func (s *fileStore) startGuard(ctx context.Context, dir, tmpName string, names []string) (*guard, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
-	p, err := s.startExec(ctx, container.ExecOptions{
+	p, err := s.sb.runner.startExec(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: append([]string{"bash", "-c", guardScript, "upload", dir, tmpName}, names...),
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("starting the upload's guard: %w", err)
 	}
-	g := &guard{s: s, p: p, records: make(chan string, 4), ended: make(chan error, 1)}
+	g := &guard{s: s.sb, p: p, records: make(chan string, 4), ended: make(chan error, 1)}
 	go g.read()
 	real, err := g.next(ctx)
 	if err != nil {

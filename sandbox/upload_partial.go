@@ -35,7 +35,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 }
 
 // checkSize makes sure the temporary file holds every byte sent.
-func (s *Sandbox) checkSize(ctx context.Context, tmp string, n int64) error {
+func (s *fileStore) checkSize(ctx context.Context, tmp string, n int64) error {
 	st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, tmp)
 	if err != nil {
 		return fmt.Errorf("checking %s in the sandbox: %w", tmp, err)
@@ -50,7 +50,7 @@ func (s *Sandbox) checkSize(ctx context.Context, tmp string, n int64) error {
 // up on a failed copy at once, while the engine may still be unpacking what it had
 // received: the file can appear after the guard removed it. Nothing can write it once
 // the engine is done, so it waits until the file stays absent for a few checks.
-func (s *Sandbox) settleRemoved(ctx context.Context, tmp string) {
+func (s *fileStore) settleRemoved(ctx context.Context, tmp string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
 	absent := 0
@@ -70,10 +70,10 @@ func (s *Sandbox) settleRemoved(ctx context.Context, tmp string) {
 }
 
 // removeTemp deletes a temporary file, even when the request that made it is gone.
-func (s *Sandbox) removeTemp(ctx context.Context, tmp string) {
+func (s *fileStore) removeTemp(ctx context.Context, tmp string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadStepTimeout)
 	defer cancel()
-	code, err := s.collectExec(upkeep(ctx), []string{"rm", "-f", "--", tmp}, &bytes.Buffer{}, 0)
+	code, err := s.sb.runner.collectExec(upkeep(ctx), []string{"rm", "-f", "--", tmp}, &bytes.Buffer{}, 0)
 	if err != nil || code != 0 {
 		s.log.Warn("removing an unfinished upload", zap.String("path", tmp), zap.Int("exit_code", code), zap.Error(err))
 	}

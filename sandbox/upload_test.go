@@ -341,7 +341,7 @@ func TestUploadGuardRemovesOnHangup(t *testing.T) {
 	sb := newTestSandbox(t, cli, testConfig(t))
 	tmp := tempPrefix + "hangup.part"
 	mustExec(t, sb, "echo partial > /sandbox/"+tmp, boxapi.ExecOptions{})
-	g, real, err := sb.startGuard(context.Background(), "/sandbox", tmp, []string{"final.txt"})
+	g, real, err := sb.files.startGuard(context.Background(), "/sandbox", tmp, []string{"final.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxa
 		return boxapi.FileInfo{}, false, fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
-	if sess, err := s.fileAgent(ctx, p); err != nil {
+	if sess, err := s.link.fileAgent(ctx, p); err != nil {
 		return boxapi.FileInfo{}, false, err
 	} else if sess != nil {
 		rep, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: p, Mkdir: true}, bytes.NewReader(data), nil)
@@ -43,21 +43,21 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxa
 			return fi, rep.Created, nil
 		}
 	}
-	fi, target, err := s.statRegular(ctx, p)
+	fi, target, err := s.files.statRegular(ctx, p)
 	mode := fs.FileMode(0o644)
 	switch {
 	case err == nil:
 		mode = fi.Mode
 	case errors.Is(err, boxapi.ErrNotFound):
 		created = true
-		target, err = s.resolveNew(ctx, p)
+		target, err = s.files.resolveNew(ctx, p)
 		if err != nil {
 			return boxapi.FileInfo{}, false, err
 		}
 	default:
 		return boxapi.FileInfo{}, false, err
 	}
-	if err := s.putFile(ctx, target, data, mode); err != nil {
+	if err := s.files.putFile(ctx, target, data, mode); err != nil {
 		return boxapi.FileInfo{}, false, fmt.Errorf("writing %s: %w", p, err)
 	}
 	return boxapi.FileInfo{Path: p, Name: path.Base(p), Size: int64(len(data)), ModTime: time.Now(), Mode: mode & fs.ModePerm}, created, nil
@@ -65,7 +65,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxa
 
 // resolveNew returns where a new file at p goes: p itself, or the target of a dangling
 // symbolic link at p. It creates the parent directories that are missing.
-func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
+func (s *fileStore) resolveNew(ctx context.Context, p string) (string, error) {
 	st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, p)
 	if err == nil && st.Mode&fs.ModeSymlink != 0 {
 		// A dangling link: write where it points, as a shell redirection would.
@@ -85,7 +85,7 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 	case !cerrdefs.IsNotFound(err):
 		return "", fmt.Errorf("%s: %w (a parent does not lead to a directory)", p, boxapi.ErrNotRegular)
 	}
-	code, _, stderr, err := s.runCapture(ctx, []string{"mkdir", "-p", "--", dir}, nil, 1024)
+	code, _, stderr, err := s.sb.runner.runCapture(ctx, []string{"mkdir", "-p", "--", dir}, nil, 1024)
 	if err != nil {
 		return "", fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -97,8 +97,8 @@ func (s *Sandbox) resolveNew(ctx context.Context, p string) (string, error) {
 
 // writeBack replaces the bytes of the existing file target: in place through the agent,
 // else with putFile.
-func (s *Sandbox) writeBack(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
-	if sess := s.agentSession(ctx); sess != nil {
+func (s *fileStore) writeBack(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
 		_, _, err := agentWrite(ctx, sess, agentwire.WriteRequest{Path: target}, bytes.NewReader(data), nil)
 		if !agentGone(ctx, err) {
 			return err
@@ -108,7 +108,7 @@ func (s *Sandbox) writeBack(ctx context.Context, target string, data []byte, mod
 }
 
 // putFile copies one file into the container with a one-entry archive.
-func (s *Sandbox) putFile(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
+func (s *fileStore) putFile(ctx context.Context, target string, data []byte, mode fs.FileMode) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	hdr := &tar.Header{
@@ -199,14 +199,14 @@ func (s *Sandbox) EditFile(ctx context.Context, p, old, new string) (boxapi.Edit
 	}
 	edited := text[:at[0]] + new + text[at[0]+len(old):]
 
-	now, target, err := s.statRegular(ctx, fi.Path)
+	now, target, err := s.files.statRegular(ctx, fi.Path)
 	if err != nil {
 		return boxapi.EditResult{}, err
 	}
 	if now.Size != fi.Size || !now.ModTime.Equal(fi.ModTime) {
 		return boxapi.EditResult{}, fmt.Errorf("%s changed while it was being edited; read it again and retry", fi.Path)
 	}
-	if err := s.writeBack(ctx, target, []byte(edited), now.Mode); err != nil {
+	if err := s.files.writeBack(ctx, target, []byte(edited), now.Mode); err != nil {
 		return boxapi.EditResult{}, fmt.Errorf("writing %s: %w", fi.Path, err)
 	}
 	fi.Size, fi.ModTime, fi.Mode = int64(len(edited)), time.Now(), now.Mode

@@ -71,7 +71,7 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 		return fmt.Errorf("%q: %w", p, boxapi.ErrRelativePath)
 	}
 	p = path.Clean(p)
-	rc, dir, wait, err := s.tarDir(ctx, p)
+	rc, dir, wait, err := s.files.tarDir(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -112,11 +112,11 @@ func (s *Sandbox) WriteZip(ctx context.Context, p string, w io.Writer) error {
 // the agent, else from tar in the container. It returns the directory the entries'
 // paths start in, and wait, to call once the stream is read, which logs what tar
 // skipped.
-func (s *Sandbox) tarDir(ctx context.Context, p string) (rc io.ReadCloser, dir string, wait func(), err error) {
-	if err := s.Ensure(ctx); err != nil {
+func (s *fileStore) tarDir(ctx context.Context, p string) (rc io.ReadCloser, dir string, wait func(), err error) {
+	if err := s.sb.Ensure(ctx); err != nil {
 		return nil, "", nil, err
 	}
-	if sess := s.agentSession(ctx); sess != nil {
+	if sess := s.sb.link.agentSession(ctx); sess != nil {
 		rc, real, err := agentTar(ctx, sess, p)
 		if !agentGone(ctx, err) {
 			return rc, path.Dir(real), func() {}, err
@@ -138,7 +138,7 @@ func (s *Sandbox) tarDir(ctx context.Context, p string) (rc io.ReadCloser, dir s
 	if target == "/" {
 		dir, base = "/", "."
 	}
-	e, err := s.startStream(ctx, "/", []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil)
+	e, err := s.sb.runner.startStream(ctx, "/", []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("archiving %s in the sandbox: %w", p, err)
 	}
