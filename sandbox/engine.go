@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"strings"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/build"
@@ -98,12 +97,22 @@ func (s *lifecycle) confirmRunning(ctx context.Context) error {
 	return s.sb.Ensure(ctx)
 }
 
-// onKubernetes reports whether the engine is a Kubernetes one (package kube, whose
-// DaemonHost is kubernetes://...): no engine files on this machine, no raw connection
-// (Dialer), no second container on the sandbox's volume, no images or checkpoints.
-// The sandbox then copies files through execs and says plainly what it cannot do.
-func (s *lifecycle) onKubernetes() bool {
-	return strings.HasPrefix(s.cli.DaemonHost(), "kubernetes://")
+// capable is an engine that states its capabilities (the Kubernetes engine); any
+// other is taken for a Docker engine.
+type capable interface {
+	Capabilities() boxapi.Capabilities
+}
+
+// capabilitiesOf is what cli can do; nil, nothing.
+func capabilitiesOf(cli API) boxapi.Capabilities {
+	switch c := cli.(type) {
+	case nil:
+		return boxapi.Capabilities{}
+	case capable:
+		return c.Capabilities()
+	default:
+		return boxapi.DockerCapabilities(cli.DaemonHost())
+	}
 }
 
 // EngineDown reports whether err means the Docker engine did not answer: it could not

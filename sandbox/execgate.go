@@ -40,8 +40,8 @@ const execStartWait = 10 * time.Second
 // container catches it starting. Its errors name the step that failed.
 func (s *jobRunner) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	name := s.cfg.Container
-	var g *semaphore.Weighted // none on Kubernetes: no pause there, checkpoints are Docker's
-	if !s.sb.life.onKubernetes() {
+	var g *semaphore.Weighted // none where the container cannot be paused
+	if s.caps.Pause {
 		g = execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
 			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)

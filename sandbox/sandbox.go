@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
@@ -284,10 +285,11 @@ type Sandbox struct {
 
 // part is what every part shares: the sandbox it belongs to and its settings.
 type part struct {
-	sb  *Sandbox
-	cli API
-	cfg Config
-	log *zap.Logger
+	sb   *Sandbox
+	cli  API
+	caps boxapi.Capabilities // what cli can do
+	cfg  Config
+	log  *zap.Logger
 }
 
 // lifecycle makes, starts, stops and repairs the container.
@@ -388,7 +390,7 @@ func New(cli API, cfg Config, logger *zap.Logger) (*Sandbox, error) {
 func wire(cli API, cfg Config, log *zap.Logger) *Sandbox {
 	closing, closeNow := context.WithCancel(context.Background())
 	sb := &Sandbox{cli: cli, cfg: cfg, log: log}
-	p := part{sb: sb, cli: cli, cfg: cfg, log: log}
+	p := part{sb: sb, cli: cli, caps: capabilitiesOf(cli), cfg: cfg, log: log}
 	sb.life = &lifecycle{part: p, cleanupKick: make(chan struct{}, 1), closing: closing, closeNow: closeNow}
 	sb.link = &agentLink{part: p}
 	sb.runner = &jobRunner{part: p}

@@ -38,3 +38,31 @@ func EngineDown(err error) bool {
 	}
 	return false
 }
+
+// Capabilities says what an engine can do beyond making, starting, stopping and
+// removing a sandbox's container and running programs in it. The sandbox asks it once,
+// instead of guessing from the engine's address, and says plainly what it cannot do.
+type Capabilities struct {
+	// Checkpoints: the engine saves a container's system as an image and runs
+	// short-lived containers on the sandbox's volume to copy it (checkpoints,
+	// restores, copies to another person).
+	Checkpoints bool
+	// HelperContainers: a short-lived container may mount the sandbox's volume beside
+	// it while it runs (transfer containers for large copies).
+	HelperContainers bool
+	// Pause: the container can be frozen, so the programs starting in it are held
+	// while a checkpoint pauses it.
+	Pause bool
+	// ExecPIDs: a program's inspect gives its process id once it runs.
+	ExecPIDs bool
+	// LocalFiles: the engine runs on this machine and mounts this machine's
+	// directories (the agent's direct channel, archives over the engine's socket).
+	LocalFiles bool
+}
+
+// DockerCapabilities are a Docker engine's at the address host: all but LocalFiles,
+// which only an engine on this machine (unix://) has.
+func DockerCapabilities(host string) Capabilities {
+	return Capabilities{Checkpoints: true, HelperContainers: true, Pause: true, ExecPIDs: true,
+		LocalFiles: strings.HasPrefix(host, "unix://")}
+}

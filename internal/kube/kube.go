@@ -25,6 +25,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/system"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	netv1 "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/rest"
@@ -158,9 +159,13 @@ func hostOf(h string) string {
 // Close releases nothing: client-go keeps no connection that must be closed.
 func (c *Client) Close() error { return nil }
 
-// DaemonHost is kubernetes://<API server host>/<namespace>: never unix://, so the
-// sandbox package takes no path that needs the engine's files on this machine.
+// DaemonHost is kubernetes://<API server host>/<namespace>.
 func (c *Client) DaemonHost() string { return c.host }
+
+// Capabilities: none beyond a pod and programs in it. No checkpoints (no image of a
+// pod's system), no second pod on a sandbox's ReadWriteOnce claim, no pause, no pids
+// of execs, and no files of this machine in a pod.
+func (c *Client) Capabilities() boxapi.Capabilities { return boxapi.Capabilities{} }
 
 // ClientVersion is "" (no Docker API version is negotiated).
 func (c *Client) ClientVersion() string { return "" }
