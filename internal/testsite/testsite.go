@@ -112,6 +112,7 @@ type Options struct {
 	Site      []string // extra lines in the site block
 	CatchAll  bool     // site address http://:port (any Host) instead of http://127.0.0.1:port
 	Address   string   // site address; default http://127.0.0.1:<port>; %d is the port
+	Log       string   // Caddy's log file; default caddy.log in the storage directory
 }
 
 // WithAndWithoutAgent runs f with the agent and with `agent off` (the fallback).
@@ -199,13 +200,17 @@ func (s *Site) Caddyfile(opts Options) string {
 	if opts.Address != "" {
 		address = strings.ReplaceAll(opts.Address, "%d", fmt.Sprint(s.Port))
 	}
+	logFile := opts.Log
+	if logFile == "" {
+		logFile = s.Storage + "/caddy.log"
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
 	auto_https off
 	storage file_system %s
 	log {
-		output file %s/caddy.log
+		output file %s
 	}
 }
 
@@ -224,7 +229,7 @@ func (s *Site) Caddyfile(opts Options) string {
 	%s
 	respond "the next handler" 200
 }
-`, s.Storage, s.Storage, address, s.Key, image, s.Container, s.Volume, network, cpus,
+`, s.Storage, logFile, address, s.Key, image, s.Container, s.Volume, network, cpus,
 		strings.Join(opts.Directive, "\n\t\t"), strings.Join(opts.Site, "\n\t"))
 }
 

@@ -1,0 +1,480 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
+)
+
+// Two Caddy processes with the same site (the same api_key, image, container and
+// settings) and one shared storage directory stand behind a third Caddy that balances
+// them round robin, with no affinity: any request may land on either. Through the
+// balancer a person signs in with a real OAuth flow (registration, sign-in page, code
+// exchange: each step may be served by the other instance), then, in raw 2026-07-28
+// JSON-RPC with no session, server/discover, tools/list and ten execute calls answer,
+// and both instances serve some of them; a job started on one instance is followed to
+// its end on the other; and once one instance is killed outright, the balancer's
+// retries make every call answer on the other, which also follows the job the dead
+// one started.
+func TestSeveralInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	bin := caddyBinary(t)
+	site := testsite.New(t) // the key, container, volume and shared storage; A's port
+	t.Cleanup(func() {
+		// Cleanups run last first: this one runs once the processes below are stopped.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = site.Docker.ContainerRemove(ctx, site.Container, container.RemoveOptions{Force: true})
+		_ = site.Docker.VolumeRemove(ctx, site.Volume, true)
+	})
+	dir := t.TempDir() // Caddyfiles, logs and each process's output
+	portB, portC := testsite.FreePort(t), testsite.FreePort(t)
+	public := fmt.Sprintf("http://127.0.0.1:%d", portC)
+
+	// The instances' Caddyfiles differ only in their port and log file. public_url
+	// names the balancer: a token is bound to the resource URL the client signed in
+	// for, and each instance must find that same URL when this test reaches it
+	// directly (to tell the instances apart), whatever the Host of the request.
+	siteOf := func(name string, port int) string {
+		s := *site
+		s.Port = port
+		return s.Caddyfile(testsite.Options{
+			Directive: []string{"public_url " + public},
+			Site:      []string{testsite.MetricsRoute},
+			Log:       filepath.Join(dir, name+".log"),
+		})
+	}
+	a := startInstance(t, bin, dir, "A", site.Port, siteOf("A", site.Port))
+	b := startInstance(t, bin, dir, "B", portB, siteOf("B", portB))
+	// The balancer keeps each request's Host as it came (Caddy's default) and retries
+	// a request whose upstream refuses the connection on the next one, for 5 s.
+	c := startInstance(t, bin, dir, "C", portC, fmt.Sprintf(`{
+	admin off
+	persist_config off
+	auto_https off
+	storage file_system %s
+	log {
+		output file %s
+	}
+}
+
+%s {
+	bind 127.0.0.1
+	reverse_proxy %s %s {
+		lb_policy round_robin
+		lb_try_duration 5s
+		lb_try_interval 100ms
+	}
+}
+`, testsite.StorageDir(t), filepath.Join(dir, "C.log"), public,
+		strings.TrimPrefix(a.url, "http://"), strings.TrimPrefix(b.url, "http://")))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// Each instance, asked directly, names the balancer as the issuer and the resource.
+	for _, in := range []*instance{a, b} {
+		var meta struct {
+			Issuer string `json:"issuer"`
+		}
+		in.getJSON(t, "/.well-known/oauth-authorization-server", &meta)
+		var prm struct {
+			Resource string `json:"resource"`
+		}
+		in.getJSON(t, "/.well-known/oauth-protected-resource", &prm)
+		if meta.Issuer != public || prm.Resource != public+"/mcp" {
+			t.Fatalf("%s: issuer %q, resource %q; want %s", in.name, meta.Issuer, prm.Resource, public)
+		}
+	}
+
+	began := time.Now()
+	token := (&testsite.Site{T: t, URL: c.url, Key: site.Key}).OAuthToken(ctx, t, "instances-e2e")
+	t.Logf("signed in through the balancer in %v", time.Since(began).Round(time.Millisecond))
+
+	t.Run("discover", func(t *testing.T) {
+		res, err := c.rpc(ctx, token, "server/discover", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions, _ := res["supportedVersions"].([]any)
+		if !slices.Contains(versions, any("2026-07-28")) {
+			t.Fatalf("server/discover through the balancer: %v", res)
+		}
+		t.Logf("server/discover through the balancer: supportedVersions %v", versions)
+	})
+
+	t.Run("calls spread over both", func(t *testing.T) {
+		res, err := c.rpc(ctx, token, "tools/list", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		tools, _ := res["tools"].([]any)
+		for _, tool := range tools {
+			if m, ok := tool.(map[string]any); ok {
+				names = append(names, fmt.Sprint(m["name"]))
+			}
+		}
+		if !slices.Contains(names, "execute") || !slices.Contains(names, "job_output") {
+			t.Fatalf("tools/list through the balancer: %v", names)
+		}
+		beforeA, beforeB := a.toolCalls(t), b.toolCalls(t)
+		ok, took := executeMany(ctx, t, c, token, 10)
+		servedA, servedB := a.toolCalls(t)-beforeA, b.toolCalls(t)-beforeB
+		t.Logf("tools/list: %d tools; execute through the balancer: %d of 10 answered right in %v; A served %d, B served %d",
+			len(names), ok, took.Round(time.Millisecond), servedA, servedB)
+		if ok != 10 {
+			t.Errorf("%d of 10 calls through the balancer answered right", ok)
+		}
+		if servedA+servedB != 10 || servedA == 0 || servedB == 0 {
+			t.Errorf("A served %d calls and B %d: want both, 10 in all", servedA, servedB)
+		}
+		// The token works on each instance reached directly too.
+		for _, in := range []*instance{a, b} {
+			if st, err := in.execute(ctx, token, "echo "+in.name, 30); err != nil || st["stdout"] != in.name+"\n" {
+				t.Errorf("execute on %s directly: %v %v", in.name, st, err)
+			}
+		}
+	})
+
+	t.Run("job started on A followed through B", func(t *testing.T) {
+		began := time.Now()
+		id := startJobOn(ctx, t, a, token)
+		out := followJobOn(ctx, t, b, token, id)
+		t.Logf("job %s started on A, followed to its end through B: %q after %v", id, out, time.Since(began).Round(time.Millisecond))
+	})
+
+	t.Run("A killed", func(t *testing.T) {
+		began := time.Now()
+		id := startJobOn(ctx, t, a, token)
+		beforeB := b.toolCalls(t)
+		a.kill(t)
+		t.Logf("A killed (SIGKILL) %v after its job started", time.Since(began).Round(time.Millisecond))
+		ok, took := executeMany(ctx, t, c, token, 10)
+		servedB := b.toolCalls(t) - beforeB
+		t.Logf("execute through the balancer with A dead: %d of 10 answered right in %v; B served %d", ok, took.Round(time.Millisecond), servedB)
+		if ok != 10 || servedB != 10 {
+			t.Errorf("with A dead, %d of 10 calls answered right and B served %d", ok, servedB)
+		}
+		out := followJobOn(ctx, t, c, token, id)
+		t.Logf("job %s started on A, followed to its end through the balancer after A's death: %q, %v after it started", id, out, time.Since(began).Round(time.Millisecond))
+	})
+}
+
+// startJobOn starts on in a command that outlasts its call, and returns its job id.
+func startJobOn(ctx context.Context, t *testing.T, in *instance, token string) string {
+	t.Helper()
+	st, err := in.execute(ctx, token, "echo started; sleep 8; echo done", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := st["job_id"].(string)
+	if st["running"] != true || id == "" || st["stdout"] != "started\n" {
+		t.Fatalf("a job started on %s: %v", in.name, st)
+	}
+	return id
+}
+
+// followJobOn calls job_output on in until the job id has ended, and returns what those
+// calls delivered, which must be the rest of the job's output and a zero exit code.
+func followJobOn(ctx context.Context, t *testing.T, in *instance, token, id string) string {
+	t.Helper()
+	var out strings.Builder
+	for polls := 0; ; polls++ {
+		if polls == 5 {
+			t.Fatalf("job %s still running after %d job_output calls on %s", id, polls, in.name)
+		}
+		res, err := in.rpc(ctx, token, "tools/call", map[string]any{"name": "job_output", "arguments": map[string]any{"job_id": id, "wait": 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := res["structuredContent"].(map[string]any)
+		if res["isError"] == true || st == nil {
+			t.Fatalf("job_output on %s: %v", in.name, res)
+		}
+		out.WriteString(fmt.Sprint(st["stdout"]))
+		if st["running"] == false {
+			if st["exit_code"] != 0.0 || out.String() != "done\n" {
+				t.Fatalf("job %s followed on %s: delivered %q, %v", id, in.name, out.String(), st)
+			}
+			return out.String()
+		}
+	}
+}
+
+// executeMany runs `echo i` for i = 1..n through in, one after another, and returns how
+// many answered with exactly that output, and how long they took; each failure is
+// logged.
+func executeMany(ctx context.Context, t *testing.T, in *instance, token string, n int) (ok int, took time.Duration) {
+	t.Helper()
+	began := time.Now()
+	for i := 1; i <= n; i++ {
+		st, err := in.execute(ctx, token, fmt.Sprintf("echo %d", i), 30)
+		if err == nil && st["stdout"] == fmt.Sprintf("%d\n", i) && st["exit_code"] == 0.0 {
+			ok++
+		} else {
+			t.Logf("execute #%d through %s: %v %v", i, in.name, st, err)
+		}
+	}
+	return ok, time.Since(began)
+}
+
+// instance is one Caddy process run from the binary [caddyBinary] builds.
+type instance struct {
+	name   string
+	url    string // http://127.0.0.1:port
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
+	http   *http.Client  // its own connections, so that no other process's are reused
+}
+
+// startInstance writes caddyfile to dir and runs `caddy run` on it, and returns once
+// the process answers HTTP on port. The process is stopped when the test ends; when
+// the test failed, the end of its output and of its log are logged.
+func startInstance(t *testing.T, bin, dir, name string, port int, caddyfile string) *instance {
+	t.Helper()
+	config := filepath.Join(dir, name+".Caddyfile")
+	if err := os.WriteFile(config, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	output, err := os.Create(filepath.Join(dir, name+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{
+		name:   name,
+		url:    fmt.Sprintf("http://127.0.0.1:%d", port),
+		cmd:    exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile"),
+		exited: make(chan struct{}),
+		http:   &http.Client{Transport: &http.Transport{}, Timeout: 2 * time.Minute},
+	}
+	in.cmd.Stdout, in.cmd.Stderr = output, output
+	// A test binary killed at its timeout runs no cleanup: the processes go with it.
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = in.cmd.Wait()
+		output.Close()
+		close(in.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-in.exited:
+		default:
+			// A graceful stop, so that Caddy ends what it does in the engine.
+			_ = in.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-in.exited:
+			case <-time.After(20 * time.Second):
+				_ = in.cmd.Process.Kill()
+				<-in.exited
+			}
+		}
+		in.http.CloseIdleConnections()
+		if t.Failed() {
+			for _, f := range []string{name + ".out", name + ".log"} {
+				t.Logf("%s, last lines:\n%s", f, lastLines(filepath.Join(dir, f), 30))
+			}
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := in.http.Get(in.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return in
+		}
+		select {
+		case <-in.exited:
+			t.Fatalf("Caddy %s exited: %v\n%s", name, in.cmd.ProcessState, lastLines(filepath.Join(dir, name+".out"), 30))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Caddy %s does not answer on %s: %v", name, in.url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL, as a crash would, and returns once it is gone
+// (its sockets closed by the kernel).
+func (in *instance) kill(t *testing.T) {
+	t.Helper()
+	if err := in.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-in.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Caddy %s still runs 10s after SIGKILL", in.name)
+	}
+}
+
+// toolCalls is how many tool calls the instance has served, from its metrics.
+func (in *instance) toolCalls(t *testing.T) int {
+	t.Helper()
+	n, _ := testsite.MetricSum(testsite.Metrics(t, in.http, in.url), "caddy_mcp_sandbox_person_calls_total", nil)
+	return int(n)
+}
+
+// getJSON decodes the JSON document at path on the instance.
+func (in *instance) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := in.http.Get(in.url + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s on %s: %d %v", path, in.name, resp.StatusCode, err)
+	}
+}
+
+// execute runs command with execute's wait and returns the result's structured content.
+func (in *instance) execute(ctx context.Context, token, command string, wait int) (map[string]any, error) {
+	res, err := in.rpc(ctx, token, "tools/call", map[string]any{"name": "execute", "arguments": map[string]any{"command": command, "wait": wait}})
+	if err != nil {
+		return nil, err
+	}
+	st, _ := res["structuredContent"].(map[string]any)
+	if res["isError"] == true || st == nil {
+		return st, fmt.Errorf("execute %q on %s: %v", command, in.name, res)
+	}
+	return st, nil
+}
+
+// rpcIDs numbers the requests of this file's JSON-RPC calls.
+var rpcIDs atomic.Int64
+
+// rpc sends method with params as a 2026-07-28 client does (no session; version,
+// client info and capabilities in _meta; the routing headers) with token as bearer,
+// and returns the JSON-RPC result.
+func (in *instance) rpc(ctx context.Context, token, method string, params map[string]any) (map[string]any, error) {
+	p := map[string]any{"_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "instances-e2e", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}}
+	for k, v := range params {
+		p[k] = v
+	}
+	id := rpcIDs.Add(1)
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": p})
+	req, err := http.NewRequestWithContext(ctx, "POST", in.url+"/mcp", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	if name, ok := params["name"].(string); ok {
+		req.Header.Set("Mcp-Name", name)
+	}
+	resp, err := in.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s through %s: %w", method, in.name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s through %s: reading the answer: %w", method, in.name, err)
+	}
+	if resp.Header.Get("Mcp-Session-Id") != "" {
+		return nil, fmt.Errorf("%s through %s: a 2026-07-28 request got a session id", method, in.name)
+	}
+	// A JSON body, or a stream whose message with the request's id answers it.
+	msgs := []string{string(raw)}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		msgs = nil
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				msgs = append(msgs, d)
+			}
+		}
+	}
+	for _, m := range msgs {
+		var out struct {
+			ID     any            `json:"id"`
+			Result map[string]any `json:"result"`
+			Error  map[string]any `json:"error"`
+		}
+		if json.Unmarshal([]byte(m), &out) != nil || out.ID != float64(id) {
+			continue
+		}
+		if out.Error != nil || out.Result == nil {
+			return nil, fmt.Errorf("%s through %s answered %d %s", method, in.name, resp.StatusCode, raw)
+		}
+		return out.Result, nil
+	}
+	return nil, fmt.Errorf("no answer to %s through %s: %d %s", method, in.name, resp.StatusCode, raw)
+}
+
+// The Caddy binary is built once per run of the test binary, into the directory
+// testsite.Main removes at the end (XDG_DATA_HOME), so no copy is left behind.
+var (
+	caddyBuild    sync.Once
+	caddyBin      string
+	caddyBuildErr error
+)
+
+// caddyBinary builds ./cmd/caddy (Caddy with the plugin) from the module's root, once,
+// and returns its path.
+func caddyBinary(t *testing.T) string {
+	t.Helper()
+	caddyBuild.Do(func() {
+		dir, err := os.MkdirTemp(os.Getenv("XDG_DATA_HOME"), "caddy-build-")
+		if err != nil {
+			caddyBuildErr = err
+			return
+		}
+		caddyBin = filepath.Join(dir, "caddy")
+		began := time.Now()
+		build := exec.Command("go", "build", "-o", caddyBin, "./cmd/caddy")
+		build.Dir = ".." // this package's directory is integration/, under the module's root
+		if out, err := build.CombinedOutput(); err != nil {
+			caddyBuildErr = fmt.Errorf("go build ./cmd/caddy: %w\n%s", err, out)
+			return
+		}
+		t.Logf("built Caddy with the plugin in %v", time.Since(began).Round(time.Millisecond))
+	})
+	if caddyBuildErr != nil {
+		t.Fatal(caddyBuildErr)
+	}
+	return caddyBin
+}
+
+// lastLines is the end of the file at path, at most n lines, or why it cannot be read.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
