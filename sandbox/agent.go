@@ -304,7 +304,7 @@ func (s *agentLink) startAgentFrom(ctx context.Context, gen uint64, mounted bool
 	if f := agentArgvForTest.Get(); f != nil {
 		argv = (*f)(path)
 	}
-	execID, hj, err := s.sb.runner.startEngineExec(ctx, container.ExecOptions{
+	p, err := s.sb.runner.startEngineProc(ctx, container.ExecOptions{
 		User: "root", WorkingDir: "/", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: argv,
 	})
@@ -313,12 +313,11 @@ func (s *agentLink) startAgentFrom(ctx context.Context, gen uint64, mounted bool
 	}
 	// The first bytes of its output are the engine's message when the exec could not
 	// start.
-	out := &procStdout{p: newDockerProc(s.sb, execID, hj), stderr: &boundedBuffer{max: 2048}, head: &boundedBuffer{max: 1024}}
+	out := &procStdout{p: p, stderr: &boundedBuffer{max: 2048}, head: &boundedBuffer{max: 1024}}
 	hctx, cancel := context.WithTimeout(ctx, agentGreetTimeout)
 	defer cancel()
-	stop := context.AfterFunc(hctx, hj.Close)
-	closer := closerFunc(func() error { hj.Close(); return nil })
-	sess, err := agentwire.Client(out, hj.Conn, closer, agentwire.HelloMsg{}, s.agentAccept)
+	stop := context.AfterFunc(hctx, func() { _ = p.Close() })
+	sess, err := agentwire.Client(out, p, closerFunc(p.Close), agentwire.HelloMsg{}, s.agentAccept)
 	if !stop() {
 		if err == nil {
 			sess.Close()
@@ -326,8 +325,8 @@ func (s *agentLink) startAgentFrom(ctx context.Context, gen uint64, mounted bool
 		err = fmt.Errorf("no greeting within %v", agentGreetTimeout)
 	}
 	if err != nil {
-		hj.Close()
-		code, ok := s.sb.runner.dockerExitCode(context.WithoutCancel(ctx), execID, exitWait(true))
+		_ = p.Close()
+		code, ok := p.exitCode(context.WithoutCancel(ctx), true)
 		exit := "still running"
 		if ok {
 			exit = "exit code " + strconv.Itoa(code)

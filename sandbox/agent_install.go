@@ -145,13 +145,12 @@ func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, er
 // machineArch runs uname -m in the container through an engine exec (never the agent,
 // which is being installed) and names the result as images do (amd64, arm64...).
 func (s *agentLink) machineArch(ctx context.Context) (string, error) {
-	id, hj, err := s.sb.runner.startEngineExec(ctx, container.ExecOptions{
+	p, err := s.sb.runner.startEngineProc(ctx, container.ExecOptions{
 		User: "root", AttachStdout: true, AttachStderr: true, Cmd: []string{"uname", "-m"},
 	})
 	if err != nil {
 		return "", err
 	}
-	p := newDockerProc(s.sb, id, hj)
 	defer p.Close()
 	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
 	defer stop()

@@ -396,11 +396,7 @@ func (s *jobRunner) tryStartExec(ctx context.Context, opts container.ExecOptions
 		// The channel ended under this call: it takes a Docker exec; the next starts a
 		// new agent.
 	}
-	id, hj, err := s.startEngineExec(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return newDockerProc(s.sb, id, hj), nil
+	return s.startEngineProc(ctx, opts)
 }
 
 // newExecID returns a random id naming one exec inside the container.

@@ -3,11 +3,13 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -33,6 +35,64 @@ func execGate(name string) *semaphore.Weighted {
 // execStartWait bounds how long an exec's start is waited for before the gate is
 // released anyway.
 const execStartWait = 10 * time.Second
+
+// processEngine is an engine that runs programs in the sandbox's terms (the
+// Kubernetes engine): no exec ids to create, attach and inspect, and output that is
+// never put into Docker's multiplexed format to be taken apart again.
+type processEngine interface {
+	StartProcess(ctx context.Context, container string, spec boxapi.ProcessSpec) (boxapi.Process, error)
+}
+
+// startEngineProc starts a program in the container through the engine (never the
+// agent): the engine's own processes where it has them, else a Docker exec.
+func (s *jobRunner) startEngineProc(ctx context.Context, opts container.ExecOptions) (proc, error) {
+	pe, ok := s.cli.(processEngine)
+	if !ok {
+		id, hj, err := s.startEngineExec(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return newDockerProc(s.sb, id, hj), nil
+	}
+	name := s.cfg.Container
+	if s.caps.Pause {
+		// Held until the program runs: the engine's start returns once it does.
+		g := execGate(name)
+		if err := g.Acquire(ctx, 1); err != nil {
+			return nil, fmt.Errorf("starting a program in sandbox container %s (a checkpoint holds it): %w", name, err)
+		}
+		defer g.Release(1)
+	}
+	p, err := pe.StartProcess(ctx, name, boxapi.ProcessSpec{Argv: opts.Cmd, Env: opts.Env, Dir: opts.WorkingDir, User: opts.User,
+		Stdin: opts.AttachStdin, Stdout: opts.AttachStdout, Stderr: opts.AttachStderr, TTY: opts.Tty})
+	if err != nil {
+		return nil, fmt.Errorf("starting a program in sandbox container %s: %w", name, err)
+	}
+	return engineProc{p}, nil
+}
+
+// engineProc is a program an engine started in the sandbox's terms.
+type engineProc struct{ boxapi.Process }
+
+func (e engineProc) exitCode(ctx context.Context, killed bool) (int, bool) {
+	ctx, cancel := context.WithTimeout(ctx, exitWait(killed))
+	defer cancel()
+	return e.Wait(ctx)
+}
+
+func (engineProc) LocalAddr() net.Addr { return engineAddr{} }
+
+func (e engineProc) SetDeadline(t time.Time) error {
+	if err := e.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return e.SetWriteDeadline(t)
+}
+
+type engineAddr struct{}
+
+func (engineAddr) Network() string { return "engine-process" }
+func (engineAddr) String() string  { return "engine-process" }
 
 // startEngineExec creates an engine exec in the container and starts it, attached. The
 // exec holds the container's gate until its process runs (or failed to start), waited

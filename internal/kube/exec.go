@@ -474,30 +474,35 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 // execArgv is the command the pod runs for options: Cmd itself, or Cmd under
 // execWrapper when WorkingDir or Env is set.
 func execArgv(o container.ExecOptions) ([]string, error) {
-	switch o.User {
+	return processArgv(o.User, o.WorkingDir, o.Env, o.Cmd)
+}
+
+// processArgv is the command the pod runs for cmd as user in dir with env: cmd
+// itself, or cmd under execWrapper when dir or env is set.
+func processArgv(user, dir string, env, cmd []string) ([]string, error) {
+	switch user {
 	case "", "root", "0", "0:0", "root:root":
 	default:
-		return nil, fmt.Errorf("running as user %q is not supported on a Kubernetes engine (commands run as the container's user, root): run as root or switch users inside the command (su, setpriv): %w", o.User, cerrdefs.ErrNotImplemented)
+		return nil, fmt.Errorf("running as user %q is not supported on a Kubernetes engine (commands run as the container's user, root): run as root or switch users inside the command (su, setpriv): %w", user, cerrdefs.ErrNotImplemented)
 	}
-	if len(o.Cmd) == 0 {
+	if len(cmd) == 0 {
 		return nil, fmt.Errorf("no command given: %w", cerrdefs.ErrInvalidArgument)
 	}
-	if o.WorkingDir == "" && len(o.Env) == 0 {
-		return o.Cmd, nil
+	if dir == "" && len(env) == 0 {
+		return cmd, nil
 	}
-	for _, e := range o.Env {
+	for _, e := range env {
 		if !envName.MatchString(e) {
 			return nil, fmt.Errorf("environment entry %q is not NAME=VALUE with a shell variable's name: %w", clip(e, 64), cerrdefs.ErrInvalidArgument)
 		}
 	}
-	dir := o.WorkingDir
 	if dir == "" {
 		dir = "."
 	}
-	argv := make([]string, 0, 6+len(o.Env)+len(o.Cmd))
-	argv = append(argv, "/bin/sh", "-c", execWrapper, "exec", dir, strconv.Itoa(len(o.Env)))
-	argv = append(argv, o.Env...)
-	return append(argv, o.Cmd...), nil
+	argv := make([]string, 0, 6+len(env)+len(cmd))
+	argv = append(argv, "/bin/sh", "-c", execWrapper, "exec", dir, strconv.Itoa(len(env)))
+	argv = append(argv, env...)
+	return append(argv, cmd...), nil
 }
 
 func clip(s string, n int) string {
