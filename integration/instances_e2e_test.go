@@ -211,7 +211,7 @@ func followJobOn(ctx context.Context, t *testing.T, in *instance, token, id stri
 		if res["isError"] == true || st == nil {
 			t.Fatalf("job_output on %s: %v", in.name, res)
 		}
-		out.WriteString(fmt.Sprint(st["stdout"]))
+		fmt.Fprint(&out, st["stdout"])
 		if st["running"] == false {
 			if st["exit_code"] != 0.0 || out.String() != "done\n" {
 				t.Fatalf("job %s followed on %s: delivered %q, %v", id, in.name, out.String(), st)
