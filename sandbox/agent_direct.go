@@ -45,7 +45,7 @@ const maxSocketPath = 107
 // channel, or "" when there is none: no directory configured, an engine that is not on
 // this machine, or a path too long for a socket (logged once).
 func (s *agentLink) directDir() string {
-	if s.cfg.AgentSocketDir == "" || s.cfg.NoAgent || !s.caps.LocalFiles {
+	if s.cfg.AgentSocketDir == "" || s.cfg.NoAgent || !s.caps().LocalFiles {
 		return ""
 	}
 	// The engine's address too: two engines may hold containers of the same name.

@@ -42,7 +42,7 @@ func TestCapabilitiesOf(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
-	if sb := wire(remote, Config{}, nil); sb.files.caps != all || sb.link.caps != all {
-		t.Errorf("the parts do not share the engine's capabilities: %+v", sb.files.caps)
+	if sb := wire(remote, Config{}, nil); sb.files.caps() != all || sb.link.caps() != all {
+		t.Errorf("the parts do not share the engine's capabilities: %+v", sb.files.caps())
 	}
 }

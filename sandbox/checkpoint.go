@@ -332,7 +332,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if len(name) > boxapi.MaxCheckpointName {
 		return CheckpointResult{}, fmt.Errorf("a checkpoint name is at most %d bytes", boxapi.MaxCheckpointName)
 	}
-	if !s.saves.caps.Checkpoints {
+	if !s.saves.caps().Checkpoints {
 		return CheckpointResult{}, errNoCheckpoints
 	}
 	s.saves.ckMu.Lock()
@@ -947,7 +947,7 @@ func (s *saveStore) source(ctx context.Context, id string, own bool) (ck boxapi.
 	if id == boxapi.ImageReset {
 		return boxapi.Checkpoint{ID: boxapi.ImageReset}, s.cfg.Image, "", nil
 	}
-	if !s.caps.Checkpoints {
+	if !s.caps().Checkpoints {
 		return ck, "", "", errNoCheckpoints
 	}
 	found, err := findStored(ctx, s.cli, id)

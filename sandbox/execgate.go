@@ -55,7 +55,7 @@ func (s *jobRunner) startEngineProc(ctx context.Context, opts container.ExecOpti
 		return newDockerProc(s.sb, id, hj), nil
 	}
 	name := s.cfg.Container
-	if s.caps.Pause {
+	if s.caps().Pause {
 		// Held until the program runs: the engine's start returns once it does.
 		g := execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
@@ -101,7 +101,7 @@ func (engineAddr) String() string  { return "engine-process" }
 func (s *jobRunner) startEngineExec(ctx context.Context, opts container.ExecOptions) (string, types.HijackedResponse, error) {
 	name := s.cfg.Container
 	var g *semaphore.Weighted // none where the container cannot be paused
-	if s.caps.Pause {
+	if s.caps().Pause {
 		g = execGate(name)
 		if err := g.Acquire(ctx, 1); err != nil {
 			return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s (a checkpoint holds it): %w", name, err)

@@ -99,7 +99,7 @@ const archiveMin = 4 << 20
 // false when that is not possible (off the volume, no transfer container, a symbolic
 // link among the directories, a file that changed), and the caller reads with dd.
 func (s *fileStore) openArchive(ctx context.Context, fi boxapi.FileInfo, target string) (*boxapi.File, bool) {
-	if !s.caps.HelperContainers || !s.plainOnVolume(ctx, target) {
+	if !s.caps().HelperContainers || !s.plainOnVolume(ctx, target) {
 		return nil, false
 	}
 	id, release := s.transferTarget(ctx)

@@ -38,8 +38,8 @@ func kubeSandbox(t *testing.T) (*Sandbox, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if s.life.caps != (boxapi.Capabilities{}) {
-		t.Fatalf("a Kubernetes engine's capabilities are %+v, want none", s.life.caps)
+	if s.life.caps() != (boxapi.Capabilities{}) {
+		t.Fatalf("a Kubernetes engine's capabilities are %+v, want none", s.life.caps())
 	}
 	return s, name
 }

@@ -285,11 +285,24 @@ type Sandbox struct {
 
 // part is what every part shares: the sandbox it belongs to and its settings.
 type part struct {
-	sb   *Sandbox
+	sb  *Sandbox
+	cli API
+	can *capabilities // what cli can do
+	cfg Config
+	log *zap.Logger
+}
+
+// capabilities are an engine's, asked once, when first needed.
+type capabilities struct {
+	once sync.Once
 	cli  API
-	caps boxapi.Capabilities // what cli can do
-	cfg  Config
-	log  *zap.Logger
+	caps boxapi.Capabilities
+}
+
+// caps is what the engine can do.
+func (p part) caps() boxapi.Capabilities {
+	p.can.once.Do(func() { p.can.caps = capabilitiesOf(p.can.cli) })
+	return p.can.caps
 }
 
 // lifecycle makes, starts, stops and repairs the container.
@@ -390,7 +403,7 @@ func New(cli API, cfg Config, logger *zap.Logger) (*Sandbox, error) {
 func wire(cli API, cfg Config, log *zap.Logger) *Sandbox {
 	closing, closeNow := context.WithCancel(context.Background())
 	sb := &Sandbox{cli: cli, cfg: cfg, log: log}
-	p := part{sb: sb, cli: cli, caps: capabilitiesOf(cli), cfg: cfg, log: log}
+	p := part{sb: sb, cli: cli, can: &capabilities{cli: cli}, cfg: cfg, log: log}
 	sb.life = &lifecycle{part: p, cleanupKick: make(chan struct{}, 1), closing: closing, closeNow: closeNow}
 	sb.link = &agentLink{part: p}
 	sb.runner = &jobRunner{part: p}

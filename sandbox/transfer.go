@@ -226,7 +226,7 @@ func (s *fileStore) sweepTransfers(ctx context.Context) {
 // when none is to be had: the caller then copies through an exec in the sandbox, which
 // holds no lock. Callers make sure the path is on the volume.
 func (s *fileStore) transferTarget(ctx context.Context) (id string, release func(ok bool)) {
-	if !s.caps.HelperContainers {
+	if !s.caps().HelperContainers {
 		// A pod holds no lock while a file is copied, and another pod could not mount
 		// a ReadWriteOnce claim beside the sandbox's: copies go through execs.
 		return "", nil

@@ -27,7 +27,7 @@ func (s *fileStore) copyIn(ctx context.Context, id, dir, name string, r io.Reade
 	if err != nil {
 		return 0, err
 	}
-	if s.caps.LocalFiles {
+	if s.caps().LocalFiles {
 		err = s.putArchive(ctx, id, dir, ts)
 	} else {
 		err = s.cli.CopyToContainer(ctx, id, dir, ts, container.CopyToContainerOptions{})

@@ -94,7 +94,7 @@ func (s *fileStore) waitExecEnd(ctx context.Context, p proc) {
 	for ctx.Err() == nil {
 		ins, err := s.cli.ContainerExecInspect(ctx, d.id)
 		// An engine's execs without pids (Kubernetes) run from their attach on.
-		if err != nil || (!ins.Running && (ins.Pid != 0 || !s.caps.ExecPIDs)) {
+		if err != nil || (!ins.Running && (ins.Pid != 0 || !s.caps().ExecPIDs)) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
