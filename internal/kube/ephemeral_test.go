@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -14,7 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -99,19 +98,19 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	}
 
 	// 64 MiB outside /sandbox, then the command waits: it is running when the pod goes.
-	resp, err := c.ContainerExecCreate(ctx, name, container.ExecOptions{AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"sh", "-c", "dd if=/dev/zero of=/root/big bs=1M count=64 2>/dev/null && sync && echo written && exec sleep 600"}})
+	proc, err := c.StartProcess(ctx, name, boxapi.ProcessSpec{Stdout: true, Stderr: true,
+		Argv: []string{"sh", "-c", "dd if=/dev/zero of=/root/big bs=1M count=64 2>/dev/null && sync && echo written && exec sleep 600"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hj, err := c.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hj.Close()
+	defer proc.Close()
 	var out lockedBuffer
 	ended := make(chan error, 1)
-	go func() { _, err := stdcopy.StdCopy(&out, io.Discard, io.LimitReader(hj.Reader, 1<<20)); ended <- err }()
+	go func() {
+		stdout, _, err := readAll(t, proc)
+		out.Write([]byte(stdout))
+		ended <- err
+	}()
 	begin := time.Now()
 	var written time.Time
 	for evicted := false; !evicted; {
@@ -143,22 +142,23 @@ func TestEphemeralStorageEviction(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	var endErr error
 	select {
-	case <-ended:
+	case endErr = <-ended:
 	case <-ctx.Done():
 		t.Fatal("the command's stream did not end after the eviction")
 	}
 	// The command's stream ends when the kubelet kills the container, which may be
 	// before the API server has the pod's end: it is then a command killed by SIGKILL.
-	ins, err := c.ContainerExecInspect(ctx, resp.ID)
-	t.Logf("the command running at the eviction: exit code %d, %v", ins.ExitCode, err)
-	if err != nil && !strings.Contains(err.Error(), "ephemeral_storage limit (32Mi)") || err == nil && ins.ExitCode != 137 {
-		t.Errorf("the command running at the eviction: %+v %v, want exit code 137 or an error naming ephemeral_storage limit (32Mi)", ins, err)
+	code, ok := proc.Wait(ctx)
+	t.Logf("the command running at the eviction: exit code %d (known %v), %v", code, ok, endErr)
+	if endErr != nil && !strings.Contains(endErr.Error(), "ephemeral_storage limit (32Mi)") || endErr == nil && code != 137 {
+		t.Errorf("the command running at the eviction: exit %d %v, want exit code 137 or an error naming ephemeral_storage limit (32Mi)", code, endErr)
 	}
 	// What the sandbox package does next (an exec, to follow the command or run the
 	// next one) fails as a container that is not running, saying why, which makes it
 	// start the container again.
-	_, err = c.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: []string{"true"}})
+	_, err = c.StartProcess(ctx, name, boxapi.ProcessSpec{Argv: []string{"true"}})
 	t.Logf("an exec in the evicted pod: %v", err)
 	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "ephemeral_storage limit (32Mi)") || !strings.Contains(err.Error(), "/sandbox is kept") {
 		t.Errorf("an exec in the evicted pod: %v, want a conflict naming ephemeral_storage limit (32Mi)", err)

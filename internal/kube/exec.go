@@ -1,28 +1,22 @@
-// Commands in a pod: Docker's exec calls over the pods/exec subresource, as client-go's
-// remotecommand speaks it (WebSocket, SPDY when the API server refuses the upgrade).
+// Commands in a pod: the pods/exec subresource, as client-go's remotecommand speaks it
+// (WebSocket, SPDY when the API server refuses the upgrade), and what its errors mean.
 
 package kube
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,264 +29,24 @@ import (
 // execContainer is the name of the container, in each pod, that commands run in.
 const execContainer = "sandbox"
 
-// maxExecs bounds the exec table: sessions that ended and were never inspected are
-// dropped, oldest first, to make room; past it with none ended, ContainerExecCreate
-// fails.
-const maxExecs = 16384
-
-// staleCreated is how long a session that was created but never attached is kept.
-const staleCreated = 10 * time.Minute
-
-// keepInspected is how long a session that ended is kept after its first inspect: as
-// on Docker, an exec may be inspected again (the sandbox package does, after waiting
-// for its end), and it is forgotten after that.
-const keepInspected = time.Minute
-
-// execTable holds the exec sessions ContainerExecCreate made, until they end and are
-// inspected.
-type execTable struct {
-	mu    sync.Mutex
-	m     map[string]*execSession
-	swept time.Time // the last sweepLocked that looked at every session
+// ContainerExecCreate is not served: the sandbox starts its programs with
+// StartProcess, in its own terms.
+func (c *Client) ContainerExecCreate(context.Context, string, container.ExecOptions) (container.ExecCreateResponse, error) {
+	return container.ExecCreateResponse{}, c.noExecCalls()
 }
 
-// execSession is one exec: its pod and command until attached, then its stream's end.
-type execSession struct {
-	pod     string
-	argv    []string
-	opts    container.ExecOptions
-	created time.Time
-
-	// Set under the table's lock.
-	attached  bool
-	ended     time.Time // zero while the stream runs
-	inspected time.Time // when it was first inspected after it ended; zero before
-
-	done   chan struct{} // closed when the stream ended; code and err are set then
-	code   int
-	err    error
-	closed bool // the caller closed the stream before it ended (under the table's lock)
+// ContainerExecAttach is not served (see ContainerExecCreate).
+func (c *Client) ContainerExecAttach(context.Context, string, container.ExecAttachOptions) (types.HijackedResponse, error) {
+	return types.HijackedResponse{}, c.noExecCalls()
 }
 
-func (t *execTable) add(id string, s *execSession) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.m == nil {
-		t.m = make(map[string]*execSession)
-	}
-	t.sweepLocked(time.Now())
-	if len(t.m) >= maxExecs {
-		t.evictLocked()
-	}
-	if len(t.m) >= maxExecs {
-		return fmt.Errorf("%d exec sessions are running on this engine; wait for some to end (or close them) and try again", len(t.m))
-	}
-	t.m[id] = s
-	return nil
+// ContainerExecInspect is not served (see ContainerExecCreate).
+func (c *Client) ContainerExecInspect(context.Context, string) (container.ExecInspect, error) {
+	return container.ExecInspect{}, c.noExecCalls()
 }
 
-// sweepLocked forgets the sessions inspected more than keepInspected ago; it looks
-// at them all at most every few seconds.
-func (t *execTable) sweepLocked(now time.Time) {
-	if now.Sub(t.swept) < keepInspected/16 {
-		return
-	}
-	t.swept = now
-	for id, s := range t.m {
-		if !s.inspected.IsZero() && now.Sub(s.inspected) > keepInspected {
-			delete(t.m, id)
-		}
-	}
-}
-
-// evictLocked drops the sessions that were created long ago and never attached, and
-// the ended ones, oldest first, down to three quarters of the bound.
-func (t *execTable) evictLocked() {
-	now := time.Now()
-	var ended []string
-	for id, s := range t.m {
-		switch {
-		case !s.attached && now.Sub(s.created) > staleCreated:
-			delete(t.m, id)
-		case !s.ended.IsZero():
-			ended = append(ended, id)
-		}
-	}
-	for len(t.m) > maxExecs*3/4 && len(ended) > 0 {
-		oldest := 0
-		for i, id := range ended {
-			if t.m[id].ended.Before(t.m[ended[oldest]].ended) {
-				oldest = i
-			}
-		}
-		delete(t.m, ended[oldest])
-		ended = append(ended[:oldest], ended[oldest+1:]...)
-	}
-}
-
-// attach marks the session attached; it fails for an unknown or attached one.
-func (t *execTable) attach(id string) (*execSession, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.m[id]
-	if s == nil {
-		return nil, noSuchExec(id)
-	}
-	if s.attached {
-		return nil, fmt.Errorf("exec %s was already started: %w", id, cerrdefs.ErrConflict)
-	}
-	s.attached = true
-	return s, nil
-}
-
-func noSuchExec(id string) error {
-	return fmt.Errorf("no such exec %s (it ended and was inspected, or was never made here): %w", id, cerrdefs.ErrNotFound)
-}
-
-// ContainerExecCreate checks that the pod runs and records the command under a new
-// ID; nothing runs until ContainerExecAttach. Env and WorkingDir are applied by a
-// /bin/sh wrapper (the exec API has neither); User must be root's.
-func (c *Client) ContainerExecCreate(ctx context.Context, name string, options container.ExecOptions) (container.ExecCreateResponse, error) {
-	argv, err := execArgv(options)
-	if err != nil {
-		return container.ExecCreateResponse{}, fmt.Errorf("kubernetes engine %s: exec in %s: %w", c.cfg.Name, name, err)
-	}
-	if err := c.podRunning(ctx, name); err != nil {
-		return container.ExecCreateResponse{}, err
-	}
-	id := newID()
-	s := &execSession{pod: name, argv: argv, opts: options, created: time.Now(), done: make(chan struct{})}
-	if err := c.execs.add(id, s); err != nil {
-		return container.ExecCreateResponse{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, err)
-	}
-	return container.ExecCreateResponse{ID: id}, nil
-}
-
-// ContainerExecAttach starts the exec and returns its stream as Docker would: reads give
-// stdout and stderr multiplexed with stdcopy's headers (raw with Tty), writes go to the
-// command's stdin, CloseWrite closes it and Close ends the stream. The stream outlives
-// ctx.
-func (c *Client) ContainerExecAttach(ctx context.Context, execID string, _ container.ExecAttachOptions) (types.HijackedResponse, error) {
-	s, err := c.execs.attach(execID)
-	if err != nil {
-		return types.HijackedResponse{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, err)
-	}
-	o := s.opts
-	pe := &v1.PodExecOptions{Container: execContainer, Command: s.argv, Stdin: o.AttachStdin, Stdout: o.AttachStdout || o.Tty, Stderr: o.AttachStderr && !o.Tty, TTY: o.Tty}
-	if !pe.Stdin && !pe.Stdout && !pe.Stderr {
-		pe.Stdout, pe.Stderr = true, true // the API server wants one stream at least; output is discarded below
-	}
-	ex, err := c.executor(s.pod, pe)
-	if err != nil {
-		c.execs.finish(s, err)
-		return types.HijackedResponse{}, err
-	}
-	outR, outW := net.Pipe()
-	conn := &execConn{out: outR, table: &c.execs, s: s}
-	so := remotecommand.StreamOptions{Tty: o.Tty}
-	var inR net.Conn
-	if pe.Stdin {
-		inR, conn.in = net.Pipe()
-		so.Stdin = inR
-	}
-	switch {
-	case o.Tty:
-		so.Stdout = outW
-	default:
-		if pe.Stdout {
-			so.Stdout = stdcopy.NewStdWriter(outW, stdcopy.Stdout)
-		}
-		if pe.Stderr {
-			so.Stderr = stdcopy.NewStdWriter(outW, stdcopy.Stderr)
-		}
-		if !o.AttachStdout && pe.Stdout {
-			so.Stdout = io.Discard
-		}
-		if !o.AttachStderr && pe.Stderr {
-			so.Stderr = io.Discard
-		}
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	conn.cancel = cancel
-	go func() {
-		err := ex.StreamWithContext(sctx, so)
-		cancel()
-		if msg, ok := startFailure(err); ok {
-			// As Docker does: the runtime's message on stdout, exit code 126.
-			var w io.Writer = outW
-			if !o.Tty {
-				w = stdcopy.NewStdWriter(outW, stdcopy.Stdout)
-			}
-			_ = outW.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			_, _ = w.Write([]byte(msg + "\r\n"))
-			err = utilexec.CodeExitError{Err: err, Code: 126}
-		} else if !c.execs.wasClosed(s) {
-			err = c.streamErr(s.pod, err)
-			err = c.killedWithPod(s.pod, err)
-		}
-		c.execs.finish(s, err)
-		outW.Close()
-		if inR != nil {
-			inR.Close()
-		}
-	}()
-	return types.NewHijackedResponse(conn, ""), nil
-}
-
-// wasClosed reports whether the caller closed the session's stream.
-func (t *execTable) wasClosed(s *execSession) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return s.closed
-}
-
-// finish records the stream's end.
-func (t *execTable) finish(s *execSession, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !s.ended.IsZero() {
-		return
-	}
-	s.ended = time.Now()
-	var ee utilexec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ee.Exited():
-		s.code = ee.ExitStatus()
-	case s.closed:
-		s.err = errors.New("the exec's stream was closed before the command ended: its exit code is unknown")
-	default:
-		s.err = err
-	}
-	close(s.done)
-}
-
-// ContainerExecInspect reports Running until the stream ends, then the exit code; a
-// stream that broke is an error (the engine being down, or the pod gone). A session
-// that ended is forgotten keepInspected after its first inspect (or sooner when the
-// table is full). Pid is always 0: the process is in the pod.
-func (c *Client) ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error) {
-	t := &c.execs
-	t.mu.Lock()
-	s := t.m[execID]
-	if s == nil {
-		t.mu.Unlock()
-		return container.ExecInspect{}, fmt.Errorf("kubernetes engine %s: %w", c.cfg.Name, noSuchExec(execID))
-	}
-	ins := container.ExecInspect{ExecID: execID, ContainerID: s.pod, Running: s.attached && s.ended.IsZero()}
-	if !s.ended.IsZero() && s.inspected.IsZero() {
-		s.inspected = time.Now()
-	}
-	code, err := s.code, s.err
-	t.mu.Unlock()
-	if ins.Running || !s.attached {
-		return ins, nil
-	}
-	if err != nil {
-		return container.ExecInspect{}, fmt.Errorf("kubernetes engine %s: exec %s in %s: %w", c.cfg.Name, execID, s.pod, err)
-	}
-	ins.ExitCode = code
-	return ins, nil
+func (c *Client) noExecCalls() error {
+	return fmt.Errorf("kubernetes engine %s: Docker's exec calls are not served; programs run through StartProcess: %w", c.cfg.Name, cerrdefs.ErrNotImplemented)
 }
 
 // executor makes the stream of one exec in the pod: WebSocket, or SPDY when the API
@@ -471,12 +225,6 @@ const execWrapper = `cd -- "$1" || exit 126; shift; n=$1; shift; while [ "$n" -g
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
-// execArgv is the command the pod runs for options: Cmd itself, or Cmd under
-// execWrapper when WorkingDir or Env is set.
-func execArgv(o container.ExecOptions) ([]string, error) {
-	return processArgv(o.User, o.WorkingDir, o.Env, o.Cmd)
-}
-
 // processArgv is the command the pod runs for cmd as user in dir with env: cmd
 // itself, or cmd under execWrapper when dir or env is set.
 func processArgv(user, dir string, env, cmd []string) ([]string, error) {
@@ -511,77 +259,3 @@ func clip(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
-
-// newID is a random exec ID, 64 hex digits like Docker's.
-func newID() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// execConn is the stream of one exec as a net.Conn.
-type execConn struct {
-	out    net.Conn // the output, as Docker frames it
-	in     net.Conn // the command's stdin; nil when not attached
-	cancel context.CancelFunc
-	table  *execTable
-	s      *execSession
-	once   sync.Once
-}
-
-func (e *execConn) Read(p []byte) (int, error) { return e.out.Read(p) }
-
-func (e *execConn) Write(p []byte) (int, error) {
-	if e.in == nil {
-		return 0, errors.New("the exec's stdin is not attached (AttachStdin is false)")
-	}
-	return e.in.Write(p)
-}
-
-// CloseWrite closes the command's stdin.
-func (e *execConn) CloseWrite() error {
-	if e.in == nil {
-		return nil
-	}
-	return e.in.Close()
-}
-
-// Close ends the stream; the command's exit code is then unknown unless it had ended.
-func (e *execConn) Close() error {
-	e.once.Do(func() {
-		e.table.mu.Lock()
-		if e.s.ended.IsZero() {
-			e.s.closed = true
-		}
-		e.table.mu.Unlock()
-		e.cancel()
-		e.out.Close()
-		if e.in != nil {
-			e.in.Close()
-		}
-	})
-	return nil
-}
-
-func (e *execConn) LocalAddr() net.Addr  { return execAddr{} }
-func (e *execConn) RemoteAddr() net.Addr { return execAddr{} }
-
-func (e *execConn) SetDeadline(t time.Time) error {
-	_ = e.SetWriteDeadline(t)
-	return e.out.SetReadDeadline(t)
-}
-
-func (e *execConn) SetReadDeadline(t time.Time) error { return e.out.SetReadDeadline(t) }
-
-func (e *execConn) SetWriteDeadline(t time.Time) error {
-	if e.in == nil {
-		return nil
-	}
-	return e.in.SetWriteDeadline(t)
-}
-
-// execAddr is the address of an exec stream: there is none.
-type execAddr struct{}
-
-func (execAddr) Network() string { return "kubernetes-exec" }
-func (execAddr) String() string  { return "kubernetes-exec" }

@@ -1,11 +1,8 @@
 package kube
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -15,11 +12,10 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilexec "k8s.io/client-go/util/exec"
 )
 
 // The cluster tests run in a namespace of their own, made on first use and deleted by
@@ -119,52 +115,41 @@ type execResult struct {
 	code           int
 }
 
-// execIn runs opts through the Docker-shaped calls and reads the stream as the
-// sandbox package does.
+// execIn runs opts through StartProcess and reads its output as the sandbox
+// package does.
 func execIn(t testing.TB, c *Client, pod string, opts container.ExecOptions, stdin []byte) execResult {
 	t.Helper()
 	ctx := context.Background()
-	resp, err := c.ContainerExecCreate(ctx, pod, opts)
+	p, err := c.StartProcess(ctx, pod, boxapi.ProcessSpec{Argv: opts.Cmd, Env: opts.Env, Dir: opts.WorkingDir, User: opts.User,
+		Stdin: opts.AttachStdin, Stdout: opts.AttachStdout, Stderr: opts.AttachStderr, TTY: opts.Tty})
 	if err != nil {
-		t.Fatalf("ContainerExecCreate: %v", err)
+		t.Fatalf("StartProcess: %v", err)
 	}
-	hj, err := c.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		t.Fatalf("ContainerExecAttach: %v", err)
-	}
-	defer hj.Close()
+	defer p.Close()
 	werr := make(chan error, 1)
 	if opts.AttachStdin {
 		go func() {
-			_, err := hj.Conn.Write(stdin)
+			_, err := p.Write(stdin)
 			if err == nil {
-				err = hj.CloseWrite()
+				err = p.CloseWrite()
 			}
 			werr <- err
 		}()
 	} else {
 		werr <- nil
 	}
-	var out, errb bytes.Buffer
-	if opts.Tty {
-		_, err = io.Copy(&out, hj.Reader)
-	} else {
-		_, err = stdcopy.StdCopy(&out, &errb, hj.Reader)
-	}
+	out, errs, err := readAll(t, p)
 	if err != nil {
-		t.Fatalf("reading the exec's output: %v", err)
+		t.Fatalf("reading the program's output: %v", err)
 	}
 	if err := <-werr; err != nil {
 		t.Fatalf("writing stdin: %v", err)
 	}
-	ins, err := c.ContainerExecInspect(ctx, resp.ID)
-	if err != nil {
-		t.Fatalf("ContainerExecInspect: %v", err)
+	code, ok := p.Wait(ctx)
+	if !ok {
+		t.Fatalf("no exit code after the output ended")
 	}
-	if ins.Running {
-		t.Fatalf("inspect after the stream ended says Running")
-	}
-	return execResult{out.String(), errb.String(), ins.ExitCode}
+	return execResult{out, errs, code}
 }
 
 var sharedPod sync.Once
@@ -224,7 +209,7 @@ func TestExecEnvAndWorkingDir(t *testing.T) {
 	if r.code != 126 {
 		t.Fatalf("missing working dir: code %d, want 126", r.code)
 	}
-	if _, err := c.ContainerExecCreate(context.Background(), pod, container.ExecOptions{User: "nobody", Cmd: []string{"true"}}); !cerrdefs.IsNotImplemented(err) {
+	if _, err := c.StartProcess(context.Background(), pod, boxapi.ProcessSpec{User: "nobody", Argv: []string{"true"}}); !cerrdefs.IsNotImplemented(err) {
 		t.Fatalf("User nobody: %v, want a not-implemented error", err)
 	}
 }
@@ -278,50 +263,6 @@ func TestExecNoGoroutineLeak(t *testing.T) {
 	if after > before+5 {
 		t.Fatalf("goroutines grew from %d to %d over 100 execs", before, after)
 	}
-	// Every session was inspected after its end: a minute later they are forgotten.
-	c.execs.mu.Lock()
-	for _, s := range c.execs.m {
-		if s.inspected.IsZero() {
-			c.execs.mu.Unlock()
-			t.Fatalf("a session inspected after its end is not marked so: %+v", s)
-		}
-		s.inspected = s.inspected.Add(-keepInspected - time.Second)
-	}
-	c.execs.swept = time.Time{}
-	c.execs.sweepLocked(time.Now())
-	n := len(c.execs.m)
-	c.execs.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d exec sessions remain in the table a minute after they were inspected", n)
-	}
-}
-
-// TestExecInspectAgain: an exec that ended can be inspected again, as on Docker (the
-// sandbox package waits for its end, then asks its exit code), until keepInspected
-// after its first inspect.
-func TestExecInspectAgain(t *testing.T) {
-	c := &Client{}
-	s := &execSession{pod: "box", created: time.Now(), done: make(chan struct{}), attached: true}
-	if err := c.execs.add("e1", s); err != nil {
-		t.Fatal(err)
-	}
-	c.execs.finish(s, utilexec.CodeExitError{Err: errors.New("exit 3"), Code: 3})
-	for i := range 2 {
-		ins, err := c.ContainerExecInspect(t.Context(), "e1")
-		if err != nil || ins.Running || ins.ExitCode != 3 {
-			t.Fatalf("inspect %d: %+v %v, want exit code 3", i+1, ins, err)
-		}
-	}
-	c.execs.mu.Lock()
-	s.inspected = s.inspected.Add(-keepInspected - time.Second)
-	c.execs.swept = c.execs.swept.Add(-keepInspected)
-	c.execs.mu.Unlock()
-	if err := c.execs.add("e2", &execSession{created: time.Now(), done: make(chan struct{})}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ContainerExecInspect(t.Context(), "e1"); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("inspect past keepInspected: %v, want not found", err)
-	}
 }
 
 func TestExecPodDeleted(t *testing.T) {
@@ -329,114 +270,75 @@ func TestExecPodDeleted(t *testing.T) {
 	const pod = "exec-deleted"
 	testPod(t, c, pod)
 	ctx := context.Background()
-	resp, err := c.ContainerExecCreate(ctx, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c", "echo started; exec sleep 600"}})
+	p, err := c.StartProcess(ctx, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"sh", "-c", "echo started; exec sleep 600"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hj, err := c.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hj.Close()
-	head := make([]byte, 8+len("started\n"))
-	if _, err := io.ReadFull(hj.Reader, head); err != nil {
-		t.Fatalf("reading the first line: %v", err)
+	defer p.Close()
+	head := make([]byte, len("started\n"))
+	if n, _, err := p.ReadOutput(head); err != nil || string(head[:n]) != "started\n" {
+		t.Fatalf("reading the first line: %q %v", head[:n], err)
 	}
 	if err := c.core.Pods(c.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { _, err := io.Copy(io.Discard, hj.Reader); done <- err }()
+	go func() { _, _, err := readAll(t, p); done <- err }()
 	select {
-	case <-done:
+	case err = <-done:
 	case <-time.After(60 * time.Second):
 		t.Fatal("the stream did not end within 60s of the pod's deletion")
 	}
-	ins, err := c.ContainerExecInspect(ctx, resp.ID)
-	t.Logf("inspect after the pod was deleted: %+v, %v", ins, err)
+	t.Logf("the stream's end after the pod was deleted: %v", err)
 	if !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-		t.Fatalf("inspect of an exec whose pod was deleted: %+v %v, want a not-found or conflict error", ins, err)
+		t.Fatalf("the end of a program whose pod was deleted: %v, want a not-found or conflict error", err)
 	}
-	if _, err := c.ContainerExecCreate(ctx, pod, container.ExecOptions{Cmd: []string{"true"}}); !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-		t.Fatalf("exec create in a deleted pod: %v, want not found or conflict", err)
+	if _, ok := p.Wait(ctx); ok {
+		t.Fatal("a program killed with its pod has an exit code")
+	}
+	if _, err := c.StartProcess(ctx, pod, boxapi.ProcessSpec{Argv: []string{"true"}}); !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		t.Fatalf("a program in a deleted pod: %v, want not found or conflict", err)
 	}
 }
 
-func TestExecInspectUnknown(t *testing.T) {
+// TestExecCallsRefused: Docker's exec calls say what to use instead.
+func TestExecCallsRefused(t *testing.T) {
 	c := &Client{cfg: Config{Name: "x"}}
-	if _, err := c.ContainerExecInspect(context.Background(), "nope"); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("inspect of an unknown exec: %v", err)
+	if _, err := c.ContainerExecCreate(context.Background(), "box", container.ExecOptions{Cmd: []string{"true"}}); !cerrdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "StartProcess") {
+		t.Fatalf("exec create: %v", err)
 	}
-	if _, err := c.ContainerExecAttach(context.Background(), "nope", container.ExecAttachOptions{}); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("attach of an unknown exec: %v", err)
+	if _, err := c.ContainerExecInspect(context.Background(), "nope"); !cerrdefs.IsNotImplemented(err) {
+		t.Fatalf("inspect: %v", err)
+	}
+	if _, err := c.ContainerExecAttach(context.Background(), "nope", container.ExecAttachOptions{}); !cerrdefs.IsNotImplemented(err) {
+		t.Fatalf("attach: %v", err)
 	}
 }
 
 func TestExecArgv(t *testing.T) {
-	a, err := execArgv(container.ExecOptions{Cmd: []string{"ls", "-l"}})
+	a, err := processArgv("", "", nil, []string{"ls", "-l"})
 	if err != nil || strings.Join(a, " ") != "ls -l" {
 		t.Fatalf("plain: %q %v", a, err)
 	}
-	a, err = execArgv(container.ExecOptions{User: "root", WorkingDir: "/w", Env: []string{"A=1", "B=x y"}, Cmd: []string{"ls"}})
+	a, err = processArgv("root", "/w", []string{"A=1", "B=x y"}, []string{"ls"})
 	if err != nil || len(a) != 9 || a[0] != "/bin/sh" || a[4] != "/w" || a[5] != "2" || a[6] != "A=1" || a[7] != "B=x y" || a[8] != "ls" {
 		t.Fatalf("wrapped: %q %v", a, err)
 	}
-	for _, bad := range []container.ExecOptions{
-		{User: "1000", Cmd: []string{"ls"}},
-		{Cmd: nil},
-		{Env: []string{"NOEQUALS"}, Cmd: []string{"ls"}},
-		{Env: []string{"1A=x"}, Cmd: []string{"ls"}},
-		{Env: []string{"A-B=x"}, Cmd: []string{"ls"}},
+	for _, bad := range []boxapi.ProcessSpec{
+		{User: "1000", Argv: []string{"ls"}},
+		{Argv: nil},
+		{Env: []string{"NOEQUALS"}, Argv: []string{"ls"}},
+		{Env: []string{"1A=x"}, Argv: []string{"ls"}},
+		{Env: []string{"A-B=x"}, Argv: []string{"ls"}},
 	} {
-		if _, err := execArgv(bad); err == nil {
+		if _, err := processArgv(bad.User, bad.Dir, bad.Env, bad.Argv); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
 }
 
-func TestExecTableBound(t *testing.T) {
-	var tb execTable
-	for i := range maxExecs {
-		s := &execSession{created: time.Now(), done: make(chan struct{}), attached: true}
-		if i%2 == 0 {
-			s.ended = time.Now()
-		}
-		if err := tb.add(fmt.Sprint(i), s); err != nil {
-			t.Fatalf("add %d: %v", i, err)
-		}
-	}
-	if err := tb.add("one more", &execSession{created: time.Now()}); err != nil {
-		t.Fatalf("add past the bound with ended sessions to drop: %v", err)
-	}
-	if n := len(tb.m); n > maxExecs*3/4+1 {
-		t.Fatalf("%d sessions after eviction", n)
-	}
-	// Running ones only: the table refuses.
-	var full execTable
-	for i := range maxExecs {
-		_ = full.add(fmt.Sprint(i), &execSession{created: time.Now(), attached: true})
-	}
-	if err := full.add("x", &execSession{}); err == nil {
-		t.Fatal("a table full of running sessions took one more")
-	}
-}
-
-func TestFinishExitCodes(t *testing.T) {
-	var tb execTable
-	s := &execSession{done: make(chan struct{}), attached: true}
-	tb.finish(s, errors.New("boom"))
-	if s.err == nil || s.code != 0 {
-		t.Fatalf("broken stream: %+v", s)
-	}
-	s = &execSession{done: make(chan struct{}), attached: true, closed: true}
-	tb.finish(s, context.Canceled)
-	if s.err == nil || !strings.Contains(s.err.Error(), "closed") {
-		t.Fatalf("closed stream: %v", s.err)
-	}
-}
-
-// BenchmarkExecTrue is a raw exec of true through the API server: the baseline of the
-// sandbox's own exec on a Kubernetes engine.
+// BenchmarkExecTrue is a program (true) through the API server: the baseline of the
+// sandbox's own execute on a Kubernetes engine.
 func BenchmarkExecTrue(b *testing.B) {
 	c := testClient(b)
 	const pod = "exec-bench"

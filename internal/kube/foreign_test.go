@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -69,7 +70,7 @@ func TestForeignPod(t *testing.T) {
 		t.Fatalf("inspect takes the foreign pod for the container's: %+v", info.State)
 	}
 	// Nothing is run in it either, whoever asks for an exec by the container's name.
-	if _, err := c.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+	if _, err := c.StartProcess(ctx, name, boxapi.ProcessSpec{Argv: []string{"true"}, Stdout: true}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
 		t.Errorf("exec in the foreign pod: %v, want a conflict naming it", err)
 	}
 	if _, err := c.ContainerStatPath(ctx, name, "/"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {

@@ -95,13 +95,12 @@ func (c Config) Validate() error {
 
 // Client is a Kubernetes engine. Its methods are safe for concurrent use.
 type Client struct {
-	cfg   Config
-	rest  *rest.Config
-	core  corev1.CoreV1Interface
-	net   netv1.NetworkingV1Interface
-	ns    string
-	host  string    // DaemonHost: kubernetes://<API server host>/<namespace>
-	execs execTable // the exec sessions made by ContainerExecCreate (exec.go)
+	cfg  Config
+	rest *rest.Config
+	core corev1.CoreV1Interface
+	net  netv1.NetworkingV1Interface
+	ns   string
+	host string // DaemonHost: kubernetes://<API server host>/<namespace>
 }
 
 // New makes a client for the engine. It reads the kubeconfig file and does no other

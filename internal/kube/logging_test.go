@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
 )
@@ -198,24 +197,20 @@ func TestExecStreamEndLogged(t *testing.T) {
 	stderr := captureStderr(t)
 
 	ctx := context.Background()
-	resp, err := c.ContainerExecCreate(ctx, pod, container.ExecOptions{AttachStdin: true, AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hj, err := c.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
+	proc, err := c.StartProcess(ctx, pod, boxapi.ProcessSpec{Stdin: true, Stdout: true, Stderr: true, Argv: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The command ends with its stdin open; the stream is closed only afterwards, as
 	// the sandbox package does.
-	if _, err := stdcopy.StdCopy(io.Discard, io.Discard, hj.Reader); err != nil {
-		t.Fatalf("reading the exec's output: %v", err)
+	if _, _, err := readAll(t, proc); err != nil {
+		t.Fatalf("reading the program's output: %v", err)
 	}
 	e := l.waitFor(t, "Copying stdin failed")
-	hj.Close()
-	if ins, err := c.ContainerExecInspect(ctx, resp.ID); err != nil || ins.ExitCode != 0 {
-		t.Fatalf("inspect: %+v %v, want exit code 0", ins, err)
+	if code, ok := proc.Wait(ctx); !ok || code != 0 {
+		t.Fatalf("exit %d %v, want exit code 0", code, ok)
 	}
+	proc.Close()
 	if e.warn || !errors.Is(e.err, io.ErrClosedPipe) {
 		t.Errorf("%q: warn %v err %v; want an expected end (io.ErrClosedPipe, not a warning)", e.msg, e.warn, e.err)
 	}

@@ -438,7 +438,7 @@ func TestExecCanceledNotEngineDown(t *testing.T) {
 	c := offlineClient(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := c.ContainerExecCreate(ctx, "box", container.ExecOptions{Cmd: []string{"true"}})
+	_, err := c.StartProcess(ctx, "box", boxapi.ProcessSpec{Argv: []string{"true"}})
 	if err == nil || boxapi.EngineDown(err) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("want a canceled error that is not the engine being down, got %v", err)
 	}

@@ -3,6 +3,8 @@ package kube
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -185,22 +187,9 @@ func TestStartProcess(t *testing.T) {
 	}
 }
 
-// BenchmarkStartProcessTrue is BenchmarkExecTrue through StartProcess.
-func BenchmarkStartProcessTrue(b *testing.B) {
-	c := testClient(b)
-	const pod = "exec-bench-process"
-	testPod(b, c, pod)
-	for b.Loop() {
-		p, err := c.StartProcess(b.Context(), pod, boxapi.ProcessSpec{Argv: []string{"true"}, Stdout: true, Stderr: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, _, err := readAll(b, p); err != nil {
-			b.Fatal(err)
-		}
-		if code, ok := p.Wait(b.Context()); code != 0 || !ok {
-			b.Fatalf("true: %d %v", code, ok)
-		}
-		p.Close()
-	}
+// newID is a random name's tail for the tests' pods.
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
