@@ -10,6 +10,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -108,7 +109,7 @@ var (
 	call       = testsite.Call
 	structured = testsite.Structured
 	resultText = testsite.ResultText
-	testImage  = testenv.Image
+	testImage  = testengine.Image
 	randomHex  = testenv.RandomHex
 	waitFor    = testenv.WaitFor
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -21,9 +22,9 @@ import (
 // when the test ends, and returns its tag.
 func derivedImage(ctx context.Context, t *testing.T, lines string) string {
 	t.Helper()
-	cli := testenv.DockerClient(t)
+	cli := testengine.DockerClient(t)
 	tag := "mcp-sandbox-derived-" + testenv.RandomHex(4) + ":latest"
-	if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testenv.Image()+"\n"+lines+"\n"), nil); err != nil {
+	if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testengine.Image()+"\n"+lines+"\n"), nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -109,7 +110,7 @@ func TestToolsListChangedOnceDetected(t *testing.T) {
 		t.Fatalf("a call with the image missing worked: %q", testsite.ResultText(r))
 	}
 	// The image appears, as when an operator builds it.
-	if err := s.Docker.ImageTag(ctx, testenv.Image(), tag); err != nil {
+	if err := s.Docker.ImageTag(ctx, testengine.Image(), tag); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 90*time.Second, "the image", func() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/facts"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -49,7 +50,7 @@ func TestDetectionNeverInstructs(t *testing.T) {
 		s := testsite.New(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		img, err := s.Docker.ImageInspect(ctx, testenv.Image())
+		img, err := s.Docker.ImageInspect(ctx, testengine.Image())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 
 	mcpsandbox "github.com/mcp-sandbox/caddy-mcp-sandbox"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -305,7 +306,7 @@ func TestLocalExampleStarts(t *testing.T) {
 	name := "mcp-sandbox-test-" + testenv.RandomHex(4)
 	t.Setenv("SANDBOX_API_KEY", testenv.RandomHex(16)) // 32 characters
 	t.Setenv("SANDBOX_PORT", fmt.Sprint(port))
-	t.Setenv("SANDBOX_IMAGE", testenv.Image())
+	t.Setenv("SANDBOX_IMAGE", testengine.Image())
 	t.Setenv("SANDBOX_CONTAINER", name)
 	t.Setenv("SANDBOX_VOLUME", name+"-data")
 	t.Setenv("SANDBOX_NETWORK", "none") // test sandboxes stay off the network
@@ -316,7 +317,7 @@ func TestLocalExampleStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := findHandler(t, cfg)
-	if h["image"] != testenv.Image() || h["container"] != name {
+	if h["image"] != testengine.Image() || h["container"] != name {
 		t.Fatalf("environment overrides not applied: image %v, container %v", h["image"], h["container"])
 	}
 	// What the test needs besides the example: no admin endpoint (other Caddy

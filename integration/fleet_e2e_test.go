@@ -14,6 +14,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -49,7 +50,7 @@ func TestIdleStopAndResume(t *testing.T) {
 		return !testsite.ContainerRunning(t, s.Docker, s.Container) && sandboxesByState(t, s, "", "stopped") >= 1
 	})
 
-	raw := testenv.BareStart(t, s.Docker)
+	raw := testengine.BareStart(t, s.Docker)
 	begin := time.Now()
 	res := testsite.Call(ctx, t, c, "execute", map[string]any{"command": "cat /sandbox/f; ps -eo comm= | grep -c '^sleep$' || true"})
 	took := time.Since(begin)
@@ -58,7 +59,7 @@ func TestIdleStopAndResume(t *testing.T) {
 	if res.IsError || testsite.Structured(t, res)["stdout"] != "kept\n1\n" {
 		t.Fatalf("after the idle stop: %v %q", res.IsError, testsite.ResultText(res))
 	}
-	if bound := testenv.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
+	if bound := testengine.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
 		t.Errorf("the first call after the idle stop took %v, more than %v (a bare container starts in %v)", took, bound, raw)
 	}
 	if n := sandboxesByState(t, s, "", "stopped"); n != 0 {
@@ -71,9 +72,9 @@ func TestIdleStopAndResume(t *testing.T) {
 // second's a clear error; once it is back, and after Caddy restarts, every sandbox is
 // found where it was, with its files.
 func TestTwoEngines(t *testing.T) {
-	eng := testenv.SecondEngine(t)
+	eng := testengine.SecondEngine(t)
 	two := eng.Client(t)
-	local := testenv.DockerClient(t)
+	local := testengine.DockerClient(t)
 	localHost := os.Getenv("DOCKER_HOST")
 	if localHost == "" {
 		localHost = client.DefaultDockerHost

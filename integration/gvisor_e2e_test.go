@@ -11,6 +11,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -22,8 +23,8 @@ import (
 // and one in /sandbox, still under gVisor. carol's `runtime nosuch` is an error naming
 // it within 15 s.
 func TestGVisorPeople(t *testing.T) {
-	cli := testenv.DockerClient(t)
-	rt := testenv.GVisor(t, cli)
+	cli := testengine.DockerClient(t)
+	rt := testengine.GVisor(t, cli)
 	s := testsite.New(t)
 	keys := map[string]string{}
 	var lines []string
@@ -135,8 +136,8 @@ func TestGVisorPeople(t *testing.T) {
 // runtime line): an allowed host answers through the egress proxy, a refused one is
 // refused and named, and a page served in the sandbox shows through its preview.
 func TestGVisorEgressAndPreview(t *testing.T) {
-	cli := testenv.DockerClient(t)
-	rt := testenv.GVisor(t, cli)
+	cli := testengine.DockerClient(t)
+	rt := testengine.GVisor(t, cli)
 	up := newEgressUpstream(t)
 	t.Setenv("EGRESS_TEST_SECRET", "unused-"+testenv.RandomHex(8))
 	p := startPeopleSite(t, []string{"alice"}, append(egressDirective(up.port, "allowed.test:"+up.port),

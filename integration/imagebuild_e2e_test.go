@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -36,13 +37,13 @@ func TestCustomImageMissing(t *testing.T) {
 // the image builds it with its progress on the terminal, then serves. A small local
 // recipe stands in for containers/Dockerfile.unified, whose base image needs a registry.
 func TestMakeRunBuildsMissingImage(t *testing.T) {
-	cli := testenv.DockerClient(t)
+	cli := testengine.DockerClient(t)
 	tag := "mcp-sandbox-runlocal-" + testenv.RandomHex(4) + ":latest"
 	name := "mcp-sandbox-test-" + testenv.RandomHex(4)
 	port := testsite.FreePort(t)
 	key := "run-local-key-" + testenv.RandomHex(16)
 	recipe := filepath.Join(t.TempDir(), "Dockerfile")
-	if err := os.WriteFile(recipe, []byte("FROM "+testenv.Image()+"\nRUN echo made-by-make-run > /built.txt\n"), 0o644); err != nil {
+	if err := os.WriteFile(recipe, []byte("FROM "+testengine.Image()+"\nRUN echo made-by-make-run > /built.txt\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -84,7 +85,7 @@ func TestMakeRunBuildsMissingImage(t *testing.T) {
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
 	log := out.String()
-	for _, want := range []string{"is missing; building it from " + recipe, "Step 1/2 : FROM " + testenv.Image(), "Step 2/2 : RUN echo made-by-make-run", "run: built " + tag} {
+	for _, want := range []string{"is missing; building it from " + recipe, "Step 1/2 : FROM " + testengine.Image(), "Step 2/2 : RUN echo made-by-make-run", "run: built " + tag} {
 		if !strings.Contains(log, want) {
 			t.Errorf("make run did not show %q:\n%s", want, log)
 		}

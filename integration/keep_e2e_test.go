@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/checkpoint"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -26,8 +27,8 @@ import (
 // 60 MB process has its pid and its memory. The console shows the processes saved.
 // (alice's sandbox: the operator's is not used, and idle-stopped as without it.)
 func TestKeepProcessesIdleStop(t *testing.T) {
-	cli := testenv.DockerClient(t)
-	rt := testenv.GVisorMemory(t, cli)
+	cli := testengine.DockerClient(t)
+	rt := testengine.GVisorMemory(t, cli)
 	p := startPeopleSite(t, []string{"alice"}, "runtime "+rt, "keep_processes on", "idle_stop 8s", "previews localhost")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -22,7 +23,7 @@ func TestKeepProcessesEngineRestart(t *testing.T) {
 	if os.Getenv("MCP_SANDBOX_RESTART_DOCKER") != "1" {
 		t.Skip("restarts the Docker engine: set MCP_SANDBOX_RESTART_DOCKER=1 (make test does, in a step of its own)")
 	}
-	rt := testenv.GVisorMemory(t, testenv.DockerClient(t))
+	rt := testengine.GVisorMemory(t, testengine.DockerClient(t))
 	p := startPeopleSite(t, []string{"alice"}, "runtime "+rt, "keep_processes on")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

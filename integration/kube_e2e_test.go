@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	_ "github.com/mcp-sandbox/caddy-mcp-sandbox/engines/kubernetes" // the kubernetes engine kind
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -58,12 +59,12 @@ func startKubeSite(t testing.TB, people []string, directives ...string) *kubeSit
 // (settings: lines such as "ephemeral_storage 32Mi").
 func startKubeSiteWith(t testing.TB, settings string, people []string, directives ...string) *kubeSite {
 	t.Helper()
-	_, image := testenv.Kube(t)
+	_, image := testengine.Kube(t)
 	s := testsite.New(t)
 	// The engine signs in as a service account with exactly the Role of
 	// docs/kubernetes.md: what the documentation asks an operator to grant is enough.
-	ns, conf := testenv.KubeNamespace(t, documentedRole(t))
-	ks := &kubeSite{Site: s, ns: ns, admin: testenv.KubeClient(t), keys: map[string]string{"": s.Key}}
+	ns, conf := testengine.KubeNamespace(t, documentedRole(t))
+	ks := &kubeSite{Site: s, ns: ns, admin: testengine.KubeClient(t), keys: map[string]string{"": s.Key}}
 	engine := fmt.Sprintf("engine cluster kubernetes {\n\t\t\tkubeconfig %s\n\t\t\tnamespace %s\n", conf, ns)
 	if settings != "" {
 		engine += "\t\t\t" + settings + "\n"
@@ -328,8 +329,8 @@ func TestKubeTypeScriptSDK(t *testing.T) {
 // has no rights in, and an image the node does not have each give a clear error that
 // names the cause, and leave nothing half-made.
 func TestKubeBadInput(t *testing.T) {
-	kubeconfig, image := testenv.Kube(t)
-	admin := testenv.KubeClient(t)
+	kubeconfig, image := testengine.Kube(t)
+	admin := testengine.KubeClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -371,7 +372,7 @@ func TestKubeBadInput(t *testing.T) {
 	})
 
 	t.Run("namespace without rights", func(t *testing.T) {
-		ns, conf := testenv.KubeNamespace(t, nil) // a service account with no rights in ns
+		ns, conf := testengine.KubeNamespace(t, nil) // a service account with no rights in ns
 		s := testsite.New(t)
 		s.Start(testsite.Options{Image: image, CPUs: kubeCPUs, Directive: []string{fmt.Sprintf("engine cluster kubernetes {\n\t\t\tkubeconfig %s\n\t\t\tnamespace %s\n\t\t}", conf, ns)}})
 		txt := call(t, s)
@@ -385,7 +386,7 @@ func TestKubeBadInput(t *testing.T) {
 	})
 
 	t.Run("image missing", func(t *testing.T) {
-		ns, conf := testenv.KubeNamespace(t, documentedRole(t))
+		ns, conf := testengine.KubeNamespace(t, documentedRole(t))
 		s := testsite.New(t)
 		image := "k8s.local/no-such-image:" + testenv.RandomHex(4)
 		s.Start(testsite.Options{Image: image, CPUs: kubeCPUs, Directive: []string{fmt.Sprintf("engine cluster kubernetes {\n\t\t\tkubeconfig %s\n\t\t\tnamespace %s\n\t\t\timage_pull_policy Never\n\t\t}", conf, ns)}})
@@ -414,7 +415,7 @@ func BenchmarkKubeExecute(b *testing.B) {
 	c := k.client(ctx, "dora")
 	k.run(ctx, b, c, "true")
 	pod := k.Container + "-dora"
-	rc := testenv.KubeRESTConfig(b)
+	rc := testengine.KubeRESTConfig(b)
 	var raw, full time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
@@ -342,7 +343,7 @@ func TestKubeXKubeletEviction(t *testing.T) {
 	// The kubelet's part: the container's main process ends, and a terminal pod's
 	// container is not restarted.
 	// (The exec itself ends with the container: its error says so, or nothing.)
-	out, err := podExec(ctx, testenv.KubeRESTConfig(t), k.ns, pod.Name, "kill", "-TERM", "1")
+	out, err := podExec(ctx, testengine.KubeRESTConfig(t), k.ns, pod.Name, "kill", "-TERM", "1")
 	t.Logf("kill -TERM 1 in the pod: %v %q", err, out)
 	testenv.WaitFor(t, 30*time.Second, "the evicted pod's container to end", func() bool {
 		p := k.pod(t, "eve")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -37,7 +37,7 @@ import (
 // agent, or (noAgent) one Docker exec per connection.
 func relaySandbox(b *testing.B, p *previewSite, noAgent bool) *sandbox.Sandbox {
 	cfg := sandbox.DefaultConfig()
-	cfg.Image, cfg.Container, cfg.Volume = testenv.Image(), p.Container, p.Volume
+	cfg.Image, cfg.Container, cfg.Volume = testengine.Image(), p.Container, p.Volume
 	cfg.Memory, cfg.CPUs, cfg.NetworkMode = 1<<30, 1, "none"
 	cfg.NoAgent = noAgent
 	cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent") // as the site's

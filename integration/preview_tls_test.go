@@ -18,7 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
@@ -45,7 +45,7 @@ func TestPreviewOnDemandTLS(t *testing.T) {
 		memory 1g
 		cpus 1
 		previews localhost
-	}`, s.Key, testenv.Image(), s.Container, s.Volume)
+	}`, s.Key, testengine.Image(), s.Container, s.Volume)
 	cf := fmt.Sprintf(`{
 	admin off
 	persist_config off

@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -20,7 +21,7 @@ const maxEngineConnsPer100 = 2
 // TCP (DOCKER_HOST=tcp://...), through a proxy that counts the connections the
 // engine sees.
 func TestExecConnectionsOverTCP(t *testing.T) {
-	eng := testenv.SecondEngine(t)
+	eng := testengine.SecondEngine(t)
 	addr, count := testenv.CountingProxy(t, eng.Addr())
 	// As the project makes its clients (newDockerClient in the root package).
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithHost("tcp://"+addr), client.WithAPIVersionNegotiation())

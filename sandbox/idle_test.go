@@ -10,7 +10,7 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 )
 
 // TestStopAndStartAgain stops the container and starts it again with Ensure: the files
@@ -43,7 +43,7 @@ func TestStopAndStartAgain(t *testing.T) {
 	if busy, err := sb.JobOutputSince(ctx, since); err != nil || busy {
 		t.Fatalf("a stopped sandbox has output: %v %v", busy, err)
 	}
-	raw := testenv.BareStart(t, cli)
+	raw := testengine.BareStart(t, cli)
 	begin := time.Now()
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestStopAndStartAgain(t *testing.T) {
 	if res.Stdout != "kept\n0\n" {
 		t.Fatalf("after the start: %q %q", res.Stdout, res.Stderr)
 	}
-	if bound := testenv.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
+	if bound := testengine.StartBound(3*time.Second, raw, 3*time.Second); took > bound {
 		t.Errorf("starting the stopped sandbox took %v, more than %v (a bare container starts in %v)", took, bound, raw)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 )
 
 // BenchmarkKeepProcesses: a stop that keeps the processes (save) and the start that
@@ -23,7 +23,7 @@ import (
 // plus the first command after it (a new agent).
 func BenchmarkKeepProcesses(b *testing.B) {
 	cli := dockerClient(b)
-	rt := testenv.GVisorMemory(b, cli)
+	rt := testengine.GVisorMemory(b, cli)
 	for _, mb := range []int{0, 64, 512} {
 		name := "small"
 		if mb > 0 {

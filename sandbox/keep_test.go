@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ const (
 func keepSandbox(t *testing.T) (*Sandbox, *client.Client, *observer.ObservedLogs) {
 	cli := dockerClient(t)
 	cfg := testConfig(t)
-	cfg.Runtime = testenv.GVisorMemory(t, cli)
+	cfg.Runtime = testengine.GVisorMemory(t, cli)
 	cfg.KeepProcesses = true
 	cfg.Memory = 1 << 30
 	core, logs := observer.New(zapcore.InfoLevel)

@@ -22,15 +22,16 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// testImage is the image test sandboxes run from; see [testenv.Image].
-func testImage() string { return testenv.Image() }
+// testImage is the image test sandboxes run from; see [testengine.Image].
+func testImage() string { return testengine.Image() }
 
-// dockerClient returns a client for the local engine; see [testenv.DockerClient] for
+// dockerClient returns a client for the local engine; see [testengine.DockerClient] for
 // when it skips and when it fails.
-func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testenv.DockerClient(tb) }
+func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testengine.DockerClient(tb) }
 
 // sha256Hex reads r to its end and returns the SHA-256 of its bytes in hex, as
 // sha256sum prints it, and how many bytes it read.

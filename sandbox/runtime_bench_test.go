@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 )
 
 // BenchmarkRuntimes runs the same work in a sandbox under runc and one under gVisor,
@@ -15,7 +15,7 @@ import (
 // container), a loop of 200 processes, a 100 MB write.
 func BenchmarkRuntimes(b *testing.B) {
 	cli := dockerClient(b)
-	rt := testenv.GVisor(b, cli)
+	rt := testengine.GVisor(b, cli)
 	boxes := map[string]*Sandbox{}
 	for _, name := range []string{"runc", rt} {
 		cfg := testConfig(b)

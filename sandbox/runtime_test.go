@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 )
 
 // TestRuntimeFacts: a gVisor runtime is known by its name or binary, and each of the two
@@ -95,8 +95,8 @@ func TestRuntimeMissing(t *testing.T) {
 		if strings.Contains(err.Error(), "io.containerd.") {
 			t.Errorf("the error names Docker's aliases of runc: %v", err)
 		}
-		if _, ok := info.Runtimes[testenv.GVisorRuntime]; ok && !strings.Contains(err.Error(), testenv.GVisorRuntime) {
-			t.Errorf("the engine has %s but the error does not name it: %v", testenv.GVisorRuntime, err)
+		if _, ok := info.Runtimes[testengine.GVisorRuntime]; ok && !strings.Contains(err.Error(), testengine.GVisorRuntime) {
+			t.Errorf("the engine has %s but the error does not name it: %v", testengine.GVisorRuntime, err)
 		}
 		sb.life.invalidate()
 	}
@@ -113,7 +113,7 @@ func TestRuntimeMissing(t *testing.T) {
 // configuration has nothing to report.
 func TestRuntimeContainer(t *testing.T) {
 	cli := dockerClient(t)
-	rt := testenv.GVisor(t, cli)
+	rt := testengine.GVisor(t, cli)
 	cfg := testConfig(t)
 	cfg.Runtime = rt
 	cfg.AgentSocketDir = t.TempDir()
@@ -146,9 +146,9 @@ type argsHidden struct{ API }
 
 func (a argsHidden) Info(ctx context.Context) (system.Info, error) {
 	info, err := a.API.Info(ctx)
-	if rt, ok := info.Runtimes[testenv.GVisorRuntime]; ok {
+	if rt, ok := info.Runtimes[testengine.GVisorRuntime]; ok {
 		rt.Args = nil
-		info.Runtimes[testenv.GVisorRuntime] = rt
+		info.Runtimes[testengine.GVisorRuntime] = rt
 	}
 	return info, err
 }
@@ -159,7 +159,7 @@ func (a argsHidden) Info(ctx context.Context) (system.Info, error) {
 // refused rather than saved empty.
 func TestRuntimeMisconfigured(t *testing.T) {
 	real := dockerClient(t)
-	rt := testenv.GVisor(t, real)
+	rt := testengine.GVisor(t, real)
 	cfg := testConfig(t)
 	cfg.Runtime = rt
 	cfg.AgentSocketDir = t.TempDir()

@@ -21,7 +21,7 @@ if [ -n "${DOCKER_HOST:-}" ] && [ "${DOCKER_HOST#unix://}" = "$DOCKER_HOST" ]; t
 fi
 
 # The engine of /var/run/docker.pid, not any dockerd: tests run second engines of their
-# own (internal/testenv), which must not pass for this one.
+# own (internal/testengine), which must not pass for this one.
 main_runs() {
 	local pid
 	pid=$(cat /var/run/docker.pid 2>/dev/null) || return 1

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -18,7 +19,7 @@ import (
 // dockerPool hands out entries on the local engine, one client each, and removes
 // their containers and volumes when the test ends.
 func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() error, error), sandbox.API) {
-	cli := testenv.DockerClient(t)
+	cli := testengine.DockerClient(t)
 	entries := map[string]*Entry{}
 	acquire := func(eng Engine, cfg sandbox.Config) (*Entry, func() error, error) {
 		if e := entries[cfg.Container]; e != nil {
@@ -48,7 +49,7 @@ func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() erro
 
 func dockerBase() sandbox.Config {
 	cfg := testBase("mcp-sandbox-fleet-" + testenv.RandomHex(4))
-	cfg.Image, cfg.NetworkMode, cfg.NoAgent = testenv.Image(), "none", true
+	cfg.Image, cfg.NetworkMode, cfg.NoAgent = testengine.Image(), "none", true
 	return cfg
 }
 

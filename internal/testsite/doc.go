@@ -25,5 +25,5 @@
 // which gives the agent's direct channel a data directory of its own.
 //
 // Without a Docker engine, under -short, [Start] skips the test; in a full run it
-// fails (see testenv.DockerClient).
+// fails (see testengine.DockerClient).
 package testsite

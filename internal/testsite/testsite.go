@@ -26,6 +26,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
@@ -105,7 +106,7 @@ type Site struct {
 // Options adds lines to the mcp_sandbox block or the site block; the zero value is a
 // site with the test image, no network and one CPU.
 type Options struct {
-	Image     string   // default: the test image (testenv.Image)
+	Image     string   // default: the test image (testengine.Image)
 	Network   string   // default: none (commands in test sandboxes stay off the network)
 	CPUs      string   // default: 1
 	Directive []string // extra lines in mcp_sandbox { }
@@ -142,7 +143,7 @@ func New(t testing.TB) *Site {
 		Container: "mcp-sandbox-test-" + testenv.RandomHex(4),
 		Storage:   StorageDir(t),
 		Port:      FreePort(t),
-		Docker:    testenv.DockerClient(t),
+		Docker:    testengine.DockerClient(t),
 	}
 	s.Volume = s.Container + "-data"
 	drawn.Store(s.Container, true)
@@ -182,7 +183,7 @@ func (s *Site) Start(opts Options) {
 func (s *Site) Caddyfile(opts Options) string {
 	image := opts.Image
 	if image == "" {
-		image = testenv.Image()
+		image = testengine.Image()
 	}
 	network := opts.Network
 	if network == "" {

@@ -1,4 +1,4 @@
-package testenv
+package testengine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
 // runTrue runs `true` in a new container of the test image with network none on cli,
@@ -23,7 +24,7 @@ func runTrue(t *testing.T, cli *client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: Image(), Cmd: []string{"true"}},
-		&container.HostConfig{NetworkMode: "none"}, nil, nil, "engine-test-"+RandomHex(4))
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "engine-test-"+testenv.RandomHex(4))
 	if err != nil {
 		t.Fatalf("creating a container: %v", err)
 	}
@@ -127,7 +128,7 @@ func TestSecondEngineReapedAtExit(t *testing.T) {
 		t.Fatalf("child test binary printed no engine:\n%s", out)
 	}
 	dir, pid := f[0], f[1]
-	WaitFor(t, 60*time.Second, "the engine's directory to go", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the engine's directory to go", func() bool {
 		_, err := os.Stat(dir)
 		return os.IsNotExist(err)
 	})

@@ -1,4 +1,4 @@
-package testenv
+package testengine
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -102,7 +103,7 @@ func KubeNamespace(tb testing.TB, rights []rbacv1.PolicyRule) (namespace, kubeco
 	if len(base) > 40 {
 		base = strings.Trim(base[:40], "-")
 	}
-	name := "t-" + base + "-" + RandomHex(4)
+	name := "t-" + base + "-" + testenv.RandomHex(4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
@@ -120,7 +121,7 @@ func KubeNamespace(tb testing.TB, rights []rbacv1.PolicyRule) (namespace, kubeco
 		}
 	})
 	// Pods cannot be created before the namespace's default service account exists.
-	WaitFor(tb, 30*time.Second, "service account default in "+name, func() bool {
+	testenv.WaitFor(tb, 30*time.Second, "service account default in "+name, func() bool {
 		_, err := cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})

@@ -1,4 +1,4 @@
-package testenv
+package testengine
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,7 +113,7 @@ func TestKubeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating pod: %v", err)
 	}
-	WaitFor(t, time.Minute, "pod probe Running", func() bool {
+	testenv.WaitFor(t, time.Minute, "pod probe Running", func() bool {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("reading pod: %v", err)
@@ -148,7 +149,7 @@ func TestKubeCluster(t *testing.T) {
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, "probe", metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatalf("deleting pod: %v", err)
 	}
-	WaitFor(t, time.Minute, "pod probe gone", func() bool {
+	testenv.WaitFor(t, time.Minute, "pod probe gone", func() bool {
 		_, err := cs.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -210,7 +211,7 @@ func TestKubeClaimBinds(t *testing.T) {
 		t.Fatalf("creating claim: %v", err)
 	}
 	var pvc *corev1.PersistentVolumeClaim
-	WaitFor(t, 30*time.Second, "claim data Bound", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "claim data Bound", func() bool {
 		pvc, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 		return err == nil && pvc.Status.Phase == corev1.ClaimBound
 	})
@@ -227,7 +228,7 @@ func TestKubeClaimBinds(t *testing.T) {
 	if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, 30*time.Second, "volume "+pv.Name+" deleted with its claim", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "volume "+pv.Name+" deleted with its claim", func() bool {
 		_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
