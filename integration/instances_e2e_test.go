@@ -30,9 +30,13 @@ import (
 // exchange: each step may be served by the other instance), then, in raw 2026-07-28
 // JSON-RPC with no session, server/discover, tools/list and ten execute calls answer,
 // and both instances serve some of them; a job started on one instance is followed to
-// its end on the other; and once one instance is killed outright, the balancer's
-// retries make every call answer on the other, which also follows the job the dead
-// one started.
+// its end on the other; the official TypeScript SDK (2025-11-25, with its session)
+// makes twelve calls through the balancer, served by both; an egress question asked
+// on one instance is answered by a retry on the other (a tampered state refused
+// there, the real one applied), and an "allow always" given on one instance lets the
+// next command through the other without a question; and once one instance is killed
+// outright, the balancer's retries make every call answer on the other, which also
+// follows the job the dead one started.
 func TestSeveralInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
@@ -47,6 +51,9 @@ func TestSeveralInstances(t *testing.T) {
 		_ = site.Docker.VolumeRemove(ctx, site.Volume, true)
 	})
 	dir := t.TempDir() // Caddyfiles, logs and each process's output
+	// The "unlisted hosts" of the egress check: names the egress block maps to this
+	// server on loopback, which no rule allows, so that reaching them needs an answer.
+	up := newEgressUpstream(t)
 	portB, portC := testsite.FreePort(t), testsite.FreePort(t)
 	public := fmt.Sprintf("http://127.0.0.1:%d", portC)
 
@@ -58,7 +65,7 @@ func TestSeveralInstances(t *testing.T) {
 		s := *site
 		s.Port = port
 		return s.Caddyfile(testsite.Options{
-			Directive: []string{"public_url " + public},
+			Directive: append([]string{"public_url " + public}, askDirective()...),
 			Site:      []string{testsite.MetricsRoute},
 			Log:       filepath.Join(dir, name+".log"),
 		})
@@ -163,6 +170,14 @@ func TestSeveralInstances(t *testing.T) {
 		t.Logf("job %s started on A, followed to its end through B: %q after %v", id, out, time.Since(began).Round(time.Millisecond))
 	})
 
+	t.Run("TypeScript SDK through the balancer", func(t *testing.T) {
+		checkTypeScriptSpread(t, a, b, c, token)
+	})
+
+	t.Run("egress ask across instances", func(t *testing.T) {
+		checkEgressAskAcross(ctx, t, a, b, token, up)
+	})
+
 	t.Run("A killed", func(t *testing.T) {
 		began := time.Now()
 		id := startJobOn(ctx, t, a, token)
@@ -178,6 +193,229 @@ func TestSeveralInstances(t *testing.T) {
 		out := followJobOn(ctx, t, c, token, id)
 		t.Logf("job %s started on A, followed to its end through the balancer after A's death: %q, %v after it started", id, out, time.Since(began).Round(time.Millisecond))
 	})
+}
+
+// checkTypeScriptSpread makes twelve execute calls in one session of the official
+// TypeScript SDK through the balancer c: every one must answer its own output, and
+// both a and b must have served some (the session id is signed, so either instance
+// takes any request of the session).
+func checkTypeScriptSpread(t *testing.T, a, b, c *instance, token string) {
+	const n = 12
+	calls := make([]tsCall, n)
+	for i := range calls {
+		calls[i] = tsCall{Tool: "execute", Args: map[string]any{"command": fmt.Sprintf("echo %d", i+1), "wait": 30}}
+	}
+	beforeA, beforeB := a.toolCalls(t), b.toolCalls(t)
+	began := time.Now()
+	res := runTSCalls(t, &testsite.Site{T: t, URL: c.url, Key: token}, calls...)
+	took := time.Since(began)
+	servedA, servedB := a.toolCalls(t)-beforeA, b.toolCalls(t)-beforeB
+	ok := 0
+	for i, r := range res.Results {
+		if r.Error == "" && !r.IsError && r.Structured["stdout"] == fmt.Sprintf("%d\n", i+1) && r.Structured["exit_code"] == 0.0 {
+			ok++
+		} else {
+			t.Logf("TypeScript call #%d: %+v", i+1, r)
+		}
+	}
+	t.Logf("TypeScript SDK through the balancer: %d of %d answered right in %v (session, connect and close included); A served %d, B served %d",
+		ok, n, took.Round(time.Millisecond), servedA, servedB)
+	if ok != n || len(res.Results) != n {
+		t.Errorf("%d of %d TypeScript calls answered right (%d results)", ok, n, len(res.Results))
+	}
+	if servedA+servedB != n || servedA == 0 || servedB == 0 {
+		t.Errorf("A served %d TypeScript calls and B %d: want both, %d in all", servedA, servedB, n)
+	}
+}
+
+// checkEgressAskAcross follows egress questions from one instance to the other, in
+// raw 2026-07-28 JSON-RPC: a question asked on a, a tampered answer refused on b with
+// the host not reached, the real answer given on b applied to the connection a holds;
+// then "allow always" given on a lets b's next command through without a question.
+func checkEgressAskAcross(ctx context.Context, t *testing.T, a, b *instance, token string, up *egressUpstream) {
+	get := func(host string) string { return "wget -q -O - http://" + host + ":" + up.port + "/hi" }
+	hello := func(host string) string { return "hello from " + host + ":" + up.port + "/hi\n" }
+	// Each instance's proxy listens in the sandbox once it has run a command there.
+	for _, in := range []*instance{a, b} {
+		if _, err := in.execute(ctx, token, waitProxy, 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// (a) Asked on A: the call ends with the question, while A holds the connection.
+	once := get("once.test")
+	state := askOn(ctx, t, a, b, token, once, "once.test:"+up.port)
+
+	// (b) The retry on B with one byte of the signed state changed: refused, and the
+	// host is not reached.
+	res := answerOn(ctx, t, b, token, once, flipByte(state), "allow_once")
+	if res["isError"] != true || !strings.Contains(resultText(res), "signature does not match") {
+		t.Fatalf("a tampered requestState on B: %s", resultText(res))
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("a tampered answer on B reached the host: %d requests", n)
+	}
+	t.Logf("a tampered requestState on B: refused, %q; the host got 0 requests", clip(toolText(res), 160))
+
+	// (c) The retry on B with the state as given: B hands the answer over through the
+	// storage to A, which lets the held connection through; B follows the job to its end.
+	began := time.Now()
+	res = answerOn(ctx, t, b, token, once, state, "allow_once")
+	sc, _ := res["structuredContent"].(map[string]any)
+	if sc["exit_code"] != 0.0 || sc["stdout"] != hello("once.test") {
+		t.Fatalf("allow once on B: %s", resultText(res))
+	}
+	if n := len(up.requests()); n != 1 {
+		t.Fatalf("after allow once on B the host got %d requests, want 1", n)
+	}
+	t.Logf("allow once on B for A's question: the command ended in %v with %q; the host got 1 request",
+		time.Since(began).Round(time.Millisecond), sc["stdout"])
+
+	// (d) Allow always, asked and answered on A.
+	always := get("always.test")
+	state = askOn(ctx, t, a, b, token, always, "always.test:"+up.port)
+	res = answerOn(ctx, t, a, token, always, state, "allow_always")
+	if sc, _ := res["structuredContent"].(map[string]any); sc["exit_code"] != 0.0 || sc["stdout"] != hello("always.test") {
+		t.Fatalf("allow always on A: %s", resultText(res))
+	}
+	answered := time.Now()
+	// B reads the approvals through the storage, fresh within 2 s: a command that is
+	// still asked about is refused (which ends its question, so that it does not hold
+	// the host's next connection) and sent again, for up to 5 s.
+	for attempt := 1; ; attempt++ {
+		res, err := b.rpc(ctx, token, "tools/call", map[string]any{"name": "execute", "arguments": map[string]any{"command": always, "wait": 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res["resultType"] == "input_required" {
+			if time.Since(answered) > 5*time.Second {
+				t.Fatalf("B still asks about always.test %v after allow always on A: %s", time.Since(answered).Round(time.Millisecond), resultText(res))
+			}
+			t.Logf("attempt %d on B, %v after allow always on A: still asked", attempt, time.Since(answered).Round(time.Millisecond))
+			state, _ := res["requestState"].(string)
+			answerOn(ctx, t, b, token, always, state, "deny")
+			continue
+		}
+		sc, _ := res["structuredContent"].(map[string]any)
+		if sc["exit_code"] != 0.0 || sc["stdout"] != hello("always.test") {
+			t.Fatalf("always.test on B after allow always on A: %s", resultText(res))
+		}
+		t.Logf("always.test on B after allow always on A: through with no question at attempt %d, %v after the answer",
+			attempt, time.Since(answered).Round(time.Millisecond))
+		break
+	}
+	if n := len(up.requests()); n != 3 {
+		t.Fatalf("the host got %d requests, want 3", n)
+	}
+}
+
+// askOn runs command on in, which must end with one egress question naming hostport,
+// and returns the requestState to answer it with.
+//
+// Each instance's proxy listens on the sandbox's proxy port, and the kernel hands
+// each connection to one of them: when other's takes it, other has no call waiting
+// for the job and refuses the host at once, without a question (docs/operations.md,
+// "Several instances"). Such an attempt, recognised by other's log, is logged and the
+// command is sent again, up to 10 times; any other answer fails the test.
+func askOn(ctx context.Context, t *testing.T, in, other *instance, token, command, hostport string) string {
+	t.Helper()
+	var res map[string]any
+	began := time.Now()
+	for attempt := 1; ; attempt++ {
+		var err error
+		res, err = in.rpc(ctx, token, "tools/call", map[string]any{"name": "execute", "arguments": map[string]any{"command": command, "wait": 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res["resultType"] == "input_required" {
+			if attempt > 1 {
+				t.Logf("%s on %s: asked at attempt %d", command, in.name, attempt)
+			}
+			break
+		}
+		sc, _ := res["structuredContent"].(map[string]any)
+		job, _ := sc["job_id"].(string)
+		if job == "" || attempt == 10 || !other.refusedUnasked(job) {
+			t.Fatalf("a command to an unlisted host on %s (attempt %d): %s", in.name, attempt, resultText(res))
+		}
+		t.Logf("attempt %d: %s's proxy took the connection of job %s and refused it unasked; %s's result: %q",
+			attempt, other.name, job, in.name, clip(toolText(res), 200))
+	}
+	reqs, _ := res["inputRequests"].(map[string]any)
+	q, _ := reqs[questionKey26].(map[string]any)
+	params, _ := q["params"].(map[string]any)
+	msg, _ := params["message"].(string)
+	state, _ := res["requestState"].(string)
+	if len(reqs) != 1 || q["method"] != "elicitation/create" || !strings.Contains(msg, hostport) || state == "" {
+		t.Fatalf("the question on %s: %s", in.name, resultText(res))
+	}
+	t.Logf("%s on %s: input_required after %v, one elicitation: %q", command, in.name, time.Since(began).Round(time.Millisecond), clip(msg, 160))
+	return state
+}
+
+// refusedUnasked reports whether the instance's log shows a connection of job refused
+// because no call there waited for it.
+func (in *instance) refusedUnasked(job string) bool {
+	b, err := os.ReadFile(in.log)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"egress refused"`) && strings.Contains(line, `"job":"`+job+`"`) && strings.Contains(line, "nobody could be asked") {
+			return true
+		}
+	}
+	return false
+}
+
+// answerOn retries command's call on in with decision as the answer and state as the
+// requestState, and returns the result.
+func answerOn(ctx context.Context, t *testing.T, in *instance, token, command, state, decision string) map[string]any {
+	t.Helper()
+	res, err := in.rpc(ctx, token, "tools/call", map[string]any{
+		"name":           "execute",
+		"arguments":      map[string]any{"command": command, "wait": 30},
+		"requestState":   state,
+		"inputResponses": map[string]any{questionKey26: map[string]any{"action": "accept", "content": map[string]any{"decision": decision}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// flipByte changes one character in the middle of the signed part of a requestState
+// to another base64url character, so that the state still decodes but its signature
+// no longer matches.
+func flipByte(state string) string {
+	b := []byte(state)
+	i := strings.IndexByte(state, '.') / 2
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
+}
+
+// toolText is the text of a tool result's content.
+func toolText(res map[string]any) string {
+	var out []string
+	content, _ := res["content"].([]any)
+	for _, c := range content {
+		if m, ok := c.(map[string]any); ok && m["type"] == "text" {
+			out = append(out, fmt.Sprint(m["text"]))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// clip is s cut to at most n bytes, for a log line.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // startJobOn starts on in a command that outlasts its call, and returns its job id.
@@ -242,6 +480,7 @@ func executeMany(ctx context.Context, t *testing.T, in *instance, token string, 
 type instance struct {
 	name   string
 	url    string // http://127.0.0.1:port
+	log    string // Caddy's log file, as its Caddyfile names it
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the process has exited
 	http   *http.Client  // its own connections, so that no other process's are reused
@@ -263,6 +502,7 @@ func startInstance(t *testing.T, bin, dir, name string, port int, caddyfile stri
 	in := &instance{
 		name:   name,
 		url:    fmt.Sprintf("http://127.0.0.1:%d", port),
+		log:    filepath.Join(dir, name+".log"),
 		cmd:    exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile"),
 		exited: make(chan struct{}),
 		http:   &http.Client{Transport: &http.Transport{}, Timeout: 2 * time.Minute},
@@ -371,10 +611,11 @@ var rpcIDs atomic.Int64
 // client info and capabilities in _meta; the routing headers) with token as bearer,
 // and returns the JSON-RPC result.
 func (in *instance) rpc(ctx context.Context, token, method string, params map[string]any) (map[string]any, error) {
+	// This client answers egress questions (form elicitation) by retrying the call.
 	p := map[string]any{"_meta": map[string]any{
 		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "instances-e2e", "version": "1"},
-		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
 	}}
 	for k, v := range params {
 		p[k] = v
