@@ -24,7 +24,8 @@ func offline(networkMode string, e *Egress) bool {
 	if e == nil {
 		return networkMode == "none"
 	}
-	return e.Offline || e.Hosts == ""
+	// No host allowed outright, but the person may be asked: hosts can still be reached.
+	return e.Offline || (e.Hosts == "" && !e.Ask)
 }
 
 // networkText is the sentence on the sandbox's network.

@@ -41,3 +41,24 @@ func TestResultNamesBlockedHosts(t *testing.T) {
 		t.Fatalf("the refusal was reported twice: %q", text)
 	}
 }
+
+// TestOfflineWithAsk: a sandbox whose operator allows no host outright but lets the
+// person be asked is not offline, and a failed download there gets no offline note.
+func TestOfflineWithAsk(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		e    *Egress
+		want bool
+	}{
+		{"none", nil, true},
+		{"bridge", nil, false},
+		{"none", &Egress{}, true},
+		{"none", &Egress{Ask: true}, false},
+		{"none", &Egress{Hosts: "pypi.org"}, false},
+		{"none", &Egress{Offline: true, Ask: true}, true},
+	} {
+		if got := offline(c.mode, c.e); got != c.want {
+			t.Errorf("offline(%q, %+v) = %v, want %v", c.mode, c.e, got, c.want)
+		}
+	}
+}
