@@ -50,6 +50,11 @@ func (h *Handler) toolOptions() mcptools.Options {
 		AskTimeout:  egress.AskTimeout,
 		Answers:     storageAnswers{h.storage},
 	}
+	if h.anyEgressAsk() {
+		// Another instance's proxy may take a command's connection: its question comes
+		// here when a call here waits for the job.
+		o.Relay = storageRelay{st: h.storage, self: instanceID}
+	}
 	if !h.fleet.HasCheckpoints() {
 		o.NoCheckpoints = fleet.NoCheckpointsText
 	}
@@ -180,4 +185,17 @@ func (p toolPreviews) Unexpose(ctx context.Context, port int) bool {
 		}
 	}
 	return p.h.previews.Unexpose(owner, port)
+}
+
+// anyEgressAsk says whether any sandbox of the site puts hosts to its person.
+func (h *Handler) anyEgressAsk() bool {
+	if h.EgressAsk("") {
+		return true
+	}
+	for _, p := range h.People {
+		if h.EgressAsk(p.Name) {
+			return true
+		}
+	}
+	return false
 }

@@ -36,6 +36,8 @@ type calls struct {
 	m        map[string][]*runningCall
 	commands map[string]string // each job's command, for the question
 	order    []string          // ids in commands, oldest first
+	// onTrack, when set, runs beside each call tracked, until its ctx ends.
+	onTrack func(rc *runningCall, job string)
 }
 
 // maxCommands bounds the commands remembered for questions.
@@ -70,7 +72,11 @@ func (c *calls) track(ctx context.Context, job, command string, y *yielder) (unt
 	}
 	rc := &runningCall{ctx: ctx, person: CallerFrom(ctx).Person, command: command, yield: y}
 	c.m[job] = append(c.m[job], rc)
+	onTrack := c.onTrack
 	c.mu.Unlock()
+	if onTrack != nil {
+		go onTrack(rc, job)
+	}
 	return func() {
 		c.mu.Lock()
 		list := slices.DeleteFunc(c.m[job], func(x *runningCall) bool { return x == rc })
@@ -99,11 +105,18 @@ func (c *calls) get(job string) *runningCall {
 // job in person's sandbox (execute, job_output or job_input), whether its command may reach host:port: form-mode elicitation with one
 // field whose choices are ChoiceOnce, ChoiceAlways and ChoiceDeny. Decline and cancel
 // are ChoiceDeny. It returns when answered, when ctx ends, or when the call returns.
+// When no call of this instance waits for job, the question goes to another instance
+// whose call does (Options.Relay), if any.
 func (s *Tools) AskHost(ctx context.Context, person, job, host string, port int) (string, error) {
 	rc := s.calls.get(job)
 	if rc == nil || rc.person != person {
-		return "", fmt.Errorf("no call runs job %s: %w", job, ErrCannotAsk)
+		return s.askElsewhere(ctx, person, job, host, port)
 	}
+	return s.askCall(ctx, rc, person, job, host, port)
+}
+
+// askCall asks on the call rc that waits for job.
+func (s *Tools) askCall(ctx context.Context, rc *runningCall, person, job, host string, port int) (string, error) {
 	if rc.yield != nil {
 		return s.askByMRTR(ctx, rc, person, job, host, port)
 	}

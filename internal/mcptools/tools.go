@@ -147,6 +147,9 @@ type Options struct {
 	// Answers hands answers between instances; nil: only the instance that asked
 	// takes them.
 	Answers Answers
+	// Relay puts a question to another instance whose call waits for the job; nil:
+	// only the calls of this instance are asked.
+	Relay Relay
 }
 
 // Tools is the MCP server's tool side.
@@ -187,6 +190,9 @@ func (s *Tools) instructionsText() string {
 // New builds the MCP server with the sandbox tools.
 func New(o Options) *Tools {
 	s := &Tools{opts: o}
+	if o.Relay != nil && o.Answers != nil {
+		s.calls.onTrack = s.followRelayed
+	}
 	s.tasks = newTaskStore(o.MaxTaskTTL, o.MaxTasks, o.MaxTasksTotal)
 	hooks := &server.Hooks{}
 	hooks.AddAfterInitialize(s.instructions)
