@@ -44,9 +44,23 @@ func rawCall26(ctx context.Context, t *testing.T, s *testsite.Site, id int, tool
 	if resp.Header.Get("Mcp-Session-Id") != "" {
 		t.Errorf("a 2026-07-28 request got a session id")
 	}
-	// A JSON body, or a stream whose last message answers the call.
+	res, failed, ok := rpcAnswer(raw, resp.Header.Get("Content-Type"), int64(id))
+	if ok && failed {
+		t.Fatalf("%s answered %d %s", tool, resp.StatusCode, raw)
+	}
+	if ok {
+		return res
+	}
+	t.Fatalf("no answer to %s: %d %s", tool, resp.StatusCode, raw)
+	return nil
+}
+
+// rpcAnswer finds the answer to request id in a response body: a JSON body, or a
+// stream whose message with that id answers it. failed says the answer is an error
+// (or has no result); ok says an answer was found.
+func rpcAnswer(raw []byte, contentType string, id int64) (result map[string]any, failed, ok bool) {
 	msgs := []string{string(raw)}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if strings.HasPrefix(contentType, "text/event-stream") {
 		msgs = nil
 		for _, line := range strings.Split(string(raw), "\n") {
 			if d, ok := strings.CutPrefix(line, "data: "); ok {
@@ -63,13 +77,9 @@ func rawCall26(ctx context.Context, t *testing.T, s *testsite.Site, id int, tool
 		if json.Unmarshal([]byte(m), &out) != nil || out.ID != float64(id) {
 			continue
 		}
-		if out.Error != nil || out.Result == nil {
-			t.Fatalf("%s answered %d %s", tool, resp.StatusCode, raw)
-		}
-		return out.Result
+		return out.Result, out.Error != nil || out.Result == nil, true
 	}
-	t.Fatalf("no answer to %s: %d %s", tool, resp.StatusCode, raw)
-	return nil
+	return nil, false, false
 }
 
 // resultText is the text of a tool result as raw JSON.

@@ -644,29 +644,12 @@ func (in *instance) rpc(ctx context.Context, token, method string, params map[st
 	if resp.Header.Get("Mcp-Session-Id") != "" {
 		return nil, fmt.Errorf("%s through %s: a 2026-07-28 request got a session id", method, in.name)
 	}
-	// A JSON body, or a stream whose message with the request's id answers it.
-	msgs := []string{string(raw)}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		msgs = nil
-		for _, line := range strings.Split(string(raw), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok {
-				msgs = append(msgs, d)
-			}
-		}
+	res, failed, ok := rpcAnswer(raw, resp.Header.Get("Content-Type"), id)
+	if ok && failed {
+		return nil, fmt.Errorf("%s through %s answered %d %s", method, in.name, resp.StatusCode, raw)
 	}
-	for _, m := range msgs {
-		var out struct {
-			ID     any            `json:"id"`
-			Result map[string]any `json:"result"`
-			Error  map[string]any `json:"error"`
-		}
-		if json.Unmarshal([]byte(m), &out) != nil || out.ID != float64(id) {
-			continue
-		}
-		if out.Error != nil || out.Result == nil {
-			return nil, fmt.Errorf("%s through %s answered %d %s", method, in.name, resp.StatusCode, raw)
-		}
-		return out.Result, nil
+	if ok {
+		return res, nil
 	}
 	return nil, fmt.Errorf("no answer to %s through %s: %d %s", method, in.name, resp.StatusCode, raw)
 }
