@@ -2,16 +2,12 @@ package mcpsandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
@@ -326,143 +322,4 @@ func (c consoleEgress) RevokeApproval(ctx context.Context, id string) (console.E
 		err = fmt.Errorf("egress approval %s: %w", id, console.ErrNotFound)
 	}
 	return found, err
-}
-
-// storageAnswers hands the answer to a question about a host, given by a 2026-07-28
-// client's retry, to the instance whose proxy holds the connection, through Caddy's
-// storage (mcp_sandbox/egress/answers/<question id>): every instance over the same
-// storage reads it there.
-type storageAnswers struct{ st certmagic.Storage }
-
-func answerKey(id string) string { return path.Join("mcp_sandbox", "egress", "answers", id) }
-
-func (a storageAnswers) Put(ctx context.Context, id, choice string) error {
-	if a.st == nil {
-		return nil
-	}
-	return a.st.Store(ctx, answerKey(id), []byte(choice))
-}
-
-func (a storageAnswers) Take(ctx context.Context, id string) (string, error) {
-	if a.st == nil {
-		return "", nil
-	}
-	b, err := a.st.Load(ctx, answerKey(id))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", nil
-	case err != nil:
-		return "", err
-	}
-	if err := a.st.Delete(ctx, answerKey(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	return string(b), nil
-}
-
-// instanceID names this Caddy process among the instances over one storage.
-var instanceID = func() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}()
-
-// relayJob is what a job id looks like: the proxy's user names are checked as job ids
-// before a question is asked, and only such names become storage keys.
-var relayJob = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
-
-// storageRelay carries questions about hosts between instances through Caddy's storage:
-// mcp_sandbox/egress/followed/<job>-<instance>-<n> while a call of an instance waits for
-// the job, mcp_sandbox/egress/questions/<job>-<question id> while a question waits to be
-// taken (flat, so that no directory is left per job). Two instances that follow one job may both take its question; each asks its
-// call, and the first answer handed back counts.
-type storageRelay struct {
-	st   certmagic.Storage
-	self string
-}
-
-func relayKey(parts ...string) string {
-	return path.Join(append([]string{"mcp_sandbox", "egress"}, parts...)...)
-}
-
-func (r storageRelay) Follow(ctx context.Context, job string) func() {
-	if !relayJob.MatchString(job) {
-		return func() {}
-	}
-	n := make([]byte, 6)
-	_, _ = rand.Read(n)
-	key := relayKey("followed", job+"-"+r.self+"-"+hex.EncodeToString(n))
-	if err := r.st.Store(ctx, key, nil); err != nil {
-		return func() {}
-	}
-	return func() { _ = r.st.Delete(context.WithoutCancel(ctx), key) }
-}
-
-func (r storageRelay) FollowedElsewhere(ctx context.Context, job string) bool {
-	if !relayJob.MatchString(job) {
-		return false
-	}
-	keys, err := r.st.List(ctx, relayKey("followed"), false)
-	if err != nil {
-		return false
-	}
-	for _, k := range keys {
-		if rest, ok := strings.CutPrefix(path.Base(k), job+"-"); ok && !strings.HasPrefix(rest, r.self+"-") {
-			return true
-		}
-	}
-	return false
-}
-
-func (r storageRelay) Post(ctx context.Context, st mcptools.QuestionState) error {
-	if !relayJob.MatchString(st.Job) || !relayJob.MatchString(st.ID) {
-		return fmt.Errorf("job %.64q or question %.64q is not a name the relay keeps", st.Job, st.ID)
-	}
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return r.st.Store(ctx, relayKey("questions", st.Job+"-"+st.ID), b)
-}
-
-func (r storageRelay) Claim(ctx context.Context, job string) (mcptools.QuestionState, bool) {
-	if !relayJob.MatchString(job) {
-		return mcptools.QuestionState{}, false
-	}
-	keys, err := r.st.List(ctx, relayKey("questions"), false)
-	if err != nil {
-		return mcptools.QuestionState{}, false
-	}
-	for _, k := range keys {
-		if !strings.HasPrefix(path.Base(k), job+"-") {
-			continue
-		}
-		b, err := r.st.Load(ctx, k)
-		if err != nil {
-			continue
-		}
-		if err := r.st.Delete(ctx, k); err != nil {
-			continue
-		}
-		var st mcptools.QuestionState
-		// Another instance wrote it: a question that does not read back strictly, or
-		// whose job is another, is dropped.
-		if len(b) > 4096 || json.Unmarshal(b, &st) != nil || st.Job != job || !relayJob.MatchString(st.ID) ||
-			time.Unix(st.Expires, 0).Before(time.Now()) {
-			continue
-		}
-		return st, true
-	}
-	return mcptools.QuestionState{}, false
-}
-
-func (r storageRelay) Withdraw(ctx context.Context, job, id string) bool {
-	if !relayJob.MatchString(job) || !relayJob.MatchString(id) {
-		return false
-	}
-	key := relayKey("questions", job+"-"+id)
-	if !r.st.Exists(ctx, key) {
-		return false
-	}
-	return r.st.Delete(ctx, key) == nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/fleet"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/metrics"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/questions"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/preview"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
@@ -48,12 +49,12 @@ func (h *Handler) toolOptions() mcptools.Options {
 		// Questions about hosts put to 2026-07-28 clients (egress { ask }).
 		QuestionKey: secret.DeriveKey(h.APIKey, "egress question state v1"),
 		AskTimeout:  egress.AskTimeout,
-		Answers:     storageAnswers{h.storage},
+		Answers:     questions.Answers{St: h.storage},
 	}
 	if h.anyEgressAsk() {
 		// Another instance's proxy may take a command's connection: its question comes
 		// here when a call here waits for the job.
-		o.Relay = storageRelay{st: h.storage, self: instanceID}
+		o.Relay = questions.Relay{St: h.storage, Self: questions.InstanceID}
 	}
 	if !h.fleet.HasCheckpoints() {
 		o.NoCheckpoints = fleet.NoCheckpointsText

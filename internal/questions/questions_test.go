@@ -1,4 +1,4 @@
-package mcpsandbox
+package questions
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // job ids never become keys; what does not read back strictly is dropped.
 func TestRelayAcrossInstances(t *testing.T) {
 	st := &certmagic.FileStorage{Path: t.TempDir()}
-	a, b := storageRelay{st: st, self: "aaaa"}, storageRelay{st: st, self: "bbbb"}
+	a, b := Relay{St: st, Self: "aaaa"}, Relay{St: st, Self: "bbbb"}
 	ctx := context.Background()
 	if b.FollowedElsewhere(ctx, "j1") {
 		t.Fatal("a job nobody follows is followed")
