@@ -487,7 +487,7 @@ type instance struct {
 // startInstance writes caddyfile to dir and runs `caddy run` on it, and returns once
 // the process answers HTTP on port. The process is stopped when the test ends; when
 // the test failed, the end of its output and of its log are logged.
-func startInstance(t *testing.T, bin, dir, name string, port int, caddyfile string) *instance {
+func startInstance(t testing.TB, bin, dir, name string, port int, caddyfile string) *instance {
 	t.Helper()
 	config := filepath.Join(dir, name+".Caddyfile")
 	if err := os.WriteFile(config, []byte(caddyfile), 0o600); err != nil {
@@ -664,7 +664,7 @@ var (
 
 // caddyBinary builds ./cmd/caddy (Caddy with the plugin) from the module's root, once,
 // and returns its path.
-func caddyBinary(t *testing.T) string {
+func caddyBinary(t testing.TB) string {
 	t.Helper()
 	caddyBuild.Do(func() {
 		dir, err := os.MkdirTemp(os.Getenv("XDG_DATA_HOME"), "caddy-build-")

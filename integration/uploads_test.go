@@ -434,19 +434,7 @@ func resetPeakRSS(t testing.TB) {
 // vmRSS reads the process's VmRSS, in kB, without failing a test: samplers call it
 // from their own goroutines.
 func vmRSS() (int64, bool) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, false
-	}
-	i := strings.Index(string(b), "VmRSS:")
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+6:]))
-	if len(f) == 0 {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(f[0], 10, 64)
+	v, err := procRSS(os.Getpid())
 	return v, err == nil
 }
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -18,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 const (
@@ -30,6 +33,9 @@ const (
 	ensureTimeout = 2 * time.Minute
 	// restartWait is how long Ensure waits for a container Docker is restarting.
 	restartWait = 30 * time.Second
+	// imageRecheck is how often Ensure compares a container's image with the
+	// configured one again once they matched.
+	imageRecheck = 10 * time.Minute
 
 	labelManaged = "mcp-sandbox.managed"
 	labelVolume  = "mcp-sandbox.volume"
@@ -416,8 +422,15 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 	if err != nil {
 		return err
 	}
-	if err := s.checkRuntime(host.info); err != nil {
-		return err
+	if s.checkRuntime(host.info) != nil {
+		// The runtime may have been registered since the engine's facts were kept.
+		forgetEngineInfo(s.cli)
+		if host, err = s.hostFacts(ctx); err != nil {
+			return err
+		}
+		if err := s.checkRuntime(host.info); err != nil {
+			return err
+		}
 	}
 	hc := s.hostConfig(host)
 	labels := s.labels()
@@ -637,7 +650,7 @@ type hostFacts struct {
 }
 
 func (s *lifecycle) hostFacts(ctx context.Context) (hostFacts, error) {
-	info, err := s.cli.Info(ctx)
+	info, err := engineInfo(ctx, s.cli)
 	if err != nil {
 		return hostFacts{}, fmt.Errorf("asking Docker for host information: %w", err)
 	}
@@ -646,6 +659,61 @@ func (s *lifecycle) hostFacts(ctx context.Context) (hostFacts, error) {
 	s.sb.mu.Unlock()
 	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != "", info: info}, nil
 }
+
+// infoTrust is how long an engine's answer to Info serves every sandbox on it. Info
+// is one of the engine's slowest calls (it counts containers and images, asks each
+// driver), and each Ensure past readyTrust needs its facts: fifty people's sandboxes
+// asking at once made it the engine's longest queue.
+const infoTrust = 30 * time.Second
+
+// infoCache is one engine client's last Info, shared by the sandboxes on it.
+type infoCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	info  system.Info
+	group singleflight.Group
+}
+
+// infoCaches holds an infoCache per engine client (an API value).
+var infoCaches sync.Map
+
+// engineInfo is cli's Info, asked at most once per infoTrust whatever the number of
+// sandboxes asking; concurrent callers share one request.
+func engineInfo(ctx context.Context, cli API) (system.Info, error) {
+	if t := reflect.TypeOf(cli); t == nil || !t.Comparable() {
+		return cli.Info(ctx) // no key to keep it under
+	}
+	v, _ := infoCaches.LoadOrStore(cli, &infoCache{})
+	c := v.(*infoCache)
+	c.mu.Lock()
+	if !c.at.IsZero() && time.Since(c.at) < infoTrust {
+		info := c.info
+		c.mu.Unlock()
+		return info, nil
+	}
+	c.mu.Unlock()
+	ch := c.group.DoChan("info", func() (any, error) {
+		info, err := cli.Info(context.WithoutCancel(ctx))
+		if err == nil {
+			c.mu.Lock()
+			c.at, c.info = time.Now(), info
+			c.mu.Unlock()
+		}
+		return info, err
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return system.Info{}, r.Err
+		}
+		return r.Val.(system.Info), nil
+	case <-ctx.Done():
+		return system.Info{}, ctx.Err()
+	}
+}
+
+// forgetEngineInfo drops what engineInfo keeps of cli: the next call asks the engine.
+func forgetEngineInfo(cli API) { infoCaches.Delete(cli) }
 
 // CPUs is the container's CPU limit: cpus, or the engine's CPU count when that is
 // smaller. known is false until the engine has been asked (when the container is
@@ -721,8 +789,11 @@ func (s *lifecycle) applyLimits(ctx context.Context, info container.InspectRespo
 func (s *lifecycle) checkImage(ctx context.Context, info container.InspectResponse) {
 	s.sb.mu.Lock()
 	warned := s.warnedImage
+	// The same container found on the configured image a moment ago: an image rebuilt
+	// since is told at the next check, imageRecheck later at most.
+	recent := s.imageOK.id == info.ID && time.Since(s.imageOK.at) < imageRecheck
 	s.sb.mu.Unlock()
-	if warned || info.Config == nil {
+	if warned || recent || info.Config == nil {
 		return
 	}
 	var problem string
@@ -734,6 +805,9 @@ func (s *lifecycle) checkImage(ctx context.Context, info container.InspectRespon
 		s.log.Debug("could not inspect sandbox image", zap.Error(err))
 		return
 	case img.ID == info.Image: // same image, whatever name it was created under
+		s.sb.mu.Lock()
+		s.imageOK.id, s.imageOK.at = info.ID, time.Now()
+		s.sb.mu.Unlock()
 		return
 	case info.Config.Image == s.cfg.Image:
 		problem = "sandbox image was rebuilt since the container was created; the new image is not applied to an existing container"

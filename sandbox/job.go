@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -833,6 +834,11 @@ func (s *jobRunner) reserveJob(ctx context.Context, id string, max int) error {
 // while no call follows it is told when a call next asks for its output.
 func (s *Sandbox) OnJobEnd(f func(id string)) { s.runner.jobEnded.Store(&f) }
 
+// pruneEvery is how often a sandbox's old finished jobs are looked for. A pass runs
+// the job script in the container (its files listed, stat and sort): about 50 ms of
+// CPU, which fifty sandboxes pruning at once turned into seconds of every call.
+const pruneEvery = 5 * time.Minute
+
 // jobSeen notes a job's state from a result, and now and then starts a pass that
 // forgets old finished jobs (outside the result's path).
 func (s *jobRunner) jobSeen(id string, running bool) {
@@ -844,7 +850,13 @@ func (s *jobRunner) jobSeen(id string, running bool) {
 	if !running {
 		delete(s.running, id)
 	}
-	if time.Since(s.lastPrune) < time.Minute {
+	if s.lastPrune.IsZero() {
+		// The first pass comes a random part of pruneEvery from now: the sandboxes of
+		// a team, made together, do not all prune at the same moment.
+		s.lastPrune = time.Now().Add(-mrand.N(pruneEvery))
+		return
+	}
+	if time.Since(s.lastPrune) < pruneEvery {
 		return
 	}
 	s.lastPrune = time.Now()

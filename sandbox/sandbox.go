@@ -313,8 +313,12 @@ type lifecycle struct {
 	readyAt     time.Time     // last time Ensure saw the container running with our limits (under mu)
 	readyCh     chan struct{} // closed by the next Ensure, Start or Restart that succeeds (see Ready)
 	warnedImage bool          // the image mismatch is logged once, not on every Ensure
-	warnedCPUs  bool
-	hostCPUs    int // the engine's CPU count (docker info's NCPU); 0 until asked
+	imageOK     struct {      // the container last found on the configured image, and when
+		id string
+		at time.Time
+	}
+	warnedCPUs bool
+	hostCPUs   int // the engine's CPU count (docker info's NCPU); 0 until asked
 	// runtime is the runtime the container runs under, as last seen (runtimeSeen).
 	runtime     runtimeFacts
 	runtimeSeen bool
