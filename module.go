@@ -205,6 +205,36 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	return e, func() error { _, err := sandboxes.Delete(key); return err }, nil
 }
 
+// acquireWarm returns the warm sandboxes' pool of the site whose sandbox
+// configuration is base on the engine eng, n of them, shared with any earlier config
+// with the same settings, and the function that gives it back: the pool, and with it
+// the warm sandboxes nobody took, is removed when no config holds it any more (a
+// reload without warm_sandboxes, Caddy's stop). It does no Docker I/O.
+func (a *App) acquireWarm(eng fleet.Engine, base sandbox.Config, n int) (*fleet.WarmPool, func() error, error) {
+	if eng.Host == "" {
+		eng.Host = a.dockerHost()
+	}
+	base.Engine = eng.Name
+	key := fmt.Sprintf("warm\x00%d\x00%+v\x00%+v", n, eng, base)
+	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
+		var cli sandbox.API
+		var err error
+		if eng.Name == "" {
+			cli, err = newDockerClient(eng.Host)
+		} else {
+			cli, err = eng.NewClient(a.logger)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return fleet.NewWarmPool(fleet.WarmOptions{Base: base, Engine: eng, Client: cli, N: n, Logger: a.logger}), nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("setting up warm sandboxes of %q: %w", base.Container, err)
+	}
+	return val.(*fleet.WarmPool), func() error { _, err := sandboxes.Delete(key); return err }, nil
+}
+
 // claimed reports whether a handler of this config uses the container name.
 func (a *App) claimed(name string) bool {
 	a.mu.Lock()
