@@ -35,6 +35,9 @@ const warmInfix = "_warm_"
 // often it looks again for room under max_sandboxes.
 const warmRetry = 10 * time.Second
 
+// warmRefillDelay is how long after a take the pool begins making its replacement.
+const warmRefillDelay = 2 * time.Second
+
 // WarmOptions are a warm pool's settings.
 type WarmOptions struct {
 	// Base is the site's sandbox configuration (the operator's); the warm ones are
@@ -167,7 +170,9 @@ func (p *WarmPool) take() *sandbox.Sandbox {
 	w := p.ready[0]
 	p.ready = p.ready[1:]
 	p.taken.Add(1)
-	p.kick()
+	// The next one is made shortly after: making it at once would take the CPU from
+	// the first call of the person who took this one.
+	time.AfterFunc(warmRefillDelay, p.kick)
 	return w
 }
 
