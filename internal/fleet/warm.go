@@ -308,8 +308,10 @@ func (p *WarmPool) Destruct() error {
 	if len(ready) > 0 {
 		p.o.Logger.Info("removed the warm sandboxes nobody took", zap.Int("removed", len(ready)-len(errs)), zap.Errors("errors", errs))
 	}
-	if err := p.o.Client.Close(); err != nil {
-		errs = append(errs, err)
+	if p.o.Client != nil {
+		if err := p.o.Client.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("removing warm sandboxes: %w", errs[0])
