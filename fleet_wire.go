@@ -3,7 +3,10 @@ package mcpsandbox
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/console"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/egress"
@@ -32,17 +35,57 @@ func (h *Handler) provisionFleet(base sandbox.Config) error {
 	for _, p := range h.People {
 		people = append(people, p.Limits())
 	}
+	warm, err := h.provisionWarm(base)
+	if err != nil {
+		return err
+	}
 	f, err := fleet.New(fleet.Options{
 		Base: base, People: people, Engines: h.Engines,
 		Acquire: h.app.acquire, Placed: h.setupEgress, Claimed: h.app.claimed,
 		Storage: h.storage, IdleStop: time.Duration(h.IdleStop), MaxSandboxes: h.MaxSandboxes,
+		Warm: warm, WarmTaken: metrics.WarmTaken.Inc,
 		IdleStopped: metrics.IdleStops.Inc, CheckpointBytes: noteCheckpointBytes, Logger: h.logger,
 	})
 	if err != nil {
-		return err
+		return errors.Join(err, h.releaseWarmPool())
 	}
 	h.fleet = f
 	return nil
+}
+
+// provisionWarm takes the site's warm sandboxes' pool (warm_sandboxes) from the app,
+// shared with the previous configuration when its settings are the same; nil
+// without. A Kubernetes engine has none: each person's pod is made on first use. It
+// does no Docker I/O.
+func (h *Handler) provisionWarm(base sandbox.Config) (*fleet.WarmPool, error) {
+	if h.WarmSandboxes <= 0 {
+		return nil, nil
+	}
+	if eng, ok := fleet.Kubernetes(h.Engines); ok {
+		h.logger.Info("warm_sandboxes is for Docker engines; on the Kubernetes engine each person's sandbox is made on first use",
+			zap.String("engine", eng.Name), zap.Int("warm_sandboxes", h.WarmSandboxes))
+		return nil, nil
+	}
+	var eng fleet.Engine
+	if len(h.Engines) > 0 {
+		eng = h.Engines[0]
+	}
+	pool, release, err := h.app.acquireWarm(eng, base, h.WarmSandboxes)
+	if err != nil {
+		return nil, err
+	}
+	h.releaseWarm = release
+	return pool, nil
+}
+
+// releaseWarmPool gives back the warm sandboxes' pool, if the handler took one.
+func (h *Handler) releaseWarmPool() error {
+	if h.releaseWarm == nil {
+		return nil
+	}
+	err := h.releaseWarm()
+	h.releaseWarm = nil
+	return err
 }
 
 // noteCheckpointBytes sets the gauge of person's checkpoints.

@@ -44,6 +44,8 @@ type Handler struct {
 	logger  *zap.Logger
 	app     *App
 	fleet   *fleet.Fleet // the operator's sandbox and the people's (fleet_wire.go)
+	// releaseWarm gives back the warm sandboxes' pool (warm_sandboxes); nil without.
+	releaseWarm func() error
 
 	ownersOnce   sync.Once
 	owners       map[string]string // preview owner -> person (people.go)
@@ -220,6 +222,7 @@ func (h *Handler) Cleanup() error {
 	if h.fleet != nil {
 		fleetErr = h.fleet.Close()
 	}
+	fleetErr = errors.Join(fleetErr, h.releaseWarmPool())
 	return errors.Join(h.releaseConsole(), h.releaseGuesses(), fleetErr)
 }
 

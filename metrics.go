@@ -18,6 +18,7 @@ import (
 func registerMetrics(reg *prometheus.Registry) error {
 	cs := metrics.Collectors(pooledSandboxes, func() int { return preview.Shared().Live() })
 	cs = append(cs, metricEgressRefused)
+	cs = append(cs, metrics.Warm(warmReady)...)
 	cs = append(cs, mcptools.Collectors()...)
 	return metrics.Register(reg, append(cs, links.Collectors()...)...)
 }
@@ -50,4 +51,16 @@ func (e engineStates) Name() string { return e.name }
 
 func (e engineStates) States(ctx context.Context, names []string) (map[string]string, error) {
 	return sandbox.States(ctx, e.cli, names)
+}
+
+// warmReady is how many warm sandboxes the pooled warm pools hold ready.
+func warmReady() int {
+	n := 0
+	sandboxes.Range(func(_, v any) bool {
+		if p, ok := v.(*fleet.WarmPool); ok {
+			n += p.Ready()
+		}
+		return true
+	})
+	return n
 }

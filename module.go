@@ -174,13 +174,7 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	}
 	key := fmt.Sprintf("%+v\x00%+v", eng, cfg)
 	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-		var cli sandbox.API
-		var err error
-		if eng.Name == "" {
-			cli, err = newDockerClient(eng.Host)
-		} else {
-			cli, err = eng.NewClient(a.logger)
-		}
+		cli, err := a.engineClient(eng)
 		if err != nil {
 			return nil, err
 		}
@@ -203,6 +197,39 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	a.byName[cfg.Container] = cfg
 	a.entries[key] = e
 	return e, func() error { _, err := sandboxes.Delete(key); return err }, nil
+}
+
+// acquireWarm returns the warm sandboxes' pool of the site whose sandbox
+// configuration is base on the engine eng, n of them, shared with any earlier config
+// with the same settings, and the function that gives it back: the pool, and with it
+// the warm sandboxes nobody took, is removed when no config holds it any more (a
+// reload without warm_sandboxes, Caddy's stop). It does no Docker I/O.
+func (a *App) acquireWarm(eng fleet.Engine, base sandbox.Config, n int) (*fleet.WarmPool, func() error, error) {
+	if eng.Host == "" {
+		eng.Host = a.dockerHost()
+	}
+	base.Engine = eng.Name
+	key := fmt.Sprintf("warm\x00%d\x00%+v\x00%+v", n, eng, base)
+	val, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
+		cli, err := a.engineClient(eng)
+		if err != nil {
+			return nil, err
+		}
+		return fleet.NewWarmPool(fleet.WarmOptions{Base: base, Engine: eng, Client: cli, N: n, Logger: a.logger}), nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("setting up warm sandboxes of %q: %w", base.Container, err)
+	}
+	return val.(*fleet.WarmPool), func() error { _, err := sandboxes.Delete(key); return err }, nil
+}
+
+// engineClient makes a client of eng: the default engine's from its address, a named
+// engine's from its line (fleet.Engine.NewClient). It does no I/O.
+func (a *App) engineClient(eng fleet.Engine) (sandbox.API, error) {
+	if eng.Name == "" {
+		return newDockerClient(eng.Host)
+	}
+	return eng.NewClient(a.logger)
 }
 
 // claimed reports whether a handler of this config uses the container name.

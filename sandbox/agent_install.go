@@ -113,7 +113,7 @@ func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, er
 	s.agentMu.Unlock()
 	if dir := s.directDir(); dir != "" && !s.noBind.Load() {
 		for _, m := range c.Mounts {
-			if m.Destination == directMount && !m.RW && filepath.Clean(m.Source) == filepath.Clean(dir) {
+			if m.Destination == directMount && !m.RW && sameDir(m.Source, dir) {
 				hasDir = true
 			}
 		}

@@ -438,6 +438,9 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 		// A checkpoint's image carries the labels of the container it was saved from
 		// (another person's, when seeding): state every one of ours.
 		labels[labelPerson], labels[labelEngine] = c.Person, c.Engine
+		if !c.Warm {
+			labels[labelWarm] = "" // a taken warm sandbox's image carries the mark
+		}
 	}
 	resp, err := s.cli.ContainerCreate(ctx,
 		&container.Config{
@@ -532,6 +535,9 @@ func (s *lifecycle) labels() map[string]string {
 	}
 	if s.cfg.Person != "" {
 		l[labelPerson] = s.cfg.Person
+	}
+	if s.cfg.Warm {
+		l[labelWarm] = "true"
 	}
 	return l
 }

@@ -34,6 +34,9 @@ type Container struct {
 	State  string // running, exited, created, ...
 	Volume string // the volume at WorkDir, from its label
 	Person string // from its label; "" on the operator's and on containers made before the label
+	// Warm: made ahead of need (label mcp-sandbox.warm); under a person's name, taken
+	// by that person.
+	Warm bool
 }
 
 // Containers lists the sandbox containers, running or stopped, an engine holds.
@@ -49,9 +52,10 @@ func Containers(ctx context.Context, cli API) ([]Container, error) {
 		if _, ours := c.Labels[labelVolume]; !ours || len(c.Names) == 0 {
 			continue
 		}
+		warm := c.Labels[labelWarm] == "true"
 		out = append(out, Container{
 			Name: strings.TrimPrefix(c.Names[0], "/"), State: string(c.State),
-			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson],
+			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson], Warm: warm,
 		})
 	}
 	return out, nil

@@ -83,6 +83,9 @@ type Config struct {
 	// Person is the person whose sandbox this is, recorded in the label
 	// mcp-sandbox.person ("" for the operator's: no label).
 	Person string
+	// Warm marks a sandbox made ahead of need, nobody's yet (label mcp-sandbox.warm):
+	// a person's sandbox takes its container over (Sandbox.TakeOver).
+	Warm bool
 
 	// CheckpointVolumeOptions are the local volume driver's options (key=value, one
 	// per line) for the volumes that hold checkpoints' copies of WorkDir: another

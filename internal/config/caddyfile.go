@@ -59,6 +59,7 @@ import (
 //			egress { ... }                  # as below: this person's rules and credentials on top of the site's egress
 //		}]
 //		max_sandboxes    <number>           # default: unlimited; people's sandboxes that may exist
+//		warm_sandboxes   <number>           # default: 0; sandboxes made ahead of need for new people
 //		idle_stop        <duration>         # default: 0 (never); stop a sandbox unused this long, files kept
 //		max_checkpoints  <number>           # default: 5 per sandbox; a new one past it removes the oldest
 //		max_checkpoint_bytes <size>         # default: 10GiB per sandbox, all its checkpoints together
@@ -132,6 +133,8 @@ func (s *Settings) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err = oneInt(d, &s.MaxSandboxes); err == nil && s.MaxSandboxes == 0 {
 				return d.Errf("max_sandboxes: must be at least 1")
 			}
+		case "warm_sandboxes":
+			err = oneInt(d, &s.WarmSandboxes)
 		case "pids_limit":
 			var n int
 			if err = oneInt(d, &n); err == nil {

@@ -84,6 +84,14 @@ func (s *Settings) validatePeople() []error {
 	if s.MaxSandboxes < 0 {
 		errs = append(errs, errors.New("max_sandboxes must be positive"))
 	}
+	switch {
+	case s.WarmSandboxes < 0:
+		errs = append(errs, errors.New("warm_sandboxes must be 0 or more"))
+	case s.WarmSandboxes > 0 && len(s.People) == 0:
+		errs = append(errs, errors.New("warm_sandboxes: warm sandboxes are for people's first calls; add person lines, or remove warm_sandboxes"))
+	case s.MaxSandboxes > 0 && s.WarmSandboxes > s.MaxSandboxes:
+		errs = append(errs, fmt.Errorf("warm_sandboxes %d is more than max_sandboxes %d, which counts them; lower warm_sandboxes or raise max_sandboxes", s.WarmSandboxes, s.MaxSandboxes))
+	}
 	return errs
 }
 

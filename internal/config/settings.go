@@ -164,6 +164,11 @@ type Settings struct {
 	// MaxSandboxes caps the people's sandboxes this site keeps (the operator's is not
 	// counted). Default: no cap.
 	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+	// WarmSandboxes is how many sandboxes the site keeps made and started ahead of
+	// need on its (first) Docker engine, nobody's: a new person's first call takes one
+	// and a new one is made. They count against max_sandboxes. Default: 0 (none).
+	// Not on a Kubernetes engine.
+	WarmSandboxes int `json:"warm_sandboxes,omitempty"`
 	// Egress, when set, takes the sandbox off the network: it reaches only the hosts
 	// the block allows, through Caddy, which can add credentials the sandbox never sees.
 	Egress *EgressConfig `json:"egress,omitempty"`

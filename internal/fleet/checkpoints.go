@@ -197,7 +197,7 @@ func (f *Fleet) SeedCheckpoint(ctx context.Context, id, to string, replace bool)
 		return err
 	}
 	if !replace {
-		cfg, err := f.Config(to)
+		cfg, err := f.configFor(ctx, to)
 		if err != nil {
 			return err
 		}

@@ -123,6 +123,9 @@ func (f *Fleet) DeleteRemoved(ctx context.Context, person string, volume bool) e
 		return err
 	}
 	f.forget(ctx, sb.Config().Container)
+	if volume {
+		f.forgetVolume(ctx, person, sb.Config().Container)
+	}
 	return nil
 }
 

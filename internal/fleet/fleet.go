@@ -66,6 +66,12 @@ type Options struct {
 	MaxSandboxes int
 	// IdleStopped is told of each sandbox stopped for idleness (a metric). Optional.
 	IdleStopped func()
+	// Warm, when set, is the site's warm sandboxes: a new person whose settings are
+	// the site's takes one on first use. The caller pools it across configurations;
+	// Start and Close tie its max_sandboxes check to this fleet.
+	Warm *WarmPool
+	// WarmTaken is told of each warm sandbox a person takes (a metric). Optional.
+	WarmTaken func()
 	// CheckpointBytes is told the bytes of a person's checkpoints ("" the operator's)
 	// whenever they are listed, 0 once the last is gone (a metric). Optional.
 	CheckpointBytes func(person string, bytes int64)
@@ -85,6 +91,10 @@ type Fleet struct {
 	placed   map[string]*Entry // people's sandboxes, by person
 	releases []func() error    // their pool holds
 	closed   bool              // Close gave them back: no more are placed
+	// volumes are the people's volumes as storage records them ("": none recorded,
+	// <volume>-<person>), as far as the fleet has looked (warm.go).
+	volumes  map[string]string
+	undoRoom func() // ends the warm pool's max_sandboxes check through this fleet
 
 	bgMu     sync.Mutex
 	bgCtx    context.Context
@@ -147,7 +157,26 @@ func (f *Fleet) Config(person string) (sandbox.Config, error) {
 	if p == nil {
 		return f.o.Base, fmt.Errorf("no person %q is configured", person)
 	}
-	return PersonConfig(f.o.Base, *p)
+	cfg, err := PersonConfig(f.o.Base, *p)
+	f.mu.Lock()
+	if v := f.volumes[person]; v != "" {
+		cfg.Volume = v
+	}
+	f.mu.Unlock()
+	return cfg, err
+}
+
+// configFor is Config, with the volume storage records for person read first.
+func (f *Fleet) configFor(ctx context.Context, person string) (sandbox.Config, error) {
+	cfg, err := f.Config(person)
+	if err != nil || person == "" {
+		return cfg, err
+	}
+	v, err := f.recordedVolume(ctx, person, cfg.Container)
+	if v != "" {
+		cfg.Volume = v
+	}
+	return cfg, err
 }
 
 // For returns the sandbox of person ("" is the operator's), placing it on an engine
@@ -180,11 +209,11 @@ func (f *Fleet) Entry(ctx context.Context, person string) (*Entry, error) {
 	if e := f.placedNow(person); e != nil {
 		return e, nil
 	}
-	cfg, err := f.Config(person)
+	cfg, err := f.configFor(ctx, person)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.checkMaxSandboxes(ctx, cfg.Container); err != nil {
+	if err := f.checkMaxSandboxes(ctx, cfg); err != nil {
 		return nil, err
 	}
 	eng := Engine{}
@@ -194,9 +223,14 @@ func (f *Fleet) Entry(ctx context.Context, person string) (*Entry, error) {
 		}
 	}
 	cfg.Engine = eng.Name
-	e, release, err := f.o.Acquire(eng, cfg)
+	e, release, err := f.settle(ctx, person, &cfg, eng)
 	if err != nil {
 		return nil, err
+	}
+	if e == nil {
+		if e, release, err = f.o.Acquire(eng, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if f.o.Placed != nil {
 		if err := f.o.Placed(e, person); err != nil {
@@ -251,6 +285,12 @@ func (f *Fleet) Entries() []*Entry {
 // placed after it.
 func (f *Fleet) Close() error {
 	f.stopBackground()
+	f.bgMu.Lock()
+	if f.undoRoom != nil {
+		f.undoRoom()
+		f.undoRoom = nil
+	}
+	f.bgMu.Unlock()
 	f.mu.Lock()
 	releases := f.releases
 	f.placed, f.releases, f.closed = nil, nil, true
@@ -271,6 +311,12 @@ func (f *Fleet) Close() error {
 func (f *Fleet) Start() {
 	f.startIdleStops()
 	f.startRemovedStops()
+	if f.o.Warm != nil {
+		f.bgMu.Lock()
+		f.undoRoom = f.o.Warm.setRoom(f.warmRoom)
+		f.bgMu.Unlock()
+		f.o.Warm.Start()
+	}
 }
 
 // idleCheckEvery is how often idle sandboxes are looked for: a quarter of idle_stop,

@@ -116,6 +116,10 @@ func TestPersonOfContainer(t *testing.T) {
 		{sandbox.Container{Name: "sb", Volume: "sb-data"}, "", false},
 		{sandbox.Container{Name: "sbx-carol", Volume: "sb-data-carol", Person: "carol"}, "", false},
 		{sandbox.Container{Name: "sb-Carol!", Volume: "sb-data-Carol!", Person: "Carol!"}, "", false},
+		// A warm sandbox carol took: her name, a warm volume of the site's.
+		{sandbox.Container{Name: "sb-carol", Volume: "sb-data_warm_0a1b", Warm: true}, "carol", true},
+		{sandbox.Container{Name: "sb-carol", Volume: "other_warm_0a1b", Warm: true}, "", false},
+		{sandbox.Container{Name: "sb_warm_0a1b", Volume: "sb-data_warm_0a1b", Warm: true}, "", false},
 	} {
 		got, ok := personOfContainer(base, tc.c, configured)
 		if ok != tc.ok || (ok && got != tc.want) {

@@ -56,7 +56,8 @@ func PersonConfig(base sandbox.Config, p Person) (sandbox.Config, error) {
 // person. A container made before the label is taken for the person's only while that
 // person is configured (configured says so) and it is on the volume <volume>-<person>:
 // unlabelled, it could as well be another server's sandbox named that way, which is
-// never stopped or listed as removed.
+// never stopped or listed as removed. A warm sandbox a person took keeps its mark and
+// its volume and has no person label: its name says whose it is.
 func personOfContainer(base sandbox.Config, c sandbox.Container, configured func(string) bool) (string, bool) {
 	name, ok := strings.CutPrefix(c.Name, base.Container+"-")
 	if !ok || !ValidName(name) {
@@ -64,6 +65,9 @@ func personOfContainer(base sandbox.Config, c sandbox.Container, configured func
 	}
 	if c.Person != "" {
 		return name, c.Person == name
+	}
+	if c.Warm { // a warm sandbox taken by the person its name names, on its own volume
+		return name, isWarmName(base.Volume, c.Volume)
 	}
 	return name, configured(name) && c.Volume == base.Volume+"-"+name
 }

@@ -138,20 +138,39 @@ var recentPlacements sync.Map
 // the first Ensure makes it within that, or failed.
 const placementCounts = 2 * time.Minute
 
-// checkMaxSandboxes refuses to place the new container name when max_sandboxes
+// checkMaxSandboxes refuses to place the new sandbox of cfg when max_sandboxes
 // people's sandboxes of this site exist already (on the engines, or placed by this
-// process moments ago), whatever configuration placed them. A container that exists
-// is no new sandbox.
-func (f *Fleet) checkMaxSandboxes(ctx context.Context, name string) error {
+// process moments ago, whatever configuration placed them) with the warm ones. A
+// container that exists is no new sandbox, and one that will be a warm one taken adds
+// none.
+func (f *Fleet) checkMaxSandboxes(ctx context.Context, cfg sandbox.Config) error {
 	if f.o.MaxSandboxes <= 0 {
 		return nil
 	}
+	have := f.counted(ctx)
+	if have[cfg.Container] {
+		return nil
+	}
+	n := len(have)
+	if w := f.o.Warm; w != nil {
+		n += w.Count()
+		if w.Ready() > 0 && w.Differs(cfg) == "" {
+			n-- // takes one: the count stays
+		}
+	}
+	if n >= f.o.MaxSandboxes {
+		return fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes, warm_sandboxes included); ask the operator to raise max_sandboxes or to delete the sandbox of someone who left", n)
+	}
+	return nil
+}
+
+// counted are the people's sandbox containers of this site that count against
+// max_sandboxes, by name: those on the engines and those this process placed moments
+// ago.
+func (f *Fleet) counted(ctx context.Context) map[string]bool {
 	have := map[string]bool{}
 	for _, x := range f.Existing(ctx) {
 		have[x.Name] = true
-	}
-	if have[name] {
-		return nil
 	}
 	recentPlacements.Range(func(k, v any) bool {
 		n := k.(string)
@@ -160,11 +179,5 @@ func (f *Fleet) checkMaxSandboxes(ctx context.Context, name string) error {
 		}
 		return true
 	})
-	if have[name] {
-		return nil
-	}
-	if n := len(have); n >= f.o.MaxSandboxes {
-		return fmt.Errorf("this server already keeps %d sandboxes, the most its operator allows (max_sandboxes); ask the operator to raise max_sandboxes or to delete the sandbox of someone who left", n)
-	}
-	return nil
+	return have
 }

@@ -92,6 +92,10 @@ func (f *Fleet) status(ctx context.Context, person string) Status {
 	} else if eng, ok := Kubernetes(f.o.Engines); ok {
 		s.Engine = eng.Name // placed by the cluster, never by us
 	}
+	if _, err := f.configFor(ctx, person); err != nil { // its recorded volume, for Observe
+		s.Err = err
+		return s
+	}
 	sb, err := f.Observe(person)
 	if err != nil {
 		s.Err = err

@@ -42,6 +42,11 @@ var (
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "idle_stops_total",
 		Help: "Sandbox containers stopped after idle_stop without use.",
 	})
+	// WarmTaken counts warm sandboxes (warm_sandboxes) taken by a person's first call.
+	WarmTaken = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "warm_taken_total",
+		Help: "Warm sandboxes (warm_sandboxes) taken by a new person's first call.",
+	})
 	// CheckpointBytes is the size of each person's checkpoints ("-" for the
 	// operator's), as last listed.
 	CheckpointBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -82,6 +87,17 @@ func Collectors(pool func() []Sandbox, previewsLive func() int) []prometheus.Col
 	}, func() float64 { return float64(previewsLive()) })
 	return []prometheus.Collector{CleanupDeleted, live, PreviewRequests, PreviewBytes, PersonCalls, IdleStops,
 		CheckpointBytes, Agents(pool), Sandboxes(pool)}
+}
+
+// Warm reports the warm sandboxes (warm_sandboxes) ready to be taken
+// (caddy_mcp_sandbox_warm_sandboxes) and the warm_taken_total counter, ready read at
+// each scrape.
+func Warm(ready func() int) []prometheus.Collector {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "warm_sandboxes",
+		Help: "Warm sandboxes (warm_sandboxes) made, started and ready for a new person's first call.",
+	}, func() float64 { return float64(ready()) })
+	return []prometheus.Collector{g, WarmTaken}
 }
 
 // Agents reports, per sandbox container, whether its commands run through the agent

@@ -72,7 +72,7 @@ func sweep() {
 	for _, c := range list {
 		if len(c.Names) == 0 || !slices.ContainsFunc(names, func(p string) bool {
 			name := strings.TrimPrefix(c.Names[0], "/")
-			return name == p || strings.HasPrefix(name, p+"-")
+			return name == p || strings.HasPrefix(name, p+"-") || strings.HasPrefix(name, p+"_warm_")
 		}) {
 			continue
 		}
