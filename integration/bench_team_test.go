@@ -15,14 +15,19 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
-// teamSize is how many people a team benchmark's Caddyfile names.
-const teamSize = 50
+// teamSize is how many people a team benchmark's Caddyfile names, and teamWarm its
+// warm_sandboxes.
+const (
+	teamSize = 50
+	teamWarm = 3
+)
 
 // team is one Caddy process, run from the binary the tests build, with teamSize
 // person lines, and what a benchmark needs to reach it and its engine.
@@ -58,6 +63,14 @@ func startTeam(b *testing.B, directives ...string) *team {
 		for _, name := range tm.people {
 			_ = site.Docker.ContainerRemove(ctx, site.Container+"-"+name, container.RemoveOptions{Force: true})
 			_ = site.Docker.VolumeRemove(ctx, site.Volume+"-"+name, true)
+		}
+		// A person who took a warm sandbox has its volume.
+		if vols, err := site.Docker.VolumeList(ctx, volume.ListOptions{}); err == nil {
+			for _, v := range vols.Volumes {
+				if strings.HasPrefix(v.Name, site.Volume+"_warm_") {
+					_ = site.Docker.VolumeRemove(ctx, v.Name, true)
+				}
+			}
 		}
 	})
 	dir := b.TempDir()
@@ -106,6 +119,14 @@ func (tm *team) profile(b *testing.B, name string, seconds int) (done <-chan str
 	})
 	go func() { wg.Wait(); close(ch) }()
 	return ch
+}
+
+// awaitWarm waits until Caddy's metrics show n warm sandboxes ready.
+func (tm *team) awaitWarm(b *testing.B, n int) {
+	testenv.WaitFor(b, 2*time.Minute, "warm sandboxes ready", func() bool {
+		v, _ := testsite.MetricSum(testsite.Metrics(b, tm.http, tm.url), "caddy_mcp_sandbox_warm_sandboxes", nil)
+		return int(v) == n
+	})
 }
 
 // call runs command through person's execute and returns how long it took.
@@ -269,9 +290,10 @@ func rawExecTrue(ctx context.Context, b *testing.B, cli *client.Client, name str
 	return time.Since(t0)
 }
 
-// BenchmarkTeam: fifty people on one box, through a Caddy process of its own. It
-// reports a new person's first call (five people, one after the other, with the
-// sandboxes of those before them running), the memory an idle person's sandbox holds
+// BenchmarkTeam: fifty people on one box, through a Caddy process of its own with
+// warm_sandboxes 3. It reports a new person's first call (five people, one after the
+// other, each once the warm sandboxes are ready again; BenchmarkWarmFirstCall compares
+// with none), the memory an idle person's sandbox holds
 // (the engine's figure), and execute("true") with all fifty calling at once (3 rounds
 // per b.N) beside the same rounds of a raw engine exec in the same containers, and
 // Caddy's peak RSS. Run it with -benchtime 1x: each run makes fifty containers.
@@ -279,16 +301,19 @@ func BenchmarkTeam(b *testing.B) {
 	if testing.Short() {
 		b.Skip("needs Docker")
 	}
-	tm := startTeam(b)
+	tm := startTeam(b, fmt.Sprintf("warm_sandboxes %d", teamWarm))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cli := tm.site.Docker
 
-	// A new person's first call, five times; then the others arrive, five at a time.
+	// A new person's first call, five times, each once the warm sandboxes are all
+	// ready (a teammate arriving); then the others arrive, five at a time.
 	var first []time.Duration
 	for _, p := range tm.people[:5] {
+		tm.awaitWarm(b, teamWarm)
 		first = append(first, tm.call(ctx, b, p, "true"))
 	}
+	taken, _ := testsite.MetricSum(testsite.Metrics(b, tm.http, tm.url), "caddy_mcp_sandbox_warm_taken_total", nil)
 	slices.Sort(first)
 	rest := tm.people[5:]
 	for i := 0; i < len(rest); i += 5 {
@@ -377,6 +402,7 @@ func BenchmarkTeam(b *testing.B) {
 	slices.Sort(raw)
 
 	b.ReportMetric(quantile(first, 0.5), "first-call-median-ms")
+	b.ReportMetric(taken, "warm-taken")
 	b.ReportMetric(idleMiB, "idle-sandbox-MiB")
 	b.ReportMetric(quantile(viaCaddy, 0.5), "all-at-once-p50-ms")
 	b.ReportMetric(quantile(viaCaddy, 0.99), "all-at-once-p99-ms")
