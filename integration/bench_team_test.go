@@ -140,6 +140,18 @@ func (tm *team) call(ctx context.Context, b *testing.B, person, command string) 
 	return took
 }
 
+// callTrue is call with `true`, in the form everyone takes.
+func (tm *team) callTrue(ctx context.Context, b *testing.B) func(person string) time.Duration {
+	return func(p string) time.Duration { return tm.call(ctx, b, p, "true") }
+}
+
+// arrive makes people's first calls, five at a time.
+func (tm *team) arrive(ctx context.Context, b *testing.B, people []string) {
+	for i := 0; i < len(people); i += 5 {
+		everyone(people[i:min(i+5, len(people))], tm.callTrue(ctx, b))
+	}
+}
+
 // everyone runs f for each person at once and returns each one's duration, sorted.
 func everyone(people []string, f func(person string) time.Duration) []time.Duration {
 	took := make([]time.Duration, len(people))
@@ -231,6 +243,14 @@ func containersCPU(ids []string) (time.Duration, bool) {
 // the containers), and the engine (dockerd, containerd and the containers' shims).
 type cpuSplit struct{ caddy, sandboxes, engine time.Duration }
 
+func (c cpuSplit) minus(o cpuSplit) cpuSplit {
+	return cpuSplit{c.caddy - o.caddy, c.sandboxes - o.sandboxes, c.engine - o.engine}
+}
+
+func (c cpuSplit) plus(o cpuSplit) cpuSplit {
+	return cpuSplit{c.caddy + o.caddy, c.sandboxes + o.sandboxes, c.engine + o.engine}
+}
+
 func (tm *team) cpuNow(ids []string) cpuSplit {
 	sb, _ := containersCPU(ids)
 	return cpuSplit{
@@ -315,10 +335,7 @@ func BenchmarkTeam(b *testing.B) {
 	}
 	taken, _ := testsite.MetricSum(testsite.Metrics(b, tm.http, tm.url), "caddy_mcp_sandbox_warm_taken_total", nil)
 	slices.Sort(first)
-	rest := tm.people[5:]
-	for i := 0; i < len(rest); i += 5 {
-		everyone(rest[i:min(i+5, len(rest))], func(p string) time.Duration { return tm.call(ctx, b, p, "true") })
-	}
+	tm.arrive(ctx, b, tm.people[5:])
 	if b.Failed() {
 		b.FailNow()
 	}
@@ -357,7 +374,7 @@ func BenchmarkTeam(b *testing.B) {
 		// Rounds through Caddy alone while it is profiled, before those measured.
 		profiled := tm.profile(b, "all-at-once", 10)
 		for busy := true; busy; {
-			everyone(tm.people, func(p string) time.Duration { return tm.call(ctx, b, p, "true") })
+			everyone(tm.people, tm.callTrue(ctx, b))
 			select {
 			case <-profiled:
 				busy = false
@@ -380,13 +397,11 @@ func BenchmarkTeam(b *testing.B) {
 	b.ResetTimer()
 	for r := range 3 * b.N {
 		before := tm.cpuNow(ids)
-		took := everyone(tm.people, func(p string) time.Duration { return tm.call(ctx, b, p, "true") })
-		after := tm.cpuNow(ids)
-		cpu.caddy += after.caddy - before.caddy
-		cpu.sandboxes += after.sandboxes - before.sandboxes
-		cpu.engine += after.engine - before.engine
+		took := everyone(tm.people, tm.callTrue(ctx, b))
+		d := tm.cpuNow(ids).minus(before)
+		cpu = cpu.plus(d)
 		b.Logf("round %d through Caddy: p50 %.0f ms, p99 %.0f ms; CPU per call: Caddy %v, sandboxes %v, engine %v", r+1, quantile(took, 0.5), quantile(took, 0.99),
-			(after.caddy-before.caddy)/teamSize, (after.sandboxes-before.sandboxes)/teamSize, (after.engine-before.engine)/teamSize)
+			d.caddy/teamSize, d.sandboxes/teamSize, d.engine/teamSize)
 		viaCaddy = append(viaCaddy, took...)
 	}
 	b.StopTimer()
@@ -456,9 +471,7 @@ func BenchmarkTeamSoak(b *testing.B) {
 	total := soakDuration(b)
 	ctx, cancel := context.WithTimeout(context.Background(), total+10*time.Minute)
 	defer cancel()
-	for i := 0; i < len(tm.people); i += 5 {
-		everyone(tm.people[i:min(i+5, len(tm.people))], func(p string) time.Duration { return tm.call(ctx, b, p, "true") })
-	}
+	tm.arrive(ctx, b, tm.people)
 	if b.Failed() {
 		b.FailNow()
 	}
