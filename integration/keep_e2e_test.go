@@ -19,6 +19,11 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
+// countingJob counts in /tmp/count every 0.2 s, forever. Each number is written aside
+// and renamed into place, so a reader never meets the file between its truncation and
+// its write (a save can fall in that gap, and a loaded machine can stretch it).
+const countingJob = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done"
+
 // TestKeepProcessesIdleStop: through a real Caddy on a gVisor engine, with
 // `keep_processes on` and `idle_stop 8s`: a counting job, a process holding 60 MB and a
 // preview server run; the sandbox goes idle and is stopped (the container does not run,
@@ -38,7 +43,7 @@ func TestKeepProcessesIdleStop(t *testing.T) {
 		t.Errorf("execute's description does not say processes are kept: %s", desc)
 	}
 	counter := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{
-		"command": "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", "wait": 0}))
+		"command": countingJob, "wait": 0}))
 	holder := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{
 		"command": "x=$(head -c 60000000 /dev/zero | tr '\\0' a); echo $$ > /tmp/holder; sleep 100000; echo ${#x}", "wait": 0}))
 	if counter["running"] != true || holder["running"] != true {

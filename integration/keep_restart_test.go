@@ -29,7 +29,7 @@ func TestKeepProcessesEngineRestart(t *testing.T) {
 	defer cancel()
 	c := p.client(ctx, "alice")
 	st := testsite.Structured(t, testsite.Call(ctx, t, c, "execute", map[string]any{
-		"command": "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", "wait": 0}))
+		"command": countingJob, "wait": 0}))
 	if st["running"] != true {
 		t.Fatalf("counter: %v", st)
 	}

@@ -22,10 +22,11 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// keepCounter counts in /tmp/count every 0.2 s, forever; keepHolder holds 60 MB in a
+// keepCounter counts in /tmp/count every 0.2 s, forever, each number written aside and
+// renamed into place so a reader never meets the file truncated; keepHolder holds 60 MB in a
 // bash variable and sleeps.
 const (
-	keepCounter = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
+	keepCounter = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done"
 	keepHolder  = "x=$(head -c 60000000 /dev/zero | tr '\\0' a); echo $$ > /tmp/holder; exec 3>/tmp/holder.fd; sleep 100000; echo ${#x}"
 )
 
