@@ -70,7 +70,7 @@ func (h *Handler) provisionWarm(base sandbox.Config) (*fleet.WarmPool, error) {
 	if len(h.Engines) > 0 {
 		eng = h.Engines[0]
 	}
-	pool, release, err := h.app.acquireWarm(eng, base, h.WarmSandboxes)
+	pool, release, err := h.app.acquireWarm(eng, base, h.WarmSandboxes, h.storage)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +120,16 @@ func (c consoleSandboxes) Removed(ctx context.Context) []string {
 		out = append(out, x.Person)
 	}
 	return out
+}
+
+// Warm is the site's warm sandboxes; nil when it keeps none.
+func (c consoleSandboxes) Warm() *console.WarmInfo {
+	p := c.h.fleet.Warm()
+	if p == nil {
+		return nil
+	}
+	ready, making := p.Ready(), p.Count()
+	return &console.WarmInfo{Wanted: c.h.WarmSandboxes, Ready: ready, Making: max(making-ready, 0), Taken: p.Taken(), Engine: p.Engine().Name}
 }
 
 // keptProcesses is what the console shows of keep_processes for sb.

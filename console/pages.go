@@ -151,6 +151,8 @@ type overview struct {
 	Sandboxes    []SandboxInfo
 	SandboxesErr string
 	People       bool
+	// Warm is the site's warm sandboxes, in the overview of everyone; nil without.
+	Warm *WarmInfo
 	// Refusals are the egress proxies' newest, with a site's egress block only.
 	Refusals    []EgressRefusal
 	RefusalsErr string
@@ -196,6 +198,9 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request, sess *se
 		o.Person = r.URL.Query().Get("person")
 		if o.Sandboxes, err = c.sandboxes(ctx); err != nil {
 			o.SandboxesErr = err.Error()
+		}
+		if o.Person == "" {
+			o.Warm = c.opts.Sandboxes.Warm()
 		}
 	}
 	mine := func(person string) bool { return o.Person == "" || personPath(person) == o.Person }

@@ -143,6 +143,18 @@ type Sandboxes interface {
 	// operator's), or deletes a removed person's (ActDelete, ActDeleteVolume); it
 	// returns ErrNotFound for a person neither configured nor removed with a sandbox.
 	Act(ctx context.Context, person, action string) error
+	// Warm is the site's warm sandboxes (warm_sandboxes); nil when it keeps none.
+	Warm() *WarmInfo
+}
+
+// WarmInfo is the state of a site's warm sandboxes: containers made and started ahead
+// of need, nobody's, one of which a new person's first call takes.
+type WarmInfo struct {
+	Wanted int    `json:"wanted"`           // warm_sandboxes: how many are kept ready
+	Ready  int    `json:"ready"`            // ready to be taken now
+	Making int    `json:"making"`           // being made
+	Taken  int64  `json:"taken"`            // taken by new people since the pool was made
+	Engine string `json:"engine,omitempty"` // the engine line they are made on
 }
 
 // serveSandboxes answers GET /console/api/sandboxes and POST .../{person}/{action}.
@@ -158,7 +170,11 @@ func (c *Console) serveSandboxes(w http.ResponseWriter, r *http.Request, actor, 
 			writeJSONError(w, http.StatusBadGateway, "reading the sandboxes: "+err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"sandboxes": list})
+		body := map[string]any{"sandboxes": list}
+		if warm := c.opts.Sandboxes.Warm(); warm != nil {
+			body["warm"] = warm
+		}
+		writeJSON(w, http.StatusOK, body)
 	case method == http.MethodPost:
 		person, action, ok := strings.Cut(rest, "/")
 		switch action {

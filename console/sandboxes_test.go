@@ -16,6 +16,7 @@ import (
 type fakeSandboxes struct {
 	mu   sync.Mutex
 	acts []string
+	warm *WarmInfo
 }
 
 func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
@@ -25,6 +26,8 @@ func (f *fakeSandboxes) List(context.Context) ([]SandboxInfo, error) {
 func (f *fakeSandboxes) People() []string { return []string{"alice", "bob"} }
 
 func (f *fakeSandboxes) Removed(context.Context) []string { return []string{"dave"} }
+
+func (f *fakeSandboxes) Warm() *WarmInfo { return f.warm }
 
 func (f *fakeSandboxes) Act(_ context.Context, person, action string) error {
 	if person != "" && person != "alice" && person != "bob" && person != "dave" {
@@ -61,6 +64,15 @@ func TestSandboxesAPI(t *testing.T) {
 	if code != 200 || len(list) != 3 {
 		t.Fatalf("list: %d %v", code, m)
 	}
+	if _, ok := m["warm"]; ok {
+		t.Errorf("a site without warm sandboxes lists some: %v", m["warm"])
+	}
+	fs.warm = &WarmInfo{Wanted: 3, Ready: 2, Making: 1, Taken: 5}
+	_, withWarm := do("GET", "/console/api/sandboxes", testKey)
+	if w, _ := withWarm["warm"].(map[string]any); w["wanted"] != 3.0 || w["ready"] != 2.0 || w["making"] != 1.0 || w["taken"] != 5.0 {
+		t.Errorf("the warm sandboxes listed: %v, want 3 wanted, 2 ready, 1 being made, 5 taken", withWarm["warm"])
+	}
+	fs.warm = nil
 	alice := list[1].(map[string]any)
 	if alice["person"] != "alice" || alice["last_activity"] == nil {
 		t.Errorf("alice's sandbox: %v", alice)
@@ -152,6 +164,17 @@ func TestSandboxesPages(t *testing.T) {
 			t.Errorf("overview without %s", want)
 		}
 	}
+	if strings.Contains(page, `id="warm"`) {
+		t.Error("the overview shows warm sandboxes on a site without them")
+	}
+	fs.warm = &WarmInfo{Wanted: 3, Ready: 2, Making: 1, Taken: 5, Engine: "local"}
+	if _, page := get("/console"); !strings.Contains(page, "Warm sandboxes on <code>local</code>: 2 of 3 ready, 1 being made; 5 taken by new people.") {
+		t.Errorf("the overview does not show the warm sandboxes: %s", page)
+	}
+	if _, page := get("/console?person=alice"); strings.Contains(page, `id="warm"`) {
+		t.Error("one person's page shows the site's warm sandboxes")
+	}
+	fs.warm = nil
 	if n := strings.Count(page, "node <code>"); n != 1 || !strings.Contains(page, "node <code>node-1</code>") {
 		t.Errorf("overview shows %d nodes, want alice's node-1 only", n)
 	}

@@ -68,23 +68,30 @@ func consoleAct(t testing.TB, s *testsite.Site, path string) (int, string) {
 // consoleSandboxList is GET /console/api/sandboxes by person.
 func consoleSandboxList(t testing.TB, s *testsite.Site) map[string]map[string]any {
 	t.Helper()
-	req, _ := http.NewRequest("GET", s.URL+"/console/api/sandboxes", nil)
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct{ Sandboxes []map[string]any }
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /console/api/sandboxes: %d %s", resp.StatusCode, b)
-	}
+	consoleGet(t, http.DefaultClient, s.URL, s.Key, "/console/api/sandboxes", &out)
 	m := map[string]map[string]any{}
 	for _, sb := range out.Sandboxes {
 		m[sb["person"].(string)] = sb
 	}
 	return m
+}
+
+// consoleGet reads the console's JSON API at path of the site at base with the
+// operator's key into v; anything but 200 and JSON fails the test.
+func consoleGet(t testing.TB, c *http.Client, base, key, path string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, v); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
 }
 
 // TestSessionIDsBoundToPerson: bob's key with alice's session id opens no stream of

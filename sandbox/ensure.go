@@ -538,6 +538,9 @@ func (s *lifecycle) labels() map[string]string {
 	}
 	if s.cfg.Warm {
 		l[labelWarm] = "true"
+		if s.cfg.WarmPool != "" {
+			l[labelWarmPool] = s.cfg.WarmPool
+		}
 	}
 	return l
 }

@@ -35,8 +35,9 @@ type Container struct {
 	Volume string // the volume at WorkDir, from its label
 	Person string // from its label; "" on the operator's and on containers made before the label
 	// Warm: made ahead of need (label mcp-sandbox.warm); under a person's name, taken
-	// by that person.
-	Warm bool
+	// by that person. WarmPool names the pool that made it (Config.WarmPool).
+	Warm     bool
+	WarmPool string
 }
 
 // Containers lists the sandbox containers, running or stopped, an engine holds.
@@ -55,7 +56,7 @@ func Containers(ctx context.Context, cli API) ([]Container, error) {
 		warm := c.Labels[labelWarm] == "true"
 		out = append(out, Container{
 			Name: strings.TrimPrefix(c.Names[0], "/"), State: string(c.State),
-			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson], Warm: warm,
+			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson], Warm: warm, WarmPool: c.Labels[labelWarmPool],
 		})
 	}
 	return out, nil

@@ -86,6 +86,10 @@ type Config struct {
 	// Warm marks a sandbox made ahead of need, nobody's yet (label mcp-sandbox.warm):
 	// a person's sandbox takes its container over (Sandbox.TakeOver).
 	Warm bool
+	// WarmPool names the pool that made a warm sandbox (label mcp-sandbox.warm-pool),
+	// so that another process can tell a live pool's warm sandboxes from those a
+	// process that ended left behind.
+	WarmPool string
 
 	// CheckpointVolumeOptions are the local volume driver's options (key=value, one
 	// per line) for the volumes that hold checkpoints' copies of WorkDir: another

@@ -16,6 +16,9 @@ import (
 // its volume label names the volume it was made with.
 const labelWarm = "mcp-sandbox.warm"
 
+// labelWarmPool names the pool that made a warm container (Config.WarmPool).
+const labelWarmPool = "mcp-sandbox.warm-pool"
+
 // Warm makes the container of a warm sandbox (Config.Warm) and starts it and its
 // agent, so that a person who takes it (TakeOver) finds it ready. Where the agent
 // cannot run, the sandbox is warm without it, as such a sandbox would run anyway.

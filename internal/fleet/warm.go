@@ -48,8 +48,12 @@ type WarmOptions struct {
 	Engine Engine
 	Client sandbox.API
 	// N is how many are kept ready.
-	N      int
-	Logger *zap.Logger
+	N int
+	// Storage, when set, holds the pool's lease (warmsweep.go), by which other
+	// processes sharing the engine tell its warm sandboxes from those of a process
+	// that ended without removing its own.
+	Storage Storage
+	Logger  *zap.Logger
 }
 
 // WarmPool is the warm sandboxes of a site on one engine.
@@ -79,8 +83,10 @@ func NewWarmPool(o WarmOptions) *WarmPool {
 		o.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var id [8]byte
+	_, _ = rand.Read(id[:])
 	cfg := WarmConfig(o.Base, "")
-	cfg.Engine = o.Engine.Name
+	cfg.Engine, cfg.WarmPool = o.Engine.Name, hex.EncodeToString(id[:])
 	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
@@ -131,6 +137,9 @@ func (p *WarmPool) Count() int {
 // Taken is how many warm sandboxes people have taken from the pool.
 func (p *WarmPool) Taken() int64 { return p.taken.Load() }
 
+// Warm is the fleet's warm sandboxes; nil when it keeps none.
+func (f *Fleet) Warm() *WarmPool { return f.o.Warm }
+
 // Engine is the engine the pool's sandboxes are on.
 func (p *WarmPool) Engine() Engine { return p.o.Engine }
 
@@ -153,8 +162,8 @@ func (p *WarmPool) Differs(cfg sandbox.Config) string {
 	add(cfg.Engine != w.Engine, "engine")
 	// Everything else is the site's: any other difference is named as a whole.
 	a, b := cfg, w
-	a.Container, a.Volume, a.Person, a.Warm = "", "", "", false
-	b.Container, b.Volume, b.Person, b.Warm = "", "", "", false
+	a.Container, a.Volume, a.Person, a.Warm, a.WarmPool = "", "", "", false, ""
+	b.Container, b.Volume, b.Person, b.Warm, b.WarmPool = "", "", "", false, ""
 	a.Image, a.Memory, a.CPUs, a.PidsLimit, a.Runtime, a.KeepProcesses, a.Engine = b.Image, b.Memory, b.CPUs, b.PidsLimit, b.Runtime, b.KeepProcesses, b.Engine
 	add(a != b, "other sandbox settings")
 	return strings.Join(d, ", ")
@@ -219,7 +228,16 @@ func (p *WarmPool) fill() {
 	}()
 	t := time.NewTicker(warmRetry)
 	defer t.Stop()
+	var renewed, swept time.Time
 	for {
+		if now := time.Now(); now.Sub(renewed) >= warmLeaseRenew {
+			p.renewLease()
+			renewed = now
+		}
+		if now := time.Now(); now.Sub(swept) >= warmSweepEvery {
+			p.sweep(p.ctx)
+			swept = now
+		}
 		if p.Ready() < p.o.N && p.hasRoom(p.ctx) {
 			if err := p.makeOne(); err != nil && p.ctx.Err() == nil {
 				p.o.Logger.Warn("making a warm sandbox; trying again shortly", zap.Duration("in", warmRetry), zap.Error(err))
@@ -288,6 +306,7 @@ func (p *WarmPool) Destruct() error {
 	}
 	p.start.Do(func() { close(p.done) })
 	<-p.done
+	p.dropLease()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var errs []error
