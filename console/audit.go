@@ -29,6 +29,8 @@ const (
 	// written again.
 	auditChunk    = 250
 	flushInterval = time.Second
+	// followEvery is how many flushes apart the other instances' chunks are read.
+	followEvery = 2
 )
 
 // AuditLog keeps the last Max entries in memory for the console and persists them in
@@ -36,7 +38,8 @@ const (
 // restarts. Record only appends in memory; a background loop writes the open chunk
 // once a second and Close writes the rest. On disk at most Max entries plus one
 // chunk are kept. Several instances sharing the storage each write their own chunks;
-// each reads all of them at start.
+// each reads all of them at start, and the others' new entries once a second after
+// (auditfollow.go).
 type AuditLog struct {
 	storage certmagic.Storage
 	prefix  string
@@ -54,6 +57,10 @@ type AuditLog struct {
 	chunks  []string // chunk keys on disk, oldest first
 	seen    map[string]time.Time
 	seq     int
+	// merged is what was merged of other instances' chunks (auditfollow.go), and
+	// followErr whether the last look at them failed.
+	merged    map[string]chunkSeen
+	followErr bool
 
 	flushMu sync.Mutex // one flush at a time
 	stop    chan struct{}
@@ -85,6 +92,7 @@ func (l *AuditLog) Load(ctx context.Context) error {
 	}
 	slices.Sort(keys)
 	var all []audit.Entry
+	read := map[string]chunkSeen{}
 	// Read newest first until Max entries are in hand.
 	for i := len(keys) - 1; i >= 0 && len(all) < l.max; i-- {
 		data, err := l.storage.Load(ctx, keys[i])
@@ -94,7 +102,9 @@ func (l *AuditLog) Load(ctx context.Context) error {
 			}
 			continue
 		}
-		all = append(decodeChunk(data), all...)
+		es := decodeChunk(data)
+		read[keys[i]] = chunkSeen{size: int64(len(data)), entries: len(es)}
+		all = append(es, all...)
 	}
 	slices.SortStableFunc(all, func(a, b audit.Entry) int { return a.Time.Compare(b.Time) })
 	if len(all) > l.max {
@@ -105,6 +115,18 @@ func (l *AuditLog) Load(ctx context.Context) error {
 	l.chunks = keys
 	for _, e := range all {
 		l.push(e)
+	}
+	// What was read counts as merged; older chunks are not read again.
+	l.merged = make(map[string]chunkSeen, len(keys))
+	for _, k := range keys {
+		if !l.own(k) {
+			l.merged[k] = chunkSeen{entries: auditChunk}
+		}
+	}
+	for k, s := range read {
+		if !l.own(k) {
+			l.merged[k] = s
+		}
 	}
 	return nil
 }
@@ -340,7 +362,14 @@ func (l *AuditLog) Start() {
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	l.stop, l.done = stop, done
-	go every(l.log, "flushing the audit log", flushInterval, stop, done, l.Flush)
+	tick := 0
+	go every(l.log, "flushing the audit log", flushInterval, stop, done, func(ctx context.Context) error {
+		err := l.Flush(ctx)
+		if tick++; tick%followEvery == 0 {
+			err = errors.Join(err, l.follow(ctx))
+		}
+		return err
+	})
 }
 
 // Close stops the background flush and writes what is left.
