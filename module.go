@@ -50,6 +50,7 @@ type App struct {
 
 	mu      sync.Mutex
 	entries map[string]*fleet.Entry // pool keys this config holds
+	held    map[string]int          // how many times, by pool key (acquire, less its releases)
 	byName  map[string]sandbox.Config
 	pruners []pruner
 	warmups []func() // started with the app (see facts.go)
@@ -77,6 +78,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.DockerHost = caddy.NewReplacer().ReplaceAll(a.DockerHost, "")
 	a.entries = make(map[string]*fleet.Entry)
+	a.held = make(map[string]int)
 	a.byName = make(map[string]sandbox.Config)
 	return nil
 }
@@ -196,7 +198,31 @@ func (a *App) acquire(eng fleet.Engine, cfg sandbox.Config) (*fleet.Entry, func(
 	e := val.(*fleet.Entry)
 	a.byName[cfg.Container] = cfg
 	a.entries[key] = e
-	return e, func() error { _, err := sandboxes.Delete(key); return err }, nil
+	a.held[key]++
+	var once sync.Once
+	return e, func() (err error) {
+		once.Do(func() {
+			_, err = sandboxes.Delete(key)
+			a.let(key, cfg)
+		})
+		return err
+	}, nil
+}
+
+// let forgets the config's hold on the pool key of cfg once nothing of the config
+// holds it any more: the container's name may then be acquired with other settings
+// (a person's sandbox made afresh after a warm sandbox could not be taken).
+func (a *App) let(key string, cfg sandbox.Config) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held[key]--; a.held[key] > 0 {
+		return
+	}
+	delete(a.held, key)
+	delete(a.entries, key)
+	if a.byName[cfg.Container] == cfg {
+		delete(a.byName, cfg.Container)
+	}
 }
 
 // acquireWarm returns the warm sandboxes' pool of the site whose sandbox

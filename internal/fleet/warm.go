@@ -59,7 +59,7 @@ type WarmOptions struct {
 // WarmPool is the warm sandboxes of a site on one engine.
 type WarmPool struct {
 	o   WarmOptions
-	cfg sandbox.Config // Base as the warm ones are made, names aside
+	cfg sandbox.Config // Base as the warm ones are made, before WarmConfig names each
 
 	mu     sync.Mutex
 	ready  []*sandbox.Sandbox
@@ -85,7 +85,9 @@ func NewWarmPool(o WarmOptions) *WarmPool {
 	ctx, cancel := context.WithCancel(context.Background())
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	cfg := WarmConfig(o.Base, "")
+	// The warm sandboxes' settings: the site's, nobody's; each is named by WarmConfig.
+	cfg := o.Base
+	cfg.Person, cfg.Warm = "", true
 	cfg.Engine, cfg.WarmPool = o.Engine.Name, hex.EncodeToString(id[:])
 	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
