@@ -92,6 +92,9 @@ type Registry struct {
 	now     func() time.Time
 	st      Storage     // nil: previews live in this process only
 	recheck *time.Timer // armed while previews kept in storage are held
+	// ended are labels of previews that ended here: labels are never made again, so
+	// a request for one answers 404 without asking storage.
+	ended map[string]bool
 
 	log     atomic.Pointer[zap.Logger]
 	failing atomic.Bool // the last storage operation failed, and that was logged
@@ -99,14 +102,15 @@ type Registry struct {
 	// The latest listing of the labels in storage, shared by the lookups of labels
 	// this process does not hold and by the re-check of those it holds.
 	lmu     sync.Mutex
-	listed  time.Time       // when it started
-	labels  map[string]bool // what it found; nil before the first
+	listed  time.Time       // when it started; zero before the first
+	labels  map[string]bool // what it found
+	listErr error           // or how it failed
 	listing chan struct{}   // closed when the listing under way ends; nil when none
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	r := &Registry{byLabel: make(map[string]*entry), now: time.Now}
+	r := &Registry{byLabel: make(map[string]*entry), ended: make(map[string]bool), now: time.Now}
 	r.log.Store(zap.NewNop())
 	return r
 }
@@ -209,6 +213,9 @@ func (r *Registry) expire(label string) {
 		return
 	}
 	r.prune(now)
+	if err != nil && !isNotExist(err) {
+		delete(r.ended, label) // storage, once it answers, may know it renewed
+	}
 	r.mu.Unlock()
 	if err == nil {
 		// Gone for good: take its record and the owner's note of it out of storage.
@@ -251,14 +258,14 @@ func (r *Registry) Unexpose(owner string, port int) bool {
 // however many lookups wait), and only a listed label's preview is read.
 func (r *Registry) Lookup(ctx context.Context, label string) (Preview, bool) {
 	r.mu.Lock()
-	e, st := r.byLabel[label], r.st
+	e, st, ended := r.byLabel[label], r.st, r.ended[label]
 	if e != nil && r.now().Before(e.Expires) {
 		p := e.Preview
 		r.mu.Unlock()
 		return p, true
 	}
 	r.mu.Unlock()
-	if st == nil || !validLabel(label) {
+	if st == nil || ended || !validLabel(label) {
 		return Preview{}, false
 	}
 	return r.lookupStored(ctx, st, label)
@@ -342,9 +349,17 @@ func (r *Registry) prune(now time.Time) {
 	}
 }
 
+// endedMax bounds the labels remembered as ended; past it they are forgotten, and
+// asked for, storage answers.
+const endedMax = 4096
+
 // end removes a preview and ends its open streams.
 func (r *Registry) end(label string, e *entry) {
 	delete(r.byLabel, label)
+	if len(r.ended) >= endedMax {
+		clear(r.ended)
+	}
+	r.ended[label] = true
 	e.timer.Stop()
 	e.cancel()
 }

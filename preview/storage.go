@@ -98,7 +98,7 @@ func (r *Registry) UseStorage(st Storage, log *zap.Logger) {
 	r.st = st
 	r.mu.Unlock()
 	r.lmu.Lock()
-	r.labels = nil
+	r.listed, r.labels, r.listErr = time.Time{}, nil, nil
 	r.lmu.Unlock()
 }
 
@@ -250,10 +250,10 @@ func (r *Registry) lookupStored(ctx context.Context, st Storage, label string) (
 func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) (map[string]bool, error) {
 	for {
 		r.lmu.Lock()
-		if r.labels != nil && !r.listed.Before(since) {
-			labels := r.labels
+		if !r.listed.IsZero() && !r.listed.Before(since) {
+			labels, err := r.labels, r.listErr
 			r.lmu.Unlock()
-			return labels, nil
+			return labels, err
 		}
 		if wait := r.listing; wait != nil {
 			r.lmu.Unlock()
@@ -264,7 +264,7 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 				return nil, ctx.Err()
 			}
 		}
-		if d := r.listed.Add(listEvery).Sub(r.now()); r.labels != nil && d > 0 {
+		if d := r.listed.Add(listEvery).Sub(r.now()); !r.listed.IsZero() && d > 0 {
 			r.lmu.Unlock()
 			t := time.NewTimer(d)
 			select {
@@ -284,21 +284,23 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 		if isNotExist(err) {
 			keys, err = nil, nil
 		}
-		labels := make(map[string]bool, len(keys))
-		for _, k := range keys {
-			labels[path.Base(k)] = true
+		var labels map[string]bool
+		if err == nil {
+			labels = make(map[string]bool, len(keys))
+			for _, k := range keys {
+				labels[path.Base(k)] = true
+			}
+		} else {
+			err = fmt.Errorf("listing %s: %w", recordPrefix, err)
 		}
 		r.lmu.Lock()
 		r.listing = nil
-		if err == nil {
-			r.listed, r.labels = started, labels
-		}
+		// A failed listing counts too, so that a failing storage is not asked more
+		// often than a working one.
+		r.listed, r.labels, r.listErr = started, labels, err
 		close(done)
 		r.lmu.Unlock()
-		if err != nil {
-			return nil, fmt.Errorf("listing %s: %w", recordPrefix, err)
-		}
-		return labels, nil
+		return labels, err
 	}
 }
 

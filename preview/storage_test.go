@@ -83,7 +83,7 @@ func twoInstances(t *testing.T) (a, b *Registry, bst *countingStorage) {
 func TestStoredPreviewAcrossInstances(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		ctx := context.Background()
-		a, b, _ := twoInstances(t)
+		a, b, bst := twoInstances(t)
 		p := a.Expose("box", "preview.example.com", 8000, time.Hour)
 
 		got, ok := b.Lookup(ctx, p.Label)
@@ -130,8 +130,12 @@ func TestStoredPreviewAcrossInstances(t *testing.T) {
 		if time.Since(began) > recheckEvery+listEvery {
 			t.Errorf("ended on B after %v", time.Since(began))
 		}
+		lists := bst.lists.Load()
 		if _, ok := b.Lookup(ctx, p.Label); ok || b.AllowsHost(ctx, p.Host()) {
 			t.Error("B still serves the unexposed preview")
+		}
+		if bst.lists.Load() != lists {
+			t.Error("B asked storage for a preview it saw end")
 		}
 
 		// The other way round: made through B, unexposed through B, ends on A.
@@ -258,7 +262,15 @@ func TestStorageFailureFallsBack(t *testing.T) {
 		if l := r.List("box"); len(l) != 1 {
 			t.Errorf("listed %d", len(l))
 		}
-		r.Lookup(ctx, newLabel())
+		var wg sync.WaitGroup
+		for range 100 { // a scan while storage fails asks it no more often
+			wg.Go(func() { r.Lookup(ctx, newLabel()) })
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Wait()
+		if n := st.lists.Load(); n > 3 {
+			t.Errorf("100 random labels over a second listed the failing storage %d times", n)
+		}
 		if n := logs.Len(); n != 1 {
 			t.Errorf("%d log lines for the failing storage, want 1: %v", n, logs.All())
 		}
