@@ -48,6 +48,7 @@ func (h *Handler) provisionPreviews(ctx caddy.Context) error {
 		APIKey:   h.APIKey,
 		Guesses:  h.guesses,
 		ClientIP: clientIP,
+		Storage:  h.storage,
 		Observe: func(result string, n int64) {
 			metrics.PreviewRequests.WithLabelValues(result).Inc()
 			metrics.PreviewBytes.Add(float64(n))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,7 +35,10 @@ import (
 // makes twelve calls through the balancer, served by both; an egress question asked
 // on one instance is answered by a retry on the other (a tampered state refused
 // there, the real one applied), and an "allow always" given on one instance lets the
-// next command through the other without a question; and once one instance is killed
+// next command through the other without a question; a preview made through one
+// instance is served by the other, keeps its URL when exposed again there, and once
+// unexposed through the first answers 404 on the other within about 2 s, ending a
+// stream open through it; and once one instance is killed
 // outright, the balancer's retries make every call answer on the other, which also
 // follows the job the dead one started.
 func TestSeveralInstances(t *testing.T) {
@@ -65,7 +69,10 @@ func TestSeveralInstances(t *testing.T) {
 		s := *site
 		s.Port = port
 		return s.Caddyfile(testsite.Options{
-			Directive: append([]string{"public_url " + public}, askDirective()...),
+			// Previews under localhost: <label>.localhost reaches each instance on
+			// loopback, with no name resolved.
+			Address:   "http://127.0.0.1:%d, http://*.localhost:%d",
+			Directive: append([]string{"public_url " + public, "previews localhost"}, askDirective()...),
 			Site:      []string{testsite.MetricsRoute},
 			Log:       filepath.Join(dir, name+".log"),
 		})
@@ -185,6 +192,10 @@ func TestSeveralInstances(t *testing.T) {
 		checkEgressAskAcross(ctx, t, a, b, token, up)
 	})
 
+	t.Run("preview across instances", func(t *testing.T) {
+		checkPreviewAcross(ctx, t, a, b, site, token)
+	})
+
 	t.Run("A killed", func(t *testing.T) {
 		began := time.Now()
 		id := startJobOn(ctx, t, a, token)
@@ -200,6 +211,106 @@ func TestSeveralInstances(t *testing.T) {
 		out := followJobOn(ctx, t, c, token, id)
 		t.Logf("job %s started on A, followed to its end through the balancer after A's death: %q, %v after it started", id, out, time.Since(began).Round(time.Millisecond))
 	})
+}
+
+// checkPreviewAcross serves a page from a server in the sandbox through a preview made
+// on a, which b serves too (it finds the preview in storage); exposing the port again
+// through b keeps its URL; unexposed through a, the preview answers 404 on b within a
+// few seconds, and a stream b had open through it ends.
+func checkPreviewAcross(ctx context.Context, t *testing.T, a, b *instance, site *testsite.Site, token string) {
+	(&previewSite{Site: site}).copyIn(t)
+	if _, err := a.execute(ctx, token, "setsid nohup /usr/local/bin/previewserver -addr 127.0.0.1:8000 -dir /sandbox/site >/dev/null 2>&1 </dev/null & for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done", 30); err != nil {
+		t.Fatal(err)
+	}
+	expose := func(in *instance, tool string) map[string]any {
+		t.Helper()
+		res, err := in.rpc(ctx, token, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"port": 8000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := res["structuredContent"].(map[string]any)
+		if res["isError"] == true || st == nil {
+			t.Fatalf("%s through %s: %v", tool, in.name, res)
+		}
+		return st
+	}
+	u, _ := expose(a, "expose_port")["url"].(string)
+	pu, err := url.Parse(u)
+	if err != nil || !strings.HasSuffix(pu.Hostname(), ".localhost") {
+		t.Fatalf("expose_port through A: url %q", u)
+	}
+	host := pu.Hostname()
+	// get asks in for path of the preview, at its own address with the preview's host.
+	get := func(in *instance, path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, "GET", in.url+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Host = host
+		return in.http.Do(req)
+	}
+	began := time.Now()
+	for _, in := range []*instance{b, a} {
+		resp, err := get(in, "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "hello from the sandbox") {
+			t.Fatalf("the preview made through A, through %s: %d %q", in.name, resp.StatusCode, body)
+		}
+	}
+	t.Logf("preview made through A served by B (first request %v after expose_port answered) and A", time.Since(began).Round(time.Millisecond))
+	if again, _ := expose(b, "expose_port")["url"].(string); again != u {
+		t.Errorf("exposed again through B: %s, was %s", again, u)
+	}
+
+	// An open stream through B, then unexpose_port through A.
+	sresp, err := get(b, "/sse?count=600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sresp.Body.Close()
+	streamEnded := make(chan time.Time, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, sresp.Body)
+		streamEnded <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	unexposed := time.Now()
+	if st := expose(a, "unexpose_port"); st["was_exposed"] != true {
+		t.Fatalf("unexpose_port through A: %v", st)
+	}
+	var gone time.Duration
+	for {
+		resp, err := get(b, "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			gone = time.Since(unexposed)
+			break
+		}
+		if time.Since(unexposed) > 10*time.Second {
+			t.Fatalf("B still serves the preview 10 s after it was unexposed through A: %d", resp.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case at := <-streamEnded:
+		t.Logf("unexposed through A: B answers 404 after %v, its open SSE stream ended after %v",
+			gone.Round(time.Millisecond), at.Sub(unexposed).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("B answers 404 after %v, but its open SSE stream goes on", gone.Round(time.Millisecond))
+	}
+	if gone > 3*time.Second {
+		t.Errorf("B served the preview %v after it was unexposed through A; want within about 2 s", gone.Round(time.Millisecond))
+	}
+	if st := expose(b, "unexpose_port"); st["was_exposed"] != false {
+		t.Errorf("unexpose_port through B after A's: %v", st)
+	}
 }
 
 // checkTypeScriptSpread makes twelve execute calls in one session of the official

@@ -59,7 +59,7 @@ func TestOwnersKeys(t *testing.T) {
 	if !srv.Unexpose("bob-box", 8000) || srv.Unexpose("bob-box", 8000) {
 		t.Error("unexposing bob's port")
 	}
-	if _, ok := reg.Lookup(alice.Label); !ok {
+	if _, ok := reg.Lookup(context.Background(), alice.Label); !ok {
 		t.Error("unexposing bob's port closed alice's")
 	}
 }

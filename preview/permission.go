@@ -47,12 +47,12 @@ func (p *Permission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 // CertificateAllowed approves name when it is the host of a live preview.
-func (p *Permission) CertificateAllowed(_ context.Context, name string) error {
+func (p *Permission) CertificateAllowed(ctx context.Context, name string) error {
 	reg := p.reg
 	if reg == nil {
 		reg = Shared()
 	}
-	if reg.AllowsHost(name) {
+	if reg.AllowsHost(ctx, name) {
 		return nil
 	}
 	return fmt.Errorf("%s is not a live preview: %w", name, caddytls.ErrPermissionDenied)

@@ -5,9 +5,11 @@
 // [Registry] remembers which labels are live (port, owner, expiry); it is process-wide
 // so that previews survive config reloads and so that the on-demand TLS permission
 // module ([Permission], `tls.permission.mcp_sandbox`) can approve exactly the live
-// labels. [Server] is the HTTP side: it answers requests for a label with Caddy's own
-// reverse proxy, whose upstream connections are made by a dialer the caller provides
-// (the root package relays them into the container through the Docker API).
+// labels. Given Caddy's storage ([Registry.UseStorage]), it keeps them there too, so
+// that every Caddy instance sharing the storage serves them (see storage.go). [Server]
+// is the HTTP side: it answers requests for a label with Caddy's own reverse proxy,
+// whose upstream connections are made by a dialer the caller provides (the root
+// package relays them into the container through the Docker API).
 package preview
 
 import (
@@ -16,7 +18,10 @@ import (
 	"encoding/base32"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // labelLen is the length of a label: 16 random bytes in unpadded base32, 26 characters.
@@ -71,6 +76,9 @@ type entry struct {
 	Preview
 	cancel context.CancelFunc
 	timer  *time.Timer
+	// stored is when storage was last known to hold the preview; zero when it is this
+	// process's own (no storage, or storage failed when it was made).
+	stored time.Time
 }
 
 // Host is the preview's host name, without a port.
@@ -82,11 +90,29 @@ type Registry struct {
 	mu      sync.Mutex
 	byLabel map[string]*entry
 	now     func() time.Time
+	st      Storage     // nil: previews live in this process only
+	recheck *time.Timer // armed while previews kept in storage are held
+	// ended are labels of previews that ended here: labels are never made again, so
+	// a request for one answers 404 without asking storage.
+	ended map[string]bool
+
+	log     atomic.Pointer[zap.Logger]
+	failing atomic.Bool // the last storage operation failed, and that was logged
+
+	// The latest listing of the labels in storage, shared by the lookups of labels
+	// this process does not hold and by the re-check of those it holds.
+	lmu     sync.Mutex
+	listed  time.Time       // when it started; zero before the first
+	labels  map[string]bool // what it found
+	listErr error           // or how it failed
+	listing chan struct{}   // closed when the listing under way ends; nil when none
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{byLabel: make(map[string]*entry), now: time.Now}
+	r := &Registry{byLabel: make(map[string]*entry), ended: make(map[string]bool), now: time.Now}
+	r.log.Store(zap.NewNop())
+	return r
 }
 
 // shared is the process-wide registry: it outlives config reloads (a reload provisions
@@ -100,8 +126,20 @@ func Shared() *Registry { return shared }
 
 // Expose makes port of owner live under domain until now+ttl. Exposing a port that is
 // already live keeps its label (a tab the person has open goes on working) and renews
-// its expiry.
+// its expiry. With storage, the preview is kept there, and a port made live through
+// another instance keeps its label too; when storage fails, the preview is this
+// process's own.
 func (r *Registry) Expose(owner, domain string, port int, ttl time.Duration) Preview {
+	if st := r.storage(); st != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+		defer cancel()
+		p, err := r.exposeStored(ctx, st, owner, domain, port, ttl)
+		if err == nil {
+			r.succeeded()
+			return p
+		}
+		r.failed("keeping a preview in storage; it opens on this instance only", err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -113,32 +151,98 @@ func (r *Registry) Expose(owner, domain string, port int, ttl time.Duration) Pre
 			return e.Preview
 		}
 	}
-	e := &entry{Preview: Preview{Label: newLabel(), Domain: domain, Owner: owner, Port: port, Expires: now.Add(ttl)}}
-	for r.byLabel[e.Label] != nil { // 128 random bits do not collide, but be exact
-		e.Label = newLabel()
+	label := newLabel()
+	for r.byLabel[label] != nil { // 128 random bits do not collide, but be exact
+		label = newLabel()
 	}
+	return r.holdLocked(label, record{Owner: owner, Domain: domain, Port: port, Expires: now.Add(ttl)}, time.Time{})
+}
+
+// holdLocked puts the preview label, as rec says, in the process's view, or updates
+// the one there (its expiry, and when storage last held it); the caller holds mu.
+func (r *Registry) holdLocked(label string, rec record, stored time.Time) Preview {
+	ttl := rec.Expires.Sub(r.now())
+	if e := r.byLabel[label]; e != nil {
+		e.Expires = rec.Expires
+		e.timer.Reset(ttl)
+		if stored.After(e.stored) {
+			e.stored = stored
+			r.armRecheckLocked()
+		}
+		return e.Preview
+	}
+	e := &entry{Preview: Preview{Label: label, Domain: rec.Domain, Owner: rec.Owner, Port: rec.Port, Expires: rec.Expires}, stored: stored}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	label := e.Label
 	e.timer = time.AfterFunc(ttl, func() { r.expire(label) })
-	r.byLabel[e.Label] = e
+	r.byLabel[label] = e
+	if !stored.IsZero() {
+		r.armRecheckLocked()
+	}
 	return e.Preview
 }
 
-// expire ends the preview with label when its time is up (a renewal moved the
-// timer, but the clock decides).
+// expire ends the preview with label when its time is up. A renewal moved the timer,
+// but the clock decides; and a preview kept in storage may have been renewed through
+// another instance, which storage tells.
 func (r *Registry) expire(label string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.prune(r.now())
+	e, st := r.byLabel[label], r.st
+	now := r.now()
+	if e == nil || now.Before(e.Expires) {
+		r.mu.Unlock()
+		return
+	}
+	if st == nil || e.stored.IsZero() {
+		r.prune(now)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+	defer cancel()
+	rec, err := loadRecord(ctx, st, label)
+	if err != nil && !isNotExist(err) {
+		r.failed("reading a preview from storage", err)
+	}
+	r.mu.Lock()
+	now = r.now()
+	if err == nil && now.Before(rec.Expires) && r.byLabel[label] == e {
+		r.holdLocked(label, rec, now)
+		r.mu.Unlock()
+		return
+	}
+	r.prune(now)
+	if err != nil && !isNotExist(err) {
+		delete(r.ended, label) // storage, once it answers, may know it renewed
+	}
+	r.mu.Unlock()
+	if err == nil {
+		// Gone for good: take its record and the owner's note of it out of storage.
+		if _, err := r.removeStored(ctx, st, rec.Owner, func(indexed) bool { return false }); err != nil {
+			r.failed("removing an expired preview from storage", err)
+		}
+	}
 }
 
-// Unexpose ends the previews of port of owner, under any domain. It reports whether
-// one was live.
+// Unexpose ends the previews of port of owner, under any domain, here and (with
+// storage) on every instance. It reports whether one was live.
 func (r *Registry) Unexpose(owner string, port int) bool {
+	found := false
+	if st := r.storage(); st != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+		defer cancel()
+		ok, err := r.removeStored(ctx, st, owner, func(p indexed) bool { return p.Port == port })
+		if err != nil {
+			r.failed("ending a preview in storage; it ends on this instance only", err)
+		} else {
+			r.succeeded()
+		}
+		found = ok
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.prune(r.now())
-	found := false
 	for l, e := range r.byLabel {
 		if e.Owner == owner && e.Port == port {
 			r.end(l, e)
@@ -148,32 +252,76 @@ func (r *Registry) Unexpose(owner string, port int) bool {
 	return found
 }
 
-// Lookup returns the live preview with label.
-func (r *Registry) Lookup(label string) (Preview, bool) {
+// Lookup returns the live preview with label. A label this process does not hold is
+// looked for in storage, when there is one: it waits for a listing of the labels
+// there that started after it came (listings start at most once per listEvery,
+// however many lookups wait), and only a listed label's preview is read.
+func (r *Registry) Lookup(ctx context.Context, label string) (Preview, bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := r.byLabel[label]
-	if e == nil || !r.now().Before(e.Expires) {
+	e, st, ended := r.byLabel[label], r.st, r.ended[label]
+	if e != nil && r.now().Before(e.Expires) {
+		p := e.Preview
+		r.mu.Unlock()
+		return p, true
+	}
+	r.mu.Unlock()
+	if st == nil || ended || !validLabel(label) {
 		return Preview{}, false
 	}
-	return e.Preview, true
+	return r.lookupStored(ctx, st, label)
 }
 
-// List returns the live previews of owner.
+// List returns the live previews of owner: with storage, those made through every
+// instance.
 func (r *Registry) List(owner string) []Preview {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.prune(r.now())
-	var out []Preview
+	var local []Preview
 	for _, e := range r.byLabel {
 		if e.Owner == owner {
-			out = append(out, e.Preview)
+			local = append(local, e.Preview)
+		}
+	}
+	st := r.st
+	r.mu.Unlock()
+	if st == nil {
+		return local
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+	defer cancel()
+	idx, err := loadIndex(ctx, st, ownerKey(owner))
+	if err != nil {
+		r.failed("reading previews from storage", err)
+		return local
+	}
+	r.succeeded()
+	var out []Preview
+	in := map[string]bool{}
+	now := r.now()
+	for _, p := range idx.Previews {
+		if now.Before(p.Expires) {
+			in[p.Label] = true
+			out = append(out, Preview{Label: p.Label, Domain: p.Domain, Owner: owner, Port: p.Port, Expires: p.Expires})
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range out { // the ones held here end with this process's view of them
+		if e := r.byLabel[p.Label]; e != nil {
+			out[i].ctx = e.ctx
+		}
+	}
+	for _, p := range local { // made while storage failed
+		if e := r.byLabel[p.Label]; e != nil && e.stored.IsZero() && !in[p.Label] {
+			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// Live counts the live previews.
+// Live counts the live previews this process holds: those made through it, and,
+// with storage, those made through other instances that it has served, each checked
+// against storage every couple of seconds. It reads no storage.
 func (r *Registry) Live() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -183,13 +331,13 @@ func (r *Registry) Live() int {
 
 // AllowsHost reports whether name (a host name as in a TLS ClientHello) is the host of
 // a live preview.
-func (r *Registry) AllowsHost(name string) bool {
+func (r *Registry) AllowsHost(ctx context.Context, name string) bool {
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
 	label, domain, ok := strings.Cut(name, ".")
 	if !ok || !validLabel(label) {
 		return false
 	}
-	p, ok := r.Lookup(label)
+	p, ok := r.Lookup(ctx, label)
 	return ok && p.Domain == domain
 }
 
@@ -201,9 +349,17 @@ func (r *Registry) prune(now time.Time) {
 	}
 }
 
+// endedMax bounds the labels remembered as ended; past it they are forgotten, and
+// asked for, storage answers.
+const endedMax = 4096
+
 // end removes a preview and ends its open streams.
 func (r *Registry) end(label string, e *entry) {
 	delete(r.byLabel, label)
+	if len(r.ended) >= endedMax {
+		clear(r.ended)
+	}
+	r.ended[label] = true
 	e.timer.Stop()
 	e.cancel()
 }

@@ -65,6 +65,9 @@ type Options struct {
 	ClientIP func(*http.Request) string
 	// Registry defaults to [Shared].
 	Registry *Registry
+	// Storage, when set, is Caddy's storage: the registry keeps previews there, so
+	// that every Caddy instance sharing it serves them ([Registry.UseStorage]).
+	Storage Storage
 	// Observe, when set, is called once per proxied request with its result (ok,
 	// not_found, no_listener, unauthorized, error) and the bytes sent to the person.
 	Observe func(result string, bytes int64)
@@ -121,8 +124,12 @@ func (s *Server) Domain() string { return s.opts.Domain }
 
 // Provision sets up Caddy's reverse proxy with a transport whose connections come
 // from Dial. The transport keeps idle connections (one relay each) pooled per port,
-// so a page with many assets does not pay for a new relay per request.
+// so a page with many assets does not pay for a new relay per request. With
+// Options.Storage, the registry keeps its previews there from now on.
 func (s *Server) Provision(ctx caddy.Context) error {
+	if s.opts.Storage != nil {
+		s.reg.UseStorage(s.opts.Storage, s.log)
+	}
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		label, p, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -132,7 +139,7 @@ func (s *Server) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("bad upstream port %q", p)
 		}
-		pv, ok := s.reg.Lookup(label)
+		pv, ok := s.reg.Lookup(ctx, label)
 		if !ok || pv.Port != port {
 			return nil, errors.New("the preview was closed")
 		}
@@ -269,7 +276,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	label, _ := splitHost(r.Host, s.opts.Domain)
 	p, ok := Preview{}, false
 	if label != "" {
-		p, ok = s.reg.Lookup(label)
+		p, ok = s.reg.Lookup(r.Context(), label)
 	}
 	if ok {
 		_, ok = s.opts.Owners(p.Owner)

@@ -1,0 +1,416 @@
+package preview
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Previews in Caddy's storage, so that Caddy instances sharing it (behind a balancer
+// with no affinity) each serve the previews made through any of them:
+//
+//   - mcp_sandbox/previews/<label>: the preview (owner, domain, port, expiry), what an
+//     instance reads when asked for a label it does not hold;
+//   - mcp_sandbox/preview_owners/<hash of the owner>: the owner's previews, changed
+//     under the storage's lock of that key, so that exposing a port that is live
+//     already keeps its label whichever instance is asked, and unexposing it ends it
+//     everywhere.
+//
+// An instance holds what it made or served, and lists the labels in storage every
+// recheckEvery while it holds any: a preview whose record is gone (unexposed through
+// another instance) ends here then, with its open streams. At its expiry it reads the
+// record, which another instance may have renewed.
+const (
+	recordPrefix = "mcp_sandbox/previews/"
+	ownerPrefix  = "mcp_sandbox/preview_owners/"
+
+	// recheckEvery is how stale this process's view of a preview kept in storage may
+	// be: an unexpose through another instance ends it here within that.
+	recheckEvery = 2 * time.Second
+	// listEvery is the most often the labels in storage are listed. A request for a
+	// label this process does not hold waits for a listing that started after it
+	// came, so a scan of random host names costs at most one listing per listEvery,
+	// and no read of a record.
+	listEvery = 500 * time.Millisecond
+	// storageTimeout bounds one storage operation, lock included: longer than the
+	// 10 s after which Caddy's file storage takes over a lock left by an instance that
+	// was killed holding it.
+	storageTimeout = 15 * time.Second
+)
+
+// Storage is what previews need of Caddy's storage (certmagic.Storage has it): keys
+// that hold bytes, listed by prefix, and locks that hold across the instances sharing
+// it. Load and List report a missing key with an error wrapping fs.ErrNotExist.
+type Storage interface {
+	Load(ctx context.Context, key string) ([]byte, error)
+	Store(ctx context.Context, key string, value []byte) error
+	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, prefix string, recursive bool) ([]string, error)
+	Lock(ctx context.Context, name string) error
+	Unlock(ctx context.Context, name string) error
+}
+
+// record is a preview in storage; its label is its key's last part.
+type record struct {
+	Owner   string    `json:"owner"`
+	Domain  string    `json:"domain"`
+	Port    int       `json:"port"`
+	Expires time.Time `json:"expires"`
+}
+
+// ownerIndex is an owner's previews in storage.
+type ownerIndex struct {
+	Previews []indexed `json:"previews"`
+}
+
+// indexed is one preview of an owner.
+type indexed struct {
+	Label   string    `json:"label"`
+	Domain  string    `json:"domain"`
+	Port    int       `json:"port"`
+	Expires time.Time `json:"expires"`
+}
+
+// ownerKey is where owner's previews are listed. An owner is the Docker host and the
+// container, which a storage key cannot always hold: it is hashed.
+func ownerKey(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return ownerPrefix + hex.EncodeToString(sum[:16])
+}
+
+// UseStorage keeps previews in st from now on (nil: in this process only), and logs
+// storage failures to log. Every instance with the same configuration names a
+// sandbox by the same owner, so a preview made through one opens through all.
+func (r *Registry) UseStorage(st Storage, log *zap.Logger) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	r.log.Store(log)
+	r.mu.Lock()
+	r.st = st
+	r.mu.Unlock()
+	r.lmu.Lock()
+	r.listed, r.labels, r.listErr = time.Time{}, nil, nil
+	r.lmu.Unlock()
+}
+
+func (r *Registry) storage() Storage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// exposeStored is Expose through storage, under the lock of the owner's previews.
+func (r *Registry) exposeStored(ctx context.Context, st Storage, owner, domain string, port int, ttl time.Duration) (Preview, error) {
+	key := ownerKey(owner)
+	if err := st.Lock(ctx, key); err != nil {
+		return Preview{}, fmt.Errorf("locking %s: %w", key, err)
+	}
+	defer r.unlock(ctx, st, key)
+	idx, err := loadIndex(ctx, st, key)
+	if err != nil {
+		return Preview{}, err
+	}
+	now := r.now()
+	expires := now.Add(ttl)
+	label := ""
+	var kept []indexed
+	var gone []string
+	for _, p := range idx.Previews {
+		switch {
+		case !now.Before(p.Expires):
+			gone = append(gone, p.Label)
+			continue
+		case label == "" && p.Domain == domain && p.Port == port:
+			label, p.Expires = p.Label, expires
+		}
+		kept = append(kept, p)
+	}
+	if label == "" {
+		label = r.heldLabel(owner, domain, port) // made while storage failed
+		if label == "" {
+			label = newLabel()
+		}
+		kept = append(kept, indexed{Label: label, Domain: domain, Port: port, Expires: expires})
+	}
+	rec := record{Owner: owner, Domain: domain, Port: port, Expires: expires}
+	b, _ := json.Marshal(rec)
+	if err := st.Store(ctx, recordPrefix+label, b); err != nil {
+		return Preview{}, fmt.Errorf("storing preview %s: %w", label, err)
+	}
+	if err := storeIndex(ctx, st, key, kept); err != nil {
+		return Preview{}, err
+	}
+	for _, l := range gone {
+		if err := st.Delete(ctx, recordPrefix+l); err != nil && !isNotExist(err) {
+			r.log.Load().Warn("removing an expired preview from storage", zap.Error(err))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prune(r.now())
+	return r.holdLocked(label, rec, r.now()), nil
+}
+
+// heldLabel is the label of the live preview of port of owner under domain that this
+// process holds, or "".
+func (r *Registry) heldLabel(owner, domain string, port int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	for l, e := range r.byLabel {
+		if e.Owner == owner && e.Domain == domain && e.Port == port && now.Before(e.Expires) {
+			return l
+		}
+	}
+	return ""
+}
+
+// removeStored takes out of storage, under the lock of the owner's previews, those
+// that match and those expired. It reports whether a live one matched.
+func (r *Registry) removeStored(ctx context.Context, st Storage, owner string, match func(indexed) bool) (bool, error) {
+	key := ownerKey(owner)
+	if err := st.Lock(ctx, key); err != nil {
+		return false, fmt.Errorf("locking %s: %w", key, err)
+	}
+	defer r.unlock(ctx, st, key)
+	idx, err := loadIndex(ctx, st, key)
+	if err != nil {
+		return false, err
+	}
+	now := r.now()
+	found := false
+	var kept []indexed
+	for _, p := range idx.Previews {
+		live := now.Before(p.Expires)
+		if live && !match(p) {
+			kept = append(kept, p)
+			continue
+		}
+		found = found || live
+		// The record first: it is what the other instances look for.
+		if err := st.Delete(ctx, recordPrefix+p.Label); err != nil && !isNotExist(err) {
+			return false, fmt.Errorf("removing preview %s: %w", p.Label, err)
+		}
+	}
+	if len(kept) == len(idx.Previews) {
+		return found, nil
+	}
+	return found, storeIndex(ctx, st, key, kept)
+}
+
+// unlock lets go of the storage lock name, even when ctx is done.
+func (r *Registry) unlock(ctx context.Context, st Storage, name string) {
+	if err := st.Unlock(context.WithoutCancel(ctx), name); err != nil {
+		r.log.Load().Warn("releasing a storage lock", zap.String("lock", name), zap.Error(err))
+	}
+}
+
+// lookupStored finds in storage a label this process does not hold, and holds it from
+// then on. Only a label of the latest listing is read.
+func (r *Registry) lookupStored(ctx context.Context, st Storage, label string) (Preview, bool) {
+	labels, err := r.listLabels(ctx, st, r.now())
+	if err != nil {
+		if ctx.Err() == nil {
+			r.failed("listing previews in storage", err)
+		}
+		return Preview{}, false
+	}
+	if !labels[label] {
+		return Preview{}, false
+	}
+	rec, err := loadRecord(ctx, st, label)
+	if err != nil {
+		if !isNotExist(err) && ctx.Err() == nil {
+			r.failed("reading a preview from storage", err)
+		}
+		return Preview{}, false
+	}
+	r.succeeded()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if !now.Before(rec.Expires) {
+		return Preview{}, false
+	}
+	return r.holdLocked(label, rec, now), true
+}
+
+// listLabels returns the labels in storage as a listing that started at since or
+// later found them. Listings are shared by everyone waiting for one, and start at
+// most once per listEvery.
+func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) (map[string]bool, error) {
+	for {
+		r.lmu.Lock()
+		if !r.listed.IsZero() && !r.listed.Before(since) {
+			labels, err := r.labels, r.listErr
+			r.lmu.Unlock()
+			return labels, err
+		}
+		if wait := r.listing; wait != nil {
+			r.lmu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if d := r.listed.Add(listEvery).Sub(r.now()); !r.listed.IsZero() && d > 0 {
+			r.lmu.Unlock()
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		r.listing = done
+		started := r.now()
+		r.lmu.Unlock()
+
+		keys, err := st.List(ctx, path.Clean(recordPrefix), false)
+		if isNotExist(err) {
+			keys, err = nil, nil
+		}
+		var labels map[string]bool
+		if err == nil {
+			labels = make(map[string]bool, len(keys))
+			for _, k := range keys {
+				labels[path.Base(k)] = true
+			}
+		} else {
+			err = fmt.Errorf("listing %s: %w", recordPrefix, err)
+		}
+		r.lmu.Lock()
+		r.listing = nil
+		// A failed listing counts too, so that a failing storage is not asked more
+		// often than a working one.
+		r.listed, r.labels, r.listErr = started, labels, err
+		close(done)
+		r.lmu.Unlock()
+		return labels, err
+	}
+}
+
+// armRecheckLocked makes sure the previews held from storage are checked against it
+// in recheckEvery; the caller holds mu.
+func (r *Registry) armRecheckLocked() {
+	if r.recheck == nil && r.st != nil {
+		r.recheck = time.AfterFunc(recheckEvery, r.recheckStored)
+	}
+}
+
+// recheckStored ends the previews held here whose records are gone from storage
+// (unexposed through another instance), and comes back in recheckEvery while any are
+// held. A preview storage gained after the listing started is left alone; when
+// storage fails, the process's view stands.
+func (r *Registry) recheckStored() {
+	r.mu.Lock()
+	st := r.st
+	r.mu.Unlock()
+	started := r.now()
+	var labels map[string]bool
+	var err error
+	if st != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+		labels, err = r.listLabels(ctx, st, started)
+		cancel()
+		if err != nil {
+			r.failed("checking previews against storage", err)
+		} else {
+			r.succeeded()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recheck = nil
+	again := false
+	for l, e := range r.byLabel {
+		if e.stored.IsZero() {
+			continue
+		}
+		if labels != nil && e.stored.Before(started) && !labels[l] {
+			r.end(l, e)
+			continue
+		}
+		again = true
+	}
+	if again {
+		r.armRecheckLocked()
+	}
+}
+
+func loadRecord(ctx context.Context, st Storage, label string) (record, error) {
+	var rec record
+	b, err := st.Load(ctx, recordPrefix+label)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Port <= 0 || rec.Domain == "" {
+		return rec, fmt.Errorf("preview %s in storage is damaged: %v", label, err)
+	}
+	return rec, nil
+}
+
+// loadIndex reads an owner's previews; none when the key is missing.
+func loadIndex(ctx context.Context, st Storage, key string) (ownerIndex, error) {
+	var idx ownerIndex
+	b, err := st.Load(ctx, key)
+	if isNotExist(err) {
+		return idx, nil
+	}
+	if err != nil {
+		return idx, fmt.Errorf("reading %s: %w", key, err)
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		// A damaged list loses track of the owner's previews, which then expire by
+		// their records alone; new ones start a new list.
+		return ownerIndex{}, nil
+	}
+	return idx, nil
+}
+
+// storeIndex writes an owner's previews; none removes the key.
+func storeIndex(ctx context.Context, st Storage, key string, previews []indexed) error {
+	if len(previews) == 0 {
+		if err := st.Delete(ctx, key); err != nil && !isNotExist(err) {
+			return fmt.Errorf("removing %s: %w", key, err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(ownerIndex{Previews: previews})
+	if err := st.Store(ctx, key, b); err != nil {
+		return fmt.Errorf("storing %s: %w", key, err)
+	}
+	return nil
+}
+
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// failed logs a storage failure once, until storage works again.
+func (r *Registry) failed(doing string, err error) {
+	if r.failing.CompareAndSwap(false, true) {
+		r.log.Load().Error(doing+"; previews fall back to this instance's own until storage works again (further failures are not logged)", zap.Error(err))
+	}
+}
+
+// succeeded notes that storage works again.
+func (r *Registry) succeeded() {
+	if r.failing.CompareAndSwap(true, false) {
+		r.log.Load().Info("preview storage works again")
+	}
+}

@@ -1,0 +1,289 @@
+package preview
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// countingStorage counts the reads of a storage, and fails every operation while
+// broken is set.
+type countingStorage struct {
+	certmagic.Storage
+	loads, lists atomic.Int64
+	broken       atomic.Bool
+}
+
+var errBroken = errors.New("storage unreachable")
+
+func (s *countingStorage) Load(ctx context.Context, key string) ([]byte, error) {
+	s.loads.Add(1)
+	if s.broken.Load() {
+		return nil, errBroken
+	}
+	return s.Storage.Load(ctx, key)
+}
+
+func (s *countingStorage) List(ctx context.Context, prefix string, recursive bool) ([]string, error) {
+	s.lists.Add(1)
+	if s.broken.Load() {
+		return nil, errBroken
+	}
+	return s.Storage.List(ctx, prefix, recursive)
+}
+
+func (s *countingStorage) Store(ctx context.Context, key string, value []byte) error {
+	if s.broken.Load() {
+		return errBroken
+	}
+	return s.Storage.Store(ctx, key, value)
+}
+
+func (s *countingStorage) Lock(ctx context.Context, name string) error {
+	if s.broken.Load() {
+		return errBroken
+	}
+	return s.Storage.Lock(ctx, name)
+}
+
+// inBubble runs f in a synctest bubble, then lets the storage's lock keepers (a
+// goroutine per lock taken, which looks at its lock file every 5 s) see their locks
+// gone and return, as the bubble requires.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		f(t)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+	})
+}
+
+// twoInstances returns two registries over one file storage, as two Caddy instances
+// sharing a storage directory see it, and the storage as b reads it.
+func twoInstances(t *testing.T) (a, b *Registry, bst *countingStorage) {
+	dir := t.TempDir()
+	a, b = NewRegistry(), NewRegistry()
+	a.UseStorage(&certmagic.FileStorage{Path: dir}, nil)
+	bst = &countingStorage{Storage: &certmagic.FileStorage{Path: dir}}
+	b.UseStorage(bst, nil)
+	return a, b, bst
+}
+
+// A preview made through A opens through B (lookup, certificate, list), keeps its
+// label when renewed through either, and once unexposed through one instance ends on
+// the other within the re-check, its open streams with it.
+func TestStoredPreviewAcrossInstances(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "preview.example.com", 8000, time.Hour)
+
+		got, ok := b.Lookup(ctx, p.Label)
+		if !ok || got.Owner != "box" || got.Port != 8000 || got.Domain != p.Domain || !got.Expires.Equal(p.Expires) {
+			t.Fatalf("B looks up A's preview: %+v %v", got, ok)
+		}
+		if !b.AllowsHost(ctx, p.Host()) || b.AllowsHost(ctx, p.Label+".example.com") {
+			t.Error("B's certificate permission for A's preview is wrong")
+		}
+		if l := b.List("box"); len(l) != 1 || l[0].Label != p.Label {
+			t.Errorf("B lists %+v", l)
+		}
+		if b.Live() != 1 {
+			t.Errorf("B holds %d previews, want the one it served", b.Live())
+		}
+
+		time.Sleep(time.Minute)
+		if r := b.Expose("box", "preview.example.com", 8000, time.Hour); r.Label != p.Label || !r.Expires.After(p.Expires) {
+			t.Errorf("renewed through B: %s until %v; was %s until %v", r.Label, r.Expires, p.Label, p.Expires)
+		}
+		if r := a.Expose("box", "preview.example.com", 8000, time.Hour); r.Label != p.Label {
+			t.Errorf("renewed through A again: %s, was %s", r.Label, p.Label)
+		}
+		other := b.Expose("box", "preview.example.com", 9000, time.Hour)
+		if other.Label == p.Label {
+			t.Error("another port got the same label")
+		}
+		if l := a.List("box"); len(l) != 2 {
+			t.Errorf("A lists %d previews, want 2", len(l))
+		}
+
+		// Unexposed through A: B's preview ends within the re-check.
+		held, _ := b.Lookup(ctx, p.Label)
+		began := time.Now()
+		if !a.Unexpose("box", 8000) {
+			t.Fatal("A did not find the preview to unexpose")
+		}
+		select {
+		case <-held.Done():
+		case <-time.After(recheckEvery + listEvery + time.Second):
+			t.Fatal("B's preview still open after the re-check")
+		}
+		t.Logf("unexposed through A, ended on B %v later", time.Since(began))
+		if time.Since(began) > recheckEvery+listEvery {
+			t.Errorf("ended on B after %v", time.Since(began))
+		}
+		lists := bst.lists.Load()
+		if _, ok := b.Lookup(ctx, p.Label); ok || b.AllowsHost(ctx, p.Host()) {
+			t.Error("B still serves the unexposed preview")
+		}
+		if bst.lists.Load() != lists {
+			t.Error("B asked storage for a preview it saw end")
+		}
+
+		// The other way round: made through B, unexposed through B, ends on A.
+		onA, ok := a.Lookup(ctx, other.Label)
+		if !ok {
+			t.Fatal("A does not find B's preview")
+		}
+		b.Unexpose("box", 9000)
+		select {
+		case <-onA.Done():
+		case <-time.After(recheckEvery + listEvery + time.Second):
+			t.Fatal("A's view of B's preview still open after the re-check")
+		}
+		if a.Live() != 0 || b.Live() != 0 || len(a.List("box")) != 0 {
+			t.Errorf("live after both unexposed: A %d, B %d", a.Live(), b.Live())
+		}
+	})
+}
+
+// A preview renewed through A goes on through B past its first expiry, and ends on
+// both at its last; storage keeps nothing of it then.
+func TestStoredPreviewExpiry(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Minute)
+		held, ok := b.Lookup(ctx, p.Label)
+		if !ok {
+			t.Fatal("B does not find A's preview")
+		}
+		time.Sleep(30 * time.Second)
+		a.Expose("box", "localhost", 8000, time.Minute) // until 1m30s
+		time.Sleep(45 * time.Second)
+		if _, ok := b.Lookup(ctx, p.Label); !ok {
+			t.Fatal("B dropped the preview A renewed")
+		}
+		select {
+		case <-held.Done():
+			t.Fatal("B ended the renewed preview's streams")
+		default:
+		}
+		time.Sleep(20 * time.Second)
+		select {
+		case <-held.Done():
+		default:
+			t.Fatal("B's view of the expired preview is still open")
+		}
+		if _, ok := a.Lookup(ctx, p.Label); ok || a.Live() != 0 || b.Live() != 0 {
+			t.Error("the expired preview is still live")
+		}
+		synctest.Wait()
+		if _, err := bst.Storage.Load(ctx, recordPrefix+p.Label); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the expired preview's record is still in storage: %v", err)
+		}
+		if _, err := bst.Storage.Load(ctx, ownerKey("box")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the owner's list is still in storage: %v", err)
+		}
+	})
+}
+
+// Host names with random labels, as a scan of the wildcard makes them, read no
+// preview from storage, and list it at most once per listEvery, however many come:
+// each waits for the next listing instead.
+func TestRandomLabelsSpareStorage(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Hour)
+
+		var wg sync.WaitGroup
+		for range 200 { // at once
+			wg.Go(func() {
+				if b.AllowsHost(ctx, newLabel()+".localhost") {
+					t.Error("random label allowed")
+				}
+			})
+		}
+		wg.Wait()
+		began := time.Now()
+		for range 1000 { // one every 2 ms, over two seconds
+			wg.Go(func() {
+				if _, ok := b.Lookup(ctx, newLabel()); ok {
+					t.Error("random label found")
+				}
+			})
+			time.Sleep(2 * time.Millisecond)
+		}
+		wg.Wait()
+		took := time.Since(began)
+		for _, bad := range []string{"", "x", "UPPERCASE", p.Label + "x", "00000000000000000000000000"} {
+			if _, ok := b.Lookup(ctx, bad); ok {
+				t.Errorf("%q found", bad)
+			}
+		}
+		loads, lists := bst.loads.Load(), bst.lists.Load()
+		t.Logf("1200 random labels: %d reads, %d listings; the last answered %v after the first", loads, lists, took)
+		if loads != 0 || lists > 6 {
+			t.Errorf("1200 random labels cost %d reads and %d listings of storage", loads, lists)
+		}
+		// The real one is found among them.
+		if _, ok := b.Lookup(ctx, p.Label); !ok {
+			t.Error("A's preview not found through B after the scan")
+		}
+	})
+}
+
+// While storage fails, previews work on the instance that made them, and the failure
+// is logged once.
+func TestStorageFailureFallsBack(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		core, logs := observer.New(zap.WarnLevel)
+		st := &countingStorage{Storage: &certmagic.FileStorage{Path: t.TempDir()}}
+		st.broken.Store(true)
+		r := NewRegistry()
+		r.UseStorage(st, zap.New(core))
+		p := r.Expose("box", "localhost", 8000, time.Hour)
+		if got, ok := r.Lookup(ctx, p.Label); !ok || got.Port != 8000 {
+			t.Fatal("a preview made while storage fails does not open here")
+		}
+		if r.Expose("box", "localhost", 8000, time.Hour).Label != p.Label {
+			t.Error("renewed while storage fails: new label")
+		}
+		if l := r.List("box"); len(l) != 1 {
+			t.Errorf("listed %d", len(l))
+		}
+		var wg sync.WaitGroup
+		for range 100 { // a scan while storage fails asks it no more often
+			wg.Go(func() { r.Lookup(ctx, newLabel()) })
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Wait()
+		if n := st.lists.Load(); n > 3 {
+			t.Errorf("100 random labels over a second listed the failing storage %d times", n)
+		}
+		if n := logs.Len(); n != 1 {
+			t.Errorf("%d log lines for the failing storage, want 1: %v", n, logs.All())
+		}
+		// Storage back: the next renewal puts the preview there, with its label.
+		st.broken.Store(false)
+		if r.Expose("box", "localhost", 8000, time.Hour).Label != p.Label {
+			t.Error("renewed once storage works: new label")
+		}
+		if _, err := st.Storage.Load(ctx, recordPrefix+p.Label); err != nil {
+			t.Errorf("the preview is not in storage once it works: %v", err)
+		}
+		if !r.Unexpose("box", 8000) || r.Live() != 0 {
+			t.Error("unexpose after storage came back")
+		}
+	})
+}
