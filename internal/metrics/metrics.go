@@ -83,7 +83,7 @@ type Engine interface {
 func Collectors(pool func() []Sandbox, previewsLive func() int) []prometheus.Collector {
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "previews_live",
-		Help: "Ports exposed by expose_port that are live now.",
+		Help: "Ports exposed by expose_port that are live now, of those this Caddy made or served.",
 	}, func() float64 { return float64(previewsLive()) })
 	return []prometheus.Collector{CleanupDeleted, live, PreviewRequests, PreviewBytes, PersonCalls, IdleStops,
 		CheckpointBytes, Agents(pool), Sandboxes(pool)}
