@@ -116,11 +116,12 @@ func (l *AuditLog) Load(ctx context.Context) error {
 	for _, e := range all {
 		l.push(e)
 	}
-	// What was read counts as merged; older chunks are not read again.
+	// What was read counts as merged; an older chunk is followed from its length at
+	// the first follow (a quiet instance's open chunk may be one).
 	l.merged = make(map[string]chunkSeen, len(keys))
 	for _, k := range keys {
 		if !l.own(k) {
-			l.merged[k] = chunkSeen{entries: auditChunk}
+			l.merged[k] = chunkSeen{entries: baseline}
 		}
 	}
 	for k, s := range read {

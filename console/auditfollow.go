@@ -19,21 +19,52 @@ import (
 // entries) is never read again. So the console of every instance shows every
 // instance's activity within about three seconds (a flush, then a follow).
 
-// chunkSeen is what a log has merged of another instance's chunk.
+// chunkSeen is what a log has merged of another instance's chunk. entries is
+// baseline for a chunk Load did not read (older than the newest Max entries): the
+// next follow reads it to learn its length, merging nothing, and follows it from there.
 type chunkSeen struct {
 	size    int64
 	entries int
 }
+
+const baseline = -1
 
 // own reports whether key is one of this instance's chunks.
 func (l *AuditLog) own(key string) bool {
 	return strings.Contains(path.Base(key), "-"+l.inst+"-")
 }
 
+// isChunk reports whether key is named as chunkKey names chunks (a storage's
+// temporary files, next to them while one is written, are not).
+func isChunk(key string) bool {
+	b := path.Base(key)
+	if len(b) != 16+1+8+1+4 || b[16] != '-' || b[25] != '-' {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if i == 16 || i == 25 {
+			continue
+		}
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // follow merges the entries other instances have written since the last call.
 func (l *AuditLog) follow(ctx context.Context) error {
+	// A listing that fails is not taken for a complete one, whatever the error: a file
+	// storage's walk meets a temporary file renamed away meanwhile as "not found",
+	// and returns what it had listed so far.
 	keys, err := l.storage.List(ctx, l.prefix, false)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) && len(keys) == 0 {
+		if _, serr := l.storage.Stat(ctx, l.prefix); errors.Is(serr, fs.ErrNotExist) {
+			return nil // nothing written yet by anyone
+		}
+	}
+	if err != nil {
 		return l.followFailed(err)
 	}
 	l.mu.Lock()
@@ -42,7 +73,7 @@ func (l *AuditLog) follow(ctx context.Context) error {
 	var added []audit.Entry
 	next := make(map[string]chunkSeen, len(keys))
 	for _, k := range keys {
-		if l.own(k) {
+		if l.own(k) || !isChunk(k) {
 			continue
 		}
 		s, ok := seen[k]
@@ -63,7 +94,7 @@ func (l *AuditLog) follow(ctx context.Context) error {
 			continue
 		}
 		es := decodeChunk(data)
-		if len(es) > s.entries {
+		if s.entries != baseline && len(es) > s.entries {
 			added = append(added, es[s.entries:]...)
 		}
 		next[k] = chunkSeen{size: int64(len(data)), entries: max(len(es), s.entries)}

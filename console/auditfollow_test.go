@@ -3,6 +3,9 @@ package console
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -106,4 +109,77 @@ type failingLister struct{ *certmagic.FileStorage }
 
 func (failingLister) List(context.Context, string, bool) ([]string, error) {
 	return nil, fmt.Errorf("storage offline")
+}
+
+// partialLister is a storage whose List, while partial is set, returns no key and an
+// error that wraps fs.ErrNotExist, as a file storage's walk does when a file is
+// renamed away under it.
+type partialLister struct {
+	*certmagic.FileStorage
+	partial bool
+}
+
+func (p *partialLister) List(ctx context.Context, prefix string, recursive bool) ([]string, error) {
+	if p.partial {
+		return nil, fmt.Errorf("walking %s: %w", prefix, fs.ErrNotExist)
+	}
+	return p.FileStorage.List(ctx, prefix, recursive)
+}
+
+// TestAuditLogFollowEdges: a listing cut short is no listing (no entry lost or merged
+// twice after it); a storage's temporary file beside the chunks is not read as one;
+// and a chunk too old for Load to read (a quiet instance's open one) is followed from
+// its length on.
+func TestAuditLogFollowEdges(t *testing.T) {
+	ctx := context.Background()
+	fsys := &certmagic.FileStorage{Path: t.TempDir()}
+	st := &partialLister{FileStorage: fsys}
+	a := NewAuditLog(fsys, "console", 3, nil)
+	t0 := time.Now().Add(-time.Hour)
+	a.Record(audit.Entry{Time: t0, Tool: "quiet-1"})
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := NewAuditLog(fsys, "console", 3, nil)
+	for i := range 3 {
+		other.Record(audit.Entry{Time: t0.Add(time.Duration(i+1) * time.Minute), Tool: fmt.Sprintf("busy-%d", i)})
+	}
+	if err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b's Load reads the newest three entries: a's chunk, older, is not read.
+	b := NewAuditLog(st, "console", 3, nil)
+	if err := b.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.follow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(b.Query(Filter{Tool: "quiet-1"})); got != 0 {
+		t.Errorf("an entry older than the newest three was merged: %d", got)
+	}
+	a.Record(audit.Entry{Time: time.Now(), Tool: "quiet-2"})
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.partial = true
+	if err := b.follow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.partial = false
+	if err := os.WriteFile(filepath.Join(fsys.Path, "console", "audit", "1234567890.tmp"), []byte(`{"time":"`+time.Now().Format(time.RFC3339Nano)+`","tool":"temporary"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.follow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := map[string]int{}
+	for _, e := range b.Query(Filter{}) {
+		count[e.Tool]++
+	}
+	if count["quiet-2"] != 1 || count["temporary"] != 0 || count["busy-2"] != 1 {
+		t.Errorf("b's entries after a cut listing, a temporary file and two follows: %v, want quiet-2 and busy-2 once, no temporary", count)
+	}
 }
