@@ -70,7 +70,7 @@ func (h *Handler) provisionWarm(base sandbox.Config) (*fleet.WarmPool, error) {
 	if len(h.Engines) > 0 {
 		eng = h.Engines[0]
 	}
-	pool, release, err := h.app.acquireWarm(eng, base, h.WarmSandboxes, h.storage)
+	pool, release, err := h.app.acquireWarm(eng, base, h.WarmSandboxes)
 	if err != nil {
 		return nil, err
 	}

@@ -229,9 +229,8 @@ func (a *App) let(key string, cfg sandbox.Config) {
 // configuration is base on the engine eng, n of them, shared with any earlier config
 // with the same settings, and the function that gives it back: the pool, and with it
 // the warm sandboxes nobody took, is removed when no config holds it any more (a
-// reload without warm_sandboxes, Caddy's stop). storage holds the pool's lease (the
-// first configuration's storage, for the life of the pool). It does no Docker I/O.
-func (a *App) acquireWarm(eng fleet.Engine, base sandbox.Config, n int, storage fleet.Storage) (*fleet.WarmPool, func() error, error) {
+// reload without warm_sandboxes, Caddy's stop). It does no Docker I/O.
+func (a *App) acquireWarm(eng fleet.Engine, base sandbox.Config, n int) (*fleet.WarmPool, func() error, error) {
 	if eng.Host == "" {
 		eng.Host = a.dockerHost()
 	}
@@ -242,7 +241,7 @@ func (a *App) acquireWarm(eng fleet.Engine, base sandbox.Config, n int, storage 
 		if err != nil {
 			return nil, err
 		}
-		return fleet.NewWarmPool(fleet.WarmOptions{Base: base, Engine: eng, Client: cli, N: n, Storage: storage, Logger: a.logger}), nil
+		return fleet.NewWarmPool(fleet.WarmOptions{Base: base, Engine: eng, Client: cli, N: n, Logger: a.logger}), nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("setting up warm sandboxes of %q: %w", base.Container, err)

@@ -35,6 +35,7 @@ type Storage interface {
 	Store(ctx context.Context, key string, value []byte) error
 	Load(ctx context.Context, key string) ([]byte, error)
 	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, path string, recursive bool) ([]string, error)
 }
 
 // Options are a fleet's settings and what it depends on.
@@ -94,7 +95,7 @@ type Fleet struct {
 	// volumes are the people's volumes as storage records them ("": none recorded,
 	// <volume>-<person>), as far as the fleet has looked (warm.go).
 	volumes  map[string]string
-	undoRoom func() // ends the warm pool's max_sandboxes check through this fleet
+	undoRoom func() // ends the warm pool's use of this fleet's max_sandboxes check and storage
 
 	bgMu     sync.Mutex
 	bgCtx    context.Context
@@ -313,7 +314,7 @@ func (f *Fleet) Start() {
 	f.startRemovedStops()
 	if f.o.Warm != nil {
 		f.bgMu.Lock()
-		f.undoRoom = f.o.Warm.setRoom(f.warmRoom)
+		f.undoRoom = f.o.Warm.use(f.warmRoom, f.o.Storage)
 		f.bgMu.Unlock()
 		f.o.Warm.Start()
 	}

@@ -170,6 +170,9 @@ func (s *failingStorage) Unlock(context.Context, string) error         { return 
 func (s *failingStorage) Store(context.Context, string, []byte) error  { return s.fail() }
 func (s *failingStorage) Load(context.Context, string) ([]byte, error) { return nil, s.fail() }
 func (s *failingStorage) Delete(context.Context, string) error         { return s.fail() }
+func (s *failingStorage) List(context.Context, string, bool) ([]string, error) {
+	return nil, s.fail()
+}
 
 // TestKubePlacement: with a kubernetes engine a person's sandbox is on it at once:
 // no placement record is read or written, no engine is probed (the API server at

@@ -48,12 +48,8 @@ type WarmOptions struct {
 	Engine Engine
 	Client sandbox.API
 	// N is how many are kept ready.
-	N int
-	// Storage, when set, holds the pool's lease (warmsweep.go), by which other
-	// processes sharing the engine tell its warm sandboxes from those of a process
-	// that ended without removing its own.
-	Storage Storage
-	Logger  *zap.Logger
+	N      int
+	Logger *zap.Logger
 }
 
 // WarmPool is the warm sandboxes of a site on one engine.
@@ -65,16 +61,19 @@ type WarmPool struct {
 	ready  []*sandbox.Sandbox
 	making *sandbox.Sandbox // the one being made
 	closed bool
-	// room reports whether max_sandboxes leaves room for one more; set by the fleet
-	// that uses the pool (the latest configuration's).
-	room atomic.Pointer[func(context.Context) bool]
+	// user is what the fleet that uses the pool (the latest configuration's) lends
+	// it: its max_sandboxes check and its storage.
+	user atomic.Pointer[warmUser]
+	last atomic.Pointer[warmUser] // the latest lent, kept once given back: Destruct drops the lease there
 
-	start  sync.Once
-	wake   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-	taken  atomic.Int64
+	start sync.Once
+	wake  chan struct{}
+	// wakeLease has the lease renewed at once (a new storage lent).
+	wakeLease chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	taken     atomic.Int64
 }
 
 // NewWarmPool makes a warm pool. It does no Docker I/O: Start begins to fill it.
@@ -89,7 +88,7 @@ func NewWarmPool(o WarmOptions) *WarmPool {
 	cfg := o.Base
 	cfg.Person, cfg.Warm = "", true
 	cfg.Engine, cfg.WarmPool = o.Engine.Name, hex.EncodeToString(id[:])
-	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), wakeLease: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // WarmConfig is the configuration of the warm sandbox id of the site whose
@@ -110,10 +109,17 @@ func isWarmName(base, name string) bool {
 	return ok && id != ""
 }
 
-// Start begins to fill the pool in the background, once; Destruct ends it.
+// Start begins to fill the pool and keep its lease in the background, once;
+// Destruct ends both.
 func (p *WarmPool) Start() {
 	p.start.Do(func() {
-		go p.fill()
+		var wg sync.WaitGroup
+		wg.Go(p.fill)
+		wg.Go(p.keepLease)
+		go func() {
+			wg.Wait()
+			close(p.done)
+		}()
 	})
 }
 
@@ -206,23 +212,42 @@ func (p *WarmPool) kick() {
 	}
 }
 
-// setRoom makes room the pool's check of max_sandboxes; it returns the function that
-// undoes it while it is still the one set.
-func (p *WarmPool) setRoom(room func(context.Context) bool) (undo func()) {
-	ptr := &room
-	p.room.Store(ptr)
+// warmUser is what a fleet lends the pool it uses.
+type warmUser struct {
+	room    func(context.Context) bool // whether max_sandboxes leaves room for one more
+	storage Storage                    // the configuration's storage (the lease's); nil for none
+}
+
+// use makes room the pool's check of max_sandboxes and storage the one its lease is
+// kept in (the configuration's: a reload's new storage, the old one being cleaned up);
+// it returns the function that undoes it while it is still the one set.
+func (p *WarmPool) use(room func(context.Context) bool, storage Storage) (undo func()) {
+	u := &warmUser{room: room, storage: storage}
+	p.user.Store(u)
+	p.last.Store(u)
 	p.kick()
-	return func() { p.room.CompareAndSwap(ptr, nil) }
+	select {
+	case p.wakeLease <- struct{}{}: // the lease goes to this storage at once
+	default:
+	}
+	return func() { p.user.CompareAndSwap(u, nil) }
 }
 
 func (p *WarmPool) hasRoom(ctx context.Context) bool {
-	room := p.room.Load()
-	return room == nil || (*room)(ctx)
+	u := p.user.Load()
+	return u == nil || u.room == nil || u.room(ctx)
+}
+
+// storage is where the pool's lease is kept now; nil while no fleet lends one.
+func (p *WarmPool) storage() Storage {
+	if u := p.user.Load(); u != nil {
+		return u.storage
+	}
+	return nil
 }
 
 // fill keeps N warm sandboxes ready, making one at a time, until Destruct.
 func (p *WarmPool) fill() {
-	defer close(p.done)
 	defer func() {
 		if v := recover(); v != nil {
 			p.o.Logger.Error("panic while making warm sandboxes", zap.Any("panic", v))
@@ -230,12 +255,8 @@ func (p *WarmPool) fill() {
 	}()
 	t := time.NewTicker(warmRetry)
 	defer t.Stop()
-	var renewed, swept time.Time
+	var swept time.Time
 	for {
-		if now := time.Now(); now.Sub(renewed) >= warmLeaseRenew {
-			p.renewLease()
-			renewed = now
-		}
 		if now := time.Now(); now.Sub(swept) >= warmSweepEvery {
 			p.sweep(p.ctx)
 			swept = now

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ const (
 // warmLease is a pool's lease: the process that holds it.
 type warmLease struct {
 	Host    string    `json:"host"`
+	Boot    string    `json:"boot,omitempty"` // the kernel's boot id (Linux): one machine, one boot
 	PID     int       `json:"pid"`
 	PIDNS   string    `json:"pidns,omitempty"` // its pid namespace (Linux), where pid means that process
 	Start   string    `json:"start,omitempty"` // the process's start time (Linux: /proc/<pid>/stat's starttime)
@@ -50,8 +52,9 @@ type warmLease struct {
 // thisProcess is the lease of the running process, Renewed aside.
 var thisProcess = func() warmLease {
 	host, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	ns, _ := os.Readlink("/proc/self/ns/pid")
-	return warmLease{Host: host, PID: os.Getpid(), PIDNS: ns, Start: procStart(os.Getpid())}
+	return warmLease{Host: host, Boot: strings.TrimSpace(string(boot)), PID: os.Getpid(), PIDNS: ns, Start: procStart(os.Getpid())}
 }()
 
 // procStart is the start time of process pid as the kernel counts it (clock ticks
@@ -79,14 +82,38 @@ func statStart(b string) string {
 }
 
 // gone reports whether the process that holds l has ended, as far as a process whose
-// own lease is me can tell at now: at once when both run on one host in one pid
-// namespace (containers on one host may share its name, each with pids of its own),
-// else when the lease has not been renewed for warmLeaseStale.
+// own lease is me can tell at now. On the same machine, boot and pid namespace (host
+// names alone are shared by cloned machines and by containers given one), at once:
+// its pid runs no process, or one that started at another time. Else, and when the
+// process cannot be looked at (a /proc that hides other users' processes), when the
+// lease has not been renewed for warmLeaseStale.
 func (l warmLease) gone(me warmLease, now time.Time) bool {
-	if l.Host != "" && l.Host == me.Host && l.PIDNS != "" && l.PIDNS == me.PIDNS && l.PID > 0 && l.Start != "" {
-		return procStart(l.PID) != l.Start
+	if l.Host == me.Host && l.Boot != "" && l.Boot == me.Boot && l.PIDNS != "" && l.PIDNS == me.PIDNS && l.PID > 0 && l.Start != "" {
+		if processGone(l.PID) {
+			return true
+		}
+		switch start := procStart(l.PID); {
+		case start == l.Start:
+			return false
+		case start != "":
+			return true // the pid is another process's now
+		}
 	}
 	return now.Sub(l.Renewed) > warmLeaseStale
+}
+
+// isPoolID reports whether s is named like a pool's id (a storage's temporary files
+// sit beside the leases while one is written).
+func isPoolID(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ID is the pool's id, the one its warm containers carry.
@@ -94,7 +121,8 @@ func (p *WarmPool) ID() string { return p.cfg.WarmPool }
 
 // renewLease writes the pool's lease to storage.
 func (p *WarmPool) renewLease() {
-	if p.o.Storage == nil {
+	st := p.storage()
+	if st == nil {
 		return
 	}
 	l := thisProcess
@@ -102,31 +130,54 @@ func (p *WarmPool) renewLease() {
 	b, _ := json.Marshal(l)
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
-	if err := p.o.Storage.Store(ctx, WarmLeasePrefix+p.ID(), b); err != nil && p.ctx.Err() == nil {
+	if err := st.Store(ctx, WarmLeasePrefix+p.ID(), b); err != nil && p.ctx.Err() == nil {
 		p.o.Logger.Warn("renewing the warm sandboxes' lease in storage; another Caddy sharing the engine may take this one's warm sandboxes for leftovers",
 			zap.String("key", WarmLeasePrefix+p.ID()), zap.Error(err))
 	}
 }
 
-// dropLease removes the pool's lease (its warm sandboxes are removed).
+// keepLease renews the pool's lease every warmLeaseRenew until Destruct, apart from
+// the making of warm sandboxes, which may take longer than that.
+func (p *WarmPool) keepLease() {
+	t := time.NewTicker(warmLeaseRenew)
+	defer t.Stop()
+	for {
+		p.renewLease()
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		case <-p.wakeLease:
+		}
+	}
+}
+
+// dropLease removes the pool's lease (its warm sandboxes are removed), from the
+// storage of the last configuration that used the pool. Another process may find a
+// lease that could not be removed: it names no container any more, and the next
+// sweep of a pool that sees it gone removes it.
 func (p *WarmPool) dropLease() {
-	if p.o.Storage == nil {
+	u := p.last.Load()
+	if u == nil || u.storage == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := p.o.Storage.Delete(ctx, WarmLeasePrefix+p.ID()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		p.o.Logger.Warn("removing the warm sandboxes' lease from storage", zap.String("key", WarmLeasePrefix+p.ID()), zap.Error(err))
+	if err := u.storage.Delete(ctx, WarmLeasePrefix+p.ID()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.o.Logger.Debug("removing the warm sandboxes' lease from storage", zap.String("key", WarmLeasePrefix+p.ID()), zap.Error(err))
 	}
 }
 
 // poolGone reports whether the pool id is gone (see gone); a lease that storage
 // cannot read is taken for a live one.
-func (p *WarmPool) poolGone(ctx context.Context, id string, now time.Time) bool {
+func (p *WarmPool) poolGone(ctx context.Context, st Storage, id string, now time.Time) bool {
 	if id == "" {
-		return true // made before pools had ids: its process has ended since
+		// Made by a version before pools had ids: its process may still run (instances
+		// upgraded one by one), so it is left alone; docs/operations.md says how to
+		// remove such leftovers by hand.
+		return false
 	}
-	b, err := p.o.Storage.Load(ctx, WarmLeasePrefix+id)
+	b, err := st.Load(ctx, WarmLeasePrefix+id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return true
 	}
@@ -144,7 +195,8 @@ func (p *WarmPool) poolGone(ctx context.Context, id string, now time.Time) bool 
 // sweep removes the warm containers (and their volumes) of the site on the pool's
 // engine that pools now gone made. It reports how many it removed.
 func (p *WarmPool) sweep(ctx context.Context) int {
-	if p.o.Storage == nil || p.o.Client == nil {
+	st := p.storage()
+	if st == nil || p.o.Client == nil {
 		return 0
 	}
 	lctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
@@ -166,7 +218,7 @@ func (p *WarmPool) sweep(ctx context.Context) int {
 		}
 		g, seen := gone[c.WarmPool]
 		if !seen {
-			g = p.poolGone(ctx, c.WarmPool, now)
+			g = p.poolGone(ctx, st, c.WarmPool, now)
 			gone[c.WarmPool] = g
 		}
 		if !g {
@@ -187,7 +239,26 @@ func (p *WarmPool) sweep(ctx context.Context) int {
 		p.o.Logger.Info("removed warm sandboxes a Caddy left behind when it ended without removing them",
 			zap.Int("removed", removed), zap.Errors("errors", errs))
 	}
+	p.dropGoneLeases(ctx, st, now)
 	return removed
+}
+
+// dropGoneLeases removes from storage the leases of pools that are gone (their
+// process was killed, or could not remove its lease): nothing renews them.
+func (p *WarmPool) dropGoneLeases(ctx context.Context, st Storage, now time.Time) {
+	keys, err := st.List(ctx, strings.TrimSuffix(WarmLeasePrefix, "/"), false)
+	if err != nil {
+		return // a listing cut short is no listing; the next sweep tries again
+	}
+	for _, k := range keys {
+		id := path.Base(k)
+		if id == p.ID() || !isPoolID(id) || !p.poolGone(ctx, st, id, now) {
+			continue
+		}
+		if err := st.Delete(ctx, k); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p.o.Logger.Debug("removing the lease of warm sandboxes gone", zap.String("key", k), zap.Error(err))
+		}
+	}
 }
 
 // discardLeft removes the warm container of cfg and, when cfg names one, its volume.

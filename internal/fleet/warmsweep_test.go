@@ -2,8 +2,11 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +17,7 @@ import (
 // on this host in this pid namespace (a pid that no longer runs, or that runs another
 // process since), else by its renewal.
 func TestWarmLeaseGone(t *testing.T) {
-	if thisProcess.Start == "" || thisProcess.PIDNS == "" {
+	if thisProcess.Start == "" || thisProcess.PIDNS == "" || thisProcess.Boot == "" {
 		t.Skip("no /proc here")
 	}
 	now := time.Now()
@@ -41,9 +44,10 @@ func TestWarmLeaseGone(t *testing.T) {
 		t.Error("a lease whose pid runs another process (another start time) is taken for live")
 	}
 	for name, l := range map[string]warmLease{
-		"another host":           {Host: me.Host + "-other", PID: me.PID, PIDNS: me.PIDNS, Start: me.Start},
-		"another pid namespace":  {Host: me.Host, PID: me.PID, PIDNS: "pid:[1]", Start: "1"},
-		"no process start known": {Host: me.Host, PID: me.PID, PIDNS: me.PIDNS},
+		"another host":           {Host: me.Host + "-other", Boot: me.Boot, PID: me.PID, PIDNS: me.PIDNS, Start: "1"},
+		"another boot":           {Host: me.Host, Boot: "another-boot", PID: me.PID, PIDNS: me.PIDNS, Start: "1"},
+		"another pid namespace":  {Host: me.Host, Boot: me.Boot, PID: me.PID, PIDNS: "pid:[1]", Start: "1"},
+		"no process start known": {Host: me.Host, Boot: me.Boot, PID: me.PID, PIDNS: me.PIDNS},
 	} {
 		l.Renewed = now.Add(-time.Minute)
 		if l.gone(me, now) {
@@ -62,30 +66,52 @@ func TestWarmLeaseGone(t *testing.T) {
 func TestWarmPoolGone(t *testing.T) {
 	ctx := context.Background()
 	st := &certmagic.FileStorage{Path: t.TempDir()}
-	live := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1, Storage: st})
+	live := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1})
+	live.use(nil, st)
 	live.renewLease()
-	p := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1, Storage: st})
+	p := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1})
 	now := time.Now()
-	if p.poolGone(ctx, live.ID(), now) {
+	if p.poolGone(ctx, st, live.ID(), now) {
 		t.Error("a live pool is taken for gone")
 	}
-	for _, id := range []string{"", "0123456789abcdef"} {
-		if !p.poolGone(ctx, id, now) {
-			t.Errorf("pool %q, with no lease, is taken for live", id)
-		}
+	if !p.poolGone(ctx, st, "0123456789abcdef", now) {
+		t.Error("a pool with no lease is taken for live")
 	}
-	if err := st.Store(ctx, WarmLeasePrefix+"feed", []byte("not a lease")); err != nil {
+	if p.poolGone(ctx, st, "", now) {
+		t.Error("a warm sandbox with no pool's id (made by an earlier version, whose process may run) is taken for gone")
+	}
+	stale := thisProcess
+	stale.Host, stale.Renewed = "elsewhere", now.Add(-time.Hour)
+	b, _ := json.Marshal(stale)
+	if err := st.Store(ctx, WarmLeasePrefix+"00000000000000aa", b); err != nil {
 		t.Fatal(err)
 	}
-	if !p.poolGone(ctx, "feed", now) {
+	if err := st.Store(ctx, WarmLeasePrefix+"00000000000000bb", []byte("not a lease")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Store(ctx, WarmLeasePrefix+"00000000000000aa.tmp1", []byte("being written")); err != nil {
+		t.Fatal(err)
+	}
+	if !p.poolGone(ctx, st, "00000000000000bb", now) {
 		t.Error("a pool whose lease is no lease is taken for live")
 	}
+	// The leases of pools gone are removed; the live one's and what is not a lease stay.
+	p.dropGoneLeases(ctx, st, now)
+	keys, err := st.List(ctx, strings.TrimSuffix(WarmLeasePrefix, "/"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	if want := []string{WarmLeasePrefix + "00000000000000aa.tmp1", WarmLeasePrefix + live.ID()}; !slices.Equal(keys, want) {
+		t.Errorf("leases after dropping those gone: %v, want %v", keys, want)
+	}
+	// A pool given back by its last configuration drops its lease there.
+	live.use(nil, st)()
 	live.dropLease()
-	if !p.poolGone(ctx, live.ID(), now) {
+	if !p.poolGone(ctx, st, live.ID(), now) {
 		t.Error("a pool whose lease was dropped is taken for live")
 	}
-	bad := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1, Storage: &failingStorage{}})
-	if bad.poolGone(ctx, live.ID(), now) {
+	if p.poolGone(ctx, &failingStorage{}, live.ID(), now) {
 		t.Error("a pool whose lease storage cannot read is taken for gone")
 	}
 }
