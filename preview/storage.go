@@ -44,15 +44,20 @@ const (
 	// 10 s after which Caddy's file storage takes over a lock left by an instance that
 	// was killed holding it.
 	storageTimeout = 15 * time.Second
+	// listTries is how many times a listing that a write disturbed is tried before it
+	// counts as failed.
+	listTries = 3
 )
 
 // Storage is what previews need of Caddy's storage (certmagic.Storage has it): keys
 // that hold bytes, listed by prefix, and locks that hold across the instances sharing
-// it. Load and List report a missing key with an error wrapping fs.ErrNotExist.
+// it. Load and List report a missing key with an error wrapping fs.ErrNotExist;
+// Exists reports whether a key, or a prefix of keys, is there.
 type Storage interface {
 	Load(ctx context.Context, key string) ([]byte, error)
 	Store(ctx context.Context, key string, value []byte) error
 	Delete(ctx context.Context, key string) error
+	Exists(ctx context.Context, key string) bool
 	List(ctx context.Context, prefix string, recursive bool) ([]string, error)
 	Lock(ctx context.Context, name string) error
 	Unlock(ctx context.Context, name string) error
@@ -280,19 +285,7 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 		started := r.now()
 		r.lmu.Unlock()
 
-		keys, err := st.List(ctx, path.Clean(recordPrefix), false)
-		if isNotExist(err) {
-			keys, err = nil, nil
-		}
-		var labels map[string]bool
-		if err == nil {
-			labels = make(map[string]bool, len(keys))
-			for _, k := range keys {
-				labels[path.Base(k)] = true
-			}
-		} else {
-			err = fmt.Errorf("listing %s: %w", recordPrefix, err)
-		}
+		labels, err := listRecords(ctx, st)
 		r.lmu.Lock()
 		r.listing = nil
 		// A failed listing counts too, so that a failing storage is not asked more
@@ -301,6 +294,38 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 		close(done)
 		r.lmu.Unlock()
 		return labels, err
+	}
+}
+
+// listRecords lists the labels of the previews in storage. Caddy's file storage writes
+// a key through a temporary file beside it, renamed into place; a listing that meets
+// one renamed away fails with fs.ErrNotExist, having found only part of the records.
+// So that error means no previews only when the prefix itself is missing; else the
+// listing is tried again, then counts as failed. (A storage may say a prefix is
+// missing when it failed to look: the re-check reads a record before it ends a
+// preview.) Keys that are not labels (those temporary files) are left out.
+func listRecords(ctx context.Context, st Storage) (map[string]bool, error) {
+	prefix := path.Clean(recordPrefix)
+	for try := 1; ; try++ {
+		keys, err := st.List(ctx, prefix, false)
+		if isNotExist(err) {
+			if !st.Exists(ctx, prefix) {
+				return map[string]bool{}, nil
+			}
+			if try < listTries && ctx.Err() == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", recordPrefix, err)
+		}
+		labels := make(map[string]bool, len(keys))
+		for _, k := range keys {
+			if l := path.Base(k); validLabel(l) {
+				labels[l] = true
+			}
+		}
+		return labels, nil
 	}
 }
 
@@ -314,25 +339,49 @@ func (r *Registry) armRecheckLocked() {
 
 // recheckStored ends the previews held here whose records are gone from storage
 // (unexposed through another instance), and comes back in recheckEvery while any are
-// held. A preview storage gained after the listing started is left alone; when
-// storage fails, the process's view stands.
+// held. A preview the listing does not show is read before it ends: a listing may
+// miss a record (a storage whose listings lag its writes), a failed read may not. A
+// preview storage gained after the listing started is left alone; when storage
+// fails, the process's view stands.
 func (r *Registry) recheckStored() {
 	r.mu.Lock()
 	st := r.st
 	r.mu.Unlock()
 	started := r.now()
 	var labels map[string]bool
-	var err error
+	ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+	defer cancel()
 	if st != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+		var err error
 		labels, err = r.listLabels(ctx, st, started)
-		cancel()
 		if err != nil {
 			r.failed("checking previews against storage", err)
 		} else {
 			r.succeeded()
 		}
 	}
+	var unlisted []string
+	r.mu.Lock()
+	for l, e := range r.byLabel {
+		if labels != nil && !e.stored.IsZero() && e.stored.Before(started) && !labels[l] {
+			unlisted = append(unlisted, l)
+		}
+	}
+	r.mu.Unlock()
+	gone := map[string]bool{}
+	found := map[string]record{}
+	for _, l := range unlisted {
+		rec, err := loadRecord(ctx, st, l)
+		switch {
+		case isNotExist(err):
+			gone[l] = true
+		case err != nil:
+			r.failed("checking a preview against storage", err)
+		default:
+			found[l] = rec
+		}
+	}
+
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.recheck = nil
@@ -341,9 +390,12 @@ func (r *Registry) recheckStored() {
 		if e.stored.IsZero() {
 			continue
 		}
-		if labels != nil && e.stored.Before(started) && !labels[l] {
+		if gone[l] && e.stored.Before(started) {
 			r.end(l, e)
 			continue
+		}
+		if rec, ok := found[l]; ok {
+			r.holdLocked(l, rec, started)
 		}
 		again = true
 	}

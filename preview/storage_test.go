@@ -21,24 +21,59 @@ type countingStorage struct {
 	certmagic.Storage
 	loads, lists atomic.Int64
 	broken       atomic.Bool
+	// partial makes a listing fail with fs.ErrNotExist having found nothing, as
+	// FileStorage's does when a write renames its temporary file away during the
+	// walk; hidden makes listings leave the records out without an error, as a
+	// storage whose listings lag its writes may.
+	partial, hidden atomic.Bool
+	// listGate and loadGate, when set, hold every List or Load until closed.
+	listGate, loadGate atomic.Pointer[chan struct{}]
+	mu                 sync.Mutex
+	loaded             map[string]int // reads per key
 }
 
 var errBroken = errors.New("storage unreachable")
 
 func (s *countingStorage) Load(ctx context.Context, key string) ([]byte, error) {
 	s.loads.Add(1)
+	s.mu.Lock()
+	if s.loaded == nil {
+		s.loaded = map[string]int{}
+	}
+	s.loaded[key]++
+	s.mu.Unlock()
+	if g := s.loadGate.Load(); g != nil {
+		<-*g
+	}
 	if s.broken.Load() {
 		return nil, errBroken
 	}
 	return s.Storage.Load(ctx, key)
 }
 
+// reads is how many times key was read.
+func (s *countingStorage) reads(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loaded[key]
+}
+
 func (s *countingStorage) List(ctx context.Context, prefix string, recursive bool) ([]string, error) {
 	s.lists.Add(1)
+	if g := s.listGate.Load(); g != nil {
+		<-*g
+	}
 	if s.broken.Load() {
 		return nil, errBroken
 	}
-	return s.Storage.List(ctx, prefix, recursive)
+	keys, err := s.Storage.List(ctx, prefix, recursive)
+	if err == nil && s.partial.Load() {
+		return nil, &fs.PathError{Op: "lstat", Path: prefix + "/2719512373", Err: fs.ErrNotExist}
+	}
+	if err == nil && s.hidden.Load() {
+		return nil, nil
+	}
+	return keys, err
 }
 
 func (s *countingStorage) Store(ctx context.Context, key string, value []byte) error {
@@ -60,9 +95,11 @@ func (s *countingStorage) Lock(ctx context.Context, name string) error {
 // gone and return, as the bubble requires.
 func inBubble(t *testing.T, f func(t *testing.T)) {
 	synctest.Test(t, func(t *testing.T) {
+		defer func() { // after a failed test too
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+		}()
 		f(t)
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
 	})
 }
 
@@ -284,6 +321,55 @@ func TestStorageFailureFallsBack(t *testing.T) {
 		}
 		if !r.Unexpose("box", 8000) || r.Live() != 0 {
 			t.Error("unexpose after storage came back")
+		}
+	})
+}
+
+// A listing that fails having found part of storage (a write renamed its temporary
+// file away under it) or that leaves a record out ends nothing: only a record that
+// reading it shows gone does. A storage with no previews at all is no failure.
+func TestIncompleteListingEndsNothing(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		core, logs := observer.New(zap.WarnLevel)
+		a, b, bst := twoInstances(t)
+		b.UseStorage(bst, zap.New(core))
+		p := a.Expose("box", "localhost", 8000, time.Hour)
+		held, ok := b.Lookup(ctx, p.Label)
+		if !ok {
+			t.Fatal("B does not find A's preview")
+		}
+		bst.partial.Store(true)
+		time.Sleep(3 * recheckEvery)
+		bst.partial.Store(false)
+		bst.hidden.Store(true)
+		time.Sleep(3 * recheckEvery)
+		select {
+		case <-held.Done():
+			t.Fatal("B ended a live preview its listing missed")
+		default:
+		}
+		if _, ok := b.Lookup(ctx, p.Label); !ok || b.Live() != 1 {
+			t.Error("B no longer serves the live preview its listing missed")
+		}
+		if logs.Len() == 0 {
+			t.Error("the failed listing is not counted as a storage failure")
+		}
+
+		// Unexposed through A while B's listings still leave it out: reading the
+		// record tells B.
+		a.Unexpose("box", 8000)
+		select {
+		case <-held.Done():
+		case <-time.After(recheckEvery + listEvery + time.Second):
+			t.Fatal("B's preview still open after it was unexposed")
+		}
+
+		core, logs = observer.New(zap.WarnLevel)
+		r := NewRegistry()
+		r.UseStorage(&certmagic.FileStorage{Path: t.TempDir()}, zap.New(core))
+		if _, ok := r.Lookup(ctx, newLabel()); ok || logs.Len() != 0 {
+			t.Errorf("a storage with no previews: found %v, logged %v", ok, logs.All())
 		}
 	})
 }
