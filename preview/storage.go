@@ -285,7 +285,10 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 		started := r.now()
 		r.lmu.Unlock()
 
-		labels, err := listRecords(ctx, st)
+		// Whoever waits for it is served, though the request that started it ends.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storageTimeout)
+		labels, err := listRecords(lctx, st)
+		cancel()
 		r.lmu.Lock()
 		r.listing = nil
 		// A failed listing counts too, so that a failing storage is not asked more

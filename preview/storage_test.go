@@ -373,3 +373,30 @@ func TestIncompleteListingEndsNothing(t *testing.T) {
 		}
 	})
 }
+
+// A lookup whose request is cancelled while the listing it started is under way
+// fails alone: another lookup waiting for the same listing is answered.
+func TestCancelledLookupSharesItsListing(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Hour)
+		gate := make(chan struct{})
+		bst.listGate.Store(&gate)
+		first, cancel := context.WithCancel(context.Background())
+		go b.Lookup(first, newLabel())
+		synctest.Wait() // its listing is under way
+		found := make(chan bool, 1)
+		go func() {
+			_, ok := b.Lookup(context.Background(), p.Label)
+			found <- ok
+		}()
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		bst.listGate.Store(nil)
+		close(gate)
+		if !<-found {
+			t.Error("a lookup failed with the request that started the listing it waited for")
+		}
+	})
+}
