@@ -212,7 +212,9 @@ func (r *Registry) expire(label string) {
 		r.mu.Unlock()
 		return
 	}
-	r.prune(now)
+	if r.byLabel[label] == e && !now.Before(e.Expires) {
+		r.end(label, e)
+	}
 	if err != nil && !isNotExist(err) {
 		delete(r.ended, label) // storage, once it answers, may know it renewed
 	}
@@ -341,9 +343,12 @@ func (r *Registry) AllowsHost(ctx context.Context, name string) bool {
 	return ok && p.Domain == domain
 }
 
+// prune ends the previews whose time is up, but those kept in storage: another
+// instance may have renewed one, and expire reads storage before it ends it. The
+// caller holds mu.
 func (r *Registry) prune(now time.Time) {
 	for l, e := range r.byLabel {
-		if !now.Before(e.Expires) {
+		if !now.Before(e.Expires) && (e.stored.IsZero() || r.st == nil) {
 			r.end(l, e)
 		}
 	}

@@ -400,3 +400,38 @@ func TestCancelledLookupSharesItsListing(t *testing.T) {
 		}
 	})
 }
+
+// A preview renewed through A stays on B when B's own expiry for it passes: what
+// else looks at B's previews meanwhile (the gauge, a listing) leaves it to B's read
+// of its record, which shows the renewal.
+func TestRenewalElsewhereOutlivesLocalExpiry(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Minute)
+		held, ok := b.Lookup(ctx, p.Label)
+		if !ok {
+			t.Fatal("B does not find A's preview")
+		}
+		time.Sleep(30 * time.Second)
+		a.Expose("box", "localhost", 8000, time.Minute) // until 1m30s
+		gate := make(chan struct{})
+		bst.loadGate.Store(&gate)
+		time.Sleep(31 * time.Second) // B's expiry passed; B reads the record
+		synctest.Wait()
+		b.Live()
+		go b.List("box")
+		synctest.Wait()
+		bst.loadGate.Store(nil)
+		close(gate)
+		synctest.Wait()
+		select {
+		case <-held.Done():
+			t.Fatal("B ended the preview renewed through A")
+		default:
+		}
+		if got, ok := b.Lookup(ctx, p.Label); !ok || !got.Expires.After(p.Expires) || b.Live() != 1 {
+			t.Errorf("B after A's renewal: %+v %v, %d live", got, ok, b.Live())
+		}
+	})
+}
