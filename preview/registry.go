@@ -106,6 +106,11 @@ type Registry struct {
 	labels  map[string]bool // what it found
 	listErr error           // or how it failed
 	listing chan struct{}   // closed when the listing under way ends; nil when none
+
+	// Sweeps of the expired records in storage (see sweep).
+	swept    time.Time            // when the latest ended; first, when storage was first used
+	sweeping bool                 // one is under way
+	seen     map[string]time.Time // when to read again the records of labels read
 }
 
 // NewRegistry returns an empty registry.
@@ -221,7 +226,7 @@ func (r *Registry) expire(label string) {
 	r.mu.Unlock()
 	if err == nil {
 		// Gone for good: take its record and the owner's note of it out of storage.
-		if _, err := r.removeStored(ctx, st, rec.Owner, func(indexed) bool { return false }); err != nil {
+		if err := r.removeExpired(ctx, st, rec.Owner, label); err != nil {
 			r.failed("removing an expired preview from storage", err)
 		}
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +29,8 @@ type countingStorage struct {
 	// walk; hidden makes listings leave the records out without an error, as a
 	// storage whose listings lag its writes may.
 	partial, hidden atomic.Bool
+	// failIndex makes writes of an owner's previews fail.
+	failIndex atomic.Bool
 	// listGate and loadGate, when set, hold every List or Load until closed.
 	listGate, loadGate atomic.Pointer[chan struct{}]
 	mu                 sync.Mutex
@@ -77,7 +82,7 @@ func (s *countingStorage) List(ctx context.Context, prefix string, recursive boo
 }
 
 func (s *countingStorage) Store(ctx context.Context, key string, value []byte) error {
-	if s.broken.Load() {
+	if s.broken.Load() || s.failIndex.Load() && strings.HasPrefix(key, ownerPrefix) {
 		return errBroken
 	}
 	return s.Storage.Store(ctx, key, value)
@@ -432,6 +437,67 @@ func TestRenewalElsewhereOutlivesLocalExpiry(t *testing.T) {
 		}
 		if got, ok := b.Lookup(ctx, p.Label); !ok || !got.Expires.After(p.Expires) || b.Live() != 1 {
 			t.Errorf("B after A's renewal: %+v %v, %d live", got, ok, b.Live())
+		}
+	})
+}
+
+// A preview whose owner's list could not be written leaves no record behind: it
+// opens on the instance that made it only.
+func TestFailedIndexWriteLeavesNoRecord(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, b, bst := twoInstances(t)
+		bst.failIndex.Store(true)
+		p := b.Expose("box", "localhost", 8000, time.Hour)
+		if _, ok := b.Lookup(ctx, p.Label); !ok {
+			t.Fatal("the preview does not open on the instance that made it")
+		}
+		if keys, err := bst.Storage.List(ctx, recordPrefix, false); len(keys) != 0 {
+			t.Errorf("records in storage that no owner's list names: %v %v", keys, err)
+		}
+	})
+}
+
+// Records nobody holds any more (the instance that made them is gone, their owner
+// exposes nothing again) leave storage once expired, when another instance lists the
+// labels: it reads each record it does not hold once per expiry, and no file that is
+// not a record (a write's temporary file).
+func TestExpiredRecordsLeaveStorage(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		c := NewRegistry()
+		c.UseStorage(bst.Storage, nil)
+		gone := a.Expose("box", "localhost", 8000, time.Minute)
+		a.UseStorage(nil, nil) // A is gone: storage hears no more of it
+		live := c.Expose("other", "localhost", 8000, time.Hour)
+		tmp := filepath.Join(bst.Storage.(*certmagic.FileStorage).Path, "mcp_sandbox", "previews", "3141592653")
+		if err := os.WriteFile(tmp, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		for range 5 { // B lists the labels now and then for five minutes
+			time.Sleep(time.Minute)
+			b.Lookup(ctx, newLabel())
+			synctest.Wait()
+		}
+		if _, err := bst.Storage.Load(ctx, recordPrefix+gone.Label); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the expired record is still in storage: %v", err)
+		}
+		if _, err := bst.Storage.Load(ctx, ownerKey("box")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the expired preview's owner list is still in storage: %v", err)
+		}
+		if _, err := bst.Storage.Load(ctx, recordPrefix+live.Label); err != nil {
+			t.Errorf("the live record is gone: %v", err)
+		}
+		if n := bst.reads(recordPrefix + live.Label); n != 1 {
+			t.Errorf("B read the live record %d times, want once", n)
+		}
+		if n := bst.reads(recordPrefix + "3141592653"); n != 0 {
+			t.Errorf("B read the temporary file %d times", n)
+		}
+		if _, ok := c.Lookup(ctx, live.Label); !ok {
+			t.Error("the live preview is gone")
 		}
 	})
 }
