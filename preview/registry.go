@@ -106,6 +106,11 @@ type Registry struct {
 	labels  map[string]bool // what it found
 	listErr error           // or how it failed
 	listing chan struct{}   // closed when the listing under way ends; nil when none
+
+	// Sweeps of the expired records in storage (see sweep).
+	swept    time.Time            // when the latest ended; first, when storage was first used
+	sweeping bool                 // one is under way
+	seen     map[string]time.Time // when to read again the records of labels read
 }
 
 // NewRegistry returns an empty registry.
@@ -212,14 +217,16 @@ func (r *Registry) expire(label string) {
 		r.mu.Unlock()
 		return
 	}
-	r.prune(now)
+	if r.byLabel[label] == e && !now.Before(e.Expires) {
+		r.end(label, e)
+	}
 	if err != nil && !isNotExist(err) {
 		delete(r.ended, label) // storage, once it answers, may know it renewed
 	}
 	r.mu.Unlock()
 	if err == nil {
 		// Gone for good: take its record and the owner's note of it out of storage.
-		if _, err := r.removeStored(ctx, st, rec.Owner, func(indexed) bool { return false }); err != nil {
+		if err := r.removeExpired(ctx, st, rec.Owner, label); err != nil {
 			r.failed("removing an expired preview from storage", err)
 		}
 	}
@@ -341,9 +348,12 @@ func (r *Registry) AllowsHost(ctx context.Context, name string) bool {
 	return ok && p.Domain == domain
 }
 
+// prune ends the previews whose time is up, but those kept in storage: another
+// instance may have renewed one, and expire reads storage before it ends it. The
+// caller holds mu.
 func (r *Registry) prune(now time.Time) {
 	for l, e := range r.byLabel {
-		if !now.Before(e.Expires) {
+		if !now.Before(e.Expires) && (e.stored.IsZero() || r.st == nil) {
 			r.end(l, e)
 		}
 	}

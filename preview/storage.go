@@ -28,6 +28,12 @@ import (
 // recheckEvery while it holds any: a preview whose record is gone (unexposed through
 // another instance) ends here then, with its open streams. At its expiry it reads the
 // record, which another instance may have renewed.
+//
+// A record nobody holds any more (its owner never exposes again, every instance that
+// served it restarted, or the owner's list was not written) would stay in every
+// listing: at most once per sweepEvery, an instance that lists the labels reads the
+// records it does not hold and has not read since their expiry, and removes the
+// expired ones.
 const (
 	recordPrefix = "mcp_sandbox/previews/"
 	ownerPrefix  = "mcp_sandbox/preview_owners/"
@@ -44,15 +50,30 @@ const (
 	// 10 s after which Caddy's file storage takes over a lock left by an instance that
 	// was killed holding it.
 	storageTimeout = 15 * time.Second
+	// listTries is how many times a listing that a write disturbed is tried before it
+	// counts as failed.
+	listTries = 3
+	// sweepEvery is the most often an instance looks for expired records, and how
+	// long after it starts using storage it first does; sweepReads bounds the
+	// records one sweep reads, and a damaged record is read again after
+	// damagedAgain.
+	sweepEvery   = time.Minute
+	sweepReads   = 100
+	damagedAgain = time.Hour
 )
+
+// errDamaged is what reading a record that is not one returns.
+var errDamaged = errors.New("damaged")
 
 // Storage is what previews need of Caddy's storage (certmagic.Storage has it): keys
 // that hold bytes, listed by prefix, and locks that hold across the instances sharing
-// it. Load and List report a missing key with an error wrapping fs.ErrNotExist.
+// it. Load and List report a missing key with an error wrapping fs.ErrNotExist;
+// Exists reports whether a key, or a prefix of keys, is there.
 type Storage interface {
 	Load(ctx context.Context, key string) ([]byte, error)
 	Store(ctx context.Context, key string, value []byte) error
 	Delete(ctx context.Context, key string) error
+	Exists(ctx context.Context, key string) bool
 	List(ctx context.Context, prefix string, recursive bool) ([]string, error)
 	Lock(ctx context.Context, name string) error
 	Unlock(ctx context.Context, name string) error
@@ -99,6 +120,9 @@ func (r *Registry) UseStorage(st Storage, log *zap.Logger) {
 	r.mu.Unlock()
 	r.lmu.Lock()
 	r.listed, r.labels, r.listErr = time.Time{}, nil, nil
+	if r.swept.IsZero() {
+		r.swept = r.now()
+	}
 	r.lmu.Unlock()
 }
 
@@ -134,7 +158,8 @@ func (r *Registry) exposeStored(ctx context.Context, st Storage, owner, domain s
 		}
 		kept = append(kept, p)
 	}
-	if label == "" {
+	added := label == ""
+	if added {
 		label = r.heldLabel(owner, domain, port) // made while storage failed
 		if label == "" {
 			label = newLabel()
@@ -147,6 +172,15 @@ func (r *Registry) exposeStored(ctx context.Context, st Storage, owner, domain s
 		return Preview{}, fmt.Errorf("storing preview %s: %w", label, err)
 	}
 	if err := storeIndex(ctx, st, key, kept); err != nil {
+		if added {
+			// A new record the owner's list does not name: nothing would remove it
+			// but a sweep, after its expiry.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storageTimeout)
+			defer cancel()
+			if err := st.Delete(dctx, recordPrefix+label); err != nil && !isNotExist(err) {
+				r.log.Load().Warn("removing a preview whose owner's list was not written", zap.Error(err))
+			}
+		}
 		return Preview{}, err
 	}
 	for _, l := range gone {
@@ -182,6 +216,39 @@ func (r *Registry) removeStored(ctx context.Context, st Storage, owner string, m
 		return false, fmt.Errorf("locking %s: %w", key, err)
 	}
 	defer r.unlock(ctx, st, key)
+	return r.removeStoredLocked(ctx, st, key, match)
+}
+
+// removeExpired takes out of storage, under the lock of owner's previews, the
+// owner's expired previews and the record of label when it has expired, whether or
+// not the owner's list names it. Read under the lock, the record shows any renewal.
+func (r *Registry) removeExpired(ctx context.Context, st Storage, owner, label string) error {
+	key := ownerKey(owner)
+	if err := st.Lock(ctx, key); err != nil {
+		return fmt.Errorf("locking %s: %w", key, err)
+	}
+	defer r.unlock(ctx, st, key)
+	if _, err := r.removeStoredLocked(ctx, st, key, func(indexed) bool { return false }); err != nil {
+		return err
+	}
+	rec, err := loadRecord(ctx, st, label)
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r.now().Before(rec.Expires) || rec.Owner != owner {
+		return nil
+	}
+	if err := st.Delete(ctx, recordPrefix+label); err != nil && !isNotExist(err) {
+		return fmt.Errorf("removing preview %s: %w", label, err)
+	}
+	return nil
+}
+
+// removeStoredLocked is removeStored for the caller that holds the lock of key.
+func (r *Registry) removeStoredLocked(ctx context.Context, st Storage, key string, match func(indexed) bool) (bool, error) {
 	idx, err := loadIndex(ctx, st, key)
 	if err != nil {
 		return false, err
@@ -280,27 +347,55 @@ func (r *Registry) listLabels(ctx context.Context, st Storage, since time.Time) 
 		started := r.now()
 		r.lmu.Unlock()
 
-		keys, err := st.List(ctx, path.Clean(recordPrefix), false)
-		if isNotExist(err) {
-			keys, err = nil, nil
-		}
-		var labels map[string]bool
-		if err == nil {
-			labels = make(map[string]bool, len(keys))
-			for _, k := range keys {
-				labels[path.Base(k)] = true
-			}
-		} else {
-			err = fmt.Errorf("listing %s: %w", recordPrefix, err)
-		}
+		// Whoever waits for it is served, though the request that started it ends.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storageTimeout)
+		labels, err := listRecords(lctx, st)
+		cancel()
 		r.lmu.Lock()
 		r.listing = nil
 		// A failed listing counts too, so that a failing storage is not asked more
 		// often than a working one.
 		r.listed, r.labels, r.listErr = started, labels, err
+		sweep := err == nil && !r.sweeping && !r.now().Before(r.swept.Add(sweepEvery))
+		r.sweeping = r.sweeping || sweep
 		close(done)
 		r.lmu.Unlock()
+		if sweep {
+			go r.sweep(st, labels)
+		}
 		return labels, err
+	}
+}
+
+// listRecords lists the labels of the previews in storage. Caddy's file storage writes
+// a key through a temporary file beside it, renamed into place; a listing that meets
+// one renamed away fails with fs.ErrNotExist, having found only part of the records.
+// So that error means no previews only when the prefix itself is missing; else the
+// listing is tried again, then counts as failed. (A storage may say a prefix is
+// missing when it failed to look: the re-check reads a record before it ends a
+// preview.) Keys that are not labels (those temporary files) are left out.
+func listRecords(ctx context.Context, st Storage) (map[string]bool, error) {
+	prefix := path.Clean(recordPrefix)
+	for try := 1; ; try++ {
+		keys, err := st.List(ctx, prefix, false)
+		if isNotExist(err) {
+			if !st.Exists(ctx, prefix) {
+				return map[string]bool{}, nil
+			}
+			if try < listTries && ctx.Err() == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", recordPrefix, err)
+		}
+		labels := make(map[string]bool, len(keys))
+		for _, k := range keys {
+			if l := path.Base(k); validLabel(l) {
+				labels[l] = true
+			}
+		}
+		return labels, nil
 	}
 }
 
@@ -314,25 +409,49 @@ func (r *Registry) armRecheckLocked() {
 
 // recheckStored ends the previews held here whose records are gone from storage
 // (unexposed through another instance), and comes back in recheckEvery while any are
-// held. A preview storage gained after the listing started is left alone; when
-// storage fails, the process's view stands.
+// held. A preview the listing does not show is read before it ends: a listing may
+// miss a record (a storage whose listings lag its writes), a failed read may not. A
+// preview storage gained after the listing started is left alone; when storage
+// fails, the process's view stands.
 func (r *Registry) recheckStored() {
 	r.mu.Lock()
 	st := r.st
 	r.mu.Unlock()
 	started := r.now()
 	var labels map[string]bool
-	var err error
+	ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+	defer cancel()
 	if st != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+		var err error
 		labels, err = r.listLabels(ctx, st, started)
-		cancel()
 		if err != nil {
 			r.failed("checking previews against storage", err)
 		} else {
 			r.succeeded()
 		}
 	}
+	var unlisted []string
+	r.mu.Lock()
+	for l, e := range r.byLabel {
+		if labels != nil && !e.stored.IsZero() && e.stored.Before(started) && !labels[l] {
+			unlisted = append(unlisted, l)
+		}
+	}
+	r.mu.Unlock()
+	gone := map[string]bool{}
+	found := map[string]record{}
+	for _, l := range unlisted {
+		rec, err := loadRecord(ctx, st, l)
+		switch {
+		case isNotExist(err):
+			gone[l] = true
+		case err != nil:
+			r.failed("checking a preview against storage", err)
+		default:
+			found[l] = rec
+		}
+	}
+
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.recheck = nil
@@ -341,15 +460,82 @@ func (r *Registry) recheckStored() {
 		if e.stored.IsZero() {
 			continue
 		}
-		if labels != nil && e.stored.Before(started) && !labels[l] {
+		if gone[l] && e.stored.Before(started) {
 			r.end(l, e)
 			continue
+		}
+		if rec, ok := found[l]; ok {
+			r.holdLocked(l, rec, started)
 		}
 		again = true
 	}
 	if again {
 		r.armRecheckLocked()
 	}
+}
+
+// sweep removes from storage the expired records among labels, a listing's: those
+// this process does not hold (it holds a preview until expire has read its record)
+// and has not read since their expiry, at most sweepReads of them.
+func (r *Registry) sweep(st Storage, labels map[string]bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), storageTimeout)
+	defer cancel()
+	now := r.now()
+	r.mu.Lock()
+	var due []string
+	for l := range labels {
+		if r.byLabel[l] == nil {
+			due = append(due, l)
+		}
+	}
+	r.mu.Unlock()
+	r.lmu.Lock()
+	for l := range r.seen {
+		if !labels[l] {
+			delete(r.seen, l)
+		}
+	}
+	if r.seen == nil {
+		r.seen = make(map[string]time.Time)
+	}
+	n := 0
+	for _, l := range due {
+		if n < sweepReads && !now.Before(r.seen[l]) {
+			due[n] = l
+			n++
+		}
+	}
+	due = due[:n]
+	r.lmu.Unlock()
+
+	read := make(map[string]time.Time, len(due))
+	var err error
+	for _, l := range due {
+		var rec record
+		rec, err = loadRecord(ctx, st, l)
+		switch {
+		case isNotExist(err):
+			err = nil
+		case errors.Is(err, errDamaged):
+			// Its owner is unknown, so its lock is too: left for a person to look at.
+			read[l], err = r.now().Add(damagedAgain), nil
+		case err != nil:
+		case r.now().Before(rec.Expires):
+			read[l] = rec.Expires
+		default:
+			err = r.removeExpired(ctx, st, rec.Owner, l)
+		}
+		if err != nil {
+			r.failed("removing expired previews from storage", err)
+			break
+		}
+	}
+	r.lmu.Lock()
+	defer r.lmu.Unlock()
+	for l, t := range read {
+		r.seen[l] = t
+	}
+	r.sweeping, r.swept = false, r.now()
 }
 
 func loadRecord(ctx context.Context, st Storage, label string) (record, error) {
@@ -359,7 +545,7 @@ func loadRecord(ctx context.Context, st Storage, label string) (record, error) {
 		return rec, err
 	}
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Port <= 0 || rec.Domain == "" {
-		return rec, fmt.Errorf("preview %s in storage is damaged: %v", label, err)
+		return rec, fmt.Errorf("preview %s in storage is %w", label, errDamaged)
 	}
 	return rec, nil
 }

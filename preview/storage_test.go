@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,28 +24,65 @@ type countingStorage struct {
 	certmagic.Storage
 	loads, lists atomic.Int64
 	broken       atomic.Bool
+	// partial makes a listing fail with fs.ErrNotExist having found nothing, as
+	// FileStorage's does when a write renames its temporary file away during the
+	// walk; hidden makes listings leave the records out without an error, as a
+	// storage whose listings lag its writes may.
+	partial, hidden atomic.Bool
+	// failIndex makes writes of an owner's previews fail.
+	failIndex atomic.Bool
+	// listGate and loadGate, when set, hold every List or Load until closed.
+	listGate, loadGate atomic.Pointer[chan struct{}]
+	mu                 sync.Mutex
+	loaded             map[string]int // reads per key
 }
 
 var errBroken = errors.New("storage unreachable")
 
 func (s *countingStorage) Load(ctx context.Context, key string) ([]byte, error) {
 	s.loads.Add(1)
+	s.mu.Lock()
+	if s.loaded == nil {
+		s.loaded = map[string]int{}
+	}
+	s.loaded[key]++
+	s.mu.Unlock()
+	if g := s.loadGate.Load(); g != nil {
+		<-*g
+	}
 	if s.broken.Load() {
 		return nil, errBroken
 	}
 	return s.Storage.Load(ctx, key)
 }
 
+// reads is how many times key was read.
+func (s *countingStorage) reads(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loaded[key]
+}
+
 func (s *countingStorage) List(ctx context.Context, prefix string, recursive bool) ([]string, error) {
 	s.lists.Add(1)
+	if g := s.listGate.Load(); g != nil {
+		<-*g
+	}
 	if s.broken.Load() {
 		return nil, errBroken
 	}
-	return s.Storage.List(ctx, prefix, recursive)
+	keys, err := s.Storage.List(ctx, prefix, recursive)
+	if err == nil && s.partial.Load() {
+		return nil, &fs.PathError{Op: "lstat", Path: prefix + "/2719512373", Err: fs.ErrNotExist}
+	}
+	if err == nil && s.hidden.Load() {
+		return nil, nil
+	}
+	return keys, err
 }
 
 func (s *countingStorage) Store(ctx context.Context, key string, value []byte) error {
-	if s.broken.Load() {
+	if s.broken.Load() || s.failIndex.Load() && strings.HasPrefix(key, ownerPrefix) {
 		return errBroken
 	}
 	return s.Storage.Store(ctx, key, value)
@@ -60,9 +100,11 @@ func (s *countingStorage) Lock(ctx context.Context, name string) error {
 // gone and return, as the bubble requires.
 func inBubble(t *testing.T, f func(t *testing.T)) {
 	synctest.Test(t, func(t *testing.T) {
+		defer func() { // after a failed test too
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+		}()
 		f(t)
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
 	})
 }
 
@@ -284,6 +326,178 @@ func TestStorageFailureFallsBack(t *testing.T) {
 		}
 		if !r.Unexpose("box", 8000) || r.Live() != 0 {
 			t.Error("unexpose after storage came back")
+		}
+	})
+}
+
+// A listing that fails having found part of storage (a write renamed its temporary
+// file away under it) or that leaves a record out ends nothing: only a record that
+// reading it shows gone does. A storage with no previews at all is no failure.
+func TestIncompleteListingEndsNothing(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		core, logs := observer.New(zap.WarnLevel)
+		a, b, bst := twoInstances(t)
+		b.UseStorage(bst, zap.New(core))
+		p := a.Expose("box", "localhost", 8000, time.Hour)
+		held, ok := b.Lookup(ctx, p.Label)
+		if !ok {
+			t.Fatal("B does not find A's preview")
+		}
+		bst.partial.Store(true)
+		time.Sleep(3 * recheckEvery)
+		bst.partial.Store(false)
+		bst.hidden.Store(true)
+		time.Sleep(3 * recheckEvery)
+		select {
+		case <-held.Done():
+			t.Fatal("B ended a live preview its listing missed")
+		default:
+		}
+		if _, ok := b.Lookup(ctx, p.Label); !ok || b.Live() != 1 {
+			t.Error("B no longer serves the live preview its listing missed")
+		}
+		if logs.Len() == 0 {
+			t.Error("the failed listing is not counted as a storage failure")
+		}
+
+		// Unexposed through A while B's listings still leave it out: reading the
+		// record tells B.
+		a.Unexpose("box", 8000)
+		select {
+		case <-held.Done():
+		case <-time.After(recheckEvery + listEvery + time.Second):
+			t.Fatal("B's preview still open after it was unexposed")
+		}
+
+		core, logs = observer.New(zap.WarnLevel)
+		r := NewRegistry()
+		r.UseStorage(&certmagic.FileStorage{Path: t.TempDir()}, zap.New(core))
+		if _, ok := r.Lookup(ctx, newLabel()); ok || logs.Len() != 0 {
+			t.Errorf("a storage with no previews: found %v, logged %v", ok, logs.All())
+		}
+	})
+}
+
+// A lookup whose request is cancelled while the listing it started is under way
+// fails alone: another lookup waiting for the same listing is answered.
+func TestCancelledLookupSharesItsListing(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Hour)
+		gate := make(chan struct{})
+		bst.listGate.Store(&gate)
+		first, cancel := context.WithCancel(context.Background())
+		go b.Lookup(first, newLabel())
+		synctest.Wait() // its listing is under way
+		found := make(chan bool, 1)
+		go func() {
+			_, ok := b.Lookup(context.Background(), p.Label)
+			found <- ok
+		}()
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		bst.listGate.Store(nil)
+		close(gate)
+		if !<-found {
+			t.Error("a lookup failed with the request that started the listing it waited for")
+		}
+	})
+}
+
+// A preview renewed through A stays on B when B's own expiry for it passes: what
+// else looks at B's previews meanwhile (the gauge, a listing) leaves it to B's read
+// of its record, which shows the renewal.
+func TestRenewalElsewhereOutlivesLocalExpiry(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		p := a.Expose("box", "localhost", 8000, time.Minute)
+		held, ok := b.Lookup(ctx, p.Label)
+		if !ok {
+			t.Fatal("B does not find A's preview")
+		}
+		time.Sleep(30 * time.Second)
+		a.Expose("box", "localhost", 8000, time.Minute) // until 1m30s
+		gate := make(chan struct{})
+		bst.loadGate.Store(&gate)
+		time.Sleep(31 * time.Second) // B's expiry passed; B reads the record
+		synctest.Wait()
+		b.Live()
+		go b.List("box")
+		synctest.Wait()
+		bst.loadGate.Store(nil)
+		close(gate)
+		synctest.Wait()
+		select {
+		case <-held.Done():
+			t.Fatal("B ended the preview renewed through A")
+		default:
+		}
+		if got, ok := b.Lookup(ctx, p.Label); !ok || !got.Expires.After(p.Expires) || b.Live() != 1 {
+			t.Errorf("B after A's renewal: %+v %v, %d live", got, ok, b.Live())
+		}
+	})
+}
+
+// A preview whose owner's list could not be written leaves no record behind: it
+// opens on the instance that made it only.
+func TestFailedIndexWriteLeavesNoRecord(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, b, bst := twoInstances(t)
+		bst.failIndex.Store(true)
+		p := b.Expose("box", "localhost", 8000, time.Hour)
+		if _, ok := b.Lookup(ctx, p.Label); !ok {
+			t.Fatal("the preview does not open on the instance that made it")
+		}
+		if keys, err := bst.Storage.List(ctx, recordPrefix, false); len(keys) != 0 {
+			t.Errorf("records in storage that no owner's list names: %v %v", keys, err)
+		}
+	})
+}
+
+// Records nobody holds any more (the instance that made them is gone, their owner
+// exposes nothing again) leave storage once expired, when another instance lists the
+// labels: it reads each record it does not hold once per expiry, and no file that is
+// not a record (a write's temporary file).
+func TestExpiredRecordsLeaveStorage(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, bst := twoInstances(t)
+		c := NewRegistry()
+		c.UseStorage(bst.Storage, nil)
+		gone := a.Expose("box", "localhost", 8000, time.Minute)
+		a.UseStorage(nil, nil) // A is gone: storage hears no more of it
+		live := c.Expose("other", "localhost", 8000, time.Hour)
+		tmp := filepath.Join(bst.Storage.(*certmagic.FileStorage).Path, "mcp_sandbox", "previews", "3141592653")
+		if err := os.WriteFile(tmp, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		for range 5 { // B lists the labels now and then for five minutes
+			time.Sleep(time.Minute)
+			b.Lookup(ctx, newLabel())
+			synctest.Wait()
+		}
+		if _, err := bst.Storage.Load(ctx, recordPrefix+gone.Label); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the expired record is still in storage: %v", err)
+		}
+		if _, err := bst.Storage.Load(ctx, ownerKey("box")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the expired preview's owner list is still in storage: %v", err)
+		}
+		if _, err := bst.Storage.Load(ctx, recordPrefix+live.Label); err != nil {
+			t.Errorf("the live record is gone: %v", err)
+		}
+		if n := bst.reads(recordPrefix + live.Label); n != 1 {
+			t.Errorf("B read the live record %d times, want once", n)
+		}
+		if n := bst.reads(recordPrefix + "3141592653"); n != 0 {
+			t.Errorf("B read the temporary file %d times", n)
+		}
+		if _, ok := c.Lookup(ctx, live.Label); !ok {
+			t.Error("the live preview is gone")
 		}
 	})
 }
