@@ -26,6 +26,9 @@ type Entry struct {
 	cleaned func(paths []string)
 
 	idle idleState // activity and idle stops
+	// published is the last use recorded in storage for other instances (Unix
+	// nanoseconds; shareduse.go).
+	published atomic.Int64
 
 	once   sync.Once
 	cancel context.CancelFunc
@@ -146,6 +149,25 @@ func (e *Entry) Touch() { e.idle.last.Store(time.Now().UnixNano()) }
 
 // LastUse is when the sandbox was last used.
 func (e *Entry) LastUse() time.Time { return time.Unix(0, e.idle.last.Load()) }
+
+// usedAt counts a use at t (another instance's), when it is newer than the last.
+func (e *Entry) usedAt(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := e.idle.last.Load()
+		if n <= old || e.idle.last.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// activity is the last use, now while a command is under way.
+func (e *Entry) activity() time.Time {
+	if e.idle.busy.Load() > 0 {
+		return time.Now()
+	}
+	return e.LastUse()
+}
 
 // IdleFor is how long the sandbox has not been used; 0 while a command runs.
 func (e *Entry) IdleFor() time.Duration {

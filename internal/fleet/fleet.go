@@ -341,6 +341,7 @@ func (f *Fleet) startIdleStops() {
 			case <-t.C:
 			}
 			for _, e := range f.Entries() {
+				f.publishUse(ctx, e)
 				f.stopIdle(ctx, e, d)
 			}
 		}
@@ -375,6 +376,12 @@ func (f *Fleet) stopIdle(ctx context.Context, e *Entry, d time.Duration) {
 	}()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	if e.IdleFor() >= d {
+		// Used through another instance meanwhile: that counts.
+		if at := f.sharedUse(sctx, e.sb.Config().Container); !at.IsZero() {
+			e.usedAt(at)
+		}
+	}
 	stopped, err := e.stopIfIdle(sctx, d)
 	switch {
 	case err != nil && ctx.Err() == nil:
