@@ -2,41 +2,18 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
 )
 
 // TestActivityAcrossInstances: two Caddy processes with the same site and one shared
 // storage: a command run through one shows in the other's console (its activity log)
 // within seconds, and the other way round, with no restart.
 func TestActivityAcrossInstances(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Docker")
-	}
-	bin := caddyBinary(t)
-	site := testsite.New(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = site.Docker.ContainerRemove(ctx, site.Container, container.RemoveOptions{Force: true})
-		_ = site.Docker.VolumeRemove(ctx, site.Volume, true)
-	})
-	dir := t.TempDir()
-	siteOf := func(name string, port int) string {
-		s := *site
-		s.Port = port
-		return s.Caddyfile(testsite.Options{Log: filepath.Join(dir, name+".log")})
-	}
-	portB := testsite.FreePort(t)
-	a := startInstance(t, bin, dir, "A", site.Port, siteOf("A", site.Port))
-	b := startInstance(t, bin, dir, "B", portB, siteOf("B", portB))
+	site, a, b := startPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

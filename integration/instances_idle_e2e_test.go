@@ -3,12 +3,9 @@ package integration
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/docker/docker/api/types/container"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testsite"
@@ -21,26 +18,7 @@ import (
 // and A's log says no idle stop). Once nobody uses it, it is stopped within idle_stop
 // and a check or two.
 func TestIdleStopAcrossInstances(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Docker")
-	}
-	bin := caddyBinary(t)
-	site := testsite.New(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = site.Docker.ContainerRemove(ctx, site.Container, container.RemoveOptions{Force: true})
-		_ = site.Docker.VolumeRemove(ctx, site.Volume, true)
-	})
-	dir := t.TempDir()
-	siteOf := func(name string, port int) string {
-		s := *site
-		s.Port = port
-		return s.Caddyfile(testsite.Options{Directive: []string{"idle_stop 8s"}, Log: filepath.Join(dir, name+".log")})
-	}
-	portB := testsite.FreePort(t)
-	a := startInstance(t, bin, dir, "A", site.Port, siteOf("A", site.Port))
-	b := startInstance(t, bin, dir, "B", portB, siteOf("B", portB))
+	site, a, b := startPair(t, "idle_stop 8s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -73,7 +73,7 @@ func (f *Fleet) sharedUse(ctx context.Context, container string) time.Time {
 	var newest time.Time
 	for _, k := range keys {
 		id := path.Base(k)
-		if id == instanceID || !isPoolID(id) {
+		if id == instanceID || !isID(id) {
 			continue
 		}
 		b, err := f.o.Storage.Load(ctx, k)

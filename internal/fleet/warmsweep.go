@@ -102,9 +102,9 @@ func (l warmLease) gone(me warmLease, now time.Time) bool {
 	return now.Sub(l.Renewed) > warmLeaseStale
 }
 
-// isPoolID reports whether s is named like a pool's id (a storage's temporary files
-// sit beside the leases while one is written).
-func isPoolID(s string) bool {
+// isID reports whether s is named like a pool's or an instance's id (16 hex digits;
+// a storage's temporary files sit beside the records while one is written).
+func isID(s string) bool {
 	if len(s) != 16 {
 		return false
 	}
@@ -252,7 +252,7 @@ func (p *WarmPool) dropGoneLeases(ctx context.Context, st Storage, now time.Time
 	}
 	for _, k := range keys {
 		id := path.Base(k)
-		if id == p.ID() || !isPoolID(id) || !p.poolGone(ctx, st, id, now) {
+		if id == p.ID() || !isID(id) || !p.poolGone(ctx, st, id, now) {
 			continue
 		}
 		if err := st.Delete(ctx, k); err != nil && !errors.Is(err, fs.ErrNotExist) {
