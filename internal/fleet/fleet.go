@@ -376,8 +376,9 @@ func (f *Fleet) stopIdle(ctx context.Context, e *Entry, d time.Duration) {
 	}()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if e.IdleFor() >= d {
-		// Used through another instance meanwhile: that counts.
+	if e.IdleFor() >= d && !e.IdleStopped() {
+		// Used through another instance meanwhile: that counts. (A sandbox this
+		// process stopped is not looked up again at every check.)
 		if at := f.sharedUse(sctx, e.sb.Config().Container); !at.IsZero() {
 			e.usedAt(at)
 		}
