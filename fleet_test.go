@@ -16,10 +16,11 @@ import (
 // TestUsesCountAsActivity: a download, an upload, a preview connection and a tool
 // call's sandbox each count as a use. No Docker: the uses fail, but count.
 func TestUsesCountAsActivity(t *testing.T) {
-	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+	dc, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
+	cli := sandbox.Docker(dc)
 	defer cli.Close()
 	sb, err := sandbox.New(cli, sandbox.DefaultConfig(), nil)
 	if err != nil {

@@ -278,12 +278,12 @@ func (a *App) dockerHost() string {
 
 // newDockerClient makes a client for host. It does no I/O: the API version is
 // negotiated on the first request.
-func newDockerClient(host string) (*client.Client, error) {
+func newDockerClient(host string) (sandbox.API, error) {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("creating Docker client for %s: %w", host, err)
 	}
-	return cli, nil
+	return sandbox.Docker(cli), nil
 }
 
 // Interface guards

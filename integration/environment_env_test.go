@@ -24,7 +24,7 @@ func derivedImage(ctx context.Context, t *testing.T, lines string) string {
 	t.Helper()
 	cli := testengine.DockerClient(t)
 	tag := "mcp-sandbox-derived-" + testenv.RandomHex(4) + ":latest"
-	if err := sandbox.BuildImage(ctx, cli, tag, []byte("FROM "+testengine.Image()+"\n"+lines+"\n"), nil); err != nil {
+	if err := sandbox.BuildImage(ctx, sandbox.Docker(cli), tag, []byte("FROM "+testengine.Image()+"\n"+lines+"\n"), nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -41,7 +41,7 @@ func relaySandbox(b *testing.B, p *previewSite, noAgent bool) *sandbox.Sandbox {
 	cfg.Memory, cfg.CPUs, cfg.NetworkMode = 1<<30, 1, "none"
 	cfg.NoAgent = noAgent
 	cfg.AgentSocketDir = filepath.Join(caddy.AppDataDir(), "mcp-sandbox", "agent") // as the site's
-	sb, err := sandbox.New(p.Docker, cfg, nil)
+	sb, err := sandbox.New(sandbox.Docker(p.Docker), cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func (s *agentLink) installAgent(ctx context.Context, mounted bool) (string, err
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	if err := s.cli.CopyToContainer(ctx, s.cfg.Container, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+	if err := s.cli.CopyIn(ctx, s.cfg.Container, "/", &buf); err != nil {
 		return "", fmt.Errorf("installing the sandbox agent: copying it to %s%s: %w", target, copyFailure(err), err)
 	}
 	return target, nil

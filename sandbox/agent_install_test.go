@@ -19,7 +19,7 @@ import (
 // archClient answers the two inspections installAgent makes, for containers of an
 // image of architecture arch; it counts the image inspections.
 type archClient struct {
-	client.APIClient
+	API
 	id, arch      string
 	imageInspects int
 }

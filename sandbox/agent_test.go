@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -24,13 +23,13 @@ import (
 
 // execCounter counts the Docker execs a sandbox creates.
 type execCounter struct {
-	client.APIClient
+	dockerEngine
 	n atomic.Int64
 }
 
 func (c *execCounter) ContainerExecCreate(ctx context.Context, name string, opts container.ExecOptions) (container.ExecCreateResponse, error) {
 	c.n.Add(1)
-	return c.APIClient.ContainerExecCreate(ctx, name, opts)
+	return c.dockerEngine.ContainerExecCreate(ctx, name, opts)
 }
 
 func agentTestSandbox(t *testing.T, cfg Config) (*Sandbox, *execCounter) {
@@ -38,7 +37,7 @@ func agentTestSandbox(t *testing.T, cfg Config) (*Sandbox, *execCounter) {
 	if cfg.NoAgent {
 		t.Skip("the agent is off (MCP_SANDBOX_TEST_NO_AGENT)")
 	}
-	cli := &execCounter{APIClient: dockerClient(t)}
+	cli := &execCounter{dockerEngine: dockerClient(t)}
 	return newTestSandbox(t, cli, cfg), cli
 }
 

@@ -11,13 +11,12 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // benchSandbox returns a running sandbox for benchmarks.
-func benchSandbox(b *testing.B) (*Sandbox, *client.Client) {
+func benchSandbox(b *testing.B) (*Sandbox, dockerEngine) {
 	b.Helper()
 	cli := dockerClient(b)
 	sb := newTestSandbox(b, cli, testConfig(b))

@@ -9,7 +9,7 @@ import (
 )
 
 // stated is an engine that states its capabilities, as the Kubernetes engine does.
-type stated struct{ *client.Client }
+type stated struct{ dockerEngine }
 
 func (stated) Capabilities() boxapi.Capabilities { return boxapi.Capabilities{ExecPIDs: true} }
 
@@ -17,14 +17,15 @@ func (stated) Capabilities() boxapi.Capabilities { return boxapi.Capabilities{Ex
 // directories only when it is on this machine; an engine that states its capabilities
 // is taken at its word, whatever its address.
 func TestCapabilitiesOf(t *testing.T) {
-	local, err := client.NewClientWithOpts(client.WithHost("unix:///var/run/docker.sock"))
+	lc, err := client.NewClientWithOpts(client.WithHost("unix:///var/run/docker.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:2375"))
+	rc, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:2375"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	local, remote := dockerEngine{lc}, dockerEngine{rc}
 	all := boxapi.Capabilities{Checkpoints: true, HelperContainers: true, Pause: true, ExecPIDs: true}
 	withFiles := all
 	withFiles.LocalFiles = true

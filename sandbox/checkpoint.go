@@ -709,7 +709,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 	if err != nil {
 		return "", err
 	}
-	if err := s.cli.CopyToContainer(ctx, resp.ID, "/", buf, container.CopyToContainerOptions{}); err != nil {
+	if err := s.cli.CopyIn(ctx, resp.ID, "/", buf); err != nil {
 		return "", fmt.Errorf("putting the sandbox agent into the copying container%s: %w", copyFailure(err), err)
 	}
 	if ready != nil {
@@ -1072,7 +1072,7 @@ func restoreSuffix() string {
 // directory pass, within carryMaxBytes and carryMaxEntries; past them the rest is
 // left behind (the restore goes on).
 func (s *saveStore) carryJobs(ctx context.Context, from, to string) error {
-	rc, _, err := s.cli.CopyFromContainer(ctx, from, JobsDir)
+	rc, _, err := s.cli.CopyOut(ctx, from, JobsDir)
 	if cerrdefs.IsNotFound(err) {
 		return nil // no job ever ran
 	}
@@ -1089,7 +1089,7 @@ func (s *saveStore) carryJobs(ctx context.Context, from, to string) error {
 		ferr <- err
 		pw.CloseWithError(err)
 	}()
-	err = s.cli.CopyToContainer(ctx, to, "/", pr, container.CopyToContainerOptions{})
+	err = s.cli.CopyIn(ctx, to, "/", pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	// The archive's own failure is the reason: the engine's is only that the upload
 	// it was reading broke off.

@@ -13,7 +13,6 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
@@ -99,7 +98,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 
 // handRun runs script in a container from the configured image with mounts, as one
 // would by hand (docker run --rm -v ... image sh -c ...).
-func handRun(b *testing.B, cli *client.Client, cfg Config, script string, mounts []mount.Mount) {
+func handRun(b *testing.B, cli dockerEngine, cfg Config, script string, mounts []mount.Mount) {
 	b.Helper()
 	ctx := context.Background()
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Image, Entrypoint: []string{"bash", "-c", script}},
@@ -123,7 +122,7 @@ func handRun(b *testing.B, cli *client.Client, cfg Config, script string, mounts
 }
 
 // handCheckpoint is `docker commit` and a copy of the volume, by hand.
-func handCheckpoint(b *testing.B, cli *client.Client, cfg Config) (ref, vol string) {
+func handCheckpoint(b *testing.B, cli dockerEngine, cfg Config) (ref, vol string) {
 	ctx := context.Background()
 	ref = "mcp-sandbox-bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if _, err := cli.ContainerCommit(ctx, cfg.Container, container.CommitOptions{Reference: ref, Pause: true}); err != nil {
@@ -142,7 +141,7 @@ func handCheckpoint(b *testing.B, cli *client.Client, cfg Config) (ref, vol stri
 
 // handRestoreRun is a container from the committed image in place of the sandbox's,
 // and the copy back, by hand. The sandbox's own container is put back after.
-func handRestoreRun(b *testing.B, cli *client.Client, cfg Config, ref, vol string) {
+func handRestoreRun(b *testing.B, cli dockerEngine, cfg Config, ref, vol string) {
 	ctx := context.Background()
 	name := cfg.Container + "-bench-restore"
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Entrypoint: []string{"bash", "-c", keepAlive}},

@@ -11,14 +11,13 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 // volumeDiskBytes is what volume vol takes on the engine's disk (du: blocks, not
 // apparent sizes), read by a container of the configured image.
-func volumeDiskBytes(t *testing.T, cli *client.Client, cfg Config, vol string) int64 {
+func volumeDiskBytes(t *testing.T, cli dockerEngine, cfg Config, vol string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Image, Entrypoint: []string{"du", "-sk", "/v"}},

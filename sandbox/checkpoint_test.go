@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
@@ -199,7 +198,7 @@ func TestRestoreWithCommands(t *testing.T) {
 
 // noAgentSandbox is a test sandbox on Docker's exec (no agent) and a context that ends
 // after timeout, or with the test.
-func noAgentSandbox(t *testing.T, timeout time.Duration) (*client.Client, Config, *Sandbox, context.Context) {
+func noAgentSandbox(t *testing.T, timeout time.Duration) (dockerEngine, Config, *Sandbox, context.Context) {
 	t.Helper()
 	cli := dockerClient(t)
 	cfg := testConfig(t)
@@ -212,7 +211,7 @@ func noAgentSandbox(t *testing.T, timeout time.Duration) (*client.Client, Config
 
 // checkpointPaused starts a checkpoint of a sandbox holding 300 MB in /sandbox and
 // returns once it holds the container paused; saved gets the moment it ended.
-func checkpointPaused(t *testing.T, ctx context.Context, cli *client.Client, cfg Config, sb *Sandbox) <-chan time.Time {
+func checkpointPaused(t *testing.T, ctx context.Context, cli dockerEngine, cfg Config, sb *Sandbox) <-chan time.Time {
 	t.Helper()
 	mustExec(t, sb, "dd if=/dev/zero of=/sandbox/blob bs=1M count=300 2>/dev/null", boxapi.ExecOptions{Timeout: time.Minute})
 	saved := make(chan time.Time, 1)

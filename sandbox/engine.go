@@ -50,9 +50,13 @@ type API interface {
 	ContainerExecCreate(ctx context.Context, container string, options container.ExecOptions) (container.ExecCreateResponse, error)
 	ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error)
 	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
-	ContainerStatPath(ctx context.Context, container, path string) (container.PathStat, error)
-	CopyFromContainer(ctx context.Context, container, srcPath string) (io.ReadCloser, container.PathStat, error)
-	CopyToContainer(ctx context.Context, container, path string, content io.Reader, options container.CopyToContainerOptions) error
+	// StatPath describes path in the container box, not following a final link.
+	StatPath(ctx context.Context, box, path string) (boxapi.PathStat, error)
+	// CopyOut is a tar stream of path in the container box, and what path is.
+	CopyOut(ctx context.Context, box, path string) (io.ReadCloser, boxapi.PathStat, error)
+	// CopyIn unpacks the tar stream content into the directory dir of the container
+	// box.
+	CopyIn(ctx context.Context, box, dir string, content io.Reader) error
 	ImageBuild(ctx context.Context, context io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error)
 	ImageInspect(ctx context.Context, image string, _ ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
@@ -65,8 +69,6 @@ type API interface {
 	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
 	VolumeRemove(ctx context.Context, volumeID string, force bool) error
 }
-
-var _ API = (*client.Client)(nil)
 
 // liveEngine is an engine whose container can go without the agent's channel noticing
 // at once: a Kubernetes pod deleted with no grace period is gone from the API at once,

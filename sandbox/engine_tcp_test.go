@@ -29,8 +29,8 @@ func TestExecConnectionsOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	sb := newTestSandbox(t, cli, testConfig(t))   // network none: the engine has no bridge
-	mustExec(t, sb, "true", boxapi.ExecOptions{}) // creates the container
+	sb := newTestSandbox(t, Docker(cli), testConfig(t)) // network none: the engine has no bridge
+	mustExec(t, sb, "true", boxapi.ExecOptions{})       // creates the container
 	before, start := count(), time.Now()
 	for i := range 100 {
 		if res := mustExec(t, sb, "true", boxapi.ExecOptions{}); res.ExitCode != 0 || res.Running {

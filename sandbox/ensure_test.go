@@ -12,7 +12,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -272,7 +271,7 @@ func TestCancelledCommandLeavesAGoneContainerAlone(t *testing.T) {
 }
 
 // runningTestSandbox is a test sandbox whose container runs.
-func runningTestSandbox(t *testing.T) (*client.Client, Config, *Sandbox) {
+func runningTestSandbox(t *testing.T) (dockerEngine, Config, *Sandbox) {
 	t.Helper()
 	cli, cfg := dockerClient(t), testConfig(t)
 	sb := newTestSandbox(t, cli, cfg)

@@ -14,7 +14,6 @@ import (
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
@@ -106,7 +105,7 @@ func (s *fileStore) openArchive(ctx context.Context, fi boxapi.FileInfo, target 
 	if id == "" {
 		return nil, false
 	}
-	rc, _, err := s.cli.CopyFromContainer(ctx, id, target)
+	rc, _, err := s.cli.CopyOut(ctx, id, target)
 	if err != nil {
 		release(!cerrdefs.IsNotFound(err))
 		s.log.Debug("reading through a transfer container", zap.String("path", fi.Path), zap.Error(err))
@@ -167,7 +166,7 @@ func (s *fileStore) plainOnVolume(ctx context.Context, p string) bool {
 	cur := boxapi.WorkDir
 	for _, d := range dirs[:len(dirs)-1] {
 		cur += "/" + d
-		st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, cur)
+		st, err := s.cli.StatPath(ctx, s.cfg.Container, cur)
 		if err != nil || !st.Mode.IsDir() || st.Mode&fs.ModeSymlink != 0 {
 			return false
 		}
@@ -293,9 +292,9 @@ func (s *fileStore) statRegular(ctx context.Context, p string) (boxapi.FileInfo,
 }
 
 // statFollow stats p and, while it is a symbolic link, what it points to.
-func (s *fileStore) statFollow(ctx context.Context, p string) (container.PathStat, string, error) {
+func (s *fileStore) statFollow(ctx context.Context, p string) (boxapi.PathStat, string, error) {
 	for range maxSymlinks {
-		st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, p)
+		st, err := s.cli.StatPath(ctx, s.cfg.Container, p)
 		if err != nil {
 			return st, p, err
 		}
@@ -308,7 +307,7 @@ func (s *fileStore) statFollow(ctx context.Context, p string) (container.PathSta
 		}
 		p = next
 	}
-	return container.PathStat{}, p, errLinkLoop
+	return boxapi.PathStat{}, p, errLinkLoop
 }
 
 // errLinkLoop is a chain of symbolic links longer than maxSymlinks.

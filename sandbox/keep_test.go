@@ -12,7 +12,6 @@ import (
 
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -31,7 +30,7 @@ const (
 )
 
 // keepSandbox is a sandbox under gVisor with keep_processes on, and core the log.
-func keepSandbox(t *testing.T) (*Sandbox, *client.Client, *observer.ObservedLogs) {
+func keepSandbox(t *testing.T) (*Sandbox, dockerEngine, *observer.ObservedLogs) {
 	cli := dockerClient(t)
 	cfg := testConfig(t)
 	cfg.Runtime = testengine.GVisorMemory(t, cli)
@@ -285,7 +284,7 @@ func TestKeepProcessesLost(t *testing.T) {
 }
 
 // failingSave is an engine whose checkpoints fail as on a full disk.
-type failingSave struct{ *client.Client }
+type failingSave struct{ dockerEngine }
 
 func (f failingSave) CheckpointCreate(context.Context, string, checkpoint.CreateOptions) error {
 	return errors.New("Error response from daemon: write /var/lib/docker/containers/x/checkpoints: no space left on device")

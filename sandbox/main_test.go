@@ -31,7 +31,10 @@ func testImage() string { return testengine.Image() }
 
 // dockerClient returns a client for the local engine; see [testengine.DockerClient] for
 // when it skips and when it fails.
-func dockerClient(tb testing.TB) *client.Client { tb.Helper(); return testengine.DockerClient(tb) }
+func dockerClient(tb testing.TB) dockerEngine {
+	tb.Helper()
+	return dockerEngine{testengine.DockerClient(tb)}
+}
 
 // sha256Hex reads r to its end and returns the SHA-256 of its bytes in hex, as
 // sha256sum prints it, and how many bytes it read.
@@ -127,12 +130,12 @@ func mustExec(tb testing.TB, sb *Sandbox, command string, opts boxapi.ExecOption
 
 // dummyClient is a Docker client for a socket that does not exist, for tests that must
 // not talk to Docker.
-func dummyClient(tb testing.TB) *client.Client {
+func dummyClient(tb testing.TB) dockerEngine {
 	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return cli
+	return dockerEngine{cli}
 }
 
 // goBinaries caches the programs goProgram built, by package: once per test binary.
@@ -175,7 +178,7 @@ func installProgram(tb testing.TB, sb *Sandbox, pkg, path string) {
 	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))})
 	_, _ = tw.Write(data)
 	_ = tw.Close()
-	if err := sb.cli.CopyToContainer(context.Background(), sb.cfg.Container, dir, &buf, container.CopyToContainerOptions{}); err != nil {
+	if err := sb.cli.CopyIn(context.Background(), sb.cfg.Container, dir, &buf); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -29,7 +29,7 @@ func (s *Sandbox) MakeDir(ctx context.Context, dir string) error {
 	if err := s.Ensure(ctx); err != nil {
 		return err
 	}
-	st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, dir)
+	st, err := s.cli.StatPath(ctx, s.cfg.Container, dir)
 	if err == nil && st.Mode.IsDir() {
 		return nil
 	}

@@ -105,7 +105,7 @@ func (s *fileStore) takeIdleOrNew(ctx context.Context) (string, error) {
 		s.xfer.mu.Unlock()
 		// Someone may have removed it: a stat also mounts the volume, which is what
 		// the transfer needs.
-		if _, err := s.cli.ContainerStatPath(ctx, it.id, boxapi.WorkDir); err == nil {
+		if _, err := s.cli.StatPath(ctx, it.id, boxapi.WorkDir); err == nil {
 			return it.id, nil
 		}
 		s.removeTransfer(it.id)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 )
 
 // copyIn streams r (exactly size bytes) into dir/name through Docker's archive API
@@ -30,7 +29,7 @@ func (s *fileStore) copyIn(ctx context.Context, id, dir, name string, r io.Reade
 	if s.caps().LocalFiles {
 		err = s.putArchive(ctx, id, dir, ts)
 	} else {
-		err = s.cli.CopyToContainer(ctx, id, dir, ts, container.CopyToContainerOptions{})
+		err = s.cli.CopyIn(ctx, id, dir, ts)
 	}
 	ts.close()
 	if err != nil {

@@ -36,7 +36,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 // checkSize makes sure the temporary file holds every byte sent.
 func (s *fileStore) checkSize(ctx context.Context, tmp string, n int64) error {
-	st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, tmp)
+	st, err := s.cli.StatPath(ctx, s.cfg.Container, tmp)
 	if err != nil {
 		return fmt.Errorf("checking %s in the sandbox: %w", tmp, err)
 	}
@@ -56,7 +56,7 @@ func (s *fileStore) settleRemoved(ctx context.Context, tmp string) {
 	absent := 0
 	for absent < 3 && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
-		_, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, tmp)
+		_, err := s.cli.StatPath(ctx, s.cfg.Container, tmp)
 		switch {
 		case cerrdefs.IsNotFound(err):
 			absent++

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
@@ -26,7 +25,7 @@ func warmConfigs(tb testing.TB) (warm, person Config) {
 }
 
 // makeWarm makes and warms the sandbox of cfg, removed with its volume after the test.
-func makeWarm(tb testing.TB, cli *client.Client, cfg Config) *Sandbox {
+func makeWarm(tb testing.TB, cli dockerEngine, cfg Config) *Sandbox {
 	tb.Helper()
 	w := newTestSandbox(tb, cli, cfg)
 	if err := w.Warm(context.Background()); err != nil {

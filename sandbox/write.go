@@ -12,7 +12,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
@@ -66,7 +65,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte) (fi boxa
 // resolveNew returns where a new file at p goes: p itself, or the target of a dangling
 // symbolic link at p. It creates the parent directories that are missing.
 func (s *fileStore) resolveNew(ctx context.Context, p string) (string, error) {
-	st, err := s.cli.ContainerStatPath(ctx, s.cfg.Container, p)
+	st, err := s.cli.StatPath(ctx, s.cfg.Container, p)
 	if err == nil && st.Mode&fs.ModeSymlink != 0 {
 		// A dangling link: write where it points, as a shell redirection would.
 		if t := st.LinkTarget; path.IsAbs(t) {
@@ -137,7 +136,7 @@ func (s *fileStore) putFile(ctx context.Context, target string, data []byte, mod
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	err := s.cli.CopyToContainer(ctx, s.cfg.Container, path.Dir(target), &buf, container.CopyToContainerOptions{})
+	err := s.cli.CopyIn(ctx, s.cfg.Container, path.Dir(target), &buf)
 	if err != nil && strings.Contains(err.Error(), "directory") {
 		return fmt.Errorf("%w: %s", boxapi.ErrIsDir, target)
 	}

@@ -2,8 +2,10 @@ package boxapi
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // engineSigns are what errors of an engine that did not answer say, in lower case, for
@@ -65,4 +67,14 @@ type Capabilities struct {
 func DockerCapabilities(host string) Capabilities {
 	return Capabilities{Checkpoints: true, HelperContainers: true, Pause: true, ExecPIDs: true,
 		LocalFiles: strings.HasPrefix(host, "unix://")}
+}
+
+// PathStat is what an engine tells of a path in a sandbox's container, without
+// following a final symbolic link: its name, size, mode and time, and the link's target.
+type PathStat struct {
+	Name       string
+	Size       int64
+	Mode       os.FileMode
+	Mtime      time.Time
+	LinkTarget string
 }

@@ -13,10 +13,11 @@ import (
 // TestEntryCPUs: until the engine has been asked, a local engine's CPU count is this
 // machine's, and a remote engine's is unknown, so cpus is stated as set.
 func TestEntryCPUs(t *testing.T) {
-	cli, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
+	dc, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cli := sandbox.Docker(dc)
 	cfg := sandbox.DefaultConfig()
 	cfg.CPUs = 1000
 	sb, err := sandbox.New(cli, cfg, nil)

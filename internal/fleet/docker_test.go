@@ -25,10 +25,11 @@ func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() erro
 		if e := entries[cfg.Container]; e != nil {
 			return e, func() error { return nil }, nil
 		}
-		own, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
 			return nil, nil, err
 		}
+		own := sandbox.Docker(dc)
 		sb, err := sandbox.New(own, cfg, nil)
 		if err != nil {
 			return nil, nil, err
@@ -44,7 +45,7 @@ func dockerPool(t *testing.T) (func(Engine, sandbox.Config) (*Entry, func() erro
 		})
 		return e, func() error { return nil }, nil
 	}
-	return acquire, cli
+	return acquire, sandbox.Docker(cli)
 }
 
 func dockerBase() sandbox.Config {

@@ -215,7 +215,7 @@ func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating Docker client for engine %s (%s): %w", e.Name, e.Host, err)
 	}
-	return cli, nil
+	return sandbox.Docker(cli), nil
 }
 
 // KubeLog is the Kubernetes engine's log function (kube.LogFunc) that writes

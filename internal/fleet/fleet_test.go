@@ -28,10 +28,11 @@ func (p *pool) acquire(eng Engine, cfg sandbox.Config) (*Entry, func() error, er
 	p.acquired = append(p.acquired, cfg)
 	e := p.entries[cfg.Container]
 	if e == nil {
-		cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+		dc, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
 		if err != nil {
 			p.t.Fatal(err)
 		}
+		cli := sandbox.Docker(dc)
 		sb, err := sandbox.New(cli, cfg, nil)
 		if err != nil {
 			p.t.Fatal(err)

@@ -19,10 +19,11 @@ import (
 // removed when read; nothing is read or written without storage.
 func TestSharedUse(t *testing.T) {
 	ctx := context.Background()
-	cli, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
+	dc, err := client.NewClientWithOpts(client.WithHost("tcp://127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cli := sandbox.Docker(dc)
 	cfg := sandbox.DefaultConfig()
 	cfg.Container = "shared-use-test"
 	sb, err := sandbox.New(cli, cfg, nil)

@@ -1,4 +1,4 @@
-// Files in a pod: Docker's archive calls as execs of stat and tar, as kubectl cp does;
+// Files in a pod: stat and tar streams as execs of stat and tar, as kubectl cp does;
 // the image needs tar.
 
 package kube
@@ -17,8 +17,9 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 )
@@ -38,10 +39,10 @@ const statScript = `[ -e "$1" ] || [ -L "$1" ] || exit 3; stat -c '%f %s %Y' -- 
 // container's may never answer.
 var statTimeout = 30 * time.Second
 
-// ContainerStatPath stats path in the pod (a symbolic link itself, not what it points
+// StatPath stats path in the pod (a symbolic link itself, not what it points
 // to). LinkTarget is the link's text as it is (possibly relative), not resolved. A
 // missing path is a not-found error.
-func (c *Client) ContainerStatPath(ctx context.Context, name, p string) (container.PathStat, error) {
+func (c *Client) StatPath(ctx context.Context, name, p string) (boxapi.PathStat, error) {
 	// The container's own stat answers: one that never does must not hold the caller.
 	ctx, cancel := context.WithTimeout(ctx, statTimeout)
 	defer cancel()
@@ -50,46 +51,46 @@ func (c *Client) ContainerStatPath(ctx context.Context, name, p string) (contain
 	if code, ok := exitCode(err); ok {
 		switch code {
 		case exitMissing:
-			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: could not find the file %s in container %s: %w", c.cfg.Name, p, name, cerrdefs.ErrNotFound)
+			return boxapi.PathStat{}, fmt.Errorf("kubernetes engine %s: could not find the file %s in container %s: %w", c.cfg.Name, p, name, cerrdefs.ErrNotFound)
 		case 126, 127:
-			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: the image has no stat or /bin/sh (exit code %d), which this engine needs to read files: add them to the image: %s", c.cfg.Name, p, name, code, quote(&stderr))
+			return boxapi.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: the image has no stat or /bin/sh (exit code %d), which this engine needs to read files: add them to the image: %s", c.cfg.Name, p, name, code, quote(&stderr))
 		default:
-			return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: exit code %d: %s", c.cfg.Name, p, name, code, quote(&stderr))
+			return boxapi.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: exit code %d: %s", c.cfg.Name, p, name, code, quote(&stderr))
 		}
 	}
 	if err != nil {
-		return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: %w", c.cfg.Name, p, name, err)
+		return boxapi.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: %w", c.cfg.Name, p, name, err)
 	}
 	st, perr := parseStat(out.Bytes())
 	if perr != nil {
-		return container.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: %w", c.cfg.Name, p, name, perr)
+		return boxapi.PathStat{}, fmt.Errorf("kubernetes engine %s: stat of %s in %s: %w", c.cfg.Name, p, name, perr)
 	}
 	st.Name = path.Base(p)
 	return st, nil
 }
 
 // parseStat reads statScript's output strictly.
-func parseStat(b []byte) (container.PathStat, error) {
+func parseStat(b []byte) (boxapi.PathStat, error) {
 	line, rest, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Split(string(line), " ")
 	if len(f) != 3 {
-		return container.PathStat{}, fmt.Errorf("unexpected output of stat: %q", clip(string(line), 100))
+		return boxapi.PathStat{}, fmt.Errorf("unexpected output of stat: %q", clip(string(line), 100))
 	}
 	raw, err1 := strconv.ParseUint(f[0], 16, 32)
 	size, err2 := strconv.ParseInt(f[1], 10, 64)
 	mtime, err3 := strconv.ParseInt(f[2], 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil || size < 0 {
-		return container.PathStat{}, fmt.Errorf("unexpected output of stat: %q", clip(string(line), 100))
+		return boxapi.PathStat{}, fmt.Errorf("unexpected output of stat: %q", clip(string(line), 100))
 	}
-	st := container.PathStat{Size: size, Mode: unixMode(uint32(raw)), Mtime: time.Unix(mtime, 0)}
+	st := boxapi.PathStat{Size: size, Mode: unixMode(uint32(raw)), Mtime: time.Unix(mtime, 0)}
 	if st.Mode&os.ModeSymlink != 0 {
 		t, ok := bytes.CutSuffix(rest, []byte("\n"))
 		if !ok || len(t) == 0 || len(t) > 4096 || bytes.IndexByte(t, 0) >= 0 {
-			return container.PathStat{}, fmt.Errorf("unexpected output of readlink: %q", clip(string(rest), 100))
+			return boxapi.PathStat{}, fmt.Errorf("unexpected output of readlink: %q", clip(string(rest), 100))
 		}
 		st.LinkTarget = string(t)
 	} else if len(rest) != 0 {
-		return container.PathStat{}, fmt.Errorf("unexpected output after stat's line: %q", clip(string(rest), 100))
+		return boxapi.PathStat{}, fmt.Errorf("unexpected output after stat's line: %q", clip(string(rest), 100))
 	}
 	return st, nil
 }
@@ -126,13 +127,13 @@ func unixMode(m uint32) os.FileMode {
 // tarOutScript writes a tar of $2 (in the directory $1) to stdout.
 const tarOutScript = `cd -- "$1" || exit 3; exec tar -c -f - -- "$2"`
 
-// CopyFromContainer streams a tar archive of srcPath (a directory with all it holds),
+// CopyOut streams a tar archive of srcPath (a directory with all it holds),
 // read by tar in the pod, with srcPath's stat. A failure of tar after the stat is the
 // reader's error at the end.
-func (c *Client) CopyFromContainer(ctx context.Context, name, srcPath string) (io.ReadCloser, container.PathStat, error) {
-	st, err := c.ContainerStatPath(ctx, name, srcPath)
+func (c *Client) CopyOut(ctx context.Context, name, srcPath string) (io.ReadCloser, boxapi.PathStat, error) {
+	st, err := c.StatPath(ctx, name, srcPath)
 	if err != nil {
-		return nil, container.PathStat{}, err
+		return nil, boxapi.PathStat{}, err
 	}
 	clean := path.Clean(srcPath)
 	dir, base := path.Dir(clean), path.Base(clean)
@@ -156,9 +157,9 @@ func (c *Client) CopyFromContainer(ctx context.Context, name, srcPath string) (i
 // tarInScript extracts the tar on stdin in the directory $1.
 const tarInScript = `cd -- "$1" || exit 3; exec tar -x -f -`
 
-// CopyToContainer extracts the tar archive content in the directory dstPath, with tar
+// CopyIn extracts the tar archive content in the directory dstPath, with tar
 // in the pod. The archive is read to its end (up to 64 KiB past what tar took).
-func (c *Client) CopyToContainer(ctx context.Context, name, dstPath string, content io.Reader, _ container.CopyToContainerOptions) error {
+func (c *Client) CopyIn(ctx context.Context, name, dstPath string, content io.Reader) error {
 	pr, pw := io.Pipe()
 	var fed sync.WaitGroup
 	fed.Add(1)

@@ -13,6 +13,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 func TestStatPath(t *testing.T) {
@@ -24,32 +25,32 @@ x' /tmp/st/dangling && touch -d @1700000000 /tmp/st/f`}}, nil)
 	if r.code != 0 {
 		t.Fatalf("making the files: %+v", r)
 	}
-	st, err := c.ContainerStatPath(ctx, pod, "/tmp/st/f")
+	st, err := c.StatPath(ctx, pod, "/tmp/st/f")
 	if err != nil || st.Name != "f" || st.Size != 5 || st.Mode != os.ModeSetuid|0o640 || !st.Mtime.Equal(time.Unix(1700000000, 0)) || st.LinkTarget != "" {
 		t.Fatalf("file: %+v %v", st, err)
 	}
-	st, err = c.ContainerStatPath(ctx, pod, "/tmp/st/d")
+	st, err = c.StatPath(ctx, pod, "/tmp/st/d")
 	if err != nil || st.Name != "d" || st.Mode != os.ModeDir|0o750 {
 		t.Fatalf("dir: %+v %v", st, err)
 	}
-	st, err = c.ContainerStatPath(ctx, pod, "/tmp/st/l")
+	st, err = c.StatPath(ctx, pod, "/tmp/st/l")
 	if err != nil || st.Name != "l" || st.Mode&os.ModeSymlink == 0 || st.LinkTarget != "../st/f" {
 		t.Fatalf("symlink: %+v %v", st, err)
 	}
-	st, err = c.ContainerStatPath(ctx, pod, "/tmp/st/dangling")
+	st, err = c.StatPath(ctx, pod, "/tmp/st/dangling")
 	if err != nil || st.Mode&os.ModeSymlink == 0 || st.LinkTarget != "/no where\nx" {
 		t.Fatalf("dangling symlink: %+v %v", st, err)
 	}
-	if _, err := c.ContainerStatPath(ctx, pod, "/tmp/st/missing"); !cerrdefs.IsNotFound(err) {
+	if _, err := c.StatPath(ctx, pod, "/tmp/st/missing"); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("missing: %v, want not found", err)
 	}
-	if _, err := c.ContainerStatPath(ctx, "exec-no-such-pod", "/"); !cerrdefs.IsNotFound(err) {
+	if _, err := c.StatPath(ctx, "exec-no-such-pod", "/"); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("missing pod: %v, want not found", err)
 	}
 }
 
 func TestParseStat(t *testing.T) {
-	good := map[string]container.PathStat{
+	good := map[string]boxapi.PathStat{
 		"81a4 5 1700000000\n":          {Size: 5, Mode: 0o644, Mtime: time.Unix(1700000000, 0)},
 		"41ed 4096 1\n":                {Size: 4096, Mode: os.ModeDir | 0o755, Mtime: time.Unix(1, 0)},
 		"a1ff 3 2\n../x\n":             {Size: 3, Mode: os.ModeSymlink | 0o777, Mtime: time.Unix(2, 0), LinkTarget: "../x"},
@@ -102,8 +103,8 @@ func TestCopyRoundTrip(t *testing.T) {
 	execIn(t, c, pod, container.ExecOptions{Cmd: []string{"rm", "-rf", "/tmp/cp"}, AttachStdout: true}, nil)
 	content := &countReader{r: &buf}
 	total := buf.Len()
-	if err := c.CopyToContainer(ctx, pod, "/tmp", content, container.CopyToContainerOptions{}); err != nil {
-		t.Fatalf("CopyToContainer: %v", err)
+	if err := c.CopyIn(ctx, pod, "/tmp", content); err != nil {
+		t.Fatalf("CopyIn: %v", err)
 	}
 	if content.n != total {
 		t.Fatalf("CopyToContainer read %d of the archive's %d bytes", content.n, total)
@@ -112,7 +113,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	if r.stdout != "600 3145728\n" {
 		t.Fatalf("the copied file: %+v", r)
 	}
-	rc, st, err := c.CopyFromContainer(ctx, pod, "/tmp/cp")
+	rc, st, err := c.CopyOut(ctx, pod, "/tmp/cp")
 	if err != nil {
 		t.Fatalf("CopyFromContainer: %v", err)
 	}
@@ -145,13 +146,13 @@ func TestCopyRoundTrip(t *testing.T) {
 	}
 
 	// Errors: a missing directory, a missing source, an archive tar rejects.
-	if err := c.CopyToContainer(ctx, pod, "/no/such/dir", bytes.NewReader(make([]byte, 1024)), container.CopyToContainerOptions{}); !cerrdefs.IsNotFound(err) {
+	if err := c.CopyIn(ctx, pod, "/no/such/dir", bytes.NewReader(make([]byte, 1024))); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("copy into a missing directory: %v, want not found", err)
 	}
-	if _, _, err := c.CopyFromContainer(ctx, pod, "/no/such/file"); !cerrdefs.IsNotFound(err) {
+	if _, _, err := c.CopyOut(ctx, pod, "/no/such/file"); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("copy of a missing file: %v, want not found", err)
 	}
-	err = c.CopyToContainer(ctx, pod, "/tmp", strings.NewReader(strings.Repeat("not a tar archive ", 100)), container.CopyToContainerOptions{})
+	err = c.CopyIn(ctx, pod, "/tmp", strings.NewReader(strings.Repeat("not a tar archive ", 100)))
 	if err == nil || !strings.Contains(err.Error(), "tar failed") {
 		t.Fatalf("copy of garbage: %v, want tar's failure", err)
 	}
@@ -192,7 +193,7 @@ func TestStatPathHostileStat(t *testing.T) {
 	defer func(d time.Duration) { statTimeout = d }(statTimeout)
 	statTimeout = 2 * time.Second
 	begin := time.Now()
-	_, err := c.ContainerStatPath(context.Background(), pod, "/tmp")
+	_, err := c.StatPath(context.Background(), pod, "/tmp")
 	took := time.Since(begin)
 	if err == nil || took > 20*time.Second {
 		t.Fatalf("a stat that never answers: %v after %v", err, took)

@@ -73,10 +73,10 @@ func TestForeignPod(t *testing.T) {
 	if _, err := c.StartProcess(ctx, name, boxapi.ProcessSpec{Argv: []string{"true"}, Stdout: true}); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
 		t.Errorf("exec in the foreign pod: %v, want a conflict naming it", err)
 	}
-	if _, err := c.ContainerStatPath(ctx, name, "/"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
+	if _, err := c.StatPath(ctx, name, "/"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
 		t.Errorf("stat in the foreign pod: %v, want a conflict naming it", err)
 	}
-	if err := c.CopyToContainer(ctx, name, "/tmp", strings.NewReader(""), container.CopyToContainerOptions{}); !cerrdefs.IsConflict(err) {
+	if err := c.CopyIn(ctx, name, "/tmp", strings.NewReader("")); !cerrdefs.IsConflict(err) {
 		t.Errorf("copy into the foreign pod: %v, want a conflict", err)
 	}
 	if err := c.ContainerStop(ctx, name, container.StopOptions{}); !cerrdefs.IsConflict(err) {
