@@ -601,7 +601,7 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 		if _, busy := copiersBusy.Load(copierName(of, id)); busy {
 			continue // a checkpoint's, a restore's or an unstaging's, under way
 		}
-		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		_ = cli.RemoveBox(ctx, c.ID)
 	}
 }
 
@@ -648,7 +648,7 @@ func (s *saveStore) removeCopier(ctx context.Context, id string) {
 }
 
 func removeCopier(ctx context.Context, cli API, of, id string, log *zap.Logger) {
-	err := cli.ContainerRemove(ctx, copierName(of, id), container.RemoveOptions{Force: true})
+	err := cli.RemoveBox(ctx, copierName(of, id))
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		log.Warn("removing a checkpoint's copying container", zap.String("id", id), zap.Error(err))
 	}
@@ -723,7 +723,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 	}
 	defer cancel()
 	waitC, errC := s.cli.ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
-	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if err := s.cli.StartBox(ctx, resp.ID); err != nil {
 		return "", fmt.Errorf("starting the copying container: %w", err)
 	}
 	var code int64
@@ -887,11 +887,11 @@ func (s *saveStore) restore(ctx context.Context, id string, own bool) (RestoreRe
 	wasRunning := hadOld && old.State != nil && old.State.Running
 	rollback := func(why error) (RestoreResult, error) {
 		bg := context.WithoutCancel(ctx)
-		_ = s.cli.ContainerRemove(bg, name, container.RemoveOptions{Force: true})
+		_ = s.cli.RemoveBox(bg, name)
 		if hadOld {
-			if err := s.cli.ContainerRename(bg, old.ID, name); err != nil {
+			if err := s.cli.RenameBox(bg, old.ID, name); err != nil {
 				s.log.Error("putting the sandbox back after a failed restore", zap.Error(err))
-			} else if wasRunning && s.cli.ContainerStart(bg, name, container.StartOptions{}) == nil {
+			} else if wasRunning && s.cli.StartBox(bg, name) == nil {
 				s.sb.link.agentFresh()
 			}
 		}
@@ -899,12 +899,12 @@ func (s *saveStore) restore(ctx context.Context, id string, own bool) (RestoreRe
 		return RestoreResult{}, why
 	}
 	if wasRunning {
-		if err := s.cli.ContainerKill(ctx, old.ID, "KILL"); err != nil && !cerrdefs.IsConflict(err) {
+		if err := s.cli.KillBox(ctx, old.ID); err != nil && !cerrdefs.IsConflict(err) {
 			return rollback(fmt.Errorf("stopping sandbox container %s: %w", name, err))
 		}
 	}
 	if hadOld {
-		if err := s.cli.ContainerRename(ctx, old.ID, aside); err != nil {
+		if err := s.cli.RenameBox(ctx, old.ID, aside); err != nil {
 			return rollback(fmt.Errorf("putting sandbox container %s aside: %w", name, err))
 		}
 	}
@@ -1024,7 +1024,7 @@ func (s *saveStore) fill(ctx context.Context, newID, oldID, id, vol string) erro
 func (s *saveStore) removeReplaced(ctx context.Context, oldID, aside string) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := s.cli.ContainerRemove(rctx, oldID, container.RemoveOptions{Force: true}); err != nil {
+	if err := s.cli.RemoveBox(rctx, oldID); err != nil {
 		s.log.Warn("removing the replaced sandbox container", zap.String("name", aside), zap.Error(err))
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/build"
@@ -34,12 +35,19 @@ type API interface {
 	ContainerInspect(ctx context.Context, container string) (container.InspectResponse, error)
 	ContainerInspectWithRaw(ctx context.Context, container string, getSize bool) (container.InspectResponse, []byte, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
-	ContainerStart(ctx context.Context, container string, options container.StartOptions) error
-	ContainerStop(ctx context.Context, container string, options container.StopOptions) error
-	ContainerRestart(ctx context.Context, container string, options container.StopOptions) error
-	ContainerKill(ctx context.Context, container, signal string) error
-	ContainerRemove(ctx context.Context, container string, options container.RemoveOptions) error
-	ContainerRename(ctx context.Context, container, newContainerName string) error
+	// StartBox starts the container box (made, or stopped) and returns once it runs.
+	StartBox(ctx context.Context, box string) error
+	// StopBox stops box, its processes given grace to end before they are killed;
+	// a box that does not run is left as it is.
+	StopBox(ctx context.Context, box string, grace time.Duration) error
+	// RestartBox stops box as StopBox does and starts it again.
+	RestartBox(ctx context.Context, box string, grace time.Duration) error
+	// KillBox kills box's processes at once; a box that does not run is a conflict.
+	KillBox(ctx context.Context, box string) error
+	// RemoveBox removes box, running or not; its volumes stay.
+	RemoveBox(ctx context.Context, box string) error
+	// RenameBox gives box the name to.
+	RenameBox(ctx context.Context, box, to string) error
 	ContainerPause(ctx context.Context, container string) error
 	ContainerUnpause(ctx context.Context, container string) error
 	ContainerUpdate(ctx context.Context, container string, updateConfig container.UpdateConfig) (container.UpdateResponse, error)

@@ -194,7 +194,7 @@ func (s *lifecycle) ensure(ctx context.Context) error {
 			// same volume, so /sandbox and what it holds stay.
 			s.log.Warn("recreating the sandbox container with the current isolation settings; running processes end, "+boxapi.WorkDir+" is kept",
 				zap.String("reason", why), zap.String("old_id", info.ID), zap.String("volume", s.cfg.Volume))
-			if err := s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			if err := s.cli.RemoveBox(ctx, name); err != nil && !cerrdefs.IsNotFound(err) {
 				return fmt.Errorf("removing outdated sandbox container %s: %w", name, err)
 			}
 			missing = true
@@ -475,19 +475,19 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 	}
 	if prepare != nil {
 		if err := prepare(ctx, resp.ID); err != nil {
-			_ = s.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), resp.ID)
 			return err
 		}
 	}
-	if err := s.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if err := s.cli.StartBox(ctx, resp.ID); err != nil {
 		if len(hc.Binds) > 0 && s.sb.link.bindRefused(err) {
 			// The engine cannot mount the direct channel's directory (it sees
 			// another file system than Caddy): the container goes without it.
-			_ = s.cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
+			_ = s.cli.RemoveBox(ctx, resp.ID)
 			return s.createFrom(ctx, image, prepare)
 		}
 		if prepare != nil {
-			_ = s.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), resp.ID)
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}

@@ -69,7 +69,7 @@ func (s *Sandbox) Delete(ctx context.Context, volume bool) error {
 	end := s.link.beginStop()
 	defer end()
 	s.life.invalidate()
-	err := s.cli.ContainerRemove(ctx, s.cfg.Container, container.RemoveOptions{Force: true})
+	err := s.cli.RemoveBox(ctx, s.cfg.Container)
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox container %s: %w", s.cfg.Container, err)
 	}

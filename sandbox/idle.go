@@ -9,13 +9,12 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
 // stopTimeout is how long Stop gives the container's processes after SIGTERM.
-const stopTimeout = 5
+const stopTimeout = 5 * time.Second
 
 // Stop stops the container: every process in it ends; the volume (/sandbox) and the
 // container's own files stay. The next [Sandbox.Ensure] starts it again. Upkeep never
@@ -37,8 +36,7 @@ func (s *Sandbox) Stop(ctx context.Context, why string) error {
 		end()
 		return nil
 	}
-	t := stopTimeout
-	err := s.cli.ContainerStop(ctx, s.cfg.Container, container.StopOptions{Timeout: &t})
+	err := s.cli.StopBox(ctx, s.cfg.Container, stopTimeout)
 	s.life.invalidate() // an Ensure that ran meanwhile saw it running
 	end()
 	if err != nil && !cerrdefs.IsNotFound(err) {

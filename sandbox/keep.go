@@ -33,6 +33,8 @@ type memoryEngine interface {
 	CheckpointCreate(ctx context.Context, container string, options checkpoint.CreateOptions) error
 	CheckpointDelete(ctx context.Context, container string, options checkpoint.DeleteOptions) error
 	CheckpointList(ctx context.Context, container string, options checkpoint.ListOptions) ([]checkpoint.Summary, error)
+	// ContainerStart with a CheckpointID starts the container from that save.
+	ContainerStart(ctx context.Context, container string, options container.StartOptions) error
 }
 
 // noKeep is why this engine and runtime cannot keep processes across a stop, "" when
@@ -156,7 +158,7 @@ func (s *saveStore) restoreProcesses(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	begin := time.Now()
-	err = s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{CheckpointID: keptCheckpoint})
+	err = me.ContainerStart(ctx, s.cfg.Container, container.StartOptions{CheckpointID: keptCheckpoint})
 	if err == nil && s.startedBefore(ctx, begin) {
 		s.startedWithout(ctx)
 		return true, nil
@@ -198,7 +200,7 @@ func (s *saveStore) startedBefore(ctx context.Context, t time.Time) bool {
 
 // startPlain starts the container without a save, its restart policy set back.
 func (s *saveStore) startPlain(ctx context.Context) error {
-	if err := s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{}); err != nil {
+	if err := s.cli.StartBox(ctx, s.cfg.Container); err != nil {
 		return err
 	}
 	s.keepRestarting(ctx)
@@ -218,7 +220,7 @@ func (s *saveStore) startContainer(ctx context.Context) error {
 	if kept, err := s.restoreProcesses(ctx); kept {
 		return err
 	}
-	return s.cli.ContainerStart(ctx, s.cfg.Container, container.StartOptions{})
+	return s.cli.StartBox(ctx, s.cfg.Container)
 }
 
 // execsGrace bounds how long a save waits for the container's execs to end;

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -108,7 +107,7 @@ func newTestSandbox(tb testing.TB, cli API, cfg Config) *Sandbox {
 func removeSandbox(tb testing.TB, cli API, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cli.ContainerRemove(ctx, cfg.Container, container.RemoveOptions{Force: true}); err != nil && !strings.Contains(err.Error(), "No such container") {
+	if err := cli.RemoveBox(ctx, cfg.Container); err != nil && !strings.Contains(err.Error(), "No such container") {
 		tb.Errorf("removing test container: %v", err)
 	}
 	if err := cli.VolumeRemove(ctx, cfg.Volume, true); err != nil && !strings.Contains(err.Error(), "no such volume") {

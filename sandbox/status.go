@@ -227,7 +227,7 @@ func (s *lifecycle) internalOutput(ctx context.Context, cmd []string) (string, e
 }
 
 // restartStopTimeout is how long Restart and Recreate let processes end on SIGTERM.
-const restartStopTimeout = 10
+const restartStopTimeout = 10 * time.Second
 
 // Restart restarts the container: every process in it ends, /sandbox and everything
 // else written to the container's own filesystem (installed packages) stay. A missing
@@ -238,8 +238,7 @@ func (s *Sandbox) Restart(ctx context.Context) error {
 	}
 	defer s.life.invalidate()
 	end := s.link.beginStop() // as Stop: no agent starts in the container going down
-	timeout := restartStopTimeout
-	err := s.cli.ContainerRestart(ctx, s.cfg.Container, container.StopOptions{Timeout: &timeout})
+	err := s.cli.RestartBox(ctx, s.cfg.Container, restartStopTimeout)
 	if err == nil {
 		s.link.agentFresh()
 	}
@@ -271,13 +270,12 @@ func (s *Sandbox) Recreate(ctx context.Context) error {
 	name := s.cfg.Container
 	end := s.link.beginStop() // as Stop; the new container gets its agent
 	defer end()
-	timeout := restartStopTimeout
-	err := s.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
+	err := s.cli.StopBox(ctx, name, restartStopTimeout)
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("stopping sandbox container %s: %w", name, err)
 	}
-	// RemoveVolumes only drops anonymous volumes; the named volume at WorkDir stays.
-	err = s.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	// The named volume at WorkDir stays.
+	err = s.cli.RemoveBox(ctx, name)
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox container %s: %w", name, err)
 	}

@@ -178,7 +178,7 @@ func (s *fileStore) reapTransfers() {
 func (s *fileStore) removeTransfer(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), uploadStepTimeout)
 	defer cancel()
-	if err := s.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := s.cli.RemoveBox(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
 		s.log.Warn("removing a transfer container", zap.String("id", id), zap.Error(err))
 	}
 }

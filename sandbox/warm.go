@@ -48,7 +48,7 @@ func (s *Sandbox) TakeOver(ctx context.Context, w *Sandbox) error {
 	}
 	w.Close()
 	w.CloseAgent()
-	if err := s.cli.ContainerRename(ctx, w.cfg.Container, s.cfg.Container); err != nil {
+	if err := s.cli.RenameBox(ctx, w.cfg.Container, s.cfg.Container); err != nil {
 		return fmt.Errorf("renaming warm sandbox container %s to %s: %w", w.cfg.Container, s.cfg.Container, err)
 	}
 	s.takeDirectDir(w)

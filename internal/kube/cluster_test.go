@@ -147,7 +147,7 @@ func TestLifecycle(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		t0 := time.Now()
-		if err := c.ContainerStart(sctx, "box-ann", container.StartOptions{}); err != nil {
+		if err := c.StartBox(sctx, "box-ann"); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		t.Logf("%s took %v", what, time.Since(t0).Round(time.Millisecond))
@@ -169,7 +169,7 @@ func TestLifecycle(t *testing.T) {
 		return p
 	}
 	p1 := start("first start")
-	if err := c.ContainerStart(ctx, "box-ann", container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, "box-ann"); err != nil {
 		t.Fatalf("starting a running container is a no-op: %v", err)
 	}
 	if len(p1.Spec.Volumes) != 1 || p1.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "vol-ann" {
@@ -230,14 +230,9 @@ func TestLifecycle(t *testing.T) {
 	if err := c.VolumeRemove(ctx, "vol-ann", false); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "box-ann") {
 		t.Errorf("removing a volume in use: %v, want a conflict naming the container", err)
 	}
-	if err := c.ContainerRemove(ctx, "box-ann", container.RemoveOptions{}); !cerrdefs.IsConflict(err) {
-		t.Errorf("removing a running container without force: %v, want a conflict", err)
-	}
-
 	// Stop: the pod goes, the record and the claim stay.
 	t0 := time.Now()
-	grace := 5
-	if err := c.ContainerStop(ctx, "box-ann", container.StopOptions{Timeout: &grace}); err != nil {
+	if err := c.StopBox(ctx, "box-ann", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("stop took %v", time.Since(t0).Round(time.Millisecond))
@@ -257,7 +252,7 @@ func TestLifecycle(t *testing.T) {
 	if list, err := c.ContainerList(ctx, container.ListOptions{All: true}); err != nil || len(list) != 1 || list[0].State != "exited" {
 		t.Errorf("all containers after stop: %v %+v", err, list)
 	}
-	if err := c.ContainerStop(ctx, "box-ann", container.StopOptions{}); err != nil {
+	if err := c.StopBox(ctx, "box-ann", 2*time.Second); err != nil {
 		t.Errorf("stopping a stopped container: %v", err)
 	}
 
@@ -274,7 +269,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Remove: pod, policy and config map go; the claim stays until removed.
-	if err := c.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true}); err != nil {
+	if err := c.RemoveBox(ctx, resp.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ContainerInspect(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
@@ -286,7 +281,7 @@ func TestLifecycle(t *testing.T) {
 	if _, err := cl.admin.NetworkingV1().NetworkPolicies(cl.ns).Get(ctx, "box-ann-no-network", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("network policy after remove: %v", err)
 	}
-	if err := c.ContainerRemove(ctx, "box-ann", container.RemoveOptions{Force: true}); !cerrdefs.IsNotFound(err) {
+	if err := c.RemoveBox(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("removing it again: %v, want not found", err)
 	}
 	if err := c.VolumeRemove(ctx, "vol-ann", false); err != nil {
@@ -308,7 +303,7 @@ func TestImageMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	err := c.ContainerStart(ctx, "box-noimage", container.StartOptions{})
+	err := c.StartBox(ctx, "box-noimage")
 	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") || !strings.Contains(err.Error(), cfg.Image) {
 		t.Fatalf("start with a missing image: %v", err)
 	}
@@ -320,7 +315,7 @@ func TestImageMissing(t *testing.T) {
 	if err != nil || info.State.Running {
 		t.Errorf("the container stays created: %v %+v", err, info.State)
 	}
-	if err := c.ContainerRemove(ctx, "box-noimage", container.RemoveOptions{}); err != nil {
+	if err := c.RemoveBox(ctx, "box-noimage"); err != nil {
 		t.Errorf("remove: %v", err)
 	}
 }
@@ -339,7 +334,7 @@ func TestNamedNetwork(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "mcp-sandbox"}, nil, nil, "box-net"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ContainerStart(ctx, "box-net", container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, "box-net"); err != nil {
 		t.Fatal(err)
 	}
 	np, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{})
@@ -349,7 +344,7 @@ func TestNamedNetwork(t *testing.T) {
 	if _, err := nps.Get(ctx, "box-net-no-network", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a container with network got the deny-all policy: %v", err)
 	}
-	if err := c.ContainerRemove(ctx, "box-net", container.RemoveOptions{Force: true}); err != nil {
+	if err := c.RemoveBox(ctx, "box-net"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nps.Get(ctx, "box-net-no-ingress", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -378,7 +373,7 @@ func TestStartFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
-			err := c.ContainerStart(ctx, tc.name, container.StartOptions{})
+			err := c.StartBox(ctx, tc.name)
 			if err == nil && tc.name == "box-crashing" {
 				// A kubelet that is slow to notice the exit (its relist runs every
 				// second, later on a loaded node) can report the container ready past

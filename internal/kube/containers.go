@@ -228,10 +228,8 @@ func (c *Client) NodeName(ctx context.Context, name string) (string, error) {
 	return p.Spec.NodeName, nil
 }
 
-func (c *Client) ContainerStart(ctx context.Context, name string, options container.StartOptions) error {
-	if options.CheckpointID != "" {
-		return notImplemented("starting from a checkpoint")
-	}
+// StartBox makes the pod of container name and waits until it runs.
+func (c *Client) StartBox(ctx context.Context, name string) error {
 	cm, r, err := c.lookup(ctx, name)
 	if err != nil {
 		return err
@@ -437,12 +435,15 @@ func (c *Client) waitPodGone(ctx context.Context, name string, uid types.UID) er
 	}
 }
 
-func (c *Client) ContainerStop(ctx context.Context, name string, options container.StopOptions) error {
-	grace := int64(terminationGrace)
-	if options.Timeout != nil && *options.Timeout >= 0 {
-		grace = int64(*options.Timeout)
-	}
-	return c.stop(ctx, name, grace, false)
+// StopBox deletes the pod of container name, its processes given grace (whole
+// seconds, rounded up) to end, and waits until it is gone.
+func (c *Client) StopBox(ctx context.Context, name string, grace time.Duration) error {
+	return c.stop(ctx, name, graceSeconds(grace), false)
+}
+
+// graceSeconds is a pod's termination grace for grace: whole seconds, rounded up.
+func graceSeconds(grace time.Duration) int64 {
+	return int64((max(grace, 0) + time.Second - 1) / time.Second)
 }
 
 // containerPod looks container name (or ID) up and returns its record's ConfigMap
@@ -483,32 +484,28 @@ func (c *Client) stop(ctx context.Context, name string, grace int64, mustRun boo
 	return c.waitPodGone(wctx, name, p.UID)
 }
 
-func (c *Client) ContainerRestart(ctx context.Context, name string, options container.StopOptions) error {
-	if err := c.ContainerStop(ctx, name, options); err != nil {
+// RestartBox stops the pod of container name as StopBox does and makes it again.
+func (c *Client) RestartBox(ctx context.Context, name string, grace time.Duration) error {
+	if err := c.StopBox(ctx, name, grace); err != nil {
 		return err
 	}
-	return c.ContainerStart(ctx, name, container.StartOptions{})
+	return c.StartBox(ctx, name)
 }
 
-func (c *Client) ContainerKill(ctx context.Context, name, signal string) error {
-	switch strings.TrimPrefix(strings.ToUpper(signal), "SIG") {
-	case "", "KILL", "9":
-		return c.stop(ctx, name, 0, true)
-	case "TERM", "15":
-		return c.stop(ctx, name, terminationGrace, true)
-	}
-	return notImplemented("sending signal " + signal + " (only KILL and TERM, which delete the pod)")
+// KillBox deletes the pod of container name with no grace; a container without a pod
+// is a conflict, as Docker's kill of a stopped container is.
+func (c *Client) KillBox(ctx context.Context, name string) error {
+	return c.stop(ctx, name, 0, true)
 }
 
-func (c *Client) ContainerRemove(ctx context.Context, name string, options container.RemoveOptions) error {
+// RemoveBox deletes container name's pod (with no grace), network policies and
+// record; its claims stay.
+func (c *Client) RemoveBox(ctx context.Context, name string) error {
 	cm, p, err := c.containerPod(ctx, name)
 	if err != nil {
 		return err
 	}
 	name = cm.Name
-	if p != nil && p.DeletionTimestamp == nil && !options.Force {
-		return fmt.Errorf("kubernetes engine %s: container %s is running: stop it before removing it, or force the removal: %w", c.cfg.Name, name, cerrdefs.ErrConflict)
-	}
 	if p != nil {
 		zero := int64(0)
 		uid := p.UID
@@ -534,7 +531,8 @@ func (c *Client) ContainerRemove(ctx context.Context, name string, options conta
 	return nil
 }
 
-func (c *Client) ContainerRename(ctx context.Context, name, newContainerName string) error {
+// RenameBox is not served: a pod cannot be renamed.
+func (c *Client) RenameBox(ctx context.Context, name, to string) error {
 	return notImplemented("renaming a container (checkpoints are not supported on a Kubernetes engine)")
 }
 

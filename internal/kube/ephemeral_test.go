@@ -47,7 +47,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil {
+		if err := c.RemoveBox(ctx, name); err != nil {
 			t.Errorf("removing %s: %v", name, err)
 		}
 		if err := c.VolumeRemove(ctx, vol, true); err != nil {
@@ -67,7 +67,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	}
 	if !reported {
 		begin := time.Now()
-		err := c.ContainerStart(ctx, name, container.StartOptions{})
+		err := c.StartBox(ctx, name)
 		t.Logf("start on nodes without ephemeral storage: %.1f s: %v", time.Since(begin).Seconds(), err)
 		if err == nil || !strings.Contains(err.Error(), "Insufficient ephemeral-storage") || !strings.Contains(err.Error(), "ephemeral_storage (32Mi)") {
 			t.Fatalf("start on nodes that report no ephemeral storage: %v, want Unschedulable naming ephemeral_storage (32Mi)", err)
@@ -78,7 +78,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 		t.Skip("the nodes report no ephemeral-storage (their kubelet runs with localStorageCapacityIsolation false, as scripts/k8s/kubelet-config.yaml had it before): no pod asking for it is scheduled and nothing is evicted; the refusal was checked")
 	}
 
-	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.pod(ctx, name)
@@ -170,7 +170,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 
 	// The next start replaces the evicted pod; /sandbox is as it was, /root/big gone.
 	begin = time.Now()
-	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, name); err != nil {
 		t.Fatalf("start after the eviction: %v", err)
 	}
 	t.Logf("the start after the eviction took %.1f s", time.Since(begin).Seconds())

@@ -61,7 +61,7 @@ func TestForeignPod(t *testing.T) {
 			t.Fatalf("after %s the foreign pod is gone or going: %v", what, err)
 		}
 	}
-	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	err = c.StartBox(ctx, name)
 	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
 		t.Fatalf("start with a foreign pod of the same name: %v, want a conflict naming it", err)
 	}
@@ -79,15 +79,15 @@ func TestForeignPod(t *testing.T) {
 	if err := c.CopyIn(ctx, name, "/tmp", strings.NewReader("")); !cerrdefs.IsConflict(err) {
 		t.Errorf("copy into the foreign pod: %v, want a conflict", err)
 	}
-	if err := c.ContainerStop(ctx, name, container.StopOptions{}); !cerrdefs.IsConflict(err) {
+	if err := c.StopBox(ctx, name, 2*time.Second); !cerrdefs.IsConflict(err) {
 		t.Errorf("stop: %v, want a conflict", err)
 	}
 	still("stop")
-	if err := c.ContainerKill(ctx, name, "KILL"); !cerrdefs.IsConflict(err) {
+	if err := c.KillBox(ctx, name); !cerrdefs.IsConflict(err) {
 		t.Errorf("kill: %v, want a conflict", err)
 	}
 	still("kill")
-	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); !cerrdefs.IsConflict(err) {
+	if err := c.RemoveBox(ctx, name); !cerrdefs.IsConflict(err) {
 		t.Errorf("forced remove: %v, want a conflict", err)
 	}
 	still("remove")
@@ -105,7 +105,7 @@ func TestForeignPod(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err := c.ContainerRemove(context.WithoutCancel(ctx), name, container.RemoveOptions{Force: true}); err != nil {
+	if err := c.RemoveBox(context.WithoutCancel(ctx), name); err != nil {
 		t.Errorf("remove once the foreign pod is gone: %v", err)
 	}
 }
@@ -121,8 +121,8 @@ func TestLogsCloseEndsFollow(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
-	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+	t.Cleanup(func() { _ = c.RemoveBox(context.Background(), name) })
+	if err := c.StartBox(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ContainerLogs(ctx, name, container.LogsOptions{Tail: "5x"}); !cerrdefs.IsInvalidArgument(err) {
@@ -168,7 +168,7 @@ func TestStartReplacesEndedPod(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}) })
+	t.Cleanup(func() { _ = c.RemoveBox(context.Background(), name) })
 	pods := cl.admin.CoreV1().Pods(cl.ns)
 	no := false
 	ended, err := pods.Create(ctx, &v1.Pod{
@@ -196,7 +196,7 @@ func TestStartReplacesEndedPod(t *testing.T) {
 	if info, err := c.ContainerInspect(ctx, name); err != nil || info.State.Running {
 		t.Fatalf("inspect of an ended pod: %v %+v", err, info.State)
 	}
-	if err := c.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, name); err != nil {
 		t.Fatalf("start over an ended pod: %v", err)
 	}
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
@@ -276,11 +276,11 @@ func TestForeignPolicy(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "none"}, nil, nil, name); err != nil {
 		t.Fatal(err)
 	}
-	err = c.ContainerStart(ctx, name, container.StartOptions{})
+	err = c.StartBox(ctx, name)
 	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "network policy") {
 		t.Errorf("start beside a foreign policy of the container's name: %v, want a conflict naming it", err)
 	}
-	if err := c.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil {
+	if err := c.RemoveBox(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	got, err := nps.Get(ctx, foreign.Name, metav1.GetOptions{})

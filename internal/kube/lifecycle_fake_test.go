@@ -83,7 +83,7 @@ func TestLifecycleFake(t *testing.T) {
 		t.Fatalf("inspect of the created container: %+v %v", info, err)
 	}
 
-	if err := c.ContainerStart(ctx, "box", container.StartOptions{}); err != nil {
+	if err := c.StartBox(ctx, "box"); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	info, err = c.ContainerInspect(ctx, "box")
@@ -101,7 +101,7 @@ func TestLifecycleFake(t *testing.T) {
 		t.Errorf("ContainerRunning of the started container: %v", err)
 	}
 
-	if err := c.ContainerStop(ctx, "box", container.StopOptions{}); err != nil {
+	if err := c.StopBox(ctx, "box", terminationGrace*time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	if _, err := cs.CoreV1().Pods("default").Get(ctx, "box", metav1.GetOptions{}); err == nil {
@@ -115,7 +115,7 @@ func TestLifecycleFake(t *testing.T) {
 		t.Errorf("ContainerRunning of the stopped container: %v", err)
 	}
 
-	if err := c.ContainerRemove(ctx, "box", container.RemoveOptions{Force: true}); err != nil {
+	if err := c.RemoveBox(ctx, "box"); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
 	if _, err := c.ContainerInspect(ctx, "box"); !cerrdefs.IsNotFound(err) {
@@ -124,7 +124,7 @@ func TestLifecycleFake(t *testing.T) {
 	if _, err := cs.NetworkingV1().NetworkPolicies("default").Get(ctx, networkPolicyName("box"), metav1.GetOptions{}); err == nil {
 		t.Error("the removed container's policy is left")
 	}
-	if err := c.ContainerStart(ctx, "nosuch", container.StartOptions{}); !cerrdefs.IsNotFound(err) {
+	if err := c.StartBox(ctx, "nosuch"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("start of a missing container: %v, want not found", err)
 	}
 }
@@ -140,7 +140,7 @@ func TestStartRefusedFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	begin := time.Now()
-	err := c.ContainerStart(ctx, "box", container.StartOptions{})
+	err := c.StartBox(ctx, "box")
 	if !cerrdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "import it on the nodes") {
 		t.Fatalf("start with an image the node lacks: %v, want a failed precondition saying what to do", err)
 	}
