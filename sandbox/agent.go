@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/human"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -82,7 +83,14 @@ type agentState struct {
 }
 
 // containerLife is one run of one container: its ID and when the engine started it.
-type containerLife struct{ id, startedAt string }
+type containerLife struct {
+	id        string
+	startedAt time.Time
+}
+
+func (l containerLife) same(o containerLife) bool {
+	return l.id == o.id && l.startedAt.Equal(o.startedAt)
+}
 
 // beginStop marks a stop of the container under way until end is called: no agent
 // starts meanwhile, the agent's channel is closed now, and an agent start under way
@@ -143,15 +151,14 @@ func (s *agentLink) agentFault(ctx context.Context, gen uint64, err error) bool 
 	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultInspectTimeout)
 	defer cancel()
-	info, ierr := s.cli.ContainerInspect(ictx, s.cfg.Container)
-	if ierr != nil || info.State == nil || !info.State.Running || info.State.Paused || info.State.Restarting ||
-		info.State.Dead || info.State.Status != "running" {
+	info, ierr := s.cli.InspectBox(ictx, s.cfg.Container)
+	if st := info.State; ierr != nil || !st.Running || st.Paused || st.Restarting || st.Dead || st.Status != boxapi.StateRunning {
 		return false
 	}
 	s.agentMu.Lock()
 	life := s.agent.life
 	s.agentMu.Unlock()
-	if life != (containerLife{info.ID, info.State.StartedAt}) {
+	if !life.same(containerLife{info.ID, info.State.StartedAt}) {
 		return false
 	}
 	return s.sameLife(gen) // a stop may have begun while the engine answered

@@ -100,20 +100,17 @@ func copyFailure(err error) string {
 // imageArch returns the architecture of the container's image ("amd64", "arm64"...),
 // and whether the container has its direct channel's directory, read-only.
 func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, err error) {
-	c, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	c, err := s.cli.InspectBox(ctx, s.cfg.Container)
 	if err != nil {
 		return "", false, fmt.Errorf("inspecting container %s: %w", s.cfg.Container, err)
 	}
-	life := containerLife{id: c.ID}
-	if c.State != nil {
-		life.startedAt = c.State.StartedAt
-	}
+	life := containerLife{id: c.ID, startedAt: c.State.StartedAt}
 	s.agentMu.Lock()
 	s.agent.life = life
 	s.agentMu.Unlock()
 	if dir := s.directDir(); dir != "" && !s.noBind.Load() {
-		for _, m := range c.Mounts {
-			if m.Destination == directMount && !m.RW && sameDir(m.Source, dir) {
+		for _, m := range c.Spec.Mounts {
+			if m.Destination == directMount && m.ReadOnly && sameDir(m.Source, dir) {
 				hasDir = true
 			}
 		}
@@ -124,7 +121,7 @@ func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, er
 	if known.id == c.ID {
 		return known.arch, hasDir, nil
 	}
-	img, err := s.cli.ImageInspect(ctx, c.Image)
+	img, err := s.cli.ImageInspect(ctx, c.ImageID)
 	switch {
 	case cerrdefs.IsNotImplemented(err):
 		// An engine without images (Kubernetes): the machine the pod runs on says.

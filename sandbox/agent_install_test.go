@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
@@ -24,8 +23,8 @@ type archClient struct {
 	imageInspects int
 }
 
-func (c *archClient) ContainerInspect(ctx context.Context, name string) (container.InspectResponse, error) {
-	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: c.id, Image: "sha256:img"}}, nil
+func (c *archClient) InspectBox(ctx context.Context, name string) (boxapi.Box, error) {
+	return boxapi.Box{ID: c.id, ImageID: "sha256:img"}, nil
 }
 
 func (c *archClient) ImageInspect(ctx context.Context, id string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {

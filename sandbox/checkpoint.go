@@ -342,7 +342,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 		return CheckpointResult{}, err
 	}
 	name0 := s.cfg.Container
-	info, err := s.cli.ContainerInspect(ctx, name0)
+	info, err := s.cli.InspectBox(ctx, name0)
 	if cerrdefs.IsNotFound(err) {
 		return CheckpointResult{}, fmt.Errorf("%w: run a command first, then save it", boxapi.ErrNoSandbox)
 	}
@@ -352,7 +352,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string, max int) (Checkpo
 	if err := s.life.commitSeesWrites(ctx, info); err != nil {
 		return CheckpointResult{}, err
 	}
-	if info.State != nil && info.State.Running && !info.State.Paused {
+	if info.State.Running && !info.State.Paused {
 		resume, err := s.saves.pause(ctx)
 		if err != nil {
 			return CheckpointResult{}, err
@@ -589,13 +589,13 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 		removeCheckpoint(ctx, cli, v.Labels[labelCheckpointOf], id, v.Name, log)
 	}
 	SweepUntagged(ctx, cli, func(c boxapi.Checkpoint) bool { return belongs(c.Container) }, log)
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	list, err := cli.ListBoxes(ctx, labelCheckpointCopier)
 	if err != nil {
 		return
 	}
 	for _, c := range list {
 		of, id := c.Labels[labelCheckpointCopier], c.Labels[labelCheckpoint]
-		if of == "" || !belongs(of) || !slices.Contains(c.Names, "/"+copierName(of, id)) {
+		if of == "" || !belongs(of) || c.Name != copierName(of, id) {
 			continue
 		}
 		if _, busy := copiersBusy.Load(copierName(of, id)); busy {
@@ -878,13 +878,13 @@ func (s *saveStore) restore(ctx context.Context, id string, own bool) (RestoreRe
 	endStop := s.sb.link.beginStop()
 	defer endStop()
 	s.sb.life.invalidate()
-	old, err := s.cli.ContainerInspect(ctx, name)
+	old, err := s.cli.InspectBox(ctx, name)
 	hadOld := err == nil
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return RestoreResult{}, fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
 	aside := name + "-replaced-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	wasRunning := hadOld && old.State != nil && old.State.Running
+	wasRunning := hadOld && old.State.Running
 	rollback := func(why error) (RestoreResult, error) {
 		bg := context.WithoutCancel(ctx)
 		_ = s.cli.RemoveBox(bg, name)

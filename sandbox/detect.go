@@ -46,15 +46,15 @@ func (s *Sandbox) Detect(ctx context.Context) (boxapi.Facts, error) {
 		s.log.Warn("the sandbox printed unexpected text while its installed tools were detected; only known program and module names are used",
 			zap.Int("ignored_lines", ignored))
 	}
-	f.ImageID = info.Image
+	f.ImageID = info.ImageID
 	return f, nil
 }
 
 // ImageID returns the ID of the image the container runs.
 func (s *Sandbox) ImageID(ctx context.Context) (string, error) {
-	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	info, err := s.cli.InspectBox(ctx, s.cfg.Container)
 	if err != nil {
 		return "", fmt.Errorf("inspecting sandbox container: %w", err)
 	}
-	return info.Image, nil
+	return info.ImageID, nil
 }

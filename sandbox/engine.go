@@ -32,9 +32,13 @@ type API interface {
 	Info(ctx context.Context) (system.Info, error)
 	Ping(ctx context.Context) (types.Ping, error)
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
-	ContainerInspect(ctx context.Context, container string) (container.InspectResponse, error)
+	// InspectBox tells of the container box (a name or an ID); a missing one is a
+	// not-found error.
+	InspectBox(ctx context.Context, box string) (boxapi.Box, error)
 	ContainerInspectWithRaw(ctx context.Context, container string, getSize bool) (container.InspectResponse, []byte, error)
-	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	// ListBoxes lists the engine's containers, running or not, that carry label
+	// ("key" or "key=value"; "" all of them).
+	ListBoxes(ctx context.Context, label string) ([]boxapi.BoxSummary, error)
 	// StartBox starts the container box (made, or stopped) and returns once it runs.
 	StartBox(ctx context.Context, box string) error
 	// StopBox stops box, its processes given grace to end before they are killed;

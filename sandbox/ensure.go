@@ -180,9 +180,9 @@ func (s *lifecycle) ensure(ctx context.Context) error {
 	if err := s.sb.saves.waitSaved(ctx); err != nil {
 		return err
 	}
-	info, err := s.cli.ContainerInspect(ctx, name)
+	info, err := s.cli.InspectBox(ctx, name)
 	missing := cerrdefs.IsNotFound(err)
-	if err == nil && info.State != nil && (info.State.Status == "removing" || info.State.Dead) {
+	if err == nil && (info.State.Status == boxapi.StateRemoving || info.State.Dead) {
 		// Caught while someone removes it: wait until it is gone, then make a new one.
 		if err := s.waitGone(ctx); err != nil {
 			return err
@@ -206,22 +206,18 @@ func (s *lifecycle) ensure(ctx context.Context) error {
 			return err
 		}
 		// Another process created it in the meantime: use theirs.
-		info, err = s.cli.ContainerInspect(ctx, name)
+		info, err = s.cli.InspectBox(ctx, name)
 	}
 	if err != nil {
 		return fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
-	if info.Config != nil {
-		s.noteEnv(info.Config.Env)
-	}
+	s.noteEnv(info.Spec.Env)
 	s.checkImage(ctx, info)
 	host, err := s.hostFacts(ctx)
 	if err != nil {
 		return err
 	}
-	if info.HostConfig != nil {
-		s.noteRuntime(info.HostConfig.Runtime, host.info)
-	}
+	s.noteRuntime(info.Spec.Runtime, host.info)
 	if err := s.applyLimits(ctx, info, host); err != nil {
 		return err
 	}
@@ -260,7 +256,7 @@ func (s *lifecycle) noteEnv(env []string) {
 // waitGone waits, briefly, until a container being removed is gone.
 func (s *lifecycle) waitGone(ctx context.Context) error {
 	for i := 0; i < 100; i++ {
-		if _, err := s.cli.ContainerInspect(ctx, s.cfg.Container); cerrdefs.IsNotFound(err) {
+		if _, err := s.cli.InspectBox(ctx, s.cfg.Container); cerrdefs.IsNotFound(err) {
 			return nil
 		}
 		select {
@@ -285,11 +281,8 @@ var (
 
 // outdated says why an existing container lacks the isolation settings or the network
 // of the configuration ("" when it has them).
-func (s *lifecycle) outdated(info container.InspectResponse) string {
-	hc := info.HostConfig
-	if hc == nil {
-		return ""
-	}
+func (s *lifecycle) outdated(info boxapi.Box) string {
+	hc := info.Spec
 	for _, want := range capDrop {
 		if !slices.ContainsFunc(hc.CapDrop, func(c string) bool {
 			return strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), want)
@@ -302,7 +295,7 @@ func (s *lifecycle) outdated(info container.InspectResponse) string {
 			return "security option " + want + " is not set"
 		}
 	}
-	if have := string(hc.NetworkMode); have != s.cfg.network() && !(have == "default" && s.cfg.network() == "bridge") {
+	if have := hc.NetworkMode; have != s.cfg.network() && !(have == "default" && s.cfg.network() == "bridge") {
 		return fmt.Sprintf("network is %q, configured %q", have, s.cfg.network())
 	}
 	return ""
@@ -592,12 +585,9 @@ func (s *lifecycle) sysctls() map[string]string {
 }
 
 // start brings an existing container to the running state.
-func (s *lifecycle) start(ctx context.Context, info container.InspectResponse) error {
+func (s *lifecycle) start(ctx context.Context, info boxapi.Box) error {
 	name := s.cfg.Container
 	st := info.State
-	if st == nil {
-		return fmt.Errorf("inspecting sandbox container %s: no state reported", name)
-	}
 	switch {
 	case st.Running && !st.Paused && !st.Restarting:
 		return nil
@@ -630,14 +620,14 @@ func (s *lifecycle) waitRunning(ctx context.Context) error {
 	name := s.cfg.Container
 	deadline := time.Now().Add(restartWait)
 	for {
-		info, err := s.cli.ContainerInspect(ctx, name)
+		info, err := s.cli.InspectBox(ctx, name)
 		if err != nil {
 			return fmt.Errorf("waiting for sandbox container %s to restart: %w", name, err)
 		}
-		if info.State != nil && info.State.Running && !info.State.Restarting {
+		if info.State.Running && !info.State.Restarting {
 			return nil
 		}
-		if info.State != nil && !info.State.Restarting {
+		if !info.State.Restarting {
 			return s.start(ctx, info)
 		}
 		if time.Now().After(deadline) {
@@ -758,20 +748,13 @@ func (s *lifecycle) resources(host hostFacts) container.Resources {
 
 // applyLimits updates memory, CPU and process limits in place when they differ from the
 // configuration, so that a changed limit needs no new container.
-func (s *lifecycle) applyLimits(ctx context.Context, info container.InspectResponse, host hostFacts) error {
-	if info.HostConfig == nil {
-		return nil
-	}
+func (s *lifecycle) applyLimits(ctx context.Context, info boxapi.Box, host hostFacts) error {
 	want := s.resources(host)
-	have := info.HostConfig.Resources
-	havePids := int64(0)
-	if have.PidsLimit != nil {
-		havePids = *have.PidsLimit
-	}
-	restart := info.HostConfig.RestartPolicy.Name
+	have := info.Spec.Limits
+	restart := container.RestartPolicyMode(info.Spec.RestartPolicy)
 	keepsRestarting := restart == container.RestartPolicyUnlessStopped || restart == container.RestartPolicyAlways
 	if have.Memory == want.Memory && have.MemorySwap == want.MemorySwap &&
-		have.NanoCPUs == want.NanoCPUs && havePids == s.cfg.PidsLimit && keepsRestarting {
+		have.NanoCPUs == want.NanoCPUs && have.PidsLimit == s.cfg.PidsLimit && keepsRestarting {
 		return nil
 	}
 	upd := container.UpdateConfig{Resources: want}
@@ -795,14 +778,14 @@ func (s *lifecycle) applyLimits(ctx context.Context, info container.InspectRespo
 // checkImage warns (once) when the container was made from another image than the
 // configured one. Recreating would be the only way to apply it, and that is left to the
 // operator because it ends every running process.
-func (s *lifecycle) checkImage(ctx context.Context, info container.InspectResponse) {
+func (s *lifecycle) checkImage(ctx context.Context, info boxapi.Box) {
 	s.sb.mu.Lock()
 	warned := s.warnedImage
 	// The same container found on the configured image a moment ago: an image rebuilt
 	// since is told at the next check, imageRecheck later at most.
 	recent := s.imageOK.id == info.ID && time.Since(s.imageOK.at) < imageRecheck
 	s.sb.mu.Unlock()
-	if warned || recent || info.Config == nil {
+	if warned || recent {
 		return
 	}
 	var problem string
@@ -813,12 +796,12 @@ func (s *lifecycle) checkImage(ctx context.Context, info container.InspectRespon
 	case err != nil:
 		s.log.Debug("could not inspect sandbox image", zap.Error(err))
 		return
-	case img.ID == info.Image: // same image, whatever name it was created under
+	case img.ID == info.ImageID: // same image, whatever name it was created under
 		s.sb.mu.Lock()
 		s.imageOK.id, s.imageOK.at = info.ID, time.Now()
 		s.sb.mu.Unlock()
 		return
-	case info.Config.Image == s.cfg.Image:
+	case info.Spec.Image == s.cfg.Image:
 		problem = "sandbox image was rebuilt since the container was created; the new image is not applied to an existing container"
 	default:
 		problem = "sandbox container was created from another image; the configured image is not applied to an existing container"
@@ -827,7 +810,7 @@ func (s *lifecycle) checkImage(ctx context.Context, info container.InspectRespon
 	s.warnedImage = true
 	s.sb.mu.Unlock()
 	s.log.Warn(problem,
-		zap.String("container_image", info.Config.Image),
+		zap.String("container_image", info.Spec.Image),
 		zap.String("configured_image", s.cfg.Image),
 		zap.String("to_recreate", fmt.Sprintf("docker rm -f %s (the volume %s keeps %s; the next command recreates the container)",
 			s.cfg.Container, s.cfg.Volume, boxapi.WorkDir)))
@@ -850,15 +833,15 @@ func upkeep(ctx context.Context) context.Context { return context.WithValue(ctx,
 func isUpkeep(ctx context.Context) bool { return ctx.Value(upkeepKey{}) != nil }
 
 // runningInfo inspects the container and fails unless it runs; it changes nothing.
-func (s *lifecycle) runningInfo(ctx context.Context) (container.InspectResponse, error) {
-	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+func (s *lifecycle) runningInfo(ctx context.Context) (boxapi.Box, error) {
+	info, err := s.cli.InspectBox(ctx, s.cfg.Container)
 	if cerrdefs.IsNotFound(err) {
 		return info, fmt.Errorf("sandbox container %s: %w", s.cfg.Container, errNotRunning)
 	}
 	if err != nil {
 		return info, fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
 	}
-	if info.State == nil || !info.State.Running {
+	if !info.State.Running {
 		return info, fmt.Errorf("sandbox container %s: %w", s.cfg.Container, errNotRunning)
 	}
 	return info, nil

@@ -22,7 +22,7 @@ import (
 
 func inspect(t *testing.T, sb *Sandbox) container.InspectResponse {
 	t.Helper()
-	info, err := sb.cli.ContainerInspect(context.Background(), sb.cfg.Container)
+	info, err := dockerClient(t).ContainerInspect(context.Background(), sb.cfg.Container)
 	if err != nil {
 		t.Fatalf("inspecting container: %v", err)
 	}

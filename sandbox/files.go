@@ -322,6 +322,6 @@ func pathRefused(err error) bool {
 
 // containerMissing reports whether the sandbox container does not exist.
 func (s *fileStore) containerMissing(ctx context.Context) bool {
-	_, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	_, err := s.cli.InspectBox(ctx, s.cfg.Container)
 	return cerrdefs.IsNotFound(err)
 }

@@ -3,25 +3,20 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"go.uber.org/zap"
 )
 
 // Count is how many sandbox containers, running or stopped, an engine holds.
 func Count(ctx context.Context, cli API) (int, error) {
-	list, err := cli.ContainerList(ctx, container.ListOptions{
-		All: true, Filters: filters.NewArgs(filters.Arg("label", labelVolume)),
-	})
+	list, err := cli.ListBoxes(ctx, labelVolume)
 	return len(list), err
 }
 
 // Exists reports whether an engine has a container named name.
 func Exists(ctx context.Context, cli API, name string) (bool, error) {
-	_, err := cli.ContainerInspect(ctx, name)
+	_, err := cli.InspectBox(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}
@@ -42,20 +37,18 @@ type Container struct {
 
 // Containers lists the sandbox containers, running or stopped, an engine holds.
 func Containers(ctx context.Context, cli API) ([]Container, error) {
-	// Filtered here, not by the engine: a filter makes the client read its API
-	// version unlocked, which races with a negotiation under way on a shared client.
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	list, err := cli.ListBoxes(ctx, labelVolume)
 	if err != nil {
 		return nil, fmt.Errorf("listing sandbox containers: %w", err)
 	}
 	out := make([]Container, 0, len(list))
 	for _, c := range list {
-		if _, ours := c.Labels[labelVolume]; !ours || len(c.Names) == 0 {
+		if c.Name == "" {
 			continue
 		}
 		warm := c.Labels[labelWarm] == "true"
 		out = append(out, Container{
-			Name: strings.TrimPrefix(c.Names[0], "/"), State: string(c.State),
+			Name: c.Name, State: c.Status,
 			Volume: c.Labels[labelVolume], Person: c.Labels[labelPerson], Warm: warm, WarmPool: c.Labels[labelWarmPool],
 		})
 	}

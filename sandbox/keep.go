@@ -91,7 +91,7 @@ func (s *saveStore) saveProcesses(ctx context.Context, why string) bool {
 		}
 		return false
 	}
-	if info, err := s.cli.ContainerInspect(ctx, s.cfg.Container); err != nil || info.State == nil || !info.State.Running || info.State.Paused {
+	if info, err := s.cli.InspectBox(ctx, s.cfg.Container); err != nil || !info.State.Running || info.State.Paused {
 		return false // nothing runs to save (or it cannot be saved now): a plain stop
 	}
 	me := s.cli.(memoryEngine)
@@ -153,7 +153,7 @@ func (s *saveStore) restoreProcesses(ctx context.Context) (bool, error) {
 	// The engine answers a start of a running container with success (304), its
 	// processes untouched: one started without the save (by hand, or by the engine)
 	// must not pass for a restore.
-	if info, err := s.cli.ContainerInspect(ctx, s.cfg.Container); err == nil && info.State != nil && info.State.Running {
+	if info, err := s.cli.InspectBox(ctx, s.cfg.Container); err == nil && info.State.Running {
 		s.startedWithout(ctx)
 		return true, nil
 	}
@@ -190,12 +190,8 @@ func (s *saveStore) startedWithout(ctx context.Context) {
 // startedBefore tells whether the running container started before t: a start from
 // t on found it running already.
 func (s *saveStore) startedBefore(ctx context.Context, t time.Time) bool {
-	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
-	if err != nil || info.State == nil {
-		return false
-	}
-	at, err := time.Parse(time.RFC3339Nano, info.State.StartedAt)
-	return err == nil && at.Before(t)
+	info, err := s.cli.InspectBox(ctx, s.cfg.Container)
+	return err == nil && !info.State.StartedAt.IsZero() && info.State.StartedAt.Before(t)
 }
 
 // startPlain starts the container without a save, its restart policy set back.
@@ -237,7 +233,7 @@ const (
 func (s *saveStore) awaitExecs(ctx context.Context) {
 	deadline := time.Now().Add(execsGrace)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+		info, err := s.cli.InspectBox(ctx, s.cfg.Container)
 		if err != nil {
 			return
 		}
@@ -263,8 +259,8 @@ func (s *saveStore) awaitExecs(ctx context.Context) {
 // meanwhile finds it "running" and does nothing (its answer is success all the same).
 func (s *saveStore) awaitExited(ctx context.Context) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
-		if err != nil || info.State == nil || !info.State.Running {
+		info, err := s.cli.InspectBox(ctx, s.cfg.Container)
+		if err != nil || !info.State.Running {
 			return
 		}
 	}

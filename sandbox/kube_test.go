@@ -118,7 +118,7 @@ func TestKubeSandboxExec(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := kc.ContainerInspect(ctx, cfg.Container); kubetest.NotImplemented(err) {
+	if _, err := kc.InspectBox(ctx, cfg.Container); kubetest.NotImplemented(err) {
 		t.Skip("the Kubernetes engine has no containers yet (ContainerInspect: not implemented)")
 	}
 	defer func() {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
 	"go.uber.org/zap"
 
@@ -215,15 +214,12 @@ func (s *lifecycle) firstTime(last *string, key string) bool {
 // commitSeesWrites refuses a checkpoint of the container of info when its runtime
 // keeps the container's writes where docker commit does not see them: it would save
 // the image as it was, not the sandbox.
-func (s *lifecycle) commitSeesWrites(ctx context.Context, info container.InspectResponse) error {
-	if info.HostConfig == nil {
-		return nil
-	}
+func (s *lifecycle) commitSeesWrites(ctx context.Context, info boxapi.Box) error {
 	host, err := s.cli.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("asking Docker for host information: %w", err)
 	}
-	r := factsOf(host, info.HostConfig.Runtime)
+	r := factsOf(host, info.Spec.Runtime)
 	if why := r.noCommit(); why != "" {
 		return fmt.Errorf("%w: %s", boxapi.ErrCheckpointEmpty, why)
 	}

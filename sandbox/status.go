@@ -31,7 +31,7 @@ type Status struct {
 	RestartCount int       // restarts Docker made on its own (restart policy)
 	Volume       string    // the named volume mounted at WorkDir
 	// Node is the cluster node the container runs on, when its engine says
-	// (LabelNode: a Kubernetes engine's pod); "" on Docker.
+	// (a Kubernetes engine's pod); "" on Docker.
 	Node string
 	// Runtime is the engine's container runtime it runs under (runc, runsc, ...);
 	// "" when the engine names none (its default).
@@ -50,13 +50,6 @@ type Status struct {
 	// engine), so CPU, Memory and PIDs are zero for want of a measure, not idle.
 	NoUsage bool
 }
-
-// LabelNode is the label an engine that places containers on nodes of its own (the
-// Kubernetes engine, internal/kube) puts in ContainerInspect's Config.Labels: the name
-// of the node the container runs on. Docker's inspect has no such field, and a
-// Docker container never carries the label. Status shows it only when it is a DNS
-// name (Kubernetes' node names are).
-const LabelNode = "mcp-sandbox.node"
 
 // validNode is a DNS-1123 subdomain: a node's name.
 var validNode = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
@@ -80,7 +73,7 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 		Container: s.cfg.Container, Volume: s.cfg.Volume, State: "missing",
 		CPULimit: s.cfg.CPUs, MemoryLimit: s.cfg.Memory, PIDsLimit: s.cfg.PidsLimit, DiskUsed: -1,
 	}
-	info, err := s.cli.ContainerInspect(ctx, s.cfg.Container)
+	info, err := s.cli.InspectBox(ctx, s.cfg.Container)
 	if cerrdefs.IsNotFound(err) {
 		return st, nil
 	}
@@ -88,30 +81,20 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 		return st, fmt.Errorf("inspecting sandbox container %s: %w", s.cfg.Container, err)
 	}
 	st.Exists, st.ID, st.RestartCount = true, info.ID, info.RestartCount
-	if info.Config != nil {
-		st.Image = info.Config.Image
-		if n := info.Config.Labels[LabelNode]; validNode.MatchString(n) {
-			st.Node = n
-		}
+	st.Image, st.CreatedAt = info.Spec.Image, info.Created
+	if n := info.Node; validNode.MatchString(n) {
+		st.Node = n // only a DNS name (Kubernetes' node names are)
 	}
-	st.CreatedAt, _ = time.Parse(time.RFC3339Nano, info.Created)
-	if info.State != nil {
-		st.State = info.State.Status
-		if t, err := time.Parse(time.RFC3339Nano, info.State.StartedAt); err == nil && t.Year() > 1 {
-			st.StartedAt = t
-		}
+	st.State, st.StartedAt = info.State.Status, info.State.StartedAt
+	st.Runtime = info.Spec.Runtime
+	if n := info.Spec.Limits.NanoCPUs; n > 0 {
+		st.CPULimit = float64(n) / 1e9
 	}
-	if info.HostConfig != nil {
-		st.Runtime = info.HostConfig.Runtime
-		if n := info.HostConfig.NanoCPUs; n > 0 {
-			st.CPULimit = float64(n) / 1e9
-		}
-		if m := info.HostConfig.Memory; m > 0 {
-			st.MemoryLimit = m
-		}
-		if p := info.HostConfig.PidsLimit; p != nil && *p > 0 {
-			st.PIDsLimit = *p
-		}
+	if m := info.Spec.Limits.Memory; m > 0 {
+		st.MemoryLimit = m
+	}
+	if p := info.Spec.Limits.PidsLimit; p > 0 {
+		st.PIDsLimit = p
 	}
 	if st.State != "running" {
 		return st, nil

@@ -5,28 +5,25 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// inspectOnly answers ContainerInspect with a stopped container carrying labels; any
-// other call panics (the embedded API is nil).
+// inspectOnly answers InspectBox with a stopped container on node; any other call
+// panics (the embedded API is nil).
 type inspectOnly struct {
 	API
-	labels map[string]string
+	node string
 }
 
-func (f inspectOnly) ContainerInspect(context.Context, string) (container.InspectResponse, error) {
-	return container.InspectResponse{
-		ContainerJSONBase: &container.ContainerJSONBase{ID: "id", State: &container.State{Status: "exited"}},
-		Config:            &container.Config{Image: "img", Labels: f.labels},
-	}, nil
+func (f inspectOnly) InspectBox(context.Context, string) (boxapi.Box, error) {
+	return boxapi.Box{ID: "id", State: boxapi.BoxState{Status: "exited"}, Spec: boxapi.BoxSpec{Image: "img"}, Node: f.node}, nil
 }
 
-// TestStatusNode: the node label an engine puts on the inspected container becomes
-// Status.Node when it is a DNS name; anything else (hostile text, too long) is
-// dropped, and a container without it has no node.
+// TestStatusNode: the node an engine says the container runs on becomes Status.Node
+// when it is a DNS name; anything else (hostile text, too long) is dropped, and a
+// container without one has no node.
 func TestStatusNode(t *testing.T) {
-	for _, tc := range []struct{ label, want string }{
+	for _, tc := range []struct{ node, want string }{
 		{"worker-1.cluster.local", "worker-1.cluster.local"},
 		{"127.0.0.1", "127.0.0.1"},
 		{"", ""},
@@ -34,17 +31,13 @@ func TestStatusNode(t *testing.T) {
 		{"a\nb", ""},
 		{strings.Repeat("a", 254), ""},
 	} {
-		labels := map[string]string{}
-		if tc.label != "" {
-			labels[LabelNode] = tc.label
-		}
-		sb, err := New(inspectOnly{labels: labels}, DefaultConfig(), nil)
+		sb, err := New(inspectOnly{node: tc.node}, DefaultConfig(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, err := sb.Status(context.Background())
 		if err != nil || st.Node != tc.want {
-			t.Errorf("label %q: node %q (%v), want %q", tc.label, st.Node, err, tc.want)
+			t.Errorf("node %q: status's node %q (%v), want %q", tc.node, st.Node, err, tc.want)
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
@@ -206,16 +205,13 @@ func (s *Sandbox) CloseTransfers() {
 func (s *fileStore) sweepTransfers(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, uploadStepTimeout)
 	defer cancel()
-	list, err := s.cli.ContainerList(ctx, container.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", labelTransferOf+"="+s.cfg.Container)),
-	})
+	list, err := s.cli.ListBoxes(ctx, labelTransferOf+"="+s.cfg.Container)
 	if err != nil {
 		s.log.Debug("listing transfer containers", zap.Error(err))
 		return
 	}
 	for _, c := range list {
-		if time.Since(time.Unix(c.Created, 0)) > transferStale {
+		if time.Since(c.Created) > transferStale {
 			s.removeTransfer(c.ID)
 		}
 	}

@@ -118,21 +118,16 @@ func (s *Sandbox) Discard(ctx context.Context) error {
 // Inspect finds the sandbox container name on an engine: ok is false when the engine
 // has none of that name.
 func Inspect(ctx context.Context, cli API, name string) (c Container, ok bool, err error) {
-	info, err := cli.ContainerInspect(ctx, name)
+	info, err := cli.InspectBox(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return c, false, nil
 	}
 	if err != nil {
 		return c, false, fmt.Errorf("inspecting sandbox container %s: %w", name, err)
 	}
-	c.Name = name
-	if info.State != nil {
-		c.State = info.State.Status
-	}
-	if info.Config != nil {
-		c.Volume, c.Person = info.Config.Labels[labelVolume], info.Config.Labels[labelPerson]
-		c.Warm = info.Config.Labels[labelWarm] == "true"
-	}
+	labels := info.Spec.Labels
+	c.Name, c.State = name, info.State.Status
+	c.Volume, c.Person, c.Warm = labels[labelVolume], labels[labelPerson], labels[labelWarm] == "true"
 	return c, true, nil
 }
 

@@ -55,8 +55,8 @@ func dockerBase() sandbox.Config {
 }
 
 func running(t *testing.T, cli sandbox.API, name string) bool {
-	info, err := cli.ContainerInspect(context.Background(), name)
-	return err == nil && info.State != nil && info.State.Running
+	info, err := cli.InspectBox(context.Background(), name)
+	return err == nil && info.State.Running
 }
 
 // TestIdleStopAndResumeOnDocker: a person's sandbox left alone for idle_stop is
@@ -146,7 +146,7 @@ func TestRemovedOnDocker(t *testing.T) {
 	if err := after.DeleteRemoved(ctx, "bob", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.ContainerInspect(ctx, base.Container+"-bob"); err == nil {
+	if _, err := cli.InspectBox(ctx, base.Container+"-bob"); err == nil {
 		t.Error("bob's container is still there")
 	}
 	if _, err := cli.VolumeInspect(ctx, base.Volume+"-bob"); err == nil {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
@@ -307,9 +308,8 @@ func TestKubeLog(t *testing.T) {
 // (a Kubernetes cluster without the metrics API); every other call fails.
 type noStatsEngine struct{ sandbox.API }
 
-func (noStatsEngine) ContainerInspect(_ context.Context, name string) (container.InspectResponse, error) {
-	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: name,
-		State: &container.State{Status: "running", Running: true}}, Config: &container.Config{}}, nil
+func (noStatsEngine) InspectBox(_ context.Context, name string) (boxapi.Box, error) {
+	return boxapi.Box{ID: name, Name: name, State: boxapi.BoxState{Status: "running", Running: true}}, nil
 }
 
 func (noStatsEngine) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {

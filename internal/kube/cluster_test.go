@@ -16,7 +16,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
@@ -130,16 +129,16 @@ func TestLifecycle(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(labels), hc, nil, nil, "box-ann"); !cerrdefs.IsConflict(err) {
 		t.Fatalf("creating it twice: %v, want a conflict", err)
 	}
-	info, err := c.ContainerInspect(ctx, resp.ID)
-	if err != nil || info.Name != "/box-ann" || info.State.Running || info.State.Status != "exited" {
-		t.Fatalf("inspect by ID before start: %v %+v", err, info.ContainerJSONBase)
+	info, err := c.InspectBox(ctx, resp.ID)
+	if err != nil || info.Name != "box-ann" || info.State.Running || info.State.Status != "exited" {
+		t.Fatalf("inspect by ID before start: %v %+v", err, info)
 	}
-	if _, ok := info.Config.Labels["mcp-sandbox.node"]; ok {
-		t.Errorf("a container without a pod has a node: %v", info.Config.Labels)
+	if info.Node != "" {
+		t.Errorf("a container without a pod has a node: %q", info.Node)
 	}
-	if info.Config.Labels["mcp-sandbox.person"] != "Ann Lee!" || info.HostConfig.NanoCPUs != 500000000 || info.HostConfig.NetworkMode != "none" ||
-		len(info.HostConfig.CapDrop) != 1 || *info.HostConfig.PidsLimit != 256 || len(info.Mounts) != 1 || info.Mounts[0].Name != "vol-ann" {
-		t.Errorf("inspect does not give back the settings: %+v %+v", info.Config, info.HostConfig)
+	if sp := info.Spec; sp.Labels["mcp-sandbox.person"] != "Ann Lee!" || sp.Limits.NanoCPUs != 500000000 || sp.NetworkMode != "none" ||
+		len(sp.CapDrop) != 1 || sp.Limits.PidsLimit != 256 || len(sp.Mounts) != 1 || sp.Mounts[0].Volume != "vol-ann" {
+		t.Errorf("inspect does not give back the settings: %+v", sp)
 	}
 
 	start := func(what string) *v1.Pod {
@@ -151,8 +150,8 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		t.Logf("%s took %v", what, time.Since(t0).Round(time.Millisecond))
-		info, err := c.ContainerInspect(ctx, "box-ann")
-		if err != nil || !info.State.Running || info.State.Status != "running" || info.State.StartedAt == "" {
+		info, err := c.InspectBox(ctx, "box-ann")
+		if err != nil || !info.State.Running || info.State.Status != "running" || info.State.StartedAt.IsZero() {
 			t.Fatalf("%s: inspect: %v %+v", what, err, info.State)
 		}
 		node, err := c.NodeName(ctx, "box-ann")
@@ -163,8 +162,8 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Spec.NodeName != node || info.Config.Labels["mcp-sandbox.node"] != node {
-			t.Errorf("node %q, the pod's %q, inspect's label %q", node, p.Spec.NodeName, info.Config.Labels["mcp-sandbox.node"])
+		if p.Spec.NodeName != node || info.Node != node {
+			t.Errorf("node %q, the pod's %q, inspect's %q", node, p.Spec.NodeName, info.Node)
 		}
 		return p
 	}
@@ -187,18 +186,14 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("network policy of a container without network: %v", err)
 	}
 
-	// Listing: by label (valid on the API server, invalid matched here), by name, running only.
-	for _, f := range []filters.Args{
-		filters.NewArgs(filters.Arg("label", "mcp-sandbox.volume")),
-		filters.NewArgs(filters.Arg("label", "mcp-sandbox.person=Ann Lee!")),
-		filters.NewArgs(filters.Arg("name", "box-ann")),
-	} {
-		list, err := c.ContainerList(ctx, container.ListOptions{Filters: f})
-		if err != nil || len(list) != 1 || list[0].Names[0] != "/box-ann" || list[0].State != "running" || list[0].ID != resp.ID || !strings.HasPrefix(list[0].Status, "Up") {
-			t.Errorf("list %v: %v %+v", f, err, list)
+	// Listing: by label (valid on the API server, invalid matched here).
+	for _, label := range []string{"mcp-sandbox.volume", "mcp-sandbox.person=Ann Lee!", ""} {
+		list, err := c.ListBoxes(ctx, label)
+		if err != nil || len(list) != 1 || list[0].Name != "box-ann" || list[0].Status != "running" || list[0].ID != resp.ID {
+			t.Errorf("list %q: %v %+v", label, err, list)
 		}
 	}
-	if list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "mcp-sandbox.person=Bob"))}); err != nil || len(list) != 0 {
+	if list, err := c.ListBoxes(ctx, "mcp-sandbox.person=Bob"); err != nil || len(list) != 0 {
 		t.Errorf("list of another person: %v %+v", err, list)
 	}
 
@@ -242,14 +237,11 @@ func TestLifecycle(t *testing.T) {
 	if _, err := cms.Get(ctx, "box-ann", metav1.GetOptions{}); err != nil {
 		t.Errorf("config map after stop: %v", err)
 	}
-	info, err = c.ContainerInspect(ctx, "box-ann")
-	if err != nil || info.State.Running || info.State.Status != "exited" || info.HostConfig.Memory != 96<<20 {
-		t.Errorf("inspect after stop: %v %+v %d", err, info.State, info.HostConfig.Memory)
+	info, err = c.InspectBox(ctx, "box-ann")
+	if err != nil || info.State.Running || info.State.Status != "exited" || info.Spec.Limits.Memory != 96<<20 {
+		t.Errorf("inspect after stop: %v %+v %d", err, info.State, info.Spec.Limits.Memory)
 	}
-	if list, err := c.ContainerList(ctx, container.ListOptions{}); err != nil || len(list) != 0 {
-		t.Errorf("running containers after stop: %v %+v", err, list)
-	}
-	if list, err := c.ContainerList(ctx, container.ListOptions{All: true}); err != nil || len(list) != 1 || list[0].State != "exited" {
+	if list, err := c.ListBoxes(ctx, ""); err != nil || len(list) != 1 || list[0].Status != "exited" {
 		t.Errorf("all containers after stop: %v %+v", err, list)
 	}
 	if err := c.StopBox(ctx, "box-ann", 2*time.Second); err != nil {
@@ -272,7 +264,7 @@ func TestLifecycle(t *testing.T) {
 	if err := c.RemoveBox(ctx, resp.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ContainerInspect(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
+	if _, err := c.InspectBox(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("inspect after remove: %v", err)
 	}
 	if _, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -311,7 +303,7 @@ func TestImageMissing(t *testing.T) {
 	if _, err := cl.admin.CoreV1().Pods(cl.ns).Get(ctx, "box-noimage", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod left after a failed start: %v", err)
 	}
-	info, err := c.ContainerInspect(ctx, "box-noimage")
+	info, err := c.InspectBox(ctx, "box-noimage")
 	if err != nil || info.State.Running {
 		t.Errorf("the container stays created: %v %+v", err, info.State)
 	}
@@ -397,11 +389,11 @@ func TestStartFails(t *testing.T) {
 func exitShows(ctx context.Context, t *testing.T, c *kube.Client, name string, code int) {
 	t.Helper()
 	for {
-		info, err := c.ContainerInspect(ctx, name)
+		info, err := c.InspectBox(ctx, name)
 		if err != nil {
 			t.Fatalf("inspect: %v", err)
 		}
-		if st := info.State; st != nil && !st.Running && st.ExitCode == code {
+		if st := info.State; !st.Running && st.ExitCode == code {
 			return
 		}
 		select {
@@ -450,7 +442,7 @@ current-context: c
 	if !cerrdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `verb "create" on resource "configmaps"`) || !strings.Contains(err.Error(), cl.ns) {
 		t.Errorf("create without rights: %v", err)
 	}
-	_, err = c.ContainerList(ctx, container.ListOptions{All: true})
+	_, err = c.ListBoxes(ctx, "")
 	if !cerrdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `verb "list" on resource "configmaps"`) || !strings.Contains(err.Error(), "RBAC Role") {
 		t.Errorf("list without rights: %v", err)
 	}

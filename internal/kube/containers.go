@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -161,57 +161,38 @@ func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, 
 	return container.CreateResponse{ID: string(got.UID)}, nil
 }
 
-func (c *Client) ContainerInspect(ctx context.Context, name string) (container.InspectResponse, error) {
+// InspectBox tells of container name (or ID): its record, and its pod's state.
+func (c *Client) InspectBox(ctx context.Context, name string) (boxapi.Box, error) {
 	cm, r, err := c.lookup(ctx, name)
 	if err != nil {
-		return container.InspectResponse{}, err
+		return boxapi.Box{}, err
 	}
 	p, err := c.pod(ctx, cm.Name)
 	if err != nil {
-		return container.InspectResponse{}, err
+		return boxapi.Box{}, err
 	}
-	return inspectOf(cm, r, p), nil
+	return boxOf(cm, r, p), nil
 }
 
-// inspectOf is Docker's inspect of the container cm records, running as p (nil: not).
-func inspectOf(cm *v1.ConfigMap, r record, p *v1.Pod) container.InspectResponse {
-	st := dockerState(p)
-	base := &container.ContainerJSONBase{
-		ID: string(cm.UID), Name: "/" + cm.Name, Created: cm.CreationTimestamp.UTC().Format(time.RFC3339Nano),
-		Image: r.Image, State: st, HostConfig: r.hostConfig(), Driver: "kubernetes", Platform: "linux",
+// boxOf is the container cm records, running as p (nil: not).
+func boxOf(cm *v1.ConfigMap, r record, p *v1.Pod) boxapi.Box {
+	b := boxapi.Box{
+		ID: string(cm.UID), Name: cm.Name, Created: cm.CreationTimestamp.UTC(),
+		ImageID: r.Image, Spec: r.spec(), State: boxState(p),
 	}
-	if len(r.Entrypoint) > 0 {
-		base.Path, base.Args = r.Entrypoint[0], append(r.Entrypoint[1:len(r.Entrypoint):len(r.Entrypoint)], r.Cmd...)
-	} else if len(r.Cmd) > 0 {
-		base.Path, base.Args = r.Cmd[0], r.Cmd[1:]
-	}
-	cfg := r.config()
-	// Docker's inspect has no node: the sandbox package reads it from a label, which
-	// only the pod's node sets.
-	cfg.Labels = maps.Clone(cfg.Labels)
-	delete(cfg.Labels, labelNode)
 	if p != nil {
 		if cs := sandboxStatus(p); cs != nil {
-			base.RestartCount = int(cs.RestartCount)
+			b.RestartCount = int(cs.RestartCount)
 		}
-		if n := p.Spec.NodeName; n != "" {
-			if cfg.Labels == nil {
-				cfg.Labels = map[string]string{}
-			}
-			cfg.Labels[labelNode] = n
-		}
+		b.Node = p.Spec.NodeName
 	}
-	return container.InspectResponse{ContainerJSONBase: base, Mounts: r.mountPoints(), Config: cfg,
-		NetworkSettings: &container.NetworkSettings{}}
+	return b
 }
 
+// ContainerInspectWithRaw is not served: it measures a container's writes for a
+// checkpoint, which this engine does not make.
 func (c *Client) ContainerInspectWithRaw(ctx context.Context, name string, getSize bool) (container.InspectResponse, []byte, error) {
-	info, err := c.ContainerInspect(ctx, name)
-	if err != nil {
-		return info, nil, err
-	}
-	raw, err := json.Marshal(info)
-	return info, raw, err
+	return container.InspectResponse{}, nil, notImplemented("measuring a container's writes (checkpoints are not supported on a Kubernetes engine)")
 }
 
 // NodeName is the node the pod of container name runs on ("" when it has no pod or is
@@ -648,7 +629,7 @@ func (c *Client) ContainerWait(ctx context.Context, name string, condition conta
 					errc <- err
 					return
 				}
-				if st := dockerState(p); p == nil || p.DeletionTimestamp != nil || st.Status == container.StateExited {
+				if st := boxState(p); p == nil || p.DeletionTimestamp != nil || st.Status == boxapi.StateExited {
 					resc <- container.WaitResponse{StatusCode: int64(st.ExitCode)}
 					return
 				}

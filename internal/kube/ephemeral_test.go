@@ -163,7 +163,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	if !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "ephemeral_storage limit (32Mi)") || !strings.Contains(err.Error(), "/sandbox is kept") {
 		t.Errorf("an exec in the evicted pod: %v, want a conflict naming ephemeral_storage limit (32Mi)", err)
 	}
-	info, err := c.ContainerInspect(ctx, name)
+	info, err := c.InspectBox(ctx, name)
 	if err != nil || info.State.Running || !strings.Contains(info.State.Error, "ephemeral_storage limit (32Mi)") {
 		t.Errorf("inspect of the evicted container: %v %+v", err, info.State)
 	}

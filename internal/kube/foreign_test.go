@@ -66,7 +66,7 @@ func TestForeignPod(t *testing.T) {
 		t.Fatalf("start with a foreign pod of the same name: %v, want a conflict naming it", err)
 	}
 	still("start")
-	if info, err := c.ContainerInspect(ctx, name); err == nil && info.State.Running {
+	if info, err := c.InspectBox(ctx, name); err == nil && info.State.Running {
 		t.Fatalf("inspect takes the foreign pod for the container's: %+v", info.State)
 	}
 	// Nothing is run in it either, whoever asks for an exec by the container's name.
@@ -193,7 +193,7 @@ func TestStartReplacesEndedPod(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if info, err := c.ContainerInspect(ctx, name); err != nil || info.State.Running {
+	if info, err := c.InspectBox(ctx, name); err != nil || info.State.Running {
 		t.Fatalf("inspect of an ended pod: %v %+v", err, info.State)
 	}
 	if err := c.StartBox(ctx, name); err != nil {

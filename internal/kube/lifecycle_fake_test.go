@@ -9,7 +9,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,23 +77,23 @@ func TestLifecycleFake(t *testing.T) {
 	if _, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, "box"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "already in use") {
 		t.Errorf("a second create of box: %v, want a conflict saying the name is in use", err)
 	}
-	info, err := c.ContainerInspect(ctx, "box")
-	if err != nil || info.State == nil || info.State.Running || info.Config.Image != "k8s.local/img:1" || info.Config.Labels["mcp-sandbox.person"] != "alice" {
+	info, err := c.InspectBox(ctx, "box")
+	if err != nil || info.State.Running || info.Spec.Image != "k8s.local/img:1" || info.Spec.Labels["mcp-sandbox.person"] != "alice" {
 		t.Fatalf("inspect of the created container: %+v %v", info, err)
 	}
 
 	if err := c.StartBox(ctx, "box"); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	info, err = c.ContainerInspect(ctx, "box")
+	info, err = c.InspectBox(ctx, "box")
 	if err != nil || !info.State.Running {
 		t.Fatalf("inspect of the started container: %+v %v", info.State, err)
 	}
 	if _, err := cs.NetworkingV1().NetworkPolicies("default").Get(ctx, networkPolicyName("box"), metav1.GetOptions{}); err != nil {
 		t.Errorf("network none made no deny-all policy: %v", err)
 	}
-	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "mcp-sandbox.person=alice"))})
-	if err != nil || len(list) != 1 || list[0].State != "running" {
+	list, err := c.ListBoxes(ctx, "mcp-sandbox.person=alice")
+	if err != nil || len(list) != 1 || list[0].Status != "running" {
 		t.Fatalf("list by label: %+v %v", list, err)
 	}
 	if err := c.ContainerRunning(ctx, "box"); err != nil {
@@ -107,7 +106,7 @@ func TestLifecycleFake(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Get(ctx, "box", metav1.GetOptions{}); err == nil {
 		t.Error("the pod is left after a stop")
 	}
-	info, err = c.ContainerInspect(ctx, "box")
+	info, err = c.InspectBox(ctx, "box")
 	if err != nil || info.State.Running {
 		t.Fatalf("inspect after the stop: %+v %v", info.State, err)
 	}
@@ -118,7 +117,7 @@ func TestLifecycleFake(t *testing.T) {
 	if err := c.RemoveBox(ctx, "box"); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
-	if _, err := c.ContainerInspect(ctx, "box"); !cerrdefs.IsNotFound(err) {
+	if _, err := c.InspectBox(ctx, "box"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("inspect of the removed container: %v, want not found", err)
 	}
 	if _, err := cs.NetworkingV1().NetworkPolicies("default").Get(ctx, networkPolicyName("box"), metav1.GetOptions{}); err == nil {
@@ -157,7 +156,7 @@ func TestStartRefusedFake(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := c.ContainerInspect(ctx, "box"); err != nil {
+	if _, err := c.InspectBox(ctx, "box"); err != nil {
 		t.Errorf("the container is gone after a refused start: %v", err)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -205,10 +204,10 @@ func TestRecordRoundTrip(t *testing.T) {
 	if string(a) != string(b) {
 		t.Errorf("round trip:\n%s\n%s", a, b)
 	}
-	hc := got.hostConfig()
-	if hc.Memory != 3<<30 || hc.NanoCPUs != 1500000000 || hc.PidsLimit == nil || *hc.PidsLimit != 512 ||
-		hc.NetworkMode != "none" || hc.RestartPolicy.Name != container.RestartPolicyUnlessStopped || len(hc.Mounts) != 1 {
-		t.Errorf("host config %+v", hc)
+	sp := got.spec()
+	if sp.Limits.Memory != 3<<30 || sp.Limits.NanoCPUs != 1500000000 || sp.Limits.PidsLimit != 512 ||
+		sp.NetworkMode != "none" || sp.RestartPolicy != "unless-stopped" || len(sp.Mounts) != 1 {
+		t.Errorf("spec %+v", sp)
 	}
 	// Hostile or foreign config maps are refused, not half read.
 	for name, mutate := range map[string]func(*v1.ConfigMap){
@@ -227,67 +226,50 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func TestTranslateFilters(t *testing.T) {
-	f := filters.NewArgs(
-		filters.Arg("label", "mcp-sandbox.volume"),
-		filters.Arg("label", "mcp-sandbox.person=ann"),
-		filters.Arg("label", "odd=not valid!"),
-		filters.Arg("name", "^/box-"),
-	)
-	lf, err := translateFilters(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := labelManagedBy + "=" + managedByValue + ",mcp-sandbox.person=ann,mcp-sandbox.volume"
-	if lf.selector != want {
-		t.Errorf("selector %q, want %q (the invalid label value is matched here, not by the API server)", lf.selector, want)
+func TestListLabels(t *testing.T) {
+	for _, c := range []struct{ label, selector string }{
+		{"", labelManagedBy + "=" + managedByValue},
+		{"mcp-sandbox.volume", labelManagedBy + "=" + managedByValue + ",mcp-sandbox.volume"},
+		{"mcp-sandbox.person=ann", labelManagedBy + "=" + managedByValue + ",mcp-sandbox.person=ann"},
+		// Matched here, not by the API server.
+		{"odd=not valid!", labelManagedBy + "=" + managedByValue},
+	} {
+		if got := selectorFor(c.label); got != c.selector {
+			t.Errorf("selector of %q: %q, want %q", c.label, got, c.selector)
+		}
 	}
 	labels := map[string]string{"mcp-sandbox.volume": "v", "mcp-sandbox.person": "ann", "odd": "not valid!"}
-	if !lf.match("box-ann", "uid", labels, container.StateRunning) {
-		t.Error("matching container refused")
-	}
-	if lf.match("other", "uid", labels, container.StateRunning) {
-		t.Error("name filter ignored")
-	}
-	if lf.match("box-ann", "uid", map[string]string{"mcp-sandbox.volume": "v", "mcp-sandbox.person": "ann", "odd": "x"}, container.StateRunning) {
-		t.Error("label value filter ignored for an invalid label value")
-	}
-	if lf.match("box-ann", "uid", map[string]string{"mcp-sandbox.person": "ann", "odd": "not valid!"}, container.StateRunning) {
-		t.Error("label presence filter ignored")
-	}
-	if _, err := translateFilters(filters.NewArgs(filters.Arg("ancestor", "x"))); !cerrdefs.IsInvalidArgument(err) {
-		t.Errorf("unknown filter: %v", err)
-	}
-	if _, err := translateFilters(filters.NewArgs(filters.Arg("name", "("))); !cerrdefs.IsInvalidArgument(err) {
-		t.Errorf("bad name pattern: %v", err)
-	}
-	st, err := translateFilters(filters.NewArgs(filters.Arg("status", "exited"), filters.Arg("id", "abc")))
-	if err != nil || st.match("b", "abcdef", nil, container.StateRunning) || !st.match("b", "abcdef", nil, container.StateExited) || st.match("b", "xbc", nil, container.StateExited) {
-		t.Errorf("status / id filter: %v", err)
+	for label, want := range map[string]bool{
+		"": true, "mcp-sandbox.volume": true, "mcp-sandbox.person=ann": true, "odd=not valid!": true,
+		"odd=x": false, "mcp-sandbox.person=bob": false, "mcp-sandbox.warm": false, "mcp-sandbox.volume=": false,
+	} {
+		if got := hasLabel(labels, label); got != want {
+			t.Errorf("hasLabel(%q) = %v, want %v", label, got, want)
+		}
 	}
 }
 
-func TestDockerState(t *testing.T) {
+func TestBoxState(t *testing.T) {
 	now := metav1.NewTime(time.Now().Add(-3 * time.Minute))
 	running := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
 		Name: "sandbox", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
 	}}}}
-	if st := dockerState(running); !st.Running || st.Status != container.StateRunning || st.Pid != 0 || statusText(st, time.Now()) != "Up 3 minutes" {
+	if st := boxState(running); !st.Running || st.Status != boxapi.StateRunning || !st.StartedAt.Equal(now.UTC()) {
 		t.Errorf("running: %+v", st)
 	}
-	if st := dockerState(nil); st.Running || st.Status != container.StateExited || st.ExitCode != 0 {
+	if st := boxState(nil); st.Running || st.Status != boxapi.StateExited || st.ExitCode != 0 {
 		t.Errorf("no pod: %+v", st)
 	}
 	stopping := running.DeepCopy()
 	stopping.DeletionTimestamp = &now
-	if st := dockerState(stopping); st.Running || st.Status != container.StateExited {
+	if st := boxState(stopping); st.Running || st.Status != boxapi.StateExited {
 		t.Errorf("terminating: %+v", st)
 	}
 	pending := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Image: "img:1"}}}, Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{
 		Name: "sandbox", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "Container image \"img:1\" is not present with pull policy of Never\n\n"}},
 	}}}}
-	st := dockerState(pending)
-	if st.Running || st.Status != container.StateCreated || !strings.Contains(st.Error, "ErrImageNeverPull") || !strings.Contains(st.Error, "img:1") {
+	st := boxState(pending)
+	if st.Running || st.Status != boxapi.StateCreated || !strings.Contains(st.Error, "ErrImageNeverPull") || !strings.Contains(st.Error, "img:1") {
 		t.Errorf("pending: %+v", st)
 	}
 	unsched := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{
@@ -321,7 +303,7 @@ func TestDockerState(t *testing.T) {
 	if why := podFailure(crashed); strings.Contains(why, "ignore previous") || !strings.Contains(why, "exit code 127, Error)") {
 		t.Errorf("crashed with a termination message: %q", why)
 	}
-	if st := dockerState(crashed); !st.Restarting || st.Running {
+	if st := boxState(crashed); !st.Restarting || st.Running {
 		t.Errorf("crashed state: %+v", st)
 	}
 	creating := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{
@@ -389,7 +371,7 @@ func TestInvalidName(t *testing.T) {
 func TestEngineDown(t *testing.T) {
 	c := offlineClient(t)
 	start := time.Now()
-	_, err := c.ContainerInspect(t.Context(), "box")
+	_, err := c.InspectBox(t.Context(), "box")
 	if err == nil || !boxapi.EngineDown(err) || !cerrdefs.IsUnavailable(err) {
 		t.Fatalf("want an engine-down error, got %v", err)
 	}
@@ -507,8 +489,8 @@ func TestEvictedText(t *testing.T) {
 				t.Errorf("%q: %q lacks %q", msg, why, want)
 			}
 		}
-		st := dockerState(evictedPod("32Mi", msg))
-		if st.Running || st.Status != container.StateExited || st.Error != why {
+		st := boxState(evictedPod("32Mi", msg))
+		if st.Running || st.Status != boxapi.StateExited || st.Error != why {
 			t.Errorf("state of an evicted pod: %+v", st)
 		}
 	}
@@ -581,7 +563,7 @@ func TestPodRuntimeClass(t *testing.T) {
 	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
 		t.Errorf("runtime gvisor: class %v", p.Spec.RuntimeClassName)
 	}
-	if got := r2.hostConfig().Runtime; got != "gvisor" {
+	if got := r2.spec().Runtime; got != "gvisor" {
 		t.Errorf("inspect's runtime %q, want gvisor", got)
 	}
 }

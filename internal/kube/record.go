@@ -21,9 +21,6 @@ const (
 	labelContainer  = "mcp-sandbox.container" // on every object: the container it belongs to
 	labelPod        = "mcp-sandbox.pod"       // on the pod only: what its NetworkPolicy selects
 	labelVolumeName = "mcp-sandbox.volume-name"
-	// labelNode is where ContainerInspect's Config.Labels give the node the pod runs
-	// on (sandbox.LabelNode); it is never stored.
-	labelNode = "mcp-sandbox.node"
 	// annotationLabels holds, as JSON, the Docker labels whose key or value is no valid
 	// Kubernetes label: they are kept, but no selector can find them.
 	annotationLabels = "mcp-sandbox/docker-labels"

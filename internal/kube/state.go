@@ -5,8 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -172,21 +171,20 @@ func quantityText(q *resource.Quantity) string {
 	return q.String()
 }
 
-// dockerState is the Docker state of a container whose pod is p (nil: no pod).
-func dockerState(p *v1.Pod) *container.State {
-	st := &container.State{Status: container.StateExited}
+// boxState is the state of a container whose pod is p (nil: no pod).
+func boxState(p *v1.Pod) boxapi.BoxState {
+	st := boxapi.BoxState{Status: boxapi.StateExited}
 	if p == nil {
 		return st
 	}
 	cs := sandboxStatus(p)
 	if cs != nil {
 		if r := cs.State.Running; r != nil {
-			st.StartedAt = r.StartedAt.UTC().Format(time.RFC3339Nano)
+			st.StartedAt = r.StartedAt.UTC()
 		}
 		if t := cs.State.Terminated; t != nil {
 			st.ExitCode = int(t.ExitCode)
-			st.StartedAt = t.StartedAt.UTC().Format(time.RFC3339Nano)
-			st.FinishedAt = t.FinishedAt.UTC().Format(time.RFC3339Nano)
+			st.StartedAt, st.FinishedAt = t.StartedAt.UTC(), t.FinishedAt.UTC()
 			st.OOMKilled = t.Reason == "OOMKilled"
 		}
 	}
@@ -194,84 +192,29 @@ func dockerState(p *v1.Pod) *container.State {
 	case p.DeletionTimestamp != nil:
 		// Stopping: it is on its way to "exited".
 	case podReady(p):
-		st.Status, st.Running = container.StateRunning, true
+		st.Status, st.Running = boxapi.StateRunning, true
 	case p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded:
 		st.Error = podFailure(p)
 	case cs != nil && cs.RestartCount > 0 && cs.State.Running == nil:
-		st.Status, st.Restarting = container.StateRestarting, true
+		st.Status, st.Restarting = boxapi.StateRestarting, true
 		st.Error = podFailure(p)
 	default:
-		st.Status = container.StateCreated
+		st.Status = boxapi.StateCreated
 		st.Error = podFailure(p)
 	}
 	return st
 }
 
-// statusText is `docker ps`'s STATUS column for a state.
-func statusText(st *container.State, now time.Time) string {
-	switch st.Status {
-	case container.StateRunning:
-		if t, err := time.Parse(time.RFC3339Nano, st.StartedAt); err == nil {
-			return "Up " + humanDuration(now.Sub(t))
-		}
-		return "Up"
-	case container.StateCreated:
-		return "Created"
-	case container.StateRestarting:
-		return "Restarting"
-	}
-	return fmt.Sprintf("Exited (%d)", st.ExitCode)
-}
-
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%d seconds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%d minutes", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%d hours", int(d.Hours()))
-	}
-	return fmt.Sprintf("%d days", int(d.Hours()/24))
-}
-
-// hostConfig is the HostConfig a record stands for.
-func (r record) hostConfig() *container.HostConfig {
-	hc := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(r.NetworkMode),
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyMode(r.RestartPolicy)},
-		CapDrop:        r.CapDrop,
-		CapAdd:         r.CapAdd,
-		SecurityOpt:    r.SecurityOpt,
-		Sysctls:        r.Sysctls,
-		ReadonlyRootfs: r.ReadonlyRootfs,
-		Runtime:        r.Runtime,
-	}
-	hc.Memory, hc.MemorySwap, hc.NanoCPUs = r.Memory, r.MemorySwap, r.NanoCPUs
-	if r.PidsLimit != 0 {
-		p := r.PidsLimit
-		hc.PidsLimit = &p
+// spec is what a record says of its container.
+func (r record) spec() boxapi.BoxSpec {
+	sp := boxapi.BoxSpec{
+		Image: r.Image, Env: r.Env, WorkingDir: r.WorkingDir, Labels: r.Labels, Runtime: r.Runtime,
+		NetworkMode: r.NetworkMode, RestartPolicy: r.RestartPolicy,
+		Limits:  boxapi.Limits{Memory: r.Memory, MemorySwap: r.MemorySwap, NanoCPUs: r.NanoCPUs, PidsLimit: r.PidsLimit},
+		CapDrop: r.CapDrop, SecurityOpt: r.SecurityOpt, Sysctls: r.Sysctls,
 	}
 	for _, m := range r.Mounts {
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
+		sp.Mounts = append(sp.Mounts, boxapi.Mount{Volume: m.Volume, Source: m.Volume, Destination: m.Target, ReadOnly: m.ReadOnly})
 	}
-	return hc
-}
-
-// mountPoints are the record's mounts as inspect reports them.
-func (r record) mountPoints() []container.MountPoint {
-	var out []container.MountPoint
-	for _, m := range r.Mounts {
-		out = append(out, container.MountPoint{Type: mount.TypeVolume, Name: m.Volume, Source: m.Volume,
-			Destination: m.Target, Driver: "kubernetes", RW: !m.ReadOnly})
-	}
-	return out
-}
-
-// config is the Config a record stands for.
-func (r record) config() *container.Config {
-	return &container.Config{
-		Image: r.Image, Entrypoint: r.Entrypoint, Cmd: r.Cmd, Env: r.Env, WorkingDir: r.WorkingDir,
-		User: r.User, Hostname: r.Hostname, Labels: r.Labels, NetworkDisabled: r.NetworkMode == "none",
-	}
+	return sp
 }

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 )
 
@@ -98,21 +98,19 @@ func Pod(tb testing.TB, pods corev1.PodInterface, prefix string) string {
 // NotImplemented reports whether err is an engine's answer to a call it does not serve.
 func NotImplemented(err error) bool { return cerrdefs.IsNotImplemented(err) }
 
-// PodInspect is the Kubernetes engine with ContainerInspect answered from the pod: for
+// PodInspect is the Kubernetes engine with InspectBox answered from the pod: for
 // tests of the exec paths, which need no more of a container than that it runs.
 type PodInspect struct {
 	*kube.Client
 	Pods corev1.PodInterface
 }
 
-func (e PodInspect) ContainerInspect(ctx context.Context, name string) (container.InspectResponse, error) {
+func (e PodInspect) InspectBox(ctx context.Context, name string) (boxapi.Box, error) {
 	p, err := e.Pods.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return container.InspectResponse{}, err
+		return boxapi.Box{}, err
 	}
-	return container.InspectResponse{
-		ContainerJSONBase: &container.ContainerJSONBase{ID: string(p.UID), Name: "/" + name, Image: p.Spec.Containers[0].Image,
-			State: &container.State{Running: p.Status.Phase == v1.PodRunning, Status: "running"}},
-		Config: &container.Config{Image: p.Spec.Containers[0].Image},
-	}, nil
+	image := p.Spec.Containers[0].Image
+	return boxapi.Box{ID: string(p.UID), Name: name, ImageID: image, Spec: boxapi.BoxSpec{Image: image},
+		State: boxapi.BoxState{Running: p.Status.Phase == v1.PodRunning, Status: "running"}}, nil
 }
