@@ -28,7 +28,7 @@ func stdoutOf(ctx context.Context, t *testing.T, c *mcpclient.Client, command st
 func imageGone(t *testing.T, cli *client.Client, id string) bool {
 	t.Helper()
 	ctx := context.Background()
-	list, err := sandbox.Checkpoints(ctx, cli)
+	list, err := sandbox.Checkpoints(ctx, sandbox.Docker(cli))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func imageGone(t *testing.T, cli *client.Client, id string) bool {
 func removeCheckpoints(cli *client.Client, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, _ := sandbox.Checkpoints(ctx, cli)
+	list, _ := sandbox.Checkpoints(ctx, sandbox.Docker(cli))
 	for _, c := range list {
 		for _, n := range names {
 			if c.Container == n {
-				_ = sandbox.DeleteCheckpoint(ctx, cli, c.ID)
+				_ = sandbox.DeleteCheckpoint(ctx, sandbox.Docker(cli), c.ID)
 			}
 		}
 	}

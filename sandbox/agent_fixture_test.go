@@ -53,14 +53,15 @@ func noexecContainer(t *testing.T) string {
 // containerExec runs cmd in the container straight through the engine (no Sandbox)
 // and returns its stdout and stderr together and its exit code.
 func containerExec(t *testing.T, cli API, name string, cmd ...string) (string, int) {
+	d := dockerOf(cli)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ex, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	ex, err := d.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		t.Fatalf("exec %v in %s: %v", cmd, name, err)
 	}
-	hj, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	hj, err := d.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
 		t.Fatalf("exec %v in %s: %v", cmd, name, err)
 	}
@@ -69,7 +70,7 @@ func containerExec(t *testing.T, cli API, name string, cmd ...string) (string, i
 	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
 		t.Fatalf("exec %v in %s: %v", cmd, name, err)
 	}
-	st, err := cli.ContainerExecInspect(ctx, ex.ID)
+	st, err := d.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
 		t.Fatalf("exec %v in %s: %v", cmd, name, err)
 	}

@@ -27,7 +27,7 @@ func benchSandbox(b *testing.B) (*Sandbox, dockerEngine) {
 }
 
 // rawExec is the baseline: the bare Docker calls for `bash -c true`, nothing else.
-func rawExec(ctx context.Context, cli API, name string) error {
+func rawExec(ctx context.Context, cli dockerOnly, name string) error {
 	resp, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{
 		AttachStdout: true, AttachStderr: true, Cmd: []string{"bash", "-c", "true"},
 	})

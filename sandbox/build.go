@@ -30,7 +30,7 @@ func BuildImage(ctx context.Context, cli API, tag string, dockerfile []byte, onL
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("packing build context: %w", err)
 	}
-	resp, err := cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
+	resp, err := dockerOf(cli).ImageBuild(ctx, &buf, build.ImageBuildOptions{
 		Tags:        []string{tag},
 		Dockerfile:  "Dockerfile",
 		Remove:      true,

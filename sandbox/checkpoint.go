@@ -22,7 +22,6 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentbin"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -178,9 +177,9 @@ type stored struct {
 }
 
 // listStored lists the checkpoints of every sandbox on the engine, oldest first.
-func listStored(ctx context.Context, cli Engine) ([]stored, error) {
+func listStored(ctx context.Context, cli API) ([]stored, error) {
 	// Filtered here, not by the engine (see Containers).
-	list, err := cli.ImageList(ctx, image.ListOptions{})
+	list, err := dockerOf(cli).ImageList(ctx, image.ListOptions{})
 	if cerrdefs.IsNotImplemented(err) {
 		return nil, nil // an engine without images (Kubernetes) holds no checkpoints
 	}
@@ -213,7 +212,7 @@ func listStored(ctx context.Context, cli Engine) ([]stored, error) {
 }
 
 // findStored is checkpoint id, of any sandbox on the engine.
-func findStored(ctx context.Context, cli Engine, id string) (stored, error) {
+func findStored(ctx context.Context, cli API, id string) (stored, error) {
 	all, err := listStored(ctx, cli)
 	if err != nil {
 		return stored{}, err
@@ -226,7 +225,7 @@ func findStored(ctx context.Context, cli Engine, id string) (stored, error) {
 }
 
 // Checkpoints lists the checkpoints of every sandbox on the engine, oldest first.
-func Checkpoints(ctx context.Context, cli Engine) ([]boxapi.Checkpoint, error) {
+func Checkpoints(ctx context.Context, cli API) ([]boxapi.Checkpoint, error) {
 	all, err := listStored(ctx, cli)
 	out := make([]boxapi.Checkpoint, 0, len(all))
 	for _, c := range all {
@@ -247,7 +246,7 @@ func checkpointOf(l map[string]string) boxapi.Checkpoint {
 // DeleteCheckpoint removes checkpoint id's image and its copy of boxapi.WorkDir. An image a
 // sandbox or a later checkpoint is built on loses its tag and its label at once, and
 // its layers when the last container or image on it goes.
-func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
+func DeleteCheckpoint(ctx context.Context, cli API, id string) error {
 	if !boxapi.ValidCheckpointID(id) {
 		return fmt.Errorf("%w: %q", boxapi.ErrCheckpointNotFound, id)
 	}
@@ -255,7 +254,7 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 	if err != nil {
 		return err
 	}
-	_, err = cli.ImageRemove(ctx, ck.ref, image.RemoveOptions{Force: true, PruneChildren: true})
+	_, err = dockerOf(cli).ImageRemove(ctx, ck.ref, image.RemoveOptions{Force: true, PruneChildren: true})
 	if cerrdefs.IsNotImplemented(err) {
 		return fmt.Errorf("%w: %s (this engine keeps no checkpoints)", boxapi.ErrCheckpointNotFound, id)
 	}
@@ -264,7 +263,7 @@ func DeleteCheckpoint(ctx context.Context, cli Engine, id string) error {
 	} else if err != nil {
 		return fmt.Errorf("removing checkpoint image %s (try again, or docker rmi -f %s): %w", id, ck.ref, err)
 	}
-	if verr := cli.VolumeRemove(ctx, ck.vol, true); verr != nil && !cerrdefs.IsNotFound(verr) {
+	if verr := cli.RemoveVolume(ctx, ck.vol, true); verr != nil && !cerrdefs.IsNotFound(verr) {
 		return fmt.Errorf("removing checkpoint volume %s (try again, or docker volume rm %s): %w", id, ck.vol, verr)
 	}
 	return err
@@ -283,14 +282,6 @@ func (noCheckpoints) Error() string {
 }
 
 func (noCheckpoints) Is(target error) bool { return target == cerrdefs.ErrNotImplemented }
-
-// Engine is the part of Docker's client the checkpoint functions use.
-type Engine interface {
-	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
-	ImageRemove(ctx context.Context, image string, options image.RemoveOptions) ([]image.DeleteResponse, error)
-	ImageInspect(ctx context.Context, image string, options ...client.ImageInspectOption) (image.InspectResponse, error)
-	VolumeRemove(ctx context.Context, volumeID string, force bool) error
-}
 
 // Checkpoints lists this sandbox's checkpoints, oldest first, after removing what
 // checkpoints that failed halfway left behind.
@@ -420,7 +411,7 @@ func (s *saveStore) pause(ctx context.Context) (resume func(), err error) {
 		return nil, fmt.Errorf("waiting for commands starting in sandbox container %s: %w", name0, err)
 	}
 	saving.Store(name0, true)
-	if err := s.cli.ContainerPause(ctx, name0); err != nil {
+	if err := dockerOf(s.cli).ContainerPause(ctx, name0); err != nil {
 		saving.Delete(name0)
 		release()
 		return nil, fmt.Errorf("pausing sandbox container %s for the checkpoint: %w", name0, err)
@@ -434,7 +425,7 @@ func (s *saveStore) pause(ctx context.Context) (resume func(), err error) {
 		for try := 0; try < 5; try++ {
 			// Bounded: an engine whose freezer is stuck holds the call forever.
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			err = s.cli.ContainerUnpause(uctx, name0)
+			err = dockerOf(s.cli).ContainerUnpause(uctx, name0)
 			cancel()
 			if err == nil || cerrdefs.IsNotFound(err) {
 				break
@@ -452,7 +443,7 @@ func (s *saveStore) pause(ctx context.Context) (resume func(), err error) {
 // its own and the system's as an image, within r; it returns the bytes they hold.
 func (s *saveStore) saveCopies(ctx context.Context, ck *boxapi.Checkpoint, r checkpointRoom) (int64, error) {
 	name0, id := ck.Container, ck.ID
-	sized, _, err := s.cli.ContainerInspectWithRaw(ctx, name0, true)
+	sized, _, err := dockerOf(s.cli).ContainerInspectWithRaw(ctx, name0, true)
 	if err != nil {
 		return 0, fmt.Errorf("measuring sandbox container %s: %w", name0, err)
 	}
@@ -466,7 +457,7 @@ func (s *saveStore) saveCopies(ctx context.Context, ck *boxapi.Checkpoint, r che
 			boxapi.WorkDir, human.Size(sysBytes), human.Size(min(checkpointMaxSystem, r.room)), boxapi.WorkDir)
 	}
 	vol := checkpointVolume(name0, id)
-	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol,
+	if _, err := dockerOf(s.cli).VolumeCreate(ctx, volume.CreateOptions{Name: vol,
 		DriverOpts: volumeOptions(s.cfg.CheckpointVolumeOptions),
 		Labels:     map[string]string{labelCheckpoint: id, labelCheckpointOf: name0}}); err != nil {
 		return 0, fmt.Errorf("creating checkpoint volume %s: %w", vol, err)
@@ -495,7 +486,7 @@ func (s *saveStore) saveCopies(ctx context.Context, ck *boxapi.Checkpoint, r che
 		labelCheckpointBytes: strconv.FormatInt(size, 10),
 		labelPerson:          s.cfg.Person, labelEngine: s.cfg.Engine,
 	}
-	if _, err := s.cli.ContainerCommit(ctx, name0, container.CommitOptions{
+	if _, err := dockerOf(s.cli).ContainerCommit(ctx, name0, container.CommitOptions{
 		Reference: CheckpointImage(name0, id), Pause: false, Comment: checkpointComment(id),
 		Config: &container.Config{Labels: labels},
 	}); err != nil {
@@ -538,11 +529,11 @@ func removeCheckpoint(ctx context.Context, cli API, of, id, vol string, log *zap
 	defer cancel()
 	removeCopier(ctx, cli, of, id, log)
 	for _, ref := range checkpointRefs(of, id) {
-		if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := dockerOf(cli).ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			log.Warn("removing a failed checkpoint's image", zap.String("id", id), zap.Error(err))
 		}
 	}
-	if err := cli.VolumeRemove(ctx, vol, true); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := cli.RemoveVolume(ctx, vol, true); err != nil && !cerrdefs.IsNotFound(err) {
 		log.Warn("removing a failed checkpoint's volume", zap.String("id", id), zap.Error(err))
 	}
 }
@@ -573,7 +564,7 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 	for _, c := range all {
 		have[c.ID] = true
 	}
-	vols, err := cli.VolumeList(ctx, volume.ListOptions{})
+	vols, err := dockerOf(cli).VolumeList(ctx, volume.ListOptions{})
 	if err != nil {
 		return
 	}
@@ -608,8 +599,8 @@ func sweepLeftovers(ctx context.Context, cli API, all []boxapi.Checkpoint, belon
 // SweepUntagged removes the images of deleted checkpoints that belongs accepts: a checkpoint deleted while a sandbox ran from it (it
 // was restored) loses only its tag then, and its image and layers stay until nothing
 // runs from them. Images still in use, or being made by this process, are left.
-func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoint) bool, log *zap.Logger) {
-	list, err := cli.ImageList(ctx, image.ListOptions{})
+func SweepUntagged(ctx context.Context, cli API, belongs func(boxapi.Checkpoint) bool, log *zap.Logger) {
+	list, err := dockerOf(cli).ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		return
 	}
@@ -627,7 +618,7 @@ func SweepUntagged(ctx context.Context, cli Engine, belongs func(boxapi.Checkpoi
 		if info, err := cli.ImageInspect(ctx, im.ID); err != nil || info.Comment != checkpointComment(id) {
 			continue
 		}
-		_, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
+		_, err := dockerOf(cli).ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
 		switch {
 		case err == nil:
 			log.Info("removed the image of a deleted checkpoint that a sandbox no longer runs from", zap.String("id", id))
@@ -722,7 +713,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 		wctx, cancel = context.WithTimeout(ctx, limit)
 	}
 	defer cancel()
-	waitC, errC := s.cli.ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
+	waitC, errC := dockerOf(s.cli).ContainerWait(wctx, resp.ID, container.WaitConditionNextExit)
 	if err := s.cli.StartBox(ctx, resp.ID); err != nil {
 		return "", fmt.Errorf("starting the copying container: %w", err)
 	}
@@ -741,7 +732,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 		}
 		return "", fmt.Errorf("waiting for the copying container: %w", err)
 	}
-	logs, err := s.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	logs, err := dockerOf(s.cli).ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	var out tailBuffer
 	if err == nil {
 		_, _ = stdcopy.StdCopy(&out, &out, logs)
@@ -865,8 +856,7 @@ func (s *saveStore) restore(ctx context.Context, id string, own bool) (RestoreRe
 	}
 	name := s.cfg.Container
 	// The volume exists for a sandbox being seeded that never ran.
-	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{Name: s.cfg.Volume,
-		Labels: map[string]string{labelManaged: "true"}}); err != nil {
+	if err := s.cli.CreateVolume(ctx, s.cfg.Volume, map[string]string{labelManaged: "true"}); err != nil {
 		return RestoreResult{}, fmt.Errorf("creating sandbox volume %s: %w", s.cfg.Volume, err)
 	}
 	// The old container is killed (its processes end anyway), keeps its job records
@@ -1034,7 +1024,7 @@ func (s *saveStore) removeReplaced(ctx context.Context, oldID, aside string) {
 
 // copying container mounted it after the copy was deleted; it is removed.
 func (s *saveStore) checkCopy(ctx context.Context, id, vol string) error {
-	v, err := s.cli.VolumeInspect(ctx, vol)
+	v, err := s.cli.InspectVolume(ctx, vol)
 	if err == nil && v.Labels[labelCheckpoint] == id {
 		return nil
 	}
@@ -1042,7 +1032,7 @@ func (s *saveStore) checkCopy(ctx context.Context, id, vol string) error {
 		return fmt.Errorf("inspecting checkpoint %s's copy of %s: %w", id, boxapi.WorkDir, err)
 	}
 	if err == nil {
-		if rerr := s.cli.VolumeRemove(context.WithoutCancel(ctx), v.Name, true); rerr != nil && !cerrdefs.IsNotFound(rerr) {
+		if rerr := s.cli.RemoveVolume(context.WithoutCancel(ctx), v.Name, true); rerr != nil && !cerrdefs.IsNotFound(rerr) {
 			s.log.Warn("removing an empty volume under a checkpoint's name", zap.String("volume", v.Name), zap.Error(rerr))
 		}
 	}

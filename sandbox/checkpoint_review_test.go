@@ -14,7 +14,7 @@ import (
 )
 
 // checkpointImages are the images on the engine labelled as checkpoint id, tagged or not.
-func checkpointImages(t *testing.T, cli Engine, id string) []string {
+func checkpointImages(t *testing.T, cli dockerEngine, id string) []string {
 	t.Helper()
 	list, err := cli.ImageList(context.Background(), image.ListOptions{All: true})
 	if err != nil {

@@ -25,17 +25,14 @@ import (
 // engine (package kube) is another, which keeps each container as a pod and answers
 // the calls it cannot serve with an error that says so (errdefs.ErrNotImplemented).
 type API interface {
-	ClientVersion() string
 	Close() error
 	DaemonHost() string
-	Dialer() func(context.Context) (net.Conn, error)
 	Info(ctx context.Context) (system.Info, error)
 	Ping(ctx context.Context) (types.Ping, error)
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
 	// InspectBox tells of the container box (a name or an ID); a missing one is a
 	// not-found error.
 	InspectBox(ctx context.Context, box string) (boxapi.Box, error)
-	ContainerInspectWithRaw(ctx context.Context, container string, getSize bool) (container.InspectResponse, []byte, error)
 	// ListBoxes lists the engine's containers, running or not, that carry label
 	// ("key" or "key=value"; "" all of them).
 	ListBoxes(ctx context.Context, label string) ([]boxapi.BoxSummary, error)
@@ -52,16 +49,12 @@ type API interface {
 	RemoveBox(ctx context.Context, box string) error
 	// RenameBox gives box the name to.
 	RenameBox(ctx context.Context, box, to string) error
-	ContainerPause(ctx context.Context, container string) error
-	ContainerUnpause(ctx context.Context, container string) error
-	ContainerUpdate(ctx context.Context, container string, updateConfig container.UpdateConfig) (container.UpdateResponse, error)
-	ContainerWait(ctx context.Context, container string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
-	ContainerLogs(ctx context.Context, container string, options container.LogsOptions) (io.ReadCloser, error)
-	ContainerStatsOneShot(ctx context.Context, container string) (container.StatsResponseReader, error)
-	ContainerCommit(ctx context.Context, container string, options container.CommitOptions) (container.CommitResponse, error)
-	ContainerExecCreate(ctx context.Context, container string, options container.ExecOptions) (container.ExecCreateResponse, error)
-	ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error)
-	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
+	// UpdateBox changes box's limits or restart policy in place; the warnings say what
+	// the engine could not apply at once.
+	UpdateBox(ctx context.Context, box string, upd boxapi.BoxUpdate) (warnings []string, err error)
+	// BoxUsage is what the running box uses now, its CPU measured over sample (none:
+	// CPU is -1); a not-implemented error where the engine has no figures.
+	BoxUsage(ctx context.Context, box string, sample time.Duration) (boxapi.Usage, error)
 	// StatPath describes path in the container box, not following a final link.
 	StatPath(ctx context.Context, box, path string) (boxapi.PathStat, error)
 	// CopyOut is a tar stream of path in the container box, and what path is.
@@ -69,17 +62,42 @@ type API interface {
 	// CopyIn unpacks the tar stream content into the directory dir of the container
 	// box.
 	CopyIn(ctx context.Context, box, dir string, content io.Reader) error
-	ImageBuild(ctx context.Context, context io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error)
 	ImageInspect(ctx context.Context, image string, _ ...client.ImageInspectOption) (image.InspectResponse, error)
+	// CreateVolume makes the named volume name with labels; one that exists is left
+	// as it is.
+	CreateVolume(ctx context.Context, name string, labels map[string]string) error
+	// InspectVolume tells of volume name; a missing one is a not-found error.
+	InspectVolume(ctx context.Context, name string) (boxapi.Volume, error)
+	// RemoveVolume removes volume name; one a container mounts is a conflict unless
+	// force.
+	RemoveVolume(ctx context.Context, name string, force bool) error
+}
+
+// dockerOnly is what only a Docker engine does for the sandbox, in Docker's terms:
+// checkpoints (pauses, commits, images, volumes with driver options, short-lived
+// containers to copy them), image builds, networks, its own execs, and its archive
+// endpoint over its socket. The sandbox asks for it where its engine's capabilities
+// (boxapi.Capabilities) say the engine has it; see dockerOf.
+type dockerOnly interface {
+	ClientVersion() string
+	Dialer() func(context.Context) (net.Conn, error)
+	ContainerInspectWithRaw(ctx context.Context, container string, getSize bool) (container.InspectResponse, []byte, error)
+	ContainerPause(ctx context.Context, container string) error
+	ContainerUnpause(ctx context.Context, container string) error
+	ContainerWait(ctx context.Context, container string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerLogs(ctx context.Context, container string, options container.LogsOptions) (io.ReadCloser, error)
+	ContainerCommit(ctx context.Context, container string, options container.CommitOptions) (container.CommitResponse, error)
+	ContainerExecCreate(ctx context.Context, container string, options container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, options container.ExecAttachOptions) (types.HijackedResponse, error)
+	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
+	ImageBuild(ctx context.Context, context io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error)
 	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, image string, options image.RemoveOptions) ([]image.DeleteResponse, error)
 	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
 	NetworkInspect(ctx context.Context, network string, options network.InspectOptions) (network.Inspect, error)
 	NetworkRemove(ctx context.Context, network string) error
-	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
-	VolumeInspect(ctx context.Context, volumeID string) (volume.Volume, error)
 	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
-	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
 }
 
 // liveEngine is an engine whose container can go without the agent's channel noticing

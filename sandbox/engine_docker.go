@@ -2,11 +2,20 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -134,4 +143,162 @@ func (d dockerEngine) ListBoxes(ctx context.Context, label string) ([]boxapi.Box
 		out = append(out, boxapi.BoxSummary{ID: c.ID, Name: name, Labels: c.Labels, Status: string(c.State), Created: time.Unix(c.Created, 0)})
 	}
 	return out, nil
+}
+
+// statsMax bounds one stats sample (a few KiB in practice): what its lists of devices
+// and networks hold is not ours to trust without a bound.
+const statsMax = 4 << 20
+
+func (d dockerEngine) BoxUsage(ctx context.Context, box string, sample time.Duration) (boxapi.Usage, error) {
+	first, err := d.stats(ctx, box)
+	if err != nil || sample <= 0 {
+		return usageOf(first, first, false), err
+	}
+	select {
+	case <-ctx.Done():
+		return boxapi.Usage{}, ctx.Err()
+	case <-time.After(sample):
+	}
+	second, err := d.stats(ctx, box)
+	if err != nil {
+		return boxapi.Usage{}, err
+	}
+	return usageOf(first, second, true), nil
+}
+
+// stats takes one of Docker's one-shot stats samples.
+func (d dockerEngine) stats(ctx context.Context, box string) (container.StatsResponse, error) {
+	var v container.StatsResponse
+	resp, err := d.ContainerStatsOneShot(ctx, box)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, statsMax)).Decode(&v); err != nil {
+		return v, fmt.Errorf("decoding the engine's stats: %w", err)
+	}
+	return v, nil
+}
+
+// usageOf is the usage two samples show: CPU over the time between them (when cpu),
+// the rest as the second one saw it.
+func usageOf(first, second container.StatsResponse, cpu bool) boxapi.Usage {
+	u := boxapi.Usage{CPU: -1}
+	a, b := first.CPUStats.CPUUsage.TotalUsage, second.CPUStats.CPUUsage.TotalUsage
+	if dt := second.Read.Sub(first.Read); cpu && dt > 0 && b >= a {
+		u.CPU = float64(b-a) / float64(dt.Nanoseconds())
+	}
+	mem := second.MemoryStats
+	used := mem.Usage
+	// What `docker stats` shows: the page cache the kernel can drop is not "used".
+	if v, ok := mem.Stats["inactive_file"]; ok && v < used {
+		used -= v
+	} else if v, ok := mem.Stats["total_inactive_file"]; ok && v < used {
+		used -= v
+	}
+	u.Memory, u.MemoryCache, u.MemoryLimit = int64(used), int64(mem.Usage-used), int64(min(mem.Limit, 1<<62))
+	u.PIDs, u.PIDsLimit = int64(second.PidsStats.Current), int64(min(second.PidsStats.Limit, 1<<62))
+	return u
+}
+
+func (d dockerEngine) UpdateBox(ctx context.Context, box string, upd boxapi.BoxUpdate) ([]string, error) {
+	var u container.UpdateConfig
+	if l := upd.Limits; l != nil {
+		u.Resources = container.Resources{Memory: l.Memory, MemorySwap: l.MemorySwap, NanoCPUs: l.NanoCPUs}
+		pids := l.PidsLimit
+		u.PidsLimit = &pids
+	}
+	u.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyMode(upd.RestartPolicy)}
+	resp, err := d.ContainerUpdate(ctx, box, u)
+	return resp.Warnings, err
+}
+
+func (d dockerEngine) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
+	_, err := d.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels})
+	return err
+}
+
+func (d dockerEngine) InspectVolume(ctx context.Context, name string) (boxapi.Volume, error) {
+	v, err := d.VolumeInspect(ctx, name)
+	if err != nil {
+		return boxapi.Volume{}, err
+	}
+	return boxapi.Volume{Name: v.Name, Labels: v.Labels, Created: dockerTime(v.CreatedAt)}, nil
+}
+
+func (d dockerEngine) RemoveVolume(ctx context.Context, name string, force bool) error {
+	return d.VolumeRemove(ctx, name, force)
+}
+
+// dockerOf is cli's Docker-only calls. An engine without them (Kubernetes) answers each
+// with a not-implemented error naming what was asked; the sandbox checks the engine's
+// capabilities first, so that answer is a guard, not a path.
+func dockerOf(cli API) dockerOnly {
+	if d, ok := cli.(dockerOnly); ok {
+		return d
+	}
+	return notDocker{}
+}
+
+// notDocker is dockerOnly on an engine that is no Docker engine.
+type notDocker struct{}
+
+func (notDocker) refuse(what string) error {
+	return fmt.Errorf("%s needs a Docker engine; this engine has no such call: %w", what, cerrdefs.ErrNotImplemented)
+}
+
+func (notDocker) ClientVersion() string                           { return "" }
+func (notDocker) Dialer() func(context.Context) (net.Conn, error) { return nil }
+func (n notDocker) ContainerInspectWithRaw(context.Context, string, bool) (container.InspectResponse, []byte, error) {
+	return container.InspectResponse{}, nil, n.refuse("measuring a container's writes")
+}
+func (n notDocker) ContainerPause(context.Context, string) error {
+	return n.refuse("pausing a container")
+}
+func (n notDocker) ContainerUnpause(context.Context, string) error {
+	return n.refuse("unpausing a container")
+}
+func (n notDocker) ContainerWait(context.Context, string, container.WaitCondition) (<-chan container.WaitResponse, <-chan error) {
+	errC := make(chan error, 1)
+	errC <- n.refuse("waiting for a container")
+	return nil, errC
+}
+func (n notDocker) ContainerLogs(context.Context, string, container.LogsOptions) (io.ReadCloser, error) {
+	return nil, n.refuse("reading a container's logs")
+}
+func (n notDocker) ContainerCommit(context.Context, string, container.CommitOptions) (container.CommitResponse, error) {
+	return container.CommitResponse{}, n.refuse("saving a container as an image")
+}
+func (n notDocker) ContainerExecCreate(context.Context, string, container.ExecOptions) (container.ExecCreateResponse, error) {
+	return container.ExecCreateResponse{}, n.refuse("Docker's exec")
+}
+func (n notDocker) ContainerExecAttach(context.Context, string, container.ExecAttachOptions) (types.HijackedResponse, error) {
+	return types.HijackedResponse{}, n.refuse("Docker's exec")
+}
+func (n notDocker) ContainerExecInspect(context.Context, string) (container.ExecInspect, error) {
+	return container.ExecInspect{}, n.refuse("Docker's exec")
+}
+func (n notDocker) ImageBuild(context.Context, io.Reader, build.ImageBuildOptions) (build.ImageBuildResponse, error) {
+	return build.ImageBuildResponse{}, n.refuse("building an image")
+}
+func (n notDocker) ImageList(context.Context, image.ListOptions) ([]image.Summary, error) {
+	return nil, n.refuse("listing images")
+}
+func (n notDocker) ImageRemove(context.Context, string, image.RemoveOptions) ([]image.DeleteResponse, error) {
+	return nil, n.refuse("removing an image")
+}
+func (n notDocker) NetworkCreate(context.Context, string, network.CreateOptions) (network.CreateResponse, error) {
+	return network.CreateResponse{}, n.refuse("making a network")
+}
+func (n notDocker) NetworkInspect(context.Context, string, network.InspectOptions) (network.Inspect, error) {
+	return network.Inspect{}, n.refuse("inspecting a network")
+}
+func (n notDocker) NetworkRemove(context.Context, string) error {
+	return n.refuse("removing a network")
+}
+func (n notDocker) VolumeList(context.Context, volume.ListOptions) (volume.ListResponse, error) {
+	return volume.ListResponse{}, n.refuse("listing volumes")
+}
+func (n notDocker) VolumeCreate(context.Context, volume.CreateOptions) (volume.Volume, error) {
+	return volume.Volume{}, n.refuse("making a volume with driver options")
 }

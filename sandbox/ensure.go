@@ -17,7 +17,6 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
-	"github.com/docker/docker/api/types/volume"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -314,10 +313,10 @@ func builtinNetwork(mode string) bool {
 // inter-container traffic off, labelled as ours.
 func (s *lifecycle) ensureNetwork(ctx context.Context) error {
 	name := s.cfg.network()
-	if builtinNetwork(name) {
-		return nil
+	if _, docker := s.cli.(dockerOnly); builtinNetwork(name) || !docker {
+		return nil // an engine without Docker's networks (Kubernetes: pods share the cluster's) has none to make
 	}
-	if _, err := s.cli.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
+	if _, err := dockerOf(s.cli).NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
 		return nil
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspecting sandbox network %s: %w", name, err)
@@ -327,7 +326,7 @@ func (s *lifecycle) ensureNetwork(ctx context.Context) error {
 		// A fixed interface name, so a host firewall rule can name it (see README).
 		opts["com.docker.network.bridge.name"] = DefaultBridge
 	}
-	_, err := s.cli.NetworkCreate(ctx, name, network.CreateOptions{
+	_, err := dockerOf(s.cli).NetworkCreate(ctx, name, network.CreateOptions{
 		Driver:  "bridge",
 		Options: opts,
 		Labels:  map[string]string{labelManaged: "true"},
@@ -365,10 +364,7 @@ func (s *lifecycle) prepareFor(ctx context.Context, image string) error {
 	}
 	// Creating an existing local volume returns it unchanged, so /sandbox survives a
 	// removed container.
-	if _, err := s.cli.VolumeCreate(ctx, volume.CreateOptions{
-		Name:   c.Volume,
-		Labels: map[string]string{labelManaged: "true"},
-	}); err != nil {
+	if err := s.cli.CreateVolume(ctx, c.Volume, map[string]string{labelManaged: "true"}); err != nil {
 		return fmt.Errorf("creating sandbox volume %s: %w", c.Volume, err)
 	}
 	return nil
@@ -595,7 +591,7 @@ func (s *lifecycle) start(ctx context.Context, info boxapi.Box) error {
 		if _, ok := saving.Load(name); ok {
 			return s.sb.saves.waitSaved(ctx)
 		}
-		if err := s.cli.ContainerUnpause(ctx, name); err != nil {
+		if err := dockerOf(s.cli).ContainerUnpause(ctx, name); err != nil {
 			return fmt.Errorf("unpausing sandbox container %s: %w", name, err)
 		}
 		s.log.Info("unpaused sandbox container")
@@ -757,17 +753,16 @@ func (s *lifecycle) applyLimits(ctx context.Context, info boxapi.Box, host hostF
 		have.NanoCPUs == want.NanoCPUs && have.PidsLimit == s.cfg.PidsLimit && keepsRestarting {
 		return nil
 	}
-	upd := container.UpdateConfig{Resources: want}
 	pids := s.cfg.PidsLimit
-	upd.PidsLimit = &pids
+	upd := boxapi.BoxUpdate{Limits: &boxapi.Limits{Memory: want.Memory, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: pids}}
 	if !keepsRestarting {
-		upd.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}
+		upd.RestartPolicy = string(container.RestartPolicyUnlessStopped)
 	}
-	resp, err := s.cli.ContainerUpdate(ctx, s.cfg.Container, upd)
+	warnings, err := s.cli.UpdateBox(ctx, s.cfg.Container, upd)
 	if err != nil {
 		return fmt.Errorf("updating limits of sandbox container %s: %w", s.cfg.Container, err)
 	}
-	for _, w := range resp.Warnings {
+	for _, w := range warnings {
 		s.log.Warn("docker warning while updating sandbox limits", zap.String("warning", w))
 	}
 	s.log.Info("updated sandbox container limits",

@@ -112,12 +112,12 @@ func (s *jobRunner) startEngineExec(ctx context.Context, opts container.ExecOpti
 			g.Release(1)
 		}
 	}
-	resp, err := s.cli.ContainerExecCreate(ctx, name, opts)
+	resp, err := dockerOf(s.cli).ContainerExecCreate(ctx, name, opts)
 	if err != nil {
 		release()
 		return "", types.HijackedResponse{}, fmt.Errorf("creating exec in sandbox container %s: %w", name, err)
 	}
-	hj, err := s.cli.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
+	hj, err := dockerOf(s.cli).ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {
 		release() // not started: Docker starts an exec when it is attached
 		return "", types.HijackedResponse{}, fmt.Errorf("starting exec in sandbox container %s: %w", name, err)
@@ -138,7 +138,7 @@ func (s *jobRunner) awaitExecStarted(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, execStartWait)
 	defer cancel()
 	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		ins, err := s.cli.ContainerExecInspect(ctx, id)
+		ins, err := dockerOf(s.cli).ContainerExecInspect(ctx, id)
 		if err != nil || ins.Pid != 0 || (!ins.Running && ins.ExitCode != 0) {
 			return
 		}

@@ -67,7 +67,7 @@ func (s *Sandbox) Delete(ctx context.Context, volume bool) error {
 		return fmt.Errorf("removing sandbox container %s: %w", s.cfg.Container, err)
 	}
 	if volume {
-		err := s.cli.VolumeRemove(ctx, s.cfg.Volume, false)
+		err := s.cli.RemoveVolume(ctx, s.cfg.Volume, false)
 		if err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("removing sandbox volume %s (the container is removed; try again, or docker volume rm %s): %w", s.cfg.Volume, s.cfg.Volume, err)
 		}

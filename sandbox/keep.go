@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
 
@@ -239,7 +239,7 @@ func (s *saveStore) awaitExecs(ctx context.Context) {
 		}
 		running := 0
 		for _, id := range info.ExecIDs {
-			if x, err := s.cli.ContainerExecInspect(ctx, id); err == nil && x.Running {
+			if x, err := dockerOf(s.cli).ContainerExecInspect(ctx, id); err == nil && x.Running {
 				running++
 			}
 		}
@@ -274,7 +274,7 @@ func (s *saveStore) awaitExited(ctx context.Context) {
 func (s *saveStore) restartPolicy(ctx context.Context, p container.RestartPolicyMode) error {
 	var err error
 	for range 15 {
-		_, err = s.cli.ContainerUpdate(ctx, s.cfg.Container, container.UpdateConfig{RestartPolicy: container.RestartPolicy{Name: p}})
+		_, err = s.cli.UpdateBox(ctx, s.cfg.Container, boxapi.BoxUpdate{RestartPolicy: string(p)})
 		if err == nil || !strings.Contains(err.Error(), "stopped container") {
 			return err
 		}
@@ -319,16 +319,11 @@ func (s *Sandbox) Kept() (bool, int64) {
 func (s *saveStore) memoryInUse(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := s.cli.ContainerStatsOneShot(ctx, s.cfg.Container)
+	u, err := s.cli.BoxUsage(ctx, s.cfg.Container, 0)
 	if err != nil {
 		return 0
 	}
-	defer st.Body.Close()
-	var v container.StatsResponse
-	if json.NewDecoder(st.Body).Decode(&v) != nil {
-		return 0
-	}
-	return int64(v.MemoryStats.Usage)
+	return u.Memory + u.MemoryCache
 }
 
 // noteLost keeps, for the next command's result, what a stop or start lost.

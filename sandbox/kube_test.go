@@ -124,7 +124,7 @@ func TestKubeSandboxExec(t *testing.T) {
 	defer func() {
 		bg := context.Background()
 		_ = kc.RemoveBox(bg, cfg.Container)
-		_ = kc.VolumeRemove(bg, cfg.Volume, true)
+		_ = kc.RemoveVolume(bg, cfg.Volume, true)
 	}()
 	res, err := s.Exec(ctx, "echo hi; id -u; exit 4", boxapi.ExecOptions{})
 	if err != nil {

@@ -110,7 +110,7 @@ func removeSandbox(tb testing.TB, cli API, cfg Config) {
 	if err := cli.RemoveBox(ctx, cfg.Container); err != nil && !strings.Contains(err.Error(), "No such container") {
 		tb.Errorf("removing test container: %v", err)
 	}
-	if err := cli.VolumeRemove(ctx, cfg.Volume, true); err != nil && !strings.Contains(err.Error(), "no such volume") {
+	if err := cli.RemoveVolume(ctx, cfg.Volume, true); err != nil && !strings.Contains(err.Error(), "no such volume") {
 		tb.Errorf("removing test volume: %v", err)
 	}
 }

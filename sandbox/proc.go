@@ -166,7 +166,7 @@ func (d *dockerProc) exitCode(ctx context.Context, killed bool) (int, bool) {
 func (s *jobRunner) dockerExitCode(ctx context.Context, execID string, wait time.Duration) (int, bool) {
 	deadline := time.Now().Add(wait)
 	for {
-		ins, err := s.cli.ContainerExecInspect(ctx, execID)
+		ins, err := dockerOf(s.cli).ContainerExecInspect(ctx, execID)
 		if err != nil {
 			s.log.Warn("inspecting finished exec", zap.Error(err))
 			return 0, false

@@ -3,16 +3,13 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"regexp"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 )
@@ -56,13 +53,11 @@ var validNode = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
 // Sampling facts of [Sandbox.Status].
 const (
-	// cpuSample is the gap between the two one-shot samples CPU use is measured over.
+	// cpuSample is the time CPU use is measured over.
 	cpuSample = 300 * time.Millisecond
 	// duTimeout bounds the disk-usage walk; a huge volume gives "unknown" rather than
 	// a hanging page.
 	duTimeout = 20 * time.Second
-	// statsMax bounds one stats sample (a few KiB in practice).
-	statsMax = 4 << 20
 )
 
 // Status inspects the container and, when it runs, samples its CPU, memory, PIDs and
@@ -100,64 +95,29 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 		return st, nil
 	}
 
-	first, err := s.life.stats(ctx)
+	// The disk walk runs while the engine samples the CPU.
+	du := make(chan int64, 1)
+	go func() { du <- s.life.diskUsed(ctx) }()
+	u, err := s.cli.BoxUsage(ctx, s.cfg.Container, cpuSample)
 	if cerrdefs.IsNotImplemented(err) {
 		st.NoUsage = true
-		st.DiskUsed = s.life.diskUsed(ctx)
+		st.DiskUsed = <-du
 		return st, nil
 	}
 	if err != nil {
-		return st, err
+		return st, fmt.Errorf("reading the usage of sandbox container %s: %w", s.cfg.Container, err)
 	}
-	// The disk walk runs while the CPU sample waits.
-	du := make(chan int64, 1)
-	go func() { du <- s.life.diskUsed(ctx) }()
-	select {
-	case <-ctx.Done():
-		return st, ctx.Err()
-	case <-time.After(cpuSample):
+	st.CPU = max(u.CPU, 0)
+	st.Memory = u.Memory
+	if u.MemoryLimit > 0 && (st.MemoryLimit == 0 || u.MemoryLimit < st.MemoryLimit) {
+		st.MemoryLimit = u.MemoryLimit
 	}
-	second, err := s.life.stats(ctx)
-	if err != nil {
-		return st, err
-	}
-	if dt := second.Read.Sub(first.Read); dt > 0 && second.CPUStats.CPUUsage.TotalUsage >= first.CPUStats.CPUUsage.TotalUsage {
-		st.CPU = float64(second.CPUStats.CPUUsage.TotalUsage-first.CPUStats.CPUUsage.TotalUsage) / float64(dt.Nanoseconds())
-	}
-	mem := second.MemoryStats
-	used := mem.Usage
-	// What `docker stats` shows: the page cache the kernel can drop is not "used".
-	if v, ok := mem.Stats["inactive_file"]; ok && v < used {
-		used -= v
-	} else if v, ok := mem.Stats["total_inactive_file"]; ok && v < used {
-		used -= v
-	}
-	st.Memory = int64(used)
-	if mem.Limit > 0 && (st.MemoryLimit == 0 || int64(mem.Limit) < st.MemoryLimit) {
-		st.MemoryLimit = int64(mem.Limit)
-	}
-	st.PIDs = int64(second.PidsStats.Current)
-	if l := second.PidsStats.Limit; l > 0 && l < 1<<40 {
-		st.PIDsLimit = int64(l)
+	st.PIDs = u.PIDs
+	if l := u.PIDsLimit; l > 0 && l < 1<<40 {
+		st.PIDsLimit = l
 	}
 	st.DiskUsed = <-du
 	return st, nil
-}
-
-// stats takes one one-shot stats sample.
-func (s *lifecycle) stats(ctx context.Context) (container.StatsResponse, error) {
-	var v container.StatsResponse
-	resp, err := s.cli.ContainerStatsOneShot(ctx, s.cfg.Container)
-	if err != nil {
-		return v, fmt.Errorf("reading stats of sandbox container %s: %w", s.cfg.Container, err)
-	}
-	defer resp.Body.Close()
-	// A sample is a few KiB; what its lists of devices and networks hold is not ours
-	// to trust without a bound.
-	if err := json.NewDecoder(io.LimitReader(resp.Body, statsMax)).Decode(&v); err != nil {
-		return v, fmt.Errorf("decoding stats of sandbox container %s: %w", s.cfg.Container, err)
-	}
-	return v, nil
 }
 
 // diskUsed runs `du -sxk` on WorkDir inside the container (never on host paths) and

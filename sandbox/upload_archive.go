@@ -56,7 +56,7 @@ const putArchiveSendBuffer = 4 << 20
 // at a time, through tracing wrappers; on this path that costs about a third of the
 // throughput.
 func (s *fileStore) putArchive(ctx context.Context, id, dir string, ts *tarStream) error {
-	conn, err := s.cli.Dialer()(ctx)
+	conn, err := dockerOf(s.cli).Dialer()(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to Docker: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *fileStore) putArchive(ctx context.Context, id, dir string, ts *tarStrea
 		_ = uc.SetWriteBuffer(putArchiveSendBuffer)
 	}
 	api := "/containers/" + url.PathEscape(id) + "/archive"
-	if v := s.cli.ClientVersion(); v != "" {
+	if v := dockerOf(s.cli).ClientVersion(); v != "" {
 		api = "/v" + strings.TrimPrefix(v, "v") + api
 	}
 	query := url.Values{"path": {dir}, "noOverwriteDirNonDir": {"true"}}

@@ -92,7 +92,7 @@ func (s *fileStore) waitExecEnd(ctx context.Context, p proc) {
 		return
 	}
 	for ctx.Err() == nil {
-		ins, err := s.cli.ContainerExecInspect(ctx, d.id)
+		ins, err := dockerOf(s.cli).ContainerExecInspect(ctx, d.id)
 		// An engine's execs without pids (Kubernetes) run from their attach on.
 		if err != nil || (!ins.Running && (ins.Pid != 0 || !s.caps().ExecPIDs)) {
 			return

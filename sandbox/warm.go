@@ -133,7 +133,7 @@ func Inspect(ctx context.Context, cli API, name string) (c Container, ok bool, e
 
 // VolumeExists reports whether an engine has a volume named name.
 func VolumeExists(ctx context.Context, cli API, name string) (bool, error) {
-	_, err := cli.VolumeInspect(ctx, name)
+	_, err := cli.InspectVolume(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}

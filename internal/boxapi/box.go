@@ -92,3 +92,30 @@ type BoxSummary struct {
 	Status  string // one of the State constants
 	Created time.Time
 }
+
+// Usage is what a running box uses, by its engine's figures.
+type Usage struct {
+	// CPU is the CPUs in use (1.5: one and a half), averaged over a short sample;
+	// -1 when not measured.
+	CPU float64
+	// Memory is the memory in use without the page cache the kernel can drop (what
+	// `docker stats` shows); MemoryCache is that cache.
+	Memory, MemoryCache int64
+	MemoryLimit         int64 // 0 when none is known
+	PIDs, PIDsLimit     int64 // 0 when not known
+}
+
+// BoxUpdate changes a box's limits and restart policy in place.
+type BoxUpdate struct {
+	// Limits, when set: its memory, swap and CPUs where not 0, and its PidsLimit.
+	Limits *Limits
+	// RestartPolicy, when not "", as BoxSpec.RestartPolicy.
+	RestartPolicy string
+}
+
+// Volume is a named volume an engine keeps (a Docker volume, a Kubernetes claim).
+type Volume struct {
+	Name    string
+	Labels  map[string]string
+	Created time.Time
+}

@@ -149,7 +149,7 @@ func TestRemovedOnDocker(t *testing.T) {
 	if _, err := cli.InspectBox(ctx, base.Container+"-bob"); err == nil {
 		t.Error("bob's container is still there")
 	}
-	if _, err := cli.VolumeInspect(ctx, base.Volume+"-bob"); err == nil {
+	if _, err := cli.InspectVolume(ctx, base.Volume+"-bob"); err == nil {
 		t.Error("bob's volume is still there")
 	}
 	if r := after.Removed(ctx); len(r) != 0 {

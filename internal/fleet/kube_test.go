@@ -312,8 +312,8 @@ func (noStatsEngine) InspectBox(_ context.Context, name string) (boxapi.Box, err
 	return boxapi.Box{ID: name, Name: name, State: boxapi.BoxState{Status: "running", Running: true}}, nil
 }
 
-func (noStatsEngine) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {
-	return container.StatsResponseReader{}, fmt.Errorf("stats: %w", errNoMetrics{})
+func (noStatsEngine) BoxUsage(context.Context, string, time.Duration) (boxapi.Usage, error) {
+	return boxapi.Usage{}, fmt.Errorf("stats: %w", errNoMetrics{})
 }
 
 // errNoMetrics is a not-implemented error as errdefs sees one (its method).

@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +15,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
 	authv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/kube"
 )
 
@@ -100,12 +97,14 @@ func TestLifecycle(t *testing.T) {
 	c := cl.engine(t, "IfNotPresent")
 	pods, cms, pvcs := cl.admin.CoreV1().Pods(cl.ns), cl.admin.CoreV1().ConfigMaps(cl.ns), cl.admin.CoreV1().PersistentVolumeClaims(cl.ns)
 
-	if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: "vol-ann", Labels: map[string]string{"mcp-sandbox.managed": "true"}}); err != nil {
+	if err := c.CreateVolume(ctx, "vol-ann", map[string]string{"mcp-sandbox.managed": "true"}); err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: "vol-ann"})
-	if err != nil || again.Labels["mcp-sandbox.managed"] != "true" {
-		t.Fatalf("creating an existing volume returns it: %v %+v", err, again)
+	if err := c.CreateVolume(ctx, "vol-ann", nil); err != nil {
+		t.Fatalf("creating an existing volume: %v", err)
+	}
+	if again, err := c.InspectVolume(ctx, "vol-ann"); err != nil || again.Labels["mcp-sandbox.managed"] != "true" {
+		t.Fatalf("an existing volume is left as it was: %v %+v", err, again)
 	}
 	pvc0, err := pvcs.Get(ctx, "vol-ann", metav1.GetOptions{})
 	if err != nil {
@@ -198,23 +197,18 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Stats: figures from the metrics API, or NotImplemented saying what is missing.
-	if st, err := c.ContainerStatsOneShot(ctx, "box-ann"); err != nil {
+	if u, err := c.BoxUsage(ctx, "box-ann", time.Second); err != nil {
 		if !cerrdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "metrics-server") {
 			t.Errorf("stats: %v", err)
 		}
-	} else {
-		var s container.StatsResponse
-		err := json.NewDecoder(io.LimitReader(st.Body, 1<<20)).Decode(&s)
-		st.Body.Close()
-		if err != nil || s.MemoryStats.Usage == 0 {
-			t.Errorf("stats body: %v %+v", err, s.MemoryStats)
-		}
+	} else if u.Memory == 0 {
+		t.Errorf("usage: %+v", u)
 	}
 
 	// Update: recorded, and applied to the running pod in place.
-	upd, err := c.ContainerUpdate(ctx, "box-ann", container.UpdateConfig{Resources: container.Resources{Memory: 96 << 20, MemorySwap: 96 << 20, NanoCPUs: 250000000}})
-	if err != nil || len(upd.Warnings) != 0 {
-		t.Errorf("update: %v %v", err, upd.Warnings)
+	warnings, err := c.UpdateBox(ctx, "box-ann", boxapi.BoxUpdate{Limits: &boxapi.Limits{Memory: 96 << 20, MemorySwap: 96 << 20, NanoCPUs: 250000000, PidsLimit: 256}})
+	if err != nil || len(warnings) != 0 {
+		t.Errorf("update: %v %v", err, warnings)
 	}
 	if p, err := pods.Get(ctx, "box-ann", metav1.GetOptions{}); err != nil || p.UID != p1.UID {
 		t.Errorf("the pod after an update: %v (same pod: %v)", err, err == nil && p.UID == p1.UID)
@@ -222,7 +216,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("the running pod was not resized: %+v", res)
 	}
 
-	if err := c.VolumeRemove(ctx, "vol-ann", false); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "box-ann") {
+	if err := c.RemoveVolume(ctx, "vol-ann", false); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "box-ann") {
 		t.Errorf("removing a volume in use: %v, want a conflict naming the container", err)
 	}
 	// Stop: the pod goes, the record and the claim stay.
@@ -276,10 +270,10 @@ func TestLifecycle(t *testing.T) {
 	if err := c.RemoveBox(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("removing it again: %v, want not found", err)
 	}
-	if err := c.VolumeRemove(ctx, "vol-ann", false); err != nil {
+	if err := c.RemoveVolume(ctx, "vol-ann", false); err != nil {
 		t.Fatalf("removing the unused volume: %v", err)
 	}
-	if _, err := c.VolumeInspect(ctx, "vol-ann"); !cerrdefs.IsNotFound(err) {
+	if _, err := c.InspectVolume(ctx, "vol-ann"); !cerrdefs.IsNotFound(err) {
 		t.Errorf("volume after remove: %v", err)
 	}
 }
@@ -320,9 +314,6 @@ func TestNamedNetwork(t *testing.T) {
 	defer cancel()
 	c := cl.engine(t, "IfNotPresent")
 	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
-	if _, err := c.NetworkInspect(ctx, "mcp-sandbox", network.InspectOptions{}); err != nil {
-		t.Fatalf("a named network needs no creating: %v", err)
-	}
 	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "mcp-sandbox"}, nil, nil, "box-net"); err != nil {
 		t.Fatal(err)
 	}

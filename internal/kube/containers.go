@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	v1 "k8s.io/api/core/v1"
@@ -146,7 +143,7 @@ func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, 
 	}
 	// Docker makes the named volumes a container mounts when they are missing.
 	for _, m := range r.Mounts {
-		if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: m.Volume}); err != nil {
+		if err := c.CreateVolume(ctx, m.Volume, nil); err != nil {
 			return container.CreateResponse{}, err
 		}
 	}
@@ -187,12 +184,6 @@ func boxOf(cm *v1.ConfigMap, r record, p *v1.Pod) boxapi.Box {
 		b.Node = p.Spec.NodeName
 	}
 	return b
-}
-
-// ContainerInspectWithRaw is not served: it measures a container's writes for a
-// checkpoint, which this engine does not make.
-func (c *Client) ContainerInspectWithRaw(ctx context.Context, name string, getSize bool) (container.InspectResponse, []byte, error) {
-	return container.InspectResponse{}, nil, notImplemented("measuring a container's writes (checkpoints are not supported on a Kubernetes engine)")
 }
 
 // NodeName is the node the pod of container name runs on ("" when it has no pod or is
@@ -517,44 +508,39 @@ func (c *Client) RenameBox(ctx context.Context, name, to string) error {
 	return notImplemented("renaming a container (checkpoints are not supported on a Kubernetes engine)")
 }
 
-func (c *Client) ContainerPause(ctx context.Context, name string) error {
-	return notImplemented("pausing a container (a pod cannot be paused; checkpoints are not supported on a Kubernetes engine)")
-}
-
-func (c *Client) ContainerUnpause(ctx context.Context, name string) error {
-	return notImplemented("unpausing a container (a pod cannot be paused)")
-}
-
-func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container.UpdateConfig) (container.UpdateResponse, error) {
-	var resp container.UpdateResponse
+// UpdateBox records new limits or a restart policy for container name, and gives a
+// running pod new memory and CPU limits in place where the cluster can; the warnings
+// say what applies only at the pod's next start.
+func (c *Client) UpdateBox(ctx context.Context, name string, upd boxapi.BoxUpdate) ([]string, error) {
+	var resp struct{ Warnings []string }
 	for attempt := 0; ; attempt++ {
 		cm, r, err := c.lookup(ctx, name)
 		if err != nil {
-			return resp, err
+			return nil, err
 		}
 		old := r
-		if upd.Memory != 0 {
-			r.Memory = upd.Memory
+		if l := upd.Limits; l != nil {
+			if l.Memory != 0 {
+				r.Memory = l.Memory
+			}
+			if l.MemorySwap != 0 {
+				r.MemorySwap = l.MemorySwap
+			}
+			if l.NanoCPUs != 0 {
+				r.NanoCPUs = l.NanoCPUs
+			}
+			r.PidsLimit = l.PidsLimit
 		}
-		if upd.MemorySwap != 0 {
-			r.MemorySwap = upd.MemorySwap
-		}
-		if upd.NanoCPUs != 0 {
-			r.NanoCPUs = upd.NanoCPUs
-		}
-		if upd.PidsLimit != nil {
-			r.PidsLimit = *upd.PidsLimit
-		}
-		if upd.RestartPolicy.Name != "" {
-			r.RestartPolicy = string(upd.RestartPolicy.Name)
+		if upd.RestartPolicy != "" {
+			r.RestartPolicy = upd.RestartPolicy
 		}
 		if r.Memory == old.Memory && r.MemorySwap == old.MemorySwap && r.NanoCPUs == old.NanoCPUs &&
 			r.PidsLimit == old.PidsLimit && r.RestartPolicy == old.RestartPolicy {
-			return resp, nil
+			return resp.Warnings, nil
 		}
 		b, err := json.Marshal(r)
 		if err != nil {
-			return resp, err
+			return nil, err
 		}
 		cm = cm.DeepCopy()
 		cm.Data[recordKey] = string(b)
@@ -563,7 +549,7 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 			continue // changed meanwhile: read it again
 		}
 		if err != nil {
-			return resp, c.apiErr(err, "update", "configmaps", "updating the limits of container "+cm.Name)
+			return nil, c.apiErr(err, "update", "configmaps", "updating the limits of container "+cm.Name)
 		}
 		if r.Memory != old.Memory || r.NanoCPUs != old.NanoCPUs {
 			if err := c.resize(ctx, cm.Name, r); err != nil {
@@ -573,7 +559,7 @@ func (c *Client) ContainerUpdate(ctx context.Context, name string, upd container
 		if r.PidsLimit != old.PidsLimit {
 			resp.Warnings = append(resp.Warnings, "Kubernetes engine: a pod's process limit is the node's (the kubelet's podPidsLimit); the recorded limit is not applied")
 		}
-		return resp, nil
+		return resp.Warnings, nil
 	}
 }
 
@@ -604,75 +590,6 @@ func (c *Client) resize(ctx context.Context, name string, r record) error {
 	return nil
 }
 
-func (c *Client) ContainerWait(ctx context.Context, name string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error) {
-	resc := make(chan container.WaitResponse, 1)
-	errc := make(chan error, 1)
-	cm, _, err := c.lookup(ctx, name)
-	if err != nil {
-		errc <- err
-		return resc, errc
-	}
-	name = cm.Name
-	go func() {
-		for {
-			if condition == container.WaitConditionRemoved {
-				if _, _, err := c.lookup(ctx, name); cerrdefs.IsNotFound(err) {
-					resc <- container.WaitResponse{}
-					return
-				} else if err != nil {
-					errc <- err
-					return
-				}
-			} else {
-				p, err := c.pod(ctx, name)
-				if err != nil {
-					errc <- err
-					return
-				}
-				if st := boxState(p); p == nil || p.DeletionTimestamp != nil || st.Status == boxapi.StateExited {
-					resc <- container.WaitResponse{StatusCode: int64(st.ExitCode)}
-					return
-				}
-			}
-			select {
-			case <-ctx.Done():
-				errc <- ctx.Err()
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
-	return resc, errc
-}
-
-func (c *Client) ContainerLogs(ctx context.Context, name string, options container.LogsOptions) (io.ReadCloser, error) {
-	cm, _, err := c.lookup(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	lo := &v1.PodLogOptions{Container: containerName, Follow: options.Follow, Timestamps: options.Timestamps}
-	if options.Tail != "" && options.Tail != "all" {
-		n, err := strconv.ParseInt(options.Tail, 10, 64)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("logs of container %s: tail %q is not a number: %w", cm.Name, options.Tail, cerrdefs.ErrInvalidArgument)
-		}
-		lo.TailLines = &n
-	}
-	rc, err := c.core.Pods(c.ns).GetLogs(cm.Name, lo).Stream(ctx)
-	if err != nil {
-		return nil, c.apiErr(err, "get", "pods/log", "reading the logs of container "+cm.Name)
-	}
-	// Docker multiplexes a container's output without a terminal: stdout and stderr
-	// are one stream in a pod's log, given as stdout.
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := io.Copy(stdcopy.NewStdWriter(pw, stdcopy.Stdout), rc)
-		rc.Close()
-		pw.CloseWithError(err)
-	}()
-	return logsReader{PipeReader: pr, stream: rc}, nil
-}
-
 // logsReader is a pod's log as Docker frames it; closing it ends the API server's
 // stream, which with Follow would otherwise wait for the next line forever.
 type logsReader struct {
@@ -684,8 +601,4 @@ func (l logsReader) Close() error {
 	err := l.PipeReader.Close()
 	l.stream.Close()
 	return err
-}
-
-func (c *Client) ContainerCommit(ctx context.Context, name string, options container.CommitOptions) (container.CommitResponse, error) {
-	return container.CommitResponse{}, notImplemented("committing a container to an image (checkpoints are not supported on a Kubernetes engine)")
 }

@@ -50,7 +50,7 @@ func TestEphemeralStorageEviction(t *testing.T) {
 		if err := c.RemoveBox(ctx, name); err != nil {
 			t.Errorf("removing %s: %v", name, err)
 		}
-		if err := c.VolumeRemove(ctx, vol, true); err != nil {
+		if err := c.RemoveVolume(ctx, vol, true); err != nil {
 			t.Errorf("removing %s: %v", vol, err)
 		}
 	})

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,26 +26,6 @@ import (
 
 // execContainer is the name of the container, in each pod, that commands run in.
 const execContainer = "sandbox"
-
-// ContainerExecCreate is not served: the sandbox starts its programs with
-// StartProcess, in its own terms.
-func (c *Client) ContainerExecCreate(context.Context, string, container.ExecOptions) (container.ExecCreateResponse, error) {
-	return container.ExecCreateResponse{}, c.noExecCalls()
-}
-
-// ContainerExecAttach is not served (see ContainerExecCreate).
-func (c *Client) ContainerExecAttach(context.Context, string, container.ExecAttachOptions) (types.HijackedResponse, error) {
-	return types.HijackedResponse{}, c.noExecCalls()
-}
-
-// ContainerExecInspect is not served (see ContainerExecCreate).
-func (c *Client) ContainerExecInspect(context.Context, string) (container.ExecInspect, error) {
-	return container.ExecInspect{}, c.noExecCalls()
-}
-
-func (c *Client) noExecCalls() error {
-	return fmt.Errorf("kubernetes engine %s: Docker's exec calls are not served; programs run through StartProcess: %w", c.cfg.Name, cerrdefs.ErrNotImplemented)
-}
 
 // executor makes the stream of one exec in the pod: WebSocket, or SPDY when the API
 // server (or a proxy on the way) refuses the WebSocket upgrade, as kubectl does.

@@ -301,20 +301,6 @@ func TestExecPodDeleted(t *testing.T) {
 	}
 }
 
-// TestExecCallsRefused: Docker's exec calls say what to use instead.
-func TestExecCallsRefused(t *testing.T) {
-	c := &Client{cfg: Config{Name: "x"}}
-	if _, err := c.ContainerExecCreate(context.Background(), "box", container.ExecOptions{Cmd: []string{"true"}}); !cerrdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "StartProcess") {
-		t.Fatalf("exec create: %v", err)
-	}
-	if _, err := c.ContainerExecInspect(context.Background(), "nope"); !cerrdefs.IsNotImplemented(err) {
-		t.Fatalf("inspect: %v", err)
-	}
-	if _, err := c.ContainerExecAttach(context.Background(), "nope", container.ExecAttachOptions{}); !cerrdefs.IsNotImplemented(err) {
-		t.Fatalf("attach: %v", err)
-	}
-}
-
 func TestExecArgv(t *testing.T) {
 	a, err := processArgv("", "", nil, []string{"ls", "-l"})
 	if err != nil || strings.Join(a, " ") != "ls -l" {

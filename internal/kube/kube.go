@@ -166,16 +166,6 @@ func (c *Client) DaemonHost() string { return c.host }
 // of execs, and no files of this machine in a pod.
 func (c *Client) Capabilities() boxapi.Capabilities { return boxapi.Capabilities{} }
 
-// ClientVersion is "" (no Docker API version is negotiated).
-func (c *Client) ClientVersion() string { return "" }
-
-// Dialer is refused: nothing may speak Docker's HTTP to the API server.
-func (c *Client) Dialer() func(context.Context) (net.Conn, error) {
-	return func(context.Context) (net.Conn, error) {
-		return nil, notImplemented("a raw connection to the engine")
-	}
-}
-
 // Ping asks the API server for its version.
 func (c *Client) Ping(ctx context.Context) (types.Ping, error) {
 	if err := c.core.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {

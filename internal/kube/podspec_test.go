@@ -314,24 +314,17 @@ func TestBoxState(t *testing.T) {
 	}
 }
 
-func TestStatsFromMetrics(t *testing.T) {
+func TestUsageFromMetrics(t *testing.T) {
 	raw := []byte(`{"timestamp":"2026-01-01T00:00:00Z","containers":[{"name":"sandbox","usage":{"cpu":"250m","memory":"100Mi"}}]}`)
-	start := time.Now().Add(-10 * time.Second)
-	t1 := time.Now()
-	a, err := statsFromMetrics(raw, 1<<30, start, t1)
+	u, err := usageFromMetrics(raw, 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := statsFromMetrics(raw, 1<<30, start, t1.Add(time.Second))
-	cpu := float64(b.CPUStats.CPUUsage.TotalUsage-a.CPUStats.CPUUsage.TotalUsage) / float64(b.Read.Sub(a.Read).Nanoseconds())
-	if cpu < 0.249 || cpu > 0.251 {
-		t.Errorf("cpu from two samples %f, want 0.25", cpu)
-	}
-	if a.MemoryStats.Usage != 100<<20 || a.MemoryStats.Limit != 1<<30 {
-		t.Errorf("memory %+v", a.MemoryStats)
+	if u.CPU < 0.249 || u.CPU > 0.251 || u.Memory != 100<<20 || u.MemoryLimit != 1<<30 {
+		t.Errorf("usage %+v, want a quarter CPU, 100 MiB of 1 GiB", u)
 	}
 	for _, bad := range []string{`{`, `{"containers":[{"name":"sandbox","usage":{"cpu":"lots","memory":"1"}}]}`, `{"containers":[]}`, `{"containers":[{"name":"sandbox","usage":{"cpu":"-1","memory":"1"}}]}`} {
-		if _, err := statsFromMetrics([]byte(bad), 0, start, t1); err == nil {
+		if _, err := usageFromMetrics([]byte(bad), 0); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}

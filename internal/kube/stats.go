@@ -1,15 +1,13 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -29,51 +27,46 @@ type podMetrics struct {
 	} `json:"containers"`
 }
 
-func (c *Client) ContainerStatsOneShot(ctx context.Context, name string) (container.StatsResponseReader, error) {
+// BoxUsage is what the metrics API says the pod of container name uses: its CPU
+// rate over the metrics API's own window (sample is not used), and its memory. A
+// cluster without the metrics API gives a not-implemented error that says so.
+func (c *Client) BoxUsage(ctx context.Context, name string, sample time.Duration) (boxapi.Usage, error) {
 	cm, r, err := c.lookup(ctx, name)
 	if err != nil {
-		return container.StatsResponseReader{}, err
+		return boxapi.Usage{}, err
 	}
 	p, err := c.pod(ctx, cm.Name)
 	if err != nil {
-		return container.StatsResponseReader{}, err
+		return boxapi.Usage{}, err
 	}
 	if !podReady(p) {
-		return container.StatsResponseReader{}, fmt.Errorf("kubernetes engine %s: stats of container %s: it is not running: %w", c.cfg.Name, cm.Name, cerrdefs.ErrConflict)
+		return boxapi.Usage{}, fmt.Errorf("kubernetes engine %s: stats of container %s: it is not running: %w", c.cfg.Name, cm.Name, cerrdefs.ErrConflict)
 	}
 	raw, err := c.core.RESTClient().Get().
 		AbsPath("/apis/metrics.k8s.io/v1beta1/namespaces", c.ns, "pods", cm.Name).Do(ctx).Raw()
 	if apierrors.IsNotFound(err) || apierrors.IsServiceUnavailable(err) {
-		return container.StatsResponseReader{}, fmt.Errorf("kubernetes engine %s: stats of container %s: the cluster's metrics API (metrics.k8s.io, served by metrics-server) has no figures for the pod; install metrics-server for CPU and memory use: %w",
+		return boxapi.Usage{}, fmt.Errorf("kubernetes engine %s: stats of container %s: the cluster's metrics API (metrics.k8s.io, served by metrics-server) has no figures for the pod; install metrics-server for CPU and memory use: %w",
 			c.cfg.Name, cm.Name, cerrdefs.ErrNotImplemented)
 	}
 	if err != nil {
-		return container.StatsResponseReader{}, c.apiErr(err, "get", "pods.metrics.k8s.io", "reading the metrics of container "+cm.Name)
+		return boxapi.Usage{}, c.apiErr(err, "get", "pods.metrics.k8s.io", "reading the metrics of container "+cm.Name)
 	}
-	started := time.Time{}
-	if cs := sandboxStatus(p); cs != nil && cs.State.Running != nil {
-		started = cs.State.Running.StartedAt.Time
-	}
-	st, err := statsFromMetrics(raw, r.Memory, started, time.Now())
+	u, err := usageFromMetrics(raw, r.Memory)
 	if err != nil {
-		return container.StatsResponseReader{}, fmt.Errorf("kubernetes engine %s: stats of container %s: %w", c.cfg.Name, cm.Name, err)
+		return boxapi.Usage{}, fmt.Errorf("kubernetes engine %s: stats of container %s: %w", c.cfg.Name, cm.Name, err)
 	}
-	body, _ := json.Marshal(st)
-	return container.StatsResponseReader{Body: io.NopCloser(bytes.NewReader(body)), OSType: "linux"}, nil
+	return u, nil
 }
 
-// statsFromMetrics converts the metrics API's answer into Docker's stats. The metrics
-// API gives a CPU rate, Docker a cumulative time: the cumulative time is the rate
-// times the time since the container started, so two samples a moment apart give the
-// rate back.
-func statsFromMetrics(raw []byte, memLimit int64, started, now time.Time) (container.StatsResponse, error) {
-	var st container.StatsResponse
+// usageFromMetrics reads the metrics API's answer strictly: the CPU rate and memory in
+// use of the pod's sandbox container.
+func usageFromMetrics(raw []byte, memLimit int64) (boxapi.Usage, error) {
 	if len(raw) > metricsMax {
-		return st, fmt.Errorf("the metrics API's answer is %d bytes, above %d", len(raw), metricsMax)
+		return boxapi.Usage{}, fmt.Errorf("the metrics API's answer is %d bytes, above %d", len(raw), metricsMax)
 	}
 	var m podMetrics
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return st, fmt.Errorf("reading the metrics API's answer: %w", err)
+		return boxapi.Usage{}, fmt.Errorf("reading the metrics API's answer: %w", err)
 	}
 	for _, ct := range m.Containers {
 		if ct.Name != containerName {
@@ -81,28 +74,17 @@ func statsFromMetrics(raw []byte, memLimit int64, started, now time.Time) (conta
 		}
 		cpu, err := resource.ParseQuantity(ct.Usage.CPU)
 		if err != nil {
-			return st, fmt.Errorf("metrics API: cpu %q: %w", ct.Usage.CPU, err)
+			return boxapi.Usage{}, fmt.Errorf("metrics API: cpu %q: %w", ct.Usage.CPU, err)
 		}
 		mem, err := resource.ParseQuantity(ct.Usage.Memory)
 		if err != nil {
-			return st, fmt.Errorf("metrics API: memory %q: %w", ct.Usage.Memory, err)
+			return boxapi.Usage{}, fmt.Errorf("metrics API: memory %q: %w", ct.Usage.Memory, err)
 		}
-		nanoCores := cpu.ScaledValue(resource.Nano)
-		bytesUsed := mem.Value()
+		nanoCores, bytesUsed := cpu.ScaledValue(resource.Nano), mem.Value()
 		if nanoCores < 0 || bytesUsed < 0 {
-			return st, fmt.Errorf("metrics API: negative usage (cpu %s, memory %s)", ct.Usage.CPU, ct.Usage.Memory)
+			return boxapi.Usage{}, fmt.Errorf("metrics API: negative usage (cpu %s, memory %s)", ct.Usage.CPU, ct.Usage.Memory)
 		}
-		up := now.Sub(started)
-		if started.IsZero() || up < 0 {
-			up = 0
-		}
-		st.Read = now
-		st.CPUStats.CPUUsage.TotalUsage = uint64(float64(nanoCores) * up.Seconds())
-		st.MemoryStats.Usage = uint64(bytesUsed)
-		if memLimit > 0 {
-			st.MemoryStats.Limit = uint64(memLimit)
-		}
-		return st, nil
+		return boxapi.Usage{CPU: float64(nanoCores) / 1e9, Memory: bytesUsed, MemoryLimit: max(memLimit, 0)}, nil
 	}
-	return st, fmt.Errorf("the metrics API names no container %q in the pod: %w", containerName, cerrdefs.ErrNotImplemented)
+	return boxapi.Usage{}, fmt.Errorf("the metrics API names no container %q in the pod: %w", containerName, cerrdefs.ErrNotImplemented)
 }

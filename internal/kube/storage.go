@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"runtime"
 	"slices"
@@ -12,22 +11,14 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// ImageBuild is refused: the cluster pulls its images from a registry, so they are
-// built and pushed outside the plugin.
-func (c *Client) ImageBuild(ctx context.Context, buildContext io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error) {
-	return build.ImageBuildResponse{}, notImplemented("building an image (push the sandbox image to a registry the cluster pulls from, or import it on the nodes)")
-}
 
 // ImageInspect cannot see the image: the nodes pull it when a pod starts, and a
 // missing image is reported then. It answers with the reference as ID and tag, and
@@ -49,28 +40,6 @@ func (c *Client) ImageInspect(ctx context.Context, ref string, _ ...client.Image
 	}
 	return image.InspectResponse{ID: ref, RepoTags: []string{ref}, Architecture: arch, Os: osName}, nil
 }
-
-// ImageList is empty: the plugin cannot see the nodes' images.
-func (c *Client) ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error) {
-	return []image.Summary{}, nil
-}
-
-func (c *Client) ImageRemove(ctx context.Context, ref string, options image.RemoveOptions) ([]image.DeleteResponse, error) {
-	return nil, notImplemented("removing an image (the nodes' images are the kubelet's to collect)")
-}
-
-// NetworkCreate makes nothing: pods share the cluster's network, and a container
-// without network gets a deny-all NetworkPolicy when it starts.
-func (c *Client) NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error) {
-	return network.CreateResponse{ID: name}, nil
-}
-
-// NetworkInspect answers every name with an empty network: there is nothing to create.
-func (c *Client) NetworkInspect(ctx context.Context, netName string, options network.InspectOptions) (network.Inspect, error) {
-	return network.Inspect{Name: netName, ID: netName, Driver: "kubernetes", Scope: "local"}, nil
-}
-
-func (c *Client) NetworkRemove(ctx context.Context, netName string) error { return nil }
 
 // volumeMeta is the metadata of the claim of volume name with Docker labels.
 func volumeMeta(name string, labels map[string]string) metav1.ObjectMeta {
@@ -98,43 +67,31 @@ func dockerLabels(m metav1.ObjectMeta) map[string]string {
 	return out
 }
 
-// volumeOf is Docker's view of a claim.
-func volumeOf(pvc *v1.PersistentVolumeClaim) volume.Volume {
-	v := volume.Volume{
-		Name: pvc.Name, Driver: "kubernetes", Scope: "local", Labels: dockerLabels(pvc.ObjectMeta),
-		CreatedAt: pvc.CreationTimestamp.UTC().Format(time.RFC3339), Options: map[string]string{},
-		Status: map[string]any{"phase": string(pvc.Status.Phase)},
-	}
-	if sc := pvc.Spec.StorageClassName; sc != nil {
-		v.Options["storage_class"] = *sc
-	}
-	if q, ok := pvc.Spec.Resources.Requests[v1.ResourceStorage]; ok {
-		v.Options["size"] = q.String()
-	}
-	return v
+// volumeOf is a claim as a volume.
+func volumeOf(pvc *v1.PersistentVolumeClaim) boxapi.Volume {
+	return boxapi.Volume{Name: pvc.Name, Labels: dockerLabels(pvc.ObjectMeta), Created: pvc.CreationTimestamp.UTC()}
 }
 
-// VolumeCreate makes the claim; an existing one is returned as it is, as Docker's
-// volume create does.
-func (c *Client) VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error) {
-	name := options.Name
+// CreateVolume makes the claim name; an existing one of this engine is left as it is,
+// as Docker's volume create does.
+func (c *Client) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
 	if why := validName("volume", name); why != "" {
-		return volume.Volume{}, fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
+		return fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
 	}
 	if pvc, err := c.core.PersistentVolumeClaims(c.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		if err := c.ownClaim(pvc); err != nil {
-			return volume.Volume{}, err
+			return err
 		}
-		return volumeOf(pvc), nil
+		return nil
 	} else if !apierrors.IsNotFound(err) {
-		return volume.Volume{}, c.apiErr(err, "get", "persistentvolumeclaims", "creating volume "+name)
+		return c.apiErr(err, "get", "persistentvolumeclaims", "creating volume "+name)
 	}
 	size := c.cfg.VolumeSize
 	if size <= 0 {
 		size = DefaultVolumeSize
 	}
 	pvc := &v1.PersistentVolumeClaim{
-		ObjectMeta: volumeMeta(name, options.Labels),
+		ObjectMeta: volumeMeta(name, labels),
 		Spec: v1.PersistentVolumeClaimSpec{
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{
@@ -150,12 +107,12 @@ func (c *Client) VolumeCreate(ctx context.Context, options volume.CreateOptions)
 		got, err = c.core.PersistentVolumeClaims(c.ns).Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return volume.Volume{}, c.apiErr(err, "create", "persistentvolumeclaims", "creating volume "+name)
+		return c.apiErr(err, "create", "persistentvolumeclaims", "creating volume "+name)
 	}
 	if err := c.ownClaim(got); err != nil {
-		return volume.Volume{}, err
+		return err
 	}
-	return volumeOf(got), nil
+	return nil
 }
 
 // ownClaim fails with a conflict when pvc is not a claim this engine made for the
@@ -169,62 +126,25 @@ func (c *Client) ownClaim(pvc *v1.PersistentVolumeClaim) error {
 		c.cfg.Name, pvc.Name, c.ns, labelManagedBy, managedByValue, labelVolumeName, pvc.Name, cerrdefs.ErrConflict)
 }
 
-func (c *Client) VolumeInspect(ctx context.Context, volumeID string) (volume.Volume, error) {
+// InspectVolume tells of the claim volumeID.
+func (c *Client) InspectVolume(ctx context.Context, volumeID string) (boxapi.Volume, error) {
 	pvc, err := c.core.PersistentVolumeClaims(c.ns).Get(ctx, volumeID, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return volume.Volume{}, notFound("volume", volumeID)
+		return boxapi.Volume{}, notFound("volume", volumeID)
 	}
 	if err != nil {
-		return volume.Volume{}, c.apiErr(err, "get", "persistentvolumeclaims", "inspecting volume "+volumeID)
+		return boxapi.Volume{}, c.apiErr(err, "get", "persistentvolumeclaims", "inspecting volume "+volumeID)
 	}
 	if err := c.ownClaim(pvc); err != nil {
-		return volume.Volume{}, err
+		return boxapi.Volume{}, err
 	}
 	return volumeOf(pvc), nil
 }
 
-// VolumeList lists the claims the engine made, filtered by label and name.
-func (c *Client) VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error) {
-	for _, k := range options.Filters.Keys() {
-		if k != "label" && k != "name" {
-			return volume.ListResponse{}, fmt.Errorf("volume list filter %q is not supported on a Kubernetes engine (label, name are): %w", k, cerrdefs.ErrInvalidArgument)
-		}
-	}
-	list, err := c.core.PersistentVolumeClaims(c.ns).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedByValue})
-	if err != nil {
-		return volume.ListResponse{}, c.apiErr(err, "list", "persistentvolumeclaims", "listing volumes")
-	}
-	resp := volume.ListResponse{Volumes: []*volume.Volume{}}
-	names := options.Filters.Get("name")
-	for i := range list.Items {
-		v := volumeOf(&list.Items[i])
-		if len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(v.Name, n) }) {
-			continue
-		}
-		if !labelsMatch(v.Labels, options.Filters.Get("label")) {
-			continue
-		}
-		resp.Volumes = append(resp.Volumes, &v)
-	}
-	return resp, nil
-}
-
-// labelsMatch reports whether labels pass Docker's label filters (key or key=value).
-func labelsMatch(labels map[string]string, filters []string) bool {
-	for _, f := range filters {
-		k, v, hasValue := strings.Cut(f, "=")
-		have, ok := labels[k]
-		if !ok || hasValue && have != v {
-			return false
-		}
-	}
-	return true
-}
-
-// VolumeRemove deletes the claim. A claim a container (running or not) mounts is in
+// RemoveVolume deletes the claim. A claim a container (running or not) mounts is in
 // use, as on Docker: that is a conflict unless force, which deletes it anyway (the
 // cluster keeps it until no pod uses it).
-func (c *Client) VolumeRemove(ctx context.Context, volumeID string, force bool) error {
+func (c *Client) RemoveVolume(ctx context.Context, volumeID string, force bool) error {
 	pvc, err := c.core.PersistentVolumeClaims(c.ns).Get(ctx, volumeID, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return notFound("volume", volumeID)
