@@ -121,7 +121,7 @@ func (s *agentLink) imageArch(ctx context.Context) (arch string, hasDir bool, er
 	if known.id == c.ID {
 		return known.arch, hasDir, nil
 	}
-	img, err := s.cli.ImageInspect(ctx, c.ImageID)
+	img, err := s.cli.InspectImage(ctx, c.ImageID)
 	switch {
 	case cerrdefs.IsNotImplemented(err):
 		// An engine without images (Kubernetes): the machine the pod runs on says.

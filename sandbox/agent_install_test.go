@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
@@ -27,9 +25,9 @@ func (c *archClient) InspectBox(ctx context.Context, name string) (boxapi.Box, e
 	return boxapi.Box{ID: c.id, ImageID: "sha256:img"}, nil
 }
 
-func (c *archClient) ImageInspect(ctx context.Context, id string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
+func (c *archClient) InspectImage(ctx context.Context, id string) (boxapi.Image, error) {
 	c.imageInspects++
-	return image.InspectResponse{Architecture: c.arch}, nil
+	return boxapi.Image{Architecture: c.arch}, nil
 }
 
 // TestInstallAgentArchitecture: an image of an architecture without an agent gets an

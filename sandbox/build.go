@@ -64,7 +64,7 @@ func BuildImage(ctx context.Context, cli API, tag string, dockerfile []byte, onL
 			}
 		}
 	}
-	if _, err := cli.ImageInspect(ctx, tag); err != nil {
+	if _, err := cli.InspectImage(ctx, tag); err != nil {
 		return fmt.Errorf("building image %s: the build ended without the image (last output: %q): %w", tag, last, err)
 	}
 	return nil

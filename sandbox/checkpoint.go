@@ -615,7 +615,7 @@ func SweepUntagged(ctx context.Context, cli API, belongs func(boxapi.Checkpoint)
 		// The label alone is not enough: a container restored from a checkpoint inherits
 		// its image's labels, and so does an image someone commits from that container by
 		// hand. Only the images Checkpoint committed carry its comment.
-		if info, err := cli.ImageInspect(ctx, im.ID); err != nil || info.Comment != checkpointComment(id) {
+		if info, err := cli.InspectImage(ctx, im.ID); err != nil || info.Comment != checkpointComment(id) {
 			continue
 		}
 		_, err := dockerOf(cli).ImageRemove(ctx, im.ID, image.RemoveOptions{PruneChildren: true})
@@ -667,7 +667,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 	name := s.copierName(id)
 	copiersBusy.Store(name, true)
 	defer copiersBusy.Delete(name)
-	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
+	img, err := s.cli.InspectImage(ctx, s.cfg.Image)
 	if err != nil {
 		return "", fmt.Errorf("inspecting the image %s for the copying container: %w", s.cfg.Image, err)
 	}

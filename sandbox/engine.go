@@ -11,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -27,8 +26,10 @@ import (
 type API interface {
 	Close() error
 	DaemonHost() string
-	Info(ctx context.Context) (system.Info, error)
-	Ping(ctx context.Context) (types.Ping, error)
+	// EngineInfo is what the engine says of itself.
+	EngineInfo(ctx context.Context) (boxapi.EngineInfo, error)
+	// Reachable is nil when the engine answers.
+	Reachable(ctx context.Context) error
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
 	// InspectBox tells of the container box (a name or an ID); a missing one is a
 	// not-found error.
@@ -62,7 +63,8 @@ type API interface {
 	// CopyIn unpacks the tar stream content into the directory dir of the container
 	// box.
 	CopyIn(ctx context.Context, box, dir string, content io.Reader) error
-	ImageInspect(ctx context.Context, image string, _ ...client.ImageInspectOption) (image.InspectResponse, error)
+	// InspectImage tells of the image ref; a missing one is a not-found error.
+	InspectImage(ctx context.Context, ref string) (boxapi.Image, error)
 	// CreateVolume makes the named volume name with labels; one that exists is left
 	// as it is.
 	CreateVolume(ctx context.Context, name string, labels map[string]string) error

@@ -302,3 +302,36 @@ func (n notDocker) VolumeList(context.Context, volume.ListOptions) (volume.ListR
 func (n notDocker) VolumeCreate(context.Context, volume.CreateOptions) (volume.Volume, error) {
 	return volume.Volume{}, n.refuse("making a volume with driver options")
 }
+
+func (d dockerEngine) EngineInfo(ctx context.Context) (boxapi.EngineInfo, error) {
+	info, err := d.Info(ctx)
+	if err != nil {
+		return boxapi.EngineInfo{}, err
+	}
+	out := boxapi.EngineInfo{CPUs: info.NCPU, DefaultRuntime: info.DefaultRuntime,
+		HasInit: info.InitBinary != "", Experimental: info.ExperimentalBuild}
+	if len(info.Runtimes) > 0 {
+		out.Runtimes = make(map[string]boxapi.RuntimeInfo, len(info.Runtimes))
+		for name, rt := range info.Runtimes {
+			out.Runtimes[name] = boxapi.RuntimeInfo{Path: rt.Path, Args: rt.Args}
+		}
+	}
+	return out, nil
+}
+
+func (d dockerEngine) Reachable(ctx context.Context) error {
+	_, err := d.Ping(ctx)
+	return err
+}
+
+func (d dockerEngine) InspectImage(ctx context.Context, ref string) (boxapi.Image, error) {
+	img, err := d.ImageInspect(ctx, ref)
+	if err != nil {
+		return boxapi.Image{}, err
+	}
+	out := boxapi.Image{ID: img.ID, Architecture: img.Architecture, Comment: img.Comment}
+	if img.Config != nil {
+		out.Env = img.Config.Env
+	}
+	return out, nil
+}

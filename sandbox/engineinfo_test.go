@@ -9,10 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/docker/docker/api/types/system"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// infoCounter is an engine whose Info takes a moment and is counted; nothing else of
+// infoCounter is an engine whose EngineInfo takes a moment and is counted; nothing else of
 // it is called.
 type infoCounter struct {
 	API
@@ -20,13 +20,13 @@ type infoCounter struct {
 	fail  atomic.Bool
 }
 
-func (c *infoCounter) Info(context.Context) (system.Info, error) {
+func (c *infoCounter) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	c.calls.Add(1)
 	time.Sleep(50 * time.Millisecond)
 	if c.fail.Load() {
-		return system.Info{}, errors.New("engine down")
+		return boxapi.EngineInfo{}, errors.New("engine down")
 	}
-	return system.Info{NCPU: 2}, nil
+	return boxapi.EngineInfo{CPUs: 2}, nil
 }
 
 // infoByValue is an engine client of a type that cannot be a map key.
@@ -36,9 +36,9 @@ type infoByValue struct {
 	_     []string
 }
 
-func (c infoByValue) Info(context.Context) (system.Info, error) {
+func (c infoByValue) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	c.calls.Add(1)
-	return system.Info{NCPU: 4}, nil
+	return boxapi.EngineInfo{CPUs: 4}, nil
 }
 
 // TestEngineInfoShared: the sandboxes on one engine ask it for Info once per
@@ -55,8 +55,8 @@ func TestEngineInfoShared(t *testing.T) {
 			for range n {
 				wg.Go(func() {
 					info, err := engineInfo(t.Context(), cli)
-					if err != nil || info.NCPU != 2 {
-						t.Errorf("engineInfo: %+v %v", info.NCPU, err)
+					if err != nil || info.CPUs != 2 {
+						t.Errorf("engineInfo: %+v %v", info.CPUs, err)
 					}
 				})
 			}
@@ -112,8 +112,8 @@ func TestEngineInfoShared(t *testing.T) {
 	var calls atomic.Int64
 	byValue := infoByValue{calls: &calls}
 	for range 3 {
-		if info, err := engineInfo(t.Context(), byValue); err != nil || info.NCPU != 4 {
-			t.Fatalf("engineInfo of a client by value: %+v %v", info.NCPU, err)
+		if info, err := engineInfo(t.Context(), byValue); err != nil || info.CPUs != 4 {
+			t.Fatalf("engineInfo of a client by value: %+v %v", info.CPUs, err)
 		}
 	}
 	if n := calls.Load(); n != 3 {

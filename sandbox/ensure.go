@@ -16,7 +16,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/system"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -347,18 +346,14 @@ func (s *lifecycle) create(ctx context.Context) error { return s.createFrom(ctx,
 // network and the volume a container from it needs.
 func (s *lifecycle) prepareFor(ctx context.Context, image string) error {
 	c := s.cfg
-	img, err := s.cli.ImageInspect(ctx, image)
+	img, err := s.cli.InspectImage(ctx, image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && image == c.Image {
 			return fmt.Errorf("%w: %s is not on this Docker host; build it first (%s)", boxapi.ErrImageMissing, c.Image, ImageBuildHint(c.Image))
 		}
 		return fmt.Errorf("inspecting sandbox image %s: %w", image, err)
 	}
-	if img.Config != nil {
-		s.noteEnv(img.Config.Env)
-	} else {
-		s.noteEnv(nil)
-	}
+	s.noteEnv(img.Env)
 	if err := s.ensureNetwork(ctx); err != nil {
 		return err
 	}
@@ -641,7 +636,7 @@ func (s *lifecycle) waitRunning(ctx context.Context) error {
 type hostFacts struct {
 	cpus    int  // CPUs Docker can give a container
 	hasInit bool // the engine has an init binary for HostConfig.Init
-	info    system.Info
+	info    boxapi.EngineInfo
 }
 
 func (s *lifecycle) hostFacts(ctx context.Context) (hostFacts, error) {
@@ -650,9 +645,9 @@ func (s *lifecycle) hostFacts(ctx context.Context) (hostFacts, error) {
 		return hostFacts{}, fmt.Errorf("asking Docker for host information: %w", err)
 	}
 	s.sb.mu.Lock()
-	s.hostCPUs = info.NCPU
+	s.hostCPUs = info.CPUs
 	s.sb.mu.Unlock()
-	return hostFacts{cpus: info.NCPU, hasInit: info.InitBinary != "", info: info}, nil
+	return hostFacts{cpus: info.CPUs, hasInit: info.HasInit, info: info}, nil
 }
 
 // infoTrust is how long an engine's answer to Info serves every sandbox on it. Info
@@ -665,7 +660,7 @@ const infoTrust = 30 * time.Second
 type infoCache struct {
 	mu    sync.Mutex
 	at    time.Time
-	info  system.Info
+	info  boxapi.EngineInfo
 	group singleflight.Group
 }
 
@@ -674,9 +669,9 @@ var infoCaches sync.Map
 
 // engineInfo is cli's Info, asked at most once per infoTrust whatever the number of
 // sandboxes asking; concurrent callers share one request.
-func engineInfo(ctx context.Context, cli API) (system.Info, error) {
+func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 	if t := reflect.TypeOf(cli); t == nil || !t.Comparable() {
-		return cli.Info(ctx) // no key to keep it under
+		return cli.EngineInfo(ctx) // no key to keep it under
 	}
 	v, _ := infoCaches.LoadOrStore(cli, &infoCache{})
 	c := v.(*infoCache)
@@ -688,7 +683,7 @@ func engineInfo(ctx context.Context, cli API) (system.Info, error) {
 	}
 	c.mu.Unlock()
 	ch := c.group.DoChan("info", func() (any, error) {
-		info, err := cli.Info(context.WithoutCancel(ctx))
+		info, err := cli.EngineInfo(context.WithoutCancel(ctx))
 		if err == nil {
 			c.mu.Lock()
 			c.at, c.info = time.Now(), info
@@ -699,11 +694,11 @@ func engineInfo(ctx context.Context, cli API) (system.Info, error) {
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return system.Info{}, r.Err
+			return boxapi.EngineInfo{}, r.Err
 		}
-		return r.Val.(system.Info), nil
+		return r.Val.(boxapi.EngineInfo), nil
 	case <-ctx.Done():
-		return system.Info{}, ctx.Err()
+		return boxapi.EngineInfo{}, ctx.Err()
 	}
 }
 
@@ -784,7 +779,7 @@ func (s *lifecycle) checkImage(ctx context.Context, info boxapi.Box) {
 		return
 	}
 	var problem string
-	img, err := s.cli.ImageInspect(ctx, s.cfg.Image)
+	img, err := s.cli.InspectImage(ctx, s.cfg.Image)
 	switch {
 	case cerrdefs.IsNotFound(err):
 		problem = "configured sandbox image is not on this Docker host; the existing container keeps running on its own image"

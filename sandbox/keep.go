@@ -57,11 +57,11 @@ func (s *saveStore) keepStatus(ctx context.Context) (bool, string) {
 	if !s.cfg.KeepProcesses {
 		return false, ""
 	}
-	host, err := s.cli.Info(ctx)
+	host, err := s.cli.EngineInfo(ctx)
 	if err != nil {
 		return false, fmt.Sprintf("the engine did not say what it can do: %v", err)
 	}
-	why := noKeep(factsOf(host, s.sb.life.runtimeNow().name), s.cli, host.ExperimentalBuild)
+	why := noKeep(factsOf(host, s.sb.life.runtimeNow().name), s.cli, host.Experimental)
 	s.sb.mu.Lock()
 	s.keepOff = why
 	s.sb.mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/docker/docker/api/types/system"
 	"go.uber.org/zap"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
@@ -91,7 +90,7 @@ func (r runtimeFacts) problem() string {
 
 // factsOf are the facts of the runtime named name ("" the engine's default) from the
 // engine's info.
-func factsOf(info system.Info, name string) runtimeFacts {
+func factsOf(info boxapi.EngineInfo, name string) runtimeFacts {
 	if name == "" {
 		name = info.DefaultRuntime
 	}
@@ -105,7 +104,7 @@ func factsOf(info system.Info, name string) runtimeFacts {
 
 // runtimeMissing is the error for a runtime the engine does not have, naming the ones
 // it has (Docker's io.containerd.* aliases of runc left out).
-func runtimeMissing(name string, info system.Info) error {
+func runtimeMissing(name string, info boxapi.EngineInfo) error {
 	var have []string
 	for n := range info.Runtimes {
 		if !strings.HasPrefix(n, "io.containerd.") {
@@ -120,7 +119,7 @@ func runtimeMissing(name string, info system.Info) error {
 // checkRuntime reports the configured runtime the engine does not have (logged once
 // per name), before a container is made with it. An engine that reports no runtimes
 // (a Kubernetes engine) is not checked: it says so when the pod is made.
-func (s *lifecycle) checkRuntime(info system.Info) error {
+func (s *lifecycle) checkRuntime(info boxapi.EngineInfo) error {
 	name := s.cfg.Runtime
 	if name == "" || len(info.Runtimes) == 0 {
 		return nil
@@ -152,11 +151,11 @@ func (s *lifecycle) runtimeRefused(err error) error {
 // noteRuntime records the runtime the container runs under (name as its HostConfig
 // says, "" the engine's default) and logs, once per runtime, what its configuration
 // breaks.
-func (s *lifecycle) noteRuntime(name string, info system.Info) {
+func (s *lifecycle) noteRuntime(name string, info boxapi.EngineInfo) {
 	r := factsOf(info, name)
 	off := ""
 	if s.cfg.KeepProcesses {
-		off = noKeep(r, s.cli, info.ExperimentalBuild)
+		off = noKeep(r, s.cli, info.Experimental)
 	}
 	s.sb.mu.Lock()
 	s.runtime = r
@@ -215,7 +214,7 @@ func (s *lifecycle) firstTime(last *string, key string) bool {
 // keeps the container's writes where docker commit does not see them: it would save
 // the image as it was, not the sandbox.
 func (s *lifecycle) commitSeesWrites(ctx context.Context, info boxapi.Box) error {
-	host, err := s.cli.Info(ctx)
+	host, err := s.cli.EngineInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("asking Docker for host information: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/system"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -20,13 +19,13 @@ import (
 // arguments the plugin needs is looked for in the forms runsc takes; runc has no
 // problem to report.
 func TestRuntimeFacts(t *testing.T) {
-	info := system.Info{DefaultRuntime: "runc", Runtimes: map[string]system.RuntimeWithStatus{
-		"runc":       {Runtime: system.Runtime{Path: "runc"}},
-		"runsc":      {Runtime: system.Runtime{Path: "/usr/local/bin/runsc", Args: []string{"--overlay2=none", "--host-uds=open"}}},
-		"bare":       {Runtime: system.Runtime{Path: "/usr/local/bin/runsc"}},
-		"spaced":     {Runtime: system.Runtime{Path: "/opt/runsc", Args: []string{"-overlay2", "none", "--host-uds", "all"}}},
-		"overlaid":   {Runtime: system.Runtime{Path: "/usr/bin/runsc", Args: []string{"--overlay2=root:self", "--host-uds=open"}}},
-		"kata":       {Runtime: system.Runtime{Path: "/usr/bin/kata-runtime"}},
+	info := boxapi.EngineInfo{DefaultRuntime: "runc", Runtimes: map[string]boxapi.RuntimeInfo{
+		"runc":       {Path: "runc"},
+		"runsc":      {Path: "/usr/local/bin/runsc", Args: []string{"--overlay2=none", "--host-uds=open"}},
+		"bare":       {Path: "/usr/local/bin/runsc"},
+		"spaced":     {Path: "/opt/runsc", Args: []string{"-overlay2", "none", "--host-uds", "all"}},
+		"overlaid":   {Path: "/usr/bin/runsc", Args: []string{"--overlay2=root:self", "--host-uds=open"}},
+		"kata":       {Path: "/usr/bin/kata-runtime"},
 		"gvisor-kvm": {},
 	}}
 	for _, c := range []struct {
@@ -74,7 +73,7 @@ func TestRuntimeMissing(t *testing.T) {
 	t.Cleanup(func() { removeSandbox(t, cli, cfg) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	info, err := cli.Info(ctx)
+	info, err := cli.EngineInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +143,8 @@ func TestRuntimeContainer(t *testing.T) {
 // engine whose daemon.json registers runsc plainly does.
 type argsHidden struct{ API }
 
-func (a argsHidden) Info(ctx context.Context) (system.Info, error) {
-	info, err := a.API.Info(ctx)
+func (a argsHidden) EngineInfo(ctx context.Context) (boxapi.EngineInfo, error) {
+	info, err := a.API.EngineInfo(ctx)
 	if rt, ok := info.Runtimes[testengine.GVisorRuntime]; ok {
 		rt.Args = nil
 		info.Runtimes[testengine.GVisorRuntime] = rt
@@ -200,12 +199,12 @@ func TestRuntimeMisconfigured(t *testing.T) {
 // TestNoKeep: processes are kept across a stop only by gVisor on an engine that can
 // save memory with its experimental features on; each other case says what to do.
 func TestNoKeep(t *testing.T) {
-	info := system.Info{DefaultRuntime: "runc", Runtimes: map[string]system.RuntimeWithStatus{
-		"runc":  {Runtime: system.Runtime{Path: "runc"}},
-		"runsc": {Runtime: system.Runtime{Path: "/usr/local/bin/runsc", Args: []string{"--overlay2=none", "--host-uds=open"}}},
+	info := boxapi.EngineInfo{DefaultRuntime: "runc", Runtimes: map[string]boxapi.RuntimeInfo{
+		"runc":  {Path: "runc"},
+		"runsc": {Path: "/usr/local/bin/runsc", Args: []string{"--overlay2=none", "--host-uds=open"}},
 	}}
 	docker := dummyClient(t)
-	var notDocker struct{ API }
+	var kube struct{ API }
 	for _, c := range []struct {
 		runtime      string
 		engine       API
@@ -215,7 +214,7 @@ func TestNoKeep(t *testing.T) {
 		{"runsc", docker, true, ""},
 		{"runsc", docker, false, `"experimental": true`},
 		{"", docker, true, "the runtime runc cannot save a container's memory; use gVisor's runsc"},
-		{"runsc", notDocker, true, "a Kubernetes engine cannot"},
+		{"runsc", kube, true, "a Kubernetes engine cannot"},
 	} {
 		why := noKeep(factsOf(info, c.runtime), c.engine, c.experimental)
 		if (c.want == "") != (why == "") || !strings.Contains(why, c.want) {

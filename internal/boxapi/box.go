@@ -119,3 +119,29 @@ type Volume struct {
 	Labels  map[string]string
 	Created time.Time
 }
+
+// EngineInfo is what an engine says of itself that a box's settings depend on.
+type EngineInfo struct {
+	CPUs int // the CPUs a box can be given; 0 when not known (a cluster)
+	// Runtimes are the container runtimes a box can be made with, by name; none when
+	// the engine does not say (a cluster tells when the box is made).
+	Runtimes       map[string]RuntimeInfo
+	DefaultRuntime string
+	HasInit        bool // an init for a box's first process (Docker's --init)
+	Experimental   bool // the engine's experimental features are on (Docker's checkpoints)
+}
+
+// RuntimeInfo is how an engine runs a container runtime.
+type RuntimeInfo struct {
+	Path string
+	Args []string
+}
+
+// Image is what an engine tells of an image. An engine that cannot see its nodes'
+// images (Kubernetes) gives the reference as ID and its nodes' architecture.
+type Image struct {
+	ID           string
+	Architecture string // GOARCH's names: amd64, arm64
+	Env          []string
+	Comment      string
+}

@@ -126,8 +126,7 @@ func TestEngineTLS(t *testing.T) {
 		defer cli.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err = cli.Ping(ctx)
-		return err
+		return cli.Reachable(ctx)
 	}
 	e := Engine{Name: "big", Host: host,
 		TLSCA: writeFile(t, dir, "ca.pem", ca.pem), TLSCert: writeFile(t, dir, "cert.pem", cliCert), TLSKey: writeFile(t, dir, "key.pem", cliKey)}

@@ -23,8 +23,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/system"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	netv1 "k8s.io/client-go/kubernetes/typed/networking/v1"
@@ -166,18 +164,19 @@ func (c *Client) DaemonHost() string { return c.host }
 // of execs, and no files of this machine in a pod.
 func (c *Client) Capabilities() boxapi.Capabilities { return boxapi.Capabilities{} }
 
-// Ping asks the API server for its version.
-func (c *Client) Ping(ctx context.Context) (types.Ping, error) {
+// Reachable asks the API server for its version.
+func (c *Client) Reachable(ctx context.Context) error {
 	if err := c.core.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
-		return types.Ping{}, c.wrap(err, "asking the API server")
+		return c.wrap(err, "asking the API server")
 	}
-	return types.Ping{}, nil
+	return nil
 }
 
-// Info reports what the sandbox package asks of an engine: its CPU count (0: unknown,
-// which leaves a sandbox's cpus as configured; the cluster enforces its own limits).
-func (c *Client) Info(ctx context.Context) (system.Info, error) {
-	return system.Info{Name: c.host, OSType: "linux"}, nil
+// EngineInfo says nothing the sandbox could use: its CPU count is unknown (a
+// sandbox's cpus stay as configured; the cluster enforces its own limits), and a
+// runtime class the cluster lacks is refused when the pod is made.
+func (c *Client) EngineInfo(ctx context.Context) (boxapi.EngineInfo, error) {
+	return boxapi.EngineInfo{}, nil
 }
 
 // notImplemented is the error of a call this engine does not serve.

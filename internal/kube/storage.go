@@ -11,8 +11,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,25 +18,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ImageInspect cannot see the image: the nodes pull it when a pod starts, and a
-// missing image is reported then. It answers with the reference as ID and tag, and
-// the architecture and OS of a node of the cluster (this machine's when nodes cannot
-// be listed).
-func (c *Client) ImageInspect(ctx context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
-	arch, osName := runtime.GOARCH, "linux"
+// InspectImage cannot see the image: the nodes pull it when a pod starts, and a
+// missing image is reported then. It answers with the reference as ID, and the
+// architecture of a node of the cluster (this machine's when nodes cannot be listed).
+func (c *Client) InspectImage(ctx context.Context, ref string) (boxapi.Image, error) {
+	arch := runtime.GOARCH
 	nodes, err := c.core.Nodes().List(ctx, metav1.ListOptions{Limit: 1})
 	if err == nil && len(nodes.Items) > 0 {
-		info := nodes.Items[0].Status.NodeInfo
-		if dnsLabel.MatchString(info.Architecture) {
-			arch = info.Architecture
-		}
-		if dnsLabel.MatchString(info.OperatingSystem) {
-			osName = info.OperatingSystem
+		if a := nodes.Items[0].Status.NodeInfo.Architecture; dnsLabel.MatchString(a) {
+			arch = a
 		}
 	} else if err != nil && unreachable(err) {
-		return image.InspectResponse{}, c.apiErr(err, "list", "nodes", "inspecting image "+ref)
+		return boxapi.Image{}, c.apiErr(err, "list", "nodes", "inspecting image "+ref)
 	}
-	return image.InspectResponse{ID: ref, RepoTags: []string{ref}, Architecture: arch, Os: osName}, nil
+	return boxapi.Image{ID: ref, Architecture: arch}, nil
 }
 
 // volumeMeta is the metadata of the claim of volume name with Docker labels.
