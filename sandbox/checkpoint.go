@@ -678,7 +678,7 @@ func (s *saveStore) copyVolumes(ctx context.Context, id string, limit time.Durat
 	}
 	pids := int64(copierPids)
 	init := false
-	resp, err := s.cli.ContainerCreate(ctx, &container.Config{
+	resp, err := dockerOf(s.cli).ContainerCreate(ctx, &container.Config{
 		Image: s.cfg.Image, User: "root", WorkingDir: "/",
 		Entrypoint: append([]string{copierBinary, "copy"}, args...), Cmd: []string{},
 		Labels:          map[string]string{labelCheckpointCopier: s.cfg.Container, labelCheckpoint: id},

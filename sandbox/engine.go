@@ -19,10 +19,14 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// API is what the package asks of a container engine: the calls of the Docker Engine
-// API it makes, and no others. A Docker client (*client.Client) is one; the Kubernetes
-// engine (package kube) is another, which keeps each container as a pod and answers
-// the calls it cannot serve with an error that says so (errdefs.ErrNotImplemented).
+// API is what the package asks of a container engine, in the sandbox's terms
+// (boxapi): its boxes (containers) made, started, stopped and inspected, their files,
+// usage and volumes. Docker (a client wrapped by Docker) is one engine; the
+// Kubernetes engine (package kube) is another, which keeps each box as a pod. What an
+// engine does beyond these it states through optional interfaces: Capabilities, its
+// own programs (processEngine), a liveness check (liveEngine), memory saves
+// (memoryEngine), and Docker's own calls (dockerOnly). A call an engine cannot serve
+// fails with an error that says so (errdefs.ErrNotImplemented).
 type API interface {
 	Close() error
 	DaemonHost() string
@@ -30,7 +34,9 @@ type API interface {
 	EngineInfo(ctx context.Context) (boxapi.EngineInfo, error)
 	// Reachable is nil when the engine answers.
 	Reachable(ctx context.Context) error
-	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
+	// CreateBox makes the container name as sp says, not started; a name in use is a
+	// conflict. The warnings are the engine's.
+	CreateBox(ctx context.Context, name string, sp boxapi.BoxSpec) (id string, warnings []string, err error)
 	// InspectBox tells of the container box (a name or an ID); a missing one is a
 	// not-found error.
 	InspectBox(ctx context.Context, box string) (boxapi.Box, error)
@@ -81,6 +87,7 @@ type API interface {
 // endpoint over its socket. The sandbox asks for it where its engine's capabilities
 // (boxapi.Capabilities) say the engine has it; see dockerOf.
 type dockerOnly interface {
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
 	ClientVersion() string
 	Dialer() func(context.Context) (net.Conn, error)
 	ContainerInspectWithRaw(ctx context.Context, container string, getSize bool) (container.InspectResponse, []byte, error)

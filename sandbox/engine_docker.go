@@ -14,9 +14,11 @@ import (
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
@@ -249,6 +251,9 @@ func (notDocker) refuse(what string) error {
 
 func (notDocker) ClientVersion() string                           { return "" }
 func (notDocker) Dialer() func(context.Context) (net.Conn, error) { return nil }
+func (n notDocker) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
+	return container.CreateResponse{}, n.refuse("making a helper container")
+}
 func (n notDocker) ContainerInspectWithRaw(context.Context, string, bool) (container.InspectResponse, []byte, error) {
 	return container.InspectResponse{}, nil, n.refuse("measuring a container's writes")
 }
@@ -334,4 +339,45 @@ func (d dockerEngine) InspectImage(ctx context.Context, ref string) (boxapi.Imag
 		out.Env = img.Config.Env
 	}
 	return out, nil
+}
+
+func (d dockerEngine) CreateBox(ctx context.Context, name string, sp boxapi.BoxSpec) (string, []string, error) {
+	cfg, hc := dockerConfig(sp)
+	resp, err := d.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	return resp.ID, resp.Warnings, err
+}
+
+// dockerConfig is a box's spec as Docker's container and host configuration.
+func dockerConfig(sp boxapi.BoxSpec) (*container.Config, *container.HostConfig) {
+	cfg := &container.Config{
+		Image: sp.Image, Hostname: sp.Hostname, User: sp.User, WorkingDir: sp.WorkingDir,
+		Entrypoint: sp.Entrypoint, Cmd: sp.Cmd, Env: sp.Env, Labels: sp.Labels,
+	}
+	pids, init := sp.Limits.PidsLimit, sp.Init
+	hc := &container.HostConfig{
+		NetworkMode:   container.NetworkMode(sp.NetworkMode),
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(sp.RestartPolicy)},
+		Init:          &init,
+		Resources: container.Resources{Memory: sp.Limits.Memory, MemorySwap: sp.Limits.MemorySwap,
+			NanoCPUs: sp.Limits.NanoCPUs, PidsLimit: &pids},
+		CapDrop:     sp.CapDrop,
+		SecurityOpt: sp.SecurityOpt,
+		Sysctls:     sp.Sysctls,
+		Runtime:     sp.Runtime,
+	}
+	for _, m := range sp.Mounts {
+		if m.Volume != "" {
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Destination, ReadOnly: m.ReadOnly})
+			continue
+		}
+		b := m.Source + ":" + m.Destination
+		if m.ReadOnly {
+			b += ":ro"
+		}
+		hc.Binds = append(hc.Binds, b)
+	}
+	if f := hostConfigForTest.Get(); f != nil {
+		(*f)(hc)
+	}
+	return cfg, hc
 }

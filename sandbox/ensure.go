@@ -14,7 +14,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"go.uber.org/zap"
@@ -365,33 +364,36 @@ func (s *lifecycle) prepareFor(ctx context.Context, image string) error {
 	return nil
 }
 
-// hostConfig is the container's host configuration on an engine with host's facts.
-func (s *lifecycle) hostConfig(host hostFacts) *container.HostConfig {
+// boxSpec is the container to make from image, on an engine with host's facts.
+func (s *lifecycle) boxSpec(image string, host hostFacts) boxapi.BoxSpec {
 	c := s.cfg
 	res := s.resources(host)
-	pids := c.PidsLimit
-	res.PidsLimit = &pids
-	init := host.hasInit
-	hc := &container.HostConfig{
-		Mounts:        []mount.Mount{{Type: mount.TypeVolume, Source: c.Volume, Target: boxapi.WorkDir}},
-		NetworkMode:   container.NetworkMode(c.network()),
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
-		Init:          &init,
-		Resources:     res,
+	sp := boxapi.BoxSpec{
+		Image:      image,
+		Hostname:   "sandbox",
+		User:       "root",
+		WorkingDir: boxapi.WorkDir,
+		// Our own main process, whatever the image would start: the image's
+		// entrypoint might exit or expect a terminal.
+		Entrypoint:    []string{"bash", "-c", keepAlive},
+		Cmd:           []string{"mcp-sandbox"},
+		Labels:        s.labels(),
+		Mounts:        []boxapi.Mount{{Volume: c.Volume, Source: c.Volume, Destination: boxapi.WorkDir}},
+		NetworkMode:   c.network(),
+		RestartPolicy: string(container.RestartPolicyUnlessStopped),
+		Init:          host.hasInit,
+		Limits:        boxapi.Limits{Memory: res.Memory, MemorySwap: res.MemorySwap, NanoCPUs: res.NanoCPUs, PidsLimit: c.PidsLimit},
 		CapDrop:       capDrop,
 		SecurityOpt:   securityOpts,
 		Sysctls:       s.sysctls(),
 		Runtime:       c.Runtime,
 	}
 	if !s.sb.link.noBind.Load() {
-		if b := s.sb.link.directBind(); b != "" {
-			hc.Binds = []string{b}
+		if dir := s.sb.link.directBind(); dir != "" {
+			sp.Mounts = append(sp.Mounts, boxapi.Mount{Source: dir, Destination: directMount, ReadOnly: true})
 		}
 	}
-	if f := hostConfigForTest.Get(); f != nil {
-		(*f)(hc)
-	}
-	return hc
+	return sp
 }
 
 // createFrom is create from image (the configured one or a checkpoint's); prepare,
@@ -416,30 +418,18 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 			return err
 		}
 	}
-	hc := s.hostConfig(host)
-	labels := s.labels()
+	sp := s.boxSpec(image, host)
 	if image != c.Image {
 		// A checkpoint's image carries the labels of the container it was saved from
 		// (another person's, when seeding): state every one of ours.
-		labels[labelPerson], labels[labelEngine] = c.Person, c.Engine
+		sp.Labels[labelPerson], sp.Labels[labelEngine] = c.Person, c.Engine
 		if !c.Warm {
-			labels[labelWarm] = "" // a taken warm sandbox's image carries the mark
+			sp.Labels[labelWarm] = "" // a taken warm sandbox's image carries the mark
 		}
 	}
-	resp, err := s.cli.ContainerCreate(ctx,
-		&container.Config{
-			Image:      image,
-			Hostname:   "sandbox",
-			User:       "root",
-			WorkingDir: boxapi.WorkDir,
-			// Our own main process, whatever the image would start: the image's
-			// entrypoint might exit or expect a terminal.
-			Entrypoint: []string{"bash", "-c", keepAlive},
-			Cmd:        []string{"mcp-sandbox"},
-			Labels:     labels,
-		},
-		hc, nil, nil, c.Container)
-	if err != nil && len(hc.Binds) > 0 && s.sb.link.bindRefused(err) {
+	bound := len(sp.Mounts) > 1 // the direct channel's directory
+	id, warnings, err := s.cli.CreateBox(ctx, c.Container, sp)
+	if err != nil && bound && s.sb.link.bindRefused(err) {
 		return s.createFrom(ctx, image, prepare)
 	}
 	if err != nil {
@@ -452,26 +442,26 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 		return fmt.Errorf("creating sandbox container %s: %w", c.Container, err)
 	}
 	s.log.Info("created sandbox container",
-		zap.String("id", resp.ID), zap.String("image", image), zap.String("volume", c.Volume), zap.String("runtime", c.Runtime))
+		zap.String("id", id), zap.String("image", image), zap.String("volume", c.Volume), zap.String("runtime", c.Runtime))
 	s.noteRuntime(c.Runtime, host.info)
-	for _, w := range resp.Warnings {
+	for _, w := range warnings {
 		s.log.Warn("docker warning while creating sandbox container", zap.String("warning", w))
 	}
 	if prepare != nil {
-		if err := prepare(ctx, resp.ID); err != nil {
-			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), resp.ID)
+		if err := prepare(ctx, id); err != nil {
+			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), id)
 			return err
 		}
 	}
-	if err := s.cli.StartBox(ctx, resp.ID); err != nil {
-		if len(hc.Binds) > 0 && s.sb.link.bindRefused(err) {
+	if err := s.cli.StartBox(ctx, id); err != nil {
+		if bound && s.sb.link.bindRefused(err) {
 			// The engine cannot mount the direct channel's directory (it sees
 			// another file system than Caddy): the container goes without it.
-			_ = s.cli.RemoveBox(ctx, resp.ID)
+			_ = s.cli.RemoveBox(ctx, id)
 			return s.createFrom(ctx, image, prepare)
 		}
 		if prepare != nil {
-			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), resp.ID)
+			_ = s.cli.RemoveBox(context.WithoutCancel(ctx), id)
 		}
 		return fmt.Errorf("starting sandbox container %s: %w", c.Container, err)
 	}

@@ -113,7 +113,7 @@ func (s *fileStore) takeIdleOrNew(ctx context.Context) (string, error) {
 }
 
 func (s *fileStore) createTransfer(ctx context.Context) (string, error) {
-	resp, err := s.cli.ContainerCreate(ctx,
+	resp, err := dockerOf(s.cli).ContainerCreate(ctx,
 		&container.Config{
 			Image:           s.cfg.Image,
 			Entrypoint:      []string{"true"}, // never started

@@ -12,6 +12,13 @@ type BoxSpec struct {
 	Env        []string
 	WorkingDir string
 	Labels     map[string]string
+	Hostname   string
+	User       string
+	// Entrypoint and Cmd are the box's first process, in place of the image's.
+	Entrypoint, Cmd []string
+	// Init runs an init as the box's first process, which reaps orphaned processes
+	// (Docker's --init; where the engine has one).
+	Init bool
 	// Runtime is the container runtime (runc, runsc; a Kubernetes RuntimeClass); ""
 	// the engine's default.
 	Runtime string

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	authv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,8 +83,8 @@ func (cl cluster) engine(t *testing.T, pull string) *kube.Client {
 
 const keepAlive = `trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done`
 
-func sandboxConfig(labels map[string]string) *container.Config {
-	return &container.Config{Image: testImage, Hostname: "sandbox", User: "root", WorkingDir: "/sandbox",
+func sandboxSpec(labels map[string]string) boxapi.BoxSpec {
+	return boxapi.BoxSpec{Image: testImage, Hostname: "sandbox", User: "root", WorkingDir: "/sandbox",
 		Entrypoint: []string{"bash", "-c", keepAlive}, Cmd: []string{"mcp-sandbox"}, Labels: labels}
 }
 
@@ -112,23 +110,21 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	labels := map[string]string{"mcp-sandbox.managed": "true", "mcp-sandbox.volume": "vol-ann", "mcp-sandbox.person": "Ann Lee!"}
-	pids := int64(256)
-	hc := &container.HostConfig{
-		Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: "vol-ann", Target: "/sandbox"}},
-		NetworkMode: "none",
-		Resources:   container.Resources{Memory: 128 << 20, MemorySwap: 128 << 20, NanoCPUs: 500000000, PidsLimit: &pids},
-		CapDrop:     []string{"NET_RAW"}, SecurityOpt: []string{"no-new-privileges"},
-		Sysctls:       map[string]string{"net.ipv4.ping_group_range": "0 2147483647"},
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
-	}
-	resp, err := c.ContainerCreate(ctx, sandboxConfig(labels), hc, nil, nil, "box-ann")
+	sp := sandboxSpec(labels)
+	sp.Mounts = []boxapi.Mount{{Volume: "vol-ann", Source: "vol-ann", Destination: "/sandbox"}}
+	sp.NetworkMode = "none"
+	sp.Limits = boxapi.Limits{Memory: 128 << 20, MemorySwap: 128 << 20, NanoCPUs: 500000000, PidsLimit: 256}
+	sp.CapDrop, sp.SecurityOpt = []string{"NET_RAW"}, []string{"no-new-privileges"}
+	sp.Sysctls = map[string]string{"net.ipv4.ping_group_range": "0 2147483647"}
+	sp.RestartPolicy = "unless-stopped"
+	id, _, err := c.CreateBox(ctx, "box-ann", sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(labels), hc, nil, nil, "box-ann"); !cerrdefs.IsConflict(err) {
+	if _, _, err := c.CreateBox(ctx, "box-ann", sp); !cerrdefs.IsConflict(err) {
 		t.Fatalf("creating it twice: %v, want a conflict", err)
 	}
-	info, err := c.InspectBox(ctx, resp.ID)
+	info, err := c.InspectBox(ctx, id)
 	if err != nil || info.Name != "box-ann" || info.State.Running || info.State.Status != "exited" {
 		t.Fatalf("inspect by ID before start: %v %+v", err, info)
 	}
@@ -188,7 +184,7 @@ func TestLifecycle(t *testing.T) {
 	// Listing: by label (valid on the API server, invalid matched here).
 	for _, label := range []string{"mcp-sandbox.volume", "mcp-sandbox.person=Ann Lee!", ""} {
 		list, err := c.ListBoxes(ctx, label)
-		if err != nil || len(list) != 1 || list[0].Name != "box-ann" || list[0].Status != "running" || list[0].ID != resp.ID {
+		if err != nil || len(list) != 1 || list[0].Name != "box-ann" || list[0].Status != "running" || list[0].ID != id {
 			t.Errorf("list %q: %v %+v", label, err, list)
 		}
 	}
@@ -255,7 +251,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Remove: pod, policy and config map go; the claim stays until removed.
-	if err := c.RemoveBox(ctx, resp.ID); err != nil {
+	if err := c.RemoveBox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.InspectBox(ctx, "box-ann"); !cerrdefs.IsNotFound(err) {
@@ -283,14 +279,14 @@ func TestImageMissing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	c := cl.engine(t, "Never")
-	cfg := sandboxConfig(nil)
-	cfg.Image = "k8s.local/no-such-image:v1"
-	if _, err := c.ContainerCreate(ctx, cfg, &container.HostConfig{}, nil, nil, "box-noimage"); err != nil {
+	sp := sandboxSpec(nil)
+	sp.Image = "k8s.local/no-such-image:v1"
+	if _, _, err := c.CreateBox(ctx, "box-noimage", sp); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
 	err := c.StartBox(ctx, "box-noimage")
-	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") || !strings.Contains(err.Error(), cfg.Image) {
+	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") || !strings.Contains(err.Error(), sp.Image) {
 		t.Fatalf("start with a missing image: %v", err)
 	}
 	t.Logf("failed in %v: %v", time.Since(t0).Round(time.Millisecond), err)
@@ -314,7 +310,9 @@ func TestNamedNetwork(t *testing.T) {
 	defer cancel()
 	c := cl.engine(t, "IfNotPresent")
 	nps := cl.admin.NetworkingV1().NetworkPolicies(cl.ns)
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "mcp-sandbox"}, nil, nil, "box-net"); err != nil {
+	netSpec := sandboxSpec(nil)
+	netSpec.NetworkMode = "mcp-sandbox"
+	if _, _, err := c.CreateBox(ctx, "box-net", netSpec); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StartBox(ctx, "box-net"); err != nil {
@@ -341,18 +339,18 @@ func TestStartFails(t *testing.T) {
 	c := cl.engine(t, "IfNotPresent")
 	for _, tc := range []struct {
 		name string
-		cfg  func(*container.Config, *container.HostConfig)
+		cfg  func(*boxapi.BoxSpec)
 		want string
 	}{
-		{"box-unschedulable", func(_ *container.Config, hc *container.HostConfig) { hc.Memory = 1 << 50 }, "Unschedulable"},
-		{"box-crashing", func(cfg *container.Config, _ *container.HostConfig) { cfg.Entrypoint = []string{"false"} }, "exit code 1"},
+		{"box-unschedulable", func(sp *boxapi.BoxSpec) { sp.Limits.Memory = 1 << 50 }, "Unschedulable"},
+		{"box-crashing", func(sp *boxapi.BoxSpec) { sp.Entrypoint = []string{"false"} }, "exit code 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 			defer cancel()
-			cfg, hc := sandboxConfig(nil), &container.HostConfig{}
-			tc.cfg(cfg, hc)
-			if _, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, tc.name); err != nil {
+			sp := sandboxSpec(nil)
+			tc.cfg(&sp)
+			if _, _, err := c.CreateBox(ctx, tc.name, sp); err != nil {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
@@ -429,7 +427,7 @@ current-context: c
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, "box-forbidden")
+	_, _, err = c.CreateBox(ctx, "box-forbidden", sandboxSpec(nil))
 	if !cerrdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `verb "create" on resource "configmaps"`) || !strings.Contains(err.Error(), cl.ns) {
 		t.Errorf("create without rights: %v", err)
 	}

@@ -10,10 +10,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/network"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -128,34 +125,35 @@ func ownMeta(m metav1.ObjectMeta, name string) bool {
 	return m.Labels[labelManagedBy] == managedByValue && m.Labels[labelContainer] == name
 }
 
-func (c *Client) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
-	name := strings.TrimPrefix(containerName, "/")
+// CreateBox records container name as sp says, in a ConfigMap of its name, and makes
+// the claims of the volumes it mounts; its pod is made when it starts.
+func (c *Client) CreateBox(ctx context.Context, name string, sp boxapi.BoxSpec) (string, []string, error) {
 	if why := validName("container", name); why != "" {
-		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
+		return "", nil, fmt.Errorf("kubernetes engine %s: %s: %w", c.cfg.Name, why, cerrdefs.ErrInvalidArgument)
 	}
-	r, err := newRecord(config, hostConfig)
+	r, err := newRecord(sp)
 	if err != nil {
-		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: creating container %s: %w: %w", c.cfg.Name, name, err, cerrdefs.ErrInvalidArgument)
+		return "", nil, fmt.Errorf("kubernetes engine %s: creating container %s: %w: %w", c.cfg.Name, name, err, cerrdefs.ErrInvalidArgument)
 	}
 	cm, err := recordConfigMap(name, r)
 	if err != nil {
-		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: creating container %s: %w", c.cfg.Name, name, err)
+		return "", nil, fmt.Errorf("kubernetes engine %s: creating container %s: %w", c.cfg.Name, name, err)
 	}
 	// Docker makes the named volumes a container mounts when they are missing.
 	for _, m := range r.Mounts {
 		if err := c.CreateVolume(ctx, m.Volume, nil); err != nil {
-			return container.CreateResponse{}, err
+			return "", nil, err
 		}
 	}
 	got, err := c.core.ConfigMaps(c.ns).Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return container.CreateResponse{}, fmt.Errorf("kubernetes engine %s: the container name %q is already in use (config map %s exists); remove it first or use another name: %w",
+		return "", nil, fmt.Errorf("kubernetes engine %s: the container name %q is already in use (config map %s exists); remove it first or use another name: %w",
 			c.cfg.Name, name, name, cerrdefs.ErrConflict)
 	}
 	if err != nil {
-		return container.CreateResponse{}, c.apiErr(err, "create", "configmaps", "creating container "+name)
+		return "", nil, c.apiErr(err, "create", "configmaps", "creating container "+name)
 	}
-	return container.CreateResponse{ID: string(got.UID)}, nil
+	return string(got.UID), nil, nil
 }
 
 // InspectBox tells of container name (or ID): its record, and its pod's state.

@@ -12,14 +12,13 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
 func TestStatPath(t *testing.T) {
 	c, pod := podForTests(t)
 	ctx := context.Background()
-	r := execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c",
+	r := execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"sh", "-c",
 		`rm -rf /tmp/st && mkdir -p /tmp/st/d && chmod 0750 /tmp/st/d && printf 12345 > /tmp/st/f && chmod 4640 /tmp/st/f && ln -s ../st/f /tmp/st/l && ln -s '/no where
 x' /tmp/st/dangling && touch -d @1700000000 /tmp/st/f`}}, nil)
 	if r.code != 0 {
@@ -100,7 +99,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	_, err := tw.Write(data)
 	must(t, err)
 	must(t, tw.Close())
-	execIn(t, c, pod, container.ExecOptions{Cmd: []string{"rm", "-rf", "/tmp/cp"}, AttachStdout: true}, nil)
+	execIn(t, c, pod, boxapi.ProcessSpec{Argv: []string{"rm", "-rf", "/tmp/cp"}, Stdout: true}, nil)
 	content := &countReader{r: &buf}
 	total := buf.Len()
 	if err := c.CopyIn(ctx, pod, "/tmp", content); err != nil {
@@ -109,7 +108,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	if content.n != total {
 		t.Fatalf("CopyToContainer read %d of the archive's %d bytes", content.n, total)
 	}
-	r := execIn(t, c, pod, container.ExecOptions{Cmd: []string{"sh", "-c", "stat -c '%a %s' /tmp/cp/big"}, AttachStdout: true, AttachStderr: true}, nil)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{Argv: []string{"sh", "-c", "stat -c '%a %s' /tmp/cp/big"}, Stdout: true, Stderr: true}, nil)
 	if r.stdout != "600 3145728\n" {
 		t.Fatalf("the copied file: %+v", r)
 	}
@@ -183,7 +182,7 @@ func TestStatPathHostileStat(t *testing.T) {
 	c := testClient(t)
 	pod := "exec-hostile-stat" // of its own: its sh and stat are spoilt
 	testPod(t, c, pod)
-	r := execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c",
+	r := execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"sh", "-c",
 		// busybox's sh runs its own stat whatever PATH says: the container's sh becomes
 		// bash, which looks stat up in PATH and finds one that never answers.
 		`B=$(command -v bash) && for d in $(echo "$PATH" | tr : ' '); do mkdir -p "$d" && printf '#!%s\nexec sleep 1000\n' "$B" > "$d/stat.new" && chmod +x "$d/stat.new" && mv -f "$d/stat.new" "$d/stat"; done && ln -sf "$B" /bin/sh.new && mv -f /bin/sh.new /bin/sh`}}, nil)

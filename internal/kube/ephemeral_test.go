@@ -11,8 +11,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,9 +36,9 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const name, vol = "ephem-box", "ephem-vol"
-	_, err = c.ContainerCreate(ctx, &container.Config{Image: image, User: "root", WorkingDir: "/sandbox",
-		Entrypoint: []string{"bash", "-c", `trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done`}},
-		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/sandbox"}}}, nil, nil, name)
+	_, _, err = c.CreateBox(ctx, name, boxapi.BoxSpec{Image: image, User: "root", WorkingDir: "/sandbox",
+		Entrypoint: []string{"bash", "-c", `trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done`},
+		Mounts:     []boxapi.Mount{{Volume: vol, Source: vol, Destination: "/sandbox"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +90,8 @@ func TestEphemeralStorageEviction(t *testing.T) {
 			t.Errorf("the pod's ephemeral-storage %s is %q, want 32Mi", what, q.String())
 		}
 	}
-	if r := execIn(t, c, name, container.ExecOptions{AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"sh", "-c", "echo kept > /sandbox/keep"}}, nil); r.code != 0 {
+	if r := execIn(t, c, name, boxapi.ProcessSpec{Stdout: true, Stderr: true,
+		Argv: []string{"sh", "-c", "echo kept > /sandbox/keep"}}, nil); r.code != 0 {
 		t.Fatalf("writing /sandbox/keep: %+v", r)
 	}
 
@@ -177,8 +175,8 @@ func TestEphemeralStorageEviction(t *testing.T) {
 	if p, err := c.pod(ctx, name); err != nil || p == nil || p.UID == first {
 		t.Fatalf("after the start: %v, want a new pod", err)
 	}
-	r := execIn(t, c, name, container.ExecOptions{AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"sh", "-c", "cat /sandbox/keep; test -e /root/big && echo big-still-there; true"}}, nil)
+	r := execIn(t, c, name, boxapi.ProcessSpec{Stdout: true, Stderr: true,
+		Argv: []string{"sh", "-c", "cat /sandbox/keep; test -e /root/big && echo big-still-there; true"}}, nil)
 	if r.stdout != "kept\n" {
 		t.Errorf("after the new pod: %q %q, want /sandbox/keep kept and /root/big gone", r.stdout, r.stderr)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,17 +116,16 @@ type execResult struct {
 
 // execIn runs opts through StartProcess and reads its output as the sandbox
 // package does.
-func execIn(t testing.TB, c *Client, pod string, opts container.ExecOptions, stdin []byte) execResult {
+func execIn(t testing.TB, c *Client, pod string, spec boxapi.ProcessSpec, stdin []byte) execResult {
 	t.Helper()
 	ctx := context.Background()
-	p, err := c.StartProcess(ctx, pod, boxapi.ProcessSpec{Argv: opts.Cmd, Env: opts.Env, Dir: opts.WorkingDir, User: opts.User,
-		Stdin: opts.AttachStdin, Stdout: opts.AttachStdout, Stderr: opts.AttachStderr, TTY: opts.Tty})
+	p, err := c.StartProcess(ctx, pod, spec)
 	if err != nil {
 		t.Fatalf("StartProcess: %v", err)
 	}
 	defer p.Close()
 	werr := make(chan error, 1)
-	if opts.AttachStdin {
+	if spec.Stdin {
 		go func() {
 			_, err := p.Write(stdin)
 			if err == nil {
@@ -173,15 +171,15 @@ func (noCleanupTB) Cleanup(func()) {}
 
 func TestExecIDAndExitCode(t *testing.T) {
 	c, pod := podForTests(t)
-	r := execIn(t, c, pod, container.ExecOptions{User: "root", AttachStdout: true, AttachStderr: true, Cmd: []string{"id", "-u"}}, nil)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{User: "root", Stdout: true, Stderr: true, Argv: []string{"id", "-u"}}, nil)
 	if r.stdout != "0\n" || r.code != 0 {
 		t.Fatalf("id -u: stdout %q code %d, want \"0\\n\" 0", r.stdout, r.code)
 	}
-	r = execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c", "exit 7"}}, nil)
+	r = execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"sh", "-c", "exit 7"}}, nil)
 	if r.code != 7 {
 		t.Fatalf("exit 7: code %d", r.code)
 	}
-	r = execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"no-such-program-here"}}, nil)
+	r = execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"no-such-program-here"}}, nil)
 	// Docker says 126, with the runtime's message on stdout.
 	if r.code != 126 || !strings.Contains(r.stdout, "no-such-program-here") {
 		t.Fatalf("missing program: code %d stdout %q, want 126 and the runtime's message", r.code, r.stdout)
@@ -190,8 +188,8 @@ func TestExecIDAndExitCode(t *testing.T) {
 
 func TestExecStderrSeparate(t *testing.T) {
 	c, pod := podForTests(t)
-	r := execIn(t, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"sh", "-c", "echo out; echo err >&2; echo out2; echo err2 >&2"}}, nil)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true,
+		Argv: []string{"sh", "-c", "echo out; echo err >&2; echo out2; echo err2 >&2"}}, nil)
 	if r.stdout != "out\nout2\n" || r.stderr != "err\nerr2\n" {
 		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
 	}
@@ -200,12 +198,12 @@ func TestExecStderrSeparate(t *testing.T) {
 func TestExecEnvAndWorkingDir(t *testing.T) {
 	c, pod := podForTests(t)
 	weird := "a 'b' \"c\" $(d) `e` \\ ; *\nline2"
-	r := execIn(t, c, pod, container.ExecOptions{User: "root", WorkingDir: "/tmp", Env: []string{"A=1", "W=" + weird, "EMPTY="},
-		AttachStdout: true, AttachStderr: true, Cmd: []string{"sh", "-c", `pwd; printf '%s|%s|%s|' "$A" "$W" "${EMPTY-unset}"`}}, nil)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{User: "root", Dir: "/tmp", Env: []string{"A=1", "W=" + weird, "EMPTY="},
+		Stdout: true, Stderr: true, Argv: []string{"sh", "-c", `pwd; printf '%s|%s|%s|' "$A" "$W" "${EMPTY-unset}"`}}, nil)
 	if want := "/tmp\n1|" + weird + "||"; r.stdout != want || r.code != 0 {
 		t.Fatalf("stdout %q code %d, want %q", r.stdout, r.code, want)
 	}
-	r = execIn(t, c, pod, container.ExecOptions{WorkingDir: "/no/such/dir", AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}}, nil)
+	r = execIn(t, c, pod, boxapi.ProcessSpec{Dir: "/no/such/dir", Stdout: true, Stderr: true, Argv: []string{"true"}}, nil)
 	if r.code != 126 {
 		t.Fatalf("missing working dir: code %d, want 126", r.code)
 	}
@@ -220,7 +218,7 @@ func TestExecStdinRoundTrip(t *testing.T) {
 	for i := range in {
 		in[i] = byte(i*7 + i>>11)
 	}
-	r := execIn(t, c, pod, container.ExecOptions{AttachStdin: true, AttachStdout: true, AttachStderr: true, Cmd: []string{"cat"}}, in)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{Stdin: true, Stdout: true, Stderr: true, Argv: []string{"cat"}}, in)
 	if r.code != 0 || r.stdout != string(in) {
 		t.Fatalf("cat of 1 MiB: code %d, %d bytes back, equal %v", r.code, len(r.stdout), r.stdout == string(in))
 	}
@@ -228,8 +226,8 @@ func TestExecStdinRoundTrip(t *testing.T) {
 
 func TestExecTTYRaw(t *testing.T) {
 	c, pod := podForTests(t)
-	r := execIn(t, c, pod, container.ExecOptions{Tty: true, AttachStdout: true, AttachStderr: true,
-		Cmd: []string{"sh", "-c", "echo out; echo err >&2; [ -t 1 ] && echo tty"}}, nil)
+	r := execIn(t, c, pod, boxapi.ProcessSpec{TTY: true, Stdout: true, Stderr: true,
+		Argv: []string{"sh", "-c", "echo out; echo err >&2; [ -t 1 ] && echo tty"}}, nil)
 	// A terminal turns \n into \r\n and merges stderr into stdout; no 8-byte headers.
 	if r.stdout != "out\r\nerr\r\ntty\r\n" || r.code != 0 {
 		t.Fatalf("tty output %q code %d", r.stdout, r.code)
@@ -238,16 +236,16 @@ func TestExecTTYRaw(t *testing.T) {
 
 func TestExecNoGoroutineLeak(t *testing.T) {
 	c, pod := podForTests(t)
-	execIn(t, c, pod, container.ExecOptions{AttachStdout: true, Cmd: []string{"true"}}, nil) // warm the transports
+	execIn(t, c, pod, boxapi.ProcessSpec{Stdout: true, Argv: []string{"true"}}, nil) // warm the transports
 	time.Sleep(200 * time.Millisecond)
 	before := runtime.NumGoroutine()
 	for i := range 100 {
-		opts := container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"echo", "x"}}
+		spec := boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"echo", "x"}}
 		var in []byte
 		if i%2 == 0 {
-			opts.AttachStdin, opts.Cmd, in = true, []string{"cat"}, []byte("x\n")
+			spec.Stdin, spec.Argv, in = true, []string{"cat"}, []byte("x\n")
 		}
-		if r := execIn(t, c, pod, opts, in); r.stdout != "x\n" || r.code != 0 {
+		if r := execIn(t, c, pod, spec, in); r.stdout != "x\n" || r.code != 0 {
 			t.Fatalf("exec %d: %+v", i, r)
 		}
 	}
@@ -330,7 +328,7 @@ func BenchmarkExecTrue(b *testing.B) {
 	const pod = "exec-bench"
 	testPod(b, c, pod)
 	for b.Loop() {
-		if r := execIn(b, c, pod, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}}, nil); r.code != 0 {
+		if r := execIn(b, c, pod, boxapi.ProcessSpec{Stdout: true, Stderr: true, Argv: []string{"true"}}, nil); r.code != 0 {
 			b.Fatalf("true: %+v", r)
 		}
 	}
@@ -342,7 +340,7 @@ func BenchmarkExecStdin(b *testing.B) {
 	const pod = "exec-bench-stdin"
 	testPod(b, c, pod)
 	for b.Loop() {
-		if r := execIn(b, c, pod, container.ExecOptions{AttachStdin: true, AttachStdout: true, AttachStderr: true, Cmd: []string{"cat"}}, []byte("x\n")); r.code != 0 {
+		if r := execIn(b, c, pod, boxapi.ProcessSpec{Stdin: true, Stdout: true, Stderr: true, Argv: []string{"cat"}}, []byte("x\n")); r.code != 0 {
 			b.Fatalf("cat: %+v", r)
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -49,7 +47,7 @@ func TestForeignPod(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+	if _, _, err := c.CreateBox(ctx, name, sandboxSpec(nil)); err != nil {
 		t.Fatal(err)
 	}
 	still := func(what string) {
@@ -116,7 +114,7 @@ func TestStartReplacesEndedPod(t *testing.T) {
 	defer cancel()
 	c := cl.engine(t, "IfNotPresent")
 	const name = "kreview-ended"
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{}, nil, nil, name); err != nil {
+	if _, _, err := c.CreateBox(ctx, name, sandboxSpec(nil)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.RemoveBox(context.Background(), name) })
@@ -179,8 +177,9 @@ func TestForeignClaim(t *testing.T) {
 	if err := c.CreateVolume(ctx, name, nil); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "not made by this engine") {
 		t.Errorf("volume create over a foreign claim: %v, want a conflict naming it", err)
 	}
-	hc := &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: "/sandbox"}}}
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), hc, nil, nil, "kreview-claim-box"); !cerrdefs.IsConflict(err) {
+	sp := sandboxSpec(nil)
+	sp.Mounts = []boxapi.Mount{{Volume: name, Source: name, Destination: "/sandbox"}}
+	if _, _, err := c.CreateBox(ctx, "kreview-claim-box", sp); !cerrdefs.IsConflict(err) {
 		t.Errorf("a container mounting a foreign claim: %v, want a conflict", err)
 	}
 	if _, err := c.InspectVolume(ctx, name); !cerrdefs.IsConflict(err) {
@@ -215,7 +214,9 @@ func TestForeignPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ContainerCreate(ctx, sandboxConfig(nil), &container.HostConfig{NetworkMode: "none"}, nil, nil, name); err != nil {
+	noNet := sandboxSpec(nil)
+	noNet.NetworkMode = "none"
+	if _, _, err := c.CreateBox(ctx, name, noNet); err != nil {
 		t.Fatal(err)
 	}
 	err = c.StartBox(ctx, name)

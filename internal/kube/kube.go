@@ -1,13 +1,15 @@
-// Package kube is the Kubernetes engine: it answers the Docker Engine API calls the
-// sandbox package makes (sandbox.API) with pods, PersistentVolumeClaims and
-// NetworkPolicies in one namespace, through the API server only. A container is a
-// ConfigMap that records its settings (Docker's "created" container) and, while it
+// Package kube is the Kubernetes engine: it serves the engine the sandbox package asks
+// for (sandbox.API, in the sandbox's terms: boxapi) with pods, PersistentVolumeClaims
+// and NetworkPolicies in one namespace, through the API server only. A box is a
+// ConfigMap that records its settings (a made, not started container) and, while it
 // runs, a pod of the same name; stopping it deletes the pod and keeps the claim, so
-// the next start brings the files back. Commands run through the pods/exec
+// the next start brings the files back. Programs run through the pods/exec
 // subresource, as client-go's remotecommand does (WebSocket, SPDY as a fallback).
 //
-// The package never connects to a pod's address. Calls it cannot serve (checkpoints,
-// image builds) return an error for which errdefs.IsNotImplemented is true, saying so.
+// The package never connects to a pod's address, and speaks no Docker: what only a
+// Docker engine does (checkpoints, image builds, networks) it does not offer, and its
+// Capabilities say so. A call it cannot serve returns an error for which
+// errdefs.IsNotImplemented is true, saying why.
 //
 //	cli, err := kube.New(kube.Config{Name: "cluster", Kubeconfig: "/etc/kube/config", Namespace: "sandboxes"})
 //	sb, err := sandbox.New(cli, cfg, logger)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,18 +62,17 @@ func fakeEngine(t *testing.T, waitReason string) (*Client, *fake.Clientset) {
 func TestLifecycleFake(t *testing.T) {
 	c, cs := fakeEngine(t, "")
 	ctx := t.Context()
-	cfg := &container.Config{Image: "k8s.local/img:1", Labels: map[string]string{"mcp-sandbox.person": "alice"},
-		Entrypoint: []string{"bash", "-c", "sleep infinity"}}
-	hc := &container.HostConfig{NetworkMode: "none",
-		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: "box-data", Target: "/sandbox"}}}
-	resp, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, "box")
-	if err != nil || resp.ID == "" {
-		t.Fatalf("create: %+v %v", resp, err)
+	sp := boxapi.BoxSpec{Image: "k8s.local/img:1", Labels: map[string]string{"mcp-sandbox.person": "alice"},
+		Entrypoint: []string{"bash", "-c", "sleep infinity"}, NetworkMode: "none",
+		Mounts: []boxapi.Mount{{Volume: "box-data", Source: "box-data", Destination: "/sandbox"}}}
+	id, _, err := c.CreateBox(ctx, "box", sp)
+	if err != nil || id == "" {
+		t.Fatalf("create: %q %v", id, err)
 	}
 	if _, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "box-data", metav1.GetOptions{}); err != nil {
 		t.Errorf("the mounted volume's claim was not made: %v", err)
 	}
-	if _, err := c.ContainerCreate(ctx, cfg, hc, nil, nil, "box"); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "already in use") {
+	if _, _, err := c.CreateBox(ctx, "box", sp); !cerrdefs.IsConflict(err) || !strings.Contains(err.Error(), "already in use") {
 		t.Errorf("a second create of box: %v, want a conflict saying the name is in use", err)
 	}
 	info, err := c.InspectBox(ctx, "box")
@@ -135,7 +133,7 @@ func TestStartRefusedFake(t *testing.T) {
 	c, cs := fakeEngine(t, "ErrImageNeverPull")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, err := c.ContainerCreate(ctx, &container.Config{Image: "k8s.local/missing:1"}, &container.HostConfig{}, nil, nil, "box"); err != nil {
+	if _, _, err := c.CreateBox(ctx, "box", boxapi.BoxSpec{Image: "k8s.local/missing:1"}); err != nil {
 		t.Fatal(err)
 	}
 	begin := time.Now()

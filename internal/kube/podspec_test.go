@@ -13,8 +13,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,22 +23,20 @@ import (
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
-// sandboxRecord is a record as the sandbox package's ContainerCreate makes it.
+// sandboxRecord is a record as the sandbox package's CreateBox makes it.
 func sandboxRecord(t *testing.T) record {
 	t.Helper()
-	pids := int64(512)
-	r, err := newRecord(&container.Config{
+	r, err := newRecord(boxapi.BoxSpec{
 		Image: "k8s.local/code-sandbox-test:latest", Hostname: "sandbox", User: "root", WorkingDir: "/sandbox",
 		Entrypoint: []string{"bash", "-c", "sleep infinity"}, Cmd: []string{"mcp-sandbox"},
-		Env:    []string{"A=1", "NOEQUALS", "B=x=y"},
-		Labels: map[string]string{"mcp-sandbox.managed": "true", "mcp-sandbox.person": "Ann Lee!"},
-	}, &container.HostConfig{
-		Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: "vol-ann", Target: "/sandbox"}},
+		Env:         []string{"A=1", "NOEQUALS", "B=x=y"},
+		Labels:      map[string]string{"mcp-sandbox.managed": "true", "mcp-sandbox.person": "Ann Lee!"},
+		Mounts:      []boxapi.Mount{{Volume: "vol-ann", Source: "vol-ann", Destination: "/sandbox"}},
 		NetworkMode: "none",
-		Resources:   container.Resources{Memory: 3 << 30, MemorySwap: 3 << 30, NanoCPUs: 1500000000, PidsLimit: &pids},
+		Limits:      boxapi.Limits{Memory: 3 << 30, MemorySwap: 3 << 30, NanoCPUs: 1500000000, PidsLimit: 512},
 		CapDrop:     []string{"NET_RAW"}, SecurityOpt: []string{"no-new-privileges"},
 		Sysctls:       map[string]string{"net.ipv4.ping_group_range": "0 2147483647", "kernel.msgmax": "1"},
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+		RestartPolicy: "unless-stopped",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -165,27 +161,25 @@ func TestDenyAllPolicy(t *testing.T) {
 func TestNewRecordRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  *container.Config
-		hc   *container.HostConfig
+		sp   boxapi.BoxSpec
 		want string
 	}{
-		{"no image", &container.Config{}, nil, "needs an image"},
-		{"user name", &container.Config{Image: "i", User: "alice"}, nil, "numeric uid"},
-		{"host network", &container.Config{Image: "i"}, &container.HostConfig{NetworkMode: "host"}, "host is not supported"},
-		{"shared network", &container.Config{Image: "i"}, &container.HostConfig{NetworkMode: "container:x"}, "own network"},
-		{"host bind", &container.Config{Image: "i"}, &container.HostConfig{Binds: []string{"/run/mcp/dir:/run/direct:ro"}}, "/run/mcp/dir"},
-		{"bind mount", &container.Config{Image: "i"}, &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeBind, Source: "/x", Target: "/y"}}}, "only named volumes"},
-		{"bad volume", &container.Config{Image: "i"}, &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: "Vol_1", Target: "/y"}}}, "DNS-1123"},
-		{"relative target", &container.Config{Image: "i"}, &container.HostConfig{Binds: []string{"v:rel"}}, "absolute"},
+		{"no image", boxapi.BoxSpec{}, "needs an image"},
+		{"user name", boxapi.BoxSpec{Image: "i", User: "alice"}, "numeric uid"},
+		{"host network", boxapi.BoxSpec{Image: "i", NetworkMode: "host"}, "host is not supported"},
+		{"shared network", boxapi.BoxSpec{Image: "i", NetworkMode: "container:x"}, "own network"},
+		{"host directory", boxapi.BoxSpec{Image: "i", Mounts: []boxapi.Mount{{Source: "/run/mcp/dir", Destination: "/run/direct", ReadOnly: true}}}, "/run/mcp/dir"},
+		{"bad volume", boxapi.BoxSpec{Image: "i", Mounts: []boxapi.Mount{{Volume: "Vol_1", Destination: "/y"}}}, "DNS-1123"},
+		{"relative target", boxapi.BoxSpec{Image: "i", Mounts: []boxapi.Mount{{Volume: "v", Destination: "rel"}}}, "absolute"},
 	} {
-		_, err := newRecord(tc.cfg, tc.hc)
+		_, err := newRecord(tc.sp)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want one saying %q", tc.name, err, tc.want)
 		}
 	}
-	r, err := newRecord(&container.Config{Image: "i", NetworkDisabled: true}, &container.HostConfig{Binds: []string{"data:/data:ro"}})
+	r, err := newRecord(boxapi.BoxSpec{Image: "i", NetworkMode: "none", Mounts: []boxapi.Mount{{Volume: "data", Destination: "/data", ReadOnly: true}}})
 	if err != nil || r.NetworkMode != "none" || len(r.Mounts) != 1 || r.Mounts[0] != (volumeMount{Volume: "data", Target: "/data", ReadOnly: true}) {
-		t.Errorf("named bind: %v %+v", err, r)
+		t.Errorf("read-only volume: %v %+v", err, r)
 	}
 }
 
@@ -354,7 +348,7 @@ current-context: c
 func TestInvalidName(t *testing.T) {
 	c := offlineClient(t)
 	for _, name := range []string{"Box", "box_1", "-box", strings.Repeat("a", 64), ""} {
-		_, err := c.ContainerCreate(t.Context(), &container.Config{Image: "i"}, nil, nil, nil, name)
+		_, _, err := c.CreateBox(t.Context(), name, boxapi.BoxSpec{Image: "i"})
 		if !cerrdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "DNS-1123") {
 			t.Errorf("%q: %v", name, err)
 		}
@@ -544,8 +538,7 @@ func TestPodRuntimeClass(t *testing.T) {
 	if p.Spec.RuntimeClassName != nil {
 		t.Errorf("no runtime: class %q, want none", *p.Spec.RuntimeClassName)
 	}
-	cfg, hc := &container.Config{Image: r.Image}, &container.HostConfig{Runtime: "gvisor"}
-	r2, err := newRecord(cfg, hc)
+	r2, err := newRecord(boxapi.BoxSpec{Image: r.Image, Runtime: "gvisor"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -74,55 +73,37 @@ func validName(what, name string) string {
 	return fmt.Sprintf("%s name %q is not valid on a Kubernetes engine: it must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)", what, name)
 }
 
-// newRecord turns ContainerCreate's arguments into a record, refusing what a pod
-// cannot do.
-func newRecord(cfg *container.Config, hc *container.HostConfig) (record, error) {
-	if cfg == nil || cfg.Image == "" {
+// newRecord turns a box's spec into a record, refusing what a pod cannot do.
+func newRecord(sp boxapi.BoxSpec) (record, error) {
+	if sp.Image == "" {
 		return record{}, fmt.Errorf("a container needs an image")
 	}
 	r := record{
-		Image: cfg.Image, Entrypoint: slices.Clone(cfg.Entrypoint), Cmd: slices.Clone(cfg.Cmd),
-		Env: slices.Clone(cfg.Env), WorkingDir: cfg.WorkingDir, User: cfg.User,
-		Hostname: cfg.Hostname, Labels: maps.Clone(cfg.Labels),
+		Image: sp.Image, Entrypoint: slices.Clone(sp.Entrypoint), Cmd: slices.Clone(sp.Cmd),
+		Env: slices.Clone(sp.Env), WorkingDir: sp.WorkingDir, User: sp.User,
+		Hostname: sp.Hostname, Labels: maps.Clone(sp.Labels),
 	}
 	if _, err := runAsUser(r.User); err != nil {
 		return record{}, err
 	}
-	if hc == nil {
-		hc = &container.HostConfig{}
-	}
-	r.Memory, r.MemorySwap, r.NanoCPUs = hc.Memory, hc.MemorySwap, hc.NanoCPUs
-	if hc.PidsLimit != nil {
-		r.PidsLimit = *hc.PidsLimit
-	}
-	r.NetworkMode = string(hc.NetworkMode)
-	if cfg.NetworkDisabled {
-		r.NetworkMode = "none"
-	}
+	r.Memory, r.MemorySwap, r.NanoCPUs, r.PidsLimit = sp.Limits.Memory, sp.Limits.MemorySwap, sp.Limits.NanoCPUs, sp.Limits.PidsLimit
+	r.NetworkMode = sp.NetworkMode
 	switch m := r.NetworkMode; {
 	case m == "host":
 		return record{}, fmt.Errorf("network mode host is not supported on a Kubernetes engine: use the default network or none")
 	case strings.HasPrefix(m, "container:"):
 		return record{}, fmt.Errorf("network mode %s is not supported on a Kubernetes engine: each pod has its own network", m)
 	}
-	r.ReadonlyRootfs = hc.ReadonlyRootfs
-	r.CapDrop, r.CapAdd = slices.Clone(hc.CapDrop), slices.Clone(hc.CapAdd)
-	r.SecurityOpt = slices.Clone(hc.SecurityOpt)
-	r.Sysctls = maps.Clone(hc.Sysctls)
-	r.RestartPolicy = string(hc.RestartPolicy.Name)
-	r.Runtime = hc.Runtime
-	for _, m := range hc.Mounts {
-		if m.Type != mount.TypeVolume {
-			return record{}, fmt.Errorf("mount of %s at %s: only named volumes can be mounted on a Kubernetes engine (type %s is not supported)", m.Source, m.Target, m.Type)
+	r.CapDrop = slices.Clone(sp.CapDrop)
+	r.SecurityOpt = slices.Clone(sp.SecurityOpt)
+	r.Sysctls = maps.Clone(sp.Sysctls)
+	r.RestartPolicy = sp.RestartPolicy
+	r.Runtime = sp.Runtime
+	for _, m := range sp.Mounts {
+		if m.Volume == "" {
+			return record{}, fmt.Errorf("%s cannot be mounted at %s on a Kubernetes engine: only named volumes can (a host's directory is not supported)", m.Source, m.Destination)
 		}
-		r.Mounts = append(r.Mounts, volumeMount{Volume: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-	}
-	for _, b := range hc.Binds {
-		vm, err := parseBind(b)
-		if err != nil {
-			return record{}, err
-		}
-		r.Mounts = append(r.Mounts, vm)
+		r.Mounts = append(r.Mounts, volumeMount{Volume: m.Volume, Target: m.Destination, ReadOnly: m.ReadOnly})
 	}
 	for _, m := range r.Mounts {
 		if why := validName("volume", m.Volume); why != "" {
@@ -133,31 +114,6 @@ func newRecord(cfg *container.Config, hc *container.HostConfig) (record, error) 
 		}
 	}
 	return r, nil
-}
-
-// parseBind reads a Docker bind "volume:/target[:ro]". A host path (starting with "/")
-// cannot be mounted: the message names it, as Docker's refusal of a bind does.
-func parseBind(b string) (volumeMount, error) {
-	parts := strings.Split(b, ":")
-	if len(parts) < 2 || len(parts) > 3 {
-		return volumeMount{}, fmt.Errorf("bind %q: want volume:/path[:ro]", b)
-	}
-	if strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], ".") {
-		return volumeMount{}, fmt.Errorf("bind mount of host path %s: the Kubernetes engine cannot mount files of the Caddy host into a pod; only named volumes (claims) are supported", parts[0])
-	}
-	vm := volumeMount{Volume: parts[0], Target: parts[1]}
-	if len(parts) == 3 {
-		for _, o := range strings.Split(parts[2], ",") {
-			switch o {
-			case "ro":
-				vm.ReadOnly = true
-			case "rw", "":
-			default:
-				return volumeMount{}, fmt.Errorf("bind %q: option %q is not supported on a Kubernetes engine (only ro, rw)", b, o)
-			}
-		}
-	}
-	return vm, nil
 }
 
 // runAsUser is the uid a record's user runs as: only root (or a numeric uid) can be
