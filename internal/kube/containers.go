@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -586,17 +585,4 @@ func (c *Client) resize(ctx context.Context, name string, r record) error {
 		return c.apiErr(err, "update", "pods/resize", "resizing the pod of container "+name)
 	}
 	return nil
-}
-
-// logsReader is a pod's log as Docker frames it; closing it ends the API server's
-// stream, which with Follow would otherwise wait for the next line forever.
-type logsReader struct {
-	*io.PipeReader
-	stream io.Closer
-}
-
-func (l logsReader) Close() error {
-	err := l.PipeReader.Close()
-	l.stream.Close()
-	return err
 }
