@@ -73,19 +73,19 @@ func newSocket(dir, prefix string) (*net.UnixListener, string, error) {
 	return ln, directMount + "/" + name, nil
 }
 
-// directBind returns the bind of a new container's directory for its direct channel
-// ("" for none), creating the directory.
-func (s *agentLink) directBind() string {
+// directBind returns the mount of a new container's directory for its direct channel
+// (read-only at directMount), creating the directory; ok is false for none.
+func (s *agentLink) directBind() (m boxapi.Mount, ok bool) {
 	dir := s.directDir()
 	if dir == "" {
-		return ""
+		return boxapi.Mount{}, false
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		s.log.Warn("cannot make the directory of the agent's direct channel; the agent's channel goes through Docker",
 			zap.String("dir", dir), zap.Error(err))
-		return ""
+		return boxapi.Mount{}, false
 	}
-	return dir + ":" + directMount + ":ro"
+	return boxapi.Mount{Source: dir, Destination: directMount, ReadOnly: true}, true
 }
 
 // directTokenForTest changes the token the agent is told (another dialer's).

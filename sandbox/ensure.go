@@ -389,8 +389,8 @@ func (s *lifecycle) boxSpec(image string, host hostFacts) boxapi.BoxSpec {
 		Runtime:       c.Runtime,
 	}
 	if !s.sb.link.noBind.Load() {
-		if dir := s.sb.link.directBind(); dir != "" {
-			sp.Mounts = append(sp.Mounts, boxapi.Mount{Source: dir, Destination: directMount, ReadOnly: true})
+		if m, ok := s.sb.link.directBind(); ok {
+			sp.Mounts = append(sp.Mounts, m)
 		}
 	}
 	return sp

@@ -141,10 +141,10 @@ func TestRuntimeContainer(t *testing.T) {
 
 // argsHidden is an engine that reports its gVisor runtime without arguments, as an
 // engine whose daemon.json registers runsc plainly does.
-type argsHidden struct{ API }
+type argsHidden struct{ dockerEngine }
 
 func (a argsHidden) EngineInfo(ctx context.Context) (boxapi.EngineInfo, error) {
-	info, err := a.API.EngineInfo(ctx)
+	info, err := a.dockerEngine.EngineInfo(ctx)
 	if rt, ok := info.Runtimes[testengine.GVisorRuntime]; ok {
 		rt.Args = nil
 		info.Runtimes[testengine.GVisorRuntime] = rt
