@@ -52,6 +52,7 @@ type Handler struct {
 	auth         *oauth.Server
 	mcp          *server.StreamableHTTPServer
 	sessionIDs   mcphttp.SessionIDs // MCP session ids bound to their person
+	replies      *mcphttp.Replies   // clients' replies to elicitations, to the instance that asked
 	tools        *mcptools.Tools
 	askTools     atomic.Pointer[mcptools.Tools] // tools, for egress questions from other goroutines
 	approvals    *egress.ApprovalStore          // hosts people allowed always (with an egress block)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcphttp"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/mcptools"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/questions"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/secret"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/oauth"
 )
 
@@ -21,8 +23,20 @@ func (h *Handler) newMCPServer() *server.StreamableHTTPServer {
 	h.tools = mcptools.New(h.toolOptions())
 	h.askTools.Store(h.tools)
 	h.sessionIDs = mcphttp.NewSessionIDs(h.APIKey, func(ctx context.Context) string { return mcptools.CallerFrom(ctx).Person })
-	return server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath),
-		server.WithSessionIdManagerResolver(h.sessionIDs))
+	// A session initialized on another instance gets what its client declared from its id.
+	m := server.NewStreamableHTTPServer(h.tools.MCPServer(), server.WithEndpointPath(mcpPath),
+		server.WithSessionIdManagerResolver(h.sessionIDs), server.WithHTTPContextFunc(h.sessionIDs.RestoreDeclared))
+	// A client's reply to an elicitation may reach another instance than the one that asked.
+	h.replies = mcphttp.NewReplies(mcphttp.ReplyOptions{
+		Key:   secret.DeriveKey(h.APIKey, "mcp client replies v1"),
+		Store: questions.Replies{St: h.storage},
+		MCP:   m,
+		WithPerson: func(ctx context.Context, person string) context.Context {
+			return mcptools.WithCaller(ctx, mcptools.Caller{Person: person})
+		},
+		Logger: h.logger,
+	})
+	return m
 }
 
 // serveMCP checks the origin and the bearer token, then hands the request to mcp-go
@@ -42,9 +56,14 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if !h.sessionIDs.Admit(w, r, id.Person) {
 		return
 	}
+	session := r.Header.Get(server.HeaderKeySessionID)
 	var body []byte
 	if r.Method == http.MethodPost {
 		if body, ok = mcphttp.ReadBody(w, r); !ok {
+			return
+		}
+		// A reply to a request another instance made goes there.
+		if body, ok = h.replies.Route(r.Context(), w, body, session, id.Person); !ok {
 			return
 		}
 	}
@@ -53,12 +72,15 @@ func (h *Handler) serveMCP(w http.ResponseWriter, r *http.Request) {
 		sw.StartKeepalive()
 	}
 	defer sw.Finish()
+	out, end := h.replies.Writer(sw, session, id.Person)
+	defer end()
 	ctx, done := h.tools.Request(r.Context())
 	ctx = mcptools.WithCaller(ctx, mcptools.Caller{
 		ClientName: id.ClientName, ClientID: id.ClientID, Subject: id.Subject, Method: id.Method, Person: id.Person,
 		Container: h.fleet.Container(id.Person), Label: clientLabel(id), Origin: h.auth.Origin(r), Remote: clientIP(r),
 	})
-	h.mcp.Handle(sw, &server.HTTPRequest{
+	ctx = mcphttp.WithInitialize(ctx, body) // recorded in the session id minted for it
+	h.mcp.Handle(out, &server.HTTPRequest{
 		Method:  r.Method,
 		URL:     r.URL,
 		Header:  r.Header,

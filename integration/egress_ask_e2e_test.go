@@ -37,8 +37,10 @@ const waitProxy = `for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/
 // tsElicitSession is what elicit.mjs printed.
 type tsElicitSession struct {
 	Questions []struct {
-		Message string         `json:"message"`
-		Schema  map[string]any `json:"schema"`
+		Message    string         `json:"message"`
+		Schema     map[string]any `json:"schema"`
+		ID         any            `json:"id"`         // the request's JSON-RPC id
+		AnsweredAt float64        `json:"answeredAt"` // Unix milliseconds
 	} `json:"questions"`
 	Results []tsCallResult `json:"results"`
 	Error   string         `json:"error"`

@@ -79,35 +79,7 @@ func TestSeveralInstances(t *testing.T) {
 	}
 	a := startInstance(t, bin, dir, "A", site.Port, siteOf("A", site.Port))
 	b := startInstance(t, bin, dir, "B", portB, siteOf("B", portB))
-	// The balancer keeps each request's Host as it came (Caddy's default) and retries
-	// a request whose upstream refuses the connection on the next one, for 5 s.
-	c := startInstance(t, bin, dir, "C", portC, fmt.Sprintf(`{
-	admin off
-	persist_config off
-	auto_https off
-	storage file_system %s
-	log {
-		output file %s
-	}
-}
-
-%s {
-	bind 127.0.0.1
-	reverse_proxy %s %s {
-		lb_policy round_robin
-		lb_try_duration 5s
-		lb_try_interval 100ms
-		fail_duration 10s
-		# A kept-alive connection to an instance that was killed fails the next POST
-		# with 502, and the proxy retries only what could not connect: one connection
-		# per request, as docs/operations.md advises.
-		transport http {
-			keepalive off
-		}
-	}
-}
-`, testsite.StorageDir(t), filepath.Join(dir, "C.log"), public,
-		strings.TrimPrefix(a.url, "http://"), strings.TrimPrefix(b.url, "http://")))
+	c := startBalancer(t, bin, dir, portC, a, b)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

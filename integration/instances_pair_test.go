@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,4 +41,42 @@ func startPair(t *testing.T, directives ...string) (site *testsite.Site, a, b *i
 	a = startInstance(t, bin, dir, "A", site.Port, siteOf("A", site.Port))
 	b = startInstance(t, bin, dir, "B", portB, siteOf("B", portB))
 	return site, a, b
+}
+
+// startBalancer starts a third Caddy on port (its files in dir, as C.*) that balances
+// the instances round robin, with no affinity: each request goes to the next one. It
+// keeps each request's Host as it came (Caddy's default) and retries a request whose
+// upstream refuses the connection on the next one, for 5 s.
+func startBalancer(t *testing.T, bin, dir string, port int, upstreams ...*instance) *instance {
+	t.Helper()
+	var to []string
+	for _, in := range upstreams {
+		to = append(to, strings.TrimPrefix(in.url, "http://"))
+	}
+	return startInstance(t, bin, dir, "C", port, fmt.Sprintf(`{
+	admin off
+	persist_config off
+	auto_https off
+	storage file_system %s
+	log {
+		output file %s
+	}
+}
+
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	reverse_proxy %s {
+		lb_policy round_robin
+		lb_try_duration 5s
+		lb_try_interval 100ms
+		fail_duration 10s
+		# A kept-alive connection to an instance that was killed fails the next POST
+		# with 502, and the proxy retries only what could not connect: one connection
+		# per request, as docs/operations.md advises.
+		transport http {
+			keepalive off
+		}
+	}
+}
+`, testsite.StorageDir(t), filepath.Join(dir, "C.log"), port, strings.Join(to, " ")))
 }

@@ -26,6 +26,7 @@ type tsCall struct {
 type tsCallResult struct {
 	Tool       string         `json:"tool"`
 	MS         float64        `json:"ms"`
+	End        float64        `json:"end"` // Unix milliseconds (elicit.mjs)
 	Images     int            `json:"images"`
 	IsError    bool           `json:"isError"`
 	Error      string         `json:"error"`

@@ -1,6 +1,7 @@
 // Package mcphttp carries MCP's streamable HTTP through Caddy: a response writer that
-// can stream and keeps long responses alive, session ids bound to their person, and
-// the bounded read of a request body.
+// can stream and keeps long responses alive, session ids bound to their person that
+// carry what the session's client declared, clients' replies handed to the instance
+// that asked, and the bounded read of a request body.
 package mcphttp
 
 import (

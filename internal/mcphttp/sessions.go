@@ -15,8 +15,9 @@ import (
 
 // SessionIDs mints MCP session ids bound to the person who opened the session: an id
 // carries a MAC of its person under a key derived from the api_key, so the binding
-// holds across reloads and restarts with nothing stored. Another person's request
-// with it is answered as for an unknown session.
+// holds across reloads and restarts, and on every instance of a site, with nothing
+// stored. Another person's request with it is answered as for an unknown session. An
+// id also records what the client declared at initialize ([Declared]).
 type SessionIDs struct {
 	key      []byte
 	personOf func(context.Context) string
@@ -33,22 +34,50 @@ func NewSessionIDs(apiKey string, personOf func(context.Context) string) Session
 // sessionPrefix starts every id, as mcp-go's own do.
 const sessionPrefix = "mcp-session-"
 
-// Mint makes a new session id for person ("" the operator).
-func (s SessionIDs) Mint(person string) string {
+// Mint makes a new session id for person ("" the operator) that records d, what the
+// client declared at initialize (a Declared without a version: nothing).
+//
+// An id is "mcp-session-" nonce ["." record] "-" MAC, the MAC over nonce and record
+// together: ids minted before records existed (nonce alone) keep belonging.
+func (s SessionIDs) Mint(person string, d Declared) string {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	n := hex.EncodeToString(nonce[:])
+	if rec := d.encode(); d.Version != "" && rec != "" {
+		n += "." + rec
+	}
 	return sessionPrefix + n + "-" + s.mac(n, person)
 }
 
 // Belongs reports whether id was minted for person.
 func (s SessionIDs) Belongs(id, person string) bool {
-	rest, ok := strings.CutPrefix(id, sessionPrefix)
-	n, mac, ok2 := strings.Cut(rest, "-")
-	if !ok || !ok2 || len(n) != 32 {
-		return false
+	_, ok := s.open(id, person)
+	return ok
+}
+
+// Declared is what the client of session id, minted for person, declared at
+// initialize; ok is false when id is not person's or records nothing.
+func (s SessionIDs) Declared(id, person string) (d Declared, ok bool) {
+	n, ok := s.open(id, person)
+	_, rec, hasRec := strings.Cut(n, ".")
+	if !ok || !hasRec {
+		return Declared{}, false
 	}
-	return hmac.Equal([]byte(mac), []byte(s.mac(n, person)))
+	return decodeDeclared(rec)
+}
+
+// open checks id's MAC for person and returns the part it covers.
+func (s SessionIDs) open(id, person string) (string, bool) {
+	rest, ok := strings.CutPrefix(id, sessionPrefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i < 0 || len(rest) > 32+1+maxRecordLen+1+32 {
+		return "", false
+	}
+	n, mac := rest[:i], rest[i+1:]
+	if nonce, _, _ := strings.Cut(n, "."); len(nonce) != 32 {
+		return "", false
+	}
+	return n, hmac.Equal([]byte(mac), []byte(s.mac(n, person)))
 }
 
 func (s SessionIDs) mac(nonce, person string) string {
@@ -74,19 +103,21 @@ func (s SessionIDs) ResolveSessionIdManager(r *http.Request) server.SessionIdMan
 	if r == nil {
 		return personSessions{s: s, any: true}
 	}
-	return personSessions{s: s, person: s.personOf(r.Context())}
+	d, _ := r.Context().Value(declaredKey{}).(Declared)
+	return personSessions{s: s, person: s.personOf(r.Context()), declared: d}
 }
 
 // personSessions are the session ids of one person.
 type personSessions struct {
-	s      SessionIDs
-	person string
-	any    bool // not asked for a request
+	s        SessionIDs
+	person   string
+	declared Declared // what an initialize request declares (WithInitialize)
+	any      bool     // not asked for a request
 }
 
 var errOtherSession = errors.New("unknown session id")
 
-func (p personSessions) Generate() string { return p.s.Mint(p.person) }
+func (p personSessions) Generate() string { return p.s.Mint(p.person, p.declared) }
 
 func (p personSessions) Validate(id string) (bool, error) {
 	if !p.any && !p.s.Belongs(id, p.person) {

@@ -17,7 +17,7 @@ func personOf(ctx context.Context) string { s, _ := ctx.Value(personKey{}).(stri
 // mcp-go's own form, a changed character) belongs to no one.
 func TestSessionIDs(t *testing.T) {
 	ids := NewSessionIDs("the-api-key-0123456789", personOf)
-	alice := ids.Mint("alice")
+	alice := ids.Mint("alice", Declared{})
 	changed := alice[:len(alice)-1] + "0"
 	if changed == alice {
 		changed = alice[:len(alice)-1] + "1"
@@ -25,7 +25,7 @@ func TestSessionIDs(t *testing.T) {
 	if !ids.Belongs(alice, "alice") {
 		t.Fatalf("%q is not alice's", alice)
 	}
-	if ids.Mint("alice") == alice {
+	if ids.Mint("alice", Declared{}) == alice {
 		t.Fatal("two sessions got the same id")
 	}
 	for _, tc := range []struct{ id, person string }{
@@ -79,9 +79,9 @@ func TestAdmit(t *testing.T) {
 		want              bool
 	}{
 		{"no id", "", "bob", true},
-		{"own id", ids.Mint("bob"), "bob", true},
-		{"another's id", ids.Mint("alice"), "bob", false},
-		{"the operator's id", ids.Mint(""), "bob", false},
+		{"own id", ids.Mint("bob", Declared{}), "bob", true},
+		{"another's id", ids.Mint("alice", Declared{}), "bob", false},
+		{"the operator's id", ids.Mint("", Declared{}), "bob", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/mcp", nil)

@@ -36,7 +36,8 @@ type calls struct {
 	m        map[string][]*runningCall
 	commands map[string]string // each job's command, for the question
 	order    []string          // ids in commands, oldest first
-	// onTrack, when set, runs beside each call tracked, until its ctx ends.
+	// onTrack, when set, runs as each call is tracked, before the call's command starts;
+	// what it starts may go on beside the call until its ctx ends.
 	onTrack func(rc *runningCall, job string)
 }
 
@@ -75,7 +76,7 @@ func (c *calls) track(ctx context.Context, job, command string, y *yielder) (unt
 	onTrack := c.onTrack
 	c.mu.Unlock()
 	if onTrack != nil {
-		go onTrack(rc, job)
+		onTrack(rc, job)
 	}
 	return func() {
 		c.mu.Lock()

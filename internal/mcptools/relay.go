@@ -42,10 +42,16 @@ const claimWithin = 3 * time.Second
 const relayCannot = "cannot"
 
 // followRelayed puts to the call rc, while it waits for job, the questions other
-// instances post about job.
+// instances post about job. The call is noted in storage before its command starts: a
+// connection another instance's proxy takes at once finds it there, and posts its
+// question instead of refusing it unasked.
 func (s *Tools) followRelayed(rc *runningCall, job string) {
-	r := s.opts.Relay
-	unfollow := r.Follow(rc.ctx, job)
+	unfollow := s.opts.Relay.Follow(rc.ctx, job)
+	go s.claimRelayed(rc, job, unfollow)
+}
+
+// claimRelayed takes the questions posted about job while the call rc waits for it.
+func (s *Tools) claimRelayed(rc *runningCall, job string, unfollow func()) {
 	defer unfollow()
 	t := time.NewTicker(relayPoll)
 	defer t.Stop()
@@ -55,7 +61,7 @@ func (s *Tools) followRelayed(rc *runningCall, job string) {
 			return
 		case <-t.C:
 		}
-		if st, ok := r.Claim(rc.ctx, job); ok {
+		if st, ok := s.opts.Relay.Claim(rc.ctx, job); ok {
 			go s.answerRelayed(st)
 		}
 	}

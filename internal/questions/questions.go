@@ -1,6 +1,7 @@
 // Package questions hands egress questions and their answers between Caddy instances
 // over Caddy's shared storage: a question goes to the instance whose call waits for the
-// command's job, and the answer back to the one whose proxy holds the connection.
+// command's job, and the answer back to the one whose proxy holds the connection; a
+// client's reply to an elicitation goes to the instance that asked (replies.go).
 package questions
 
 import (

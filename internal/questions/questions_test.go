@@ -73,3 +73,45 @@ func TestRelayAcrossInstances(t *testing.T) {
 		t.Fatalf("took a question whose job is another: %+v", got)
 	}
 }
+
+// TestRepliesStore: a reply put by one instance is taken once by another over one
+// file_system storage; names that are not a reply's never become keys; the sweep
+// removes what was stored before its time and keeps what came after.
+func TestRepliesStore(t *testing.T) {
+	st := &certmagic.FileStorage{Path: t.TempDir()}
+	a, b := Replies{St: st}, Replies{St: st}
+	ctx := context.Background()
+	const name = "0123456789abcdef-42"
+	if err := a.Put(ctx, name, []byte("sealed")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Take(ctx, name); err != nil || string(got) != "sealed" {
+		t.Fatalf("Take = %q, %v", got, err)
+	}
+	if got, err := b.Take(ctx, name); err != nil || got != nil {
+		t.Fatalf("taken twice: %q, %v", got, err)
+	}
+	for _, bad := range []string{"../x", "0123456789abcdef-42/..", "ABCDEF0123456789-1", ""} {
+		if a.Put(ctx, bad, []byte("x")) == nil {
+			t.Errorf("%q became a key", bad)
+		}
+	}
+	if err := a.Sweep(ctx, time.Now()); err != nil {
+		t.Fatalf("sweeping nothing: %v", err)
+	}
+	_ = a.Put(ctx, "0123456789abcdef-1", []byte("old"))
+	cut := time.Now().Add(time.Second) // file times may be coarse
+	if err := a.Sweep(ctx, cut); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Take(ctx, "0123456789abcdef-1"); got != nil {
+		t.Error("an old entry survived the sweep")
+	}
+	_ = a.Put(ctx, "0123456789abcdef-2", []byte("new"))
+	if err := a.Sweep(ctx, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Take(ctx, "0123456789abcdef-2"); string(got) != "new" {
+		t.Error("the sweep removed an entry stored after its time")
+	}
+}
