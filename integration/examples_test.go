@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,11 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	mcpsandbox "github.com/mcp-sandbox/caddy-mcp-sandbox"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testengine"
@@ -406,4 +413,108 @@ func TestLocalExampleStarts(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nothing-here: %s, want 404", resp.Status)
 	}
+}
+
+// TestExampleKubernetesDeployment: examples/kubernetes/caddy-deployment.yaml is made of
+// valid objects (each decoded strictly), its Role is the one docs/kubernetes.md asks
+// for and is bound to the Deployment's account, its two replicas share a ReadWriteMany
+// claim where the Caddyfile keeps Caddy's storage, its Service selects them, and its
+// Caddyfile adapts with no warning and validates (with a kubeconfig in place of the
+// in-cluster configuration, which only a pod has).
+func TestExampleKubernetesDeployment(t *testing.T) {
+	t.Setenv("SANDBOX_API_KEY", testenv.RandomHex(16))
+	var (
+		role    rbacv1.Role
+		binding rbacv1.RoleBinding
+		claim   corev1.PersistentVolumeClaim
+		config  corev1.ConfigMap
+		deploy  appsv1.Deployment
+		service corev1.Service
+		account corev1.ServiceAccount
+	)
+	objects := map[string]any{
+		"ServiceAccount": &account, "Role": &role, "RoleBinding": &binding, "PersistentVolumeClaim": &claim,
+		"ConfigMap": &config, "Deployment": &deploy, "Service": &service,
+	}
+	seen := map[string]bool{}
+	for i, doc := range strings.Split(string(readExample(t, "../examples/kubernetes/caddy-deployment.yaml")), "\n---\n") {
+		doc += "\n" // the separator took it
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("document %d: %v", i+1, err)
+		}
+		obj, ok := objects[meta.Kind]
+		if !ok || seen[meta.Kind] {
+			t.Fatalf("document %d: kind %q is not expected, or comes twice", i+1, meta.Kind)
+		}
+		seen[meta.Kind] = true
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatalf("the %s: %v", meta.Kind, err)
+		}
+	}
+	if len(seen) != len(objects) {
+		t.Fatalf("found %v, want every one of %d kinds", seen, len(objects))
+	}
+
+	if !reflect.DeepEqual(role.Rules, documentedRole(t)) {
+		t.Errorf("the Role's rules are not those of docs/kubernetes.md:\n%+v", role.Rules)
+	}
+	pod := deploy.Spec.Template.Spec
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != pod.ServiceAccountName ||
+		binding.Subjects[0].Name != account.Name || binding.Subjects[0].Namespace != deploy.Namespace {
+		t.Errorf("the RoleBinding does not bind Role %s to the Deployment's account %s: %+v", role.Name, pod.ServiceAccountName, binding)
+	}
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas < 2 {
+		t.Errorf("the Deployment has %v replicas, want at least 2", deploy.Spec.Replicas)
+	}
+	labels := deploy.Spec.Template.Labels
+	if !reflect.DeepEqual(deploy.Spec.Selector.MatchLabels, labels) || !reflect.DeepEqual(service.Spec.Selector, labels) {
+		t.Errorf("the Deployment's selector %v and the Service's %v are not its pods' labels %v", deploy.Spec.Selector.MatchLabels, service.Spec.Selector, labels)
+	}
+	if !slices.Contains(claim.Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Errorf("the claim's access modes are %v: replicas on several nodes need ReadWriteMany", claim.Spec.AccessModes)
+	}
+	if len(pod.Containers) != 1 || pod.Containers[0].ReadinessProbe == nil {
+		t.Fatal("the Deployment's pod has not one container with a readiness probe")
+	}
+	mounts := map[string]string{} // volume name -> mount path
+	for _, m := range pod.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	dataAt, configAt := "", ""
+	for _, v := range pod.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim.Name:
+			dataAt = mounts[v.Name]
+		case v.ConfigMap != nil && v.ConfigMap.Name == config.Name:
+			configAt = mounts[v.Name]
+		}
+	}
+	if configAt != "/etc/caddy" {
+		t.Errorf("the ConfigMap is mounted at %q, want /etc/caddy (where the image's caddy run reads its Caddyfile)", configAt)
+	}
+
+	cfgJSON := adaptExample(t, "the ConfigMap's Caddyfile", []byte(config.Data["Caddyfile"]))
+	var cfg map[string]any
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	storage, _ := cfg["storage"].(map[string]any)
+	if root, _ := storage["root"].(string); dataAt == "" || storage["module"] != "file_system" || !strings.HasPrefix(root, dataAt+"/") {
+		t.Errorf("Caddy's storage %v is not on the claim (mounted at %q)", storage, dataAt)
+	}
+	engines, _ := findHandler(t, cfg)["engines"].([]any)
+	engine, _ := engines[0].(map[string]any)
+	kube, _ := engine["kubernetes"].(map[string]any)
+	if len(engines) != 1 || kube == nil || kube["kubeconfig"] != nil || kube["namespace"] != role.Namespace {
+		t.Fatalf("the Caddyfile's engine %v: want one kubernetes engine with no kubeconfig, in namespace %s", engines, role.Namespace)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kube["kubeconfig"] = kc
+	b, _ := json.Marshal(cfg)
+	validateExample(t, b)
 }

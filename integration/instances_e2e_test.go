@@ -745,8 +745,10 @@ var (
 	caddyBuildErr error
 )
 
-// caddyBinary builds ./cmd/caddy (Caddy with the plugin) from the module's root, once,
-// and returns its path.
+// caddyBinary builds ./cmd/caddy (Caddy with the plugin and the Kubernetes engine) from
+// the module's root, once, and returns its path. It is static (CGO_ENABLED=0), so that
+// the same binary also runs in the image of the Caddy pods on the test cluster, which
+// has no C library.
 func caddyBinary(t testing.TB) string {
 	t.Helper()
 	caddyBuild.Do(func() {
@@ -759,6 +761,7 @@ func caddyBinary(t testing.TB) string {
 		began := time.Now()
 		build := exec.Command("go", "build", "-o", caddyBin, "./cmd/caddy")
 		build.Dir = ".." // this package's directory is integration/, under the module's root
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			caddyBuildErr = fmt.Errorf("go build ./cmd/caddy: %w\n%s", err, out)
 			return

@@ -9,6 +9,9 @@
 #   scripts/k8s-cluster.sh prepare        binaries, packages, pause image; starts nothing
 #   scripts/k8s-cluster.sh up IMAGE...    a fresh cluster with these Docker images imported
 #                                         as k8s.local/NAME:TAG; prints the kubeconfig path
+#   scripts/k8s-cluster.sh import IMAGE...
+#                                         these Docker images into the running cluster, as
+#                                         up does (an image built after it started)
 #   scripts/k8s-cluster.sh down           stops what up started (keeps the caches)
 #   scripts/k8s-cluster.sh status         what runs, and whether the node is Ready
 #   scripts/k8s-cluster.sh apiserver stop|start
@@ -299,17 +302,11 @@ up() {
 	wait_for 50 "the private mount namespace" in_ns test -d /tmp/../var/lib -a ! -e /var/lib/dpkg
 	start containerd nsenter -t "$(cat "$RUN/run/nsholder.pid")" -m containerd --config "$RUN/containerd/config.toml"
 	wait_for 100 containerd ctr --address "$RUN/containerd/containerd.sock" version
-	local ctr=(ctr --address "$RUN/containerd/containerd.sock" -n k8s.io)
-	"${ctr[@]}" images import "$PAUSE/pause-image.tar" >/dev/null || die "importing the pause image failed"
+	ctr --address "$RUN/containerd/containerd.sock" -n k8s.io images import "$PAUSE/pause-image.tar" >/dev/null ||
+		die "importing the pause image failed"
 	local names=()
-	for img in "$@"; do
-		local kn
-		kn=$(k8s_name "$img")
-		docker tag "$img" "$kn"
-		docker save "$kn" | "${ctr[@]}" images import - >/dev/null || die "importing $img as $kn failed"
-		names+=("$kn")
-	done
-	printf '%s\n' "${names[@]}" >"$RUN/images"
+	for img in "$@"; do names+=("$(k8s_name "$img")"); done
+	import_images "$@"
 
 	local p=$RUN/pki
 	start_apiserver
@@ -336,6 +333,31 @@ up() {
 		die "creating the StorageClass standard failed; see $RUN/logs/kube-apiserver.log"
 	say "up in $((SECONDS - t0)) s; images: ${names[*]:-none}"
 	echo "$RUN/admin.kubeconfig"
+}
+
+# import_images IMAGE...: Docker images into the cluster's containerd as
+# k8s.local/NAME:TAG (the tag replaced if it was there), listed in $RUN/images.
+import_images() {
+	local img kn ctr=(ctr --address "$RUN/containerd/containerd.sock" -n k8s.io)
+	for img in "$@"; do
+		kn=$(k8s_name "$img")
+		docker tag "$img" "$kn"
+		docker save "$kn" | "${ctr[@]}" images import - >/dev/null || die "importing $img as $kn failed"
+		echo "$kn" >>"$RUN/images"
+	done
+	if [ -f "$RUN/images" ]; then sort -u -o "$RUN/images" "$RUN/images"; fi
+}
+
+# import IMAGE...: import_images into the running cluster.
+import_into_running() {
+	[ $# -gt 0 ] || die "usage: $0 import IMAGE..."
+	alive containerd || die "the cluster is not running ($RUN): start it with scripts/k8s-cluster.sh up"
+	local img
+	for img in "$@"; do
+		docker image inspect "$img" >/dev/null 2>&1 || die "image $img is not in the local Docker engine: build it first"
+	done
+	import_images "$@"
+	say "imported: $(for img in "$@"; do k8s_name "$img"; done | tr '\n' ' ')"
 }
 
 start_apiserver() {
@@ -434,8 +456,9 @@ status() {
 case ${1:-} in
 prepare) prepare ;;
 up) shift; up "$@" ;;
+import) shift; need_root; import_into_running "$@" ;;
 down) need_root; down ;;
 status) status ;;
 apiserver) shift; need_root; apiserver "$@" ;;
-*) die "usage: $0 prepare | up IMAGE... | down | status | apiserver stop|start" ;;
+*) die "usage: $0 prepare | up IMAGE... | import IMAGE... | down | status | apiserver stop|start" ;;
 esac

@@ -68,6 +68,15 @@ const DefaultVolumeSize = 10 << 30
 // dialTimeout bounds connecting to the API server.
 const dialTimeout = 10 * time.Second
 
+// apiQPS and apiBurst bound the requests a client sends the API server, a second and
+// at once. Every command reads its pod first (is it still running?): client-go's
+// default, 5 a second and 10 at once, held a Caddy to 5 commands a second. The API
+// server guards itself from a busy client (API Priority and Fairness).
+const (
+	apiQPS   = 100
+	apiBurst = 200
+)
+
 // DefaultNamespace is the namespace used when the configuration names none.
 const DefaultNamespace = "default"
 
@@ -130,6 +139,7 @@ func New(c Config) (*Client, error) {
 	}
 	setLog(c.Log)
 	rc.UserAgent = "caddy-mcp-sandbox"
+	rc.QPS, rc.Burst = apiQPS, apiBurst
 	rc.WarningHandlerWithContext = warningLog{}
 	if rc.Dial == nil {
 		// An API server that does not answer fails a call in dialTimeout, not when
