@@ -174,6 +174,12 @@ func callAsk(t *testing.T, srv, answerOn *httptest.Server, session string) strin
 			continue
 		}
 		if len(msg.Result.Content) == 1 {
+			// Read the stream to its end, so that the call's handler has returned
+			// before the next call: mcp-go unregisters a session when a call of it
+			// ends, and one still ending as the next call of the session starts
+			// takes the next call's registration with it (its question's reply then
+			// finds no session).
+			_, _ = io.Copy(io.Discard, resp.Body)
 			return msg.Result.Content[0].Text
 		}
 	}
