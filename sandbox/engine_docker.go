@@ -298,9 +298,6 @@ func (n notDocker) NetworkCreate(context.Context, string, network.CreateOptions)
 func (n notDocker) NetworkInspect(context.Context, string, network.InspectOptions) (network.Inspect, error) {
 	return network.Inspect{}, n.refuse("inspecting a network")
 }
-func (n notDocker) NetworkRemove(context.Context, string) error {
-	return n.refuse("removing a network")
-}
 func (n notDocker) VolumeList(context.Context, volume.ListOptions) (volume.ListResponse, error) {
 	return volume.ListResponse{}, n.refuse("listing volumes")
 }

@@ -427,7 +427,8 @@ func (s *lifecycle) createFrom(ctx context.Context, image string, prepare func(c
 			sp.Labels[labelWarm] = "" // a taken warm sandbox's image carries the mark
 		}
 	}
-	bound := len(sp.Mounts) > 1 // the direct channel's directory
+	// A directory of Caddy's host (the direct channel's) that the engine may not see.
+	bound := slices.ContainsFunc(sp.Mounts, func(m boxapi.Mount) bool { return m.Volume == "" })
 	id, warnings, err := s.cli.CreateBox(ctx, c.Container, sp)
 	if err != nil && bound && s.sb.link.bindRefused(err) {
 		return s.createFrom(ctx, image, prepare)

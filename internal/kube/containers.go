@@ -509,7 +509,7 @@ func (c *Client) RenameBox(ctx context.Context, name, to string) error {
 // running pod new memory and CPU limits in place where the cluster can; the warnings
 // say what applies only at the pod's next start.
 func (c *Client) UpdateBox(ctx context.Context, name string, upd boxapi.BoxUpdate) ([]string, error) {
-	var resp struct{ Warnings []string }
+	var warnings []string
 	for attempt := 0; ; attempt++ {
 		cm, r, err := c.lookup(ctx, name)
 		if err != nil {
@@ -533,7 +533,7 @@ func (c *Client) UpdateBox(ctx context.Context, name string, upd boxapi.BoxUpdat
 		}
 		if r.Memory == old.Memory && r.MemorySwap == old.MemorySwap && r.NanoCPUs == old.NanoCPUs &&
 			r.PidsLimit == old.PidsLimit && r.RestartPolicy == old.RestartPolicy {
-			return resp.Warnings, nil
+			return warnings, nil
 		}
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -550,13 +550,13 @@ func (c *Client) UpdateBox(ctx context.Context, name string, upd boxapi.BoxUpdat
 		}
 		if r.Memory != old.Memory || r.NanoCPUs != old.NanoCPUs {
 			if err := c.resize(ctx, cm.Name, r); err != nil {
-				resp.Warnings = append(resp.Warnings, "Kubernetes engine: the running pod keeps its current limits until its next start (the new limits are recorded): "+err.Error())
+				warnings = append(warnings, "Kubernetes engine: the running pod keeps its current limits until its next start (the new limits are recorded): "+err.Error())
 			}
 		}
 		if r.PidsLimit != old.PidsLimit {
-			resp.Warnings = append(resp.Warnings, "Kubernetes engine: a pod's process limit is the node's (the kubelet's podPidsLimit); the recorded limit is not applied")
+			warnings = append(warnings, "Kubernetes engine: a pod's process limit is the node's (the kubelet's podPidsLimit); the recorded limit is not applied")
 		}
-		return resp.Warnings, nil
+		return warnings, nil
 	}
 }
 
