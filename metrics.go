@@ -19,6 +19,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	cs := metrics.Collectors(pooledSandboxes, func() int { return preview.Shared().Live() })
 	cs = append(cs, metricEgressRefused)
 	cs = append(cs, metrics.Warm(warmReady)...)
+	cs = append(cs, metrics.Admission(sandbox.AdmissionStats)...)
 	cs = append(cs, mcptools.Collectors()...)
 	return metrics.Register(reg, append(cs, links.Collectors()...)...)
 }

@@ -112,6 +112,14 @@ func (s *jobRunner) execJob(ctx context.Context, id, command string, opts boxapi
 		ended = true
 		return failed(err)
 	}
+	// A place among the commands starting on the engine's host (admit.go), held until
+	// the call is answered or for admitHold.
+	release, err := admit(ctx, s.cli)
+	if err != nil {
+		ended = true
+		return failed(err)
+	}
+	defer release()
 	gen := s.sb.life.starts.Load()
 	run, err := s.startJob(ctx, j, head+tail)
 	if err != nil {
@@ -143,6 +151,7 @@ func (s *jobRunner) execJob(ctx context.Context, id, command string, opts boxapi
 		return s.cancelRun(ctx, id, run, maxOutput, begin), nil
 	}
 	stopLive()
+	release()
 	if errors.Is(readErr, agentwire.ErrLost) {
 		res, err := s.followLost(ctx, id, readErr, wait, begin, maxOutput, opts.OnOutput)
 		switch {

@@ -100,6 +100,27 @@ func Warm(ready func() int) []prometheus.Collector {
 	return []prometheus.Collector{g, WarmTaken}
 }
 
+// Admission reports how commands queue for their engine host's processors (package
+// sandbox admits a few at a time, first come, first served), stats read at each
+// scrape: caddy_mcp_sandbox_commands_queued (waiting now),
+// caddy_mcp_sandbox_commands_queued_total (those that waited) and
+// caddy_mcp_sandbox_command_queue_seconds_total (the time they waited in all).
+func Admission(stats func() (waiting, waited int64, waitedFor time.Duration)) []prometheus.Collector {
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "commands_queued",
+		Help: "Commands waiting now for a place among those starting on their engine's host (a few per processor).",
+	}, func() float64 { w, _, _ := stats(); return float64(w) })
+	total := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "commands_queued_total",
+		Help: "Commands that waited for a place among those starting on their engine's host.",
+	}, func() float64 { _, n, _ := stats(); return float64(n) })
+	secs := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "mcp_sandbox", Name: "command_queue_seconds_total",
+		Help: "Seconds commands waited in all for a place among those starting on their engine's host.",
+	}, func() float64 { _, _, d := stats(); return d.Seconds() })
+	return []prometheus.Collector{queued, total, secs}
+}
+
 // Agents reports, per sandbox container, whether its commands run through the agent
 // inside it (caddy_mcp_sandbox_agent_running) and how many agents it has started
 // (caddy_mcp_sandbox_agent_starts_total), from pool at each scrape.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -188,4 +189,24 @@ func TestNamesAndRegister(t *testing.T) {
 	if err := Register(reg, clash); err == nil {
 		t.Error("a clashing metric registered silently")
 	}
+}
+
+// TestAdmission: the queue's figures are read at each scrape, under their names.
+func TestAdmission(t *testing.T) {
+	waiting, waited, waitedFor := int64(2), int64(7), 1500*time.Millisecond
+	reg := prometheus.NewRegistry()
+	if err := Register(reg, Admission(func() (int64, int64, time.Duration) { return waiting, waited, waitedFor })...); err != nil {
+		t.Fatal(err)
+	}
+	check := func(wantWaiting, wantWaited, wantSecs float64) {
+		t.Helper()
+		got := gather(t, reg)
+		if got["caddy_mcp_sandbox_commands_queued{}"] != wantWaiting || got["caddy_mcp_sandbox_commands_queued_total{}"] != wantWaited ||
+			got["caddy_mcp_sandbox_command_queue_seconds_total{}"] != wantSecs {
+			t.Errorf("scraped %v, want %v queued, %v in all, %v s", got, wantWaiting, wantWaited, wantSecs)
+		}
+	}
+	check(2, 7, 1.5)
+	waiting, waited, waitedFor = 0, 9, 2*time.Second
+	check(0, 9, 2)
 }
