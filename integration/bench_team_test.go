@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -315,8 +316,9 @@ func rawExecTrue(ctx context.Context, b *testing.B, cli *client.Client, name str
 // other, each once the warm sandboxes are ready again; BenchmarkWarmFirstCall compares
 // with none), the memory an idle person's sandbox holds
 // (the engine's figure), and execute("true") with all fifty calling at once (3 rounds
-// per b.N) beside the same rounds of a raw engine exec in the same containers, and
-// Caddy's peak RSS. Run it with -benchtime 1x: each run makes fifty containers.
+// per b.N) beside the same rounds of a raw engine exec in the same containers, how
+// many commands queued for the host's processors and for how long, and Caddy's peak
+// RSS. Run it with -benchtime 1x: each run makes fifty containers.
 func BenchmarkTeam(b *testing.B) {
 	if testing.Short() {
 		b.Skip("needs Docker")
@@ -405,6 +407,14 @@ func BenchmarkTeam(b *testing.B) {
 		viaCaddy = append(viaCaddy, took...)
 	}
 	b.StopTimer()
+	// The commands queued for the host's processors (sandbox/admit.go): the rounds'
+	// and the arrivals' before them (five at a time, never more than the places).
+	m := testsite.Metrics(b, tm.http, tm.url)
+	queued, _ := testsite.MetricSum(m, "caddy_mcp_sandbox_commands_queued_total", nil)
+	queueSecs, _ := testsite.MetricSum(m, "caddy_mcp_sandbox_command_queue_seconds_total", nil)
+	if queued == 0 {
+		b.Errorf("fifty commands at once on a host of %d processors: none queued", runtime.NumCPU())
+	}
 	time.Sleep(2 * time.Second)
 	for range 3 * b.N {
 		raw = append(raw, everyone(tm.people, func(p string) time.Duration {
@@ -424,6 +434,10 @@ func BenchmarkTeam(b *testing.B) {
 	b.ReportMetric(quantile(raw, 0.5), "raw-exec-p50-ms")
 	b.ReportMetric(quantile(raw, 0.99), "raw-exec-p99-ms")
 	b.ReportMetric(quantile(viaCaddy, 0.5)/quantile(raw, 0.5), "p50-vs-raw")
+	b.ReportMetric(queued/float64(len(viaCaddy)), "queued-share")
+	if queued > 0 {
+		b.ReportMetric(queueSecs*1000/queued, "queued-wait-ms")
+	}
 	b.ReportMetric(float64(peak)/1024, "caddy-peak-rss-MiB")
 	perCall := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(len(viaCaddy)) }
 	b.ReportMetric(perCall(cpu.caddy), "caddy-cpu-ms/call")

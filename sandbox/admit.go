@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,25 +31,26 @@ const admitPerCPU = 2
 // admitHold is the longest a command holds its place.
 var admitHold = 50 * time.Millisecond
 
-// admissions holds each engine client's admission (an API value → *admission).
+// admissions holds each engine's queue, by its address (engineKey → *admission).
 var admissions sync.Map
 
-// queueOf is cli's queue for a host of cpus processors. A host whose count changed
-// gets a new queue; commands holding places in the old one give them back there.
-func queueOf(cli API, cpus int) *admission {
-	v, ok := admissions.Load(cli)
+// queueOf is the queue of the engine at key, a host of cpus processors. A host whose
+// count changed gets a new queue; commands holding places in the old one give them
+// back there.
+func queueOf(key string, cpus int) *admission {
+	v, ok := admissions.Load(key)
 	if a, _ := v.(*admission); ok && a.cpus == cpus {
 		return a
 	}
 	n := &admission{cpus: cpus, sem: semaphore.NewWeighted(int64(admitPerCPU * cpus))}
 	if !ok {
-		v, _ = admissions.LoadOrStore(cli, n)
+		v, _ = admissions.LoadOrStore(key, n)
 		return v.(*admission)
 	}
-	if admissions.CompareAndSwap(cli, v, n) {
+	if admissions.CompareAndSwap(key, v, n) {
 		return n
 	}
-	return queueOf(cli, cpus)
+	return queueOf(key, cpus)
 }
 
 // admission is the queue of one engine's commands.
@@ -76,18 +76,19 @@ func AdmissionStats() (waiting, waited int64, waitedFor time.Duration) {
 
 // admit waits for a place for a command on cli's engine and returns the function that
 // gives it back (idempotent; it is given back by itself after admitHold). An engine
-// whose processors are not known admits at once, as does one whose client cannot key a
-// queue. The error is ctx's, when it ends first.
+// whose processors are not known admits at once, as does a client that tells no
+// address. The error is ctx's, when it ends first.
 func admit(ctx context.Context, cli API) (release func(), err error) {
 	none := func() {}
-	if t := reflect.TypeOf(cli); t == nil || !t.Comparable() {
+	key, ok := engineKey(cli)
+	if !ok {
 		return none, nil
 	}
 	info, err := engineInfo(ctx, cli)
 	if err != nil || info.CPUs <= 0 {
 		return none, nil //nolint:nilerr // no processor count: no queue; the command's own call says what failed
 	}
-	a := queueOf(cli, info.CPUs)
+	a := queueOf(key, info.CPUs)
 	if !a.sem.TryAcquire(1) {
 		admitWaiting.Add(1)
 		start := time.Now()

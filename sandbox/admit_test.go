@@ -9,13 +9,19 @@ import (
 	"time"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/testenv"
 )
 
-// cpusEngine is an engine that tells only its host's processors.
+// cpusEngine (a host of its own for each test run: a queue made in one synctest
+// bubble cannot serve another) is a client of an engine that tells only its address and its host's
+// processors.
 type cpusEngine struct {
 	API
+	host string
 	cpus int
 }
+
+func (e *cpusEngine) DaemonHost() string { return e.host }
 
 func (e *cpusEngine) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	return boxapi.EngineInfo{CPUs: e.cpus}, nil
@@ -31,15 +37,17 @@ func admitted(t *testing.T, ctx context.Context, cli API) func() {
 	return r
 }
 
-// TestAdmitInOrder: a host of one processor admits two commands at once; the others
-// wait, and are admitted in the order they came as places are given back; a place
-// given back twice counts once.
+// TestAdmitInOrder: a host of one processor admits two commands at once, whichever
+// of the engine's clients (each sandbox has its own) starts them; the others wait, and
+// are admitted in the order they came as places are given back; a place given back
+// twice counts once.
 func TestAdmitInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cli := &cpusEngine{cpus: 1}
+		cli := &cpusEngine{host: "fake://in-order/" + testenv.RandomHex(4), cpus: 1}
+		other := &cpusEngine{host: cli.host, cpus: 1}
 		defer forgetEngineInfo(cli)
 		ctx := t.Context()
-		first, second := admitted(t, ctx, cli), admitted(t, ctx, cli)
+		first, second := admitted(t, ctx, cli), admitted(t, ctx, other)
 		var mu sync.Mutex
 		var order []int
 		gives := make(chan func(), 3)
@@ -86,7 +94,7 @@ func TestAdmitInOrder(t *testing.T) {
 // gets the context's error and leaves the queue.
 func TestAdmitHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cli := &cpusEngine{cpus: 1}
+		cli := &cpusEngine{host: "fake://hold/" + testenv.RandomHex(4), cpus: 1}
 		defer forgetEngineInfo(cli)
 		ctx := t.Context()
 		admitted(t, ctx, cli)
@@ -119,14 +127,15 @@ func TestAdmitHold(t *testing.T) {
 	})
 }
 
-// TestAdmitUnknownCPUs: an engine that does not tell its processors (a cluster)
-// admits every command at once.
+// TestAdmitUnknownCPUs: an engine that does not tell its processors (a cluster), or
+// a client that tells no address, admits every command at once.
 func TestAdmitUnknownCPUs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cli := &cpusEngine{}
-		defer forgetEngineInfo(cli)
-		for range 100 {
-			admitted(t, t.Context(), cli)
+		for _, cli := range []*cpusEngine{{host: "fake://cluster/" + testenv.RandomHex(4)}, {cpus: 1}} {
+			for range 100 {
+				admitted(t, t.Context(), cli)
+			}
+			forgetEngineInfo(cli)
 		}
 		if waiting, _, _ := AdmissionStats(); waiting != 0 {
 			t.Errorf("waiting: %d", waiting)
@@ -135,28 +144,45 @@ func TestAdmitUnknownCPUs(t *testing.T) {
 }
 
 // TestAdmitLongCommands: commands that run long hold their places only while they
-// start. With as many `sleep 3` running as the engine's host admits at once, a `true`
-// is answered long before they end.
+// start, and the places are the engine's, whichever sandbox (with a client of its own)
+// starts a command. With as many `sleep 3` running in one sandbox as the engine's host
+// admits at once, a `true` in another is answered long before they end; while they
+// hold their places (a hold made longer), it waits for one.
 func TestAdmitLongCommands(t *testing.T) {
-	cli := dockerClient(t)
-	sb := newTestSandbox(t, cli, testConfig(t))
+	a := newTestSandbox(t, dockerClient(t), testConfig(t))
+	b := newTestSandbox(t, dockerClient(t), testConfig(t))
+	if a.cli == b.cli {
+		t.Fatal("the sandboxes share a client")
+	}
 	ctx := context.Background()
-	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	info, err := engineInfo(ctx, cli)
+	mustExec(t, a, "true", boxapi.ExecOptions{})
+	mustExec(t, b, "true", boxapi.ExecOptions{})
+	info, err := engineInfo(ctx, a.cli)
 	if err != nil || info.CPUs <= 0 {
 		t.Fatalf("the engine's processors: %d, %v", info.CPUs, err)
 	}
-	var wg sync.WaitGroup
-	for range admitPerCPU * info.CPUs {
-		wg.Go(func() { mustExec(t, sb, "sleep 3", boxapi.ExecOptions{}) })
+	places := admitPerCPU * info.CPUs
+	beside := func() time.Duration {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for range places {
+			wg.Go(func() { mustExec(t, a, "sleep 3", boxapi.ExecOptions{}) })
+		}
+		time.Sleep(500 * time.Millisecond)
+		start := time.Now()
+		mustExec(t, b, "true", boxapi.ExecOptions{})
+		return time.Since(start)
 	}
-	t.Cleanup(wg.Wait)
-	time.Sleep(500 * time.Millisecond)
-	start := time.Now()
-	mustExec(t, sb, "true", boxapi.ExecOptions{})
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("`true` beside %d `sleep 3` took %v: the long commands held their places", admitPerCPU*info.CPUs, d)
+	if d := beside(); d > 2*time.Second {
+		t.Errorf("`true` beside %d `sleep 3` took %v: the long commands held their places", places, d)
 	} else {
-		t.Logf("`true` beside %d `sleep 3`: %v", admitPerCPU*info.CPUs, d)
+		t.Logf("`true` beside %d `sleep 3`: %v", places, d)
+	}
+	defer func(d time.Duration) { admitHold = d }(admitHold)
+	admitHold = 1500 * time.Millisecond
+	if d := beside(); d < time.Second {
+		t.Errorf("with a hold of %v, `true` beside %d `sleep 3` in another sandbox took %v: it did not wait for a place", admitHold, places, d)
+	} else {
+		t.Logf("with a hold of %v: %v", admitHold, d)
 	}
 }

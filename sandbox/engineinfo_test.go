@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,8 @@ type infoCounter struct {
 	fail  atomic.Bool
 }
 
+func (c *infoCounter) DaemonHost() string { return fmt.Sprintf("fake://%p", c) }
+
 func (c *infoCounter) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	c.calls.Add(1)
 	time.Sleep(50 * time.Millisecond)
@@ -29,12 +32,13 @@ func (c *infoCounter) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	return boxapi.EngineInfo{CPUs: 2}, nil
 }
 
-// infoByValue is an engine client of a type that cannot be a map key.
+// infoByValue is an engine client that tells no address.
 type infoByValue struct {
 	API
 	calls *atomic.Int64
-	_     []string
 }
+
+func (c infoByValue) DaemonHost() string { return "" }
 
 func (c infoByValue) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 	c.calls.Add(1)
@@ -43,7 +47,7 @@ func (c infoByValue) EngineInfo(context.Context) (boxapi.EngineInfo, error) {
 
 // TestEngineInfoShared: the sandboxes on one engine ask it for Info once per
 // infoTrust between them, concurrent callers sharing one request; a failed request is
-// not kept; forgetEngineInfo makes the next call ask; a client that cannot be a key
+// not kept; forgetEngineInfo makes the next call ask; a client that tells no address
 // is asked every time.
 func TestEngineInfoShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -117,6 +121,6 @@ func TestEngineInfoShared(t *testing.T) {
 		}
 	}
 	if n := calls.Load(); n != 3 {
-		t.Fatalf("a client by value was asked %d times in 3 calls, want 3", n)
+		t.Fatalf("a client without an address was asked %d times in 3 calls, want 3", n)
 	}
 }

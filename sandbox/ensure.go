@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -655,16 +654,25 @@ type infoCache struct {
 	group singleflight.Group
 }
 
-// infoCaches holds an infoCache per engine client (an API value).
+// infoCaches holds an infoCache per engine, by its address (engineKey).
 var infoCaches sync.Map
 
+// engineKey is what keys an engine's shared state: its address. Every sandbox has a
+// client of its own, and those of one engine share its answers and its queue. ok is
+// false for a client that tells no address.
+func engineKey(cli API) (key string, ok bool) {
+	h := cli.DaemonHost()
+	return h, h != ""
+}
+
 // engineInfo is cli's Info, asked at most once per infoTrust whatever the number of
-// sandboxes asking; concurrent callers share one request.
+// sandboxes (and clients) asking; concurrent callers share one request.
 func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
-	if t := reflect.TypeOf(cli); t == nil || !t.Comparable() {
+	key, ok := engineKey(cli)
+	if !ok {
 		return cli.EngineInfo(ctx) // no key to keep it under
 	}
-	v, _ := infoCaches.LoadOrStore(cli, &infoCache{})
+	v, _ := infoCaches.LoadOrStore(key, &infoCache{})
 	c := v.(*infoCache)
 	c.mu.Lock()
 	if !c.at.IsZero() && time.Since(c.at) < infoTrust {
@@ -693,8 +701,12 @@ func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 	}
 }
 
-// forgetEngineInfo drops what engineInfo keeps of cli: the next call asks the engine.
-func forgetEngineInfo(cli API) { infoCaches.Delete(cli) }
+// forgetEngineInfo drops what engineInfo keeps of cli's engine: the next call asks it.
+func forgetEngineInfo(cli API) {
+	if key, ok := engineKey(cli); ok {
+		infoCaches.Delete(key)
+	}
+}
 
 // CPUs is the container's CPU limit: cpus, or the engine's CPU count when that is
 // smaller. known is false until the engine has been asked (when the container is

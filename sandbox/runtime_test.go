@@ -140,8 +140,11 @@ func TestRuntimeContainer(t *testing.T) {
 }
 
 // argsHidden is an engine that reports its gVisor runtime without arguments, as an
-// engine whose daemon.json registers runsc plainly does.
+// engine whose daemon.json registers runsc plainly does. Its address differs from the
+// real engine's (a fragment added), so that what is kept of each engine stays apart.
 type argsHidden struct{ dockerEngine }
+
+func (a argsHidden) DaemonHost() string { return a.dockerEngine.DaemonHost() + "#args-hidden" }
 
 func (a argsHidden) EngineInfo(ctx context.Context) (boxapi.EngineInfo, error) {
 	info, err := a.dockerEngine.EngineInfo(ctx)
