@@ -97,6 +97,21 @@ func (k *kubeSite) pod(t testing.TB, person string) *corev1.Pod {
 	return p
 }
 
+// skipWithoutEphemeralStorage skips t when a node reports no ephemeral-storage (a
+// kubelet with localStorageCapacityIsolation off): nothing would be evicted there.
+func (k *kubeSite) skipWithoutEphemeralStorage(t testing.TB) {
+	t.Helper()
+	nodes, err := k.admin.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if q, ok := n.Status.Allocatable[corev1.ResourceEphemeralStorage]; !ok || q.Sign() <= 0 {
+			t.Skipf("node %s reports no ephemeral-storage (kubelet localStorageCapacityIsolation off): nothing is evicted", n.Name)
+		}
+	}
+}
+
 // claim is person's PersistentVolumeClaim, nil when there is none.
 func (k *kubeSite) claim(t testing.TB, person string) *corev1.PersistentVolumeClaim {
 	t.Helper()
@@ -504,15 +519,7 @@ func documentedRole(t testing.TB) []rbacv1.PolicyRule {
 // /sandbox as it was on a new pod, without what was written outside it.
 func TestKubeEphemeralStorage(t *testing.T) {
 	k := startKubeSiteWith(t, "ephemeral_storage 32Mi", []string{"alice"})
-	nodes, err := k.admin.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		if q, ok := n.Status.Allocatable[corev1.ResourceEphemeralStorage]; !ok || q.Sign() <= 0 {
-			t.Skipf("node %s reports no ephemeral-storage (kubelet localStorageCapacityIsolation off): nothing is evicted", n.Name)
-		}
-	}
+	k.skipWithoutEphemeralStorage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	alice := k.client(ctx, "alice")
