@@ -417,7 +417,7 @@ func bashVersion(env []string) string {
 	if err != nil {
 		return ""
 	}
-	key := fmt.Sprintf("%s %d %d %v", path, fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+	key := fileKey(path, fi)
 	bashSeen.mu.Lock()
 	defer bashSeen.mu.Unlock()
 	if bashSeen.key == key {
@@ -436,6 +436,17 @@ func bashVersion(env []string) string {
 		bashSeen.old = strconv.Itoa(major) + "." + strconv.Itoa(minor)
 	}
 	return bashSeen.old
+}
+
+// fileKey names a file's content as it stands: path, device and inode, size, and the
+// times of its last change. Not its access time: running bash may touch that (once a
+// day under relatime), and every call would then ask bash its version again.
+func fileKey(path string, fi os.FileInfo) string {
+	key := fmt.Sprintf("%s %d %d", path, fi.Size(), fi.ModTime().UnixNano())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		key += fmt.Sprintf(" %d %d %d.%d", st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return key
 }
 
 var bashSeen struct {
