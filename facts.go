@@ -28,6 +28,7 @@ func (h *Handler) factsDeps(e *fleet.Entry) facts.Deps {
 				h.tools.DescriptionsChanged()
 			}
 		},
+		Fresh: h.fleet.Warm().Facts,
 	}
 }
 

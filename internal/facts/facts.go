@@ -37,6 +37,11 @@ type Deps struct {
 	Logger *zap.Logger
 	// Changed is called when facts arrive after someone asked while they were unknown.
 	Changed func()
+	// Fresh, when set, returns the facts detected in a container of the image imageID
+	// that nobody had used yet (a warm sandbox, before it was anyone's), nil when none
+	// are known: the same image gives the same answer, without running the detection
+	// again in this sandbox.
+	Fresh func(imageID string) *boxapi.Facts
 }
 
 // Key is where the facts of a container are stored.
@@ -129,15 +134,22 @@ func (c *Cache) detect(d Deps, ensure bool) {
 			return
 		}
 	}
-	if b, err := d.Store.Load(ctx, d.Key); err == nil {
-		if stored, stale, ok := decodeStored(b); ok {
-			if id, err := d.Source.ImageID(ctx); err == nil && id == stored.ImageID {
-				f = &stored
-				if stale {
-					store(ctx, d, stored) // so the dropped text is gone from storage too
-				}
-				return
+	image, imageErr := d.Source.ImageID(ctx)
+	if b, err := d.Store.Load(ctx, d.Key); err == nil && imageErr == nil {
+		if stored, stale, ok := decodeStored(b); ok && image == stored.ImageID {
+			f = &stored
+			if stale {
+				store(ctx, d, stored) // so the dropped text is gone from storage too
 			}
+			return
+		}
+	}
+	if d.Fresh != nil && imageErr == nil {
+		if fresh := d.Fresh(image); fresh != nil && fresh.ImageID == image {
+			got := fresh.Known()
+			f = &got
+			store(ctx, d, got)
+			return
 		}
 	}
 	got, err := d.Source.Detect(ctx)

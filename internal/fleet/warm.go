@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/sandbox"
 )
 
@@ -74,6 +75,9 @@ type WarmPool struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	taken     atomic.Int64
+	// facts are what was found installed in a warm sandbox before it was anyone's, for
+	// the image it runs (Facts).
+	facts atomic.Pointer[boxapi.Facts]
 }
 
 // NewWarmPool makes a warm pool. It does no Docker I/O: Start begins to fill it.
@@ -294,6 +298,9 @@ func (p *WarmPool) makeOne() error {
 	p.mu.Unlock()
 	begin := time.Now()
 	err = w.Warm(p.ctx)
+	if err == nil {
+		p.detect(w)
+	}
 	p.mu.Lock()
 	p.making = nil
 	closed := p.closed
@@ -310,6 +317,38 @@ func (p *WarmPool) makeOne() error {
 		return err
 	}
 	p.o.Logger.Debug("made a warm sandbox", zap.String("container", w.Config().Container), zap.Duration("took", time.Since(begin)))
+	return nil
+}
+
+// detect looks at what is installed in w, a warm sandbox nobody has used, once per
+// image: whoever takes a warm sandbox, or has a sandbox of the same image, is then
+// told without a detection of their own (Facts). Done before w is ready, so nothing a
+// person runs is there yet.
+func (p *WarmPool) detect(w *sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+	defer cancel()
+	if f := p.facts.Load(); f != nil {
+		if id, err := w.ImageID(ctx); err == nil && id == f.ImageID {
+			return
+		}
+	}
+	f, err := w.Detect(ctx)
+	if err != nil {
+		p.o.Logger.Debug("detecting the tools of a warm sandbox", zap.String("container", w.Config().Container), zap.Error(err))
+		return
+	}
+	p.facts.Store(&f)
+}
+
+// Facts returns what was found installed in a warm sandbox of image imageID before it
+// was anyone's, nil when none was looked at (or p is nil).
+func (p *WarmPool) Facts(imageID string) *boxapi.Facts {
+	if p == nil {
+		return nil
+	}
+	if f := p.facts.Load(); f != nil && f.ImageID == imageID {
+		return f
+	}
 	return nil
 }
 
