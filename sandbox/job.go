@@ -839,8 +839,13 @@ func (s *Sandbox) OnJobEnd(f func(id string)) { s.runner.jobEnded.Store(&f) }
 // CPU, which fifty sandboxes pruning at once turned into seconds of every call.
 const pruneEvery = 5 * time.Minute
 
-// jobSeen notes a job's state from a result, and now and then starts a pass that
-// forgets old finished jobs (outside the result's path).
+// pruneQuiet is how long a sandbox has had no result before a pass that is due runs:
+// the pass then does not take the processors from a burst of calls (its person's, or
+// a team's at once). One never that quiet runs it at a result once it is pruneEvery late.
+const pruneQuiet = 3 * time.Second
+
+// jobSeen notes a job's state from a result, and now and then has a pass that forgets
+// old finished jobs run at the next quiet moment (outside the result's path).
 func (s *jobRunner) jobSeen(id string, running bool) {
 	if f := s.jobEnded.Load(); f != nil && !running {
 		(*f)(id)
@@ -850,16 +855,59 @@ func (s *jobRunner) jobSeen(id string, running bool) {
 	if !running {
 		delete(s.running, id)
 	}
+	now := time.Now()
+	s.lastSeen = now
 	if s.lastPrune.IsZero() {
 		// The first pass comes a random part of pruneEvery from now: the sandboxes of
 		// a team, made together, do not all prune at the same moment.
-		s.lastPrune = time.Now().Add(-mrand.N(pruneEvery))
+		s.lastPrune = now.Add(-mrand.N(pruneEvery))
+	}
+	due := s.lastPrune.Add(pruneEvery)
+	if now.Sub(due) >= pruneEvery {
+		s.startPrune()
 		return
 	}
-	if time.Since(s.lastPrune) < pruneEvery {
+	wait := max(due.Sub(now), pruneQuiet)
+	if s.pruneAt == nil {
+		s.pruneAt = time.AfterFunc(wait, s.pruneWhenQuiet)
+	} else {
+		s.pruneAt.Reset(wait)
+	}
+}
+
+// pruneWhenQuiet runs the pass once no result has been seen for pruneQuiet, else
+// waits again; a Sandbox closed by then runs none.
+func (s *jobRunner) pruneWhenQuiet() {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if s.pruneAt == nil {
 		return
 	}
+	if quiet := time.Since(s.lastSeen); quiet < pruneQuiet {
+		s.pruneAt.Reset(pruneQuiet - quiet)
+		return
+	}
+	s.sb.mu.Lock()
+	closed := s.sb.life.closed
+	s.sb.mu.Unlock()
+	if closed {
+		s.pruneAt = nil
+		return
+	}
+	s.startPrune()
+}
+
+// startPrune starts a pass in the background; s.jobsMu is held.
+func (s *jobRunner) startPrune() {
 	s.lastPrune = time.Now()
+	if s.pruneAt != nil {
+		s.pruneAt.Stop()
+		s.pruneAt = nil
+	}
+	if s.prunePass != nil {
+		go s.prunePass()
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(upkeep(context.Background()), time.Minute)
 		defer cancel()

@@ -370,6 +370,9 @@ type jobRunner struct {
 	jobEnded  atomic.Pointer[func(id string)]
 	held      heldRunes
 	lastPrune time.Time
+	lastSeen  time.Time   // the last result seen (jobSeen)
+	pruneAt   *time.Timer // the pass that waits for a quiet moment; nil when none waits
+	prunePass func()      // runs a pass; nil for the job script's (tests set it)
 
 	cmdEnv []string  // what commands get on top of the image's environment (see commandEnv; under sb.mu)
 	warm   warmReads // a ranged file reader started ahead of need
