@@ -219,45 +219,73 @@ func procCPU(names ...string) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
-// containersCPU is the CPU time the containers with ids have used, from their control
-// groups (v1 cpuacct or v2 cpu.stat); 0, false when neither can be read.
-func containersCPU(ids []string) (time.Duration, bool) {
-	var total time.Duration
+// cgroupFigures is what the control groups of containers have used: CPU time, the
+// system part of it, and page faults.
+type cgroupFigures struct {
+	cpu, sys time.Duration
+	faults   int64
+}
+
+// containersCPU is what the containers with ids have used, from their control groups
+// (v1: cpuacct and memory; v2: cpu.stat and memory.stat); false when neither can be
+// read.
+func containersCPU(ids []string) (cgroupFigures, bool) {
+	var total cgroupFigures
+	field := func(b []byte, name string) int64 {
+		_, rest, _ := strings.Cut("\n"+string(b), "\n"+name+" ")
+		v, _ := strconv.ParseInt(strings.Fields(rest + " 0")[0], 10, 64)
+		return v
+	}
 	for _, id := range ids {
 		if b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/docker/" + id + "/cpuacct.usage"); err == nil {
 			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			total += time.Duration(ns)
+			total.cpu += time.Duration(ns)
+			if st, err := os.ReadFile("/sys/fs/cgroup/cpuacct/docker/" + id + "/cpuacct.stat"); err == nil {
+				total.sys += time.Duration(field(st, "system")) * 10 * time.Millisecond // USER_HZ
+			}
+			if m, err := os.ReadFile("/sys/fs/cgroup/memory/docker/" + id + "/memory.stat"); err == nil {
+				total.faults += field(m, "pgfault")
+			}
 			continue
 		}
-		b, err := os.ReadFile("/sys/fs/cgroup/system.slice/docker-" + id + ".scope/cpu.stat")
+		dir := "/sys/fs/cgroup/system.slice/docker-" + id + ".scope/"
+		b, err := os.ReadFile(dir + "cpu.stat")
 		if err != nil {
-			return 0, false
+			return total, false
 		}
-		_, rest, _ := strings.Cut(string(b), "usage_usec ")
-		us, _ := strconv.ParseInt(strings.Fields(rest + " 0")[0], 10, 64)
-		total += time.Duration(us) * time.Microsecond
+		total.cpu += time.Duration(field(b, "usage_usec")) * time.Microsecond
+		total.sys += time.Duration(field(b, "system_usec")) * time.Microsecond
+		if m, err := os.ReadFile(dir + "memory.stat"); err == nil {
+			total.faults += field(m, "pgfault")
+		}
 	}
 	return total, true
 }
 
 // cpuSplit is where the CPU of some calls went: Caddy, the sandboxes (what runs in
-// the containers), and the engine (dockerd, containerd and the containers' shims).
-type cpuSplit struct{ caddy, sandboxes, engine time.Duration }
+// the containers; sandboxSys the kernel's part of it, sandboxFaults their page
+// faults), and the engine (dockerd, containerd and the containers' shims).
+type cpuSplit struct {
+	caddy, sandboxes, sandboxSys, engine time.Duration
+	sandboxFaults                        int64
+}
 
 func (c cpuSplit) minus(o cpuSplit) cpuSplit {
-	return cpuSplit{c.caddy - o.caddy, c.sandboxes - o.sandboxes, c.engine - o.engine}
+	return cpuSplit{c.caddy - o.caddy, c.sandboxes - o.sandboxes, c.sandboxSys - o.sandboxSys, c.engine - o.engine, c.sandboxFaults - o.sandboxFaults}
 }
 
 func (c cpuSplit) plus(o cpuSplit) cpuSplit {
-	return cpuSplit{c.caddy + o.caddy, c.sandboxes + o.sandboxes, c.engine + o.engine}
+	return cpuSplit{c.caddy + o.caddy, c.sandboxes + o.sandboxes, c.sandboxSys + o.sandboxSys, c.engine + o.engine, c.sandboxFaults + o.sandboxFaults}
 }
 
 func (tm *team) cpuNow(ids []string) cpuSplit {
 	sb, _ := containersCPU(ids)
 	return cpuSplit{
-		caddy:     procCPU(tm.bin),
-		sandboxes: sb,
-		engine:    procCPU("dockerd", "/var/run/docker/containerd", "containerd-shim"),
+		caddy:         procCPU(tm.bin),
+		sandboxes:     sb.cpu,
+		sandboxSys:    sb.sys,
+		sandboxFaults: sb.faults,
+		engine:        procCPU("dockerd", "/var/run/docker/containerd", "containerd-shim"),
 	}
 }
 
@@ -402,8 +430,8 @@ func BenchmarkTeam(b *testing.B) {
 		took := everyone(tm.people, tm.callTrue(ctx, b))
 		d := tm.cpuNow(ids).minus(before)
 		cpu = cpu.plus(d)
-		b.Logf("round %d through Caddy: p50 %.0f ms, p99 %.0f ms; CPU per call: Caddy %v, sandboxes %v, engine %v", r+1, quantile(took, 0.5), quantile(took, 0.99),
-			d.caddy/teamSize, d.sandboxes/teamSize, d.engine/teamSize)
+		b.Logf("round %d through Caddy: p50 %.0f ms, p99 %.0f ms; CPU per call: Caddy %v, sandboxes %v (system %v, %d page faults), engine %v", r+1, quantile(took, 0.5), quantile(took, 0.99),
+			d.caddy/teamSize, d.sandboxes/teamSize, d.sandboxSys/teamSize, d.sandboxFaults/teamSize, d.engine/teamSize)
 		viaCaddy = append(viaCaddy, took...)
 	}
 	b.StopTimer()
