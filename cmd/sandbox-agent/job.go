@@ -77,14 +77,19 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 	meta := func(runner string) string {
 		return t0 + " " + a.timeout + " " + inter + " " + runner + " " + a.cwd + "\n"
 	}
-	f, err := os.OpenFile(d+".meta", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	// With the runner known and the command at hand, .meta is written whole at once.
+	claim, known := meta(agentName()), ""
+	if !a.fromStdin {
+		if known = jobRunner.current(); known != "" {
+			claim = meta(known) + clip(command, 300) + "\n"
+		}
+	}
+	fd, err := openRetrying(d+".meta", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o666)
 	if err != nil {
 		answer("taken")
 		return
 	}
-	_, err = f.WriteString(meta(agentName()))
-	f.Close()
-	if err != nil {
+	if err := writeAll(fd, d+".meta", claim); err != nil {
 		fail(err)
 		return
 	}
@@ -123,7 +128,9 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 		fail(fmt.Errorf("starting the job's runner: %w", err))
 		return
 	}
-	_ = replaceFile(d+".meta", meta(runner)+clip(preview, 300)+"\n")
+	if runner != known {
+		_ = replaceFile(d+".meta", meta(runner)+clip(preview, 300)+"\n")
+	}
 	state := "running"
 	switch {
 	case a.wait < 0:
@@ -274,6 +281,13 @@ func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct
 		return "", nil, err
 	}
 	return r.name, p.done, nil
+}
+
+// current is the name of the runner that runs now, or "".
+func (r *runnerProc) current() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.name
 }
 
 // launch starts a runner; r.mu is held. The container's main process starts it when it
@@ -460,7 +474,8 @@ var bashSeen struct {
 func emit(st *agentwire.Stream, dir, id, state string, head, tail int64) {
 	d := dir + "/" + id
 	var oo, eo int64
-	if line, ok := firstLine(d + ".off"); ok {
+	line, hadOff := firstLine(d + ".off")
+	if hadOff {
 		f := strings.Fields(line)
 		if len(f) > 0 {
 			oo, _ = strconv.ParseInt(f[0], 10, 64)
@@ -472,17 +487,17 @@ func emit(st *agentwire.Stream, dir, id, state string, head, tail int64) {
 	osz, esz := fileSize(d+".out"), fileSize(d+".err")
 	// A file cut shorter (say, by the command itself) restarts delivery at its end.
 	oo, eo = min(oo, osz), min(eo, esz)
-	ex := "-"
+	ex, exitLine := "-", ""
 	if state == "done" {
-		line, _ := firstLine(d + ".exit")
-		f := strings.Fields(line)
+		exitLine, _ = firstLine(d + ".exit")
+		f := strings.Fields(exitLine)
 		if len(f) > 0 && len(f[0]) <= 3 && digits(f[0]) {
 			ex = f[0]
 		} else {
 			state = "lost"
 		}
 	}
-	ran := ranMS(d, state)
+	ran := ranMS(d, state, exitLine)
 	var flags strings.Builder
 	for _, w := range []string{"timedout", "killed", "cancelled"} {
 		if exists(d + "." + w) {
@@ -549,12 +564,17 @@ func emit(st *agentwire.Stream, dir, id, state string, head, tail int64) {
 	if exists(d + ".cancelled") {
 		return
 	}
+	// No file, as no output: both read as nothing delivered.
+	if !hadOff && osz == 0 && esz == 0 {
+		return
+	}
 	_ = writeFile(d+".prev", fmt.Sprintf("%d %d %d %d\n", oo, eo, osz, esz))
 	_ = writeFile(d+".off", fmt.Sprintf("%d %d\n", osz, esz))
 }
 
-// ranMS is how long the job has run (running) or ran (done), in ms, or "-".
-func ranMS(d, state string) string {
+// ranMS is how long the job has run (running) or ran (done), in ms, or "-"; exitLine
+// is the first line of a done job's .exit.
+func ranMS(d, state, exitLine string) string {
 	line, _ := firstLine(d + ".meta")
 	f := strings.Fields(line)
 	if len(f) == 0 {
@@ -567,8 +587,7 @@ func ranMS(d, state string) string {
 	var t1 int64
 	switch state {
 	case "done":
-		line, _ := firstLine(d + ".exit")
-		f := strings.Fields(line)
+		f := strings.Fields(exitLine)
 		if len(f) < 2 {
 			return "-"
 		}

@@ -60,27 +60,70 @@ func firstLine(path string) (string, bool) {
 	return string(line), true
 }
 
-// readSmall reads up to max bytes of a file.
+// readSmall reads up to max bytes of a file. The small files of jobs are read and
+// written with bare system calls: the os package registers every file it opens with
+// the runtime's poller (five more calls each, for files it cannot poll), and a call
+// reads and writes about a dozen. A FIFO in a file's place (the container is the
+// command's to change) is opened without waiting for a writer, and reads as empty.
 func readSmall(path string, max int) ([]byte, error) {
-	f, err := os.Open(path)
+	fd, err := openRetrying(path, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	b := make([]byte, max)
-	n, err := f.Read(b)
-	if n > 0 {
+	for {
+		n, err := syscall.Read(fd, b)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return b[:0], nil
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
 		return b[:n], nil
 	}
-	if err != nil && err.Error() != "EOF" {
-		return nil, err
-	}
-	return b[:0], nil
 }
 
-// writeFile replaces a file's content, as bash's `echo ... >file` does.
+// writeFile replaces a file's content, as bash's `echo ... >file` does (a FIFO in its
+// place with no reader is an error, not a wait).
 func writeFile(path, content string) error {
-	return os.WriteFile(path, []byte(content), 0o666)
+	fd, err := openRetrying(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_NONBLOCK, 0o666)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return writeAll(fd, path, content)
+}
+
+// writeAll writes content to fd, the file at path, and closes it.
+func writeAll(fd int, path, content string) error {
+	b := []byte(content)
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			syscall.Close(fd)
+			return &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		b = b[n:]
+	}
+	if err := syscall.Close(fd); err != nil {
+		return &os.PathError{Op: "close", Path: path, Err: err}
+	}
+	return nil
+}
+
+// openRetrying is open(2), close-on-exec, again when a signal interrupted it.
+func openRetrying(path string, flag int, perm uint32) (int, error) {
+	for {
+		fd, err := syscall.Open(path, flag|syscall.O_CLOEXEC, perm)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // touch creates an empty file (`: >file`).

@@ -39,6 +39,7 @@ func jobsMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs ["+announceArg+"]")
 		return 2
 	}
+	oneProcessor()
 	startReaper()
 	// Threads made now, while the container has room: a fork bomb may leave none later.
 	makeThreads(spareThreads)
@@ -95,6 +96,17 @@ func jobsMain(args []string) int {
 	return 0
 }
 
+// openFile opens path as os.OpenFile does, or returns nil, without registering it with
+// the runtime's poller (see readSmall): the command's files are passed on, never read
+// here.
+func openFile(path string, flag int) *os.File {
+	fd, err := openRetrying(path, flag, 0o666)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), path)
+}
+
 type waiter struct {
 	dir, id, d, cwd string
 	interactive     bool
@@ -112,7 +124,7 @@ var beforeInputHold func()
 func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	d := w.d
 	var hold *os.File // the FIFO held open, so input written before the command reads waits in it
-	stdin, _ := os.Open(os.DevNull)
+	stdin := openFile(os.DevNull, syscall.O_RDONLY)
 	if w.interactive {
 		if beforeInputHold != nil {
 			beforeInputHold()
@@ -140,9 +152,9 @@ func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	e := 127
 	c := 0
 	var ended <-chan syscall.WaitStatus
-	out, err1 := os.Create(d + ".out")
-	errf, err2 := os.Create(d + ".err")
-	if err := errors.Join(err1, err2); err == nil {
+	out := openFile(d+".out", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC)
+	errf := openFile(d+".err", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC)
+	if out != nil && errf != nil {
 		env := w.env
 		cmd, err := startRetrying(func() *exec.Cmd {
 			return &exec.Cmd{Path: lookPath(argv[0], env), Args: argv, Env: env, Dir: w.cwd,

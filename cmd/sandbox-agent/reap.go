@@ -64,6 +64,14 @@ func (r *reaper) poll() {
 	}
 }
 
+// oneProcessor runs the program's goroutines on one processor at a time. The agent
+// and the runner wait on the channel, on files and on children far more than they
+// compute, and fifty sandboxes on a host of two processors run two hundred such
+// processes: with a processor each of the runtime's threads would look for work on
+// the others' (spinning, sleeping, waking each other) at every call. It also stops
+// the runtime from reading the container's processor limit again every second.
+func oneProcessor() { runtime.GOMAXPROCS(1) }
+
 // makeThreads has the runtime create n threads now, which then stay idle for reuse.
 func makeThreads(n int) {
 	var ready, release sync.WaitGroup

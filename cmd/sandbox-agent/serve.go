@@ -30,6 +30,7 @@ const drainAfterExit = 10 * time.Millisecond
 // serveMain speaks the protocol over stdin and stdout until Caddy closes stdin. Programs
 // it started keep running when it ends: jobs keep their state in files, not here.
 func serveMain(args []string) int {
+	oneProcessor()
 	undumpable()
 	startReaper()
 	makeThreads(spareThreads)
