@@ -39,6 +39,22 @@ const warmRetry = 10 * time.Second
 // warmRefillDelay is how long after a take the pool begins making its replacement.
 const warmRefillDelay = 2 * time.Second
 
+// A warm sandbox is made on the processors that people's commands need: creating and
+// starting a container takes the engine, its runtime and Caddy a few hundred
+// milliseconds of processor time. While commands queue for the host's processors
+// (sandbox.AdmissionStats) the pool waits, looking again every warmQuietPoll, for up to
+// warmYield: a host busy for longer still gets its warm sandboxes.
+const (
+	warmYield     = 10 * time.Second
+	warmQuietPoll = 100 * time.Millisecond
+)
+
+// commandsQueued reports whether commands wait for the host's processors now.
+func commandsQueued() bool {
+	waiting, _, _ := sandbox.AdmissionStats()
+	return waiting > 0
+}
+
 // WarmOptions are a warm pool's settings.
 type WarmOptions struct {
 	// Base is the site's sandbox configuration (the operator's); the warm ones are
@@ -78,6 +94,8 @@ type WarmPool struct {
 	// facts are what was found installed in a warm sandbox before it was anyone's, for
 	// the image it runs (Facts).
 	facts atomic.Pointer[boxapi.Facts]
+	// queued reports whether commands queue for the host's processors (waitQuiet).
+	queued func() bool
 }
 
 // NewWarmPool makes a warm pool. It does no Docker I/O: Start begins to fill it.
@@ -92,7 +110,7 @@ func NewWarmPool(o WarmOptions) *WarmPool {
 	cfg := o.Base
 	cfg.Person, cfg.Warm = "", true
 	cfg.Engine, cfg.WarmPool = o.Engine.Name, hex.EncodeToString(id[:])
-	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), wakeLease: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &WarmPool{o: o, cfg: cfg, wake: make(chan struct{}, 1), wakeLease: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}), queued: commandsQueued}
 }
 
 // WarmConfig is the configuration of the warm sandbox id of the site whose
@@ -266,6 +284,7 @@ func (p *WarmPool) fill() {
 			swept = now
 		}
 		if p.Ready() < p.o.N && p.hasRoom(p.ctx) {
+			p.waitQuiet()
 			if err := p.makeOne(); err != nil && p.ctx.Err() == nil {
 				p.o.Logger.Warn("making a warm sandbox; trying again shortly", zap.Duration("in", warmRetry), zap.Error(err))
 			} else if err == nil {
@@ -277,6 +296,19 @@ func (p *WarmPool) fill() {
 			return
 		case <-p.wake:
 		case <-t.C:
+		}
+	}
+}
+
+// waitQuiet returns once no command queues for the host's processors, after
+// warmYield, or at Destruct.
+func (p *WarmPool) waitQuiet() {
+	deadline := time.Now().Add(warmYield)
+	for p.queued() && time.Now().Before(deadline) {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-time.After(warmQuietPoll):
 		}
 	}
 }

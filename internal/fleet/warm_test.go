@@ -1,6 +1,11 @@
 package fleet
 
-import "testing"
+import (
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
 
 // TestWarmConfig: a warm sandbox is nobody's, named apart from every person's.
 func TestWarmConfig(t *testing.T) {
@@ -52,4 +57,36 @@ func TestWarmDiffers(t *testing.T) {
 	if err := pool.Destruct(); err != nil {
 		t.Errorf("Destruct of a pool never started: %v", err)
 	}
+}
+
+// TestWarmWaitsForQuiet: a warm sandbox is made once people's commands no longer
+// queue for the host's processors, after warmYield at the latest, and Destruct ends
+// the wait.
+func TestWarmWaitsForQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var busy atomic.Bool
+		busy.Store(true)
+		p := NewWarmPool(WarmOptions{Base: testBase("sb"), N: 1})
+		p.queued = busy.Load
+		waited := func() time.Duration {
+			start := time.Now()
+			p.waitQuiet()
+			return time.Since(start)
+		}
+		time.AfterFunc(3*time.Second, func() { busy.Store(false) })
+		if d := waited(); d < 3*time.Second || d > 3*time.Second+warmQuietPoll {
+			t.Errorf("with commands queued for 3s it waited %v", d)
+		}
+		if d := waited(); d != 0 {
+			t.Errorf("with no command queued it waited %v", d)
+		}
+		busy.Store(true)
+		if d := waited(); d < warmYield || d > warmYield+warmQuietPoll {
+			t.Errorf("with commands queued for good it waited %v, want about %v", d, warmYield)
+		}
+		time.AfterFunc(time.Second, p.cancel)
+		if d := waited(); d != time.Second {
+			t.Errorf("ended by Destruct after 1s, it waited %v", d)
+		}
+	})
 }
