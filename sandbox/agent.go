@@ -181,6 +181,14 @@ func (s *Sandbox) AgentStarts() int {
 	return s.link.agent.started
 }
 
+// agentOpen reports whether the agent's channel is open, without starting an agent.
+func (s *agentLink) agentOpen() bool {
+	s.agentMu.Lock()
+	sess := s.agent.sess
+	s.agentMu.Unlock()
+	return sess != nil && sess.Err() == nil
+}
+
 // agentSession returns the running agent's channel, starting an agent when none runs;
 // nil means "use a Docker exec for this call".
 func (s *agentLink) agentSession(ctx context.Context) *agentwire.Session {

@@ -434,6 +434,7 @@ func (s *saveStore) pause(ctx context.Context) (resume func(), err error) {
 		}
 		if err != nil {
 			s.log.Warn("unpausing the sandbox after a checkpoint (the next command unpauses it)", zap.Error(err))
+			s.sb.life.invalidate()
 		}
 		saving.Delete(name0)
 	}, nil

@@ -24,6 +24,11 @@ const (
 	// Exec retries once through a full Ensure when the container turned out to be gone,
 	// so trusting it costs at most one failed exec create.
 	readyTrust = 30 * time.Second
+	// readyTrustOpen is how long it is trusted while the agent's channel stays open:
+	// the agent is a process of the container, which runs as long as the channel does
+	// (a container stopped, killed or restarted ends it). Only a pause by someone else
+	// leaves it open; past this, an Ensure finds the container paused and unpauses it.
+	readyTrustOpen = 5 * time.Minute
 	// ensureTimeout bounds one full Ensure, which runs detached from its first caller so
 	// that a caller giving up does not fail the others sharing it.
 	ensureTimeout = 2 * time.Minute
@@ -66,8 +71,9 @@ func (s *Sandbox) Ensure(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	closed := s.life.closed
-	fresh := !s.life.readyAt.IsZero() && time.Since(s.life.readyAt) < readyTrust
+	seen, age := !s.life.readyAt.IsZero(), time.Since(s.life.readyAt)
 	s.mu.Unlock()
+	fresh := seen && (age < readyTrust || age < readyTrustOpen && s.link.agentOpen())
 	switch {
 	case closed:
 		return ErrClosed

@@ -356,3 +356,50 @@ func TestNewContainerHasGitIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestEnsureTrustsAnOpenAgent: past readyTrust, a command on a sandbox whose agent's
+// channel is open does not ask the engine again whether the container runs (the
+// agent is one of its processes), until readyTrustOpen; a container killed underneath
+// ends the channel, and the next command finds that out and runs.
+func TestEnsureTrustsAnOpenAgent(t *testing.T) {
+	t.Parallel()
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	if !sb.link.agentOpen() {
+		t.Fatal("no agent channel after a command")
+	}
+	seenAgo := func(d time.Duration) time.Time {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if d > 0 {
+			sb.life.readyAt = time.Now().Add(-d)
+		}
+		return sb.life.readyAt
+	}
+	at := seenAgo(time.Minute)
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	if got := seenAgo(0); !got.Equal(at) {
+		t.Errorf("seen running a minute ago with the agent's channel open, the command asked the engine again (at %v)", got)
+	}
+	at = seenAgo(readyTrustOpen + time.Second)
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	if got := seenAgo(0); !got.After(at) {
+		t.Errorf("seen running %v ago, the command did not ask the engine", readyTrustOpen)
+	}
+
+	seenAgo(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := sb.cli.KillBox(ctx, sb.cfg.Container); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); sb.link.agentOpen(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's channel is still open 20s after its container was killed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := mustExec(t, sb, "echo back", boxapi.ExecOptions{}); r.Stdout != "back\n" || r.ExitCode != 0 {
+		t.Errorf("after the container was killed: %+v", r)
+	}
+}
