@@ -913,7 +913,8 @@ func (s *jobRunner) startPrune() {
 		defer cancel()
 		var out bytes.Buffer
 		cmd, env := runnerExec([]string{"prune", JobsDir, "-"}, nil)
-		if _, err := s.collectExecEnv(ctx, cmd, env, &out, 4096); err != nil {
+		// A container removed or stopped meanwhile has no jobs to forget.
+		if _, err := s.collectExecEnv(ctx, cmd, env, &out, 4096); err != nil && !containerGone(err) && !NotRunning(err) {
 			s.log.Warn("forgetting old jobs", zap.Error(err))
 		}
 	}()

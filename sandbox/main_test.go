@@ -98,6 +98,9 @@ func newTestSandbox(tb testing.TB, cli API, cfg Config) *Sandbox {
 		tb.Fatalf("New: %v", err)
 	}
 	tb.Cleanup(func() {
+		// Closed, it starts no background pass (old jobs forgotten) that would log
+		// after the test.
+		sb.Close()
 		sb.CloseTransfers()
 		removeSandbox(tb, cli, cfg)
 	})
