@@ -96,17 +96,6 @@ func jobsMain(args []string) int {
 	return 0
 }
 
-// openFile opens path as os.OpenFile does, or returns nil, without registering it with
-// the runtime's poller (see readSmall): the command's files are passed on, never read
-// here.
-func openFile(path string, flag int) *os.File {
-	fd, err := openRetrying(path, flag, 0o666)
-	if err != nil {
-		return nil
-	}
-	return os.NewFile(uintptr(fd), path)
-}
-
 type waiter struct {
 	dir, id, d, cwd string
 	interactive     bool
@@ -124,7 +113,9 @@ var beforeInputHold func()
 func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	d := w.d
 	var hold *os.File // the FIFO held open, so input written before the command reads waits in it
-	stdin := openFile(os.DevNull, syscall.O_RDONLY)
+	// Opened by bare calls (openNoBlock): the command's files are passed on, never
+	// read here, so the runtime's poller has nothing to do with them.
+	stdin, _ := openNoBlock(os.DevNull, syscall.O_RDONLY, 0)
 	if w.interactive {
 		if beforeInputHold != nil {
 			beforeInputHold()
@@ -152,9 +143,9 @@ func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	e := 127
 	c := 0
 	var ended <-chan syscall.WaitStatus
-	out := openFile(d+".out", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC)
-	errf := openFile(d+".err", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC)
-	if out != nil && errf != nil {
+	out, err1 := openNoBlock(d+".out", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o666)
+	errf, err2 := openNoBlock(d+".err", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o666)
+	if err := errors.Join(err1, err2); err == nil {
 		env := w.env
 		cmd, err := startRetrying(func() *exec.Cmd {
 			return &exec.Cmd{Path: lookPath(argv[0], env), Args: argv, Env: env, Dir: w.cwd,
