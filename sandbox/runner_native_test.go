@@ -107,3 +107,41 @@ func TestNativeJobSignals(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// Once a sandbox has been quiet for a second, the agent and its job runner hold blank
+// files in the jobs directory (made ahead, off the path of a call), and the files of
+// the next execute are those blanks renamed into place (the same inodes), holding
+// the job's output and status as ever.
+func TestJobFilesFromBlanks(t *testing.T) {
+	sb, _ := agentTestSandbox(t, testConfig(t))
+	mustExec(t, sb, "true", boxapi.ExecOptions{})
+	blanks := map[string]bool{}
+	for deadline := time.Now().Add(30 * time.Second); len(blanks) < 100; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d blanks made after a quiet spell, want at least 100", len(blanks))
+		}
+		out, _ := containerExec(t, sb.cli, sb.cfg.Container, "sh", "-c", "ls -i "+JobsDir+"/.blank | awk '{print $1}'")
+		clear(blanks)
+		for _, ino := range strings.Fields(out) {
+			blanks[ino] = true
+		}
+	}
+	res := mustExec(t, sb, "echo hi; echo oops >&2; exit 3", boxapi.ExecOptions{})
+	if res.Stdout != "hi\n" || res.Stderr != "oops\n" || res.ExitCode != 3 || res.Running {
+		t.Fatalf("result %+v", res)
+	}
+	d := JobsDir + "/" + res.JobID
+	out, code := containerExec(t, sb.cli, sb.cfg.Container, "sh", "-c", "ls -i "+d+".meta "+d+".out "+d+".err "+d+".pid "+d+".exit")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 5 {
+		t.Fatalf("the job's files: %q (exit %d)", out, code)
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) != 2 || !blanks[f[0]] {
+			t.Errorf("%s is not one of the blanks", l)
+		}
+	}
+	if out, _ := containerExec(t, sb.cli, sb.cfg.Container, "cat", d+".exit"); !strings.HasPrefix(out, "3 ") {
+		t.Errorf(".exit holds %q", out)
+	}
+}

@@ -84,12 +84,10 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 			claim = meta(known) + clip(command, 300) + "\n"
 		}
 	}
-	fd, err := openRetrying(d+".meta", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o666)
-	if err != nil {
+	if taken, err := agentBlanks.claimFile(a.dir, d+".meta", claim); taken {
 		answer("taken")
 		return
-	}
-	if err := writeAll(fd, d+".meta", claim); err != nil {
+	} else if err != nil {
 		fail(err)
 		return
 	}
@@ -193,7 +191,7 @@ func startRetrying(newCmd func() *exec.Cmd, stop <-chan struct{}) (*exec.Cmd, er
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cmd := newCmd()
-		err := cmd.Start()
+		err := startCmd(cmd)
 		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
 			return cmd, err
 		}

@@ -18,6 +18,9 @@ import (
 const holdDelayEnv = "SANDBOX_AGENT_TEST_HOLD_DELAY"
 
 func TestMain(m *testing.M) {
+	// No blanks made in the tests' temporary directories while they are removed;
+	// TestBlanks makes its own.
+	agentBlanks.keep, runnerBlanks.keep = 0, 0
 	if len(os.Args) > 1 && os.Args[1] == "jobs" {
 		if d, err := time.ParseDuration(os.Getenv(holdDelayEnv)); err == nil {
 			beforeInputHold = func() { time.Sleep(d) }

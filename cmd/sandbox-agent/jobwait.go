@@ -33,12 +33,14 @@ import (
 // an interactive job it writes "open <id>" once it holds the input FIFO open (or could
 // not): the agent holds it until then (openInput). At
 // the end of stdin (the agent is gone) it takes no more jobs and exits once those it
-// runs have ended. It execs nothing but the commands.
+// runs have ended. It execs nothing but the commands (and itself once, at its start:
+// raiseSlack).
 func jobsMain(args []string) int {
 	if len(args) > 1 || len(args) == 1 && args[0] != announceArg {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs ["+announceArg+"]")
 		return 2
 	}
+	raiseSlack()
 	oneProcessor()
 	startReaper()
 	// Threads made now, while the container has room: a fork bomb may leave none later.
@@ -143,8 +145,8 @@ func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	e := 127
 	c := 0
 	var ended <-chan syscall.WaitStatus
-	out, err1 := openNoBlock(d+".out", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o666)
-	errf, err2 := openNoBlock(d+".err", syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o666)
+	out, err1 := runnerBlanks.openFresh(w.dir, d+".out")
+	errf, err2 := runnerBlanks.openFresh(w.dir, d+".err")
 	if err := errors.Join(err1, err2); err == nil {
 		env := w.env
 		cmd, err := startRetrying(func() *exec.Cmd {
@@ -160,7 +162,7 @@ func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 			c = cmd.Process.Pid
 			ended = children.register(c)
 			cmd.Process.Release()
-			_ = writeFile(d+".pid", strconv.Itoa(c)+"\n")
+			_ = runnerBlanks.placeFile(w.dir, d+".pid", strconv.Itoa(c)+"\n")
 		}
 	}
 	for _, f := range []*os.File{out, errf, stdin} {
@@ -212,7 +214,7 @@ func (w *waiter) run(timeout time.Duration, opened, finished func()) {
 	if held == 0 {
 		timer.Stop()
 	}
-	_ = writeFile(d+".exit", strconv.Itoa(e)+" "+epochReal(time.Now())+"\n")
+	_ = runnerBlanks.placeFile(w.dir, d+".exit", strconv.Itoa(e)+" "+epochReal(time.Now())+"\n")
 	finished()
 	switch {
 	case handed != "":

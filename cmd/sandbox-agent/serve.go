@@ -30,6 +30,7 @@ const drainAfterExit = 10 * time.Millisecond
 // serveMain speaks the protocol over stdin and stdout until Caddy closes stdin. Programs
 // it started keep running when it ends: jobs keep their state in files, not here.
 func serveMain(args []string) int {
+	raiseSlack()
 	oneProcessor()
 	undumpable()
 	startReaper()
@@ -145,7 +146,7 @@ func startProc(req agentwire.ExecRequest) (*proc, error) {
 		// Its own process group: a command's `kill 0` does not reach the agent.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		return fail(err)
 	}
 	for _, f := range closeAfterStart {

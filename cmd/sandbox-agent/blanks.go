@@ -1,0 +1,213 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Blank files made ahead. Every `execute` creates a job's five files (.meta, .out,
+// .err, .pid, .exit) in the container's filesystem, and creating a file is where a
+// busy host spends most of a sandbox's time: ext4 without a journal (Docker's overlay
+// sits on it) passes over every inode of the directory's group freed in the last
+// minutes before it takes one, and a host that makes and removes containers, or a
+// sandbox that installs packages, frees thousands. So the agent and the runner each
+// keep a few empty files made while they are quiet, in <jobs dir>/.blank, and a job's
+// file is one of them renamed into place (a rename takes no inode). A file with
+// content is written before the rename, so it appears whole. When no blank is at
+// hand, the file is created as before; jobs.sh knows nothing of them, and the
+// directory's dot keeps it out of every listing of jobs.
+
+const (
+	// blankQuiet is how long a process has taken no blank before it makes more.
+	blankQuiet = time.Second
+	// blankDir is the blanks' directory in the jobs directory.
+	blankDir = ".blank"
+)
+
+// blankPool is one process's blanks: the agent's ("a", for .meta) or the runner's ("r").
+type blankPool struct {
+	tag  string // the first letter of its blanks' names
+	keep int    // how many it makes
+
+	mu      sync.Mutex
+	dir     string   // <jobs dir>/.blank; "" until a job names the jobs directory
+	free    []string // blanks made and not taken, as paths
+	seq     int
+	lastUse time.Time
+	timer   *time.Timer
+}
+
+var (
+	agentBlanks  = &blankPool{tag: "a", keep: 24}
+	runnerBlanks = &blankPool{tag: "r", keep: 96}
+)
+
+// take returns a blank in jobsDir's blank directory, or "" when none is at hand (the
+// first jobs, a burst longer than the blanks made, another jobs directory). Taking one
+// schedules more for when the process is quiet.
+func (p *blankPool) take(jobsDir string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keep == 0 {
+		return ""
+	}
+	dir := jobsDir + "/" + blankDir
+	if p.dir == "" {
+		p.dir = dir
+		p.timer = time.AfterFunc(blankQuiet, p.fillWhenQuiet)
+	}
+	p.lastUse = time.Now()
+	p.timer.Reset(blankQuiet)
+	if p.dir != dir || len(p.free) == 0 {
+		return ""
+	}
+	b := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return b
+}
+
+// fillWhenQuiet makes blanks up to keep once blankQuiet has passed since the last take.
+func (p *blankPool) fillWhenQuiet() {
+	p.mu.Lock()
+	if quiet := time.Since(p.lastUse); quiet < blankQuiet {
+		p.timer.Reset(blankQuiet - quiet)
+		p.mu.Unlock()
+		return
+	}
+	dir, first, want := p.dir, p.seq == 0, p.keep-len(p.free)
+	p.mu.Unlock()
+	if first {
+		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+			return
+		}
+		p.removeStale(dir)
+	}
+	for range want {
+		p.mu.Lock()
+		p.seq++
+		name := dir + "/" + p.tag + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(p.seq)
+		busy := time.Since(p.lastUse) < blankQuiet
+		p.mu.Unlock()
+		if busy {
+			// Jobs came meanwhile: the rest waits for the next quiet spell.
+			p.timer.Reset(blankQuiet)
+			return
+		}
+		fd, err := openRetrying(name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o666)
+		if err != nil {
+			return
+		}
+		syscall.Close(fd)
+		p.mu.Lock()
+		p.free = append(p.free, name)
+		p.mu.Unlock()
+	}
+}
+
+// removeStale removes the blanks of this pool's kind left by processes that are gone
+// (a runner of before a restart); those of one still running are its own.
+func (p *blankPool) removeStale(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	me := os.Getpid()
+	for _, e := range ents {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), p.tag), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || !strings.HasPrefix(e.Name(), p.tag) || n == me {
+			continue
+		}
+		if syscall.Kill(n, 0) == syscall.ESRCH {
+			os.Remove(dir + "/" + e.Name())
+		}
+	}
+}
+
+// putBlank writes content to blank and renames it to path; noReplace makes it fail
+// with EEXIST when path exists. ok is false when the blank could not be used (it is
+// then gone or left), and the caller makes the file itself.
+func putBlank(blank, path, content string, noReplace bool) (ok bool, err error) {
+	fd, err := openRetrying(blank, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false, nil
+	}
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return false, nil
+	}
+	if err := writeAll(fd, blank, content); err != nil {
+		return false, nil
+	}
+	if noReplace {
+		err = renameNoReplace(blank, path)
+		if err == syscall.EEXIST {
+			os.Remove(blank)
+			return true, err
+		}
+		if err != nil && err != syscall.ENOENT {
+			// No renameat2 here (an old kernel, gVisor, a filesystem without it).
+			noRenameat2.Store(true)
+		}
+	} else {
+		err = syscall.Rename(blank, path)
+	}
+	if err != nil {
+		os.Remove(blank)
+		return false, nil
+	}
+	return true, nil
+}
+
+// placeFile gives path content, from one of pool's blanks when one is at hand (the
+// file then appears whole), else as writeFile does.
+func (p *blankPool) placeFile(jobsDir, path, content string) error {
+	if b := p.take(jobsDir); b != "" {
+		if ok, err := putBlank(b, path, content, false); ok {
+			return err
+		}
+	}
+	return writeFile(path, content)
+}
+
+// noRenameat2 is set once renameat2 failed: claims are then made with O_EXCL.
+var noRenameat2 atomic.Bool
+
+// claimFile creates path with content unless it exists (taken is then true), from
+// one of pool's blanks when one is at hand, else with O_EXCL.
+func (p *blankPool) claimFile(jobsDir, path, content string) (taken bool, err error) {
+	if !noRenameat2.Load() {
+		if b := p.take(jobsDir); b != "" {
+			if ok, err := putBlank(b, path, content, true); ok {
+				return err == syscall.EEXIST, nil
+			}
+		}
+	}
+	fd, err := openRetrying(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o666)
+	if err != nil {
+		return true, nil
+	}
+	return false, writeAll(fd, path, content)
+}
+
+// openFresh opens path, for reading and writing, as an empty file: one of pool's
+// blanks renamed into place when one is at hand, else created or emptied.
+func (p *blankPool) openFresh(jobsDir, path string) (*os.File, error) {
+	if b := p.take(jobsDir); b != "" {
+		f, err := openNoBlock(b, syscall.O_RDWR|syscall.O_TRUNC|syscall.O_NOFOLLOW, 0)
+		if err == nil {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && syscall.Rename(b, path) == nil {
+				return f, nil
+			}
+			f.Close()
+		}
+		os.Remove(b)
+	}
+	return openNoBlock(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o666)
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+func renameNoReplace(from, to string) error { return syscall.ENOSYS }
