@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	// No blanks made in the tests' temporary directories while they are removed;
 	// TestBlanks makes its own.
 	agentBlanks.keep, runnerBlanks.keep = 0, 0
+	if mode := os.Getenv(slackTestEnv); mode != "" {
+		os.Exit(slackTestMain(mode))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "jobs" {
 		if d, err := time.ParseDuration(os.Getenv(holdDelayEnv)); err == nil {
 			beforeInputHold = func() { time.Sleep(d) }

@@ -27,9 +27,8 @@ const (
 	childSlack = 50_000 // ns
 )
 
-// starter runs the functions sent to it on a thread whose timer slack is childSlack;
-// nil when the slack was not raised.
-var starter chan func()
+// raised is set when the program runs with runtimeSlack.
+var raised bool
 
 // raiseSlack gives the program runtimeSlack: it sets it and execs the program again,
 // so that the runtime's threads are made with it. It returns when the slack is
@@ -40,8 +39,7 @@ func raiseSlack() {
 		return
 	}
 	if cur == runtimeSlack {
-		starter = make(chan func())
-		go runStarter()
+		raised = true
 		return
 	}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerslack, runtimeSlack, 0); e != 0 {
@@ -52,25 +50,23 @@ func raiseSlack() {
 	if got, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prGetTimerslack, 0, 0); got == runtimeSlack && err == nil {
 		_ = syscall.Exec(exe, os.Args, os.Environ())
 	}
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerslack, cur, 0)
+	setSlack(cur)
 }
 
-// runStarter is the thread starts run on.
-func runStarter() {
-	runtime.LockOSThread()
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerslack, childSlack, 0)
-	for f := range starter {
-		f()
-	}
-}
-
-// startCmd starts cmd from the thread with the kernel's usual timer slack, so that
-// the command gets that slack (a child takes its parent thread's).
+// startCmd starts cmd with the kernel's usual timer slack (a child takes the slack of
+// the thread that starts it): its thread has that slack while it does.
 func startCmd(cmd *exec.Cmd) error {
-	if starter == nil {
+	if !raised {
 		return cmd.Start()
 	}
-	done := make(chan error, 1)
-	starter <- func() { done <- cmd.Start() }
-	return <-done
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	setSlack(childSlack)
+	defer setSlack(runtimeSlack)
+	return cmd.Start()
+}
+
+// setSlack sets the calling thread's timer slack.
+func setSlack(ns uintptr) {
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerslack, ns, 0)
 }
