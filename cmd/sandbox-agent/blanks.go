@@ -27,6 +27,9 @@ const (
 	blankQuiet = time.Second
 	// blankDir is the blanks' directory in the jobs directory.
 	blankDir = ".blank"
+	// staleRead is how many entries of the blanks' directory a process looks at for
+	// blanks left by others.
+	staleRead = 1024
 )
 
 // blankPool is one process's blanks: the agent's ("a", for .meta) or the runner's ("r").
@@ -81,10 +84,15 @@ func (p *blankPool) fillWhenQuiet() {
 	}
 	dir, first, want := p.dir, p.seq == 0, p.keep-len(p.free)
 	p.mu.Unlock()
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return
+	}
+	// The container's commands can change the jobs directory: blanks go only into a
+	// directory of ours, not where a link in its place points.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return
+	}
 	if first {
-		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-			return
-		}
 		p.removeStale(dir)
 	}
 	for range want {
@@ -112,10 +120,13 @@ func (p *blankPool) fillWhenQuiet() {
 // removeStale removes the blanks of this pool's kind left by processes that are gone
 // (a runner of before a restart); those of one still running are its own.
 func (p *blankPool) removeStale(dir string) {
-	ents, err := os.ReadDir(dir)
+	f, err := os.Open(dir)
 	if err != nil {
 		return
 	}
+	// A bounded read: a command may have filled the directory.
+	ents, _ := f.ReadDir(staleRead)
+	f.Close()
 	me := os.Getpid()
 	for _, e := range ents {
 		pid, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), p.tag), "-")

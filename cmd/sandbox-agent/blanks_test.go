@@ -134,3 +134,25 @@ func TestBlanksStale(t *testing.T) {
 		}
 	}
 }
+
+// A link put in the place of the blanks' directory (the container's commands can) is
+// not followed: no blank is made where it points, and files are made as before.
+func TestBlanksNotThroughALink(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(dir, blankDir)); err != nil {
+		t.Fatal(err)
+	}
+	p := &blankPool{tag: "t", keep: 3}
+	p.take(dir)
+	time.Sleep(blankQuiet + 500*time.Millisecond)
+	p.mu.Lock()
+	p.timer.Stop()
+	n := len(p.free)
+	p.mu.Unlock()
+	if ents, _ := os.ReadDir(elsewhere); n != 0 || len(ents) != 0 {
+		t.Fatalf("%d blanks, %d files where the link points", n, len(ents))
+	}
+	if err := p.placeFile(dir, filepath.Join(dir, "j1.exit"), "0 1\n"); err != nil {
+		t.Fatal(err)
+	}
+}
