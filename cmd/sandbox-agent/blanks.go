@@ -100,13 +100,18 @@ func (p *blankPool) fillWhenQuiet() {
 		p.seq++
 		name := dir + "/" + p.tag + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(p.seq)
 		busy := time.Since(p.lastUse) < blankQuiet
-		p.mu.Unlock()
 		if busy {
 			// Jobs came meanwhile: the rest waits for the next quiet spell.
 			p.timer.Reset(blankQuiet)
+		}
+		p.mu.Unlock()
+		if busy {
 			return
 		}
 		fd, err := openRetrying(name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o666)
+		if err == syscall.EEXIST {
+			continue // left by an earlier process of the same pid
+		}
 		if err != nil {
 			return
 		}
