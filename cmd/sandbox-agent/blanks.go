@@ -145,48 +145,40 @@ func (p *blankPool) removeStale(dir string) {
 	}
 }
 
-// putBlank writes content to blank and renames it to path; noReplace makes it fail
-// with EEXIST when path exists. ok is false when the blank could not be used (it is
-// then gone or left), and the caller makes the file itself.
-func putBlank(blank, path, content string, noReplace bool) (ok bool, err error) {
+// putBlank writes content to blank and renames it to path; noReplace leaves an
+// existing path as it is (exists is then true). placed is false when the blank could
+// not be used; the caller then makes the file itself.
+func putBlank(blank, path, content string, noReplace bool) (placed, exists bool) {
 	fd, err := openRetrying(blank, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return false, nil
+		return false, false
 	}
 	var st syscall.Stat_t
 	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		syscall.Close(fd)
-		return false, nil
+		return false, false
 	}
-	if err := writeAll(fd, blank, content); err != nil {
-		return false, nil
-	}
-	if noReplace {
-		err = renameNoReplace(blank, path)
-		if err == syscall.EEXIST {
-			os.Remove(blank)
-			return true, err
-		}
-		if err != nil && err != syscall.ENOENT {
+	if writeAll(fd, blank, content) == nil {
+		if !noReplace {
+			err = syscall.Rename(blank, path)
+		} else if err = renameNoReplace(blank, path); err != nil && err != syscall.EEXIST && err != syscall.ENOENT {
 			// No renameat2 here (an old kernel, gVisor, a filesystem without it).
 			noRenameat2.Store(true)
 		}
-	} else {
-		err = syscall.Rename(blank, path)
+		if err == nil {
+			return true, false
+		}
 	}
-	if err != nil {
-		os.Remove(blank)
-		return false, nil
-	}
-	return true, nil
+	os.Remove(blank)
+	return false, err == syscall.EEXIST
 }
 
 // placeFile gives path content, from one of pool's blanks when one is at hand (the
 // file then appears whole), else as writeFile does.
 func (p *blankPool) placeFile(jobsDir, path, content string) error {
 	if b := p.take(jobsDir); b != "" {
-		if ok, err := putBlank(b, path, content, false); ok {
-			return err
+		if placed, _ := putBlank(b, path, content, false); placed {
+			return nil
 		}
 	}
 	return writeFile(path, content)
@@ -200,8 +192,8 @@ var noRenameat2 atomic.Bool
 func (p *blankPool) claimFile(jobsDir, path, content string) (taken bool, err error) {
 	if !noRenameat2.Load() {
 		if b := p.take(jobsDir); b != "" {
-			if ok, err := putBlank(b, path, content, true); ok {
-				return err == syscall.EEXIST, nil
+			if placed, exists := putBlank(b, path, content, true); placed || exists {
+				return exists, nil
 			}
 		}
 	}
