@@ -33,7 +33,7 @@ func pooledSandboxes() []metrics.Sandbox {
 			running, _ := sb.AgentStatus()
 			_, kept := sb.Kept()
 			out = append(out, metrics.Sandbox{
-				Engine: engineStates{e.Client(), e.Engine().Name}, Container: sb.Config().Container,
+				Engine: engineStates{e.Client(), e.Engine()}, Container: sb.Config().Container,
 				IdleStopped: e.IdleStopped(), AgentRunning: running, AgentStarts: sb.AgentStarts(), KeptBytes: kept,
 			})
 		}
@@ -42,13 +42,18 @@ func pooledSandboxes() []metrics.Sandbox {
 	return out
 }
 
-// engineStates is a Docker engine as the sandboxes gauge asks it.
+// engineStates is an engine as the sandboxes gauge asks it, through one sandbox's
+// client.
 type engineStates struct {
-	cli  sandbox.API
-	name string
+	cli sandbox.API
+	eng fleet.Engine
 }
 
-func (e engineStates) Name() string { return e.name }
+func (e engineStates) Name() string { return e.eng.Name }
+
+// ID is the engine's name, kind and address: a reload that moves the default engine
+// to another Docker host lists both.
+func (e engineStates) ID() string { return e.eng.Name + "\x00" + e.eng.Kind + "\x00" + e.eng.Host }
 
 func (e engineStates) States(ctx context.Context, names []string) (map[string]string, error) {
 	return sandbox.States(ctx, e.cli, names)

@@ -1,10 +1,16 @@
 package mcpsandbox
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -69,5 +75,70 @@ func TestAgentOffByConfiguration(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
+	}
+}
+
+// TestScrapeListsEachEngineOnce: a scrape lists an engine's containers once, not once
+// per sandbox, though each sandbox holds a Docker client of its own (a team of fifty
+// made fifty listings a scrape). The engine is the real one, behind a proxy that counts
+// the listings.
+func TestScrapeListsEachEngineOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	var lists atomic.Int64
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
+			if strings.HasSuffix(r.In.URL.Path, "/containers/json") {
+				lists.Add(1)
+			}
+		},
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", "/var/run/docker.sock")
+		}},
+	}
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: proxy}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+
+	eng := fleet.Engine{Host: "unix://" + sock}
+	prefix := "mcp-sandbox-test-" + testenv.RandomHex(4)
+	for i := range 5 {
+		cfg := sandbox.DefaultConfig()
+		cfg.Image = "example/image"
+		cfg.Container = fmt.Sprintf("%s-%d", prefix, i)
+		cfg.Volume = cfg.Container + "-data"
+		cli, err := newDockerClient(eng.Host) // each its own, as App.acquire makes them
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := sandbox.New(cli, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "test\x00" + cfg.Container
+		if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
+			return fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Client: cli, Engine: eng}), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = sandboxes.Delete(key) })
+	}
+	reg := prometheus.NewRegistry()
+	if err := registerMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	out := scrape(t, reg)
+	if want := `caddy_mcp_sandbox_sandboxes{engine="",state="missing"} 5`; !strings.Contains(out, want) {
+		t.Errorf("no %q in\n%s", want, out)
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("one scrape listed the engine's containers %d times, want once", n)
 	}
 }

@@ -67,12 +67,14 @@ type Sandbox struct {
 	KeptBytes int64
 }
 
-// Engine is a Docker engine as the sandboxes gauge asks it. Sandboxes whose Engine
-// values are equal share one listing per scrape, so implementations should be
-// comparable values (a struct of a client pointer and a name).
+// Engine is a Docker engine as the sandboxes gauge asks it. Sandboxes whose engines
+// have the same ID share one listing per scrape, whichever of their Engine values
+// makes it (each sandbox holds a client of its own).
 type Engine interface {
 	// Name is the engine's name, "" without engine lines.
 	Name() string
+	// ID tells engines apart: the same for every sandbox on one engine.
+	ID() string
 	// States gives the state (running, exited, created, ...) of the named containers
 	// the engine holds; a name it does not hold is absent.
 	States(ctx context.Context, names []string) (map[string]string, error)
@@ -214,16 +216,19 @@ func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSandbox
 const listTimeout = 2 * time.Second
 
 func (c sandboxCollector) Collect(ch chan<- prometheus.Metric) {
-	byEngine := map[Engine]map[string]bool{} // container -> stopped for idleness
+	engines := map[string]Engine{}           // ID -> one of its values, which lists
+	byEngine := map[string]map[string]bool{} // ID -> container -> stopped for idleness
 	for _, s := range c.pool() {
-		if byEngine[s.Engine] == nil {
-			byEngine[s.Engine] = map[string]bool{}
+		id := s.Engine.ID()
+		if byEngine[id] == nil {
+			engines[id], byEngine[id] = s.Engine, map[string]bool{}
 		}
-		byEngine[s.Engine][s.Container] = byEngine[s.Engine][s.Container] || s.IdleStopped
+		byEngine[id][s.Container] = byEngine[id][s.Container] || s.IdleStopped
 	}
 	type countKey struct{ engine, state string }
 	counts := map[countKey]float64{}
-	for eng, names := range byEngine {
+	for id, names := range byEngine {
+		eng := engines[id]
 		list := make([]string, 0, len(names))
 		for n := range names {
 			list = append(list, n)

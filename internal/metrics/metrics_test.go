@@ -16,19 +16,24 @@ import (
 // fail on cue, so the unknown state needs this.
 type engine struct {
 	name   string
-	states *map[string]string // a pointer keeps the value comparable
+	states map[string]string
 	err    bool
+	lists  *int // counts the listings
 }
 
 func (e engine) Name() string { return e.name }
+func (e engine) ID() string   { return "id-" + e.name }
 
 func (e engine) States(_ context.Context, names []string) (map[string]string, error) {
+	if e.lists != nil {
+		*e.lists++
+	}
 	if e.err {
 		return nil, errors.New("engine down")
 	}
 	out := map[string]string{}
 	for _, n := range names {
-		if s, ok := (*e.states)[n]; ok {
+		if s, ok := e.states[n]; ok {
 			out[n] = s
 		}
 	}
@@ -72,18 +77,21 @@ func value(m *dto.Metric) float64 {
 // TestSandboxesByEngineAndState: sandboxes count once per container and engine, by
 // the state their engine reports; stopped for idleness when this process stopped
 // them, missing when the engine holds no such container, unknown when it does not
-// answer. Two sandboxes of one container (a reload) count once.
+// answer. Two sandboxes of one container (a reload) count once. Each sandbox holds an
+// Engine value of its own (its own client): one engine is still listed once a scrape.
 func TestSandboxesByEngineAndState(t *testing.T) {
-	local := engine{name: "", states: &map[string]string{"a": "running", "b": "exited", "c": "exited", "d": "running"}}
-	big := engine{name: "big", states: &map[string]string{"e": "created"}}
-	down := engine{name: "down", err: true}
+	var lists int
+	localStates := map[string]string{"a": "running", "b": "exited", "c": "exited", "d": "running"}
+	local := func() engine { return engine{name: "", states: localStates, lists: &lists} }
+	big := engine{name: "big", states: map[string]string{"e": "created"}, lists: &lists}
+	down := engine{name: "down", err: true, lists: &lists}
 	pool := []Sandbox{
-		{Engine: local, Container: "a"},
-		{Engine: local, Container: "a"}, // a reload: same container
-		{Engine: local, Container: "b", IdleStopped: true},
-		{Engine: local, Container: "c"},
-		{Engine: local, Container: "d", IdleStopped: true}, // started again behind our back
-		{Engine: local, Container: "gone"},
+		{Engine: local(), Container: "a"},
+		{Engine: local(), Container: "a"}, // a reload: same container
+		{Engine: local(), Container: "b", IdleStopped: true},
+		{Engine: local(), Container: "c"},
+		{Engine: local(), Container: "d", IdleStopped: true}, // started again behind our back
+		{Engine: local(), Container: "gone"},
 		{Engine: big, Container: "e"},
 		{Engine: down, Container: "f"},
 		{Engine: down, Container: "g"},
@@ -106,6 +114,9 @@ func TestSandboxesByEngineAndState(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
 		}
+	}
+	if lists != 3 {
+		t.Errorf("a scrape listed %d times, want 3: once per engine", lists)
 	}
 }
 
