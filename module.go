@@ -276,14 +276,17 @@ func (a *App) dockerHost() string {
 	return client.DefaultDockerHost
 }
 
-// newDockerClient makes a client for host. It does no I/O: the API version is
-// negotiated on the first request.
+// newDockerClient is the client for host, shared by the sandboxes on it
+// (sandbox.SharedDocker). It does no I/O: the API version is negotiated on the first
+// request.
 func newDockerClient(host string) (sandbox.API, error) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	cli, err := sandbox.SharedDocker("default\x00"+host, func() (*client.Client, error) {
+		return client.NewClientWithOpts(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	})
 	if err != nil {
 		return nil, fmt.Errorf("creating Docker client for %s: %w", host, err)
 	}
-	return sandbox.Docker(cli), nil
+	return cli, nil
 }
 
 // Interface guards

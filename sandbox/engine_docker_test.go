@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
 
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
@@ -100,5 +102,52 @@ func TestUsageOf(t *testing.T) {
 	b.MemoryStats.Limit, b.PidsStats.Limit = ^uint64(0), ^uint64(0) // none: the largest value
 	if u := usageOf(a, b, true); u.MemoryLimit < 0 || u.PIDsLimit < 0 {
 		t.Errorf("no limits read as negative: %+v", u)
+	}
+}
+
+// TestSharedDocker: callers with one key get one client, made once; a caller's Close
+// leaves it working for the others (it only closes idle connections); another key
+// gets a client of its own.
+func TestSharedDocker(t *testing.T) {
+	local := dockerClient(t) // skips without an engine
+	key := "test\x00" + t.Name()
+	made := 0
+	newClient := func() (*client.Client, error) {
+		made++
+		return client.NewClientWithOpts(client.WithHost(local.DaemonHost()), client.WithAPIVersionNegotiation())
+	}
+	a, err := SharedDocker(key, newClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := SharedDocker(key, newClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made != 1 || a.(dockerEngine).Client != b.(dockerEngine).Client {
+		t.Fatalf("two callers of one key: %d clients made, same client %v", made, a.(dockerEngine).Client == b.(dockerEngine).Client)
+	}
+	ctx := t.Context()
+	if _, err := a.EngineInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.EngineInfo(ctx); err != nil {
+		t.Fatalf("after the other caller's Close: %v", err)
+	}
+	c, err := SharedDocker(key+"-other", newClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made != 2 || c.(dockerEngine).Client == a.(dockerEngine).Client {
+		t.Errorf("another key: %d clients made, want 2 and a client of its own", made)
+	}
+	if _, err := SharedDocker(key+"-bad", func() (*client.Client, error) { return nil, errors.New("no such engine") }); err == nil {
+		t.Error("a client that cannot be made: no error")
+	}
+	if _, err := SharedDocker(key+"-bad", newClient); err != nil || made != 3 {
+		t.Errorf("a failed make is not kept: made %d, %v", made, err)
 	}
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"sync"
 
@@ -196,8 +197,9 @@ func ValidateEngines(engines []Engine) error {
 
 // NewClient makes a client for a named engine: a Docker client, or for a Kubernetes
 // engine its registered Kind's (engines/kubernetes). Unlike the default engine's, it
-// takes nothing from the environment (DOCKER_CERT_PATH would apply to every engine). It reads the TLS files
-// or the kubeconfig and does no other I/O. logger receives a Kubernetes engine's
+// takes nothing from the environment (DOCKER_CERT_PATH would apply to every engine). A
+// Docker client is shared by the callers for one engine (sandbox.SharedDocker). It
+// reads the TLS files or the kubeconfig and does no other I/O. logger receives a Kubernetes engine's
 // client-go messages (KubeLog).
 func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if e.IsKubernetes() {
@@ -211,11 +213,23 @@ func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if e.tls() {
 		opts = append(opts, client.WithTLSClientConfig(e.TLSCA, e.TLSCert, e.TLSKey))
 	}
-	cli, err := client.NewClientWithOpts(opts...)
+	// One client per engine and TLS files as they are now: a certificate renewed on
+	// disk gets a client of its own from then on.
+	key := "engine\x00" + e.Host
+	for _, f := range []string{e.TLSCA, e.TLSCert, e.TLSKey} {
+		if f == "" {
+			continue
+		}
+		key += "\x00" + f
+		if st, err := os.Stat(f); err == nil {
+			key += fmt.Sprintf("@%d/%d", st.ModTime().UnixNano(), st.Size())
+		}
+	}
+	cli, err := sandbox.SharedDocker(key, func() (*client.Client, error) { return client.NewClientWithOpts(opts...) })
 	if err != nil {
 		return nil, fmt.Errorf("creating Docker client for engine %s (%s): %w", e.Name, e.Host, err)
 	}
-	return sandbox.Docker(cli), nil
+	return cli, nil
 }
 
 // KubeLog is the Kubernetes engine's log function (kube.LogFunc) that writes
