@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -37,6 +38,9 @@ type team struct {
 	site   *testsite.Site
 	people []string
 	keys   map[string]string // person → API key, used as bearer
+	// as is, per person, the instance with that person's own HTTP client: a real
+	// client keeps its connection from one call to the next.
+	as map[string]*instance
 	// profiles is MCP_SANDBOX_BENCH_PROFILE, the directory profiles go to ("": none
 	// are taken), and admin the address of Caddy's admin endpoint then.
 	profiles, admin string
@@ -49,7 +53,7 @@ func startTeam(b *testing.B, directives ...string) *team {
 	b.Helper()
 	bin := caddyBinary(b)
 	site := testsite.New(b)
-	tm := &team{site: site, keys: map[string]string{}, bin: bin}
+	tm := &team{site: site, keys: map[string]string{}, as: map[string]*instance{}, bin: bin}
 	lines := append([]string(nil), directives...)
 	for i := range teamSize {
 		name := fmt.Sprintf("t%02d", i)
@@ -84,6 +88,12 @@ func startTeam(b *testing.B, directives ...string) *team {
 		caddyfile = strings.Replace(caddyfile, "admin off", "admin "+tm.admin, 1)
 	}
 	tm.instance = startInstance(b, bin, dir, "caddy", site.Port, caddyfile)
+	for _, p := range tm.people {
+		in := *tm.instance
+		in.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 2 * time.Minute}
+		tm.as[p] = &in
+		b.Cleanup(in.http.CloseIdleConnections)
+	}
 	return tm
 }
 
@@ -133,7 +143,7 @@ func (tm *team) awaitWarm(b *testing.B, n int) {
 // call runs command through person's execute and returns how long it took.
 func (tm *team) call(ctx context.Context, b *testing.B, person, command string) time.Duration {
 	t0 := time.Now()
-	st, err := tm.execute(ctx, tm.keys[person], command, 30)
+	st, err := tm.as[person].execute(ctx, tm.keys[person], command, 30)
 	took := time.Since(t0)
 	if err != nil || st["exit_code"] != 0.0 {
 		b.Errorf("%s: execute %q: %v %v", person, command, st, err)
@@ -554,7 +564,7 @@ func BenchmarkTeamSoak(b *testing.B) {
 			n, bad := 0, 0
 			for time.Now().Before(end) {
 				quiet.RLock()
-				st, err := tm.execute(ctx, tm.keys[p], "echo "+p, 30)
+				st, err := tm.as[p].execute(ctx, tm.keys[p], "echo "+p, 30)
 				quiet.RUnlock()
 				n++
 				if err != nil || st["stdout"] != p+"\n" {
