@@ -36,16 +36,20 @@ func scrape(t testing.TB, reg *prometheus.Registry) string {
 	return string(b)
 }
 
-// TestAgentOffByConfiguration: a sandbox configured without the agent shows in the
-// console as off by configuration, and in the metrics as 0 with no start, without
-// Docker.
-func TestAgentOffByConfiguration(t *testing.T) {
+// testConfig is a sandbox configuration for container, whose image is never pulled.
+func testConfig(container string) sandbox.Config {
 	cfg := sandbox.DefaultConfig()
 	cfg.Image = "example/image"
-	cfg.Container = "mcp-sandbox-test-" + testenv.RandomHex(4)
-	cfg.Volume = cfg.Container + "-data"
-	cfg.NoAgent = true
-	cli, err := newDockerClient("unix:///nonexistent.sock")
+	cfg.Container = container
+	cfg.Volume = container + "-data"
+	return cfg
+}
+
+// poolSandbox puts a sandbox of cfg on eng into the pool that metrics scrape, as
+// App.acquire does, until the test ends. It does no Docker I/O.
+func poolSandbox(t *testing.T, cfg sandbox.Config, eng fleet.Engine) *sandbox.Sandbox {
+	t.Helper()
+	cli, err := newDockerClient(eng.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +59,21 @@ func TestAgentOffByConfiguration(t *testing.T) {
 	}
 	key := "test\x00" + cfg.Container
 	if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Client: cli}), nil
+		return fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Client: cli, Engine: eng}), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = sandboxes.Delete(key) })
+	return sb
+}
+
+// TestAgentOffByConfiguration: a sandbox configured without the agent shows in the
+// console as off by configuration, and in the metrics as 0 with no start, without
+// Docker.
+func TestAgentOffByConfiguration(t *testing.T) {
+	cfg := testConfig("mcp-sandbox-test-" + testenv.RandomHex(4))
+	cfg.NoAgent = true
+	sb := poolSandbox(t, cfg, fleet.Engine{Host: "unix:///nonexistent.sock"})
 
 	if got := (consoleSandbox{sb: sb}).agent(); got != (console.Agent{Disabled: true}) {
 		t.Fatalf("console agent: %+v", got)
@@ -111,25 +125,7 @@ func TestScrapeListsEachEngineOnce(t *testing.T) {
 	eng := fleet.Engine{Host: "unix://" + sock}
 	prefix := "mcp-sandbox-test-" + testenv.RandomHex(4)
 	for i := range 5 {
-		cfg := sandbox.DefaultConfig()
-		cfg.Image = "example/image"
-		cfg.Container = fmt.Sprintf("%s-%d", prefix, i)
-		cfg.Volume = cfg.Container + "-data"
-		cli, err := newDockerClient(eng.Host) // each its own, as App.acquire makes them
-		if err != nil {
-			t.Fatal(err)
-		}
-		sb, err := sandbox.New(cli, cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := "test\x00" + cfg.Container
-		if _, _, err := sandboxes.LoadOrNew(key, func() (caddy.Destructor, error) {
-			return fleet.NewEntry(fleet.EntryOptions{Sandbox: sb, Client: cli, Engine: eng}), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = sandboxes.Delete(key) })
+		poolSandbox(t, testConfig(fmt.Sprintf("%s-%d", prefix, i)), eng)
 	}
 	reg := prometheus.NewRegistry()
 	if err := registerMetrics(reg); err != nil {

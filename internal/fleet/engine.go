@@ -199,8 +199,8 @@ func ValidateEngines(engines []Engine) error {
 // engine its registered Kind's (engines/kubernetes). Unlike the default engine's, it
 // takes nothing from the environment (DOCKER_CERT_PATH would apply to every engine). A
 // Docker client is shared by the callers for one engine (sandbox.SharedDocker). It
-// reads the TLS files or the kubeconfig and does no other I/O. logger receives a Kubernetes engine's
-// client-go messages (KubeLog).
+// reads the TLS files or the kubeconfig and does no other I/O. logger receives a
+// Kubernetes engine's client-go messages (KubeLog).
 func (e Engine) NewClient(logger *zap.Logger) (sandbox.API, error) {
 	if e.IsKubernetes() {
 		k, err := kindOf(e)

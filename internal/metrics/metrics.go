@@ -69,7 +69,7 @@ type Sandbox struct {
 
 // Engine is a Docker engine as the sandboxes gauge asks it. Sandboxes whose engines
 // have the same ID share one listing per scrape, whichever of their Engine values
-// makes it (each sandbox holds a client of its own).
+// makes it.
 type Engine interface {
 	// Name is the engine's name, "" without engine lines.
 	Name() string
