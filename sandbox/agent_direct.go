@@ -215,22 +215,53 @@ func (s *agentLink) startDirect(ctx context.Context, sess *agentwire.Session) (*
 	return d, nil
 }
 
-// watchDirect notes why an agent's direct channel ended while the agent runs on: calls
-// go through the exec's channel until the next agent.
+// directRedials is how many times a direct channel that ended while its agent runs
+// is made again (its server, the job runner, was killed or ended) before the agent's
+// calls stay on its exec until the next agent.
+const directRedials = 3
+
+// watchDirect makes the direct channel again when it ends while the agent runs on, up
+// to directRedials times; after that, or when it cannot, it notes why: calls go through
+// the exec's channel until the next agent. It closes the direct channel when the agent
+// ends.
 func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
-	select {
-	case <-direct.Done():
-	case <-sess.Done():
+	for redials := 0; ; redials++ {
+		select {
+		case <-direct.Done():
+		case <-sess.Done():
+			direct.Close()
+			return
+		}
+		why := fmt.Sprintf("the direct channel ended (%v); calls go through Docker until the next agent", direct.Err())
+		if redials < directRedials && sess.Err() == nil {
+			d, err := s.startDirect(context.Background(), sess)
+			if err == nil {
+				s.agentMu.Lock()
+				mine := s.agent.direct == direct && s.agent.sess == sess
+				if mine {
+					s.agent.direct = d
+				}
+				s.agentMu.Unlock()
+				if !mine {
+					d.Close()
+					return
+				}
+				s.log.Info("the agent's direct channel ended and was made again", zap.NamedError("ended", direct.Err()))
+				direct = d
+				continue
+			}
+			why = fmt.Sprintf("the direct channel ended (%v) and could not be made again (%v); calls go through Docker until the next agent", direct.Err(), err)
+		}
+		s.agentMu.Lock()
+		mine := s.agent.direct == direct && s.agent.sess == sess
+		if mine {
+			s.agent.directOff = why
+		}
+		s.agentMu.Unlock()
+		if mine && sess.Err() == nil {
+			s.log.Info("the agent's direct channel ended; calls go through the agent's exec", zap.String("why", why))
+		}
 		return
-	}
-	s.agentMu.Lock()
-	mine := s.agent.direct == direct && s.agent.sess == sess
-	if mine {
-		s.agent.directOff = fmt.Sprintf("the direct channel ended (%v); calls go through Docker until the next agent", direct.Err())
-	}
-	s.agentMu.Unlock()
-	if mine && sess.Err() == nil {
-		s.log.Info("the agent's direct channel ended; calls go through the agent's exec", zap.Error(direct.Err()))
 	}
 }
 

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/boxapi"
 )
 
@@ -121,25 +123,60 @@ true`, boxapi.ExecOptions{})
 	}
 }
 
-// When the direct channel ends while the agent runs, the agent's exec carries the
-// calls; a new agent makes a new direct channel.
-func TestDirectChannelEnds(t *testing.T) {
-	sb, _ := agentTestSandbox(t, directConfig(t))
+// directStarted runs a command on sb and returns its agent's direct channel and exec
+// session.
+func directStarted(t *testing.T, sb *Sandbox) (direct, sess *agentwire.Session) {
+	t.Helper()
 	mustExec(t, sb, "true", boxapi.ExecOptions{})
 	sb.link.agentMu.Lock()
-	direct, sess := sb.link.agent.direct, sb.link.agent.sess
+	direct, sess = sb.link.agent.direct, sb.link.agent.sess
 	sb.link.agentMu.Unlock()
 	if direct == nil {
 		t.Fatal("no direct channel")
 	}
-	direct.Close()
-	if res := mustExec(t, sb, "echo still", boxapi.ExecOptions{}); res.Stdout != "still\n" {
-		t.Fatalf("%+v", res)
+	return direct, sess
+}
+
+// directNow waits for the agent's direct channel to be one other than old, and
+// returns it.
+func directNow(t *testing.T, sb *Sandbox, old *agentwire.Session) *agentwire.Session {
+	t.Helper()
+	for i := 0; ; i++ {
+		sb.link.agentMu.Lock()
+		d := sb.link.agent.direct
+		sb.link.agentMu.Unlock()
+		if d != nil && d != old && d.Err() == nil {
+			return d
+		}
+		if i == 300 {
+			ok, why := sb.AgentDirect()
+			t.Fatalf("no new direct channel: %v %q", ok, why)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// When the direct channel ends while the agent runs, the agent's exec carries the
+// calls while it is made again, up to directRedials times; after that the calls stay
+// on the exec, and a new agent makes a new direct channel.
+func TestDirectChannelEnds(t *testing.T) {
+	sb, _ := agentTestSandbox(t, directConfig(t))
+	direct, sess := directStarted(t, sb)
+	for i := range directRedials {
+		direct.Close()
+		if res := mustExec(t, sb, "echo still", boxapi.ExecOptions{}); res.Stdout != "still\n" {
+			t.Fatalf("%+v", res)
+		}
+		direct = directNow(t, sb, direct)
+		if got := sb.link.agentSession(context.Background()); got != direct {
+			t.Fatalf("after end %d the calls do not go through the new direct channel", i+1)
+		}
+	}
+	direct.Close()
 	for i := 0; ; i++ {
 		if ok, why := sb.AgentDirect(); !ok && strings.Contains(why, "the direct channel ended") {
 			break
-		} else if i == 100 {
+		} else if i == 300 {
 			t.Fatalf("direct channel: %v %q, want why it ended", ok, why)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -153,6 +190,45 @@ func TestDirectChannelEnds(t *testing.T) {
 	}
 	if ok, why := sb.AgentDirect(); !ok {
 		t.Fatalf("the new agent has no direct channel: %s", why)
+	}
+}
+
+// The job runner serves the direct channel (the agent hands it over): killed, the
+// channel ends with it; the agent carries on, starts a new runner for a new direct
+// channel, and the commands run there. Nothing of it needs a new agent.
+func TestDirectChannelRunnerKilled(t *testing.T) {
+	cfg := directConfig(t)
+	sb, cli := agentTestSandbox(t, cfg)
+	direct, sess := directStarted(t, sb)
+	agentPID := sess.Peer().PID
+	runner := direct.Peer().PID
+	if runner == agentPID || runner == 0 {
+		t.Fatalf("the direct channel is served by pid %d, the agent is %d: want the job runner", runner, agentPID)
+	}
+	// A command run there runs under the runner.
+	if res := mustExec(t, sb, `echo $PPID`, boxapi.ExecOptions{}); strings.TrimSpace(res.Stdout) != strconv.Itoa(runner) {
+		t.Fatalf("the command's parent is %q, want the runner %d", res.Stdout, runner)
+	}
+	// Killed from outside the agent's reach.
+	if out, code := containerExec(t, cli, cfg.Container, "sh", "-c", "kill -9 "+strconv.Itoa(runner)); code != 0 {
+		t.Fatalf("kill: %d %s", code, out)
+	}
+	if res := mustExec(t, sb, "echo after", boxapi.ExecOptions{}); res.Stdout != "after\n" {
+		t.Fatalf("%+v", res)
+	}
+	d := directNow(t, sb, direct)
+	if p := d.Peer().PID; p == runner || p == agentPID {
+		t.Fatalf("the new direct channel is served by pid %d (runner was %d, agent %d)", p, runner, agentPID)
+	}
+	res := mustExec(t, sb, `echo $PPID`, boxapi.ExecOptions{})
+	if strings.TrimSpace(res.Stdout) != strconv.Itoa(d.Peer().PID) {
+		t.Fatalf("the command's parent is %q, want the new runner %d", res.Stdout, d.Peer().PID)
+	}
+	sb.link.agentMu.Lock()
+	same := sb.link.agent.sess == sess
+	sb.link.agentMu.Unlock()
+	if !same {
+		t.Fatal("the runner's death took a new agent")
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,13 +16,27 @@ import (
 // channelDialTimeout bounds the dial of a direct channel's socket.
 const channelDialTimeout = 2 * time.Second
 
-// runChannel dials the Unix socket Caddy listens on and serves a second session over
-// it (agentwire.OpChannel). That session ends with the connection; the agent itself
-// ends with its first one.
+// runChannel has the Unix socket Caddy listens on dialed and a second session served
+// over it (agentwire.OpChannel): by the job runner, which then starts each job itself
+// (runnerLine), else by the agent. That session ends with the connection, or with the
+// agent; the agent itself ends with its first one.
 func runChannel(st *agentwire.Stream, req agentwire.ChannelRequest) {
 	if req.Path == "" || !filepath.IsAbs(req.Path) {
 		st.Reset("a channel needs the absolute path of a socket")
 		return
+	}
+	if jobRunner.local == nil {
+		err := jobRunner.channel(req.Path, req.Token, st.Done())
+		var dial errRunnerDial
+		switch {
+		case err == nil:
+			st.Exit(0)
+			return
+		case errors.As(err, &dial):
+			st.Reset(dial.why)
+			return
+		}
+		// No runner took it: the agent serves it.
 	}
 	conn, err := net.DialTimeout("unix", req.Path, channelDialTimeout)
 	if err != nil {

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,10 +28,10 @@ func listenIn(t *testing.T) (*net.UnixListener, string) {
 	return ln, p
 }
 
-// The agent dials the socket it is given and serves a second session there, saying
-// the token it was given.
-func TestChannel(t *testing.T) {
-	s := agent(t)
+// openChannel asks s for a channel to a new socket and returns the session served
+// there, its hello checked for the token, and the socket's path.
+func openChannel(t *testing.T, s *agentwire.Session) (*agentwire.Session, string) {
+	t.Helper()
 	ln, p := listenIn(t)
 	if r := run(t, s, agentwire.ChannelRequest{Path: p, Token: "tok"}, ""); !r.ok || r.code != 0 {
 		t.Fatalf("channel: %+v", r)
@@ -41,10 +44,18 @@ func TestChannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	if d.Peer().Token != "tok" {
 		t.Fatalf("hello: %+v", d.Peer())
 	}
+	return d, p
+}
+
+// The socket the agent is given is dialed and a second session served there (by the
+// agent's job runner), saying the token it was given.
+func TestChannel(t *testing.T) {
+	s := agent(t)
+	d, p := openChannel(t, s)
 	if r := run(t, d, agentwire.ExecRequest{Argv: []string{"sh", "-c", "echo second"}}, ""); r.stdout != "second\n" {
 		t.Fatalf("on the second session: %+v", r)
 	}
@@ -154,4 +165,46 @@ func waitGone(t *testing.T, p string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("%s is still there", p)
+}
+
+// The job runner serves the channel the agent is asked for: its hello is the runner's,
+// the requests start from the agent's environment, a job there ignores SIGHUP as under
+// jobs.sh while a program an exec starts has SIGHUP's default action, as under the
+// agent; and the channel ends when the agent is gone (the runner's stdin ends).
+func TestChannelServedByTheRunner(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	s := agent(t)
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs")
+	// A runner runs before the environment changes.
+	if r := run(t, s, agentwire.JobRequest{JobsDir: jobs, ID: "j000000000001", TimeoutMS: 10000, WaitMS: -1,
+		Cwd: dir, Head: 1000, Tail: 1000, Command: "true"}, ""); r.code != 0 {
+		t.Fatalf("job: %+v", r)
+	}
+	t.Setenv("SANDBOX_AGENT_TEST_ENV", "the agent's")
+	d, _ := openChannel(t, s)
+	runner := d.Peer().PID
+	if want, _, _ := strings.Cut(jobRunner.current(), ":"); strconv.Itoa(runner) != want {
+		t.Fatalf("hello %+v, want the runner's pid %s", d.Peer(), want)
+	}
+	r := run(t, d, agentwire.JobRequest{JobsDir: jobs, ID: "j000000000002", TimeoutMS: 10000, WaitMS: -1,
+		Cwd: dir, Head: 1000, Tail: 1000, Command: `echo "$SANDBOX_AGENT_TEST_ENV $PPID"; kill -HUP $$; echo ignored`}, "")
+	if want := "the agent's " + strconv.Itoa(runner) + "\nignored\n"; !strings.HasSuffix(r.stdout, want) {
+		t.Fatalf("job on the runner's channel: %+v, want its output to end %q", r, want)
+	}
+	r = run(t, d, agentwire.ExecRequest{Argv: []string{"sh", "-c", `echo "$SANDBOX_AGENT_TEST_ENV"; kill -HUP $$; echo ignored`}}, "")
+	if r.stdout != "the agent's\n" || r.code != 128+int(syscall.SIGHUP) {
+		t.Fatalf("exec on the runner's channel: %+v, want the agent's environment and SIGHUP's end", r)
+	}
+	// The agent is gone: the runner's stdin ends.
+	jobRunner.mu.Lock()
+	jobRunner.stdin.Close()
+	jobRunner.mu.Unlock()
+	select {
+	case <-d.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the runner's channel outlived its agent")
+	}
 }

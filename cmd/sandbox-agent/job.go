@@ -43,7 +43,7 @@ func runJob(st *agentwire.Stream, req agentwire.JobRequest) {
 		st.Exit(3)
 	}
 	command, agent := req.Command, req.Agent
-	env := mergeEnv(os.Environ(), req.Env)
+	env := mergeEnv(baseEnv(), req.Env)
 	if v := bashVersion(env); v != "" {
 		answer("oldbash " + v)
 		return
@@ -191,7 +191,9 @@ func startRetrying(newCmd func() *exec.Cmd, stop <-chan struct{}) (*exec.Cmd, er
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cmd := newCmd()
+		hangups.RLock()
 		err := startCmd(cmd)
+		hangups.RUnlock()
 		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
 			return cmd, err
 		}
@@ -234,12 +236,23 @@ func openInput(path string) *os.File {
 // jobRunner is the agent's runner of jobs, "sandbox-agent jobs" (jobwait.go).
 var jobRunner = &runnerProc{}
 
-// runnerProc starts jobs on a runner process, starting one when none runs.
+// runnerProc starts jobs on a runner process, starting one when none runs. In the
+// runner itself (local set), it runs them in this process.
 type runnerProc struct {
 	mu      sync.Mutex
 	name    string // the runner as .meta names it; "" when none runs
 	stdin   *os.File
-	waiting map[string]*pending // by job id
+	waiting map[string]*pending    // by job id
+	asked   map[string]chan string // channels handed to the runner, by ref: its answer
+	refs    int
+	local   *localRunner
+}
+
+// becomeLocal makes r the runner of this process, a runner.
+func (r *runnerProc) becomeLocal(l *localRunner) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.local, r.name = l, runnerName(os.Getpid())
 }
 
 // pending is a job handed to the runner.
@@ -261,7 +274,22 @@ func (p *pending) release() {
 // job's input FIFO held open: it is closed once the runner holds it, or is gone; it
 // is the caller's to close when start fails.
 func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct{}) (string, <-chan struct{}, error) {
-	line, err := json.Marshal(map[string][]string{"args": args, "env": env})
+	if r.local != nil {
+		w, timeout, ok := newJob(args, env)
+		if !ok {
+			return "", nil, errors.New("not a job")
+		}
+		p := &pending{done: make(chan struct{}), hold: hold}
+		finished := func() {
+			p.release()
+			close(p.done)
+		}
+		if !r.local.run(func() { w.run(timeout, p.release, finished) }) {
+			return "", nil, errors.New("the job runner is ending")
+		}
+		return r.name, p.done, nil
+	}
+	line, err := json.Marshal(runnerLine{Args: args, Env: env})
 	if err != nil {
 		return "", nil, err
 	}
@@ -281,6 +309,58 @@ func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct
 	return r.name, p.done, nil
 }
 
+// errRunnerDial is the runner's failure to dial a channel's socket.
+type errRunnerDial struct{ why string }
+
+func (e errRunnerDial) Error() string { return e.why }
+
+// channelAnswer bounds the wait for the runner's answer to a channel.
+const channelAnswer = channelDialTimeout + time.Second
+
+// channel hands the direct channel at path to the runner, starting one when none
+// runs. The error is an errRunnerDial when the runner could not dial; any other means
+// that no runner took it.
+func (r *runnerProc) channel(path, token string, stop <-chan struct{}) error {
+	r.mu.Lock()
+	if r.name == "" {
+		if err := r.launch(stop); err != nil {
+			r.mu.Unlock()
+			return err
+		}
+	}
+	r.refs++
+	ref := "c" + strconv.Itoa(r.refs)
+	line, err := json.Marshal(runnerLine{Channel: path, Token: token, Ref: ref, Env: os.Environ()})
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	answer := make(chan string, 1)
+	r.asked[ref] = answer
+	asked := r.asked
+	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
+		delete(asked, ref)
+		r.mu.Unlock()
+		return err
+	}
+	r.mu.Unlock()
+	t := time.NewTimer(channelAnswer)
+	defer t.Stop()
+	select {
+	case why := <-answer:
+		if why == "ok" {
+			return nil
+		}
+		return errRunnerDial{why}
+	case <-t.C:
+	case <-stop:
+	}
+	r.mu.Lock()
+	delete(asked, ref)
+	r.mu.Unlock()
+	return errors.New("the job runner did not answer")
+}
+
 // current is the name of the runner that runs now, or "".
 func (r *runnerProc) current() string {
 	r.mu.Lock()
@@ -293,9 +373,7 @@ func (r *runnerProc) current() string {
 // memory; else this agent does.
 func (r *runnerProc) launch(stop <-chan struct{}) error {
 	if feed, events, pid, err := launchFromInit(); err == nil {
-		waiting := map[string]*pending{}
-		r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
-		go r.follow(events, feed, waiting)
+		r.started(runnerName(pid), events, feed)
 		return nil
 	}
 	in, feed, err := os.Pipe()
@@ -328,20 +406,32 @@ func (r *runnerProc) launch(stop <-chan struct{}) error {
 	pid := cmd.Process.Pid
 	children.register(pid) // reaped when it ends
 	cmd.Process.Release()
-	waiting := map[string]*pending{}
-	r.name, r.stdin, r.waiting = runnerName(pid), feed, waiting
-	go r.follow(events, feed, waiting)
+	r.started(runnerName(pid), events, feed)
 	return nil
 }
 
-// follow reads a runner's "open <id>" and "done <id>" lines; when it is gone, the jobs
-// it ran are answered for as they stand (lost, unless their status was written).
-func (r *runnerProc) follow(events, feed *os.File, waiting map[string]*pending) {
+// started records a runner that runs now; r.mu is held.
+func (r *runnerProc) started(name string, events, feed *os.File) {
+	waiting, asked := map[string]*pending{}, map[string]chan string{}
+	r.name, r.stdin, r.waiting, r.asked = name, feed, waiting, asked
+	go r.follow(events, feed, waiting, asked)
+}
+
+// follow reads a runner's "open <id>", "done <id>" and "channel <ref> <answer>"
+// lines; when it is gone, the jobs it ran are answered for as they stand (lost, unless
+// their status was written), and the channels it was asked for are refused.
+func (r *runnerProc) follow(events, feed *os.File, waiting map[string]*pending, asked map[string]chan string) {
 	sc := bufio.NewScanner(events)
 	for sc.Scan() {
 		ev, id, _ := strings.Cut(sc.Text(), " ")
 		r.mu.Lock()
-		if p := waiting[id]; p != nil {
+		if ev == "channel" {
+			ref, why, _ := strings.Cut(id, " ")
+			if c := asked[ref]; c != nil {
+				c <- why
+				delete(asked, ref)
+			}
+		} else if p := waiting[id]; p != nil {
 			switch ev {
 			case "open":
 				p.release()
@@ -360,8 +450,12 @@ func (r *runnerProc) follow(events, feed *os.File, waiting map[string]*pending) 
 		close(p.done)
 		delete(waiting, id)
 	}
+	for ref, c := range asked {
+		c <- "the job runner ended"
+		delete(asked, ref)
+	}
 	if r.stdin == feed {
-		r.name, r.stdin, r.waiting = "", nil, nil
+		r.name, r.stdin, r.waiting, r.asked = "", nil, nil, nil
 	}
 	r.mu.Unlock()
 	feed.Close()
@@ -656,4 +750,13 @@ func countLines(path string, from, n int64) int64 {
 			return lines
 		}
 	}
+}
+
+// baseEnv is the environment the programs a request starts get before the request's
+// own: the agent's, also where a runner serves the agent's channel.
+func baseEnv() []string {
+	if l := jobRunner.local; l != nil {
+		return l.env()
+	}
+	return os.Environ()
 }

@@ -8,14 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
 
 // jobsMain is the runner of the jobs the agent starts (job.go), a process of its own so
@@ -31,10 +35,11 @@ import (
 // the group at the timeout; waits for it; hands what it left holding its output over to
 // a job of its own, as jobs.sh does; writes .exit; then writes "done <id>" on fd 3. For
 // an interactive job it writes "open <id>" once it holds the input FIFO open (or could
-// not): the agent holds it until then (openInput). At
-// the end of stdin (the agent is gone) it takes no more jobs and exits once those it
-// runs have ended. It execs nothing but the commands (and itself once, at its start:
-// raiseSlack).
+// not): the agent holds it until then (openInput). A line may instead ask it to serve
+// the agent's direct channel (runnerLine): the jobs asked for there it starts itself.
+// At the end of stdin (the agent is gone) it closes those channels, takes no more jobs
+// and exits once those it runs have ended. It execs nothing but the commands, what the
+// requests on its channels start, and itself once, at its start (raiseSlack).
 func jobsMain(args []string) int {
 	if len(args) > 1 || len(args) == 1 && args[0] != announceArg {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-agent jobs ["+announceArg+"]")
@@ -42,6 +47,9 @@ func jobsMain(args []string) int {
 	}
 	raiseSlack()
 	oneProcessor()
+	// It may serve a direct channel (runnerLine): as the agent, nothing else in the
+	// container traces it or reads its memory.
+	undumpable()
 	startReaper()
 	// Threads made now, while the container has room: a fork bomb may leave none later.
 	makeThreads(spareThreads)
@@ -54,49 +62,178 @@ func jobsMain(args []string) int {
 	if len(args) == 1 {
 		defer announce(events)()
 	}
+	here := &localRunner{conns: map[net.Conn]struct{}{}}
+	jobRunner.becomeLocal(here)
 	var mu sync.Mutex
-	var running sync.WaitGroup
+	event := func(ev string) {
+		mu.Lock()
+		_, _ = events.Write([]byte(ev + "\n"))
+		mu.Unlock()
+	}
 	in := bufio.NewScanner(pollable(0, "stdin"))
 	in.Buffer(make([]byte, 64<<10), 4<<20)
 	for in.Scan() {
-		var req struct {
-			Args []string `json:"args"`
-			Env  []string `json:"env"`
-		}
-		if json.Unmarshal(in.Bytes(), &req) != nil || len(req.Args) != 7 || !validID(req.Args[1]) {
+		var req runnerLine
+		if json.Unmarshal(in.Bytes(), &req) != nil {
 			continue
 		}
-		a := req.Args
-		secs, err := strconv.ParseFloat(a[2], 64)
-		if err != nil || secs < 0 {
-			continue
-		}
-		w := &waiter{dir: a[0], id: a[1], d: a[0] + "/" + a[1], cwd: a[5],
-			interactive: a[3] == "1", tty: a[4] == "1", fromFile: a[6] == "stdin"}
-		for _, e := range req.Env {
-			switch name, v, _ := strings.Cut(e, "="); name {
-			case "MCP_SANDBOX_CMD":
-				w.cmd = v
-			case "MCP_SANDBOX_AGENT":
-				w.agent = v
-			default:
-				w.env = append(w.env, e)
+		if req.Channel != "" {
+			if validRef(req.Ref) {
+				here.serveChannel(req.Channel, req.Token, req.Env, func(err error) {
+					if err != nil {
+						event("channel " + req.Ref + " " + oneLine(err.Error()))
+					} else {
+						event("channel " + req.Ref + " ok")
+					}
+				})
 			}
+			continue
 		}
-		event := func(ev string) {
-			mu.Lock()
-			_, _ = events.Write([]byte(ev + " " + w.id + "\n"))
-			mu.Unlock()
+		w, timeout, ok := newJob(req.Args, req.Env)
+		if !ok {
+			continue
 		}
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			w.run(time.Duration(secs*float64(time.Second)), func() { event("open") }, func() { event("done") })
-		}()
+		here.run(func() {
+			w.run(timeout, func() { event("open " + w.id) }, func() { event("done " + w.id) })
+		})
 	}
-	running.Wait()
+	// The agent is gone: its channels end with it, and the jobs run to their end.
+	here.end()
 	return 0
 }
+
+// runnerLine is one line of a runner's stdin: a job (Args and Env, see jobsMain), or
+// a direct channel (agentwire.OpChannel) that the runner dials and serves in the
+// agent's place, so that a job it runs is one process away from Caddy, not two. The
+// runner answers a channel on fd 3, "channel <ref> ok" or "channel <ref> <why not>";
+// Env is then the agent's environment, which the channel's requests start from.
+type runnerLine struct {
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Channel string   `json:"channel,omitempty"`
+	Token   string   `json:"token,omitempty"`
+	Ref     string   `json:"ref,omitempty"`
+}
+
+// newJob makes the waiter of a job line and its timeout; ok is false for a line that
+// is not one.
+func newJob(a, env []string) (*waiter, time.Duration, bool) {
+	if len(a) != 7 || !validID(a[1]) {
+		return nil, 0, false
+	}
+	secs, err := strconv.ParseFloat(a[2], 64)
+	if err != nil || secs < 0 {
+		return nil, 0, false
+	}
+	w := &waiter{dir: a[0], id: a[1], d: a[0] + "/" + a[1], cwd: a[5],
+		interactive: a[3] == "1", tty: a[4] == "1", fromFile: a[6] == "stdin"}
+	for _, e := range env {
+		switch name, v, _ := strings.Cut(e, "="); name {
+		case "MCP_SANDBOX_CMD":
+			w.cmd = v
+		case "MCP_SANDBOX_AGENT":
+			w.agent = v
+		default:
+			w.env = append(w.env, e)
+		}
+	}
+	return w, time.Duration(secs * float64(time.Second)), true
+}
+
+// localRunner is what a runner holds: the jobs it runs and the channels it serves.
+type localRunner struct {
+	mu       sync.Mutex
+	running  sync.WaitGroup
+	ending   bool
+	conns    map[net.Conn]struct{}
+	agentEnv []string // the environment of the agent whose channel it serves
+}
+
+// run runs f (a job) in a goroutine of its own, unless the runner is ending.
+func (l *localRunner) run(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ending {
+		return false
+	}
+	l.running.Add(1)
+	go func() {
+		defer l.running.Done()
+		f()
+	}()
+	return true
+}
+
+// env is the environment a channel's requests start from: the agent's.
+func (l *localRunner) env() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.agentEnv != nil {
+		return l.agentEnv
+	}
+	return os.Environ()
+}
+
+// serveChannel dials the socket at path and serves a session over it, as the agent
+// does (runChannel); dialed is called with the dial's outcome first.
+func (l *localRunner) serveChannel(path, token string, env []string, dialed func(error)) {
+	go func() {
+		if !filepath.IsAbs(path) {
+			dialed(errors.New("a channel needs the absolute path of a socket"))
+			return
+		}
+		conn, err := net.DialTimeout("unix", path, channelDialTimeout)
+		if err != nil {
+			dialed(fmt.Errorf("dialing the channel's socket: %w", err))
+			return
+		}
+		l.mu.Lock()
+		if l.ending {
+			l.mu.Unlock()
+			conn.Close()
+			dialed(errors.New("the job runner is ending"))
+			return
+		}
+		l.conns[conn] = struct{}{}
+		if env != nil {
+			l.agentEnv = env
+		}
+		l.mu.Unlock()
+		dialed(nil)
+		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello(token), handle)
+		conn.Close()
+		l.mu.Lock()
+		delete(l.conns, conn)
+		l.mu.Unlock()
+	}()
+}
+
+// end takes no more jobs, closes the channels and waits for the jobs that run.
+func (l *localRunner) end() {
+	l.mu.Lock()
+	l.ending = true
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.running.Wait()
+}
+
+// validRef reports whether s can name a channel's answer: short, of letters and digits.
+func validRef(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLine is s on one line.
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 
 type waiter struct {
 	dir, id, d, cwd string

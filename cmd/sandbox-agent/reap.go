@@ -96,3 +96,29 @@ func pollable(fd int, name string) *os.File {
 	}
 	return os.NewFile(uintptr(fd), name)
 }
+
+// Hangups. A runner ignores SIGHUP, and the jobs it starts inherit that (as jobs.sh
+// has them ignore it). A program that an exec request starts gets SIGHUP's default action, as
+// under the agent, also where the runner serves the agent's channel: while it starts,
+// the runner catches SIGHUP instead of ignoring it (a caught signal's action is reset
+// at exec, an ignored one is kept). Jobs start under the read lock, so none starts
+// while the action is switched.
+var hangups struct {
+	sync.RWMutex
+	caught chan os.Signal
+}
+
+// startWithHangups starts a program (start) with SIGHUP's default action.
+func startWithHangups(start func() error) error {
+	if jobRunner.local == nil {
+		return start()
+	}
+	hangups.Lock()
+	defer hangups.Unlock()
+	if hangups.caught == nil {
+		hangups.caught = make(chan os.Signal, 1)
+	}
+	signal.Notify(hangups.caught, syscall.SIGHUP)
+	defer signal.Ignore(syscall.SIGHUP)
+	return start()
+}

@@ -92,7 +92,7 @@ type proc struct {
 
 // startProc starts req's program.
 func startProc(req agentwire.ExecRequest) (*proc, error) {
-	env := mergeEnv(os.Environ(), req.Env)
+	env := mergeEnv(baseEnv(), req.Env)
 	cmd := &exec.Cmd{Path: lookPath(req.Argv[0], env), Args: req.Argv, Env: env, Dir: req.Dir}
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
@@ -146,7 +146,7 @@ func startProc(req agentwire.ExecRequest) (*proc, error) {
 		// Its own process group: a command's `kill 0` does not reach the agent.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	if err := startCmd(cmd); err != nil {
+	if err := startWithHangups(func() error { return startCmd(cmd) }); err != nil {
 		return fail(err)
 	}
 	for _, f := range closeAfterStart {
