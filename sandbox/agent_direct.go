@@ -220,37 +220,51 @@ func (s *agentLink) startDirect(ctx context.Context, sess *agentwire.Session) (*
 // calls stay on its exec until the next agent.
 const directRedials = 3
 
+// directRedialPause is the wait before a direct channel that could not be made again
+// is tried once more.
+const directRedialPause = 200 * time.Millisecond
+
 // watchDirect makes the direct channel again when it ends while the agent runs on, up
 // to directRedials times; after that, or when it cannot, it notes why: calls go through
 // the exec's channel until the next agent. It closes the direct channel when the agent
 // ends.
 func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
-	for redials := 0; ; redials++ {
+	tries := 0 // to make it again, for this agent
+	for {
 		select {
 		case <-direct.Done():
 		case <-sess.Done():
 			direct.Close()
 			return
 		}
-		why := fmt.Sprintf("the direct channel ended (%v); calls go through Docker until the next agent", direct.Err())
-		if redials < directRedials && sess.Err() == nil {
-			d, err := s.startDirect(context.Background(), sess)
-			if err == nil {
-				s.agentMu.Lock()
-				mine := s.agent.direct == direct && s.agent.sess == sess
-				if mine {
-					s.agent.direct = d
-				}
-				s.agentMu.Unlock()
-				if !mine {
-					d.Close()
-					return
-				}
-				s.log.Info("the agent's direct channel ended and was made again", zap.NamedError("ended", direct.Err()))
-				direct = d
-				continue
+		ended := direct.Err()
+		var d *agentwire.Session
+		var failed error
+		for d == nil && tries < directRedials && sess.Err() == nil {
+			if failed != nil {
+				time.Sleep(directRedialPause)
 			}
-			why = fmt.Sprintf("the direct channel ended (%v) and could not be made again (%v); calls go through Docker until the next agent", direct.Err(), err)
+			tries++
+			d, failed = s.startDirect(context.Background(), sess)
+		}
+		if d != nil {
+			s.agentMu.Lock()
+			mine := s.agent.direct == direct && s.agent.sess == sess
+			if mine {
+				s.agent.direct = d
+			}
+			s.agentMu.Unlock()
+			if !mine {
+				d.Close()
+				return
+			}
+			s.log.Info("the agent's direct channel ended and was made again", zap.NamedError("ended", ended))
+			direct = d
+			continue
+		}
+		why := fmt.Sprintf("the direct channel ended (%v); calls go through Docker until the next agent", ended)
+		if failed != nil {
+			why = fmt.Sprintf("the direct channel ended (%v) and could not be made again (%v); calls go through Docker until the next agent", ended, failed)
 		}
 		s.agentMu.Lock()
 		mine := s.agent.direct == direct && s.agent.sess == sess

@@ -208,3 +208,29 @@ func TestChannelServedByTheRunner(t *testing.T) {
 		t.Fatal("the runner's channel outlived its agent")
 	}
 }
+
+// A runner killed just before a channel is asked for (its end not yet seen by the
+// agent) is replaced: the channel is served by a new runner, not by the agent.
+func TestChannelAfterTheRunnerDied(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	s := agent(t)
+	for i := range 5 {
+		d, _ := openChannel(t, s)
+		old := d.Peer().PID
+		if old == os.Getpid() {
+			t.Fatalf("round %d: the agent serves the channel itself", i)
+		}
+		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		d2, _ := openChannel(t, s)
+		if p := d2.Peer().PID; p == old || p == os.Getpid() {
+			t.Fatalf("round %d: after runner %d was killed the channel is served by %d (the agent is %d)", i, old, p, os.Getpid())
+		}
+		if r := run(t, d2, agentwire.ExecRequest{Argv: []string{"sh", "-c", "echo served"}}, ""); r.stdout != "served\n" {
+			t.Fatalf("round %d: %+v", i, r)
+		}
+	}
+}

@@ -295,18 +295,42 @@ func (r *runnerProc) start(args, env []string, hold *os.File, stop <-chan struct
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.name == "" {
-		if err := r.launch(stop); err != nil {
-			return "", nil, err
-		}
-	}
 	p := &pending{done: make(chan struct{}), hold: hold}
-	r.waiting[args[1]] = p
-	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
-		delete(r.waiting, args[1])
+	err = r.send(line, stop, func() func() {
+		waiting := r.waiting
+		waiting[args[1]] = p
+		return func() { delete(waiting, args[1]) }
+	})
+	if err != nil {
 		return "", nil, err
 	}
 	return r.name, p.done, nil
+}
+
+// send writes line to the runner, starting one when none runs; r.mu is held. note
+// records what the line asks in the runner's maps before it is written, and returns
+// how to take it back. A runner that cannot be written to is gone (killed, and follow
+// has not seen it yet): it is dropped and the line sent once more, to a new one.
+func (r *runnerProc) send(line []byte, stop <-chan struct{}, note func() (undo func())) error {
+	line = append(line, '\n')
+	for attempt := 0; ; attempt++ {
+		if r.name == "" {
+			if err := r.launch(stop); err != nil {
+				return err
+			}
+		}
+		undo := note()
+		_, err := r.stdin.Write(line)
+		if err == nil {
+			return nil
+		}
+		undo()
+		if attempt > 0 {
+			return err
+		}
+		r.stdin.Close()
+		r.name, r.stdin, r.waiting, r.asked = "", nil, nil, nil
+	}
 }
 
 // errRunnerDial is the runner's failure to dial a channel's socket.
@@ -321,13 +345,20 @@ const channelAnswer = channelDialTimeout + time.Second
 // runs. The error is an errRunnerDial when the runner could not dial; any other means
 // that no runner took it.
 func (r *runnerProc) channel(path, token string, stop <-chan struct{}) error {
-	r.mu.Lock()
-	if r.name == "" {
-		if err := r.launch(stop); err != nil {
-			r.mu.Unlock()
-			return err
-		}
+	err := r.channelOnce(path, token, stop)
+	var dial errRunnerDial
+	if errors.As(err, &dial) && dial.why == runnerEnded {
+		// It died before it answered (killed as the channel before it ended): a new one.
+		err = r.channelOnce(path, token, stop)
 	}
+	return err
+}
+
+// runnerEnded is the answer to what was asked of a runner that ended first.
+const runnerEnded = "the job runner ended"
+
+func (r *runnerProc) channelOnce(path, token string, stop <-chan struct{}) error {
+	r.mu.Lock()
 	r.refs++
 	ref := "c" + strconv.Itoa(r.refs)
 	line, err := json.Marshal(runnerLine{Channel: path, Token: token, Ref: ref, Env: os.Environ()})
@@ -336,14 +367,16 @@ func (r *runnerProc) channel(path, token string, stop <-chan struct{}) error {
 		return err
 	}
 	answer := make(chan string, 1)
-	r.asked[ref] = answer
-	asked := r.asked
-	if _, err := r.stdin.Write(append(line, '\n')); err != nil {
-		delete(asked, ref)
-		r.mu.Unlock()
+	var asked map[string]chan string
+	err = r.send(line, stop, func() func() {
+		asked = r.asked
+		asked[ref] = answer
+		return func() { delete(asked, ref) }
+	})
+	r.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	r.mu.Unlock()
 	t := time.NewTimer(channelAnswer)
 	defer t.Stop()
 	select {
@@ -451,7 +484,7 @@ func (r *runnerProc) follow(events, feed *os.File, waiting map[string]*pending, 
 		delete(waiting, id)
 	}
 	for ref, c := range asked {
-		c <- "the job runner ended"
+		c <- runnerEnded
 		delete(asked, ref)
 	}
 	if r.stdin == feed {
