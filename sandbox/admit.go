@@ -84,7 +84,7 @@ func admit(ctx context.Context, cli API) (release func(), err error) {
 	if !ok {
 		return none, nil
 	}
-	info, err := engineInfo(ctx, cli)
+	info, err := engineInfoLast(ctx, cli)
 	if err != nil || info.CPUs <= 0 {
 		return none, nil //nolint:nilerr // no processor count: no queue; the command's own call says what failed
 	}

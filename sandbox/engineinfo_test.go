@@ -124,3 +124,43 @@ func TestEngineInfoShared(t *testing.T) {
 		t.Fatalf("a client without an address was asked %d times in 3 calls, want 3", n)
 	}
 }
+
+// TestEngineInfoLast: the queue of commands takes the engine's last Info past
+// infoTrust and asks for a new one in the background, once for many callers; without
+// any answer yet, it waits for one.
+func TestEngineInfoLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cli := &infoCounter{}
+		defer forgetEngineInfo(cli)
+		start := time.Now()
+		if info, err := engineInfoLast(t.Context(), cli); err != nil || info.CPUs != 2 {
+			t.Fatalf("first: %+v %v", info.CPUs, err)
+		}
+		if waited := time.Since(start); waited != 50*time.Millisecond {
+			t.Fatalf("the first caller waited %v, want the Info's 50ms", waited)
+		}
+		time.Sleep(infoTrust + time.Second)
+		start = time.Now()
+		for range 50 {
+			if info, err := engineInfoLast(t.Context(), cli); err != nil || info.CPUs != 2 {
+				t.Fatalf("past infoTrust: %+v %v", info.CPUs, err)
+			}
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("50 callers past infoTrust waited %v for the engine, want none", waited)
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		if n := cli.calls.Load(); n != 2 {
+			t.Fatalf("past infoTrust the engine was asked %d times in all, want 2", n)
+		}
+		// The new answer is kept: within infoTrust nothing is asked.
+		if _, err := engineInfoLast(t.Context(), cli); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := cli.calls.Load(); n != 2 {
+			t.Fatalf("after the refresh: %d requests, want 2", n)
+		}
+	})
+}

@@ -707,6 +707,30 @@ func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 	}
 }
 
+// engineInfoLast is engineInfo for callers that can use an answer past infoTrust (the
+// host's processor count, for the queue of commands): the last answer, when there is
+// one, with a new one asked in the background once it is past infoTrust. The first
+// burst of commands after a quiet spell then waits on no Info, one of the engine's
+// slowest calls.
+func engineInfoLast(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
+	key, ok := engineKey(cli)
+	if !ok {
+		return engineInfo(ctx, cli)
+	}
+	v, _ := infoCaches.LoadOrStore(key, &infoCache{})
+	c := v.(*infoCache)
+	c.mu.Lock()
+	at, info := c.at, c.info
+	c.mu.Unlock()
+	if at.IsZero() {
+		return engineInfo(ctx, cli)
+	}
+	if time.Since(at) >= infoTrust {
+		go func() { _, _ = engineInfo(context.WithoutCancel(ctx), cli) }()
+	}
+	return info, nil
+}
+
 // forgetEngineInfo drops what engineInfo keeps of cli's engine: the next call asks it.
 func forgetEngineInfo(cli API) {
 	if key, ok := engineKey(cli); ok {
