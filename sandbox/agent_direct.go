@@ -102,6 +102,9 @@ func (s *Sandbox) AgentDirect() (bool, string) {
 	if s.link.agent.directOff != "" {
 		return false, s.link.agent.directOff
 	}
+	if s.link.agent.sess != nil && s.link.agent.direct != nil {
+		return false, "the direct channel ended and is being made again; calls go through Docker meanwhile"
+	}
 	return false, "no agent runs"
 }
 
