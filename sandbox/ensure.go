@@ -687,7 +687,21 @@ func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 		return info, nil
 	}
 	c.mu.Unlock()
-	ch := c.group.DoChan("info", func() (any, error) {
+	select {
+	case r := <-c.ask(ctx, cli):
+		if r.Err != nil {
+			return boxapi.EngineInfo{}, r.Err
+		}
+		return r.Val.(boxapi.EngineInfo), nil
+	case <-ctx.Done():
+		return boxapi.EngineInfo{}, ctx.Err()
+	}
+}
+
+// ask asks cli for Info, one request for all who ask at once, and keeps a good answer.
+// The request goes on when ctx ends.
+func (c *infoCache) ask(ctx context.Context, cli API) <-chan singleflight.Result {
+	return c.group.DoChan("info", func() (any, error) {
 		info, err := cli.EngineInfo(context.WithoutCancel(ctx))
 		if err == nil {
 			c.mu.Lock()
@@ -696,15 +710,6 @@ func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 		}
 		return info, err
 	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return boxapi.EngineInfo{}, r.Err
-		}
-		return r.Val.(boxapi.EngineInfo), nil
-	case <-ctx.Done():
-		return boxapi.EngineInfo{}, ctx.Err()
-	}
 }
 
 // engineInfoLast is engineInfo for callers that can use an answer past infoTrust (the
@@ -726,7 +731,7 @@ func engineInfoLast(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
 		return engineInfo(ctx, cli)
 	}
 	if time.Since(at) >= infoTrust {
-		go func() { _, _ = engineInfo(context.WithoutCancel(ctx), cli) }()
+		c.ask(ctx, cli) // not waited for
 	}
 	return info, nil
 }

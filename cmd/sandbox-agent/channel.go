@@ -38,16 +38,32 @@ func runChannel(st *agentwire.Stream, req agentwire.ChannelRequest) {
 		}
 		// No runner took it: the agent serves it.
 	}
-	conn, err := net.DialTimeout("unix", req.Path, channelDialTimeout)
+	conn, err := dialChannel(req.Path)
 	if err != nil {
-		st.Reset("dialing the channel's socket: " + err.Error())
+		st.Reset(err.Error())
 		return
 	}
-	go func() {
-		defer conn.Close()
-		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello(req.Token), handle)
-	}()
+	go serveChannel(conn, req.Token)
 	st.Exit(0)
+}
+
+// dialChannel dials a direct channel's socket at path.
+func dialChannel(path string) (net.Conn, error) {
+	if !filepath.IsAbs(path) {
+		return nil, errors.New("a channel needs the absolute path of a socket")
+	}
+	conn, err := net.DialTimeout("unix", path, channelDialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("dialing the channel's socket: %w", err)
+	}
+	return conn, nil
+}
+
+// serveChannel serves a session over conn, greeting with token, until it ends; then
+// closes conn.
+func serveChannel(conn net.Conn, token string) {
+	defer conn.Close()
+	_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello(token), handle)
 }
 
 // receiveBulk copies a write's bytes from the socket req.Socket into f (spliced by the

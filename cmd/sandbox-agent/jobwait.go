@@ -12,14 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/mcp-sandbox/caddy-mcp-sandbox/internal/agentwire"
 )
 
 // jobsMain is the runner of the jobs the agent starts (job.go), a process of its own so
@@ -178,13 +175,9 @@ func (l *localRunner) env() []string {
 // does (runChannel); dialed is called with the dial's outcome first.
 func (l *localRunner) serveChannel(path, token string, env []string, dialed func(error)) {
 	go func() {
-		if !filepath.IsAbs(path) {
-			dialed(errors.New("a channel needs the absolute path of a socket"))
-			return
-		}
-		conn, err := net.DialTimeout("unix", path, channelDialTimeout)
+		conn, err := dialChannel(path)
 		if err != nil {
-			dialed(fmt.Errorf("dialing the channel's socket: %w", err))
+			dialed(err)
 			return
 		}
 		l.mu.Lock()
@@ -200,8 +193,7 @@ func (l *localRunner) serveChannel(path, token string, env []string, dialed func
 		}
 		l.mu.Unlock()
 		dialed(nil)
-		_ = agentwire.Serve(bufio.NewReaderSize(conn, 256<<10), conn, hello(token), handle)
-		conn.Close()
+		serveChannel(conn, token)
 		l.mu.Lock()
 		delete(l.conns, conn)
 		l.mu.Unlock()
@@ -221,15 +213,7 @@ func (l *localRunner) end() {
 
 // validRef reports whether s can name a channel's answer: short, of letters and digits.
 func validRef(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for _, c := range s {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 32 && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
 }
 
 // oneLine is s on one line.
