@@ -279,6 +279,9 @@ up() {
 	local t0=$SECONDS
 	rm -rf "$RUN"
 	mkdir -p "$RUN"/{run,logs/pods,cni/net.d,cni/ipam,containerd,ns/var-lib,ns/var-log,ns/run-containerd,ns/tmp,volume-plugins,kubelet-root}
+	# The paths bound over in the private namespace must exist; /run is empty after a
+	# boot until something (a containerd of the system's own) makes /run/containerd.
+	mkdir -p /run/containerd
 	render containerd.toml "$RUN/containerd/config.toml"
 	render kubelet-config.yaml "$RUN/kubelet-config.yaml"
 	render cni.conflist "$RUN/cni/net.d/10-mcpk8s.conflist"
