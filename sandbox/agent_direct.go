@@ -243,7 +243,7 @@ func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
 		ended := direct.Err()
 		var d *agentwire.Session
 		var failed error
-		for d == nil && tries < directRedials && sess.Err() == nil {
+		for d == nil && tries < directRedials && sess.Err() == nil && s.stopsNot() {
 			if failed != nil {
 				time.Sleep(directRedialPause)
 			}
@@ -280,6 +280,13 @@ func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
 		}
 		return
 	}
+}
+
+// stopsNot reports whether no stop is under way: a stop closes the direct channel
+// first, and one made again then would be held across a save of the container's memory.
+func (s *agentLink) stopsNot() bool {
+	_, ok := s.agentLife()
+	return ok
 }
 
 // dialFailed explains an agent's failed dial of its socket. A socket that is not there

@@ -77,6 +77,11 @@ func TestKeepProcesses(t *testing.T) {
 	if !counter.Running || !holder.Running {
 		t.Fatalf("jobs: %+v %+v", counter, holder)
 	}
+	// Only what descends from the container's main process is saved: the job's runner
+	// is one it started, not the agent (an exec).
+	if r := mustExec(t, sb, testenv.ParentArgs("count.new; mv"), boxapi.ExecOptions{}); !strings.HasSuffix(r.Stdout, " jobs --announce ") {
+		t.Errorf("the counter's runner is %q, want one the container's main process started (jobs --announce)", r.Stdout)
+	}
 	// Bash reads the 60 MB in small pieces, each a system call gVisor serves slowly
 	// on a busy machine: the wait ends as soon as they are held.
 	testenv.WaitFor(t, 90*time.Second, "the holder's 60 MB", func() bool {

@@ -405,7 +405,7 @@ func (r *runnerProc) current() string {
 // takes requests (spawn.go), so that it and its jobs outlive a save of the container's
 // memory; else this agent does.
 func (r *runnerProc) launch(stop <-chan struct{}) error {
-	if feed, events, pid, err := launchFromInit(); err == nil {
+	if feed, events, pid, err := launchFromInit(stop); err == nil {
 		r.started(runnerName(pid), events, feed)
 		return nil
 	}

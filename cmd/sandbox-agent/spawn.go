@@ -25,11 +25,9 @@ import (
 // it (a container made before, or the image lacks mkfifo), the agent starts the runner
 // itself, as before.
 
-// spawnDir holds the main process's FIFO and the runners' FIFOs.
-const spawnDir = "/run/mcp-sandbox"
-
-// spawnFIFO is where the main process takes runner requests.
-var spawnFIFO = spawnDir + "/spawn"
+// spawnDir holds the main process's FIFO, spawnFIFO, where it takes runner requests,
+// and the runners' FIFOs.
+var spawnDir, spawnFIFO = "/run/mcp-sandbox", "/run/mcp-sandbox/spawn"
 
 // spawnWait bounds how long the agent waits for a runner it asked for to say its pid.
 const spawnWait = 5 * time.Second
@@ -38,14 +36,74 @@ const spawnWait = 5 * time.Second
 // own (as the agent's Setpgid does for a runner it starts).
 const announceArg = "--announce"
 
+// spawnerGrace is how long after the container's start the agent waits for its main
+// process to take requests: the agent may be started before the main process has made
+// its FIFO, and a runner the agent starts itself (with the jobs and the direct channel it
+// serves) would not outlive a save of the container's memory.
+const spawnerGrace = 5 * time.Second
+
+// errNoSpawner is a main process that does not take requests (yet).
+var errNoSpawner = errors.New("the container's main process takes no requests")
+
 // launchFromInit asks the container's main process for a runner. It returns the
 // runner's stdin (to write) and events (to read), and its pid; an error when the main
 // process does not take requests or the runner does not answer in time (nothing is
-// left behind: a runner that starts late finds its stdin ended and exits).
-func launchFromInit() (feed, events *os.File, pid int, err error) {
+// left behind: a runner that starts late finds its stdin ended and exits). Within
+// spawnerGrace of the container's start, a main process that does not take requests
+// yet is waited for (until stop), where it can make its FIFO.
+func launchFromInit(stop <-chan struct{}) (feed, events *os.File, pid int, err error) {
+	for {
+		feed, events, pid, err = askInit()
+		if !errors.Is(err, errNoSpawner) || !spawnerComing(containerAge()) {
+			return feed, events, pid, err
+		}
+		select {
+		case <-stop:
+			return nil, nil, 0, err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// spawnerComing reports whether the main process of a container age old may yet take
+// requests: it is young, and the FIFO's directory can be made (a read-only root never
+// gets one).
+func spawnerComing(age time.Duration) bool {
+	if age < 0 || age >= spawnerGrace {
+		return false
+	}
+	if _, err := os.Stat(spawnDir); err == nil {
+		return true
+	}
+	return syscall.Access(filepath.Dir(spawnDir), 2) == nil // W_OK
+}
+
+// containerAge is how long the container's first process has run; -1 when unknown.
+var containerAge = func() time.Duration {
+	st, ok := readStat(1)
+	up, err := readSmall("/proc/uptime", 64)
+	if !ok || err != nil {
+		return -1
+	}
+	f := strings.Fields(string(up))
+	if len(f) == 0 {
+		return -1
+	}
+	secs, err1 := strconv.ParseFloat(f[0], 64)
+	ticks, err2 := strconv.ParseInt(st.start, 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	// Clock ticks are 1/100 s on Linux and gVisor alike (USER_HZ).
+	return time.Duration((secs - float64(ticks)/100) * float64(time.Second))
+}
+
+// askInit asks the main process for a runner once; errNoSpawner when its FIFO is
+// missing or nobody reads it.
+func askInit() (feed, events *os.File, pid int, err error) {
 	fi, err := os.Lstat(spawnFIFO)
 	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
-		return nil, nil, 0, errors.New("the container's main process takes no requests")
+		return nil, nil, 0, errNoSpawner
 	}
 	exe, err := os.Executable()
 	if err != nil || strings.ContainsAny(exe, "\n") {
@@ -83,7 +141,7 @@ func launchFromInit() (feed, events *os.File, pid int, err error) {
 	defer evRW.Close()
 	req, err := os.OpenFile(spawnFIFO, os.O_WRONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("the container's main process does not read its requests: %w", err)
+		return nil, nil, 0, fmt.Errorf("%w: %w", errNoSpawner, err)
 	}
 	_, err = req.WriteString(id + " " + exe + "\n")
 	req.Close()
