@@ -278,25 +278,62 @@ func containersCPU(ids []string) (cgroupFigures, bool) {
 type cpuSplit struct {
 	caddy, sandboxes, sandboxSys, engine time.Duration
 	sandboxFaults                        int64
+	// The host's: processor time busy, idle and stolen by the hypervisor, all
+	// processors summed (/proc/stat).
+	hostBusy, hostIdle, hostSteal time.Duration
 }
 
 func (c cpuSplit) minus(o cpuSplit) cpuSplit {
-	return cpuSplit{c.caddy - o.caddy, c.sandboxes - o.sandboxes, c.sandboxSys - o.sandboxSys, c.engine - o.engine, c.sandboxFaults - o.sandboxFaults}
+	return cpuSplit{c.caddy - o.caddy, c.sandboxes - o.sandboxes, c.sandboxSys - o.sandboxSys, c.engine - o.engine, c.sandboxFaults - o.sandboxFaults,
+		c.hostBusy - o.hostBusy, c.hostIdle - o.hostIdle, c.hostSteal - o.hostSteal}
 }
 
 func (c cpuSplit) plus(o cpuSplit) cpuSplit {
-	return cpuSplit{c.caddy + o.caddy, c.sandboxes + o.sandboxes, c.sandboxSys + o.sandboxSys, c.engine + o.engine, c.sandboxFaults + o.sandboxFaults}
+	return cpuSplit{c.caddy + o.caddy, c.sandboxes + o.sandboxes, c.sandboxSys + o.sandboxSys, c.engine + o.engine, c.sandboxFaults + o.sandboxFaults,
+		c.hostBusy + o.hostBusy, c.hostIdle + o.hostIdle, c.hostSteal + o.hostSteal}
+}
+
+// idleShare is the share of the host's processor time left idle.
+func (c cpuSplit) idleShare() float64 {
+	all := c.hostBusy + c.hostIdle + c.hostSteal
+	if all <= 0 {
+		return 0
+	}
+	return float64(c.hostIdle) / float64(all)
 }
 
 func (tm *team) cpuNow(ids []string) cpuSplit {
 	sb, _ := containersCPU(ids)
+	busy, idle, steal := hostCPU()
 	return cpuSplit{
 		caddy:         procCPU(tm.bin),
 		sandboxes:     sb.cpu,
 		sandboxSys:    sb.sys,
 		sandboxFaults: sb.faults,
 		engine:        procCPU("dockerd", "/var/run/docker/containerd", "containerd-shim"),
+		hostBusy:      busy, hostIdle: idle, hostSteal: steal,
 	}
+}
+
+// hostCPU is the host's processor time since its boot, all processors summed: busy,
+// idle (waiting for I/O included) and stolen by the hypervisor.
+func hostCPU() (busy, idle, steal time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, 0
+	}
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * time.Second / 100 // USER_HZ
+	}
+	// user nice system idle iowait irq softirq steal (guest time is within user).
+	busy = tick(1) + tick(2) + tick(3) + tick(6) + tick(7)
+	return busy, tick(4) + tick(5), tick(8)
 }
 
 // procFDs is how many descriptors process pid holds.
@@ -442,8 +479,8 @@ func BenchmarkTeam(b *testing.B) {
 		took := everyone(tm.people, tm.callTrue(ctx, b))
 		d := tm.cpuNow(ids).minus(before)
 		cpu = cpu.plus(d)
-		b.Logf("round %d through Caddy: p50 %.0f ms, p99 %.0f ms; CPU per call: Caddy %v, sandboxes %v (system %v, %d page faults), engine %v", r+1, quantile(took, 0.5), quantile(took, 0.99),
-			d.caddy/teamSize, d.sandboxes/teamSize, d.sandboxSys/teamSize, d.sandboxFaults/teamSize, d.engine/teamSize)
+		b.Logf("round %d through Caddy: p50 %.0f ms, p99 %.0f ms; CPU per call: Caddy %v, sandboxes %v (system %v, %d page faults), engine %v; host %v busy, %.0f%% idle, %v stolen", r+1, quantile(took, 0.5), quantile(took, 0.99),
+			d.caddy/teamSize, d.sandboxes/teamSize, d.sandboxSys/teamSize, d.sandboxFaults/teamSize, d.engine/teamSize, d.hostBusy, 100*d.idleShare(), d.hostSteal)
 		viaCaddy = append(viaCaddy, took...)
 	}
 	b.StopTimer()
@@ -483,6 +520,8 @@ func BenchmarkTeam(b *testing.B) {
 	b.ReportMetric(perCall(cpu.caddy), "caddy-cpu-ms/call")
 	b.ReportMetric(perCall(cpu.sandboxes), "sandbox-cpu-ms/call")
 	b.ReportMetric(perCall(cpu.engine), "engine-cpu-ms/call")
+	b.ReportMetric(perCall(cpu.hostBusy), "host-cpu-ms/call")
+	b.ReportMetric(cpu.idleShare(), "host-idle-share")
 	b.Logf("first calls %v; idle sandbox %.1f MiB; all at once p50 %.0f ms p99 %.0f ms (raw exec p50 %.0f ms p99 %.0f ms); Caddy peak RSS %.0f MiB",
 		first, idleMiB, quantile(viaCaddy, 0.5), quantile(viaCaddy, 0.99), quantile(raw, 0.5), quantile(raw, 0.99), float64(peak)/1024)
 	if damonOn() {
