@@ -36,11 +36,12 @@ func (Engine) CaddyModule() caddy.ModuleInfo {
 // ValidateEngine reports every problem of e's Kubernetes settings. It does no I/O.
 func (Engine) ValidateEngine(e fleet.Engine) error { return Config(e).Validate() }
 
-// NewEngineClient makes e's client from its kubeconfig, without asking the API server.
+// NewEngineClient returns e's client, made from its kubeconfig without asking the API
+// server, and shared by the engine's sandboxes (kube.Shared).
 func (Engine) NewEngineClient(e fleet.Engine, logger *zap.Logger) (sandbox.API, error) {
 	kc := Config(e)
 	kc.Log = fleet.KubeLog(logger)
-	cli, err := kube.New(kc)
+	cli, err := kube.Shared(kc)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -155,6 +157,49 @@ func New(c Config) (*Client, error) {
 		return nil, fmt.Errorf("kubernetes engine %s: %w", c.Name, err)
 	}
 	return &Client{cfg: c, rest: rc, core: core, net: nc, ns: ns, host: "kubernetes://" + hostOf(rc.Host) + "/" + ns}, nil
+}
+
+// shared holds the clients Shared made, by sharedKey.
+var shared struct {
+	sync.Mutex
+	m map[string]*Client
+}
+
+// Shared returns a client for the engine, made once per configuration and kubeconfig
+// file as it is now (an edited kubeconfig gets a client of its own from then on), so
+// that an engine's sandboxes share its connections to the API server: client-go keeps a
+// connection pool per client made as New makes them. Log, when not nil, becomes the
+// receiver of client-go's messages as with New.
+func Shared(c Config) (*Client, error) {
+	key := sharedKey(c)
+	shared.Lock()
+	defer shared.Unlock()
+	if cli := shared.m[key]; cli != nil {
+		setLog(c.Log)
+		return cli, nil
+	}
+	cli, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	if shared.m == nil {
+		shared.m = map[string]*Client{}
+	}
+	shared.m[key] = cli
+	return cli, nil
+}
+
+// sharedKey is what makes two engines' clients the same: every setting but Log, and
+// the kubeconfig file's modification time and size.
+func sharedKey(c Config) string {
+	c.Log = nil
+	key := fmt.Sprintf("%#v", c)
+	if c.Kubeconfig != "" {
+		if st, err := os.Stat(c.Kubeconfig); err == nil {
+			key += fmt.Sprintf("@%d/%d", st.ModTime().UnixNano(), st.Size())
+		}
+	}
+	return key
 }
 
 // hostOf is the host[:port] of the API server's URL.
