@@ -278,8 +278,8 @@ func containersCPU(ids []string) (cgroupFigures, bool) {
 type cpuSplit struct {
 	caddy, sandboxes, sandboxSys, engine time.Duration
 	sandboxFaults                        int64
-	// The host's: processor time busy, idle and stolen by the hypervisor, all
-	// processors summed (/proc/stat).
+	// The host's: processor time busy, idle (waiting for I/O included) and stolen by
+	// the hypervisor, all processors summed (/proc/stat).
 	hostBusy, hostIdle, hostSteal time.Duration
 }
 
@@ -329,7 +329,7 @@ func hostCPU() (busy, idle, steal time.Duration) {
 	}
 	tick := func(i int) time.Duration {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
-		return time.Duration(n) * time.Second / 100 // USER_HZ
+		return time.Duration(n) * (time.Second / 100) // USER_HZ
 	}
 	// user nice system idle iowait irq softirq steal (guest time is within user).
 	busy = tick(1) + tick(2) + tick(3) + tick(6) + tick(7)

@@ -246,6 +246,9 @@ func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
 		for d == nil && tries < directRedials && sess.Err() == nil && s.stopsNot() {
 			if failed != nil {
 				time.Sleep(directRedialPause)
+				if !s.stopsNot() {
+					break
+				}
 			}
 			tries++
 			d, failed = s.startDirect(context.Background(), sess)

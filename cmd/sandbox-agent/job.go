@@ -405,9 +405,15 @@ func (r *runnerProc) current() string {
 // takes requests (spawn.go), so that it and its jobs outlive a save of the container's
 // memory; else this agent does.
 func (r *runnerProc) launch(stop <-chan struct{}) error {
-	if feed, events, pid, err := launchFromInit(stop); err == nil {
-		r.started(runnerName(pid), events, feed)
+	fromInit, initEvents, initPid, err := launchFromInit(stop)
+	if err == nil {
+		r.started(runnerName(initPid), initEvents, fromInit)
 		return nil
+	}
+	select {
+	case <-stop:
+		return err // whoever asked is gone: no runner of the agent's own for nobody
+	default:
 	}
 	in, feed, err := os.Pipe()
 	if err != nil {

@@ -23,7 +23,8 @@ import (
 // what they leave running, then descend from the main process and outlive a save of
 // the container's memory (keep_processes). Where the FIFO is missing or nobody reads
 // it (a container made before, or the image lacks mkfifo), the agent starts the runner
-// itself, as before.
+// itself, as before; in a container started moments ago whose main process makes the
+// FIFO, it first waits a little for it (spawnerComing).
 
 // spawnDir holds the main process's FIFO, spawnFIFO, where it takes runner requests,
 // and the runners' FIFOs.
@@ -39,8 +40,13 @@ const announceArg = "--announce"
 // spawnerGrace is how long after the container's start the agent waits for its main
 // process to take requests: the agent may be started before the main process has made
 // its FIFO, and a runner the agent starts itself (with the jobs and the direct channel it
-// serves) would not outlive a save of the container's memory.
-const spawnerGrace = 5 * time.Second
+// serves) would not outlive a save of the container's memory. spawnerPatience bounds
+// one such wait: less than Caddy waits for the direct channel (3 s), which the first
+// runner serves, in case the FIFO never comes (an image without mkfifo).
+const (
+	spawnerGrace    = 5 * time.Second
+	spawnerPatience = 2 * time.Second
+)
 
 // errNoSpawner is a main process that does not take requests (yet).
 var errNoSpawner = errors.New("the container's main process takes no requests")
@@ -50,11 +56,12 @@ var errNoSpawner = errors.New("the container's main process takes no requests")
 // process does not take requests or the runner does not answer in time (nothing is
 // left behind: a runner that starts late finds its stdin ended and exits). Within
 // spawnerGrace of the container's start, a main process that does not take requests
-// yet is waited for (until stop), where it can make its FIFO.
+// yet is waited for (until stop, for spawnerPatience at most), where it makes one.
 func launchFromInit(stop <-chan struct{}) (feed, events *os.File, pid int, err error) {
+	deadline := time.Now().Add(spawnerPatience)
 	for {
 		feed, events, pid, err = askInit()
-		if !errors.Is(err, errNoSpawner) || !spawnerComing(containerAge()) {
+		if !errors.Is(err, errNoSpawner) || time.Now().After(deadline) || !spawnerComing(containerAge()) {
 			return feed, events, pid, err
 		}
 		select {
@@ -66,16 +73,24 @@ func launchFromInit(stop <-chan struct{}) (feed, events *os.File, pid int, err e
 }
 
 // spawnerComing reports whether the main process of a container age old may yet take
-// requests: it is young, and the FIFO's directory can be made (a read-only root never
-// gets one).
+// requests: it is young, it is one that makes the FIFO (its command line names the
+// FIFO's directory: the sandbox's keepAlive, not a container made before), and the
+// directory can be made (a read-only root never gets one).
 func spawnerComing(age time.Duration) bool {
-	if age < 0 || age >= spawnerGrace {
+	if age < 0 || age >= spawnerGrace || !strings.Contains(mainCmdline(), spawnDir) {
 		return false
 	}
 	if _, err := os.Stat(spawnDir); err == nil {
 		return true
 	}
 	return syscall.Access(filepath.Dir(spawnDir), 2) == nil // W_OK
+}
+
+// mainCmdline is the container's first process's command line (docker-init's holds
+// the main process's).
+var mainCmdline = func() string {
+	b, _ := readSmall("/proc/1/cmdline", 8192)
+	return string(b)
 }
 
 // containerAge is how long the container's first process has run; -1 when unknown.

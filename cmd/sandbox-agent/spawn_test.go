@@ -10,14 +10,16 @@ import (
 	"time"
 )
 
-// spawnerIn points the agent at a spawn directory of its own, in a container age old.
+// spawnerIn points the agent at a spawn directory of its own, in a container age old
+// whose main process makes it.
 func spawnerIn(t *testing.T, age time.Duration) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "spawn")
-	oldDir, oldFIFO, oldAge := spawnDir, spawnFIFO, containerAge
+	oldDir, oldFIFO, oldAge, oldMain := spawnDir, spawnFIFO, containerAge, mainCmdline
 	spawnDir, spawnFIFO = dir, dir+"/spawn"
 	containerAge = func() time.Duration { return age }
-	t.Cleanup(func() { spawnDir, spawnFIFO, containerAge = oldDir, oldFIFO, oldAge })
+	mainCmdline = func() string { return "bash\x00-c\x00d=" + dir + ";mkfifo $d/spawn" }
+	t.Cleanup(func() { spawnDir, spawnFIFO, containerAge, mainCmdline = oldDir, oldFIFO, oldAge, oldMain })
 	return dir
 }
 
@@ -72,16 +74,29 @@ func TestLaunchWaitsForAYoungSpawner(t *testing.T) {
 	}
 }
 
-// TestLaunchNoSpawner: past the grace, at stop, or where the FIFO's directory cannot
-// be made (a read-only root), a main process that takes no requests is not waited for.
+// TestLaunchNoSpawner: past the grace, at stop, past spawnerPatience, in a container
+// whose main process makes no FIFO (one made before), or where the FIFO's directory
+// cannot be made (a read-only root), a main process that takes no requests is not
+// waited for, or not for long.
 func TestLaunchNoSpawner(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		age  time.Duration
-		stop bool
-	}{{"old container", spawnerGrace + time.Second, false}, {"age unknown", -1, false}, {"stopped", time.Second, true}} {
+		name      string
+		age       time.Duration
+		stop      bool
+		otherMain bool
+		within    time.Duration
+	}{
+		{name: "old container", age: spawnerGrace + time.Second, within: time.Second},
+		{name: "age unknown", age: -1, within: time.Second},
+		{name: "stopped", age: time.Second, stop: true, within: time.Second},
+		{name: "another main process", age: time.Second, otherMain: true, within: time.Second},
+		{name: "no FIFO ever", age: time.Second, within: spawnerPatience + time.Second},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			spawnerIn(t, c.age)
+			if c.otherMain {
+				mainCmdline = func() string { return "sleep\x00infinity" }
+			}
 			stop := make(chan struct{})
 			if c.stop {
 				time.AfterFunc(100*time.Millisecond, func() { close(stop) })
@@ -91,8 +106,8 @@ func TestLaunchNoSpawner(t *testing.T) {
 			if err == nil {
 				t.Fatal("a runner from a main process that takes no requests")
 			}
-			if took := time.Since(begin); took > time.Second {
-				t.Errorf("gave up after %v", took)
+			if took := time.Since(begin); took > c.within {
+				t.Errorf("gave up after %v, want within %v", took, c.within)
 			}
 		})
 	}
@@ -103,5 +118,20 @@ func TestLaunchNoSpawner(t *testing.T) {
 	spawnDir = filepath.Join(t.TempDir(), "missing", "spawn")
 	if spawnerComing(time.Second) {
 		t.Error("a young container where the FIFO's directory cannot be made: waited for")
+	}
+}
+
+// TestLaunchStoppedStartsNothing: a caller that went while the agent waited for the
+// main process gets no runner of the agent's own.
+func TestLaunchStoppedStartsNothing(t *testing.T) {
+	spawnerIn(t, time.Second)
+	stop := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { close(stop) })
+	r := &runnerProc{}
+	r.mu.Lock()
+	err := r.launch(stop)
+	r.mu.Unlock()
+	if err == nil || r.name != "" {
+		t.Fatalf("launch for a caller that went: %v, runner %q", err, r.name)
 	}
 }

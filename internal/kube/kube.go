@@ -71,12 +71,13 @@ const DefaultVolumeSize = 10 << 30
 const dialTimeout = 10 * time.Second
 
 // apiQPS and apiBurst bound the requests a client sends the API server, a second and
-// at once. Every command reads its pod first (is it still running?): client-go's
-// default, 5 a second and 10 at once, held a Caddy to 5 commands a second. The API
-// server guards itself from a busy client (API Priority and Fairness).
+// at once; an engine's sandboxes share its client (Shared), so these bound the engine.
+// Every command reads its pod first (is it still running?): client-go's default, 5 a
+// second and 10 at once, held a Caddy to 5 commands a second. The API server guards
+// itself from a busy client (API Priority and Fairness).
 const (
-	apiQPS   = 100
-	apiBurst = 200
+	apiQPS   = 500
+	apiBurst = 1000
 )
 
 // DefaultNamespace is the namespace used when the configuration names none.
