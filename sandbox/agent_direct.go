@@ -243,12 +243,12 @@ func (s *agentLink) watchDirect(direct, sess *agentwire.Session) {
 		ended := direct.Err()
 		var d *agentwire.Session
 		var failed error
-		for d == nil && tries < directRedials && sess.Err() == nil && s.stopsNot() {
+		for d == nil && tries < directRedials && sess.Err() == nil {
 			if failed != nil {
 				time.Sleep(directRedialPause)
-				if !s.stopsNot() {
-					break
-				}
+			}
+			if !s.stopsNot() {
+				break
 			}
 			tries++
 			d, failed = s.startDirect(context.Background(), sess)

@@ -671,22 +671,34 @@ func engineKey(cli API) (key string, ok bool) {
 	return h, h != ""
 }
 
+// infoCacheOf is the infoCache of cli's engine; false for a client that tells no
+// address (nothing to keep its answers under).
+func infoCacheOf(cli API) (*infoCache, bool) {
+	key, ok := engineKey(cli)
+	if !ok {
+		return nil, false
+	}
+	v, _ := infoCaches.LoadOrStore(key, &infoCache{})
+	return v.(*infoCache), true
+}
+
+// last is the last good answer and when it came; a zero time when none did.
+func (c *infoCache) last() (time.Time, boxapi.EngineInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.info
+}
+
 // engineInfo is cli's Info, asked at most once per infoTrust whatever the number of
 // sandboxes (and clients) asking; concurrent callers share one request.
 func engineInfo(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
-	key, ok := engineKey(cli)
+	c, ok := infoCacheOf(cli)
 	if !ok {
-		return cli.EngineInfo(ctx) // no key to keep it under
+		return cli.EngineInfo(ctx)
 	}
-	v, _ := infoCaches.LoadOrStore(key, &infoCache{})
-	c := v.(*infoCache)
-	c.mu.Lock()
-	if !c.at.IsZero() && time.Since(c.at) < infoTrust {
-		info := c.info
-		c.mu.Unlock()
+	if at, info := c.last(); !at.IsZero() && time.Since(at) < infoTrust {
 		return info, nil
 	}
-	c.mu.Unlock()
 	select {
 	case r := <-c.ask(ctx, cli):
 		if r.Err != nil {
@@ -718,15 +730,11 @@ func (c *infoCache) ask(ctx context.Context, cli API) <-chan singleflight.Result
 // burst of commands after a quiet spell then waits on no Info, one of the engine's
 // slowest calls.
 func engineInfoLast(ctx context.Context, cli API) (boxapi.EngineInfo, error) {
-	key, ok := engineKey(cli)
+	c, ok := infoCacheOf(cli)
 	if !ok {
-		return engineInfo(ctx, cli)
+		return cli.EngineInfo(ctx)
 	}
-	v, _ := infoCaches.LoadOrStore(key, &infoCache{})
-	c := v.(*infoCache)
-	c.mu.Lock()
-	at, info := c.at, c.info
-	c.mu.Unlock()
+	at, info := c.last()
 	if at.IsZero() {
 		return engineInfo(ctx, cli)
 	}

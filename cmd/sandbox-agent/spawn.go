@@ -17,7 +17,7 @@ import (
 // `docker exec` started (the agent and whatever descends from it) are not restored
 // from a checkpoint of the container's memory; those descending from its main process
 // are. The sandbox's main process (its keepAlive, package sandbox) therefore reads
-// requests on the FIFO spawnFIFO, "<id> <agent binary>", and starts
+// requests on the FIFO spawnFIFO(), "<id> <agent binary>", and starts
 // `<agent> jobs --announce` as its own child, with stdin and fd 3 the FIFOs
 // <id>.in and <id>.ev next to it. The runner says its pid first on fd 3. Jobs, and
 // what they leave running, then descend from the main process and outlive a save of
@@ -26,9 +26,11 @@ import (
 // itself, as before; in a container started moments ago whose main process makes the
 // FIFO, it first waits a little for it (spawnerComing).
 
-// spawnDir holds the main process's FIFO, spawnFIFO, where it takes runner requests,
-// and the runners' FIFOs.
-var spawnDir, spawnFIFO = "/run/mcp-sandbox", "/run/mcp-sandbox/spawn"
+// spawnDir holds the main process's FIFO (spawnFIFO) and the runners' FIFOs.
+var spawnDir = "/run/mcp-sandbox"
+
+// spawnFIFO is where the main process takes runner requests.
+func spawnFIFO() string { return spawnDir + "/spawn" }
 
 // spawnWait bounds how long the agent waits for a runner it asked for to say its pid.
 const spawnWait = 5 * time.Second
@@ -116,7 +118,7 @@ var containerAge = func() time.Duration {
 // askInit asks the main process for a runner once; errNoSpawner when its FIFO is
 // missing or nobody reads it.
 func askInit() (feed, events *os.File, pid int, err error) {
-	fi, err := os.Lstat(spawnFIFO)
+	fi, err := os.Lstat(spawnFIFO())
 	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		return nil, nil, 0, errNoSpawner
 	}
@@ -154,7 +156,7 @@ func askInit() (feed, events *os.File, pid int, err error) {
 		return nil, nil, 0, err
 	}
 	defer evRW.Close()
-	req, err := os.OpenFile(spawnFIFO, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	req, err := os.OpenFile(spawnFIFO(), os.O_WRONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("%w: %w", errNoSpawner, err)
 	}

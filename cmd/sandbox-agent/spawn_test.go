@@ -15,11 +15,11 @@ import (
 func spawnerIn(t *testing.T, age time.Duration) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "spawn")
-	oldDir, oldFIFO, oldAge, oldMain := spawnDir, spawnFIFO, containerAge, mainCmdline
-	spawnDir, spawnFIFO = dir, dir+"/spawn"
+	oldDir, oldAge, oldMain := spawnDir, containerAge, mainCmdline
+	spawnDir = dir
 	containerAge = func() time.Duration { return age }
 	mainCmdline = func() string { return "bash\x00-c\x00d=" + dir + ";mkfifo $d/spawn" }
-	t.Cleanup(func() { spawnDir, spawnFIFO, containerAge, mainCmdline = oldDir, oldFIFO, oldAge, oldMain })
+	t.Cleanup(func() { spawnDir, containerAge, mainCmdline = oldDir, oldAge, oldMain })
 	return dir
 }
 
